@@ -1,0 +1,179 @@
+"""The ``linattn`` command.
+
+``linattn train`` takes the reference's flags (same names, meanings and defaults; ``--head`` for ``--head_num``,
+``--KQ_dim`` for ``--rank``, and unambiguous prefixes) plus ours, and writes ``loss.csv`` and ``run.json`` into
+``--out``. Invalid input: one line on stderr, exit code 2, nothing written. A diverging run: exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+from . import __version__
+from .config import DTYPES, ENGINES, NORMALIZATIONS, ConfigError, RunConfig
+from .models import INIT_SCHEMES, MODELS
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of argparse's usage block
+        raise UsageError(message)
+
+
+def _size(text: str):
+    """An integer, or 'inf' for an infinite training set."""
+    if text.lower() in ("inf", "infinity"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'inf', got {text!r}") from None
+
+
+def _floats(text: str):
+    try:
+        return tuple(float(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _finite(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return x
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    d = RunConfig()
+    ref = p.add_argument_group("the reference's flags")
+    ref.add_argument("--model", choices=MODELS, default=d.model)
+    ref.add_argument("--head_num", "--head", dest="head_num", type=int, default=d.head_num, help="H, heads")
+    ref.add_argument("--rank", "--KQ_dim", dest="rank", type=int, default=d.rank,
+                     help="R, rank of each ATTN_S head's key and query")
+    ref.add_argument("--in_dim", type=int, default=d.in_dim, help="D")
+    ref.add_argument("--out_dim", type=int, default=d.out_dim, help="must be 1")
+    ref.add_argument("--seq_len", type=int, default=d.seq_len, help="tokens per sequence, query included (N + 1)")
+    ref.add_argument("--trainset_size", type=_size, default=d.trainset_size,
+                     help="P, training sequences; 'inf' trains on the population objective")
+    ref.add_argument("--testset_size", type=int, default=d.testset_size,
+                     help="size of the in-weight and the in-context test set (0: none)")
+    ref.add_argument("--icl", type=_finite, default=d.icl, help="fraction of sequences with a fresh task vector")
+    ref.add_argument("--white_cov", action="store_true", help="input covariance I/D")
+    ref.add_argument("--vary_len", action="store_true", help="average the loss over every prefix length")
+    ref.add_argument("--cubic_feat", action="store_true", help="feed the cubic feature (with --model mlp)")
+    ref.add_argument("--softmax", action="store_true", help="softmax attention")
+    ref.add_argument("--init", type=_finite, default=d.init, help="initialisation scale")
+    ref.add_argument("--lr", type=_finite, default=d.lr, help="learning rate")
+    ref.add_argument("--epoch", type=int, default=d.epoch, help="number of full-batch steps")
+    ref.add_argument("--seed", type=int, default=d.seed)
+    ref.add_argument("--track_value", action="store_true", help="record each head's value weight every step")
+    ref.add_argument("--show", action="store_true", help="also show the loss curve in a window")
+    ours = p.add_argument_group("linattn's flags")
+    ours.add_argument("--out", type=Path, default=None,
+                      help="output folder (default: runs/<model>_H…_<hash of all settings>)")
+    ours.add_argument("--engine", choices=ENGINES, default=d.engine,
+                      help="auto: exact for linear models, autograd (per-sample) for softmax")
+    ours.add_argument("--normalize", choices=NORMALIZATIONS, default=d.normalize,
+                      help="sum: the reference's Σ over tokens (default); mean: the paper's 1/N")
+    ours.add_argument("--init_scheme", choices=INIT_SCHEMES, default=d.init_scheme,
+                      help="paper: the paper-era initialisation (published figures); current: the Dec 2025 code")
+    ours.add_argument("--spectrum", type=_floats, default=None,
+                      help="covariance eigenvalues, comma-separated (rotated randomly, not rescaled)")
+    ours.add_argument("--dtype", choices=DTYPES, default=d.dtype)
+    ours.add_argument("--device", default=d.device, help="auto, cpu or cuda[:k]")
+    ours.add_argument("--population_samples", type=int, default=d.population_samples,
+                      help="sample size of the population estimate")
+    ours.add_argument("--chunk", type=int, default=d.chunk, help="sequences per chunk (bounds memory)")
+    ours.add_argument("--save-data", dest="save_data", action="store_true",
+                      help="also write data.npz and init.npz")
+    ours.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    fields = RunConfig.__dataclass_fields__
+    return RunConfig(**{k: v for k, v in vars(args).items() if k in fields})
+
+
+def default_out(cfg: RunConfig) -> Path:
+    """runs/<reference-style name>_<8 hex digits of every setting>: distinct settings never share a folder."""
+    P = "inf" if cfg.trainset_size is None else cfg.trainset_size
+    name = f"{cfg.model}_head{cfg.head_num}_D{cfg.in_dim}_R{cfg.rank}_P{P}_N{cfg.seq_len}_seed{cfg.seed}"
+    digest = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    return Path("runs") / f"{name}_{digest}"
+
+
+def check_writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".probe."):
+            pass
+    except OSError as e:
+        raise UsageError(f"--out {out} cannot be written: {e.strerror or e}") from None
+
+
+def cmd_train(args) -> int:
+    from .run import run, write_outputs
+    from .train import TrainingDiverged
+
+    cfg = config_from_args(args)
+    try:
+        cfg.validate()
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    out = args.out or default_out(cfg)
+    check_writable(out)
+    try:
+        result = run(cfg, progress=None if not args.quiet else False)
+    except TrainingDiverged as e:
+        print(f"linattn train: error: {e}", file=sys.stderr)
+        return 1
+    write_outputs(result, out, save_data=args.save_data)
+    if not args.quiet:
+        h = result.history
+        print(f"{result.engine} engine, {cfg.epoch} steps in {result.wall_time:.1f} s: "
+              f"loss {h.train_loss[0]:.4f} -> {h.train_loss[-1]:.4f}; wrote {out}")
+    if args.show:
+        from .plotting import show_loss
+
+        show_loss(result.history, title=out.name)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="linattn", description="Training dynamics of in-context learning in linear attention.")
+    parser.add_argument("--version", action="version", version=f"linattn {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    train = sub.add_parser("train", help="train one model and write its loss curve")
+    add_train_arguments(train)
+    train.set_defaults(func=cmd_train)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except UsageError as e:
+        print(f"linattn: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("linattn: interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""One training run's settings, with the reference's names and defaults, and their validation.
+
+The CLI (``linattn train``), the figure notebooks and the Python API all go through :class:`RunConfig`;
+:meth:`RunConfig.validate` raises :class:`ConfigError` with one clear sentence for any invalid setting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .models import INIT_SCHEMES, MODELS
+
+ENGINES = ("auto", "exact", "autograd", "population")
+DTYPES = ("float64", "float32")
+NORMALIZATIONS = ("sum", "mean")
+
+
+class ConfigError(ValueError):
+    """An invalid setting; the message names it and says what is allowed."""
+
+
+@dataclass
+class RunConfig:
+    # the reference's flags, same names and defaults (shared/paper/reference.md)
+    model: str = "attnM"
+    head_num: int = 1
+    rank: int = 1
+    in_dim: int = 4
+    out_dim: int = 1
+    seq_len: int = 32
+    trainset_size: int | None = 5000  # None: infinite (population engine)
+    testset_size: int = 0
+    icl: float = 1.0
+    white_cov: bool = False
+    vary_len: bool = False
+    cubic_feat: bool = False
+    softmax: bool = False
+    init: float = 0.01
+    lr: float = 1e-3
+    epoch: int = 6001
+    seed: int = 10
+    track_value: bool = False
+    # ours
+    spectrum: tuple[float, ...] | None = None
+    cov_matrix: list | None = field(default=None, repr=False)
+    init_scheme: str = "paper"
+    normalize: str = "sum"
+    engine: str = "auto"
+    dtype: str = "float64"
+    device: str = "auto"
+    population_samples: int = 1 << 20
+    chunk: int = 4096
+
+    @property
+    def N(self) -> int:
+        """Context pairs before the query."""
+        return self.seq_len - 1
+
+    def resolved_engine(self) -> str:
+        """``auto``: exact for linear models, population when the training set is infinite, else autograd."""
+        if self.engine != "auto":
+            return self.engine
+        if self.trainset_size is None:
+            return "population"
+        return "autograd" if self.softmax else "exact"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["trainset_size"] = "inf" if self.trainset_size is None else self.trainset_size
+        return d
+
+    def validate(self) -> "RunConfig":
+        def bad(msg):
+            raise ConfigError(msg)
+
+        for name in ("head_num", "in_dim", "epoch", "population_samples", "chunk"):
+            if getattr(self, name) <= 0:
+                bad(f"--{name} must be a positive integer, got {getattr(self, name)}")
+        if self.trainset_size is not None and self.trainset_size <= 0:
+            bad(f"--trainset_size must be a positive integer or 'inf', got {self.trainset_size}")
+        if self.testset_size < 0:
+            bad(f"--testset_size must be >= 0, got {self.testset_size}")
+        if self.seq_len < 2:
+            bad(f"--seq_len must be at least 2 (one context pair and the query), got {self.seq_len}")
+        if not 1 <= self.rank <= self.in_dim:
+            bad(f"--rank must be between 1 and --in_dim = {self.in_dim}, got {self.rank}")
+        if self.out_dim != 1:
+            bad(f"--out_dim must be 1 (the paper's models predict a scalar), got {self.out_dim}")
+        if not (0.0 <= self.icl <= 1.0):
+            bad(f"--icl must lie in [0, 1], got {self.icl}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            bad(f"--lr must be a positive number, got {self.lr}")
+        if not (self.init > 0 and math.isfinite(self.init)):
+            bad(f"--init must be a positive number, got {self.init}")
+        if self.model not in MODELS:
+            bad(f"--model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.model == "mlp" and not self.cubic_feat:
+            bad("--model mlp needs --cubic_feat (the MLP acts on the cubic feature)")
+        if self.cubic_feat and self.model != "mlp":
+            bad("--cubic_feat only applies to --model mlp")
+        if self.softmax and self.model == "mlp":
+            bad("--softmax applies to the attention models, not to --model mlp")
+        if self.init_scheme not in INIT_SCHEMES:
+            bad(f"--init_scheme must be one of {', '.join(INIT_SCHEMES)}, got {self.init_scheme!r}")
+        if self.normalize not in NORMALIZATIONS:
+            bad(f"--normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
+        if self.engine not in ENGINES:
+            bad(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.dtype not in DTYPES:
+            bad(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            bad(f"--device must be auto, cpu or cuda[:k], got {self.device!r}")
+        engine = self.resolved_engine()
+        if self.softmax and engine in ("exact", "population"):
+            bad(f"--engine {engine} covers linear attention only; softmax needs --engine autograd")
+        if engine == "population":
+            if self.icl != 1.0:
+                bad("the population engine (--trainset_size inf) supports --icl 1 only")
+            if self.testset_size:
+                bad("the population engine (--trainset_size inf) has no test sets: use --testset_size 0")
+        elif self.trainset_size is None:
+            bad(f"--trainset_size inf needs the population engine, not --engine {engine}")
+        if self.spectrum is not None:
+            if self.white_cov:
+                bad("--white_cov and --spectrum are mutually exclusive")
+            if len(self.spectrum) != self.in_dim:
+                bad(f"--spectrum has {len(self.spectrum)} values, expected --in_dim = {self.in_dim}")
+            if min(self.spectrum) <= 0:
+                bad("--spectrum values must be positive (the covariance must be positive definite)")
+        if self.cov_matrix is not None:
+            from .data import check_spd
+            try:
+                cov = check_spd(np.asarray(self.cov_matrix, dtype=float))
+            except ValueError as e:
+                bad(str(e))
+            if cov.shape != (self.in_dim, self.in_dim):
+                bad(f"covariance matrix has shape {cov.shape}, expected ({self.in_dim}, {self.in_dim})")
+        return self

@@ -1,0 +1,164 @@
+"""In-context linear regression data, generated the way the reference implementation does.
+
+A sequence holds ``seq_len`` tokens x̃_n = (x_n, y_n) ∈ R^{D+1} with x_n ~ N(0, Λ) and y_n = wᵀx_n; the last token
+is the query, whose label is zeroed before it enters a model and kept apart as the target y. So N = seq_len − 1
+context pairs precede the query (paper, Section 2).
+
+Recipe (``shared/paper/reference.md``, "Data"):
+
+* Λ: eigenvalues 1..D rotated by a random orthogonal matrix and divided by the trace (default); I/D (``white``);
+  or a given spectrum (rotated the same way) or SPD matrix, used as given.
+* x is centred across the P sequences, per position and coordinate.
+* icl = 1: task vectors w ~ N(0, I_D), whitened across the set (sample mean 0, sample covariance I).
+* 0 < icl < 1: the first ⌊icl·P⌋ sequences get random w, the rest share ``w_fix`` (norm √D).
+* icl = 0: context labels are N(0, 1) noise; only the query target is w_fixᵀx_q.
+* test sets: in-weight (the icl = 0 recipe) and in-context (the icl = 1 recipe), each of ``testset_size``.
+
+All randomness flows from one seed through :class:`numpy.random.SeedSequence` children, one per purpose, so the
+training set does not change when test sets are added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Child streams of the seed, one per purpose (init weights use INIT, see models.init_weights).
+COV, W_FIX, TRAIN, TEST_IWL, TEST_ICL, INIT, POPULATION = range(7)
+
+
+def streams(seed: int, which: int) -> np.random.Generator:
+    """The generator for one purpose (``COV``, ``TRAIN``, …) derived from ``seed``."""
+    return np.random.default_rng(np.random.SeedSequence(seed).spawn(POPULATION + 1)[which])
+
+
+@dataclass
+class Sequences:
+    """A set of P sequences: ``X`` (P, seq_len, D+1) with the query label zeroed, and the targets ``y`` (P,)."""
+
+    X: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return self.X.shape[0]
+
+
+@dataclass
+class Datasets:
+    """The training set, the optional test sets, and the task (Λ and the fixed task vector)."""
+
+    train: Sequences | None
+    test_iwl: Sequences | None
+    test_icl: Sequences | None
+    cov: np.ndarray
+    w_fix: np.ndarray
+
+
+def random_rotation(D: int, rng: np.random.Generator) -> np.ndarray:
+    """An orthogonal D×D matrix: the Q factor of the QR decomposition of a Gaussian matrix."""
+    q, r = np.linalg.qr(rng.standard_normal((D, D)))
+    return q * np.sign(np.diag(r))
+
+
+def check_spd(cov: np.ndarray) -> np.ndarray:
+    """Return ``cov`` as a float64 array, or raise ValueError if it is not symmetric positive definite."""
+    cov = np.asarray(cov, dtype=np.float64)
+    if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
+        raise ValueError(f"covariance must be a square matrix, got shape {cov.shape}")
+    if not np.allclose(cov, cov.T, atol=1e-12, rtol=1e-10):
+        raise ValueError("covariance must be symmetric")
+    if np.linalg.eigvalsh(cov).min() <= 0:
+        raise ValueError("covariance must be positive definite (an eigenvalue is <= 0)")
+    return cov
+
+
+def make_covariance(D: int, rng: np.random.Generator, *, white: bool = False,
+                    spectrum=None, matrix=None) -> np.ndarray:
+    """Input covariance Λ.
+
+    Default: Q diag(1, …, D) Qᵀ / (D(D+1)/2) with Q a random rotation, so tr Λ = 1. ``white``: I / D.
+    ``spectrum``: Q diag(spectrum) Qᵀ, not rescaled. ``matrix``: used as given after an SPD check.
+    """
+    if matrix is not None:
+        cov = check_spd(matrix)
+        if cov.shape != (D, D):
+            raise ValueError(f"covariance matrix has shape {cov.shape}, expected ({D}, {D})")
+        return cov
+    if white:
+        return np.eye(D) / D
+    if spectrum is None:
+        eig = np.arange(1, D + 1, dtype=np.float64)
+        eig /= eig.sum()
+    else:
+        eig = np.asarray(spectrum, dtype=np.float64)
+        if eig.shape != (D,):
+            raise ValueError(f"spectrum has {eig.size} values, expected in_dim = {D}")
+        if np.any(eig <= 0):
+            raise ValueError("covariance spectrum must be positive (an eigenvalue is <= 0)")
+    q = random_rotation(D, rng)
+    return check_spd((q * eig) @ q.T)
+
+
+def fixed_task(D: int, rng: np.random.Generator) -> np.ndarray:
+    """The shared task vector of in-weight sequences: N(0, I) rescaled to norm √D."""
+    w = rng.standard_normal(D)
+    return w * np.sqrt(D) / np.linalg.norm(w)
+
+
+def whiten(w: np.ndarray) -> np.ndarray:
+    """Rows with exactly zero sample mean and identity sample covariance (1/P convention), by ZCA."""
+    w = w - w.mean(axis=0)
+    cov = w.T @ w / w.shape[0]
+    evals, evecs = np.linalg.eigh(cov)
+    return w @ (evecs / np.sqrt(evals)) @ evecs.T
+
+
+def sample_sequences(P: int, seq_len: int, cov: np.ndarray, icl: float, w_fix: np.ndarray,
+                     rng: np.random.Generator, *, centre: bool = True) -> Sequences:
+    """P sequences of ``seq_len`` tokens by the reference's recipe (module docstring).
+
+    ``centre=False`` skips the finite-set centring and whitening (used for population estimates).
+    """
+    D = cov.shape[0]
+    evals, evecs = np.linalg.eigh(cov)
+    x = rng.standard_normal((P, seq_len, D)) @ (evecs * np.sqrt(evals)).T
+    if centre:
+        x -= x.mean(axis=0)
+    n_icl = int(np.floor(icl * P + 1e-9))
+    w = np.empty((P, D))
+    if n_icl:
+        w_rand = rng.standard_normal((n_icl, D))
+        w[:n_icl] = whiten(w_rand) if (centre and n_icl == P and P > D) else w_rand
+    w[n_icl:] = w_fix
+    labels = np.einsum("pnd,pd->pn", x, w)
+    if icl == 0:
+        labels[:, :-1] = rng.standard_normal((P, seq_len - 1))
+    X = np.concatenate([x, labels[..., None]], axis=-1)
+    y = X[:, -1, D].copy()
+    X[:, -1, D] = 0.0
+    return Sequences(X=X, y=y)
+
+
+def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, testset_size: int = 0,
+                  icl: float = 1.0, white_cov: bool = False, spectrum=None, cov_matrix=None,
+                  seed: int = 10) -> Datasets:
+    """Training set (None when ``trainset_size`` is None, i.e. population training), test sets and task."""
+    cov = make_covariance(in_dim, streams(seed, COV), white=white_cov, spectrum=spectrum, matrix=cov_matrix)
+    w_fix = fixed_task(in_dim, streams(seed, W_FIX))
+    train = None
+    if trainset_size is not None:
+        train = sample_sequences(trainset_size, seq_len, cov, icl, w_fix, streams(seed, TRAIN))
+    test_iwl = test_icl = None
+    if testset_size:
+        test_iwl = sample_sequences(testset_size, seq_len, cov, 0.0, w_fix, streams(seed, TEST_IWL))
+        test_icl = sample_sequences(testset_size, seq_len, cov, 1.0, w_fix, streams(seed, TEST_ICL))
+    return Datasets(train=train, test_iwl=test_iwl, test_icl=test_icl, cov=cov, w_fix=w_fix)
+
+
+def prefix(X: np.ndarray, y: np.ndarray, n: int) -> Sequences:
+    """The sequences cut to their first ``n`` tokens, the n-th becoming the query (label zeroed, kept as target)."""
+    Xn = X[:, :n].copy()
+    yn = y.copy() if n == X.shape[1] else Xn[:, -1, -1].copy()
+    Xn[:, -1, -1] = 0.0
+    return Sequences(X=Xn, y=yn)

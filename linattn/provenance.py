@@ -1,0 +1,99 @@
+"""Atomic file writes and the provenance record (versions, git commit, date) stored beside every output."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "tqdm", "jupytext", "papermill")
+
+
+def atomic_write(path, write, *, binary: bool = False) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path`` and rename it into place only if it succeeded."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path, obj) -> None:
+    atomic_write(path, lambda f: json.dump(obj, f, indent=2, sort_keys=False, default=_jsonable))
+
+
+def write_csv(path, columns: dict[str, np.ndarray]) -> None:
+    """A CSV with a header row; integer-valued columns are written as integers, the rest with 10 significant digits."""
+    names = list(columns)
+    table = np.column_stack([np.asarray(columns[k], dtype=np.float64) for k in names])
+    fmt = ["%d" if k == "step" else "%.10g" for k in names]
+    atomic_write(path, lambda f: np.savetxt(f, table, delimiter=",", header=",".join(names), comments="", fmt=fmt))
+
+
+def _jsonable(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON serialisable: {type(x)}")
+
+
+def git_commit(where: Path = PACKAGE_ROOT) -> str | None:
+    """The commit of the checkout holding ``where`` ("+dirty" appended if it has changes), or None."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        if not sha:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def library_versions() -> dict[str, str | None]:
+    out = {}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process so far (Linux/macOS), in MB."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 / 1024 if sys.platform == "darwin" else peak / 1024
+
+
+def provenance() -> dict:
+    from . import __version__
+
+    return {
+        "linattn_version": __version__,
+        "git_commit": git_commit(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "libraries": library_versions(),
+        "peak_memory_mb": round(peak_memory_mb(), 1),
+    }

@@ -1,0 +1,97 @@
+"""Full-batch gradient descent, the reference's way: plain SGD on the whole set, loss recorded before each step.
+
+    θ ← θ − lr · ∇L(θ),  L = mean over sequences of (y − ŷ)²  (no ½)
+
+In the paper's time units a step is Δt/τ = 2·lr (gradient flow τ θ̇ = −½ ∇L), see ``theory.steps_to_time``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+    def __init__(self, step: int, loss: float, lr: float):
+        self.step, self.loss, self.lr = step, loss, lr
+        super().__init__(f"the training loss became {loss} at step {step} (lr = {lr:g}); "
+                         f"try a smaller learning rate, e.g. --lr {lr / 4:g}")
+
+
+@dataclass
+class History:
+    """What a run recorded: one row per step (before the update), plus optional diagnostics every k steps."""
+
+    step: np.ndarray
+    train_loss: np.ndarray
+    test_iwl: np.ndarray | None = None
+    test_icl: np.ndarray | None = None
+    values: np.ndarray | None = None  # (steps, H): v_h[D] per head
+    snapshots: list = field(default_factory=list)  # (step, {name: array}) from ``snapshot_every``
+    wall_time: float = 0.0
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The columns of ``loss.csv``, in order: step, train_loss, [test_iwl, test_icl], [value_0 …]."""
+        cols = {"step": self.step, "train_loss": self.train_loss}
+        if self.test_iwl is not None:
+            cols["test_iwl"], cols["test_icl"] = self.test_iwl, self.test_icl
+        if self.values is not None:
+            for h in range(self.values.shape[1]):
+                cols[f"value_{h}"] = self.values[:, h]
+        return cols
+
+
+def weights_of(model) -> dict[str, np.ndarray]:
+    """A float64 numpy copy of every parameter."""
+    return {k: v.detach().to("cpu", torch.float64).numpy().copy() for k, v in model.named_parameters()}
+
+
+def gradient_descent(model, objective, *, lr: float, epochs: int, tests: dict | None = None,
+                     track_value: bool = False, snapshot_every: int = 0,
+                     snapshot: Callable | None = None, progress: bool | None = None) -> History:
+    """Train ``model`` in place for ``epochs`` steps of full-batch GD on ``objective``.
+
+    ``objective`` is any engine object with ``value_and_grad(model)`` and ``value(model)`` (``engines.py``);
+    ``tests`` maps "test_iwl"/"test_icl" to such objects, evaluated (without gradients) before every step.
+    ``snapshot_every`` > 0 stores ``snapshot(model)`` (default: the weights) every k steps and at the end.
+    ``progress``: a tqdm bar (None: only for runs that touch a terminal).
+    """
+    params = [p for p in model.parameters()]
+    losses = np.empty(epochs)
+    test_rows = {k: np.empty(epochs) for k in (tests or {})}
+    values = np.empty((epochs, len(model.value_weights()))) if track_value else None
+    snaps = []
+    take = snapshot or weights_of
+    start = time.perf_counter()
+    bar = tqdm(range(epochs), desc="training", unit="step", disable=(None if progress is None else not progress),
+               mininterval=1.0, leave=False)
+    for t in bar:
+        for p in params:
+            p.grad = None
+        loss = objective.value_and_grad(model)
+        if not math.isfinite(loss):
+            bar.close()
+            raise TrainingDiverged(t, loss, lr)
+        losses[t] = loss
+        for k, obj in (tests or {}).items():
+            test_rows[k][t] = obj.value(model)
+        if track_value:
+            values[t] = model.value_weights().detach().cpu().numpy()
+        if snapshot_every and t % snapshot_every == 0:
+            snaps.append((t, take(model)))
+        with torch.no_grad():
+            for p in params:
+                p -= lr * p.grad
+    if snapshot_every:
+        snaps.append((epochs, take(model)))
+    return History(step=np.arange(epochs), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
+                   test_icl=test_rows.get("test_icl"), values=values, snapshots=snaps,
+                   wall_time=time.perf_counter() - start)
