@@ -105,14 +105,14 @@ class _Attention(nn.Module):
         """(H, D+1, D+1): each head's merged key-query matrix W_KQ[h] (ATTN_S: W_Q[h]ᵀ W_K[h])."""
         raise NotImplementedError
 
-    def forward(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
+    def query_weights(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
+        """(P, H, n): the query's attention to each token — softmax(s) or scale·s, s_m = x̃_qᵀ W_KQ[h] x̃_m."""
         scores = torch.einsum("phb,pmb->phm", self.query_projection(X[:, -1]), X)
-        values = torch.einsum("pmc,hc->phm", X, self.v)
-        if self.softmax:
-            weights = torch.softmax(scores, dim=-1)
-        else:
-            weights = scores * scale
-        return (weights * values).sum(dim=(1, 2))
+        return torch.softmax(scores, dim=-1) if self.softmax else scores * scale
+
+    def forward(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
+        values = torch.einsum("pmc,hc->phm", X, self.v)  # each token's value, last output entry: v_h · x̃_m
+        return (self.query_weights(X, scale) * values).sum(dim=(1, 2))
 
     def full_attention(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
         """Straightforward reference: every head's whole (n × n) attention matrix, then the query row's output.

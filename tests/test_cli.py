@@ -1,0 +1,174 @@
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from linattn import provenance
+from linattn.cli import build_parser, config_from_args, main
+
+FAST = ["--in_dim", "3", "--seq_len", "6", "--trainset_size", "50", "--epoch", "5", "--quiet"]
+
+
+def test_every_reference_flag_parses_with_its_meaning():
+    args = build_parser().parse_args([
+        "train", "--model", "attnS", "--head", "5", "--KQ_dim", "2", "--in_dim", "6", "--out_dim", "1",
+        "--seq_len", "17", "--trainset_size", "inf", "--testset_size", "0", "--icl", "1", "--white_cov",
+        "--vary_len", "--softmax", "--init", "1e-3", "--lr", "0.02", "--epoch", "7", "--seed", "3",
+        "--track_value", "--show", "--out", "x", "--dtype", "float32", "--device", "cpu", "--normalize", "mean",
+        "--engine", "autograd", "--save-data", "--init_scheme", "current", "--population_samples", "1000",
+        "--chunk", "64"])
+    cfg = config_from_args(args)
+    assert (cfg.model, cfg.head_num, cfg.rank, cfg.in_dim, cfg.seq_len) == ("attnS", 5, 2, 6, 17)
+    assert cfg.trainset_size is None and cfg.white_cov and cfg.vary_len and cfg.softmax and cfg.track_value
+    assert (cfg.init, cfg.lr, cfg.epoch, cfg.seed) == (1e-3, 0.02, 7, 3)
+    assert (cfg.dtype, cfg.device, cfg.normalize, cfg.engine, cfg.init_scheme) == (
+        "float32", "cpu", "mean", "autograd", "current")
+    assert args.show and args.save_data and str(args.out) == "x"
+    # the reference's long names and argparse prefixes work too
+    args = build_parser().parse_args(["train", "--head_num", "4", "--rank", "3", "--cubic_feat", "--model", "mlp",
+                                      "--trainset", "10"])
+    cfg = config_from_args(args)
+    assert (cfg.head_num, cfg.rank, cfg.cubic_feat, cfg.trainset_size) == (4, 3, True, 10)
+
+
+def test_reference_defaults():
+    cfg = config_from_args(build_parser().parse_args(["train"]))
+    assert (cfg.epoch, cfg.lr, cfg.seed, cfg.icl, cfg.trainset_size, cfg.testset_size) == (6001, 1e-3, 10, 1, 5000, 0)
+    assert (cfg.seq_len, cfg.in_dim, cfg.out_dim, cfg.model, cfg.rank, cfg.head_num, cfg.init) == (
+        32, 4, 1, "attnM", 1, 1, 0.01)
+    assert cfg.normalize == "sum" and cfg.init_scheme == "paper" and cfg.resolved_engine() == "exact"
+
+
+BAD = [
+    (["--head_num", "0"], "--head_num must be a positive"),
+    (["--in_dim", "-1"], "--in_dim must be a positive"),
+    (["--trainset_size", "0"], "--trainset_size must be a positive"),
+    (["--testset_size", "-3"], "--testset_size must be >= 0"),
+    (["--epoch", "0"], "--epoch must be a positive"),
+    (["--seq_len", "1"], "--seq_len must be at least 2"),
+    (["--rank", "4"], "--rank must be between 1 and --in_dim = 3"),
+    (["--rank", "0"], "--rank must be between 1"),
+    (["--icl", "1.5"], "--icl must lie in [0, 1]"),
+    (["--icl", "-0.1"], "--icl must lie in [0, 1]"),
+    (["--lr", "0"], "--lr must be a positive"),
+    (["--lr", "-1"], "--lr must be a positive"),
+    (["--out_dim", "2"], "--out_dim must be 1"),
+    (["--cubic_feat"], "--cubic_feat only applies to --model mlp"),
+    (["--model", "mlp"], "--model mlp needs --cubic_feat"),
+    (["--spectrum", "1,2,-1"], "--spectrum values must be positive"),
+    (["--spectrum", "1,2"], "--spectrum has 2 values"),
+    (["--model", "nope"], "invalid choice"),
+    (["--in_dim", "x"], "invalid int value"),
+    (["--softmax", "--engine", "exact"], "softmax needs --engine autograd"),
+    (["--trainset_size", "inf", "--icl", "0.5"], "supports --icl 1 only"),
+    (["--lr", "nan"], "expected a finite number"),
+]
+
+
+@pytest.mark.parametrize("flags,message", BAD, ids=[" ".join(f) for f, _ in BAD])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(flags, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["train", *FAST, "--out", str(out), *flags])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_unwritable_out_exits_2(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["train", *FAST, "--out", str(blocker / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be written" in err and len(err.strip().splitlines()) == 1
+
+
+def test_non_spd_covariance_matrix_is_refused():
+    from linattn.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError, match="positive definite"):
+        RunConfig(in_dim=2, cov_matrix=[[1.0, 2.0], [2.0, 1.0]]).validate()
+
+
+def test_diverging_run_exits_1_and_leaves_no_loss_csv(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *FAST, "--init", "1", "--lr", "1e3", "--epoch", "50", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "smaller learning rate" in err
+    assert not (out / "loss.csv").exists()
+
+
+def test_atomic_write_leaves_nothing_half_written(tmp_path):
+    target = tmp_path / "loss.csv"
+    target.write_text("old\n")
+
+    def crash(f):
+        f.write("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        provenance.atomic_write(target, crash)
+    assert target.read_text() == "old\n"
+    assert list(tmp_path.iterdir()) == [target]
+
+
+def read_csv(path):
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    return rows[0], np.array(rows[1:], dtype=float)
+
+
+@pytest.mark.parametrize("model,extra", [
+    ("attnM", []), ("attnS", ["--rank", "2"]), ("mlp", ["--cubic_feat"])])
+def test_output_files_and_saved_data_reproduce_the_first_loss(model, extra, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", *FAST, "--model", model, "--head", "2", *extra, "--testset_size", "7", "--track_value",
+                 "--save-data", "--out", str(out)]) == 0
+    header, table = read_csv(out / "loss.csv")
+    assert header == ["step", "train_loss", "test_iwl", "test_icl", "value_0", "value_1"]
+    assert table.shape == (5, 6) and np.array_equal(table[:, 0], np.arange(5))
+    info = json.loads((out / "run.json").read_text())
+    assert info["engine"] == "exact" and info["settings"]["model"] == model and info["seed"] == 10
+    for key in ("linattn_version", "git_commit", "wall_time_s", "dtype", "libraries"):
+        assert key in info
+    d, w = np.load(out / "data.npz"), np.load(out / "init.npz")
+    X, y = d["X"], d["y"]
+    assert X.shape == (50, 6, 4) and y.shape == (50,) and np.all(X[:, -1, -1] == 0)
+    # anyone can recompute the first recorded loss from the two files with the formulas
+    S = np.einsum("pmb,pmc->pbc", X, X)
+    xq = X[:, -1]
+    if model == "mlp":
+        assert w["W1"].shape == (2, 9) and w["w2"].shape == (2,)
+        b = np.einsum("pn,pnd->pd", X[:, :-1, -1], X[:, :-1, :-1])
+        z = np.einsum("pi,pj->pij", b, xq[:, :-1]).reshape(50, -1)
+        yhat = z @ w["W1"].T @ w["w2"]
+    else:
+        if model == "attnM":
+            assert w["W_KQ"].shape == (2, 4, 4)
+            W_KQ = w["W_KQ"]
+        else:
+            assert w["W_Q"].shape == w["W_K"].shape == (2, 2, 4)
+            W_KQ = np.einsum("hra,hrb->hab", w["W_Q"], w["W_K"])
+        assert w["W_V"].shape == (2, 4, 4)
+        yhat = np.einsum("pa,hab,pbc,hc->p", xq, W_KQ, S, w["W_V"][:, -1])
+    assert np.isclose(np.mean((y - yhat) ** 2), table[0, 1], rtol=1e-8)
+
+
+def test_default_out_folder_differs_by_settings(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *FAST]) == 0
+    assert main(["train", *FAST, "--lr", "0.002"]) == 0
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and all(r.startswith("attnM_head1_D3_R1_P50_N6_seed10_") for r in runs)
+
+
+def test_python_dash_m_works(tmp_path):
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-m", "linattn", "train", *FAST, "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert (out / "loss.csv").exists()

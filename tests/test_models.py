@@ -1,0 +1,119 @@
+import numpy as np
+import pytest
+import torch
+
+from linattn import data, engines
+from linattn.models import build_model, init_weights, mlp_from_attn_m
+from linattn.train import gradient_descent
+
+D, H, R, SEQ = 3, 4, 2, 7
+
+
+@pytest.fixture(scope="module")
+def seqs():
+    return data.make_datasets(in_dim=D, seq_len=SEQ, trainset_size=64, seed=1).train
+
+
+def random_weights(model, rng):
+    """Dense random weights (no zeroed blocks) so every entry of the closed forms is exercised."""
+    w = init_weights(model, heads=H, in_dim=D, rank=R, init=0.5, rng=rng)
+    return {k: rng.normal(0, 0.5, v.shape) for k, v in w.items()}
+
+
+def closed_form(model, w, X, scale):
+    """The issue's formulas, evaluated with numpy one sequence at a time."""
+    out = np.zeros(X.shape[0])
+    for p, seq in enumerate(X):
+        S = scale * sum(np.outer(t, t) for t in seq)
+        xq = seq[-1]
+        if model == "mlp":
+            b = scale * sum(t[D] * t[:D] for t in seq[:-1])
+            z = np.outer(b, xq[:D]).reshape(-1)
+            out[p] = w["w2"] @ (w["W1"] @ z)
+        else:
+            for h in range(H):
+                W_KQ = w["W_KQ"][h] if model == "attnM" else w["W_Q"][h].T @ w["W_K"][h]
+                out[p] += xq @ W_KQ @ S @ w["W_V"][h][D]
+    return out
+
+
+@pytest.mark.parametrize("model", ["attnM", "attnS", "mlp"])
+@pytest.mark.parametrize("scale", [1.0, 1 / (SEQ - 1)])
+def test_query_output_matches_closed_form(model, scale, seqs):
+    w = random_weights(model, np.random.default_rng(0))
+    net = build_model(model, w)
+    X = torch.as_tensor(seqs.X)
+    expected = closed_form(model, w, seqs.X, scale)
+    assert np.allclose(net(X, scale).detach().numpy(), expected, rtol=1e-10, atol=1e-12)
+    # the model is linear in its fixed feature: the exact engine's view of the same output
+    via_features = (net.features(X, scale) @ net.combined()).detach().numpy()
+    assert np.allclose(via_features, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("model", ["attnM", "attnS"])
+@pytest.mark.parametrize("softmax", [False, True])
+def test_query_row_equals_full_attention(model, softmax, seqs):
+    net = build_model(model, random_weights(model, np.random.default_rng(2)), softmax=softmax)
+    X = torch.as_tensor(seqs.X)
+    assert torch.allclose(net(X, 0.3), net.full_attention(X, 0.3), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("model", ["attnM", "attnS"])
+def test_softmax_rows_sum_to_one(model, seqs):
+    net = build_model(model, random_weights(model, np.random.default_rng(3)), softmax=True)
+    a = net.query_weights(torch.as_tensor(seqs.X))
+    assert a.shape == (64, H, SEQ)
+    assert torch.all(a > 0)
+    assert torch.allclose(a.sum(-1), torch.ones(64, H, dtype=a.dtype))
+
+
+@pytest.mark.parametrize("model", ["attnM", "attnS", "mlp"])
+def test_paper_normalisation_divides_output_by_N(model, seqs):
+    net = build_model(model, random_weights(model, np.random.default_rng(4)))
+    X = torch.as_tensor(seqs.X)
+    (_, _, s_sum), = engines.views(seqs, vary_len=False, normalize="sum")
+    (_, _, s_mean), = engines.views(seqs, vary_len=False, normalize="mean")
+    assert torch.allclose(net(X, s_mean), net(X, s_sum) / (SEQ - 1))
+
+
+def test_init_zeroed_blocks_and_scales():
+    rng = np.random.default_rng(5)
+    Dl, Hl, Rl, init = 6, 40, 3, 0.1
+    m = init_weights("attnM", heads=Hl, in_dim=Dl, init=init, rng=rng)
+    assert np.all(m["W_KQ"][:, :Dl, Dl] == 0) and np.all(m["W_V"][:, Dl, :Dl] == 0)
+    assert np.all(m["W_KQ"][:, Dl, :] != 0) and np.all(m["W_V"][:, Dl, Dl] != 0)
+    assert abs(m["W_KQ"][:, :Dl, :Dl].std() / init - 1) < 0.05
+    s = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, rng=rng)
+    assert np.all(s["W_K"][:, :, Dl] == 0) and np.all(s["W_V"][:, Dl, :Dl] == 0)
+    assert abs(s["W_Q"].std() / (init / np.sqrt(Rl * (Dl + 1))) - 1) < 0.05
+    assert abs(s["W_V"][:, :Dl].std() / init - 1) < 0.05
+    c = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, scheme="current", rng=rng)
+    assert abs(c["W_Q"].std() / (init / np.sqrt(Hl * Rl * (Dl + 1))) - 1) < 0.05
+    assert abs(c["W_V"][:, :Dl].std() / (init / np.sqrt(Hl) / (Dl + 1)) - 1) < 0.05
+    p = init_weights("mlp", heads=Hl, in_dim=Dl, init=init, rng=rng)
+    assert p["W1"].shape == (Hl, Dl * Dl) and p["w2"].shape == (Hl,)
+
+
+def antithetic(seqs):
+    """Each sequence twice, the second with every label negated (task −w): odd moments in y vanish exactly."""
+    X2 = seqs.X.copy()
+    X2[..., -1] *= -1
+    return data.Sequences(np.concatenate([seqs.X, X2]), np.concatenate([seqs.y, -seqs.y]))
+
+
+@pytest.mark.parametrize("engine", ["exact", "autograd"])
+def test_attn_m_and_cubic_mlp_share_the_loss_trajectory(engine):
+    """Paper Section 4.1: with its zero blocks at zero ATTN_M is the two-layer MLP on z. On a data set symmetric
+    under w → −w the zero blocks get exactly zero gradient, so the identity holds for the whole run."""
+    ds = data.make_datasets(in_dim=3, seq_len=9, trainset_size=100, seed=7)
+    seqs = antithetic(ds.train)
+    w = init_weights("attnM", heads=4, in_dim=3, init=0.1, rng=np.random.default_rng(8))
+    curves = []
+    for model, weights in (("attnM", w), ("mlp", mlp_from_attn_m(w))):
+        net = build_model(model, weights)
+        obj = (engines.Exact.from_data(net, seqs, normalize="mean") if engine == "exact"
+               else engines.PerSample(seqs, normalize="mean"))
+        curves.append(gradient_descent(net, obj, lr=0.1, epochs=300, progress=False).train_loss)
+    a, m = curves
+    assert a[-1] < 0.5 * a[0]  # the run goes through the drop, not only the plateau
+    assert np.max(np.abs(a - m) / a) < 1e-6
