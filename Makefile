@@ -1,0 +1,47 @@
+# Two entry points (see README):
+#   make book   set up .venv, run every figure notebook (PRESET=paper by default), build the HTML book in _build/html
+#   make test   set up .venv and Chromium, build the book at the quick preset, run the test suite
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+PRESET  ?= paper
+JOBS    ?= 2
+STAMP   := $(VENV)/.installed
+
+.PHONY: setup figures book test test-setup linkcheck bench clean
+
+setup: $(STAMP)
+
+# torch first, by itself: `torch==2.13.0` (a CPU wheel where one is provided locally), so nothing pulls CUDA builds.
+$(STAMP): pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=23.2"
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[figures,book,test]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+figures: setup
+	$(BIN)/linattn figures --preset $(PRESET) --jobs $(JOBS)
+
+book: figures
+	$(BIN)/python -m linattn.book build
+
+linkcheck: setup
+	$(BIN)/python -m linattn.book linkcheck
+
+# Chromium renders the built pages for the reader tests (Debian's package; needs root, as in CI).
+test-setup: setup
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: chromium is not installed and this is not root; the browser tests will be skipped"; fi; }
+
+test: test-setup
+	$(MAKE) book PRESET=quick
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/bench_engines.py
+
+clean:
+	rm -rf _build book/figures runs

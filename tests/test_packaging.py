@@ -1,0 +1,41 @@
+"""environment.yml (conda users) must list exactly the requirements of pyproject.toml."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def normalise(req: str) -> str:
+    name, spec = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*(.*)", req).groups()
+    return re.sub(r"[-_.]+", "-", name).lower() + ",".join(sorted(s.strip() for s in spec.split(",") if s.strip()))
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = set(map(normalise, project["dependencies"]))
+    for extra in project["optional-dependencies"].values():
+        wanted |= set(map(normalise, extra))
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    listed = {normalise(r) for r in pip if not r.startswith("-e")}
+    assert listed == wanted, f"only in environment.yml: {listed - wanted}; only in pyproject: {wanted - listed}"
+    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
+    assert python.split("=")[-1] >= project["requires-python"].lstrip(">=")
+
+
+def test_constraints_pin_what_pyproject_requires():
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = project["dependencies"] + sum(project["optional-dependencies"].values(), [])
+    for req in reqs:
+        name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.\-]+", req).group()).lower()
+        assert name in pins, f"{name} is required but not pinned in constraints.txt"
+    assert pins["torch"] == "2.13.0"
