@@ -28,7 +28,7 @@ book: figures
 	$(BIN)/python -m linattn.book build
 
 linkcheck: setup
-	$(BIN)/python -m linattn.book linkcheck
+	$(BIN)/python -m linattn.book links
 
 # Chromium renders the built pages for the reader tests (Debian's package; needs root, as in CI).
 test-setup: setup

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from . import __version__
-from .config import DTYPES, ENGINES, NORMALIZATIONS, ConfigError, RunConfig
+from .config import DTYPES, DYNAMICS, ENGINES, NORMALIZATIONS, ConfigError, RunConfig
 from .models import INIT_SCHEMES, MODELS
 
 
@@ -86,6 +86,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                       help="output folder (default: runs/<model>_H…_<hash of all settings>)")
     ours.add_argument("--engine", choices=ENGINES, default=d.engine,
                       help="auto: exact for linear models, autograd (per-sample) for softmax")
+    ours.add_argument("--dynamics", choices=DYNAMICS, default=d.dynamics,
+                      help="gd: full-batch gradient descent; flow: gradient flow (scipy solve_ivp) at t/τ = 2·lr·step")
     ours.add_argument("--normalize", choices=NORMALIZATIONS, default=d.normalize,
                       help="sum: the reference's Σ over tokens (default); mean: the paper's 1/N")
     ours.add_argument("--init_scheme", choices=INIT_SCHEMES, default=d.init_scheme,
@@ -95,7 +97,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     ours.add_argument("--dtype", choices=DTYPES, default=d.dtype)
     ours.add_argument("--device", default=d.device, help="auto, cpu or cuda[:k]")
     ours.add_argument("--population_samples", type=int, default=d.population_samples,
-                      help="sample size of the population estimate")
+                      help="0 (default): exact population moments; N > 0: a Monte-Carlo estimate from N sequences")
     ours.add_argument("--chunk", type=int, default=d.chunk, help="sequences per chunk (bounds memory)")
     ours.add_argument("--save-data", dest="save_data", action="store_true",
                       help="also write data.npz and init.npz")
@@ -159,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train one model and write its loss curve")
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
+    from . import figures
+    figs = sub.add_parser("figures", help="execute the figure notebooks of figures_src/ (cached, in parallel)")
+    figures.add_arguments(figs)
+    figs.set_defaults(func=figures.cmd_figures)
     return parser
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from .models import INIT_SCHEMES, MODELS
 
 ENGINES = ("auto", "exact", "autograd", "population")
+DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
 NORMALIZATIONS = ("sum", "mean")
 
@@ -49,9 +50,10 @@ class RunConfig:
     init_scheme: str = "paper"
     normalize: str = "sum"
     engine: str = "auto"
+    dynamics: str = "gd"  # gd: full-batch gradient descent; flow: gradient flow at t/τ = 2·lr·step (flow.py)
     dtype: str = "float64"
     device: str = "auto"
-    population_samples: int = 1 << 20
+    population_samples: int = 0  # 0: exact population moments; > 0: Monte-Carlo estimate of that size
     chunk: int = 4096
 
     @property
@@ -76,7 +78,9 @@ class RunConfig:
         def bad(msg):
             raise ConfigError(msg)
 
-        for name in ("head_num", "in_dim", "epoch", "population_samples", "chunk"):
+        if self.population_samples < 0:
+            bad(f"--population_samples must be >= 0 (0: exact moments), got {self.population_samples}")
+        for name in ("head_num", "in_dim", "epoch", "chunk"):
             if getattr(self, name) <= 0:
                 bad(f"--{name} must be a positive integer, got {getattr(self, name)}")
         if self.trainset_size is not None and self.trainset_size <= 0:
@@ -107,6 +111,8 @@ class RunConfig:
             bad(f"--init_scheme must be one of {', '.join(INIT_SCHEMES)}, got {self.init_scheme!r}")
         if self.normalize not in NORMALIZATIONS:
             bad(f"--normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
+        if self.dynamics not in DYNAMICS:
+            bad(f"--dynamics must be one of {', '.join(DYNAMICS)}, got {self.dynamics!r}")
         if self.engine not in ENGINES:
             bad(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.dtype not in DTYPES:

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "tqdm", "jupytext", "papermill")
 
 
@@ -25,6 +27,7 @@ def atomic_write(path, write, *, binary: bool = False) -> None:
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

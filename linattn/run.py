@@ -76,9 +76,14 @@ def run(cfg: RunConfig, *, progress: bool | None = None, snapshot_every: int = 0
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
     train, tests = objectives(cfg, model, datasets, device)
     setup = time.perf_counter() - start
-    history = gradient_descent(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
-                               track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,
-                               progress=progress)
+    if cfg.dynamics == "flow":
+        from .flow import gradient_flow
+        history = gradient_flow(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
+                                track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot)
+    else:
+        history = gradient_descent(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
+                                   track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,
+                                   progress=progress)
     return RunResult(cfg, history, datasets, init, model, train.name, device, setup,
                      time.perf_counter() - start)
 

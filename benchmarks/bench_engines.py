@@ -1,0 +1,231 @@
+"""Benchmark of the training engines at the paper's published settings (run on demand, not in CI).
+
+    .venv/bin/python benchmarks/bench_engines.py            # everything (about 10 min on 2 cores)
+    .venv/bin/python benchmarks/bench_engines.py --quick    # about 1 min: fewer cases, steps, whole runs
+    .venv/bin/python benchmarks/bench_engines.py --only steps|runs|flow|population [--json out.json]
+
+Four parts:
+
+* ``steps``: time per step (median over a few steps) of each engine on the same data and initial weights, its
+  set-up time and the peak resident memory of a fresh process that ran only that measurement (ru_maxrss): the exact
+  engine against the per-sample autograd engine (query row only) for Figures 1b, 3a, 4; for softmax (Figure 5) the
+  query-row engine against the straightforward full-attention computation. Whole per-sample runs would take hours to
+  days, so their whole-run times are *extrapolated*: set-up + epochs × median step.
+* ``runs``: wall time of every linear-model figure at its published settings, all seeds, through ``linattn.run``
+  (exact engine): Figure 1b (ATTN_M and MLP), 3a (6 seeds), 4 (R = 1, 2, 4, 8), 14 (six icl values, test sets).
+* ``flow``: gradient flow against GD at the published learning rates (Figures 1b and 3a): maximum relative loss
+  difference and the shift, in steps, of the moments the loss crosses the midpoints between plateaus.
+* ``population``: error of the Monte-Carlo population estimate (2²⁰ sequences) against the exact moments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+from linattn import data, engines, models
+from linattn.config import RunConfig
+from linattn.flow import gradient_flow
+from linattn.run import objectives, run
+from linattn.train import gradient_descent
+
+FIG1B = dict(model="attnM", head_num=8, init=1e-6)
+FIG3A = dict(model="attnS", head_num=5, init=1e-2, lr=0.02, epoch=10001, trainset_size=80000, seed=0)
+FIG4 = dict(model="attnS", head_num=9, rank=1, in_dim=8, seq_len=32, init=5e-3, trainset_size=80000, epoch=20001,
+            lr=0.02)
+FIG5_M = dict(FIG1B, softmax=True)
+FIG5_S = dict(FIG3A, softmax=True)
+FIG14 = dict(model="attnM", head_num=8, testset_size=5000, init=1e-6, white_cov=True, lr=5e-4, epoch=5000)
+
+# (label, settings, engines to time): "exact", "autograd" (query row, autograd), "full" (full attention matrix)
+STEP_CASES = [
+    ("Fig 1b attnM", FIG1B, ("exact", "autograd", "full")),
+    ("Fig 3a attnS R=1", FIG3A, ("exact", "autograd")),
+    ("Fig 4 attnS R=1", FIG4, ("exact", "autograd")),
+    ("Fig 4 attnS R=8", dict(FIG4, rank=8), ("exact", "autograd")),
+    ("Fig 5 softmax attnM", FIG5_M, ("autograd", "full")),
+    ("Fig 5 softmax attnS", FIG5_S, ("autograd", "full")),
+]
+QUICK_STEP_CASES = [STEP_CASES[0], STEP_CASES[2], STEP_CASES[4]]
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_steps(settings: dict, engine: str, n_steps: int) -> dict:
+    """Set-up time and median step time of one engine on one setting (meant to run in a fresh process)."""
+    cfg = RunConfig(**dict(settings, engine="exact" if engine == "exact" else "autograd")).validate()
+    ds = data.make_datasets(in_dim=cfg.in_dim, seq_len=cfg.seq_len, trainset_size=cfg.trainset_size,
+                            seed=cfg.seed)
+    w = models.init_weights(cfg.model, heads=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank, init=cfg.init,
+                            rng=data.streams(cfg.seed, data.INIT))
+    net = models.build_model(cfg.model, w, softmax=cfg.softmax)
+    base = _peak_mb()
+    t0 = time.perf_counter()
+    if engine == "exact":
+        obj = engines.Exact.from_data(net, ds.train, chunk=cfg.chunk)
+        step = obj.value_and_grad
+    else:
+        obj = engines.PerSample(ds.train, chunk=cfg.chunk)
+        step = obj.value_and_grad if engine == "autograd" else obj.value_and_grad_full_attention
+    setup = time.perf_counter() - t0
+    times, losses = [], []
+    for _ in range(n_steps):
+        for p in net.parameters():
+            p.grad = None
+        t = time.perf_counter()
+        losses.append(step(net))
+        times.append(time.perf_counter() - t)
+    return dict(engine=engine, setup_s=setup, step_s=statistics.median(times), loss=losses[0],
+                grad_norm=float(sum((p.grad ** 2).sum() for p in net.parameters()) ** 0.5),
+                peak_mb=_peak_mb(), data_mb=base, epochs=cfg.epoch, threads=torch.get_num_threads())
+
+
+def _in_child(settings: dict, engine: str, n_steps: int) -> dict:
+    code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import bench_engines as b; "
+            f"print(json.dumps(b.measure_steps({settings!r}, {engine!r}, {n_steps})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_steps(quick: bool) -> list[dict]:
+    rows = []
+    for label, settings, engs in (QUICK_STEP_CASES if quick else STEP_CASES):
+        res = {}
+        for e in engs:
+            n = {"exact": 2000, "autograd": 1 if quick else 3, "full": 1 if quick else 2}[e]
+            res[e] = _in_child(settings, e, n)
+        base = "exact" if "exact" in res else "autograd"
+        for e, r in res.items():
+            r.update(case=label, whole_run_s=r["setup_s"] + r["epochs"] * r["step_s"],
+                     whole_run_kind="measured steps, extrapolated" if e != "exact" else "setup + epochs × step")
+            if e != base:
+                r["speedup_per_step"] = r["step_s"] / res[base]["step_s"]
+                r["loss_rel_diff"] = abs(r["loss"] - res[base]["loss"]) / res[base]["loss"]
+                r["grad_rel_diff"] = abs(r["grad_norm"] - res[base]["grad_norm"]) / res[base]["grad_norm"]
+            rows.append(r)
+        print_steps(rows[-len(res):])
+    return rows
+
+
+def print_steps(rows):
+    for r in rows:
+        extra = ""
+        if "speedup_per_step" in r:
+            extra = (f"  slower ×{r['speedup_per_step']:.0f} per step  (|Δloss|/loss {r['loss_rel_diff']:.1e}, "
+                     f"|Δ‖grad‖|/‖grad‖ {r['grad_rel_diff']:.1e})")
+        print(f"{r['case']:<22} {r['engine']:<9} setup {r['setup_s']:7.2f} s  step {r['step_s'] * 1e3:10.3f} ms  "
+              f"whole run {r['whole_run_s']:10.1f} s  peak RSS {r['peak_mb']:7.0f} MB{extra}", flush=True)
+
+
+def bench_runs(quick: bool) -> list[dict]:
+    groups = [("Fig 1b", [FIG1B, dict(model="mlp", cubic_feat=True, head_num=8, init=1e-6)]),
+              ("Fig 3a", [dict(FIG3A, seed=s) for s in range(6)]),
+              ("Fig 4", [dict(FIG4, rank=r) for r in (1, 2, 4, 8)]),
+              ("Fig 14", [dict(FIG14, icl=c) for c in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)])]
+    if quick:
+        groups = [("Fig 1b", groups[0][1]), ("Fig 4 (R = 1 only)", groups[2][1][:1])]
+    rows = []
+    for label, cfgs in groups:
+        t0 = time.perf_counter()
+        parts = [run(RunConfig(**c), progress=False) for c in cfgs]
+        total = time.perf_counter() - t0
+        rows.append(dict(figure=label, runs=len(cfgs), total_s=total,
+                         per_run_s=[round(p.wall_time, 2) for p in parts],
+                         setup_s=[round(p.setup_time, 2) for p in parts],
+                         final_loss=[round(float(p.history.train_loss[-1]), 4) for p in parts]))
+        print(f"{label:<20} {len(cfgs)} runs  {total:7.1f} s  (per run {rows[-1]['per_run_s']}, "
+              f"of which set-up {rows[-1]['setup_s']})", flush=True)
+    print(f"all: {sum(r['total_s'] for r in rows):.1f} s")
+    return rows
+
+
+def _crossings(loss, levels):
+    return [int(np.argmax(loss < lv)) if np.any(loss < lv) else None for lv in levels]
+
+
+def bench_flow(quick: bool) -> list[dict]:
+    cases = [("Fig 1b", FIG1B, [(1.0 + 0.1360) / 2]),
+             ("Fig 3a seed 0", FIG3A, [(a + b) / 2 for a, b in zip([1, .6406, .3774, .2098], [.6406, .3774, .2098,
+                                                                                              .1360])])]
+    if quick:
+        cases = cases[:1]
+    rows = []
+    for label, settings, levels in cases:
+        cfg = RunConfig(**settings).validate()
+        ds = data.make_datasets(in_dim=cfg.in_dim, seq_len=cfg.seq_len, trainset_size=cfg.trainset_size,
+                                seed=cfg.seed)
+        w = models.init_weights(cfg.model, heads=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank, init=cfg.init,
+                                rng=data.streams(cfg.seed, data.INIT))
+        net = models.build_model(cfg.model, w)
+        obj, _ = objectives(cfg, net, ds, "cpu")
+        gd = gradient_descent(net, obj, lr=cfg.lr, epochs=cfg.epoch, progress=False)
+        t0 = time.perf_counter()
+        fl = gradient_flow(models.build_model(cfg.model, w), obj, lr=cfg.lr, epochs=cfg.epoch)
+        flow_s = time.perf_counter() - t0
+        rel = np.abs(gd.train_loss - fl.train_loss) / fl.train_loss
+        cg, cf = _crossings(gd.train_loss, levels), _crossings(fl.train_loss, levels)
+        rows.append(dict(case=label, lr=cfg.lr, max_rel_diff=float(rel.max()), at_step=int(rel.argmax()),
+                         final_rel_diff=float(rel[-1]), gd_crossings=cg, flow_crossings=cf, flow_s=flow_s))
+        print(f"{label:<14} lr {cfg.lr:g}: max |L_gd − L_flow|/L_flow = {rel.max():.3g} (step {rel.argmax()}), "
+              f"final {rel[-1]:.2g}; drop midpoints GD {cg} vs flow {cf}; flow took {flow_s:.1f} s", flush=True)
+    return rows
+
+
+def bench_population() -> dict:
+    """|L_MC − L_exact| at the ATTN_S fixed points M_0 … M_4 of the Figure 3a task (mean normalisation)."""
+    cfg = RunConfig(**FIG3A)
+    cov = data.make_datasets(in_dim=4, seq_len=32, trainset_size=None, seed=cfg.seed).cov
+    net = models.build_model("attnS", models.init_weights("attnS", heads=5, in_dim=4, init=0.01,
+                                                           rng=np.random.default_rng(0)))
+    t0 = time.perf_counter()
+    exact = engines.population(net, cov=cov, seq_len=32, normalize="mean")
+    t_exact = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mc = engines.population(net, cov=cov, seq_len=32, normalize="mean", samples=1 << 20, seed=1)
+    t_mc = time.perf_counter() - t0
+    lam, vec = np.linalg.eigh(cov)
+    lam, vec = lam[::-1], vec[:, ::-1]
+    c = 1 + (1 + lam.sum() / lam) / 31
+    errs = []
+    for m in range(5):
+        A = sum((np.outer(vec[:, d], vec[:, d]) / (lam[d] * c[d]) for d in range(m)), np.zeros((4, 4)))
+        M = torch.zeros(4, 5, 5, dtype=torch.float64)
+        M[:, :4, 4] = torch.as_tensor(A).T
+        mm = models.fold_combined(M)
+        errs.append(abs(float(exact.moments.loss(mm)) - float(mc.moments.loss(mm))))
+    out = dict(exact_s=t_exact, mc_s=t_mc, abs_loss_error_at_M0_to_M4=errs)
+    print(f"population: exact moments {t_exact:.2f} s; Monte Carlo (2^20) {t_mc:.1f} s, loss error at "
+          f"M_0..M_4 = {', '.join(f'{e:.1e}' for e in errs)}")
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a 1–2 minute version")
+    p.add_argument("--only", choices=("steps", "runs", "flow", "population"), action="append")
+    p.add_argument("--json", help="also write the measurements to this file")
+    args = p.parse_args(argv)
+    parts = args.only or ["steps", "runs", "flow"] + ([] if args.quick else ["population"])
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; quick={args.quick}")
+    out = {}
+    for part in parts:
+        print(f"\n== {part} ==")
+        out[part] = {"steps": lambda: bench_steps(args.quick), "runs": lambda: bench_runs(args.quick),
+                     "flow": lambda: bench_flow(args.quick), "population": bench_population}[part]()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

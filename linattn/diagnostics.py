@@ -1,0 +1,366 @@
+"""Measures on a training run: the in-context matrix A(t), its alignment with the eigen-directions, effective ranks,
+subspace stability, conservation-law drift, distance to the PCR predictor, and a plateau detector for loss curves.
+
+The measures follow Mainali & Teixeira (arXiv:2504.12916: spectral-rank dynamics, subspace stability, conservation
+laws) applied to this project's models. Record them during training with
+
+    snap = snapshot_fn(cov, N, normalize="sum", model="attnS")
+    result = run(cfg, snapshot_every=50, snapshot=snap)
+    table = tidy(result.history.snapshots, cov, N, lr=cfg.lr, normalize=cfg.normalize, model=cfg.model)
+
+All matrices A are in the βᵀ A x_q form of ``theory.py`` and, inside snapshots and tables, in the **paper's
+normalisation** (a reference-normalised model's A is multiplied by N), so they compare directly with
+``theory.fixed_point_A``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+from scipy.ndimage import median_filter
+
+from . import theory
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The in-context matrix of a model
+# --------------------------------------------------------------------------------------------------------------
+
+def _np(t) -> np.ndarray:
+    return t.detach().to("cpu").double().numpy()
+
+
+def head_matrices(model) -> np.ndarray:
+    """(H, D, D): each head's contribution A_h to ŷ = βᵀ (Σ_h A_h) x_q, read off the weights as they are.
+
+    ŷ = Σ_h v_h[D] x_qᵀ U_h b with U_h = W_KQ[h][:D, :D] (ATTN_S: W_Q[h]ᵀ W_K[h] restricted to x), b the
+    (scaled) label-weighted context sum, so A_h = v_h[D] U_hᵀ. For ATTN_S this is v_h Σ_r k_{h,r} q_{h,r}ᵀ with
+    k = W_K[h][r, :D] (key) and q = W_Q[h][r, :D] (query): theory.md's A = Σ_i v_i k_i q_iᵀ. For the MLP,
+    A_h = w₂[h] · reshape(W₁[h], (D, D)) (z[i·D+j] = b_i x_q,j). The blocks the theory keeps at zero are ignored;
+    they enter ŷ only through terms that vanish in expectation.
+    """
+    name = type(model).__name__
+    if name == "MLP":
+        W1, w2 = _np(model.W1), _np(model.w2)
+        D = int(round(np.sqrt(W1.shape[1])))
+        return w2[:, None, None] * W1.reshape(-1, D, D)
+    v = _np(model.v)[:, -1]
+    D = model.v.shape[1] - 1
+    if name == "AttnS":
+        K, Q = _np(model.W_K)[:, :, :D], _np(model.W_Q)[:, :, :D]
+        return v[:, None, None] * np.einsum("hri,hrj->hij", K, Q)
+    if name == "AttnM":
+        U = _np(model.W_KQ)[:, :D, :D]
+        return v[:, None, None] * U.transpose(0, 2, 1)
+    raise TypeError(f"no in-context matrix for a {name}")
+
+
+def combined_A(model, N: int | None = None, normalize: str = "mean") -> np.ndarray:
+    """A = Σ_h A_h (paper normalisation: times N when ``normalize="sum"``, which then needs ``N``)."""
+    A = head_matrices(model).sum(axis=0)
+    if normalize == "sum":
+        if N is None:
+            raise ValueError("a reference-normalised model needs N to convert A to the paper's normalisation")
+        A = A * N
+    return A
+
+
+def mode_overlaps(A, cov) -> np.ndarray:
+    """e_dᵀ A e_d for each eigen-direction (decreasing λ); at the fixed point M_m it is 1/(λ_d c_d) for d ≤ m, else 0."""
+    _, E = theory.spectrum(cov)
+    return np.einsum("id,ij,jd->d", E, np.asarray(A, float), E)
+
+
+def head_alignment(heads, cov) -> np.ndarray:
+    """(H, D): e_dᵀ A_h e_d / ‖A_h‖_F per head — ±1 when head h is the rank-one map along e_d, ≈ 0 when unrelated.
+
+    The squares over d sum to at most 1 (equality when A_h is diagonal in the eigenbasis).
+    """
+    heads = np.asarray(heads, float)
+    _, E = theory.spectrum(cov)
+    proj = np.einsum("id,hij,jd->hd", E, heads, E)
+    norm = np.linalg.norm(heads.reshape(len(heads), -1), axis=1)
+    return proj / np.where(norm > 0, norm, 1.0)[:, None]
+
+
+def head_direction(heads, cov) -> np.ndarray:
+    """For each head, the eigen-direction (0-based, decreasing λ) it is most aligned with."""
+    return np.argmax(np.abs(head_alignment(heads, cov)), axis=1)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Spectral measures
+# --------------------------------------------------------------------------------------------------------------
+
+def effective_rank(M, eps: float = 1e-300) -> float:
+    """exp(−Σ p_i ln p_i), p_i = σ_i/Σσ_j over M's singular values (Roy & Vetterli): 1 for rank one, r for r equal
+    singular values, between otherwise. 0 for the zero matrix."""
+    s = np.linalg.svd(np.asarray(M, float), compute_uv=False)
+    total = s.sum()
+    if total <= eps:
+        return 0.0
+    p = s[s > eps * total] / total
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def marginal_effective_rank(heads) -> float:
+    """Effective rank of the heads side by side, [A_1 | … | A_H] (D × H·D): the index h is marginalised, so this counts
+    the directions all heads use together, however they are split among heads (our definition; it equals
+    ``effective_rank(Σ_h A_h)`` when every head carries a different eigen-direction)."""
+    heads = np.asarray(heads, float)
+    return effective_rank(np.concatenate(list(heads), axis=1))
+
+
+def subspace_distance(A, B, k: int) -> float:
+    """Distance between the top-k left singular subspaces of A and B: sqrt(mean sin²θ_i) over the k principal angles
+    θ_i (scipy ``subspace_angles``), in [0, 1]; 0 when the subspaces coincide."""
+    Ua = np.linalg.svd(np.asarray(A, float))[0][:, :k]
+    Ub = np.linalg.svd(np.asarray(B, float))[0][:, :k]
+    theta = scipy.linalg.subspace_angles(Ua, Ub)
+    return float(np.sqrt(np.mean(np.sin(theta) ** 2)))
+
+
+def numerical_rank(A, rel_tol: float = 0.05) -> int:
+    """The number of singular values above ``rel_tol`` times the largest (0 for the zero matrix)."""
+    s = np.linalg.svd(np.asarray(A, float), compute_uv=False)
+    return int((s > rel_tol * s[0]).sum()) if s[0] > 0 else 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Conservation laws
+# --------------------------------------------------------------------------------------------------------------
+
+def conserved_quantities(model) -> dict[str, np.ndarray]:
+    """Per head, the quantities gradient flow keeps constant (rescaling symmetry of each head's factors).
+
+    ATTN_S: ‖v_h‖² − ‖W_K[h]‖², ‖W_K[h]‖² − ‖W_Q[h]‖² ("v_minus_k", "k_minus_q"); ATTN_M: ‖v_h‖² − ‖W_KQ[h]‖²;
+    MLP: w₂[h]² − ‖W₁[h]‖² (both "v_minus_k"). Whole parameter blocks are used (zero blocks included), for which
+    the law is exact under gradient flow. Also returns "scale": the largest squared norm per head, to make the drift
+    relative.
+    """
+    name = type(model).__name__
+    sq = lambda t: (_np(t) ** 2).reshape(t.shape[0], -1).sum(axis=1)  # noqa: E731
+    if name == "MLP":
+        v, k = _np(model.w2) ** 2, sq(model.W1)
+        return {"v_minus_k": v - k, "scale": np.maximum(v, k)}
+    v = sq(model.v)
+    if name == "AttnS":
+        k, q = sq(model.W_K), sq(model.W_Q)
+        return {"v_minus_k": v - k, "k_minus_q": k - q, "scale": np.maximum(np.maximum(v, k), q)}
+    if name == "AttnM":
+        k = sq(model.W_KQ)
+        return {"v_minus_k": v - k, "scale": np.maximum(v, k)}
+    raise TypeError(f"no conservation law for a {type(model).__name__}")
+
+
+def conservation_drift(first: dict, current: dict) -> np.ndarray:
+    """max over the laws of |Q(t) − Q(0)| / scale(t) per head: how far GD has moved off the gradient-flow invariant,
+    relative to the head's current size."""
+    keys = [k for k in first if k != "scale"]
+    drift = np.max([np.abs(current[k] - first[k]) for k in keys], axis=0)
+    return drift / np.maximum(current["scale"], 1e-300)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Snapshots and tidy tables
+# --------------------------------------------------------------------------------------------------------------
+
+def snapshot_fn(N: int, normalize: str = "mean"):
+    """A ``snapshot(model)`` for ``gradient_descent``/``run``: the head matrices (paper normalisation) and the
+    conserved quantities. Cheap (a few small arrays), so it can be recorded often."""
+    factor = N if normalize == "sum" else 1.0
+
+    def snap(model) -> dict[str, np.ndarray]:
+        out = {"heads": head_matrices(model) * factor}
+        out.update({f"cons_{k}": v for k, v in conserved_quantities(model).items()})
+        return out
+
+    return snap
+
+
+def _plateau_index(A, cov, N) -> tuple[int, float]:
+    """The plateau M_m whose PCR predictor is nearest to A, and that distance (mean squared prediction gap)."""
+    D = np.asarray(A).shape[0]
+    d = [theory.predictor_distance(A, theory.pcr_weights(cov, N, m), cov, N) for m in range(D + 1)]
+    m = int(np.argmin(d))
+    return m, float(d[m])
+
+
+def tidy(snapshots, cov, N: int, *, k: int | None = None, lr: float | None = None,
+         normalize: str = "mean", model: str | None = None) -> dict[str, np.ndarray]:
+    """One row per snapshot (from :func:`snapshot_fn`) as a dict of equal-length arrays, for plotting.
+
+    Columns: step, [time (t/τ, if ``lr`` is given)], loss_theory (L(A) from theory), overlap_d (e_dᵀAe_d, d = 1..D),
+    eff_rank, marginal_eff_rank, numerical_rank, subspace_dist (top-k left singular subspace vs the last snapshot's;
+    k = 1 by default: a full-rank final A makes larger k trivial), subspace_change (top-r subspace vs the previous
+    snapshot's, r the current numerical rank: spikes where a new direction is being learned), drift_max (largest relative conservation drift over heads), plateau (the
+    nearest M_m) and pcr_dist (mean squared gap to M_m's predictor), pcr_dist_rel (the same relative to that
+    predictor's mean square, or to A's for m = 0).
+    """
+    if not snapshots:
+        raise ValueError("no snapshots: train with snapshot_every > 0 and snapshot=snapshot_fn(...)")
+    steps = np.array([s for s, _ in snapshots])
+    values = [v for _, v in snapshots]
+    A_all = [v["heads"].sum(axis=0) for v in values]
+    D = A_all[0].shape[0]
+    A_final = A_all[-1]
+    if k is None:
+        k = 1
+    first = {key[5:]: val for key, val in values[0].items() if key.startswith("cons_")}
+    rows: dict[str, list] = {name: [] for name in
+                             ["loss_theory", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist",
+                              "subspace_change", "drift_max", "plateau", "pcr_dist", "pcr_dist_rel"]}
+    overlaps = []
+    zero = np.zeros((D, D))
+    for i, (v, A) in enumerate(zip(values, A_all)):
+        rows["loss_theory"].append(theory.loss_of_A(A, cov, N))
+        overlaps.append(mode_overlaps(A, cov))
+        rows["eff_rank"].append(effective_rank(A))
+        rows["marginal_eff_rank"].append(marginal_effective_rank(v["heads"]))
+        rows["numerical_rank"].append(numerical_rank(A))
+        rows["subspace_dist"].append(subspace_distance(A, A_final, k))
+        r = max(1, numerical_rank(A))
+        rows["subspace_change"].append(subspace_distance(A, A_all[i - 1], r) if i else 0.0)
+        cur = {key[5:]: val for key, val in v.items() if key.startswith("cons_")}
+        rows["drift_max"].append(float(conservation_drift(first, cur).max()))
+        m, dist = _plateau_index(A, cov, N)
+        rows["plateau"].append(m)
+        rows["pcr_dist"].append(dist)
+        ref = theory.pcr_weights(cov, N, m) if m else A
+        norm = theory.predictor_distance(ref, zero, cov, N)
+        rows["pcr_dist_rel"].append(dist / norm if norm > 0 else 0.0)
+    table = {"step": steps}
+    if lr is not None:
+        table["time"] = theory.steps_to_time(steps, lr, normalize=normalize, model=model, N=N)
+    table.update({name: np.asarray(col) for name, col in rows.items()})
+    overlaps = np.asarray(overlaps)
+    for d in range(D):
+        table[f"overlap_{d + 1}"] = overlaps[:, d]
+    return table
+
+
+def attn_m_effective_a0(model, cov, N: int, normalize: str = "mean") -> float:
+    """The initial product a0 that feeds ``theory.attn_m_drop_time`` for a random small ATTN_M (or MLP) start.
+
+    In the linear regime u = W₁ê and w₂ obey τ u̇ = s w₂, τ ẇ₂ = s u, so a = w₂ᵀu ≈ ¼‖u(0) + w₂(0)‖² e^{2st/τ} once
+    the decaying mode has died out: that prefactor is a0. Weights are converted to the paper's normalisation.
+    """
+    _, _, e = theory.attn_m_mode(cov, N)
+    factor = theory.weight_scale_to_paper("attnM", N, normalize)
+    name = type(model).__name__
+    if name == "MLP":
+        W1, w2 = _np(model.W1), _np(model.w2)
+    elif name == "AttnM":
+        D = model.v.shape[1] - 1
+        U = _np(model.W_KQ)[:, :D, :D]
+        W1, w2 = U.transpose(0, 2, 1).reshape(U.shape[0], -1), _np(model.v)[:, -1]
+    else:
+        raise TypeError(f"attn_m_effective_a0 needs an AttnM or MLP, got {name}")
+    u = W1 @ e * factor
+    return float(0.25 * np.sum((u + w2 * factor) ** 2))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Plateau detection
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Plateaus:
+    """Detected plateaus of a loss curve: level (median loss), first and last step of each, and the step of each
+    drop (where the curve crosses halfway between consecutive levels; one fewer than the levels)."""
+
+    levels: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    drop_steps: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.levels)
+
+
+def detect_plateaus(loss, steps=None, *, rel_tol: float = 0.01, abs_tol: float | None = None,
+                    window: int | None = None, min_length: int | None = None, smooth: int = 1) -> Plateaus:
+    """Find the flat stretches of a loss curve.
+
+    A sample is *flat* when the loss changes by at most ``tol`` across the ``window`` samples either side of it
+    (``tol`` = ``abs_tol``, or ``rel_tol`` times the curve's range). Runs of at least ``min_length`` flat samples are
+    plateaus; neighbouring runs whose levels differ by less than 2·``tol`` are merged (noise can break a run). Works on
+    sample indices, so log-spaced and linear step axes are both fine (on a log axis a late plateau has fewer samples
+    per step, but still many samples). ``smooth`` > 1 applies a running median of that width first (noisy curves).
+    Defaults: ``window`` = max(1, n/400), ``min_length`` = max(3, n/100).
+    """
+    y = np.asarray(loss, dtype=np.float64)
+    n = y.size
+    if n < 3:
+        raise ValueError("need at least 3 loss values")
+    x = np.arange(n) if steps is None else np.asarray(steps)
+    if smooth > 1:
+        y = median_filter(y, size=smooth, mode="nearest")
+    tol = abs_tol if abs_tol is not None else rel_tol * (y.max() - y.min())
+    h = window if window is not None else max(1, n // 400)
+    min_len = min_length if min_length is not None else max(3, n // 100)
+    lo = np.clip(np.arange(n) - h, 0, n - 1)
+    hi = np.clip(np.arange(n) + h, 0, n - 1)
+    flat = np.abs(y[hi] - y[lo]) <= tol
+    # runs of flat samples
+    edges = np.diff(np.concatenate([[0], flat.astype(int), [0]]))
+    run_starts, run_ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    runs = [(a, b) for a, b in zip(run_starts, run_ends) if b - a + 1 >= min_len]
+    merged: list[list[int]] = []
+    for a, b in runs:
+        if merged and abs(np.median(y[a:b + 1]) - np.median(y[merged[-1][0]:merged[-1][1] + 1])) < 2 * tol:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    levels = np.array([np.median(y[a:b + 1]) for a, b in merged])
+    drops = []
+    for (a0, b0), (a1, _), l0, l1 in zip(merged, merged[1:], levels, levels[1:]):
+        mid = 0.5 * (l0 + l1)
+        seg = y[b0:a1 + 1]
+        crossed = np.flatnonzero(seg <= mid) if l1 < l0 else np.flatnonzero(seg >= mid)
+        drops.append(x[b0 + (crossed[0] if crossed.size else (a1 - b0) // 2)])
+    return Plateaus(levels=levels, starts=np.array([x[a] for a, _ in merged]),
+                    ends=np.array([x[b] for _, b in merged]), drop_steps=np.array(drops))
+
+
+def match_levels(found, theory_levels, tol: float) -> np.ndarray:
+    """For each theory level, the detected plateau level nearest to it if within ``tol``, else NaN.
+
+    Used to put detected plateaus (``detect_plateaus(...).levels``) beside ``theory.plateau_losses``: a plateau that
+    is too short to be detected, or not reached within the run, shows as NaN.
+    """
+    found = np.asarray(found, dtype=np.float64)
+    out = np.full(len(theory_levels), np.nan)
+    if found.size == 0:
+        return out
+    for i, level in enumerate(theory_levels):
+        j = int(np.argmin(np.abs(found - level)))
+        if abs(found[j] - level) <= tol:
+            out[i] = found[j]
+    return out
+
+
+def scalar_ode_overlay(loss, lr: float, cov, N: int, m: int, *, level: float | None = None,
+                       start_frac: float = 0.05, normalize: str = "mean", model: str = "attnS"):
+    """The scalar ODE's prediction for drop m → m+1 of a rank-one ATTN_S run, started from the run itself.
+
+    The start is the first step where the loss has fallen ``start_frac`` of the theoretical drop below ``level`` (the
+    run's own plateau level; default L(M_m)); v0 is the head size that gives that fall (``theory.v_from_loss_drop``).
+    From there ``theory.scalar_ode`` runs in t/τ = 2·η·(step − start). The prediction is shifted by
+    ``level − L(M_m)``, so a finite-sample offset of the plateau does not count as a dynamics error.
+    Returns (steps, predicted loss) from the start to the end of the run.
+    """
+    loss = np.asarray(loss, dtype=np.float64)
+    theory_levels = theory.plateau_losses(cov, N)
+    level = theory_levels[m] if level is None else float(level)
+    size = theory_levels[m] - theory_levels[m + 1]
+    below = np.flatnonzero(loss <= level - start_frac * size)
+    if below.size == 0:
+        raise ValueError(f"the loss never falls {start_frac} of drop {m} below {level}")
+    start = int(below[0])
+    v0 = theory.v_from_loss_drop(cov, N, m, level - loss[start])
+    steps = np.arange(start, loss.size)
+    t = theory.steps_to_time(steps - start, lr, normalize=normalize, model=model, N=N)
+    return steps, theory.scalar_loss_curve(cov, N, m, v0, t) + (level - theory_levels[m])

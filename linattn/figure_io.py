@@ -1,0 +1,140 @@
+"""Where a figure notebook writes its outputs, and how (every file atomically).
+
+A figure ``name`` owns the folder ``<root>/<name>/``::
+
+    <name>.png  <name>.svg  <name>.pdf   the figure (PNG at 150 dpi)
+    <name>.csv                           the curves drawn (extra CSVs: ``<stem>.csv``)
+    numbers.json                         rows {quantity, paper, theory, reproduced, abs_error}
+    provenance.json                      parameters, seeds, engine, wall time, versions, git commit, date
+
+``<root>`` is ``out_dir`` if given, else ``$LINATTN_FIGURES_DIR``, else ``book/figures`` under the repository
+root (the folder holding the ``linattn`` package). The runner (``linattn figures``) writes the executed notebook
+beside the folder, as ``<root>/<name>.ipynb``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from pathlib import Path
+
+from .provenance import PACKAGE_ROOT, atomic_write, provenance, write_csv, write_json
+
+REPO_ROOT = PACKAGE_ROOT.parent
+ENV_ROOT = "LINATTN_FIGURES_DIR"
+NUMBER_FIELDS = ("quantity", "paper", "theory", "reproduced", "abs_error")
+
+
+def figures_root(out_dir=None) -> Path:
+    """``out_dir``, else ``$LINATTN_FIGURES_DIR``, else ``<repository>/book/figures``."""
+    if out_dir is not None and str(out_dir) != "":
+        return Path(out_dir)
+    env = os.environ.get(ENV_ROOT)
+    return Path(env) if env else REPO_ROOT / "book" / "figures"
+
+
+def _number(x):
+    """A JSON-ready number (None for missing or non-finite values); strings pass through unchanged."""
+    if x is None or isinstance(x, str):
+        return x
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def number_row(quantity: str, *, paper=None, theory=None, reproduced=None, abs_error=None) -> dict:
+    """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
+    there is no theory value), or None when neither is a number."""
+    row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
+           "reproduced": _number(reproduced), "abs_error": _number(abs_error)}
+    if row["abs_error"] is None and isinstance(row["reproduced"], float):
+        ref = row["theory"] if isinstance(row["theory"], float) else row["paper"]
+        if isinstance(ref, float):
+            row["abs_error"] = abs(row["reproduced"] - ref)
+    return row
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, str):
+        return x
+    return f"{x:.4g}"
+
+
+class NumbersTable:
+    """The rows of ``numbers.json``; shown as a markdown table in a notebook and as aligned text by ``print``."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def _cells(self):
+        return [list(NUMBER_FIELDS)] + [[_fmt(r[k]) for k in NUMBER_FIELDS] for r in self.rows]
+
+    def __str__(self) -> str:
+        cells = self._cells()
+        widths = [max(len(row[j]) for row in cells) for j in range(len(NUMBER_FIELDS))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_markdown_(self) -> str:
+        cells = self._cells()
+        head, body = cells[0], cells[1:]
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in body]  # a | in a cell
+        return "\n".join(out)
+
+
+class FigureOutput:
+    """The output folder of figure ``name`` (created on construction)."""
+
+    def __init__(self, name: str, out_dir=None):
+        self.name = name
+        self.root = figures_root(out_dir)
+        self.dir = self.root / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def path(self, filename: str) -> Path:
+        return self.dir / filename
+
+    def save_figure(self, fig) -> list[Path]:
+        """``<name>.png`` (150 dpi), ``.svg`` and ``.pdf``; dates left out of the metadata so reruns are stable."""
+        metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+        paths = []
+        for fmt in ("png", "svg", "pdf"):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata[fmt])
+            path = self.path(f"{self.name}.{fmt}")
+            atomic_write(path, lambda f: f.write(buf.getvalue()), binary=True)
+            paths.append(path)
+        return paths
+
+    def save_table(self, columns: dict, stem: str | None = None) -> Path:
+        """The curves drawn, as ``<name>.csv`` (or ``<stem>.csv``); columns must have equal lengths."""
+        lengths = {k: len(v) for k, v in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"columns of unequal length: {lengths}")
+        path = self.path(f"{stem or self.name}.csv")
+        write_csv(path, columns)
+        return path
+
+    def save_numbers(self, rows: list[dict]) -> NumbersTable:
+        """Write ``numbers.json`` (rows completed by :func:`number_row`) and return the table for display."""
+        full = [number_row(**r) for r in rows]
+        write_json(self.path("numbers.json"), full)
+        return NumbersTable(full)
+
+    def write_provenance(self, params: dict, seeds, engine, wall_time: float, **extra) -> Path:
+        """``provenance.json``: :func:`linattn.provenance.provenance` plus the figure's parameters, seeds, engine
+        and wall time (seconds), and any ``extra`` keys."""
+        info = provenance()
+        if seeds is not None:
+            seeds = [int(seeds)] if isinstance(seeds, (int, float)) else [int(s) for s in seeds]
+        info.update(figure=self.name, parameters=dict(params), seeds=seeds,
+                    engine=engine, wall_time_s=round(float(wall_time), 3), **extra)
+        path = self.path("provenance.json")
+        write_json(path, info)
+        return path

@@ -1,0 +1,215 @@
+"""The figure runner: caching, failure isolation, report ordering, the cite cell, and figure_io/presets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from linattn import figures, presets
+from linattn.figure_io import FigureOutput, NumbersTable, figures_root, number_row
+
+FRONT = textwrap.dedent("""\
+    ---
+    jupytext:
+      text_representation:
+        extension: .md
+        format_name: myst
+    kernelspec:
+      display_name: Python 3
+      name: python3
+    {extra}---
+    """)
+
+
+def notebook(body: str, extra: str = "") -> str:
+    """A tiny MyST notebook writing one file into <out_dir>/<name>/ (no torch: kernels start fast)."""
+    return FRONT.format(extra=extra) + textwrap.dedent("""
+        # test figure
+
+        ```{code-cell} ipython3
+        :tags: [parameters]
+
+        preset = "quick"
+        out_dir = None
+        ```
+
+        ```{code-cell} ipython3
+        import os, time
+        from pathlib import Path
+        NAME = "%NAME%"
+        root = Path(out_dir)
+        (root / NAME).mkdir(parents=True, exist_ok=True)
+        """) + textwrap.dedent(body) + "\n```\n"
+
+
+def make_src(tmp_path, bodies: dict[str, str], extra: dict[str, str] | None = None) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, body in bodies.items():
+        text = notebook(body, (extra or {}).get(name, "")).replace("%NAME%", name)
+        (src / f"{name}.md").write_text(text)
+    return src
+
+
+WRITE = """(root / NAME / "out.txt").write_text(f"{preset} {time.time_ns()}")\n"""
+
+
+def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypatch):
+    src = make_src(tmp_path, {"one": WRITE})
+    out = tmp_path / "out"
+    res = figures.run_figures(src=src, out=out, jobs=1, progress=False)
+    assert [r.status for r in res] == ["ran"]
+    first = (out / "one" / "out.txt").read_text()
+    nb = nbformat.read(out / "one.ipynb", as_version=4)
+    assert "Cite this figure" in nb.cells[-1].source and "fig-one" in nb.cells[-1].source
+
+    res = figures.run_figures(src=src, out=out, jobs=1, progress=False)
+    assert [r.status for r in res] == ["cached"]
+    assert (out / "one" / "out.txt").read_text() == first
+
+    # a change anywhere in the linattn sources invalidates every figure
+    monkeypatch.setattr(figures, "source_hash", lambda package=None: "changed-source")
+    res = figures.run_figures(src=src, out=out, jobs=1, progress=False)
+    assert [r.status for r in res] == ["ran"]
+    assert (out / "one" / "out.txt").read_text() != first
+
+    # as does a change of preset, and --force
+    assert figures.run_figures(src=src, out=out, jobs=1, preset="paper", progress=False)[0].status == "ran"
+    assert (out / "one" / "out.txt").read_text().startswith("paper ")
+    assert figures.run_figures(src=src, out=out, jobs=1, preset="paper", progress=False)[0].status == "cached"
+    assert figures.run_figures(src=src, out=out, jobs=1, preset="paper", force=True,
+                               progress=False)[0].status == "ran"
+
+
+def test_source_hash_follows_package_files(tmp_path):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(Path(figures.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    before = figures.source_hash(pkg)
+    assert figures.source_hash(pkg) == before
+    (pkg / "theory.py").write_text((pkg / "theory.py").read_text() + "\n# edited\n")
+    assert figures.source_hash(pkg) != before
+
+
+def test_broken_notebook_fails_alone(tmp_path, capsys):
+    src = make_src(tmp_path, {"good": WRITE, "bad": WRITE})
+    out = tmp_path / "out"
+    assert all(r.status == "ran" for r in figures.run_figures(src=src, out=out, jobs=2, progress=False))
+    old_bad = (out / "bad" / "out.txt").read_text()
+    # break one notebook after a successful run: its old outputs must not stay looking current
+    (src / "bad.md").write_text((src / "bad.md").read_text().replace(
+        WRITE.strip(), 'raise ZeroDivisionError("deliberately broken")'))
+    from linattn.cli import main
+
+    code = main(["figures", "--src", str(src), "--out", str(out), "--jobs", "2", "--force"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "FAILED bad" in err and "ZeroDivisionError: deliberately broken" in err
+    assert str(out / "bad.failed.ipynb") in err
+    failed = nbformat.read(out / "bad.failed.ipynb", as_version=4)
+    assert any(o.get("ename") == "ZeroDivisionError" for c in failed.cells for o in c.get("outputs", []))
+    assert not (out / "bad.ipynb").exists()
+    assert not (out / "bad" / "out.txt").exists() and not (out / "bad" / figures.CACHE_KEY).exists()
+    assert (out / ".previous" / "bad" / "out.txt").read_text() == old_bad
+    assert (out / "good.ipynb").exists() and (out / "good" / "out.txt").exists()
+    assert [n for n, state, _ in figures.list_figures(src=src, out=out) if state == "current"] == ["good"]
+    # the failed figure runs again next time (no cache key), the good one is cached
+    res = {r.name: r.status for r in figures.run_figures(src=src, out=out, jobs=2, progress=False)}
+    assert res == {"bad": "failed", "good": "cached"}
+
+
+def test_report_notebooks_run_after_the_others(tmp_path):
+    slow = "time.sleep(1.0)\n" + WRITE
+    report = ("seen = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / 'out.txt').exists())\n"
+              "(root / NAME / 'out.txt').write_text(','.join(seen))\n")
+    src = make_src(tmp_path, {"a_report": report, "b_slow": slow, "c_slow": slow},
+                   extra={"a_report": "linattn:\n  report: true\n"})
+    out = tmp_path / "out"
+    res = figures.run_figures(src=src, out=out, jobs=3, progress=False)
+    assert [r.name for r in res] == ["b_slow", "c_slow", "a_report"]
+    assert (out / "a_report" / "out.txt").read_text() == "b_slow,c_slow"
+
+
+def test_unknown_only_name_is_an_error(tmp_path):
+    src = make_src(tmp_path, {"one": WRITE})
+    with pytest.raises(KeyError, match="nope"):
+        figures.run_figures(src=src, out=tmp_path / "out", only=["nope"], progress=False)
+
+
+def test_cite_block_links_every_file():
+    text = figures.cite_block("fig01b_attnm_loss")
+    for ext in ("pdf", "png", "csv"):
+        assert f"<fig01b_attnm_loss/fig01b_attnm_loss.{ext}>" in text
+    assert "<fig01b_attnm_loss/provenance.json>" in text
+    assert "fig-fig01b_attnm_loss" in text and "zhang2025training" in text and "2501.16265" in text
+    from linattn import __version__
+    assert f"version {__version__}" in text
+
+
+def test_figure_output_writes_all_files(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("LINATTN_FIGURES_DIR", str(tmp_path / "env"))
+    assert figures_root() == tmp_path / "env"
+    assert figures_root(tmp_path / "x") == tmp_path / "x"
+    out = FigureOutput("demo", tmp_path / "root")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    paths = out.save_figure(fig)
+    assert [p.suffix for p in paths] == [".png", ".svg", ".pdf"] and all(p.stat().st_size > 0 for p in paths)
+    assert paths[0].read_bytes()[:4] == b"\x89PNG" and paths[2].read_bytes()[:4] == b"%PDF"
+    csv = out.save_table({"step": [0, 1, 2], "loss": [1.0, 0.5, 0.25]})
+    assert csv.read_text().splitlines() == ["step,loss", "0,1", "1,0.5", "2,0.25"]
+    with pytest.raises(ValueError, match="unequal"):
+        out.save_table({"a": [1, 2], "b": [1]})
+    table = out.save_numbers([dict(quantity="L*", paper=0.136, theory=0.13, reproduced=0.14),
+                              dict(quantity="drops", paper=1, reproduced=2),
+                              dict(quantity="nothing", reproduced=None)])
+    rows = json.loads((out.dir / "numbers.json").read_text())
+    assert rows[0]["abs_error"] == pytest.approx(0.01) and rows[1]["abs_error"] == pytest.approx(1.0)
+    assert rows[2]["abs_error"] is None and set(rows[0]) == {"quantity", "paper", "theory", "reproduced",
+                                                             "abs_error"}
+    assert isinstance(table, NumbersTable) and "| L* |" in table._repr_markdown_() and "L*" in str(table)
+    out.write_provenance({"lr": 0.1}, seeds=[3], engine="exact", wall_time=1.25, extra_key=7)
+    prov = json.loads((out.dir / "provenance.json").read_text())
+    assert prov["parameters"] == {"lr": 0.1} and prov["seeds"] == [3] and prov["engine"] == "exact"
+    assert prov["wall_time_s"] == 1.25 and prov["extra_key"] == 7 and prov["figure"] == "demo"
+    assert "libraries" in prov and "git_commit" in prov
+
+
+def test_number_row_ignores_non_finite():
+    assert number_row("x", theory=float("nan"), reproduced=1.0)["abs_error"] is None
+    assert number_row("x", paper=2.0, reproduced=1.5)["abs_error"] == pytest.approx(0.5)
+
+
+def test_settings_overrides_and_typos():
+    s = presets.settings("fig01b_attnm_loss", "paper")
+    assert s["head_num"] == 8 and s["init"] == 1e-6 and s["epoch"] == 6001 and s["seeds"] == [10]
+    s["seeds"].append(99)
+    assert presets.PRESETS["fig01b_attnm_loss"]["paper"]["seeds"] == [10]  # a copy, never the table
+    assert presets.settings("fig01b_attnm_loss", "quick", seeds=[1, 2])["seeds"] == [1, 2]
+    assert presets.settings("fig01b_attnm_loss", "quick", seeds=None)["seeds"] == [10]
+    with pytest.raises(KeyError, match="seedz"):
+        presets.settings("fig01b_attnm_loss", "quick", seedz=[1])
+    with pytest.raises(KeyError, match="huge"):
+        presets.settings("fig01b_attnm_loss", "huge")
+    with pytest.raises(KeyError, match="no presets"):
+        presets.settings("fig99", "quick")
+
+
+def test_every_notebook_has_presets_and_a_parameters_cell():
+    for name, path in figures.discover().items():
+        assert set(presets.PRESETS[name]) == {"quick", "paper"}, name
+        nb = figures.read_notebook(path)
+        first_code = next(c for c in nb.cells if c.cell_type == "code")
+        assert "parameters" in first_code.metadata.get("tags", []), name
+        assert "out_dir = None" in first_code.source and 'preset = "quick"' in first_code.source, name
+        last_md = [c for c in nb.cells if c.cell_type == "markdown"][-1].source
+        assert f":name: fig-{name}" in last_md and f"{name}/{name}.png" in last_md, name

@@ -1,0 +1,190 @@
+"""The theory module against independent numbers (theory.md), Monte-Carlo moments, and simulation (ATTN_M)."""
+
+import numpy as np
+import pytest
+import torch
+
+from linattn import diagnostics as dg
+from linattn import engines, theory
+from linattn.config import RunConfig
+from linattn.flow import gradient_flow
+from linattn.models import AttnM, build_model
+from linattn.run import run
+
+N = 31
+SPEC4 = (0.4, 0.3, 0.2, 0.1)
+
+
+def test_plateau_losses_and_value_weights_match_theory_md():
+    # numbers stated in shared/paper/theory.md (derived independently of this code)
+    assert np.allclose(theory.plateau_losses(SPEC4, N), [1.0, 0.6406, 0.3774, 0.2098, 0.1360], atol=6e-5)
+    assert np.allclose(theory.final_value_weights(SPEC4, N), [1.310, 1.430, 1.612, 1.947], atol=6e-4)
+    lam8 = np.arange(1, 9) / 36
+    assert np.allclose(theory.plateau_losses(lam8, N),
+                       [1.0, 0.8113, 0.6490, 0.5130, 0.4032, 0.3192, 0.2605, 0.2260, 0.2133], atol=6e-5)
+    D = 4
+    assert theory.loss_star(np.ones(D) / D, N) == pytest.approx((D + 1) / (N + D + 1), rel=1e-12)
+
+
+def test_matrix_and_eigenvalue_inputs_agree_and_fixed_points_are_stationary():
+    rng = np.random.default_rng(0)
+    Q = np.linalg.qr(rng.standard_normal((4, 4)))[0]
+    cov = (Q * np.array(SPEC4)) @ Q.T
+    assert np.allclose(theory.plateau_losses(cov, N), theory.plateau_losses(SPEC4, N))
+    M = theory.expected_lambda_hat_sq(cov, N)
+    for subset in ([], [0], [1, 3], [0, 1, 2, 3]):
+        A = theory.fixed_point_A(cov, N, subset)
+        # the loss formula at A equals the closed form, and the gradient in A vanishes on span{e_d : d in S}
+        assert theory.loss_of_A(A, cov, N) == pytest.approx(theory.fixed_point_loss(cov, N, subset), abs=1e-12)
+        grad = -2 * cov @ cov + 2 * M @ A @ cov
+        _, E = theory.spectrum(cov)
+        for d in subset:
+            assert abs(E[:, d] @ grad @ E[:, d]) < 1e-12
+    assert np.allclose(theory.optimal_A(cov, N), theory.fixed_point_A(cov, N, range(4)))
+    assert np.allclose(theory.optimal_A(cov, N, "sum") * N, theory.optimal_A(cov, N))
+    # A* is the unconstrained minimiser: any perturbation raises the loss
+    A = theory.optimal_A(cov, N)
+    for _ in range(5):
+        B = A + 1e-3 * rng.standard_normal((4, 4))
+        assert theory.loss_of_A(B, cov, N) > theory.loss_star(cov, N)
+    assert len(theory.all_fixed_points(SPEC4, N)) == 16
+
+
+def test_moments_match_monte_carlo():
+    rng = np.random.default_rng(1)
+    D, n = 3, 5
+    cov = np.array([[0.5, 0.1, 0.0], [0.1, 0.3, 0.05], [0.0, 0.05, 0.2]])
+    P = 200_000
+    x = rng.standard_normal((P, n + 1, D)) @ np.linalg.cholesky(cov).T
+    w = rng.standard_normal((P, D))
+    y = np.einsum("pnd,pd->pn", x, w)
+    beta = np.einsum("pn,pnd->pd", y[:, :n], x[:, :n]) / n
+    z = (beta[:, :, None] * x[:, n, None, :]).reshape(P, -1)  # z[i·D + j] = β_i x_q,j
+    lam_hat = np.einsum("pni,pnj->pij", x[:, :n], x[:, :n]) / n
+    assert np.allclose(np.einsum("pij,pjk->ik", lam_hat, lam_hat) / P, theory.expected_lambda_hat_sq(cov, n), atol=4e-3)
+    assert np.allclose(z.T @ y[:, n] / P, theory.mean_yz(cov, n), atol=3e-3)
+    assert np.allclose(z.T @ z / P, theory.second_moment_z(cov, n), atol=4e-3)
+    A = rng.standard_normal((D, D))
+    mc = np.mean((y[:, n] - np.einsum("pi,ij,pj->p", beta, A, x[:, n])) ** 2)
+    assert mc == pytest.approx(theory.loss_of_A(A, cov, n), rel=0.02)
+
+
+def test_loss_of_A_matches_the_population_engine_for_a_random_model():
+    cfg_cov = np.diag(SPEC4)
+    from linattn.models import init_weights
+    from linattn.data import streams
+    w = init_weights("attnS", heads=3, in_dim=4, init=0.8, rng=streams(5, 0))
+    model = build_model("attnS", w)
+    for normalize in ("mean", "sum"):
+        obj = engines.population(model, cov=cfg_cov, seq_len=N + 1, normalize=normalize)
+        A = dg.combined_A(model, N, normalize)
+        assert obj.value(model) == pytest.approx(theory.loss_of_A(A, cfg_cov, N), rel=1e-9)
+
+
+@pytest.mark.parametrize("model,H,lr,init", [("attnS", 3, 0.02, 0.05), ("attnM", 3, 1e-3, 1e-2), ("mlp", 3, 1e-3, 1e-2)])
+def test_normalisation_conversion_gives_the_same_trajectory(model, H, lr, init):
+    base = dict(model=model, head_num=H, in_dim=4, trainset_size=None, epoch=600, seed=3, cubic_feat=model == "mlp")
+    ref = run(RunConfig(**base, lr=lr, init=init, normalize="sum")).history.train_loss
+    lr_p, init_p = theory.to_paper_normalisation(model, N, lr=lr, init=init)
+    paper = run(RunConfig(**base, lr=lr_p, init=init_p, normalize="mean")).history.train_loss
+    assert np.abs(ref - paper).max() < 1e-10
+    assert ref[0] - ref[-1] > 0.05  # the runs did move
+    # the other factor count's rule does not give the same run
+    k = 3 if theory.N_FACTORS[model] == 2 else 2
+    wrong = run(RunConfig(**base, lr=lr * N ** (2 / k), init=init * N ** (1 / k), normalize="mean"))
+    assert np.abs(ref - wrong.history.train_loss).max() > 1e-3
+    assert theory.to_reference_normalisation(model, N, lr=lr_p, init=init_p) == pytest.approx((lr, init))
+
+
+def test_steps_to_time():
+    assert theory.steps_to_time(100, 0.01) == pytest.approx(2.0)
+    assert theory.steps_to_time(100, 0.01, normalize="sum", model="attnM", N=N) == pytest.approx(2.0 * N)
+    assert theory.steps_to_time(100, 0.01, normalize="sum", model="attnS", N=N) == pytest.approx(2.0 * N ** (2 / 3))
+    assert theory.time_to_steps(2.0, 0.01) == pytest.approx(100)
+
+
+def _aligned_attn_m(w, D):
+    W_KQ = np.zeros((1, D + 1, D + 1))
+    W_KQ[0, :D, :D] = np.eye(D) * w / np.sqrt(D)
+    W_V = np.zeros((1, D + 1, D + 1))
+    W_V[0, D, D] = w
+    return AttnM(torch.tensor(W_KQ), torch.tensor(W_V))
+
+
+@pytest.mark.parametrize("kappa,normalize", [(1.0, "mean"), (0.25, "sum")])
+def test_white_sigma_matches_population_gradient_flow(kappa, normalize):
+    """Aligned balanced start, Λ = κI (κ = 1/D is the reference's white covariance), exact population flow."""
+    D, w = 4, 1e-3
+    cov = np.eye(D) * kappa
+    model = _aligned_attn_m(w, D)
+    obj = engines.population(model, cov=cov, seq_len=N + 1, normalize=normalize)
+    lr = 0.01 if normalize == "mean" else 0.01 / N  # same paper-normalised rate either way
+    w_paper = w * theory.weight_scale_to_paper("attnM", N, normalize)
+    s, lam_z, _ = theory.attn_m_mode(cov, N)
+    t_end = 2 * theory.logistic_half_time(s, lam_z, w_paper**2) + 4 / s  # well past the drop
+    epochs = int(theory.time_to_steps(t_end, lr, normalize=normalize, model="attnM", N=N))
+    hist = gradient_flow(model, obj, lr=lr, epochs=epochs, snapshot_every=max(1, epochs // 400),
+                         snapshot=dg.snapshot_fn(N, normalize))
+    steps = np.array([s for s, _ in hist.snapshots])
+    sigma = np.array([np.trace(v["heads"].sum(0)) / D for _, v in hist.snapshots])
+    t = theory.steps_to_time(steps, lr, normalize=normalize, model="attnM", N=N)
+    predicted = theory.white_sigma(t, D, N, w_paper, kappa)
+    sigma_inf = D * kappa / (theory.white_c(D, N) * kappa**2 * D)  # = 1/(cκ)
+    assert predicted[-1] == pytest.approx(sigma_inf, rel=1e-3)
+    err = np.abs(sigma - predicted).max()
+    print(f"white sigma kappa={kappa}: max |dsigma| = {err:.2e} (sigma_inf = {sigma_inf:.4f})")
+    assert err < 1e-6 * sigma_inf
+    loss_pred = theory.white_loss(theory.white_sigma(theory.steps_to_time(hist.step, lr, normalize=normalize,
+                                                                           model="attnM", N=N), D, N, w_paper, kappa),
+                                  D, N, kappa)
+    assert np.abs(hist.train_loss - loss_pred).max() < 1e-6
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_attn_m_drop_time_from_random_small_start(seed):
+    D = 4
+    lr, init = 0.01, 1e-3
+    cfg = RunConfig(model="attnM", head_num=8, init=init, lr=lr, epoch=600, trainset_size=None, normalize="mean",
+                    seed=seed, spectrum=(1.0,) * D)
+    result = run(cfg)
+    cov = result.datasets.cov
+    a0 = dg.attn_m_effective_a0(build_model("attnM", result.init), cov, N)
+    loss = result.history.train_loss
+    half = np.flatnonzero(loss <= 0.5 * (loss[0] + theory.loss_star(cov, N)))[0]
+    measured = theory.steps_to_time(half, lr)
+    assert theory.attn_m_drop_time(cov, N, a0) == pytest.approx(measured, rel=0.10)
+    assert theory.attn_m_escape_time(cov, N, init) == pytest.approx(measured, rel=0.20)
+    assert loss[-1] == pytest.approx(theory.loss_star(cov, N), abs=1e-3)
+
+
+@pytest.mark.parametrize("trainset_size", [None, 20000])
+def test_attn_m_converges_to_loss_star(trainset_size):
+    """The Figure 1b command (reference normalisation); population and a large finite training set."""
+    result = run(RunConfig(model="attnM", head_num=8, init=1e-6, trainset_size=trainset_size))
+    cov = result.datasets.cov
+    A = dg.combined_A(result.model, N, "sum")
+    assert result.history.train_loss[0] == pytest.approx(np.trace(cov), abs=0.03)
+    assert result.history.train_loss[-1] == pytest.approx(theory.loss_star(cov, N), abs=0.005)
+    assert theory.loss_of_A(A, cov, N) == pytest.approx(theory.loss_star(cov, N), abs=0.002)
+
+
+def test_scalar_ode_limits_and_escape_time():
+    lam, c = 0.3, theory.c_d(SPEC4, N)[1]
+    t = np.linspace(0, 2000, 20001)  # escape time 1/(λ²v0) ≈ 1111
+    v = theory.scalar_ode(lam, c, 0.01, t)
+    assert v[-1] == pytest.approx((lam * c) ** (-1 / 3), rel=1e-6)
+    assert np.all(np.diff(v) >= -1e-12)
+    # escape: v has grown 10x a bit before the blow-up time of τ v̇ = λ² v², i.e. at 0.9 of it
+    t10 = t[np.flatnonzero(v >= 0.1)[0]]
+    assert t10 == pytest.approx(0.9 * theory.attn_s_escape_time(lam, 0.01), rel=0.02)
+    loss = theory.scalar_loss(SPEC4, N, 1, v)
+    assert loss[0] == pytest.approx(theory.plateau_losses(SPEC4, N)[1], abs=1e-5)
+    assert loss[-1] == pytest.approx(theory.plateau_losses(SPEC4, N)[2], abs=1e-9)
+    v_mid = theory.v_from_loss_drop(SPEC4, N, 1, 0.1)
+    assert theory.scalar_loss(SPEC4, N, 1, v_mid) == pytest.approx(theory.plateau_losses(SPEC4, N)[1] - 0.1)
+
+
+def test_long_plateaus():
+    assert theory.long_plateaus(8, 2) == [0, 2, 4, 6]
+    assert theory.long_plateaus(8, 3) == [0, 3, 6]
+    assert theory.long_plateaus(4, 1) == [0, 1, 2, 3]
