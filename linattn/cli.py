@@ -99,6 +99,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     ours.add_argument("--population_samples", type=int, default=d.population_samples,
                       help="0 (default): exact population moments; N > 0: a Monte-Carlo estimate from N sequences")
     ours.add_argument("--chunk", type=int, default=d.chunk, help="sequences per chunk (bounds memory)")
+    ours.add_argument("--threads", type=int, default=1,
+                      help="CPU threads for torch (default 1: on small per-step work more threads mostly spin-wait, "
+                           "up to 5x slower when the cores are shared)")
     ours.add_argument("--save-data", dest="save_data", action="store_true",
                       help="also write data.npz and init.npz")
     ours.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -135,8 +138,13 @@ def cmd_train(args) -> int:
         cfg.validate()
     except ConfigError as e:
         raise UsageError(str(e)) from None
+    if args.threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)
     check_writable(out)
+    import torch
+
+    torch.set_num_threads(args.threads)
     try:
         result = run(cfg, progress=None if not args.quiet else False)
     except TrainingDiverged as e:

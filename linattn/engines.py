@@ -4,8 +4,7 @@
   gradients by autograd). Works for every model, softmax included; its cost per step grows with P·N.
 * :class:`Exact` — for the linear models ŷ = ⟨m(θ), T⟩ (``models.py``), so over P sequences
   L(θ) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩. One chunked pass over the data builds the three moments (float64);
-  each step afterwards costs O(F²) whatever P and N are: ∂L/∂m = 2(E[TTᵀ] m − E[yT]) in closed form, then a
-  closed-form chain rule through ``combined()`` for the paper's three models (autograd for any other model).
+  each step afterwards costs O(F²) whatever P and N are; gradients come from autograd through ``combined()``.
 * :func:`population` — the same moments for P → ∞ (exact, by Gaussian moment identities, see
   :func:`population_moments`), or a Monte-Carlo estimate when asked for.
 
@@ -168,86 +167,6 @@ def feature_batches(model, seqs: data_mod.Sequences, *, vary_len, normalize, chu
             yield model.features(Xn, scale), yn
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The chain rule through combined(), in closed form for the paper's models
-# ---------------------------------------------------------------------------------------------------------------
-
-def _unfold_index(D: int, device) -> torch.Tensor:
-    """For each (a, b, c) of M (D, D+1, D+1), flattened, its position in the folded vector (a, min(b,c), max(b,c))."""
-    b, c = models_mod._triangle(D)
-    pos = torch.empty(D + 1, D + 1, dtype=torch.long)
-    k = torch.arange(b.numel())
-    pos[b, c] = k
-    pos[c, b] = k
-    n_tri = b.numel()
-    idx = torch.arange(D)[:, None, None] * n_tri + pos[None]
-    return idx.reshape(-1).to(device)
-
-
-def _accumulate(p: torch.nn.Parameter, g: torch.Tensor) -> None:
-    g = g.to(p.dtype)
-    if p.grad is None:
-        p.grad = g
-    else:
-        p.grad += g
-
-
-class _Backprop:
-    """m = combined(θ) and the push of ∂L/∂m back to θ (the vector-Jacobian product of ``combined()``).
-
-    For ``AttnM``, ``AttnS`` and ``MLP`` (exact types) both are written out with plain matrix products:
-    M = Σ_h W_KQ[h][:D] ⊗ v_h folded onto the triangle, so with G = ∂L/∂M (the folded gradient read back at
-    (a, min(b,c), max(b,c))) ∂L/∂W_KQ[h][:D] = G·v_h and ∂L/∂v_h = ⟨W_KQ[h][:D], G⟩; ATTN_S adds
-    W_KQ[h] = W_Q[h]ᵀ W_K[h]; the MLP has m = W₁ᵀ w₂. Any other model goes through ``combined()`` and autograd.
-    Tests check both routes against the per-sample autograd engine.
-    """
-
-    def __init__(self, model):
-        self.kind = type(model)
-        self.attention = self.kind in (models_mod.AttnM, models_mod.AttnS)
-        if self.attention:
-            self.D = model.v.shape[1] - 1
-            self.unfold = _unfold_index(self.D, model.v.device)
-            self.F = self.D * (self.D + 1) * (self.D + 2) // 2
-
-    def _key_query(self, model):
-        if self.kind is models_mod.AttnM:
-            return model.W_KQ
-        return model.W_Q.transpose(1, 2) @ model.W_K
-
-    @torch.no_grad()
-    def combined(self, model) -> torch.Tensor:
-        if self.kind is models_mod.MLP:
-            return model.W1.T @ model.w2
-        if self.attention:
-            D, H = self.D, model.v.shape[0]
-            M = self._key_query(model)[:, :D].reshape(H, -1).T @ model.v  # (D(D+1), D+1): rows (a, b), column c
-            return M.new_zeros(self.F).index_add_(0, self.unfold, M.reshape(-1))
-        return model.combined()
-
-    def __call__(self, model, g: torch.Tensor) -> None:
-        if self.kind is models_mod.MLP:
-            with torch.no_grad():
-                g = g.to(model.w2.dtype)
-                _accumulate(model.W1, torch.outer(model.w2, g))
-                _accumulate(model.w2, model.W1 @ g)
-        elif self.attention:
-            with torch.no_grad():
-                D, H = self.D, model.v.shape[0]
-                G = g.to(model.v.dtype)[self.unfold].reshape(D * (D + 1), D + 1)  # ∂L/∂M, rows (a, b)
-                KQ = self._key_query(model)
-                dKQ = torch.zeros_like(KQ)
-                dKQ[:, :D] = (G @ model.v.T).T.reshape(H, D, D + 1)
-                _accumulate(model.v, KQ[:, :D].reshape(H, -1) @ G)
-                if self.kind is models_mod.AttnM:
-                    _accumulate(model.W_KQ, dKQ)
-                else:
-                    _accumulate(model.W_Q, model.W_K @ dKQ.transpose(1, 2))  # Σ_b W_K[h,r,b] dKQ[h,a,b]
-                    _accumulate(model.W_K, model.W_Q @ dKQ)                  # Σ_a W_Q[h,r,a] dKQ[h,a,b]
-        else:
-            model.combined().backward(g.to(next(model.parameters()).dtype))
-
-
 class _OneThread:
     """Run a block with one intra-op CPU thread, then restore the setting.
 
@@ -269,8 +188,8 @@ class _OneThread:
 class Exact:
     """The mean squared error through the data's moments: identical in exact arithmetic to :class:`PerSample`.
 
-    A step computes m = combined(θ), r = E[TTᵀ] m − E[yT], L = E[y²] + ⟨m, r − E[yT]⟩, ∂L/∂m = 2r and the chain
-    rule back to θ: one F×F matrix-vector product and a handful of small tensor operations, no autograd graph.
+    A step computes m = combined(θ) and L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ (one F×F matrix-vector
+    product); the gradient comes from autograd through ``combined()``, so every model and option shares this path.
     """
 
     name = "exact"
@@ -291,25 +210,16 @@ class Exact:
         mom.yT, mom.TT = mom.yT.to(dtype), mom.TT.to(dtype)
         return cls(mom, dtype)
 
-    def _residual(self, model):
-        if self._backprop is None or self._backprop.kind is not type(model):
-            self._backprop = _Backprop(model)
-        with torch.no_grad():
-            m = self._backprop.combined(model).to(self.dtype)
-            r = torch.addmv(self.moments.yT, self.moments.TT, m, alpha=1.0, beta=-1.0)  # TT m − yT
-            loss = self.moments.yy + float(m @ (r - self.moments.yT))
-        return loss, r
-
     def value_and_grad(self, model) -> float:
         """The loss; its gradient is accumulated into the parameters' ``.grad``."""
         with _OneThread():
-            loss, r = self._residual(model)
-            self._backprop(model, 2.0 * r)
-        return loss
+            loss = self.moments.loss(model.combined())
+            loss.backward()
+        return loss.item()
 
     def value(self, model) -> float:
-        with _OneThread():
-            return self._residual(model)[0]
+        with _OneThread(), torch.no_grad():
+            return self.moments.loss(model.combined()).item()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -19,14 +19,14 @@ def test_every_reference_flag_parses_with_its_meaning():
         "--vary_len", "--softmax", "--init", "1e-3", "--lr", "0.02", "--epoch", "7", "--seed", "3",
         "--track_value", "--show", "--out", "x", "--dtype", "float32", "--device", "cpu", "--normalize", "mean",
         "--engine", "autograd", "--save-data", "--init_scheme", "current", "--population_samples", "1000",
-        "--chunk", "64"])
+        "--chunk", "64", "--threads", "2", "--dynamics", "flow"])
     cfg = config_from_args(args)
     assert (cfg.model, cfg.head_num, cfg.rank, cfg.in_dim, cfg.seq_len) == ("attnS", 5, 2, 6, 17)
     assert cfg.trainset_size is None and cfg.white_cov and cfg.vary_len and cfg.softmax and cfg.track_value
     assert (cfg.init, cfg.lr, cfg.epoch, cfg.seed) == (1e-3, 0.02, 7, 3)
     assert (cfg.dtype, cfg.device, cfg.normalize, cfg.engine, cfg.init_scheme) == (
         "float32", "cpu", "mean", "autograd", "current")
-    assert args.show and args.save_data and str(args.out) == "x"
+    assert args.show and args.save_data and str(args.out) == "x" and args.threads == 2 and cfg.dynamics == "flow"
     # the reference's long names and argparse prefixes work too
     args = build_parser().parse_args(["train", "--head_num", "4", "--rank", "3", "--cubic_feat", "--model", "mlp",
                                       "--trainset", "10"])
@@ -65,6 +65,7 @@ BAD = [
     (["--softmax", "--engine", "exact"], "softmax needs --engine autograd"),
     (["--trainset_size", "inf", "--icl", "0.5"], "supports --icl 1 only"),
     (["--lr", "nan"], "expected a finite number"),
+    (["--threads", "0"], "--threads must be a positive integer"),
 ]
 
 

@@ -16,10 +16,6 @@ from linattn.train import gradient_descent
 D, SEQ, H = 3, 6, 3
 
 
-class _SubclassedAttnS(models.AttnS):
-    """Not one of the exact model types: the exact engine must fall back to autograd through combined()."""
-
-
 def _weights(model, rank, init, seed):
     w = models.init_weights(model, heads=H, in_dim=D, rank=rank, init=init, rng=np.random.default_rng(seed))
     return w
@@ -34,7 +30,6 @@ CASES = {
     "attnS-R2-varylen": ("attnS", 2, "sum", True, True, 0.16, 0.8),
     "mlp": ("mlp", 1, "sum", False, True, 2.4e-2, 0.3),
     "mlp-mean-varylen": ("mlp", 1, "mean", True, False, 1.0, 0.3),
-    "subclass-autograd-route": ("attnS-sub", 1, "mean", False, False, 0.15, 0.8),
 }
 
 
@@ -43,14 +38,11 @@ def test_exact_engine_follows_the_per_sample_trajectory(case):
     model, rank, normalize, vary_len, extras, lr, init = CASES[case]
     ds = data.make_datasets(in_dim=D, seq_len=SEQ, trainset_size=120, testset_size=40 if extras else 0,
                             icl=0.7, seed=3)
-    name = "attnS" if model == "attnS-sub" else model
-    w = _weights(name, rank, init, 4)
+    w = _weights(model, rank, init, 4)
     opts = dict(vary_len=vary_len, normalize=normalize, chunk=50)  # several chunks per set
     hist = {}
     for engine in ("exact", "autograd"):
-        net = models.build_model(name, w)
-        if model == "attnS-sub":
-            net.__class__ = _SubclassedAttnS
+        net = models.build_model(model, w)
         make = ((lambda s: engines.Exact.from_data(net, s, **opts)) if engine == "exact"
                 else (lambda s: engines.PerSample(s, **opts)))
         tests = {k: make(getattr(ds, k)) for k in ("test_iwl", "test_icl")} if extras else None
