@@ -61,8 +61,12 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure_steps(settings: dict, engine: str, n_steps: int) -> dict:
+THREADS = 1  # torch intra-op threads in every measurement (``--threads``; 1 is the CLI's default)
+
+
+def measure_steps(settings: dict, engine: str, n_steps: int, threads: int = 1) -> dict:
     """Set-up time and median step time of one engine on one setting (meant to run in a fresh process)."""
+    torch.set_num_threads(threads)
     cfg = RunConfig(**dict(settings, engine="exact" if engine == "exact" else "autograd")).validate()
     ds = data.make_datasets(in_dim=cfg.in_dim, seq_len=cfg.seq_len, trainset_size=cfg.trainset_size,
                             seed=cfg.seed)
@@ -92,7 +96,7 @@ def measure_steps(settings: dict, engine: str, n_steps: int) -> dict:
 
 def _in_child(settings: dict, engine: str, n_steps: int) -> dict:
     code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import bench_engines as b; "
-            f"print(json.dumps(b.measure_steps({settings!r}, {engine!r}, {n_steps})))")
+            f"print(json.dumps(b.measure_steps({settings!r}, {engine!r}, {n_steps}, {THREADS})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -214,7 +218,12 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="a 1–2 minute version")
     p.add_argument("--only", choices=("steps", "runs", "flow", "population"), action="append")
     p.add_argument("--json", help="also write the measurements to this file")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads for every engine (default 1, as `linattn train`)")
     args = p.parse_args(argv)
+    global THREADS
+    THREADS = args.threads
+    torch.set_num_threads(args.threads)
     parts = args.only or ["steps", "runs", "flow"] + ([] if args.quick else ["population"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; quick={args.quick}")
     out = {}

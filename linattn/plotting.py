@@ -226,3 +226,33 @@ def plot_rank_panels(step, losses: dict, levels, *, ncols: int = 2, panel_size=(
         ax.set_visible(False)
     fig.tight_layout()
     return fig, axes
+
+
+def loss_panel(ax, step, curves, levels, *, log_steps: bool = False, mark_step=None, title: str | None = None,
+               color="black", linewidth: float = 1.0):
+    """Loss curves (arrays over ``step``) on ``ax`` with the dotted theory plateaus L(M_0..M_D) labelled on a
+    right-hand axis (paper Fig. 3a/4 style). ``log_steps`` draws against step + 1 on a log axis (so step 0 shows and
+    late, long plateaus get room); ``mark_step`` adds a dashed vertical line there (e.g. the published run's end)."""
+    x = np.asarray(step, dtype=np.float64) + (1.0 if log_steps else 0.0)
+    for loss in curves:
+        ax.plot(x, loss, color=color, linewidth=linewidth)
+    if log_steps:
+        ax.set_xscale("log")
+    ax.set_xlim(x[0], x[-1])
+    ax.set_ylim(0, 1.08 * levels[0])
+    if mark_step is not None:
+        ax.axvline(mark_step + (1.0 if log_steps else 0.0), color="tab:red", linestyle="--", linewidth=0.9)
+    if title:
+        ax.set_title(title)
+    ax.set_xlabel("step + 1 (log scale)" if log_steps else "step")
+    theory_axis(ax, levels, plateau_labels(len(levels)))
+    return ax
+
+
+def log_thin(n: int, points: int = 4000) -> np.ndarray:
+    """Sorted unique indices 0 … n−1, evenly spaced in log(index + 1): what a log-step axis can resolve, so long runs
+    draw (and save) a few thousand samples instead of every step. Always keeps the first and last index."""
+    if n <= points:
+        return np.arange(n)
+    idx = np.unique(np.round(np.geomspace(1, n, points)).astype(int) - 1)
+    return np.union1d(idx, [0, n - 1])
