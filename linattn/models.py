@@ -21,6 +21,8 @@ no mask) and the model is no longer linear in a fixed feature.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torch import nn
@@ -76,12 +78,22 @@ def attention_features(X: torch.Tensor, scale) -> torch.Tensor:
     return (X[:, -1, :D, None] * S[:, None, b, c]).reshape(X.shape[0], -1)
 
 
-def fold_combined(M: torch.Tensor) -> torch.Tensor:
-    """Fold M (D, D+1, D+1) onto the upper triangle in its last two indices: ⟨M, x_q⊗S⟩ = ⟨fold(M), T⟩."""
-    D = M.shape[0]
+@functools.lru_cache(maxsize=None)
+def _fold_matrix(D: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """((D+1)², K) 0/1 matrix adding entry (b, c) and (c, b) of a flattened matrix into triangle slot (min, max)."""
     b, c = _triangle(D)
-    off = (b != c).to(M.dtype)
-    return (M[:, b, c] + off * M[:, c, b]).reshape(-1)
+    k = torch.arange(b.numel())
+    F = torch.zeros(D + 1, D + 1, b.numel(), dtype=dtype)
+    F[b, c, k] = 1.0
+    F[c, b, k] = 1.0
+    return F.reshape((D + 1) ** 2, -1).to(device)
+
+
+def fold_combined(M: torch.Tensor) -> torch.Tensor:
+    """Fold M (D, D+1, D+1) onto the upper triangle in its last two indices: ⟨M, x_q⊗S⟩ = ⟨fold(M), T⟩,
+    fold(M)[a, (b, c)] = M[a, b, c] + M[a, c, b] for b < c and M[a, b, b] on the diagonal."""
+    D = M.shape[0]
+    return (M.reshape(D, -1) @ _fold_matrix(D, M.dtype, str(M.device))).reshape(-1)
 
 
 def cubic_features(X: torch.Tensor, scale) -> torch.Tensor:
@@ -130,8 +142,9 @@ class _Attention(nn.Module):
 
     def combined(self) -> torch.Tensor:
         """fold(M), M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] for a < D: ŷ = ⟨combined(), features(X)⟩."""
-        D = self.v.shape[1] - 1
-        return fold_combined(torch.einsum("hab,hc->abc", self.key_query()[:, :D], self.v))
+        H, D = self.v.shape[0], self.v.shape[1] - 1
+        M = self.key_query()[:, :D].reshape(H, -1).T @ self.v  # rows (a, b), columns c: plain matmuls keep
+        return fold_combined(M.reshape(D, D + 1, D + 1))       # the autograd graph (and the step) short
 
     def value_weights(self) -> torch.Tensor:
         """Each head's value weight on the label, v_h[D] (what ``--track_value`` records)."""
@@ -168,7 +181,7 @@ class AttnS(_Attention):
         return torch.einsum("pa,hra,hrb->phb", xq, self.W_Q, self.W_K)
 
     def key_query(self):
-        return torch.einsum("hra,hrb->hab", self.W_Q, self.W_K)
+        return self.W_Q.transpose(1, 2) @ self.W_K
 
 
 class MLP(nn.Module):
