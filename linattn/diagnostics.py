@@ -325,6 +325,15 @@ def detect_plateaus(loss, steps=None, *, rel_tol: float = 0.01, abs_tol: float |
                     ends=np.array([x[b] for _, b in merged]), drop_steps=np.array(drops))
 
 
+def drop_steps(loss, levels, steps=None) -> np.ndarray:
+    """The step of each drop d = 1 … len(levels)−1: the first step where the loss is below the midpoint of
+    levels[d−1] and levels[d] (NaN if it never gets there). ``steps`` defaults to 0, 1, 2, …"""
+    loss = np.asarray(loss)
+    steps = np.arange(loss.size) if steps is None else np.asarray(steps)
+    mids = (np.asarray(levels[:-1]) + np.asarray(levels[1:])) / 2
+    return np.array([float(steps[np.argmax(loss < m)]) if np.any(loss < m) else np.nan for m in mids])
+
+
 def match_levels(found, theory_levels, tol: float) -> np.ndarray:
     """For each theory level, the detected plateau level nearest to it if within ``tol``, else NaN.
 
