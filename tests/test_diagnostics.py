@@ -152,3 +152,12 @@ def test_head_matrices_reproduce_the_model_output():
         assert np.allclose(model(X, 1.0 / N).detach().numpy(), pred, rtol=1e-9, atol=1e-12)
     assert dg.effective_rank(np.diag([1.0, 1.0, 0.0])) == pytest.approx(2.0)
     assert dg.effective_rank(np.zeros((3, 3))) == 0.0
+
+
+def test_drop_steps_finds_each_midpoint_crossing_and_nan_when_unreached():
+    levels = np.array([1.0, 0.6, 0.3, 0.1])
+    loss = np.concatenate([np.full(100, 1.0), np.full(50, 0.6), np.full(70, 0.3)])  # never reaches 0.1
+    steps = 10 * np.arange(loss.size)
+    out = dg.drop_steps(loss, levels, steps)
+    assert np.array_equal(out[:2], [1000.0, 1500.0]) and np.isnan(out[2])
+    assert np.array_equal(dg.drop_steps(loss, levels)[:2], [100.0, 150.0])

@@ -188,3 +188,18 @@ def test_long_plateaus():
     assert theory.long_plateaus(8, 2) == [0, 2, 4, 6]
     assert theory.long_plateaus(8, 3) == [0, 3, 6]
     assert theory.long_plateaus(4, 1) == [0, 1, 2, 3]
+
+
+def test_attn_s_drop_steps_scale_as_the_escape_time_law():
+    lam = np.array([0.4, 0.3, 0.2, 0.1])
+    N, lr, init = 31, 0.02, 1e-2
+    t = theory.attn_s_drop_steps(lam, N, lr=lr, init=init, rank=1, normalize="mean")
+    assert np.allclose(t / t[0], (lam[0] / lam) ** 2)          # ∝ 1/λ_d²
+    t2 = theory.attn_s_drop_steps(lam, N, lr=lr, init=2 * init, rank=1, normalize="mean")
+    assert np.allclose(t2, t / 2)                              # power law −1 in the initialisation
+    t3 = theory.attn_s_drop_steps(lam, N, lr=lr, init=init, rank=8, normalize="mean")
+    assert np.allclose(t3, 2 * t)                              # key/query scale 1/√(R(D+1)): v₀ ∝ R^{-1/3}
+    # the reference's normalisation is the paper's with converted rate and scale: the same steps
+    lr_p, init_p = theory.to_paper_normalisation("attnS", N, lr=lr, init=init)
+    assert np.allclose(theory.attn_s_drop_steps(lam, N, lr=lr, init=init, normalize="sum"),
+                       theory.attn_s_drop_steps(lam, N, lr=lr_p, init=init_p, normalize="mean"))
