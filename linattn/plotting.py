@@ -117,10 +117,10 @@ def draw_attn_m_schematic(ax, in_dim: int = 3, heads: int = 4) -> None:
     _box(ax, (1.0, 5.6), 1.9, 1.3, "context\n$(x_n, y_n)_{n\\leq N}$\nquery $x_q$")
     _box(ax, (1.0, 2.6), 1.9, 1.6, "$\\beta = \\frac{1}{N}\\sum_n y_n x_n$\n\n$z = \\mathrm{vec}(\\beta\\, x_q^\\top)$")
     _arrow(ax, (1.0, 4.9), (1.0, 3.45))
-    z = _column(D * D, 3.6, 6.6, 0.2)
-    hidden = _column(H, 6.4, 5.2, 1.6)
+    z = _column(D * D, 4.1, 6.6, 0.2)
+    hidden = _column(H, 6.6, 5.2, 1.6)
     out = (9.0, 3.4)
-    _arrow(ax, (2.0, 2.6), (3.25, 3.4))
+    _arrow(ax, (1.95, 2.6), (2.75, 2.6))  # ends left of the z labels
     for i, p in enumerate(z):
         a, b = divmod(i, D)
         _node(ax, p, 0.22, color="#dbe9f6")
@@ -131,9 +131,9 @@ def draw_attn_m_schematic(ax, in_dim: int = 3, heads: int = 4) -> None:
         _node(ax, q, 0.3, color="#fde0c5", text=f"{h + 1}")
         _edge(ax, q, out, color="0.25", lw=1.0)
     _node(ax, out, 0.36, color="#d5efcf", text="$\\hat y$", fontsize=8)
-    ax.text(3.6, 7.15, f"$z$ ($D^2 = {D * D}$)", ha="center", fontsize=8)
-    ax.text(6.4, 7.15, f"$H = {H}$ heads", ha="center", fontsize=8)
-    ax.text(5.0, -0.75, "$W_1$: row $h$ = vec of head $h$'s\nkey–query block $W_{KQ}^{(h)}$", ha="center",
+    ax.text(4.1, 7.15, f"$z$ ($D^2 = {D * D}$)", ha="center", fontsize=8)
+    ax.text(6.6, 7.15, f"$H = {H}$ heads", ha="center", fontsize=8)
+    ax.text(5.3, -0.75, "$W_1$: row $h$ = vec of head $h$'s\nkey–query block $W_{KQ}^{(h)}$", ha="center",
             fontsize=7)
     ax.text(7.9, -0.75, "$w_2$: values $v_h$", ha="center", fontsize=7)
     ax.text(9.0, 2.6, "$\\hat y = w_2^\\top W_1 z$", ha="center", va="top", fontsize=8)
