@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from . import __version__
-from .config import DTYPES, DYNAMICS, ENGINES, NORMALIZATIONS, ConfigError, RunConfig
-from .models import INIT_SCHEMES, MODELS
+from .config import DRAWS, DTYPES, DYNAMICS, ENGINES, NORMALIZATIONS, ConfigError, RunConfig
+from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
 
 
 class UsageError(Exception):
@@ -90,8 +90,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                       help="gd: full-batch gradient descent; flow: gradient flow (scipy solve_ivp) at t/τ = 2·lr·step")
     ours.add_argument("--normalize", choices=NORMALIZATIONS, default=d.normalize,
                       help="sum: the reference's Σ over tokens (default); mean: the paper's 1/N")
-    ours.add_argument("--init_scheme", choices=INIT_SCHEMES, default=d.init_scheme,
-                      help="paper: the paper-era initialisation (published figures); current: the Dec 2025 code")
+    ours.add_argument("--init_scheme", choices=INIT_SCHEMES + tuple(INIT_SCHEME_ALIASES), default=d.init_scheme,
+                      help="the reference's initialisation era: dec2024 (published Figure 3a), jan2025 (Figure 4), "
+                           "dec2025 (the authors' current code, default); 'paper' and 'current' are deprecated "
+                           "aliases of jan2025 and dec2025")
+    ours.add_argument("--draws", choices=DRAWS, default=d.draws,
+                      help="reference (default): the authors' random numbers for this --seed, so the same command "
+                           "gives the same data, weights and losses; streams: linattn's independent streams, one per "
+                           "purpose (changing P or the test sets leaves the initial weights unchanged)")
     ours.add_argument("--spectrum", type=_floats, default=None,
                       help="covariance eigenvalues, comma-separated (rotated randomly, not rescaled)")
     ours.add_argument("--dtype", choices=DTYPES, default=d.dtype)
@@ -109,7 +115,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     fields = RunConfig.__dataclass_fields__
-    return RunConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    settings = {k: v for k, v in vars(args).items() if k in fields}
+    if settings.get("init_scheme") in INIT_SCHEME_ALIASES:
+        era = INIT_SCHEME_ALIASES[settings["init_scheme"]]
+        print(f"linattn: note: --init_scheme {settings['init_scheme']} is deprecated (removed in the next release); "
+              f"it means --init_scheme {era}", file=sys.stderr)
+        settings["init_scheme"] = era
+    return RunConfig(**settings)
 
 
 def default_out(cfg: RunConfig) -> Path:

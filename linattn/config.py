@@ -7,16 +7,18 @@ The CLI (``linattn train``), the figure notebooks and the Python API all go thro
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .models import INIT_SCHEMES, MODELS
+from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
 
 ENGINES = ("auto", "exact", "autograd", "population")
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
 NORMALIZATIONS = ("sum", "mean")
+DRAWS = ("reference", "streams")
 
 
 class ConfigError(ValueError):
@@ -47,7 +49,8 @@ class RunConfig:
     # ours
     spectrum: tuple[float, ...] | None = None
     cov_matrix: list | None = field(default=None, repr=False)
-    init_scheme: str = "paper"
+    init_scheme: str = "dec2025"  # the initialisation era: dec2024, jan2025 or dec2025 (models.init_weights)
+    draws: str = "reference"  # reference: the authors' random numbers (reference_draws.py); streams: data.streams
     normalize: str = "sum"
     engine: str = "auto"
     dynamics: str = "gd"  # gd: full-batch gradient descent; flow: gradient flow at t/τ = 2·lr·step (flow.py)
@@ -55,6 +58,13 @@ class RunConfig:
     device: str = "auto"
     population_samples: int = 0  # 0: exact population moments; > 0: Monte-Carlo estimate of that size
     chunk: int = 4096
+
+    def __post_init__(self):
+        if self.init_scheme in INIT_SCHEME_ALIASES:
+            era = INIT_SCHEME_ALIASES[self.init_scheme]
+            warnings.warn(f"init_scheme={self.init_scheme!r} is deprecated and will be removed in the next release; "
+                          f"use {era!r} (the same initialisation)", FutureWarning, stacklevel=3)
+            self.init_scheme = era
 
     @property
     def N(self) -> int:
@@ -109,6 +119,10 @@ class RunConfig:
             bad("--softmax applies to the attention models, not to --model mlp")
         if self.init_scheme not in INIT_SCHEMES:
             bad(f"--init_scheme must be one of {', '.join(INIT_SCHEMES)}, got {self.init_scheme!r}")
+        if self.draws not in DRAWS:
+            bad(f"--draws must be one of {', '.join(DRAWS)}, got {self.draws!r}")
+        if self.draws == "reference":
+            self._check_reference_draws(bad)
         if self.normalize not in NORMALIZATIONS:
             bad(f"--normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
         if self.dynamics not in DYNAMICS:
@@ -145,3 +159,14 @@ class RunConfig:
             if cov.shape != (self.in_dim, self.in_dim):
                 bad(f"covariance matrix has shape {cov.shape}, expected ({self.in_dim}, {self.in_dim})")
         return self
+
+    def _check_reference_draws(self, bad) -> None:
+        """Options the reference never had have no reference draws: refuse them (``--draws streams`` has them)."""
+        never = [("--spectrum", self.spectrum is not None), ("--cov_matrix", self.cov_matrix is not None),
+                 ("--trainset_size inf", self.trainset_size is None), ("--normalize mean", self.normalize == "mean"),
+                 ("--population_samples", self.population_samples > 0)]
+        for flag, given in never:
+            if given:
+                bad(f"{flag} has no reference draws (the authors' code has no such option); add --draws streams")
+        if self.init_scheme == "dec2024" and self.icl != 1.0:
+            bad("--init_scheme dec2024 with --draws reference needs --icl 1 (the Dec 2024 code had no --icl flag)")

@@ -28,18 +28,37 @@ import torch
 from torch import nn
 
 MODELS = ("attnM", "attnS", "mlp")
-INIT_SCHEMES = ("paper", "current")
+# The reference's three initialisation eras (its code at Dec 2024, Jan 2025 and Dec 2025); the old names are aliases.
+INIT_SCHEMES = ("dec2024", "jan2025", "dec2025")
+INIT_SCHEME_ALIASES = {"paper": "jan2025", "current": "dec2025"}
+
+
+def attn_s_scales(scheme: str, init: float, *, heads: int, in_dim: int, rank: int) -> tuple[float, float]:
+    """(key/query std, value scale) of ATTN_S at initialisation, per era (E = D + 1).
+
+    dec2024: (init, init) — the value weight starts at exactly init; jan2025: (init/√(R·E), init);
+    dec2025: (init/√(H·R·E), init/(√H·E)).
+    """
+    E = in_dim + 1
+    return {"dec2024": (init, init), "jan2025": (init / np.sqrt(rank * E), init),
+            "dec2025": (init / np.sqrt(heads * rank * E), init / (np.sqrt(heads) * E))}[scheme]
 
 
 def init_weights(model: str, *, heads: int, in_dim: int, rank: int = 1, init: float = 0.01,
-                 scheme: str = "paper", rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """The reference's initial weights as full arrays (the layout of ``init.npz``).
+                 scheme: str = "dec2025", rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Initial weights with the reference's distributions, as full arrays (the layout of ``init.npz``).
 
-    ATTN_M: W_KQ, W_V ~ N(0, init²) per entry. ATTN_S, ``scheme="paper"`` (paper-era code, the published figures):
-    W_Q, W_K ~ N(0, init²/(R(D+1))), W_V ~ N(0, init²); ``scheme="current"`` (Dec 2025 code):
-    W_Q, W_K ~ N(0, init²/(H·R·(D+1))), W_V ~ N(0, init²/(H(D+1)²)). Then the blocks that the theory keeps at zero
-    are zeroed (they stay trainable): the first D entries of each v_h = W_V[h][D]; for ATTN_M the query-x/key-label
-    block W_KQ[h][:D, D]; for ATTN_S the key's label column W_K[h][:, D]. MLP: W1, w2 ~ N(0, init²).
+    These are the distributions of the three eras with linattn's own random streams (``--draws streams``); the
+    reference's exact numbers come from :mod:`linattn.reference_draws`. With E = D + 1:
+
+    * ATTN_M and MLP (every era): every entry N(0, init²).
+    * ATTN_S ``dec2024``: W_Q, W_K ~ N(0, init²) with nothing zeroed; W_V zero but W_V[h][D, D] = init.
+    * ATTN_S ``jan2025``: W_Q, W_K ~ N(0, init²/(R·E)), W_V ~ N(0, init²).
+    * ATTN_S ``dec2025``: W_Q, W_K ~ N(0, init²/(H·R·E)), W_V ~ N(0, init²/(H·E²)).
+
+    Then (except dec2024's ATTN_S keys) the blocks that the theory keeps at zero are zeroed; they stay trainable:
+    the first D entries of each v_h = W_V[h][D]; ATTN_M's query-x/key-label block W_KQ[h][:D, D]; ATTN_S's key
+    label column W_K[h][:, D].
     """
     H, D, R = heads, in_dim, rank
     if model == "mlp":
@@ -52,11 +71,14 @@ def init_weights(model: str, *, heads: int, in_dim: int, rank: int = 1, init: fl
         out["W_KQ"][:, :D, D] = 0.0
         v_std = init
     elif model == "attnS":
-        kq_var = init**2 / (R * (D + 1)) if scheme == "paper" else init**2 / (H * R * (D + 1))
-        out["W_Q"] = rng.normal(0.0, np.sqrt(kq_var), (H, R, D + 1))
-        out["W_K"] = rng.normal(0.0, np.sqrt(kq_var), (H, R, D + 1))
+        kq_std, v_std = attn_s_scales(scheme, init, heads=H, in_dim=D, rank=R)
+        out["W_Q"] = rng.normal(0.0, kq_std, (H, R, D + 1))
+        out["W_K"] = rng.normal(0.0, kq_std, (H, R, D + 1))
+        if scheme == "dec2024":
+            out["W_V"] = np.zeros((H, D + 1, D + 1))
+            out["W_V"][:, D, D] = v_std
+            return out
         out["W_K"][:, :, D] = 0.0
-        v_std = init if scheme == "paper" else init / (np.sqrt(H) * (D + 1))
     else:
         raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
     out["W_V"] = rng.normal(0.0, v_std, (H, D + 1, D + 1))

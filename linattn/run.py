@@ -17,6 +17,7 @@ from . import data as data_mod
 from . import engines
 from .config import RunConfig
 from .models import build_model, init_weights
+from .reference_draws import reference_draws
 from .provenance import atomic_write, provenance, write_csv, write_json
 from .train import History, gradient_descent
 
@@ -63,16 +64,36 @@ def objectives(cfg: RunConfig, model, datasets: data_mod.Datasets, device: str):
     return train, tests
 
 
-def run(cfg: RunConfig, *, progress: bool | None = None, snapshot_every: int = 0, snapshot=None) -> RunResult:
-    """Validate ``cfg``, build data, weights and engine, and train. Raises ConfigError before any work."""
-    cfg.validate()
-    start = time.perf_counter()
-    device = pick_device(cfg.device)
+def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
+    """The data sets and initial weights of ``cfg``: the reference's own random numbers (``draws="reference"``),
+    or linattn's independent streams, one per purpose (``draws="streams"``)."""
+    if cfg.draws == "reference":
+        return reference_draws(model=cfg.model, era=cfg.init_scheme, in_dim=cfg.in_dim, seq_len=cfg.seq_len,
+                               trainset_size=cfg.trainset_size, testset_size=cfg.testset_size, icl=cfg.icl,
+                               white_cov=cfg.white_cov, head_num=cfg.head_num, rank=cfg.rank, init=cfg.init,
+                               seed=cfg.seed)
     datasets = data_mod.make_datasets(in_dim=cfg.in_dim, seq_len=cfg.seq_len, trainset_size=cfg.trainset_size,
                                       testset_size=cfg.testset_size, icl=cfg.icl, white_cov=cfg.white_cov,
                                       spectrum=cfg.spectrum, cov_matrix=cfg.cov_matrix, seed=cfg.seed)
     init = init_weights(cfg.model, heads=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank, init=cfg.init,
                         scheme=cfg.init_scheme, rng=data_mod.streams(cfg.seed, data_mod.INIT))
+    return datasets, init
+
+
+def run(cfg: RunConfig, *, init: dict | None = None, data: data_mod.Sequences | None = None,
+        progress: bool | None = None, snapshot_every: int = 0, snapshot=None) -> RunResult:
+    """Validate ``cfg``, build data, weights and engine, and train. Raises ConfigError before any work.
+
+    ``init`` (a dict in the layout of ``init.npz``) replaces the drawn initial weights, and ``data`` (a
+    :class:`~linattn.data.Sequences`) the drawn training set; everything else still comes from ``cfg``.
+    """
+    cfg.validate()
+    start = time.perf_counter()
+    device = pick_device(cfg.device)
+    datasets, drawn = draw(cfg)
+    if data is not None:
+        datasets.train = data
+    init = drawn if init is None else {k: np.asarray(v) for k, v in init.items()}
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
     train, tests = objectives(cfg, model, datasets, device)
     setup = time.perf_counter() - start

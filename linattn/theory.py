@@ -356,17 +356,22 @@ def attn_s_escape_time(lam: float, v0: float) -> float:
     return float(1.0 / (lam**2 * v0))
 
 
-def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, normalize: str = "sum") -> np.ndarray:
-    """Escape-time estimate of each drop d = 1 … D, in GD steps from step 0, for ATTN_S with the paper-era init.
+def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, heads: int = 1,
+                      scheme: str = "jan2025", normalize: str = "sum") -> np.ndarray:
+    """Escape-time estimate of each drop d = 1 … D, in GD steps from step 0, for ATTN_S.
 
-    τ/(λ_d² v₀) (:func:`attn_s_escape_time`) with v₀ the geometric mean of a head's three starting scales: the value
-    (``init``) and the key and query entries (init/√(R(D+1))), i.e. v₀ = init/(R(D+1))^{1/3}, in the paper's
-    normalisation (``init`` and ``lr`` are converted when ``normalize="sum"``).
+    τ/(λ_d² v₀) (:func:`attn_s_escape_time`) with v₀ the geometric mean of a head's three starting scales, the value
+    and the key and query entries, as the initialisation era ``scheme`` sets them (``models.attn_s_scales``; e.g.
+    jan2025: v₀ = init/(R(D+1))^{1/3}), in the paper's normalisation (``init`` and ``lr`` are converted when
+    ``normalize="sum"``).
     """
+    from .models import attn_s_scales
+
     lam = spectrum(cov)[0]
     if normalize == "sum":
         init = to_paper_normalisation("attnS", N, lr=lr, init=init)[1]
-    v0 = init / (rank * (len(lam) + 1)) ** (1.0 / 3.0)
+    kq, v = attn_s_scales(scheme, init, heads=heads, in_dim=len(lam), rank=rank)
+    v0 = (v * kq * kq) ** (1.0 / 3.0)
     t = np.array([attn_s_escape_time(l, v0) for l in lam])
     return time_to_steps(t, lr, normalize=normalize, model="attnS", N=N)
 

@@ -18,14 +18,15 @@ def test_every_reference_flag_parses_with_its_meaning():
         "--seq_len", "17", "--trainset_size", "inf", "--testset_size", "0", "--icl", "1", "--white_cov",
         "--vary_len", "--softmax", "--init", "1e-3", "--lr", "0.02", "--epoch", "7", "--seed", "3",
         "--track_value", "--show", "--out", "x", "--dtype", "float32", "--device", "cpu", "--normalize", "mean",
-        "--engine", "autograd", "--save-data", "--init_scheme", "current", "--population_samples", "1000",
+        "--engine", "autograd", "--save-data", "--init_scheme", "dec2024", "--draws", "streams",
+        "--population_samples", "1000",
         "--chunk", "64", "--threads", "2", "--dynamics", "flow"])
     cfg = config_from_args(args)
     assert (cfg.model, cfg.head_num, cfg.rank, cfg.in_dim, cfg.seq_len) == ("attnS", 5, 2, 6, 17)
     assert cfg.trainset_size is None and cfg.white_cov and cfg.vary_len and cfg.softmax and cfg.track_value
     assert (cfg.init, cfg.lr, cfg.epoch, cfg.seed) == (1e-3, 0.02, 7, 3)
-    assert (cfg.dtype, cfg.device, cfg.normalize, cfg.engine, cfg.init_scheme) == (
-        "float32", "cpu", "mean", "autograd", "current")
+    assert (cfg.dtype, cfg.device, cfg.normalize, cfg.engine, cfg.init_scheme, cfg.draws) == (
+        "float32", "cpu", "mean", "autograd", "dec2024", "streams")
     assert args.show and args.save_data and str(args.out) == "x" and args.threads == 2 and cfg.dynamics == "flow"
     # the reference's long names and argparse prefixes work too
     args = build_parser().parse_args(["train", "--head_num", "4", "--rank", "3", "--cubic_feat", "--model", "mlp",
@@ -39,7 +40,9 @@ def test_reference_defaults():
     assert (cfg.epoch, cfg.lr, cfg.seed, cfg.icl, cfg.trainset_size, cfg.testset_size) == (6001, 1e-3, 10, 1, 5000, 0)
     assert (cfg.seq_len, cfg.in_dim, cfg.out_dim, cfg.model, cfg.rank, cfg.head_num, cfg.init) == (
         32, 4, 1, "attnM", 1, 1, 0.01)
-    assert cfg.normalize == "sum" and cfg.init_scheme == "paper" and cfg.resolved_engine() == "exact"
+    # the authors' current code: its initialisation era and its random draws
+    assert cfg.normalize == "sum" and cfg.init_scheme == "dec2025" and cfg.draws == "reference"
+    assert cfg.resolved_engine() == "exact"
 
 
 BAD = [
@@ -58,12 +61,17 @@ BAD = [
     (["--out_dim", "2"], "--out_dim must be 1"),
     (["--cubic_feat"], "--cubic_feat only applies to --model mlp"),
     (["--model", "mlp"], "--model mlp needs --cubic_feat"),
-    (["--spectrum", "1,2,-1"], "--spectrum values must be positive"),
-    (["--spectrum", "1,2"], "--spectrum has 2 values"),
+    (["--spectrum", "1,2,-1", "--draws", "streams"], "--spectrum values must be positive"),
+    (["--spectrum", "1,2"], "--spectrum has no reference draws"),
+    (["--spectrum", "1,2", "--draws", "streams"], "--spectrum has 2 values"),
+    (["--normalize", "mean"], "--normalize mean has no reference draws"),
+    (["--init_scheme", "dec2024", "--icl", "0.5"], "Dec 2024 code had no --icl flag"),
+    (["--draws", "numpy"], "invalid choice"),
     (["--model", "nope"], "invalid choice"),
     (["--in_dim", "x"], "invalid int value"),
     (["--softmax", "--engine", "exact"], "softmax needs --engine autograd"),
-    (["--trainset_size", "inf", "--icl", "0.5"], "supports --icl 1 only"),
+    (["--trainset_size", "inf"], "--trainset_size inf has no reference draws"),
+    (["--trainset_size", "inf", "--icl", "0.5", "--draws", "streams"], "supports --icl 1 only"),
     (["--lr", "nan"], "expected a finite number"),
     (["--threads", "0"], "--threads must be a positive integer"),
 ]
@@ -92,7 +100,7 @@ def test_non_spd_covariance_matrix_is_refused():
     from linattn.config import ConfigError, RunConfig
 
     with pytest.raises(ConfigError, match="positive definite"):
-        RunConfig(in_dim=2, cov_matrix=[[1.0, 2.0], [2.0, 1.0]]).validate()
+        RunConfig(in_dim=2, cov_matrix=[[1.0, 2.0], [2.0, 1.0]], draws="streams").validate()
 
 
 def test_diverging_run_exits_1_and_leaves_no_loss_csv(tmp_path, capsys):
@@ -137,7 +145,8 @@ def test_output_files_and_saved_data_reproduce_the_first_loss(model, extra, tmp_
     for key in ("linattn_version", "git_commit", "wall_time_s", "dtype", "libraries"):
         assert key in info
     d, w = np.load(out / "data.npz"), np.load(out / "init.npz")
-    X, y = d["X"], d["y"]
+    X, y = d["X"].astype(np.float64), d["y"].astype(np.float64)  # the reference's draws are float32
+    w = {k: v.astype(np.float64) for k, v in w.items()}
     assert X.shape == (50, 6, 4) and y.shape == (50,) and np.all(X[:, -1, -1] == 0)
     # anyone can recompute the first recorded loss from the two files with the issue's formulas
     S = np.einsum("pmb,pmc->pbc", X, X)

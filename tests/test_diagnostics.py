@@ -24,7 +24,8 @@ def rank_one():
     """
     lr, init = theory.to_paper_normalisation("attnS", N, lr=0.02, init=0.01)
     cfg = RunConfig(model="attnS", head_num=5, in_dim=4, spectrum=SPEC4, trainset_size=None, epoch=20000,
-                    lr=lr, init=init, normalize="mean", seed=7)
+                    lr=lr, init=init, normalize="mean", seed=7,
+                    draws="streams", init_scheme="jan2025")
     result = run(cfg, snapshot_every=20, snapshot=dg.snapshot_fn(N))
     table = dg.tidy(result.history.snapshots, result.datasets.cov, N, lr=lr)
     return result, table, dg.detect_plateaus(result.history.train_loss), lr
@@ -112,7 +113,7 @@ def test_rank_two_long_plateaus_only_at_even_m():
     found = {}
     for R, epochs in ((2, 14000), (1, 5000)):
         cfg = RunConfig(model="attnS", head_num=4, rank=R, in_dim=8, trainset_size=None, epoch=epochs, lr=0.4,
-                        init=init, normalize="mean", seed=10)
+                        init=init, normalize="mean", seed=10, draws="streams", init_scheme="jan2025")
         p = dg.detect_plateaus(run(cfg).history.train_loss, min_length=500)
         ms = [int(np.argmin(np.abs(levels - lv))) for lv in p.levels]
         assert np.abs(levels[ms] - p.levels).max() < 0.01

@@ -17,7 +17,7 @@ from linattn.train import gradient_descent
 
 def _problem(model="attnS", heads=2, init=0.3, seed=0):
     ds = data.make_datasets(in_dim=3, seq_len=8, trainset_size=200, seed=seed)
-    w = models.init_weights(model, heads=heads, in_dim=3, init=init, rng=np.random.default_rng(seed))
+    w = models.init_weights(model, heads=heads, in_dim=3, init=init, scheme="jan2025", rng=np.random.default_rng(seed))
     net = models.build_model(model, w)
     return ds, w, engines.Exact.from_data(net, ds.train, normalize="mean")
 
@@ -77,7 +77,8 @@ def test_flow_history_matches_gd_layout_with_tests_and_values():
 
 
 def test_run_and_cli_take_the_flow(tmp_path):
-    cfg = dict(model="attnM", head_num=2, in_dim=3, seq_len=8, trainset_size=None, epoch=50, lr=0.01, init=0.1)
+    cfg = dict(model="attnM", head_num=2, in_dim=3, seq_len=8, trainset_size=None, epoch=50, lr=0.01, init=0.1,
+               draws="streams")
     gd = run(RunConfig(**cfg), progress=False).history.train_loss
     fl = run(RunConfig(**cfg, dynamics="flow")).history.train_loss
     assert np.max(np.abs(gd - fl) / fl) < 0.05 and np.any(gd != fl)
@@ -86,7 +87,7 @@ def test_run_and_cli_take_the_flow(tmp_path):
     out = tmp_path / "flow"
     assert cli.main(["train", "--model", "attnM", "--head", "2", "--in_dim", "3", "--seq_len", "8",
                      "--trainset_size", "inf", "--epoch", "50", "--lr", "0.01", "--init", "0.1",
-                     "--dynamics", "flow", "--out", str(out), "--quiet"]) == 0
+                     "--dynamics", "flow", "--draws", "streams", "--out", str(out), "--quiet"]) == 0
     info = json.loads((out / "run.json").read_text())
     assert info["settings"]["dynamics"] == "flow"
     assert info["final_train_loss"] == pytest.approx(fl[-1], rel=1e-12)

@@ -83,13 +83,18 @@ def test_init_zeroed_blocks_and_scales():
     assert np.all(m["W_KQ"][:, :Dl, Dl] == 0) and np.all(m["W_V"][:, Dl, :Dl] == 0)
     assert np.all(m["W_KQ"][:, Dl, :] != 0) and np.all(m["W_V"][:, Dl, Dl] != 0)
     assert abs(m["W_KQ"][:, :Dl, :Dl].std() / init - 1) < 0.05
-    s = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, rng=rng)
+    s = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, scheme="jan2025", rng=rng)
     assert np.all(s["W_K"][:, :, Dl] == 0) and np.all(s["W_V"][:, Dl, :Dl] == 0)
     assert abs(s["W_Q"].std() / (init / np.sqrt(Rl * (Dl + 1))) - 1) < 0.05
     assert abs(s["W_V"][:, :Dl].std() / init - 1) < 0.05
-    c = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, scheme="current", rng=rng)
+    c = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, scheme="dec2025", rng=rng)
     assert abs(c["W_Q"].std() / (init / np.sqrt(Hl * Rl * (Dl + 1))) - 1) < 0.05
     assert abs(c["W_V"][:, :Dl].std() / (init / np.sqrt(Hl) / (Dl + 1)) - 1) < 0.05
+    old = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, scheme="dec2024", rng=rng)
+    assert abs(old["W_K"].std() / init - 1) < 0.05 and np.all(old["W_K"][:, :, Dl] != 0)  # label column kept
+    expected_v = np.zeros((Hl, Dl + 1, Dl + 1))
+    expected_v[:, Dl, Dl] = init  # every head starts with v_h = (0, …, 0, init)
+    assert np.array_equal(old["W_V"], expected_v)
     p = init_weights("mlp", heads=Hl, in_dim=Dl, init=init, rng=rng)
     assert p["W1"].shape == (Hl, Dl * Dl) and p["w2"].shape == (Hl,)
 

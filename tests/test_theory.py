@@ -83,7 +83,8 @@ def test_loss_of_A_matches_the_population_engine_for_a_random_model():
 
 @pytest.mark.parametrize("model,H,lr,init", [("attnS", 3, 0.02, 0.05), ("attnM", 3, 1e-3, 1e-2), ("mlp", 3, 1e-3, 1e-2)])
 def test_normalisation_conversion_gives_the_same_trajectory(model, H, lr, init):
-    base = dict(model=model, head_num=H, in_dim=4, trainset_size=None, epoch=600, seed=3, cubic_feat=model == "mlp")
+    base = dict(model=model, head_num=H, in_dim=4, trainset_size=None, epoch=600, seed=3, cubic_feat=model == "mlp",
+                draws="streams", init_scheme="jan2025")
     ref = run(RunConfig(**base, lr=lr, init=init, normalize="sum")).history.train_loss
     lr_p, init_p = theory.to_paper_normalisation(model, N, lr=lr, init=init)
     paper = run(RunConfig(**base, lr=lr_p, init=init_p, normalize="mean")).history.train_loss
@@ -145,7 +146,7 @@ def test_attn_m_drop_time_from_random_small_start(seed):
     D = 4
     lr, init = 0.01, 1e-3
     cfg = RunConfig(model="attnM", head_num=8, init=init, lr=lr, epoch=600, trainset_size=None, normalize="mean",
-                    seed=seed, spectrum=(1.0,) * D)
+                    seed=seed, spectrum=(1.0,) * D, draws="streams")
     result = run(cfg)
     cov = result.datasets.cov
     a0 = dg.attn_m_effective_a0(build_model("attnM", result.init), cov, N)
@@ -160,7 +161,7 @@ def test_attn_m_drop_time_from_random_small_start(seed):
 @pytest.mark.parametrize("trainset_size", [None, 20000])
 def test_attn_m_converges_to_loss_star(trainset_size):
     """The Figure 1b command (reference normalisation); population and a large finite training set."""
-    result = run(RunConfig(model="attnM", head_num=8, init=1e-6, trainset_size=trainset_size))
+    result = run(RunConfig(model="attnM", head_num=8, init=1e-6, trainset_size=trainset_size, draws="streams"))
     cov = result.datasets.cov
     A = dg.combined_A(result.model, N, "sum")
     assert result.history.train_loss[0] == pytest.approx(np.trace(cov), abs=0.03)
