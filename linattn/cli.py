@@ -124,6 +124,32 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(**settings)
 
 
+def train_command(cfg: RunConfig) -> str:
+    """The ``linattn train`` command line that runs ``cfg``: every flag whose value differs from the default."""
+    parser = _Parser(prog="linattn train")
+    add_train_arguments(parser)
+    default, words = RunConfig(), ["linattn", "train"]
+    for action in parser._actions:
+        name = action.dest
+        if name not in RunConfig.__dataclass_fields__ or name == "cov_matrix":
+            continue
+        value = getattr(cfg, name)
+        if value == getattr(default, name):
+            continue
+        flag = action.option_strings[0]
+        if isinstance(value, bool):
+            words.append(flag)
+        elif name == "trainset_size" and value is None:
+            words += [flag, "inf"]
+        elif isinstance(value, (tuple, list)):
+            words += [flag, ",".join(f"{v:g}" for v in value)]
+        else:
+            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if cfg.cov_matrix is not None:
+        words.append("# with a covariance matrix given in Python (cov_matrix), which the CLI does not take")
+    return " ".join(words)
+
+
 def default_out(cfg: RunConfig) -> Path:
     """runs/<reference-style name>_<8 hex digits of every setting>: distinct settings never share a folder."""
     P = "inf" if cfg.trainset_size is None else cfg.trainset_size

@@ -27,7 +27,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunConfig:
-    # the reference's flags, same names and defaults (shared/paper/reference.md)
+    # the reference's flags, same names and defaults
     model: str = "attnM"
     head_num: int = 1
     rank: int = 1

@@ -4,7 +4,8 @@ A sequence holds ``seq_len`` tokens x̃_n = (x_n, y_n) ∈ R^{D+1} with x_n ~ N(
 is the query, whose label is zeroed before it enters a model and kept apart as the target y. So N = seq_len − 1
 context pairs precede the query (paper, Section 2).
 
-Recipe (``shared/paper/reference.md``, "Data"):
+The reference implementation's recipe, drawn here from linattn's own independent streams (``--draws streams``;
+``reference_draws.py`` draws the authors' exact numbers instead):
 
 * Λ: eigenvalues 1..D rotated by a random orthogonal matrix and divided by the trace (default); I/D (``white``);
   or a given spectrum (rotated the same way) or SPD matrix, used as given.

@@ -37,7 +37,7 @@ def head_matrices(model) -> np.ndarray:
 
     ŷ = Σ_h v_h[D] x_qᵀ U_h b with U_h = W_KQ[h][:D, :D] (ATTN_S: W_Q[h]ᵀ W_K[h] restricted to x), b the
     (scaled) label-weighted context sum, so A_h = v_h[D] U_hᵀ. For ATTN_S this is v_h Σ_r k_{h,r} q_{h,r}ᵀ with
-    k = W_K[h][r, :D] (key) and q = W_Q[h][r, :D] (query): theory.md's A = Σ_i v_i k_i q_iᵀ. For the MLP,
+    k = W_K[h][r, :D] (key) and q = W_Q[h][r, :D] (query): the paper's A = Σ_i v_i k_i q_iᵀ. For the MLP,
     A_h = w₂[h] · reshape(W₁[h], (D, D)) (z[i·D+j] = b_i x_q,j). The blocks the theory keeps at zero are ignored;
     they enter ŷ only through terms that vanish in expectation.
     """

@@ -1,4 +1,4 @@
-"""The settings of every figure, at two sizes: ``paper`` (the published settings, shared/paper/figures.md) and
+"""The settings of every figure, at two sizes: ``paper`` (the published settings) and
 ``quick`` (CI-sized: each notebook runs in seconds).
 
     PRESETS["fig01b_attnm_loss"]["paper"]        # a dict of settings
@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import copy
 
-PRESET_NAMES = ("quick", "paper")
+# Every run uses the reference's own random draws (``draws="reference"``, the default) and names the initialisation
+# era its published figure was made with: dec2024 for Figures 1b and 3a–3c (ATTN_M's and the MLP's draws are the
+# same in dec2024 and jan2025), jan2025 for Figure 4, the rank appendix and Figure 14.
 
 # Published settings shared by Figures 1b, 5 (ATTN_M), 14: D = 4, seq_len 32, P = 5000, default covariance.
 _ATTN_M_PAPER = dict(model="attnM", head_num=8, init=1e-6, in_dim=4, seq_len=32, trainset_size=5000, lr=1e-3,
-                     epoch=6001)
+                     epoch=6001, init_scheme="dec2024", draws="reference")
 
-# Published settings of Figure 3a (rank-one ATTN_S, D = 4, eigenvalues 0.4, 0.3, 0.2, 0.1) and Figure 4 (D = 8).
+# Published settings of Figure 3a (rank-one ATTN_S, D = 4: the default covariance has the eigenvalues 0.4, 0.3, 0.2,
+# 0.1) and Figure 4 (D = 8).
 _ATTN_S_PAPER = dict(model="attnS", head_num=5, rank=1, init=1e-2, lr=0.02, epoch=10001, trainset_size=80000,
-                     in_dim=4, seq_len=32, spectrum=(0.4, 0.3, 0.2, 0.1))
+                     in_dim=4, seq_len=32, init_scheme="dec2024", draws="reference")
 _ATTN_S_QUICK = dict(_ATTN_S_PAPER, init=2e-2, epoch=6001, trainset_size=4000)
 _LOW_RANK_PAPER = dict(model="attnS", head_num=9, in_dim=8, seq_len=32, init=5e-3, lr=0.02, epoch=20001,
-                       trainset_size=80000)
+                       trainset_size=80000, init_scheme="jan2025", draws="reference")
 _LOW_RANK_QUICK = dict(_LOW_RANK_PAPER, init=3e-2, epoch=3001, trainset_size=2000)
 
 PRESETS: dict[str, dict[str, dict]] = {
@@ -46,37 +49,37 @@ PRESETS: dict[str, dict[str, dict]] = {
         # n = seq_len: with the published init/lr ATTN_M would not leave its plateau within the published steps.
         # Both presets therefore use smaller P and larger init/lr than Figures 1b/3a (see the notebook header).
         "quick": dict(attn_m=dict(model="attnM", head_num=8, init=1e-2, lr=0.02, epoch=601, trainset_size=100,
-                                  in_dim=4, seq_len=32),
+                                  in_dim=4, seq_len=32, init_scheme="jan2025"),
                       attn_s=dict(model="attnS", head_num=5, init=0.05, lr=0.05, epoch=1201, trainset_size=100,
-                                  in_dim=4, seq_len=32),
+                                  in_dim=4, seq_len=32, init_scheme="jan2025"),
                       seeds=[10]),
         "paper": dict(attn_m=dict(model="attnM", head_num=8, init=1e-4, lr=0.02, epoch=3001, trainset_size=500,
-                                  in_dim=4, seq_len=32),
+                                  in_dim=4, seq_len=32, init_scheme="jan2025"),
                       attn_s=dict(model="attnS", head_num=5, init=0.05, lr=0.05, epoch=6001, trainset_size=500,
-                                  in_dim=4, seq_len=32),
+                                  in_dim=4, seq_len=32, init_scheme="jan2025"),
                       seeds=[10]),
     },
     "fig14_icl_iwl": {
-        "quick": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, lr=1e-3, epoch=2500, trainset_size=500,
+        "quick": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", lr=1e-3, epoch=2500, trainset_size=500,
                       testset_size=500, in_dim=4, seq_len=32, icl_values=[0.0, 0.5, 1.0], seeds=[10]),
-        "paper": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, lr=5e-4, epoch=5000, trainset_size=5000,
+        "paper": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", lr=5e-4, epoch=5000, trainset_size=5000,
                       testset_size=5000, in_dim=4, seq_len=32, icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seeds=[10]),
     },
     "figA_white_cov": {
-        "quick": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, lr=1e-3, epoch=3001, trainset_size=1000,
+        "quick": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", lr=1e-3, epoch=3001, trainset_size=1000,
                       in_dim=4, seq_len=32, seeds=[10]),
-        "paper": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, lr=1e-3, epoch=3001,
+        "paper": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", lr=1e-3, epoch=3001,
                       trainset_size=5000, in_dim=4, seq_len=32, seeds=[10, 11, 12]),
     },
     "figA_init_scale": {
-        "quick": dict(attn_m=dict(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32, trainset_size=1000,
+        "quick": dict(attn_m=dict(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32, trainset_size=1000, init_scheme="jan2025",
                                   epoch=1501),
-                      attn_s=dict(model="attnS", head_num=1, lr=0.02, in_dim=4, seq_len=32, trainset_size=1000,
+                      attn_s=dict(model="attnS", head_num=1, lr=0.02, in_dim=4, seq_len=32, trainset_size=1000, init_scheme="jan2025",
                                   epoch=2001),
                       inits_m=[1e-6, 1e-3, 0.3], inits_s=[1e-2, 2e-2, 0.3], seeds=[10]),
-        "paper": dict(attn_m=dict(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32, trainset_size=5000,
+        "paper": dict(attn_m=dict(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32, trainset_size=5000, init_scheme="jan2025",
                                   epoch=4001),
-                      attn_s=dict(model="attnS", head_num=1, lr=0.02, in_dim=4, seq_len=32, trainset_size=5000,
+                      attn_s=dict(model="attnS", head_num=1, lr=0.02, in_dim=4, seq_len=32, trainset_size=5000, init_scheme="jan2025",
                                   epoch=20001),
                       inits_m=[1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 0.3], inits_s=[1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 0.3],
                       seeds=[10]),
@@ -84,10 +87,11 @@ PRESETS: dict[str, dict[str, dict]] = {
     # ---- ATTN_S, low rank, appendix and beyond-the-paper figures (fig03*, fig04, figA_ranks/inside_head/vary_len,
     # beyond_*); the quick presets use a larger init, fewer steps and a smaller P so that they run in seconds.
     "fig03a_attns_loss": {
-        # epoch_extended: the one run per seed goes on to this step (the published window is its first ``epoch``
-        # steps), long enough for every seed's last drop (paper: the slowest seed's fourth drop is at ~24300)
-        "quick": dict(_ATTN_S_QUICK, seeds=[0, 1], epoch_extended=10001),
-        "paper": dict(_ATTN_S_PAPER, seeds=[0, 1, 2, 3, 4, 5], epoch_extended=40001),
+        # epoch_extended: the same runs carried on to this step (the published window is their first ``epoch`` steps);
+        # epoch_streams: the horizon of the comparison runs with linattn's own streams (draws="streams"), whose
+        # slowest seed makes its fourth drop near step 24300
+        "quick": dict(_ATTN_S_QUICK, seeds=[0, 1], epoch_extended=10001, epoch_streams=10001),
+        "paper": dict(_ATTN_S_PAPER, seeds=[0, 1, 2, 3, 4, 5], epoch_extended=20001, epoch_streams=40001),
     },
     "fig03b_attns_values": {
         "quick": dict(_ATTN_S_QUICK, seeds=[0]),
@@ -120,9 +124,12 @@ PRESETS: dict[str, dict[str, dict]] = {
         # our choice (the appendix settings are unconfirmed): Figure 1b's ATTN_M and Figure 3a's ATTN_S with P = 5000;
         # --vary_len divides outputs by the prefix length n, which slows learning ~n-fold, so lr (ATTN_M: x30;
         # ATTN_S: x10) and the ATTN_S init (x3) are raised
-        "quick": dict(attn_m=dict(_ATTN_M_PAPER, lr=0.03, epoch=3001, trainset_size=1000),
-                      attn_s=dict(_ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=6001, trainset_size=1000), seeds=[10]),
-        "paper": dict(attn_m=dict(_ATTN_M_PAPER, lr=0.03), attn_s=dict(_ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=20001,
+        # (--vary_len exists from the jan2025 code on, so both runs use that era)
+        "quick": dict(attn_m=dict(_ATTN_M_PAPER, lr=0.03, epoch=3001, trainset_size=1000, init_scheme="jan2025"),
+                      attn_s=dict(_ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=6001, trainset_size=1000,
+                                  init_scheme="jan2025"), seeds=[10]),
+        "paper": dict(attn_m=dict(_ATTN_M_PAPER, lr=0.03, init_scheme="jan2025"),
+                      attn_s=dict(_ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=20001, init_scheme="jan2025",
                                                                      trainset_size=5000), seeds=[10]),
     },
     "beyond_diagnostics": {
@@ -135,9 +142,11 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
     "beyond_population": {
         # P = None is the population (infinite-data) objective, estimated from population_samples fresh sequences
-        "quick": dict(_ATTN_S_QUICK, trainset_sizes=[None, 1000, 4000], population_samples=1 << 15, flow=True,
+        # linattn's own streams (draws="streams"): the initial weights stay the same as P changes, and P = ∞ has no
+        # reference draws
+        "quick": dict(_ATTN_S_QUICK, draws="streams", trainset_sizes=[None, 1000, 4000], population_samples=1 << 15, flow=True,
                       seeds=[0]),
-        "paper": dict(_ATTN_S_PAPER, trainset_sizes=[None, 5000, 80000], population_samples=1 << 20, flow=True,
+        "paper": dict(_ATTN_S_PAPER, draws="streams", trainset_sizes=[None, 5000, 80000], population_samples=1 << 20, flow=True,
                       seeds=[0]),
     },
     "beyond_error_table": {

@@ -86,7 +86,7 @@ def second_moment_z(cov, N: int, normalize: str = "mean") -> np.ndarray:
     """E[z zᵀ] (D², D²) in the ordering z[i·D + j] = b_i x_q,j: kron(E[Λ̂²], Λ), i.e. entry [iD+j, kD+l] =
     E[Λ̂²]_ik Λ_jl (β and x_q are independent, E_w[β βᵀ] = E[Λ̂²]). Times N² in the reference's normalisation.
 
-    (theory.md writes Λ ⊗ E[Λ̂²] "up to the vec ordering"; with our row-major z it is E[Λ̂²] ⊗ Λ.)
+    (Λ ⊗ E[Λ̂²] up to the vec ordering; with our row-major z it is E[Λ̂²] ⊗ Λ.)
     """
     return _feature_scale(N, normalize) ** 2 * np.kron(expected_lambda_hat_sq(cov, N), as_covariance(cov))
 
@@ -237,7 +237,7 @@ def white_sigma(t, D: int, N: int, w_init: float, kappa: float = 1.0):
 
         σ(t) = (s/√D) / [λ_z (1 − e^{−2st/τ}) + (s/w_init²) e^{−2st/τ}]
 
-    (written with e^{−2st} so it never overflows). κ = 1 gives theory.md's Λ = I form
+    (written with e^{−2st} so it never overflows). κ = 1 gives the Λ = I form
     σ = e^{2√D t}/[c(e^{2√D t} − 1) + √D/w_init²]; κ = 1/D the reference's white covariance, σ(∞) = D/c.
     ``t`` is t/τ (paper normalisation).
     """
