@@ -211,5 +211,6 @@ def test_every_notebook_has_presets_and_a_parameters_cell():
         first_code = next(c for c in nb.cells if c.cell_type == "code")
         assert "parameters" in first_code.metadata.get("tags", []), name
         assert "out_dir = None" in first_code.source and 'preset = "quick"' in first_code.source, name
-        last_md = [c for c in nb.cells if c.cell_type == "markdown"][-1].source
-        assert f":name: fig-{name}" in last_md and f"{name}/{name}.png" in last_md, name
+        directive = [c.source for c in nb.cells if c.cell_type == "markdown" and f":name: fig-{name}" in c.source]
+        assert len(directive) == 1, name
+        assert f"{name}/{name}.png" in directive[0] or f"{name}/{name}.svg" in directive[0], name
