@@ -1,0 +1,152 @@
+"""Benchmark of the softmax objective (``linattn.softmax_engine``) at the Figure 5 settings (on demand, not in CI).
+
+    .venv/bin/python benchmarks/bench_softmax.py                 # everything, about 3 min on 2 cores
+    .venv/bin/python benchmarks/bench_softmax.py --quick         # no full-attention ATTN_S step (16 s a step)
+    .venv/bin/python benchmarks/bench_softmax.py --json out.json
+
+For each setting (softmax ATTN_M: P = 5000, H = 8; softmax ATTN_S: P = 80000, H = 5, R = 1; D = 4, seq_len = 32)
+and engine, a fresh process builds the data and weights, then times the engine's steps with one torch thread (the
+CLI's default). Engines: ``softmax`` (the new objective, float32 arithmetic with float64 sums, compiled),
+``softmax-f64`` (the same in float64), ``softmax-eager`` (float32, not compiled: the fallback when no compiler
+works), ``autograd`` (``engines.PerSample``: query row, autograd, float64) and ``full`` (the same through
+``full_attention``: every head's n×n matrix, as the reference computes it). Reported: set-up time, the first step
+(it includes torch.compile's compilation; the compiled kernels are cached on disk for later processes), the median
+and fastest of the other steps, and the process's peak resident memory (ru_maxrss; it includes the float64 data set,
+shown apart as "data"). Loss and gradient are compared with the autograd engine's; ratios are of median steps
+measured in the same invocation. A whole published-scale Figure 5 (ATTN_M 6001 steps + ATTN_S 10001 steps) is
+projected as set-up + first step + (epochs − 1) × median step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from linattn import data, engines, models
+from linattn.softmax_engine import SoftmaxQueryRow
+
+FIG5_M = dict(model="attnM", head_num=8, rank=1, in_dim=4, seq_len=32, trainset_size=5000, epoch=6001, init=1e-6,
+              seed=10)
+FIG5_S = dict(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, trainset_size=80000, epoch=10001, init=1e-2,
+              seed=0)
+CASES = [("Fig 5 softmax attnM (P 5000, H 8)", FIG5_M), ("Fig 5 softmax attnS (P 80000, H 5, R 1)", FIG5_S)]
+ENGINES = ("softmax", "softmax-f64", "softmax-eager", "autograd", "full")
+STEPS = {"softmax": 30, "softmax-f64": 20, "softmax-eager": 5, "autograd": 5, "full": 2}
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _objective(engine: str, seqs):
+    if engine == "softmax":
+        return SoftmaxQueryRow(seqs).value_and_grad
+    if engine == "softmax-f64":
+        return SoftmaxQueryRow(seqs, dtype=torch.float64).value_and_grad
+    if engine == "softmax-eager":
+        return SoftmaxQueryRow(seqs, compile=False).value_and_grad
+    obj = engines.PerSample(seqs)
+    return obj.value_and_grad if engine == "autograd" else obj.value_and_grad_full_attention
+
+
+def measure(settings: dict, engine: str, n_steps: int) -> dict:
+    """Set-up, first-step and step times of one engine on one setting (meant to run in a fresh process)."""
+    torch.set_num_threads(1)
+    s = settings
+    ds = data.make_datasets(in_dim=s["in_dim"], seq_len=s["seq_len"], trainset_size=s["trainset_size"], seed=s["seed"])
+    w = models.init_weights(s["model"], heads=s["head_num"], in_dim=s["in_dim"], rank=s["rank"], init=s["init"],
+                            rng=data.streams(s["seed"], data.INIT))
+    net = models.build_model(s["model"], w, softmax=True)
+    data_mb = _peak_mb()
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    step = _objective(engine, ds.train)
+    setup = time.perf_counter() - t0
+    times = []
+    for _ in range(n_steps + 1):
+        for p in net.parameters():
+            p.grad = None
+        t = time.perf_counter()
+        loss = step(net)
+        times.append(time.perf_counter() - t)
+    from linattn import softmax_engine
+    return dict(engine=engine, setup_s=setup, first_s=times[0], step_s=statistics.median(times[1:]),
+                step_min_s=min(times[1:]), loss=loss, grad=[p.grad.flatten().tolist() for p in net.parameters()],
+                peak_mb=_peak_mb(), data_mb=data_mb, epochs=s["epoch"], load=load,
+                compiled=engine.startswith("softmax") and engine != "softmax-eager"
+                and not softmax_engine._compile_failed)
+
+
+def _in_child(settings: dict, engine: str, n_steps: int) -> dict:
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import json, sys; sys.path.insert(0, {here!r}); import bench_softmax as b; "
+            f"print(json.dumps(b.measure({settings!r}, {engine!r}, {n_steps})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _rel(a, b) -> float:
+    num = sum((x - y) ** 2 for u, v in zip(a, b) for x, y in zip(u, v)) ** 0.5
+    return num / sum(y ** 2 for v in b for y in v) ** 0.5
+
+
+def bench(quick: bool) -> list[dict]:
+    rows = []
+    for label, settings in CASES:
+        res = {}
+        for e in ENGINES:
+            if quick and e == "full" and settings is FIG5_S:
+                continue
+            res[e] = _in_child(settings, e, STEPS[e])
+        base = res["autograd"]
+        for e, r in res.items():
+            r.update(case=label, setting=settings["model"], loss_rel_diff=abs(r["loss"] - base["loss"]) / base["loss"],
+                     grad_rel_diff=_rel(r["grad"], base["grad"]), vs_autograd=base["step_s"] / r["step_s"],
+                     vs_full=res["full"]["step_s"] / r["step_s"] if "full" in res else None,
+                     whole_run_s=r["setup_s"] + r["first_s"] + (r["epochs"] - 1) * r["step_s"])
+            rows.append(r)
+        for r in res.values():
+            del r["grad"]
+            print_row(r)
+    print("\nwhole published-scale Figure 5 (ATTN_M 6001 steps at P 5000 + ATTN_S 10001 steps at P 80000), projected:")
+    for e in ENGINES:
+        parts = [r for r in rows if r["engine"] == e]
+        if len(parts) == len(CASES):
+            total = sum(r["whole_run_s"] for r in parts)
+            print(f"  {e:<14} {_duration(total):>10}   ({' + '.join(_duration(r['whole_run_s']) for r in parts)})")
+    return rows
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def print_row(r):
+    full = f"  {r['vs_full']:7.0f}× vs full" if r["vs_full"] else ""
+    print(f"{r['case']:<42} {r['engine']:<14} setup {r['setup_s']:5.2f} s  first {r['first_s']:6.2f} s  "
+          f"step {r['step_s'] * 1e3:9.2f} ms (min {r['step_min_s'] * 1e3:8.2f})  peak RSS {r['peak_mb']:5.0f} MB "
+          f"(data {r['data_mb']:4.0f})  {r['vs_autograd']:6.1f}× vs autograd{full}  "
+          f"|Δloss| {r['loss_rel_diff']:.0e}  |Δgrad| {r['grad_rel_diff']:.0e}  load {r['load']:.1f}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="skip the full-attention ATTN_S step")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args()
+    rows = bench(args.quick)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
