@@ -31,8 +31,9 @@ import time
 import numpy as np
 import torch
 
-from linattn import engines, models
+from linattn import engines, models, theory
 from linattn.config import RunConfig
+from linattn.diagnostics import drop_steps
 from linattn.flow import gradient_flow
 from linattn.run import draw, objectives, run
 from linattn.train import gradient_descent
@@ -154,13 +155,13 @@ def bench_runs(quick: bool) -> list[dict]:
 
 
 def _crossings(loss, levels):
-    return [int(np.argmax(loss < lv)) if np.any(loss < lv) else None for lv in levels]
+    """The drop steps (``diagnostics.drop_steps``) between the plateau ``levels``, None for a drop not made."""
+    return [None if np.isnan(s) else int(s) for s in drop_steps(loss, levels)]
 
 
 def bench_flow(quick: bool) -> list[dict]:
-    cases = [("Fig 1b", FIG1B, [(1.0 + 0.1360) / 2]),
-             ("Fig 3a seed 0", FIG3A, [(a + b) / 2 for a, b in zip([1, .6406, .3774, .2098], [.6406, .3774, .2098,
-                                                                                              .1360])])]
+    # plateau levels (theory.md): Figure 1b's one drop tr Λ → L*, Figure 3a's L(M_0) … L(M_4)
+    cases = [("Fig 1b", FIG1B, [1.0, 0.1360]), ("Fig 3a seed 0", FIG3A, [1.0, 0.6406, 0.3774, 0.2098, 0.1360])]
     if quick:
         cases = cases[:1]
     rows = []
@@ -194,12 +195,9 @@ def bench_population() -> dict:
     t0 = time.perf_counter()
     mc = engines.population(net, cov=cov, seq_len=32, normalize="mean", samples=1 << 20, seed=1)
     t_mc = time.perf_counter() - t0
-    lam, vec = np.linalg.eigh(cov)
-    lam, vec = lam[::-1], vec[:, ::-1]
-    c = 1 + (1 + lam.sum() / lam) / 31
     errs = []
     for m in range(5):
-        A = sum((np.outer(vec[:, d], vec[:, d]) / (lam[d] * c[d]) for d in range(m)), np.zeros((4, 4)))
+        A = theory.pcr_weights(cov, 31, m, normalize="mean")  # the fixed point M_m
         M = torch.zeros(4, 5, 5, dtype=torch.float64)
         M[:, :4, 4] = torch.as_tensor(A).T
         mm = models.fold_combined(M)

@@ -7,6 +7,7 @@ The CLI (``linattn train``), the figure notebooks and the Python API all go thro
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from dataclasses import asdict, dataclass, field
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
 
-ENGINES = ("auto", "exact", "autograd", "population")
+ENGINES = ("auto", "exact", "autograd", "population", "softmax")
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
 NORMALIZATIONS = ("sum", "mean")
@@ -27,6 +28,12 @@ class ConfigError(ValueError):
 
 @dataclass
 class RunConfig:
+    """The settings of one run: the fields are the flags of ``linattn train`` (``linattn train --help`` says what
+    each means), with the reference's names and defaults, then linattn's own. ``trainset_size=None`` is the CLI's
+    ``inf`` (the population objective). Nothing is checked on construction; :meth:`validate` checks everything
+    and :func:`linattn.run.run` calls it first.
+    """
+
     # the reference's flags, same names and defaults
     model: str = "attnM"
     head_num: int = 1
@@ -72,19 +79,36 @@ class RunConfig:
         return self.seq_len - 1
 
     def resolved_engine(self) -> str:
-        """``auto``: exact for linear models, population when the training set is infinite, else autograd."""
+        """``auto``: exact for linear models, population when the training set is infinite, softmax for softmax."""
         if self.engine != "auto":
             return self.engine
         if self.trainset_size is None:
             return "population"
-        return "autograd" if self.softmax else "exact"
+        return "softmax" if self.softmax else "exact"
 
     def to_dict(self) -> dict:
+        """Every setting by name (``trainset_size`` None as ``"inf"``): ``run.json``'s ``settings``."""
         d = asdict(self)
         d["trainset_size"] = "inf" if self.trainset_size is None else self.trainset_size
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        """The inverse of :meth:`to_dict` (e.g. ``run.json``'s ``settings``); unknown keys raise ConfigError."""
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"unknown settings {', '.join(unknown)} (from another linattn version?)")
+        d = dict(d)
+        if d.get("trainset_size") == "inf":
+            d["trainset_size"] = None
+        if d.get("spectrum") is not None:
+            d["spectrum"] = tuple(d["spectrum"])
+        return cls(**d)
+
     def validate(self) -> "RunConfig":
+        """``self`` if every setting is valid and they fit together, else :class:`ConfigError` naming the first
+        problem in one sentence (with the CLI's flag names). Also refuses an unavailable CUDA ``device``."""
+
         def bad(msg):
             raise ConfigError(msg)
 
@@ -97,6 +121,13 @@ class RunConfig:
             bad(f"--trainset_size must be a positive integer or 'inf', got {self.trainset_size}")
         if self.testset_size < 0:
             bad(f"--testset_size must be >= 0, got {self.testset_size}")
+        # the drawn sets are centred across their sequences (the reference's recipe): one sequence becomes all zeros
+        for name in ("trainset_size", "testset_size"):
+            if getattr(self, name) == 1:
+                bad(f"--{name} 1 is refused: the inputs are centred across the sequences of a set, which sets every "
+                    "input of a single sequence to zero; use at least 2")
+        if not 0 <= self.seed < 2**32:
+            bad(f"--seed must be an integer in [0, 2^32), got {self.seed}")
         if self.seq_len < 2:
             bad(f"--seq_len must be at least 2 (one context pair and the query), got {self.seq_len}")
         if not 1 <= self.rank <= self.in_dim:
@@ -131,11 +162,22 @@ class RunConfig:
             bad(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.dtype not in DTYPES:
             bad(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+        if self.device not in ("auto", "cpu") and not re.fullmatch(r"cuda(:\d+)?", self.device):
             bad(f"--device must be auto, cpu or cuda[:k], got {self.device!r}")
+        if self.device.startswith("cuda"):
+            import torch
+
+            index = int(self.device.partition(":")[2] or 0)
+            if not torch.cuda.is_available():
+                bad(f"--device {self.device}: torch {torch.__version__} sees no CUDA device here; use --device cpu "
+                    "or auto")
+            if index >= torch.cuda.device_count():
+                bad(f"--device {self.device}: torch sees {torch.cuda.device_count()} CUDA device(s), numbered from 0")
         engine = self.resolved_engine()
         if self.softmax and engine in ("exact", "population"):
-            bad(f"--engine {engine} covers linear attention only; softmax needs --engine autograd")
+            bad(f"--engine {engine} covers linear attention only; softmax needs --engine autograd or softmax")
+        if engine == "softmax" and not self.softmax:
+            bad("--engine softmax covers softmax attention only (add --softmax, or use --engine exact/autograd)")
         if engine == "population":
             if self.icl != 1.0:
                 bad("the population engine (--trainset_size inf) supports --icl 1 only")

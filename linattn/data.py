@@ -36,10 +36,37 @@ def streams(seed: int, which: int) -> np.random.Generator:
 
 @dataclass
 class Sequences:
-    """A set of P sequences: ``X`` (P, seq_len, D+1) with the query label zeroed, and the targets ``y`` (P,)."""
+    """A set of P sequences: ``X`` (P, seq_len, D+1) with the query label zeroed, and the targets ``y`` (P,).
+
+    Token m of sequence p is ``X[p, m] = (x_m, y_m)``; the last token is the query, whose label slot
+    ``X[p, -1, -1]`` must be 0 (its true label is ``y[p]``). Checked on construction, each failure a ValueError:
+    the shapes (at least one sequence, two tokens and one input coordinate), finite values, and the zeroed query
+    label (a nonzero one would hand the target to the model). Arrays (or CPU tensors) are kept as numpy arrays
+    without copying; integer or boolean arrays become float64.
+    """
 
     X: np.ndarray
     y: np.ndarray
+
+    def __post_init__(self):
+        X, y = np.asarray(self.X), np.asarray(self.y)
+        if X.ndim != 3 or X.shape[0] < 1 or X.shape[1] < 2 or X.shape[2] < 2:
+            raise ValueError(f"X must have shape (P, seq_len, D+1) with P >= 1 sequences, seq_len >= 2 tokens (context "
+                             f"and query) and D >= 1 input coordinates, got shape {X.shape}")
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"y must have shape (P,) = ({X.shape[0]},), one target per sequence of X, got shape "
+                             f"{y.shape}")
+        X = X if np.issubdtype(X.dtype, np.floating) else X.astype(np.float64)
+        y = y if np.issubdtype(y.dtype, np.floating) else y.astype(np.float64)
+        for name, a in (("X", X), ("y", y)):
+            bad = a.size - np.count_nonzero(np.isfinite(a))
+            if bad:
+                raise ValueError(f"{name} must be finite, but {bad} of its {a.size} entries are NaN or infinite")
+        leak = np.count_nonzero(X[:, -1, -1])
+        if leak:
+            raise ValueError(f"the query's label X[:, -1, -1] must be 0, but it is nonzero in {leak} of {X.shape[0]} "
+                             "sequences: the model would see the target. Zero it and pass the label as y")
+        self.X, self.y = X, y
 
     def __len__(self) -> int:
         return self.X.shape[0]
@@ -47,13 +74,16 @@ class Sequences:
 
 @dataclass
 class Datasets:
-    """The training set, the optional test sets, and the task (Λ and the fixed task vector)."""
+    """The training set, the optional test sets, and the task (Λ and the fixed task vector).
+
+    ``train`` is None for population training; ``w_fix`` is None when the data were given rather than drawn.
+    """
 
     train: Sequences | None
     test_iwl: Sequences | None
     test_icl: Sequences | None
     cov: np.ndarray
-    w_fix: np.ndarray
+    w_fix: np.ndarray | None
 
 
 def random_rotation(D: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,16 +1,19 @@
 """Measures on a training run: the in-context matrix A(t), its alignment with the eigen-directions, effective ranks,
-subspace stability, conservation-law drift, distance to the PCR predictor, and a plateau detector for loss curves.
+subspace stability, conservation-law drift, distance to the PCR predictor, a plateau detector for loss curves and the
+one rule for the step of a drop (:func:`drop_steps`).
 
 The measures follow Mainali & Teixeira (arXiv:2504.12916: spectral-rank dynamics, subspace stability, conservation
 laws) applied to this project's models. Record them during training with
 
-    snap = snapshot_fn(cov, N, normalize="sum", model="attnS")
+    snap = snapshot_fn(cfg.N, normalize=cfg.normalize)
     result = run(cfg, snapshot_every=50, snapshot=snap)
-    table = tidy(result.history.snapshots, cov, N, lr=cfg.lr, normalize=cfg.normalize, model=cfg.model)
+    table = tidy(result.history.snapshots, cov, cfg.N, lr=cfg.lr, normalize=cfg.normalize, model=cfg.model)
 
 All matrices A are in the βᵀ A x_q form of ``theory.py`` and, inside snapshots and tables, in the **paper's
 normalisation** (a reference-normalised model's A is multiplied by N), so they compare directly with
-``theory.fixed_point_A``.
+``theory.fixed_point_A(..., normalize="mean")``. What is read off a model comes from its class's methods
+(``models.py``: ``in_context_heads``, ``conserved_quantities``, ``mlp_weights``); a model without the method raises
+TypeError.
 """
 
 from __future__ import annotations
@@ -32,45 +35,43 @@ def _np(t) -> np.ndarray:
     return t.detach().to("cpu").double().numpy()
 
 
+def _from_model(model, method: str):
+    """``model.<method>()``, or a TypeError naming the model when its class does not define that measure."""
+    fn = getattr(model, method, None)
+    if not callable(fn):
+        raise TypeError(f"a {type(model).__name__} has no {method}(): the diagnostics cover the models of "
+                        f"linattn.models (AttnM, AttnS, MLP)")
+    return fn()
+
+
 def head_matrices(model) -> np.ndarray:
-    """(H, D, D): each head's contribution A_h to ŷ = βᵀ (Σ_h A_h) x_q, read off the weights as they are.
+    """(H, D, D): each head's in-context matrix A_h as the model's weights are (``model.in_context_heads()``).
 
-    ŷ = Σ_h v_h[D] x_qᵀ U_h b with U_h = W_KQ[h][:D, :D] (ATTN_S: W_Q[h]ᵀ W_K[h] restricted to x), b the
-    (scaled) label-weighted context sum, so A_h = v_h[D] U_hᵀ. For ATTN_S this is v_h Σ_r k_{h,r} q_{h,r}ᵀ with
-    k = W_K[h][r, :D] (key) and q = W_Q[h][r, :D] (query): the paper's A = Σ_i v_i k_i q_iᵀ. For the MLP,
-    A_h = w₂[h] · reshape(W₁[h], (D, D)) (z[i·D+j] = b_i x_q,j). The blocks the theory keeps at zero are ignored;
-    they enter ŷ only through terms that vanish in expectation.
+    ŷ = bᵀ (Σ_h A_h) x_q + terms even in the labels, b = scale Σ_{n≤N} y_n x_n; for attention
+    A_h = v_h[D] W_KQ[h][:D, :D]ᵀ + v_h[:D] W_KQ[h][:D, D]ᵀ (ATTN_S: W_KQ = W_Qᵀ W_K), for the MLP
+    A_h = w₂[h] reshape(W₁[h], (D, D)). In the model's own normalisation (b = N β for "sum").
     """
-    name = type(model).__name__
-    if name == "MLP":
-        W1, w2 = _np(model.W1), _np(model.w2)
-        D = int(round(np.sqrt(W1.shape[1])))
-        return w2[:, None, None] * W1.reshape(-1, D, D)
-    v = _np(model.v)[:, -1]
-    D = model.v.shape[1] - 1
-    if name == "AttnS":
-        K, Q = _np(model.W_K)[:, :, :D], _np(model.W_Q)[:, :, :D]
-        return v[:, None, None] * np.einsum("hri,hrj->hij", K, Q)
-    if name == "AttnM":
-        U = _np(model.W_KQ)[:, :D, :D]
-        return v[:, None, None] * U.transpose(0, 2, 1)
-    raise TypeError(f"no in-context matrix for a {name}")
+    return _np(_from_model(model, "in_context_heads"))
 
 
-def combined_A(model, N: int | None = None, normalize: str = "mean") -> np.ndarray:
-    """A = Σ_h A_h (paper normalisation: times N when ``normalize="sum"``, which then needs ``N``)."""
-    A = head_matrices(model).sum(axis=0)
-    if normalize == "sum":
-        if N is None:
-            raise ValueError("a reference-normalised model needs N to convert A to the paper's normalisation")
-        A = A * N
-    return A
+def combined_A(model, N: int | None = None, *, normalize: str) -> np.ndarray:
+    """A = Σ_h A_h in the paper's normalisation: ŷ = βᵀ A x_q + terms even in the labels, β = (1/N) Σ y_n x_n.
+    The model's own A for ``normalize="mean"``, N times it for ``"sum"`` (which then needs ``N``)."""
+    if normalize == "sum" and N is None:
+        raise ValueError("a reference-normalised model needs N to convert A to the paper's normalisation")
+    return head_matrices(model).sum(axis=0) * theory.feature_scale(N, normalize=normalize)
+
+
+def in_eigenbasis(A, cov) -> np.ndarray:
+    """Eᵀ A E: A (D×D, or a stack (..., D, D)) in the eigenbasis of Λ, entry [d, d'] = e_dᵀ A e_d' (decreasing λ)."""
+    _, E = theory.spectrum(cov)
+    return E.T @ np.asarray(A, float) @ E
 
 
 def mode_overlaps(A, cov) -> np.ndarray:
-    """e_dᵀ A e_d for each eigen-direction (decreasing λ); at the fixed point M_m it is 1/(λ_d c_d) for d ≤ m, else 0."""
-    _, E = theory.spectrum(cov)
-    return np.einsum("id,ij,jd->d", E, np.asarray(A, float), E)
+    """e_dᵀ A e_d for each eigen-direction (decreasing λ): the diagonal of :func:`in_eigenbasis` (one row per matrix
+    of a stack). At the fixed point M_m it is 1/(λ_d c_d) for d ≤ m, else 0."""
+    return np.diagonal(in_eigenbasis(A, cov), axis1=-2, axis2=-1)
 
 
 def head_alignment(heads, cov) -> np.ndarray:
@@ -79,8 +80,7 @@ def head_alignment(heads, cov) -> np.ndarray:
     The squares over d sum to at most 1 (equality when A_h is diagonal in the eigenbasis).
     """
     heads = np.asarray(heads, float)
-    _, E = theory.spectrum(cov)
-    proj = np.einsum("id,hij,jd->hd", E, heads, E)
+    proj = mode_overlaps(heads, cov)
     norm = np.linalg.norm(heads.reshape(len(heads), -1), axis=1)
     return proj / np.where(norm > 0, norm, 1.0)[:, None]
 
@@ -133,26 +133,11 @@ def numerical_rank(A, rel_tol: float = 0.05) -> int:
 # --------------------------------------------------------------------------------------------------------------
 
 def conserved_quantities(model) -> dict[str, np.ndarray]:
-    """Per head, the quantities gradient flow keeps constant (rescaling symmetry of each head's factors).
-
-    ATTN_S: ‖v_h‖² − ‖W_K[h]‖², ‖W_K[h]‖² − ‖W_Q[h]‖² ("v_minus_k", "k_minus_q"); ATTN_M: ‖v_h‖² − ‖W_KQ[h]‖²;
-    MLP: w₂[h]² − ‖W₁[h]‖² (both "v_minus_k"). Whole parameter blocks are used (zero blocks included), for which
-    the law is exact under gradient flow. Also returns "scale": the largest squared norm per head, to make the drift
-    relative.
-    """
-    name = type(model).__name__
-    sq = lambda t: (_np(t) ** 2).reshape(t.shape[0], -1).sum(axis=1)  # noqa: E731
-    if name == "MLP":
-        v, k = _np(model.w2) ** 2, sq(model.W1)
-        return {"v_minus_k": v - k, "scale": np.maximum(v, k)}
-    v = sq(model.v)
-    if name == "AttnS":
-        k, q = sq(model.W_K), sq(model.W_Q)
-        return {"v_minus_k": v - k, "k_minus_q": k - q, "scale": np.maximum(np.maximum(v, k), q)}
-    if name == "AttnM":
-        k = sq(model.W_KQ)
-        return {"v_minus_k": v - k, "scale": np.maximum(v, k)}
-    raise TypeError(f"no conservation law for a {type(model).__name__}")
+    """Per head, the quantities gradient flow keeps constant (``model.conserved_quantities()``, from the rescaling
+    symmetry of each head's factors). ATTN_S: ‖v_h‖² − ‖W_K[h]‖², ‖W_K[h]‖² − ‖W_Q[h]‖² ("v_minus_k",
+    "k_minus_q"); ATTN_M: ‖v_h‖² − ‖W_KQ[h]‖²; MLP: w₂[h]² − ‖W₁[h]‖² (both "v_minus_k"); and "scale", the largest
+    squared norm per head, to make the drift relative."""
+    return {key: _np(val) for key, val in _from_model(model, "conserved_quantities").items()}
 
 
 def conservation_drift(first: dict, current: dict) -> np.ndarray:
@@ -167,10 +152,10 @@ def conservation_drift(first: dict, current: dict) -> np.ndarray:
 # Snapshots and tidy tables
 # --------------------------------------------------------------------------------------------------------------
 
-def snapshot_fn(N: int, normalize: str = "mean"):
-    """A ``snapshot(model)`` for ``gradient_descent``/``run``: the head matrices (paper normalisation) and the
-    conserved quantities. Cheap (a few small arrays), so it can be recorded often."""
-    factor = N if normalize == "sum" else 1.0
+def snapshot_fn(N: int, *, normalize: str):
+    """A ``snapshot(model)`` for ``gradient_descent``/``run``: the head matrices in the paper's normalisation (times N
+    for ``normalize="sum"``) and the conserved quantities. Cheap (a few small arrays), so it can be recorded often."""
+    factor = theory.feature_scale(N, normalize=normalize)
 
     def snap(model) -> dict[str, np.ndarray]:
         out = {"heads": head_matrices(model) * factor}
@@ -183,14 +168,18 @@ def snapshot_fn(N: int, normalize: str = "mean"):
 def _plateau_index(A, cov, N) -> tuple[int, float]:
     """The plateau M_m whose PCR predictor is nearest to A, and that distance (mean squared prediction gap)."""
     D = np.asarray(A).shape[0]
-    d = [theory.predictor_distance(A, theory.pcr_weights(cov, N, m), cov, N) for m in range(D + 1)]
+    d = [theory.predictor_distance(A, theory.pcr_weights(cov, N, m, normalize="mean"), cov, N, normalize="mean")
+         for m in range(D + 1)]
     m = int(np.argmin(d))
     return m, float(d[m])
 
 
-def tidy(snapshots, cov, N: int, *, k: int | None = None, lr: float | None = None,
-         normalize: str = "mean", model: str | None = None) -> dict[str, np.ndarray]:
+def tidy(snapshots, cov, N: int, *, normalize: str, k: int | None = None, lr: float | None = None,
+         model: str | None = None) -> dict[str, np.ndarray]:
     """One row per snapshot (from :func:`snapshot_fn`) as a dict of equal-length arrays, for plotting.
+
+    The snapshots are in the paper's normalisation already; ``normalize`` is the run's, for the time axis
+    (``theory.steps_to_time``, which for "sum" needs ``model`` too).
 
     Columns: step, [time (t/τ, if ``lr`` is given)], loss_theory (L(A) from theory), overlap_d (e_dᵀAe_d, d = 1..D),
     eff_rank, marginal_eff_rank, numerical_rank, subspace_dist (top-k left singular subspace vs the last snapshot's;
@@ -215,7 +204,7 @@ def tidy(snapshots, cov, N: int, *, k: int | None = None, lr: float | None = Non
     overlaps = []
     zero = np.zeros((D, D))
     for i, (v, A) in enumerate(zip(values, A_all)):
-        rows["loss_theory"].append(theory.loss_of_A(A, cov, N))
+        rows["loss_theory"].append(theory.loss_of_A(A, cov, N, normalize="mean"))
         overlaps.append(mode_overlaps(A, cov))
         rows["eff_rank"].append(effective_rank(A))
         rows["marginal_eff_rank"].append(marginal_effective_rank(v["heads"]))
@@ -228,8 +217,8 @@ def tidy(snapshots, cov, N: int, *, k: int | None = None, lr: float | None = Non
         m, dist = _plateau_index(A, cov, N)
         rows["plateau"].append(m)
         rows["pcr_dist"].append(dist)
-        ref = theory.pcr_weights(cov, N, m) if m else A
-        norm = theory.predictor_distance(ref, zero, cov, N)
+        ref = theory.pcr_weights(cov, N, m, normalize="mean") if m else A
+        norm = theory.predictor_distance(ref, zero, cov, N, normalize="mean")
         rows["pcr_dist_rel"].append(dist / norm if norm > 0 else 0.0)
     table = {"step": steps}
     if lr is not None:
@@ -241,23 +230,16 @@ def tidy(snapshots, cov, N: int, *, k: int | None = None, lr: float | None = Non
     return table
 
 
-def attn_m_effective_a0(model, cov, N: int, normalize: str = "mean") -> float:
+def attn_m_effective_a0(model, cov, N: int, *, normalize: str) -> float:
     """The initial product a0 that feeds ``theory.attn_m_drop_time`` for a random small ATTN_M (or MLP) start.
 
     In the linear regime u = W₁ê and w₂ obey τ u̇ = s w₂, τ ẇ₂ = s u, so a = w₂ᵀu ≈ ¼‖u(0) + w₂(0)‖² e^{2st/τ} once
-    the decaying mode has died out: that prefactor is a0. Weights are converted to the paper's normalisation.
+    the decaying mode has died out: that prefactor is a0. The two factors are ``model.mlp_weights()`` (ATTN_M:
+    W₁[h] = vec(W_KQ[h][:D, :D]ᵀ), w₂ = v[:, D]), converted to the paper's normalisation.
     """
     _, _, e = theory.attn_m_mode(cov, N)
-    factor = theory.weight_scale_to_paper("attnM", N, normalize)
-    name = type(model).__name__
-    if name == "MLP":
-        W1, w2 = _np(model.W1), _np(model.w2)
-    elif name == "AttnM":
-        D = model.v.shape[1] - 1
-        U = _np(model.W_KQ)[:, :D, :D]
-        W1, w2 = U.transpose(0, 2, 1).reshape(U.shape[0], -1), _np(model.v)[:, -1]
-    else:
-        raise TypeError(f"attn_m_effective_a0 needs an AttnM or MLP, got {name}")
+    factor = theory.weight_scale_to_paper("attnM", N, normalize=normalize)
+    W1, w2 = (_np(t) for t in _from_model(model, "mlp_weights"))
     u = W1 @ e * factor
     return float(0.25 * np.sum((u + w2 * factor) ** 2))
 
@@ -317,21 +299,31 @@ def detect_plateaus(loss, steps=None, *, rel_tol: float = 0.01, abs_tol: float |
     levels = np.array([np.median(y[a:b + 1]) for a, b in merged])
     drops = []
     for (a0, b0), (a1, _), l0, l1 in zip(merged, merged[1:], levels, levels[1:]):
-        mid = 0.5 * (l0 + l1)
-        seg = y[b0:a1 + 1]
-        crossed = np.flatnonzero(seg <= mid) if l1 < l0 else np.flatnonzero(seg >= mid)
-        drops.append(x[b0 + (crossed[0] if crossed.size else (a1 - b0) // 2)])
+        sign = 1.0 if l1 < l0 else -1.0  # a rise between two plateaus is a drop of −loss
+        step = drop_steps(sign * y[b0:a1 + 1], sign * np.array([l0, l1]), x[b0:a1 + 1])[0]
+        drops.append(step if np.isfinite(step) else x[b0 + (a1 - b0) // 2])
     return Plateaus(levels=levels, starts=np.array([x[a] for a, _ in merged]),
                     ends=np.array([x[b] for _, b in merged]), drop_steps=np.array(drops))
 
 
+def first_step_below(loss, level: float, steps=None) -> float:
+    """The first step at which ``loss`` is strictly below ``level`` (NaN if it never is); ``steps`` defaults to
+    0, 1, 2, … (the index into ``loss``)."""
+    below = np.flatnonzero(np.asarray(loss) < level)
+    if not below.size:
+        return np.nan
+    return float(below[0] if steps is None else np.asarray(steps)[below[0]])
+
+
 def drop_steps(loss, levels, steps=None) -> np.ndarray:
-    """The step of each drop d = 1 … len(levels)−1: the first step where the loss is below the midpoint of
-    levels[d−1] and levels[d] (NaN if it never gets there). ``steps`` defaults to 0, 1, 2, …"""
-    loss = np.asarray(loss)
-    steps = np.arange(loss.size) if steps is None else np.asarray(steps)
-    mids = (np.asarray(levels[:-1]) + np.asarray(levels[1:])) / 2
-    return np.array([float(steps[np.argmax(loss < m)]) if np.any(loss < m) else np.nan for m in mids])
+    """The step of each drop d = 1 … len(levels)−1 between plateau levels L_{d−1} > L_d: the first step at which the
+    loss is below their midpoint (L_{d−1} + L_d)/2 (:func:`first_step_below`; NaN if it never gets there).
+
+    The one drop-step rule of the package (figures, benchmarks and ``published``): with ``theory.plateau_losses``
+    as levels, drop d is the passage M_{d−1} → M_d of the paper; with a curve's start and end value, its one drop.
+    """
+    levels = np.asarray(levels, dtype=np.float64)
+    return np.array([first_step_below(loss, mid, steps) for mid in (levels[:-1] + levels[1:]) / 2])
 
 
 def match_levels(found, theory_levels, tol: float) -> np.ndarray:
@@ -352,7 +344,7 @@ def match_levels(found, theory_levels, tol: float) -> np.ndarray:
 
 
 def scalar_ode_overlay(loss, lr: float, cov, N: int, m: int, *, level: float | None = None,
-                       start_frac: float = 0.05, normalize: str = "mean", model: str = "attnS"):
+                       start_frac: float = 0.05, normalize: str, model: str = "attnS"):
     """The scalar ODE's prediction for drop m → m+1 of a rank-one ATTN_S run, started from the run itself.
 
     The start is the first step where the loss has fallen ``start_frac`` of the theoretical drop below ``level`` (the

@@ -6,16 +6,22 @@
   L(θ) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩. One chunked pass over the data builds the three moments (float64);
   each step afterwards costs O(F²) whatever P and N are; gradients come from autograd through ``combined()``.
 * :func:`population` — the same moments for P → ∞ (exact, by Gaussian moment identities, see
-  :func:`population_moments`), or a Monte-Carlo estimate when asked for.
+  ``population.population_moments``), or a Monte-Carlo estimate when asked for.
 
 ``vary_len`` averages the loss over the prefixes n = 2 … seq_len (each prefix's last token the query); in the
 exact engine that is the average of the prefixes' moments. Prefixes are cut chunk by chunk, so no engine ever
 holds more than one chunk's prefixes or features: memory is bounded by the chunk size, not by P.
+
+The engines leave torch's thread count alone: ``linattn train`` sets it once (``--threads``, default 1). An exact
+step is a few dozen microseconds of small operations, and with several OpenMP threads on busy cores each one pays a
+fork/join (measured 10–50× slower steps with the two cores busy), so from Python call ``torch.set_num_threads(1)``
+for small problems on a shared CPU.
 """
 
 from __future__ import annotations
 
-import itertools
+import copy
+import warnings
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -46,19 +52,9 @@ def lengths(n_tokens: int, vary_len: bool) -> range:
     return range(2, n_tokens + 1) if vary_len else range(n_tokens, n_tokens + 1)
 
 
-def views(seqs: data_mod.Sequences, *, vary_len: bool, normalize: str):
-    """(X, y, scale) for each loss term: the whole sequences, or every prefix n = 2 … seq_len under ``vary_len``.
-
-    Materialises each prefix of the whole set; the engines use :func:`prefix_terms` on chunks instead.
-    """
-    n_tok = seqs.X.shape[1]
-    for n in lengths(n_tok, vary_len):
-        s = data_mod.prefix(seqs.X, seqs.y, n) if n < n_tok else seqs
-        yield s.X, s.y, scale_for(n, normalize, vary_len)
-
-
 def prefix_terms(X: torch.Tensor, y: torch.Tensor, *, vary_len: bool, normalize: str):
-    """(X_n, y_n, scale) for each loss term of a chunk of sequences (torch version of :func:`views`).
+    """(X_n, y_n, scale) for each loss term of a chunk of sequences: the whole sequences, or every prefix
+    n = 2 … seq_len under ``vary_len``.
 
     Prefix n keeps the first n tokens; its n-th token becomes the query (label zeroed, kept as the target).
     """
@@ -182,22 +178,35 @@ def feature_batches(model, seqs: data_mod.Sequences, *, vary_len, normalize, chu
             yield model.features(Xn, scale), yn
 
 
-class _OneThread:
-    """Run a block with one intra-op CPU thread, then restore the setting.
+LINEARITY_RTOL = 1e-9
 
-    An exact-engine step is a few dozen microseconds of small operations; with several OpenMP threads each one pays a
-    fork/join, and on shared cores the spin-waits made a step 10–50× slower (measured: 8–16 ms instead of 0.7 ms with
-    the two cores busy). GPU steps are unaffected.
+
+class NotLinearError(ValueError):
+    """A model's ``forward()`` is not ``features() @ combined()``: the exact and population engines cannot train it."""
+
+
+def check_linear(model, X: torch.Tensor, scale=1.0, features: torch.Tensor | None = None, *,
+                 engine: str = "exact") -> None:
+    """Raise :class:`NotLinearError` unless ``model.features(X) @ model.combined()`` equals ``model.forward(X)`` on
+    the sequences ``X`` to a relative 1e-9 (of the largest prediction), both in float64 at the current weights.
+
+    The exact and population engines train through ``features()`` and ``combined()`` and never call ``forward()``,
+    so a model whose ``forward()`` computes something else (say a subclass that changes it) would silently be
+    trained as the paper's model. ``features`` may pass the already computed ``model.features(X, scale)``.
     """
-
-    def __enter__(self):
-        self.saved = torch.get_num_threads()
-        if self.saved != 1:
-            torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        if self.saved != 1:
-            torch.set_num_threads(self.saved)
+    name = type(model).__name__
+    with torch.no_grad():
+        net = copy.deepcopy(model).to(torch.float64)  # float32 weights would blur a 1e-9 comparison
+        X = X.to(torch.float64)
+        T = net.features(X, scale) if features is None else features.to(torch.float64)
+        linear, direct = T @ net.combined(), net.forward(X, scale)
+        size = max(float(direct.abs().max()), float(linear.abs().max()))
+        gap = float((linear - direct).abs().max()) / size if size > 0 else 0.0
+    if not gap <= LINEARITY_RTOL:
+        also = ", or pass fallback=True to Exact.from_data to get that objective instead" if engine == "exact" else ""
+        raise NotLinearError(f"the {engine} engine would train {name} through features() @ combined(), which differs "
+                             f"from {name}.forward() by a relative {gap:.2g} (> {LINEARITY_RTOL:g}); train it with "
+                             f"--engine autograd (engine='autograd', engines.PerSample){also}")
 
 
 class Exact:
@@ -205,6 +214,8 @@ class Exact:
 
     A step computes m = combined(θ) and L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ (one F×F matrix-vector
     product); the gradient comes from autograd through ``combined()``, so every model and option shares this path.
+    That is only the model's loss if ``features(X) @ combined()`` is its ``forward(X)``: :meth:`from_data` checks
+    this once, on the first chunk (:func:`check_linear`).
     """
 
     name = "exact"
@@ -216,117 +227,53 @@ class Exact:
 
     @classmethod
     def from_data(cls, model, seqs, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK, device="cpu",
-                  dtype=torch.float64) -> "Exact":
+                  dtype=torch.float64, fallback: bool = False) -> "Exact | PerSample":
+        """The objective on ``seqs`` after one pass over them for the moments.
+
+        On the first chunk of full-length sequences it first checks that ``model.features() @ model.combined()``
+        is ``model.forward()`` (:func:`check_linear`). If not, it raises :class:`NotLinearError` (a ValueError), or
+        with ``fallback=True`` warns and returns the :class:`PerSample` objective on the same data (autograd
+        through ``forward()``, so correct for any model, at a cost per step that grows with P·N).
+        """
         if getattr(model, "softmax", False):
-            raise ValueError("the exact engine covers linear models only; softmax needs --engine autograd")
-        with torch.no_grad():
-            mom = Moments.accumulate(feature_batches(model, seqs, vary_len=vary_len, normalize=normalize,
-                                                     chunk=chunk, device=device))
+            raise ValueError("the exact engine covers linear models only; softmax needs --engine autograd or softmax")
+        n_tok = seqs.X.shape[1]
+
+        def batches():
+            checked = False
+            for Xc, yc in _chunks(seqs.X, seqs.y, chunk, device, torch.float64):
+                for Xn, yn, scale in prefix_terms(Xc, yc, vary_len=vary_len, normalize=normalize):
+                    T = model.features(Xn, scale)
+                    if not checked and Xn.shape[1] == n_tok:
+                        check_linear(model, Xn, scale, features=T)
+                        checked = True
+                    yield T, yn
+
+        try:
+            with torch.no_grad():
+                mom = Moments.accumulate(batches())
+        except NotLinearError as e:
+            if not fallback:
+                raise
+            warnings.warn(f"{str(e).split(';')[0]}; falling back to the per-sample (autograd) engine", stacklevel=2)
+            return PerSample(seqs, vary_len=vary_len, normalize=normalize, chunk=chunk, dtype=dtype, device=device)
         mom.yT, mom.TT = mom.yT.to(dtype), mom.TT.to(dtype)
         return cls(mom, dtype)
 
     def value_and_grad(self, model) -> float:
         """The loss; its gradient is accumulated into the parameters' ``.grad``."""
-        with _OneThread():
-            loss = self.moments.loss(model.combined())
-            loss.backward()
+        loss = self.moments.loss(model.combined())
+        loss.backward()
         return loss.item()
 
     def value(self, model) -> float:
-        with _OneThread(), torch.no_grad():
+        with torch.no_grad():
             return self.moments.loss(model.combined()).item()
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Population (P → ∞) moments of the icl = 1 task
 # ---------------------------------------------------------------------------------------------------------------
-
-def _pad(A: np.ndarray, axes: int) -> np.ndarray:
-    """A with every one of its ``axes`` axes padded by one trailing zero (D → D+1: the label coordinate)."""
-    return np.pad(A, [(0, 1)] * axes)
-
-
-def _isserlis(Lam: np.ndarray, order: int) -> np.ndarray:
-    """E[x_{i1} ⋯ x_{ik}] for x ~ N(0, Λ), k = ``order`` ∈ {4, 6}: the sum over all pairings (Isserlis/Wick)."""
-    letters = "abcdef"[:order]
-    out = 0.0
-    seen = set()
-    for perm in itertools.permutations(range(order)):
-        pairs = tuple(sorted(tuple(sorted(perm[i:i + 2])) for i in range(0, order, 2)))
-        if pairs in seen:
-            continue
-        seen.add(pairs)
-        spec = ",".join(letters[i] + letters[j] for i, j in pairs) + "->" + letters
-        out = out + np.einsum(spec, *([Lam] * (order // 2)))
-    return out
-
-
-def _attention_population(cov: np.ndarray, N: int, scale: float):
-    """E[y²], E[yT] (D, D+1, D+1), E[TTᵀ] (D, D+1, D+1, D, D+1, D+1) for T = x_q ⊗ S, unfolded, one length.
-
-    S = s(Σ_{n≤N} x̃_n x̃_nᵀ + x̄_q x̄_qᵀ), x̃_n = (x_n, wᵀx_n), x̄_q = (x_q, 0), x ~ N(0, Λ), w ~ N(0, I), y = wᵀx_q.
-    Given w a context token is Gaussian, x̃ ~ N(0, Σ(w)), Σ(w) = Λ̄ + e ūᵀ + ū eᵀ + (wᵀΛw) e eᵀ with ū = (Λw, 0),
-    e the label axis, Λ̄ = Λ padded. Tokens are independent given w and the query does not involve w, so with
-    K = E_w[Σ(w) ⊗ Σ(w)] (closed form below) and the query's moments X4, X6 (Isserlis):
-
-        E[T_abc T_a'b'c'] / s² = N Λ_aa' (K_{bc,b'c'} + K_{bb',cc'} + K_{bc',cb'})        same context token
-                                 + N(N−1) Λ_aa' K_{bc,b'c'}                              two context tokens
-                                 + N (X4_{aa'b'c'} EΣ_bc + X4_{aa'bc} EΣ_b'c')             a context token and x̄_q
-                                 + X6_{aa'bcb'c'}                                        x̄_q twice
-        E[y T_abc] / s = N (e_b Λ²_ac + e_c Λ²_ab),     E[y²] = tr Λ,
-
-    with EΣ = E_w Σ(w) = Λ̄ + tr(Λ) e eᵀ; K = Λ̄⊗Λ̄ + Λ̄⊗tr(Λ)eeᵀ + tr(Λ)eeᵀ⊗Λ̄ + E[L⊗L] + ((trΛ)² + 2 tr Λ²) e⊗e⊗e⊗e,
-    L = e ūᵀ + ū eᵀ, E[ū ūᵀ] = Λ̄² (odd powers of w vanish).
-    """
-    D = cov.shape[0]
-    tr = np.trace(cov)
-    L1 = _pad(cov, 2)
-    L2 = _pad(cov @ cov, 2)
-    e = np.zeros(D + 1)
-    e[D] = 1.0
-    ee = np.outer(e, e)
-    I = np.einsum
-    K = (I("bc,de->bcde", L1, L1) + tr * I("bc,de->bcde", L1, ee) + tr * I("bc,de->bcde", ee, L1)
-         + I("b,d,ce->bcde", e, e, L2) + I("b,e,cd->bcde", e, e, L2)
-         + I("c,d,be->bcde", e, e, L2) + I("c,e,bd->bcde", e, e, L2)
-         + (tr**2 + 2 * np.trace(cov @ cov)) * I("b,c,d,e->bcde", e, e, e, e))
-    M4 = K + K.transpose(0, 2, 1, 3) + K.transpose(0, 3, 2, 1)  # K_{bc,b'c'} + K_{bb',cc'} + K_{bc',cb'}
-    ES = L1 + tr * ee
-    X4 = _pad(_isserlis(cov, 4), 4)[:D, :D]  # (a, a', b', c'), zero where b' or c' is the query's label
-    X6 = _pad(_isserlis(cov, 6), 6)[:D, :D]  # (a, a', b, c, b', c')
-    TT = (I("ax,bcde->abcxde", cov, N * M4 + N * (N - 1) * K)
-          + N * (I("axde,bc->abcxde", X4, ES) + I("axbc,de->abcxde", X4, ES))
-          + X6.transpose(0, 2, 3, 1, 4, 5))
-    yT = N * (I("b,ac->abc", e, L2[:D]) + I("c,ab->abc", e, L2[:D]))
-    return float(tr), yT * scale, TT * scale**2
-
-
-def population_moments(kind: str, cov: np.ndarray, seq_len: int, *, vary_len=False, normalize="sum") -> Moments:
-    """The exact P → ∞ moments of the icl = 1 task (x ~ N(0, Λ), w ~ N(0, I), no centring) for one feature map.
-
-    ``kind="attention"``: T = x_q ⊗ triu(S) (``models.attention_features``); ``kind="cubic"``: z = vec(b x_qᵀ)
-    (``models.cubic_features``), which is the sub-vector T[j, i, D] (b_i = S_{iD}: the query's label is zero).
-    ``vary_len`` averages the moments of the prefix lengths n = 2 … seq_len. See :func:`_attention_population`.
-    """
-    cov = np.asarray(cov, dtype=np.float64)
-    D = cov.shape[0]
-    if kind == "attention":
-        b, c = models_mod._triangle(D)
-        a = np.repeat(np.arange(D), b.numel())
-        sel = (a, np.tile(b.numpy(), D), np.tile(c.numpy(), D))
-    elif kind == "cubic":
-        i, j = np.divmod(np.arange(D * D), D)  # z[i·D + j] = b_i x_q,j = T[j, i, D]
-        sel = (j, i, np.full(D * D, D))
-    else:
-        raise ValueError(f"kind must be 'attention' or 'cubic', got {kind!r}")
-    yy, yT, TT = 0.0, 0.0, 0.0
-    ns = lengths(seq_len, vary_len)
-    for n in ns:
-        yy_n, yT_n, TT_n = _attention_population(cov, n - 1, scale_for(n, normalize, vary_len))
-        yy, yT, TT = yy + yy_n, yT + yT_n[sel], TT + TT_n[sel][:, sel[0], sel[1], sel[2]]
-    k = len(ns)
-    return Moments(yy / k, torch.as_tensor(yT / k), torch.as_tensor(TT / k), count=0)
-
 
 def feature_kind(model) -> str | None:
     """"attention" or "cubic" for the paper's linear models, None for anything else."""
@@ -341,7 +288,7 @@ def population(model, *, cov: np.ndarray, seq_len: int, samples: int = 0, seed: 
                vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK, device="cpu", dtype=torch.float64) -> Exact:
     """The P → ∞ objective of the icl = 1 task.
 
-    ``samples=0`` (default): the exact moments of :func:`population_moments`. ``samples > 0``: a Monte-Carlo
+    ``samples=0`` (default): the exact moments of ``population.population_moments``. ``samples > 0``: a Monte-Carlo
     estimate from that many fresh sequences of ``seed``'s own stream (never overlapping the training data). The
     estimate is unbiased; measured against the exact moments on the Figure 3a task (D = 4, N = 31, 2²⁰ samples) its
     loss at the fixed points M_0 … M_4 is off by 1e-4 to 1.1e-3 (``benchmarks/README.md``) and it takes ~40 s,
@@ -350,7 +297,14 @@ def population(model, *, cov: np.ndarray, seq_len: int, samples: int = 0, seed: 
     kind = feature_kind(model)
     if getattr(model, "softmax", False):
         raise ValueError("the population engine covers linear models only")
+    # the population objective, too, trains through features() @ combined(): check it on a few fresh sequences
+    probe = data_mod.sample_sequences(64, seq_len, np.asarray(cov, dtype=np.float64), 1.0, np.zeros(cov.shape[0]),
+                                      np.random.default_rng(0), centre=False)
+    check_linear(model, torch.as_tensor(probe.X, device=device), scale_for(seq_len, normalize, vary_len),
+                 engine="population")
     if samples == 0 and kind is not None:
+        from .population import population_moments  # population.py builds on this module's Moments
+
         mom = population_moments(kind, cov, seq_len, vary_len=vary_len, normalize=normalize)
     else:
         n_samples = samples or (1 << 20)

@@ -1,9 +1,10 @@
 """Gradient flow on the training objective, on the same step axis as gradient descent.
 
 The paper's dynamics are the flow τ dθ/dt = −½ ∂L/∂θ (loss without ½). Full-batch GD with rate η is its forward
-Euler discretisation with Δt/τ = 2η, so GD step k sits at t/τ = 2η·k. :func:`gradient_flow` integrates the flow
-with scipy's ``solve_ivp`` (adaptive, error-controlled) and reports the loss at t/τ = 2η·k for the same k = 0 …
-epochs−1 that GD records, so a flow curve, a GD curve and a theory curve share one axis.
+Euler discretisation with Δt/τ = 2η, so GD step k sits at t/τ = 2η·k. :func:`gradient_flow` integrates the same flow
+written on GD's step axis, dθ/dk = −η ∂L/∂θ (k continuous), with scipy's ``solve_ivp`` (adaptive, error-controlled),
+and reports the loss at the integer k = 0 … epochs−1 that GD records, so a flow curve, a GD curve and a theory curve
+share one axis (``theory.steps_to_time`` turns k into the paper's t/τ).
 
 When does GD track the flow? At the published learning rates GD is the flow shifted slightly in time: measured
 (``benchmarks/bench_engines.py --only flow``, ``benchmarks/README.md``) the maximum relative loss difference is 4.1%
@@ -27,13 +28,8 @@ from .train import History, TrainingDiverged, weights_of
 METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
 
 
-def steps_to_flow_time(steps, lr: float):
-    """t/τ of GD step ``steps`` at learning rate ``lr``: 2·lr·steps (gradient flow τ θ̇ = −½ ∇L)."""
-    return 2.0 * lr * np.asarray(steps, dtype=np.float64)
-
-
 class _Vectorised:
-    """The model's parameters as one float64 numpy vector, and the flow's right-hand side −½ ∇L in that form."""
+    """The model's parameters as one float64 numpy vector, and the flow's right-hand side −η ∇L in that form."""
 
     def __init__(self, model, objective, lr: float):
         self.model, self.objective, self.lr = model, objective, lr
@@ -57,16 +53,17 @@ class _Vectorised:
         if not np.isfinite(loss):
             raise TrainingDiverged(self.evaluations, loss, self.lr)
         grad = parameters_to_vector([p.grad for p in self.params])
-        return -0.5 * grad.detach().cpu().to(torch.float64).numpy()
+        return -self.lr * grad.detach().cpu().to(torch.float64).numpy()
 
 
 def gradient_flow(model, objective, *, lr: float, epochs: int, tests: dict | None = None,
                   track_value: bool = False, snapshot_every: int = 0, snapshot: Callable | None = None,
                   method: str = "LSODA", rtol: float = 1e-8, atol: float = 1e-13) -> History:
-    """Integrate τ dθ/dt = −½ ∂L/∂θ from the model's current weights to t/τ = 2·lr·epochs, leaving the model there.
+    """Integrate dθ/dk = −lr ∂L/∂θ (the flow τ dθ/dt = −½ ∂L/∂θ at t/τ = 2·lr·k) from the model's current weights to
+    k = epochs, leaving the model there.
 
     Returns a :class:`~linattn.train.History` like ``gradient_descent``'s: row k holds the loss (and test losses,
-    value weights) at t/τ = 2·lr·k, k = 0 … epochs−1; ``snapshot_every`` stores ``snapshot(model)`` at those
+    value weights) at step k = 0 … epochs−1; ``snapshot_every`` stores ``snapshot(model)`` at those
     rows and at k = epochs. ``objective`` is any engine with ``value_and_grad(model)`` and ``value(model)``;
     with the exact or population engine a paper-size flow takes seconds. ``method``, ``rtol``, ``atol`` go to
     :func:`scipy.integrate.solve_ivp` (``atol`` is absolute on the weights, so keep it well below the
@@ -77,8 +74,8 @@ def gradient_flow(model, objective, *, lr: float, epochs: int, tests: dict | Non
     start = time.perf_counter()
     vec = _Vectorised(model, objective, lr)
     theta0 = vec.get()
-    t_eval = steps_to_flow_time(np.arange(epochs + 1), lr)  # the last point is where GD's last step lands
-    sol = solve_ivp(vec.rhs, (0.0, t_eval[-1]), theta0, method=method, t_eval=t_eval, rtol=rtol, atol=atol)
+    k_eval = np.arange(epochs + 1, dtype=np.float64)  # the last point is where GD's last step lands
+    sol = solve_ivp(vec.rhs, (0.0, k_eval[-1]), theta0, method=method, t_eval=k_eval, rtol=rtol, atol=atol)
     if not sol.success:
         raise RuntimeError(f"gradient flow integration failed: {sol.message}")
     thetas = sol.y

@@ -17,11 +17,16 @@ M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] folded onto that triangle. The exact engi
 
 With ``softmax=True`` the attention scores s_m = x̃_qᵀ W_KQ x̃_m go through a softmax over the n keys (no scale,
 no mask) and the model is no longer linear in a fixed feature.
+
+What the measures of ``diagnostics.py`` read off a model is a method of its class: ``in_context_heads()`` (each
+head's in-context matrix A_h, ŷ = bᵀ (Σ_h A_h) x_q + terms even in the labels), ``conserved_quantities()`` (the
+gradient-flow invariants of each head) and, for ATTN_M and the MLP, ``mlp_weights()`` (the two factors W₁, w₂).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
@@ -49,7 +54,7 @@ def init_weights(model: str, *, heads: int, in_dim: int, rank: int = 1, init: fl
     """Initial weights with the reference's distributions, as full arrays (the layout of ``init.npz``).
 
     These are the distributions of the three eras with linattn's own random streams (``--draws streams``); the
-    reference's exact numbers come from :mod:`linattn.reference_draws`. With E = D + 1:
+    reference's exact numbers come from ``linattn.reference_draws``. With E = D + 1:
 
     * ATTN_M and MLP (every era): every entry N(0, init²).
     * ATTN_S ``dec2024``: W_Q, W_K ~ N(0, init²) with nothing zeroed; W_V zero but W_V[h][D, D] = init.
@@ -125,6 +130,27 @@ def cubic_features(X: torch.Tensor, scale) -> torch.Tensor:
     return (b[:, :, None] * X[:, -1, None, :D]).reshape(X.shape[0], -1)
 
 
+def _balances(**blocks: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per head, ‖a_h‖² − ‖b_h‖² for each pair of consecutive factor blocks a, b (keys "a_minus_b"), and "scale", the
+    largest ‖·‖² of the head's blocks (to make a drift relative). ŷ is multilinear in a head's factors, so
+    a_h → α a_h, b_h → b_h/α leaves it unchanged and gradient flow keeps these differences constant (paper,
+    Section 3: balanced heads stay balanced). Whole blocks, zero blocks included, for which the law is exact."""
+    sq = {name: (t.detach() ** 2).reshape(t.shape[0], -1).sum(dim=1) for name, t in blocks.items()}
+    names = list(sq)
+    out = {f"{a}_minus_{b}": sq[a] - sq[b] for a, b in zip(names, names[1:])}
+    out["scale"] = torch.stack(list(sq.values())).amax(dim=0)
+    return out
+
+
+def _attn_m_to_mlp(W_KQ, v_label):
+    """(W₁, w₂) of the MLP that computes what ATTN_M computes while its vector blocks W_KQ[h][:D, D] and v_h[:D] are
+    zero (paper Section 4.1): ŷ = Σ_h v_h[D] x_qᵀ U_h b with U_h = W_KQ[h][:D, :D], so W₁[h] = vec(U_hᵀ) and
+    w₂[h] = v_h[D] (``v_label``). Works on numpy arrays and torch tensors alike."""
+    D = W_KQ.shape[1] - 1
+    U = W_KQ[:, :D, :D]
+    return U.swapaxes(1, 2).reshape(U.shape[0], -1), v_label
+
+
 class _Attention(nn.Module):
     """Shared query-row computation; subclasses give the query-key bilinear form and the combined weight."""
 
@@ -172,6 +198,26 @@ class _Attention(nn.Module):
         """Each head's value weight on the label, v_h[D] (what ``--track_value`` records)."""
         return self.v[:, -1]
 
+    def in_context_heads(self) -> torch.Tensor:
+        """(H, D, D): head h's in-context matrix A_h, the coefficient of the part of ŷ linear in the labels.
+
+        With W = W_KQ[h] (ATTN_S: W_Q[h]ᵀ W_K[h]), x̃_q = (x_q, 0) and S split into S_xx = scale Σ_m x_m x_mᵀ (all n
+        tokens), b = S[:D, D] = scale Σ_{n≤N} y_n x_n and S_yy = scale Σ_{n≤N} y_n², head h outputs (paper Eq. 2–4)
+
+            x̃_qᵀ W S v_h = bᵀ A_h x_q + x_qᵀ W[:D, :D] S_xx v_h[:D] + (x_qᵀ W[:D, D]) S_yy v_h[D],
+            A_h = v_h[D] W[:D, :D]ᵀ + v_h[:D] W[:D, D]ᵀ.
+
+        The last two terms are even in the labels (y → −y leaves them unchanged) and carry no in-context regression.
+        For ATTN_S the first term of A_h is the paper's Σ_r v_h k_{h,r} q_{h,r}ᵀ (k = W_K[h][r, :D],
+        q = W_Q[h][r, :D]); the second needs the key's label column (W[:D, D] = W_Q[h][:, :D]ᵀ W_K[h][:, D]) and
+        v_h[:D], both zero in the theory. The jan2025 and dec2025 initialisations zero them (and for ATTN_M they stay
+        zero in the population); dec2024's ATTN_S keeps W_K's label column, and a head can then learn a direction
+        through v_h[:D] and W_K[h][:, D] instead of its key. In the reference's normalisation (scale 1) b = N β.
+        """
+        W = self.key_query()
+        D = W.shape[-1] - 1
+        return self.v[:, D, None, None] * W[:, :D, :D].transpose(1, 2) + self.v[:, :D, None] * W[:, None, :D, D]
+
 
 class AttnM(_Attention):
     """ATTN_M: H heads with a merged key-query matrix W_KQ[h] ∈ R^{(D+1)×(D+1)}."""
@@ -187,6 +233,14 @@ class AttnM(_Attention):
 
     def key_query(self):
         return self.W_KQ
+
+    def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W₁ (H, D²), w₂ (H,)): the MLP with the same in-context matrix while the vector blocks are zero."""
+        return _attn_m_to_mlp(self.W_KQ, self.v[:, -1])
+
+    def conserved_quantities(self) -> dict[str, torch.Tensor]:
+        """Per head ‖v_h‖² − ‖W_KQ[h]‖² ("v_minus_k") and "scale" (see :func:`_balances`)."""
+        return _balances(v=self.v, k=self.W_KQ)
 
 
 class AttnS(_Attention):
@@ -204,6 +258,11 @@ class AttnS(_Attention):
 
     def key_query(self):
         return self.W_Q.transpose(1, 2) @ self.W_K
+
+    def conserved_quantities(self) -> dict[str, torch.Tensor]:
+        """Per head ‖v_h‖² − ‖W_K[h]‖² ("v_minus_k"), ‖W_K[h]‖² − ‖W_Q[h]‖² ("k_minus_q") and "scale"
+        (see :func:`_balances`)."""
+        return _balances(v=self.v, k=self.W_K, q=self.W_Q)
 
 
 class MLP(nn.Module):
@@ -228,10 +287,89 @@ class MLP(nn.Module):
     def value_weights(self):
         return self.w2
 
+    def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.W1, self.w2
+
+    def in_context_heads(self) -> torch.Tensor:
+        """(H, D, D): A_h = w₂[h] · reshape(W₁[h], (D, D)), so ŷ = bᵀ (Σ_h A_h) x_q exactly (z[i·D+j] = b_i x_q,j)."""
+        D = math.isqrt(self.W1.shape[1])
+        return self.w2[:, None, None] * self.W1.reshape(-1, D, D)
+
+    def conserved_quantities(self) -> dict[str, torch.Tensor]:
+        """Per head w₂[h]² − ‖W₁[h]‖² ("v_minus_k") and "scale" (see :func:`_balances`)."""
+        return _balances(v=self.w2, k=self.W1)
+
+
+def weight_shapes(model: str, *, heads: int, in_dim: int, rank: int = 1) -> dict[str, tuple[int, ...]]:
+    """The arrays of ``init.npz`` for ``model`` and their shapes, with E = D + 1.
+
+    ATTN_M: W_KQ (H, E, E), W_V (H, E, E). ATTN_S: W_Q (H, R, E), W_K (H, R, E), W_V (H, E, E).
+    MLP: W1 (H, D²), w2 (H,). Only the last row of each W_V[h] (v_h) enters the prediction.
+    """
+    H, E, R = heads, in_dim + 1, rank
+    shapes = {"attnM": {"W_KQ": (H, E, E), "W_V": (H, E, E)},
+              "attnS": {"W_Q": (H, R, E), "W_K": (H, R, E), "W_V": (H, E, E)},
+              "mlp": {"W1": (H, in_dim * in_dim), "w2": (H,)}}
+    if model not in shapes:
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    return shapes[model]
+
+
+def _sizes_of(model: str, weights) -> dict:
+    """H, D and R read off the first array of ``weights`` (empty if it is missing or malformed)."""
+    first = {"attnM": "W_KQ", "attnS": "W_Q", "mlp": "W1"}.get(model)
+    shape = np.shape(weights[first]) if first in weights else ()
+    if model == "attnM" and len(shape) == 3:
+        return dict(heads=shape[0], in_dim=shape[2] - 1)
+    if model == "attnS" and len(shape) == 3:
+        return dict(heads=shape[0], rank=shape[1], in_dim=shape[2] - 1)
+    if model == "mlp" and len(shape) == 2 and round(np.sqrt(shape[1])) ** 2 == shape[1]:
+        return dict(heads=shape[0], in_dim=round(np.sqrt(shape[1])))
+    return {}
+
+
+def check_weights(model: str, weights, *, heads: int | None = None, in_dim: int | None = None,
+                  rank: int | None = None) -> dict[str, np.ndarray]:
+    """``weights`` as numpy arrays if they have exactly the keys and shapes of :func:`weight_shapes` and finite
+    values; otherwise one ValueError naming the expected keys and shapes. Sizes not given are read off the arrays."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    if not isinstance(weights, dict):
+        raise ValueError(f"weights must be a dict of arrays (the layout of init.npz), got {type(weights).__name__}")
+    w = {k: np.asarray(v) for k, v in weights.items()}
+    sizes = _sizes_of(model, w)
+    sizes.update({k: v for k, v in dict(heads=heads, in_dim=in_dim, rank=rank).items() if v is not None})
+    names = list(weight_shapes(model, heads=1, in_dim=1))
+    problems = []
+    if missing := [k for k in names if k not in w]:
+        problems.append(f"missing {', '.join(missing)}")
+    if extra := [k for k in w if k not in names]:
+        problems.append(f"unexpected {', '.join(extra)}")
+    if "heads" in sizes and "in_dim" in sizes:
+        want = weight_shapes(model, **sizes)
+        expected = ", ".join(f"{k} {v}" for k, v in want.items())
+        if wrong := [f"{k} {w[k].shape}" for k in want if k in w and w[k].shape != want[k]]:
+            problems.append(f"wrong shape {', '.join(wrong)}")
+    else:  # the first array is missing or malformed: give the shapes in symbols
+        expected = {"attnM": "W_KQ (H, D+1, D+1), W_V (H, D+1, D+1)",
+                    "attnS": "W_Q (H, R, D+1), W_K (H, R, D+1), W_V (H, D+1, D+1)",
+                    "mlp": "W1 (H, D*D), w2 (H,)"}[model]
+        problems = problems or [f"the sizes cannot be read off {names[0]} {w[names[0]].shape}"]
+    if not problems:
+        if bad := [k for k, v in w.items() if not (np.issubdtype(v.dtype, np.number) and np.isfinite(v).all())]:
+            problems.append(f"non-finite or non-numeric values in {', '.join(bad)}")
+    if problems:
+        got = ", ".join(f"{k} {v.shape}" for k, v in w.items()) or "nothing"
+        raise ValueError(f"weights for {model} must be exactly {expected} (the layout of init.npz); got {got}: "
+                         f"{'; '.join(problems)}")
+    return w
+
 
 def build_model(model: str, weights: dict[str, np.ndarray], *, softmax: bool = False,
                 dtype=torch.float64, device="cpu") -> nn.Module:
-    """A model from ``init_weights``-style arrays, on ``device`` in ``dtype``."""
+    """A model from ``init_weights``-style arrays (the layout of ``init.npz``, see :func:`weight_shapes`), on
+    ``device`` in ``dtype``. Wrong keys or shapes raise one ValueError naming the expected ones."""
+    weights = check_weights(model, weights)
     w = {k: torch.as_tensor(np.asarray(v), dtype=dtype) for k, v in weights.items()}
     if model == "attnM":
         net = AttnM(w["W_KQ"], w["W_V"], softmax=softmax)
@@ -245,11 +383,7 @@ def build_model(model: str, weights: dict[str, np.ndarray], *, softmax: bool = F
 
 
 def mlp_from_attn_m(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The MLP weights that compute what ATTN_M computes while its zero blocks are zero (paper Section 4.1).
-
-    ŷ = Σ_h v_h[D] x_qᵀ U_h b with U_h = W_KQ[h][:D, :D], so W₁[h] = vec(U_hᵀ) and w₂[h] = v_h[D].
-    """
-    W_KQ, W_V = weights["W_KQ"], weights["W_V"]
-    D = W_KQ.shape[1] - 1
-    U = W_KQ[:, :D, :D]
-    return {"W1": np.ascontiguousarray(U.transpose(0, 2, 1)).reshape(U.shape[0], -1), "w2": W_V[:, D, D].copy()}
+    """The MLP weights (arrays) that compute what ATTN_M's ``weights`` compute while the vector blocks are zero
+    (paper Section 4.1; :func:`_attn_m_to_mlp`)."""
+    W1, w2 = _attn_m_to_mlp(weights["W_KQ"], weights["W_V"][:, -1, -1].copy())
+    return {"W1": W1, "w2": w2}

@@ -14,10 +14,13 @@ import math
 
 import numpy as np
 
+from .diagnostics import drop_steps, first_step_below
+
 PIXEL_STEPS = 29  # steps per pixel of the published images
 PIXEL_LOSS = 0.005  # loss per pixel
 
-# Figure 3a: steps at which the six curves first fall below the midpoint of L(M_{d-1}) and L(M_d), drop d = 1..4.
+# Figure 3a: steps at which the six curves first fall below the midpoint of L(M_{d-1}) and L(M_d), drop d = 1..4
+# (the rule of ``diagnostics.drop_steps``, applied to the published images).
 # Drop 1: all six within a range; drop 2: four distinguishable crossings (curves overlap); drop 4: five crossings,
 # the sixth curve is still on the M_3 plateau at the end of the window (step 10000).
 FIG3A_DROPS = {1: (376, 578), 2: (583, 711, 810, 1101), 3: (1003, 1072, 1256, 1619, 1724, 1862),
@@ -113,17 +116,11 @@ def fig3a_comparison(drops: dict[int, np.ndarray], window: int) -> tuple[Compari
     return ComparisonTable(table), rows
 
 
-def first_below(loss: np.ndarray, level: float) -> float:
-    """The first step at which ``loss`` is below ``level`` (NaN if never)."""
-    below = np.flatnonzero(np.asarray(loss) < level)
-    return float(below[0]) if below.size else math.nan
-
-
 def fig1b_comparison(attn_m: np.ndarray, mlp: np.ndarray) -> tuple[ComparisonTable, list[dict]]:
     """Figure 1b's ATTN_M curve (crossings of 0.7 and 0.5, tail) and the MLP's distance to it, beside the readings."""
     table, rows = [], []
     for level in (0.7, 0.5):
-        reading, ours = FIG1B[f"cross_{level}"], first_below(attn_m, level)
+        reading, ours = FIG1B[f"cross_{level}"], first_step_below(attn_m, level)
         x = gap(ours, reading)
         table.append((f"ATTN_M crosses {level} at step", describe(reading), f"{ours:.0f}", _signed(x)))
         rows.append(dict(quantity=f"published Fig 1b: step where ATTN_M crosses {level}",
@@ -134,7 +131,7 @@ def fig1b_comparison(attn_m: np.ndarray, mlp: np.ndarray) -> tuple[ComparisonTab
                      reproduced=float(attn_m[-1]), abs_error=abs(x)))
     # the MLP "lies on" ATTN_M: during the steep drop a small shift in steps is a large gap in loss, so compare the
     # steps at which the two curves cross 0.5, against one pixel of the published image
-    shift = abs(first_below(mlp, 0.5) - first_below(attn_m, 0.5))
+    shift = abs(first_step_below(mlp, 0.5) - first_step_below(attn_m, 0.5))
     table.append(("MLP's crossing of 0.5, steps from ATTN_M's", f"within a line width (< {PIXEL_STEPS})",
                   f"{shift:.0f}", _signed(max(shift - PIXEL_STEPS, 0.0))))
     rows.append(dict(quantity="published Fig 1b: steps between the MLP's (own init) and ATTN_M's crossings of 0.5",
@@ -144,8 +141,8 @@ def fig1b_comparison(attn_m: np.ndarray, mlp: np.ndarray) -> tuple[ComparisonTab
 
 def fig14_comparison(curves: dict[float, dict[str, np.ndarray]]) -> tuple[ComparisonTable, list[dict]]:
     """Figure 14 per icl fraction c (``curves``: c → {"train": normalised training loss, "iwl", "icl"}) beside the
-    readings. The drop step is the first step below the midpoint of the normalised training loss's start (1) and
-    its end value."""
+    readings. The drop step is ``diagnostics.drop_steps`` between the normalised training loss's start (1) and its
+    end value: the first step below their midpoint."""
     table, rows = [], []
 
     def add(c, what, reading, ours, text=None):
@@ -158,7 +155,7 @@ def fig14_comparison(curves: dict[float, dict[str, np.ndarray]]) -> tuple[Compar
         if c not in curves:
             continue
         tr, iwl, icl = (curves[c][k] for k in ("train", "iwl", "icl"))
-        add(c, "training loss drops at step", reading["drop"], first_below(tr, (1.0 + tr[-1]) / 2))
+        add(c, "training loss drops at step", reading["drop"], drop_steps(tr, [1.0, tr[-1]])[0])
         add(c, "training loss at the end", reading["train_end"], float(tr[-1]))
         if "iwl_min" in reading:
             add(c, "in-weight test loss, lowest value", reading["iwl_min"][0], float(iwl.min()))

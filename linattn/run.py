@@ -2,32 +2,55 @@
 
     result = run(RunConfig(model="attnM", head_num=8, init=1e-6))
     result.history.train_loss      # one value per step, recorded before the step
-    write_outputs(result, "runs/fig1")   # loss.csv and run.json (and data.npz/init.npz if asked)
+    result.weights                 # the final weights, in the layout of init.npz
+    write_outputs(result, "runs/fig1")   # loss.csv and run.json (and data.npz, init.npz, weights.npz if asked)
+    load_run("runs/fig1")          # the same, read back
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import data as data_mod
 from . import engines
-from .config import RunConfig
-from .models import build_model, init_weights
+from .config import ConfigError, RunConfig
+from .models import build_model, check_weights, init_weights
 from .reference_draws import reference_draws
 from .provenance import atomic_write, provenance, write_csv, write_json
-from .train import History, gradient_descent
+from .softmax_engine import SoftmaxQueryRow
+from .train import History, TrainingDiverged, gradient_descent, weights_of
 
 
 @dataclass
 class RunResult:
+    """What :func:`run` returns.
+
+    Attributes:
+        config: the settings of the run (with given ``data``, its P and seq_len).
+        history: the losses, one per step recorded before the step (:class:`~linattn.train.History`: ``step``,
+            ``train_loss``, ``test_iwl``, ``test_icl``, ``values`` — v_h[D] per head with ``track_value`` —,
+            ``snapshots``).
+        datasets: the training and test sets and the task (:class:`~linattn.data.Datasets`).
+        init: the initial weights, in the layout of ``init.npz`` (``models.weight_shapes``).
+        weights: the final weights in the same layout: ``build_model(config.model, weights)`` rebuilds the
+            trained model.
+        model: the trained model itself (a torch module, on ``device``).
+        engine, device: the engine and device that trained it.
+        setup_time, wall_time: seconds spent before training, and in all.
+    """
+
     config: RunConfig
     history: History
     datasets: data_mod.Datasets
     init: dict[str, np.ndarray]
+    weights: dict[str, np.ndarray]
     model: torch.nn.Module
     engine: str
     device: str
@@ -35,11 +58,15 @@ class RunResult:
     wall_time: float
 
 
-def pick_device(device: str) -> str:
+def pick_device(device: str, engine: str = "autograd") -> str:
+    """The torch device for ``device``: ``auto`` means the CPU for the exact and population engines (a step is a
+    few microseconds of small operations, slower to launch on a GPU) and CUDA, when torch sees it, for the
+    autograd and softmax engines. Unavailable CUDA devices are refused by
+    :meth:`~linattn.config.RunConfig.validate`."""
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda" if engine in ("autograd", "softmax") and torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was asked for but torch sees no CUDA device")
+        raise ConfigError(f"--device {device}: torch sees no CUDA device here; use --device cpu or auto")
     return device
 
 
@@ -53,6 +80,8 @@ def objectives(cfg: RunConfig, model, datasets: data_mod.Datasets, device: str):
                                    seed=cfg.seed, **opts)
     elif engine == "exact":
         train = engines.Exact.from_data(model, datasets.train, **opts)
+    elif engine == "softmax":
+        train = SoftmaxQueryRow(datasets.train, **opts)
     else:
         train = engines.PerSample(datasets.train, **opts)
     tests = {}
@@ -60,13 +89,18 @@ def objectives(cfg: RunConfig, model, datasets: data_mod.Datasets, device: str):
         seqs = getattr(datasets, key)
         if seqs is not None:
             tests[key] = (engines.PerSample(seqs, **opts) if engine == "autograd"
+                          else SoftmaxQueryRow(seqs, **opts) if engine == "softmax"
                           else engines.Exact.from_data(model, seqs, **opts))
     return train, tests
 
 
 def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
-    """The data sets and initial weights of ``cfg``: the reference's own random numbers (``draws="reference"``),
-    or linattn's independent streams, one per purpose (``draws="streams"``)."""
+    """The data sets and initial weights of ``cfg``, as :func:`run` would train them: the reference's own random
+    numbers (``draws="reference"``), or linattn's independent streams, one per purpose (``draws="streams"``).
+
+    Returns ``(datasets, init)``: a :class:`~linattn.data.Datasets` and a dict in the layout of ``init.npz``.
+    Both can be changed and handed back, ``run(cfg, init=init, data=datasets)``.
+    """
     if cfg.draws == "reference":
         return reference_draws(model=cfg.model, era=cfg.init_scheme, in_dim=cfg.in_dim, seq_len=cfg.seq_len,
                                trainset_size=cfg.trainset_size, testset_size=cfg.testset_size, icl=cfg.icl,
@@ -80,44 +114,133 @@ def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
     return datasets, init
 
 
-def run(cfg: RunConfig, *, init: dict | None = None, data: data_mod.Sequences | None = None,
-        progress: bool | None = None, snapshot_every: int = 0, snapshot=None) -> RunResult:
-    """Validate ``cfg``, build data, weights and engine, and train. Raises ConfigError before any work.
+def _given_data(cfg: RunConfig, data) -> tuple[RunConfig, data_mod.Datasets]:
+    """``data`` (Sequences, (X, y) or Datasets) as Datasets, and ``cfg`` with the data's P, seq_len, test size."""
+    if isinstance(data, data_mod.Datasets):
+        datasets = data
+        if not isinstance(datasets.train, data_mod.Sequences):
+            raise ValueError("data: a Datasets given to run() needs a training set (Datasets.train)")
+    else:
+        if isinstance(data, (tuple, list)) and len(data) == 2:
+            data = data_mod.Sequences(*data)
+        if not isinstance(data, data_mod.Sequences):
+            raise ValueError(f"data must be a linattn.Sequences, a pair (X, y) of arrays or a linattn.Datasets, "
+                             f"got {type(data).__name__}")
+        if cfg.testset_size:
+            raise ConfigError("with a training set given as data there are no test sets: pass testset_size=0, or "
+                              "give the test sets too in a linattn.Datasets")
+        x = data.X[..., :-1].reshape(-1, data.X.shape[-1] - 1).astype(np.float64)
+        datasets = data_mod.Datasets(train=data, test_iwl=None, test_icl=None, cov=x.T @ x / x.shape[0], w_fix=None)
+    P, n, E = datasets.train.X.shape
+    for name in ("test_iwl", "test_icl"):
+        s = getattr(datasets, name)
+        if s is not None and s.X.shape[1:] != (n, E):
+            raise ValueError(f"data: {name} has sequences of shape {s.X.shape[1:]}, the training set {(n, E)}")
+    if E != cfg.in_dim + 1:
+        raise ValueError(f"data has D = {E - 1} input coordinates (X.shape[2] = D+1 = {E}), but in_dim = "
+                         f"{cfg.in_dim}: set RunConfig(in_dim={E - 1})")
+    if cfg.trainset_size is None or cfg.resolved_engine() == "population":
+        raise ConfigError("the population engine (trainset_size 'inf') trains on no data set: with data given, "
+                          "use a finite trainset_size (it is taken from the data)")
+    tests = datasets.test_iwl or datasets.test_icl
+    cfg = dataclasses.replace(cfg, trainset_size=P, seq_len=n, testset_size=0 if tests is None else len(tests))
+    return cfg, datasets
 
-    ``init`` (a dict in the layout of ``init.npz``) replaces the drawn initial weights, and ``data`` (a
-    :class:`~linattn.data.Sequences`) the drawn training set; everything else still comes from ``cfg``.
+
+def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, steps: int,
+              max_halvings: int = 20) -> tuple[float | None, int]:
+    """The first of lr/2, lr/4, … (at most ``max_halvings`` halvings) for which ``steps`` steps of gradient descent
+    from ``init`` on ``objective`` keep the loss finite and end below the initial loss; ``(lr, halvings)``, or
+    ``(None, max_halvings)`` when none does."""
+    dtype = getattr(torch, cfg.dtype)
+    for k in range(1, max_halvings + 1):
+        trial = lr / 2**k
+        model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=dtype, device=device)
+        try:
+            first = gradient_descent(model, objective, lr=trial, epochs=steps, progress=False).train_loss[0]
+        except TrainingDiverged:
+            continue
+        last = objective.value(model)  # after the last update
+        if np.isfinite(last) and last < first:
+            return trial, k
+    return None, max_halvings
+
+
+def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool | None = None,
+        snapshot_every: int = 0, snapshot=None) -> RunResult:
+    """Validate ``cfg``, build data, weights and engine, train, and return a :class:`RunResult`.
+
+    Args:
+        cfg: the settings (:class:`~linattn.config.RunConfig`).
+        init: initial weights replacing the drawn ones: a dict in the layout of ``init.npz``, for ``cfg``'s model,
+            ``head_num`` H, ``in_dim`` D and ``rank`` R (E = D + 1): ATTN_M ``W_KQ`` (H, E, E), ``W_V`` (H, E, E);
+            ATTN_S ``W_Q`` (H, R, E), ``W_K`` (H, R, E), ``W_V`` (H, E, E); MLP ``W1`` (H, D²), ``w2`` (H,).
+            Only the last row of each ``W_V[h]`` enters the model.
+        data: the data, replacing the drawn ones: a :class:`~linattn.data.Sequences` or a pair ``(X, y)`` (X of
+            shape (P, seq_len, D+1) with the query's label zeroed, y (P,); validated as a Sequences), or a whole
+            :class:`~linattn.data.Datasets` (training set, test sets and covariance, e.g. from :func:`draw`). The
+            run's P, seq_len and test-set size are those of the data (``result.config`` records them; ``cfg``'s
+            are not used). A training set alone comes with no test sets (``cfg.testset_size`` must be 0), no fixed
+            task (``datasets.w_fix`` is None), and as ``datasets.cov`` the second moment of its inputs x over all
+            tokens, Σ x xᵀ / (P · seq_len), in place of a drawn Λ. Without ``init`` the initial weights are still
+            drawn from ``cfg`` as for a run with the data's P and seq_len (with ``draws="reference"``, the
+            authors' weights for that command; the sequences drawn alongside are discarded); with ``init`` nothing
+            is drawn. The population engine takes no data.
+        progress: a progress bar (None: only when attached to a terminal).
+        snapshot_every: store a snapshot in ``history.snapshots`` every k steps and at the end (0: none).
+        snapshot: what a snapshot is, ``snapshot(model)``; default: the weights, in the layout of ``init.npz``.
+
+    Raises:
+        ConfigError: an invalid setting (a ValueError naming it), before any work.
+        ValueError: ``init`` or ``data`` of the wrong keys, shapes or values, before any training.
+        TrainingDiverged: the loss became NaN or infinite. For gradient descent its message suggests a learning
+            rate that trial runs from the same initial weights found stable (:func:`stable_lr`): 20 steps, or as
+            many as the diverged run lasted up to 200 for the exact and population engines.
     """
     cfg.validate()
-    start = time.perf_counter()
-    device = pick_device(cfg.device)
-    datasets, drawn = draw(cfg)
     if data is not None:
-        datasets.train = data
-    init = drawn if init is None else {k: np.asarray(v) for k, v in init.items()}
+        cfg, given = _given_data(cfg, data)
+    if init is not None:
+        init = check_weights(cfg.model, init, heads=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank)
+    start = time.perf_counter()
+    engine = cfg.resolved_engine()
+    device = pick_device(cfg.device, engine)
+    if data is None or init is None:
+        datasets, drawn = draw(cfg)
+    if data is not None:
+        datasets = given
+    init = drawn if init is None else init
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
     train, tests = objectives(cfg, model, datasets, device)
     setup = time.perf_counter() - start
-    if cfg.dynamics == "flow":
-        from .flow import gradient_flow
-        history = gradient_flow(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
-                                track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot)
-    else:
-        history = gradient_descent(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
-                                   track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,
-                                   progress=progress)
-    return RunResult(cfg, history, datasets, init, model, train.name, device, setup,
-                     time.perf_counter() - start)
+    try:
+        if cfg.dynamics == "flow":
+            from .flow import gradient_flow
+            history = gradient_flow(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
+                                    track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot)
+        else:
+            history = gradient_descent(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
+                                       track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,
+                                       progress=progress)
+    except TrainingDiverged as e:
+        if cfg.dynamics == "gd":
+            steps = max(20, min(e.step + 1, 200)) if train.name in ("exact", "population") else 20
+            lr, halvings = stable_lr(cfg, init, train, device, lr=cfg.lr, steps=steps)
+            e.suggest(lr, halvings=halvings, steps=steps)
+        raise
+    return RunResult(config=cfg, history=history, datasets=datasets, init=init,
+                     weights=weights_of(model, like=init), model=model, engine=train.name, device=device,
+                     setup_time=setup, wall_time=time.perf_counter() - start)
 
 
 def write_outputs(result: RunResult, out_dir, *, save_data: bool = False) -> None:
-    """``loss.csv`` and ``run.json`` (and ``data.npz``, ``init.npz`` with ``save_data``), each written atomically."""
-    from pathlib import Path
-
+    """``loss.csv`` and ``run.json`` (and ``data.npz``, ``init.npz``, ``weights.npz`` with ``save_data``), each
+    written atomically. :func:`load_run` reads them back."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if save_data:
         ds = result.datasets
-        arrays = {"cov": ds.cov, "w_fix": ds.w_fix}
+        arrays = {"cov": ds.cov} if ds.w_fix is None else {"cov": ds.cov, "w_fix": ds.w_fix}
         if ds.train is not None:
             arrays.update(X=ds.train.X, y=ds.train.y)
         for key in ("test_iwl", "test_icl"):
@@ -126,6 +249,7 @@ def write_outputs(result: RunResult, out_dir, *, save_data: bool = False) -> Non
                 arrays.update({f"{key}_X": s.X, f"{key}_y": s.y})
         atomic_write(out / "data.npz", lambda f: np.savez_compressed(f, **arrays), binary=True)
         atomic_write(out / "init.npz", lambda f: np.savez(f, **result.init), binary=True)
+        atomic_write(out / "weights.npz", lambda f: np.savez(f, **result.weights), binary=True)
     write_csv(out / "loss.csv", result.history.columns())
     info = provenance()
     info.update(settings=result.config.to_dict(), engine=result.engine, device=result.device,
@@ -133,3 +257,81 @@ def write_outputs(result: RunResult, out_dir, *, save_data: bool = False) -> Non
                 train_time_s=round(result.history.wall_time, 3), wall_time_s=round(result.wall_time, 3),
                 final_train_loss=float(result.history.train_loss[-1]))
     write_json(out / "run.json", info)
+
+
+@dataclass
+class SavedRun:
+    """A run read back from its output folder by :func:`load_run`; the attributes shared with :class:`RunResult`
+    mean the same.
+
+    Attributes:
+        path: the folder.
+        config: the settings (``run.json``).
+        history: the recorded columns of ``loss.csv`` (``snapshots`` empty; ``wall_time`` from ``run.json``).
+        info: the whole of ``run.json`` (settings, versions, git commit, timings).
+        engine, device, wall_time: as recorded in ``run.json``.
+        datasets: from ``data.npz``; None without it (a run written without ``--save-data``).
+        init: the initial weights from ``init.npz``; None without it.
+        weights: the final weights from ``weights.npz``; None without it (and for runs written before linattn
+            saved them).
+        model: the trained model rebuilt from ``weights`` (float64, CPU); None without them.
+    """
+
+    path: Path
+    config: RunConfig
+    history: History
+    info: dict
+    engine: str
+    device: str
+    wall_time: float
+    datasets: data_mod.Datasets | None = None
+    init: dict[str, np.ndarray] | None = None
+    weights: dict[str, np.ndarray] | None = None
+    model: torch.nn.Module | None = None
+
+
+def _read_history(path: Path, wall_time: float) -> History:
+    with open(path, encoding="utf-8") as f:
+        names = f.readline().strip().split(",")
+    table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+    cols = dict(zip(names, table.T))
+    values = [cols[k] for k in names if k.startswith("value_")]
+    return History(step=cols["step"].astype(np.int64), train_loss=cols["train_loss"], test_iwl=cols.get("test_iwl"),
+                   test_icl=cols.get("test_icl"), values=np.column_stack(values) if values else None,
+                   wall_time=wall_time)
+
+
+def _read_datasets(path: Path) -> data_mod.Datasets:
+    with np.load(path) as d:
+        a = dict(d)
+    seqs = {k: data_mod.Sequences(a[f"{p}X"], a[f"{p}y"]) if f"{p}X" in a else None
+            for k, p in (("train", ""), ("test_iwl", "test_iwl_"), ("test_icl", "test_icl_"))}
+    return data_mod.Datasets(cov=a["cov"], w_fix=a.get("w_fix"), **seqs)
+
+
+def load_run(out_dir) -> SavedRun:
+    """Read the folder written by ``linattn train`` (or :func:`write_outputs`) back into a :class:`SavedRun`.
+
+    ``loss.csv`` and ``run.json`` must be there (FileNotFoundError otherwise); ``data.npz``, ``init.npz`` and
+    ``weights.npz`` (written with ``--save-data``) are read when present, and their attributes are None when not.
+    """
+    out = Path(out_dir)
+    for name in ("loss.csv", "run.json"):
+        if not (out / name).is_file():
+            raise FileNotFoundError(f"{out} is not a linattn run folder: it has no {name}")
+    info = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    cfg = RunConfig.from_dict(info["settings"])
+    history = _read_history(out / "loss.csv", info.get("train_time_s", 0.0))
+
+    def arrays(name):
+        if not (out / name).is_file():
+            return None
+        with np.load(out / name) as f:
+            return dict(f)
+
+    datasets = _read_datasets(out / "data.npz") if (out / "data.npz").is_file() else None
+    weights = arrays("weights.npz")
+    model = None if weights is None else build_model(cfg.model, weights, softmax=cfg.softmax)
+    return SavedRun(path=out, config=cfg, history=history, info=info, engine=info.get("engine"),
+                    device=info.get("device"), wall_time=info.get("wall_time_s"), datasets=datasets,
+                    init=arrays("init.npz"), weights=weights, model=model)

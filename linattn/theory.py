@@ -1,9 +1,12 @@
 """The paper's theory, as functions: population moments, fixed points, plateau losses, time courses.
 
-Everything is in the **paper's normalisation** (β = (1/N) Σ_n y_n x_n, model output with the 1/N) unless a function
-takes ``normalize``; ``normalize="sum"`` means the reference implementation's convention (no 1/N), whose model output
-is N times the paper's for the same weights. Time is in units of τ: full-batch GD with rate η in the paper's
-normalisation advances t/τ = 2η per step (gradient flow τ θ̇ = −½ ∂L/∂θ, loss without ½).
+Two normalisations of the loss: ``normalize="mean"``, the paper's (β = (1/N) Σ_n y_n x_n, model output with the
+1/N), and ``normalize="sum"``, the reference implementation's (a sum over context tokens, no 1/N), whose model output
+is N times the paper's for the same weights. Every function whose result depends on the choice takes ``normalize`` as
+a required keyword (no default, so a factor of N is never implied); the others (losses, plateau levels, times in τ)
+are the same in both or are stated in the paper's. Time is t/τ, in units of τ: full-batch GD with rate η in the
+paper's normalisation advances t/τ = 2η per step (gradient flow τ θ̇ = −½ ∂L/∂θ, loss without ½;
+:func:`steps_to_time` converts a run's steps).
 
 Notation (paper, Section 2): x ~ N(0, Λ), w ~ N(0, I_D), y = wᵀx, N context pairs, λ_1 ≥ … ≥ λ_D the eigenvalues of
 Λ with eigenvectors e_d. Every function accepts Λ as a D×D matrix or as a 1-D array of its eigenvalues (then Λ is
@@ -14,7 +17,8 @@ Any predictor of the form ŷ = βᵀ A x_q has the population loss (the basis of
 
     L(A) = tr Λ − 2 tr(A Λ²) + tr(A Λ Aᵀ E[Λ̂²]),   E[Λ̂²] = Λ² + (Λ + tr(Λ) I) Λ / N.
 
-Attention heads reduce to that form while their "null" blocks are zero (see ``diagnostics.combined_A``).
+Attention heads give ŷ = βᵀ A x_q plus terms even in the labels (``models._Attention.in_context_heads``); those
+terms vanish while the heads' "null" blocks are zero.
 """
 
 from __future__ import annotations
@@ -63,49 +67,52 @@ def expected_lambda_hat_sq(cov, N: int) -> np.ndarray:
     return L @ L + (L + np.trace(L) * np.eye(len(L))) @ L / N
 
 
-def _feature_scale(N: int, normalize: str) -> float:
-    """The factor by which the feature (β, z, or the attention output) is larger than the paper's."""
-    if normalize == "mean":
-        return 1.0
-    if normalize == "sum":
-        return float(N)
-    raise ValueError(f"normalize must be 'mean' or 'sum', got {normalize!r}")
+def _check_normalize(normalize: str) -> None:
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"normalize must be 'mean' or 'sum', got {normalize!r}")
 
 
-def mean_yz(cov, N: int, normalize: str = "mean") -> np.ndarray:
+def feature_scale(N: int, *, normalize: str) -> float:
+    """The factor by which the feature (β, z, the attention output, a model's A) of a ``normalize``-normalised model
+    is larger than the paper's: 1 for "mean", N for "sum" (b = scale Σ y_n x_n = N β)."""
+    _check_normalize(normalize)
+    return float(N) if normalize == "sum" else 1.0
+
+
+def mean_yz(cov, N: int, *, normalize: str) -> np.ndarray:
     """E[y_q z] = vec(Λ²) (D²,) for the cubic feature z[i·D + j] = b_i x_q,j (``models.cubic_features``).
 
     b = β in the paper's normalisation, N β in the reference's (then the result is N vec(Λ²)). Λ² is symmetric, so
     row- and column-major vec agree.
     """
     L = as_covariance(cov)
-    return _feature_scale(N, normalize) * (L @ L).reshape(-1)
+    return feature_scale(N, normalize=normalize) * (L @ L).reshape(-1)
 
 
-def second_moment_z(cov, N: int, normalize: str = "mean") -> np.ndarray:
+def second_moment_z(cov, N: int, *, normalize: str) -> np.ndarray:
     """E[z zᵀ] (D², D²) in the ordering z[i·D + j] = b_i x_q,j: kron(E[Λ̂²], Λ), i.e. entry [iD+j, kD+l] =
     E[Λ̂²]_ik Λ_jl (β and x_q are independent, E_w[β βᵀ] = E[Λ̂²]). Times N² in the reference's normalisation.
 
     (Λ ⊗ E[Λ̂²] up to the vec ordering; with our row-major z it is E[Λ̂²] ⊗ Λ.)
     """
-    return _feature_scale(N, normalize) ** 2 * np.kron(expected_lambda_hat_sq(cov, N), as_covariance(cov))
+    return feature_scale(N, normalize=normalize) ** 2 * np.kron(expected_lambda_hat_sq(cov, N), as_covariance(cov))
 
 
-def loss_of_A(A, cov, N: int, normalize: str = "mean") -> float:
+def loss_of_A(A, cov, N: int, *, normalize: str) -> float:
     """Population loss of ŷ = βᵀ A x_q: tr Λ − 2 tr(A Λ²) + tr(A Λ Aᵀ E[Λ̂²]).
 
     With ``normalize="sum"``, ``A`` is the matrix of a reference-normalised model (ŷ = N βᵀ A x_q), i.e. N·A is
     used in the formula.
     """
     L = as_covariance(cov)
-    A = _feature_scale(N, normalize) * np.asarray(A, dtype=np.float64)
+    A = feature_scale(N, normalize=normalize) * np.asarray(A, dtype=np.float64)
     M = expected_lambda_hat_sq(L, N)
     return float(np.trace(L) - 2 * np.trace(A @ L @ L) + np.trace(A @ L @ A.T @ M))
 
 
-def predictor_distance(A, B, cov, N: int, normalize: str = "mean") -> float:
+def predictor_distance(A, B, cov, N: int, *, normalize: str) -> float:
     """E[(βᵀ A x_q − βᵀ B x_q)²] = tr((A−B) Λ (A−B)ᵀ E[Λ̂²]): the mean squared gap between two predictors."""
-    Dm = _feature_scale(N, normalize) * (np.asarray(A, float) - np.asarray(B, float))
+    Dm = feature_scale(N, normalize=normalize) * (np.asarray(A, float) - np.asarray(B, float))
     return float(np.trace(Dm @ as_covariance(cov) @ Dm.T @ expected_lambda_hat_sq(cov, N)))
 
 
@@ -139,24 +146,29 @@ def to_reference_normalisation(model: str, N: int, *, lr: float, init: float) ->
     return lr / N ** (2.0 / k), init / N ** (1.0 / k)
 
 
-def weight_scale_to_paper(model: str, N: int, normalize: str) -> float:
-    """Factor turning a weight of a ``normalize``-normalised run into the matching paper-normalised weight."""
-    return 1.0 if normalize == "mean" else N ** (1.0 / _n_factors(model))
+def weight_scale_to_paper(model: str, N: int, *, normalize: str) -> float:
+    """Factor turning a weight of a ``normalize``-normalised run into the matching paper-normalised weight:
+    1 for "mean", N^{1/k} for "sum" (k weight factors in ŷ, see :func:`to_paper_normalisation`)."""
+    return feature_scale(N, normalize=normalize) ** (1.0 / _n_factors(model))
 
 
-def steps_to_time(steps, lr: float, *, normalize: str = "mean", model: str | None = None, N: int | None = None):
-    """t/τ = 2·η·step, η the paper-normalised rate (for ``normalize="sum"`` give ``model`` and ``N``)."""
+def steps_to_time(steps, lr: float, *, normalize: str, model: str | None = None, N: int | None = None):
+    """The gradient-flow time of GD step ``steps`` in units of τ, in the paper's normalisation: t/τ = 2·η·step.
+
+    η is the paper-normalised rate: ``lr`` itself for ``normalize="mean"``; for ``normalize="sum"`` (give ``model``
+    and ``N``) ``lr`` converted by :func:`to_paper_normalisation`, so that every run of the same trajectory lands on
+    the same t/τ. The only step ↔ time conversion of the package (``flow.gradient_flow`` integrates in steps).
+    """
+    _check_normalize(normalize)
     if normalize == "sum":
         if model is None or N is None:
             raise ValueError("converting a reference-normalised run needs model and N")
         lr = to_paper_normalisation(model, N, lr=lr, init=1.0)[0]
-    elif normalize != "mean":
-        raise ValueError(f"normalize must be 'mean' or 'sum', got {normalize!r}")
     return 2.0 * lr * np.asarray(steps, dtype=np.float64)
 
 
-def time_to_steps(t, lr: float, *, normalize: str = "mean", model: str | None = None, N: int | None = None):
-    """Inverse of :func:`steps_to_time` (a float number of steps)."""
+def time_to_steps(t, lr: float, *, normalize: str, model: str | None = None, N: int | None = None):
+    """Inverse of :func:`steps_to_time`: the (float) GD step at which t/τ (paper normalisation) is reached."""
     return np.asarray(t, dtype=np.float64) / steps_to_time(1.0, lr, normalize=normalize, model=model, N=N)
 
 
@@ -173,7 +185,7 @@ class FixedPoint:
     loss: float
 
 
-def optimal_A(cov, N: int, normalize: str = "mean") -> np.ndarray:
+def optimal_A(cov, N: int, *, normalize: str) -> np.ndarray:
     """The global minimiser A* = E[Λ̂²]⁻¹ Λ = (Λ + (Λ + tr(Λ) I)/N)⁻¹ (→ Λ⁻¹, least squares, as N → ∞).
 
     Paper normalisation. With ``normalize="sum"`` the reference's model computes N βᵀ A x_q, so its converged
@@ -181,7 +193,7 @@ def optimal_A(cov, N: int, normalize: str = "mean") -> np.ndarray:
     """
     L = as_covariance(cov)
     A = np.linalg.inv(L + (L + np.trace(L) * np.eye(len(L))) / N)
-    return A / _feature_scale(N, normalize)
+    return A / feature_scale(N, normalize=normalize)
 
 
 def loss_star(cov, N: int) -> float:
@@ -190,20 +202,13 @@ def loss_star(cov, N: int) -> float:
     return float(lam.sum() - np.sum(lam / c_d(cov, N)))
 
 
-def attn_m_fixed_points(cov, N: int, normalize: str = "mean") -> list[FixedPoint]:
-    """ATTN_M's two fixed-point sets in function space: the origin (loss tr Λ, a saddle) and the minimum manifold."""
-    D = as_covariance(cov).shape[0]
-    return [FixedPoint("origin", np.zeros((D, D)), float(np.trace(as_covariance(cov)))),
-            FixedPoint("minimum", optimal_A(cov, N, normalize), loss_star(cov, N))]
-
-
 def attn_m_mode(cov, N: int) -> tuple[float, float, np.ndarray]:
     """(s, λ_z, ê): s = ‖E[y_q z]‖ (the top singular value of the vector E[y_q z]), ê its direction, and the
     curvature λ_z = êᵀ E[zzᵀ] ê along it (paper normalisation)."""
-    m = mean_yz(cov, N)
+    m = mean_yz(cov, N, normalize="mean")
     s = float(np.linalg.norm(m))
     e = m / s
-    return s, float(e @ second_moment_z(cov, N) @ e), e
+    return s, float(e @ second_moment_z(cov, N, normalize="mean") @ e), e
 
 
 def attn_m_escape_time(cov, N: int, w_init: float) -> float:
@@ -265,7 +270,7 @@ def white_loss(sigma, D: int, N: int, kappa: float = 1.0):
 # ATTN_S: 2^D fixed points, saddle-to-saddle dynamics
 # --------------------------------------------------------------------------------------------------------------
 
-def fixed_point_A(cov, N: int, subset, normalize: str = "mean") -> np.ndarray:
+def fixed_point_A(cov, N: int, subset, *, normalize: str) -> np.ndarray:
     """A_S = Σ_{d∈S} (λ_d c_d)⁻¹ e_d e_dᵀ, the fixed point that has learned the eigen-directions in ``subset``
     (indices into the decreasing order; the empty set is the origin). Divided by N for ``normalize="sum"``."""
     lam, E = spectrum(cov)
@@ -274,7 +279,7 @@ def fixed_point_A(cov, N: int, subset, normalize: str = "mean") -> np.ndarray:
     if idx.size and (idx.min() < 0 or idx.max() >= len(lam)):
         raise ValueError(f"subset {subset} has indices outside 0..{len(lam) - 1}")
     weights = 1.0 / (lam[idx] * c[idx])
-    return (E[:, idx] * weights) @ E[:, idx].T / _feature_scale(N, normalize)
+    return (E[:, idx] * weights) @ E[:, idx].T / feature_scale(N, normalize=normalize)
 
 
 def fixed_point_loss(cov, N: int, subset) -> float:
@@ -284,14 +289,14 @@ def fixed_point_loss(cov, N: int, subset) -> float:
     return float(lam.sum() - np.sum(lam[idx] / c_d(cov, N)[idx]))
 
 
-def all_fixed_points(cov, N: int, normalize: str = "mean") -> list[FixedPoint]:
+def all_fixed_points(cov, N: int, *, normalize: str) -> list[FixedPoint]:
     """All 2^D fixed points of ATTN_S (enough heads, R·H ≥ D), one per subset of eigen-directions."""
     D = as_covariance(cov).shape[0]
     out = []
     for mask in range(1 << D):
         subset = [d for d in range(D) if mask >> d & 1]
         out.append(FixedPoint("{" + ",".join(str(d + 1) for d in subset) + "}",
-                              fixed_point_A(cov, N, subset, normalize), fixed_point_loss(cov, N, subset)))
+                              fixed_point_A(cov, N, subset, normalize=normalize), fixed_point_loss(cov, N, subset)))
     return out
 
 
@@ -301,17 +306,17 @@ def plateau_losses(cov, N: int) -> np.ndarray:
     return lam.sum() - np.concatenate([[0.0], np.cumsum(lam / c_d(cov, N))])
 
 
-def pcr_weights(cov, N: int, m: int, normalize: str = "mean") -> np.ndarray:
+def pcr_weights(cov, N: int, m: int, *, normalize: str) -> np.ndarray:
     """The in-context algorithm at plateau M_m: Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ (PCR on the top m components as
     N → ∞; m = D gives the minimum, ``optimal_A``)."""
-    return fixed_point_A(cov, N, range(m), normalize)
+    return fixed_point_A(cov, N, range(m), normalize=normalize)
 
 
-def final_value_weights(cov, N: int, normalize: str = "mean", model: str = "attnS") -> np.ndarray:
+def final_value_weights(cov, N: int, *, normalize: str, model: str = "attnS") -> np.ndarray:
     """The converged value weight of the head that learned direction d, (λ_d c_d)^{-1/3} (balanced rank-one heads,
     paper normalisation; ÷N^{1/3} for ``normalize="sum"``), decreasing λ order."""
     lam, _ = spectrum(cov)
-    return (lam * c_d(cov, N)) ** (-1.0 / 3.0) / weight_scale_to_paper(model, N, normalize)
+    return (lam * c_d(cov, N)) ** (-1.0 / 3.0) / weight_scale_to_paper(model, N, normalize=normalize)
 
 
 def scalar_ode(lam: float, c: float, v0: float, t) -> np.ndarray:
@@ -357,7 +362,7 @@ def attn_s_escape_time(lam: float, v0: float) -> float:
 
 
 def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, heads: int = 1,
-                      scheme: str = "jan2025", normalize: str = "sum") -> np.ndarray:
+                      scheme: str = "jan2025", normalize: str) -> np.ndarray:
     """Escape-time estimate of each drop d = 1 … D, in GD steps from step 0, for ATTN_S.
 
     τ/(λ_d² v₀) (:func:`attn_s_escape_time`) with v₀ the geometric mean of a head's three starting scales, the value
@@ -383,7 +388,7 @@ def long_plateaus(D: int, rank: int) -> list[int]:
     return list(range(0, D, rank))
 
 
-def vary_len_plateau_losses(cov, seq_len: int, normalize: str = "sum") -> np.ndarray:
+def vary_len_plateau_losses(cov, seq_len: int, *, normalize: str) -> np.ndarray:
     """L(M_0), …, L(M_D) for the loss averaged over prefix lengths (``--vary_len``): n = 2 … seq_len tokens,
     N = n − 1 context pairs each, one model shared by all lengths.
 
@@ -394,13 +399,9 @@ def vary_len_plateau_losses(cov, seq_len: int, normalize: str = "sum") -> np.nda
     L(M_m) = tr Λ − Σ_{d≤m} λ_d ⟨s⟩²/⟨s² c_d⟩ (M_D: the minimum of ATTN_M under ``--vary_len``).
     """
     lam, _ = spectrum(cov)
+    _check_normalize(normalize)
     Ns = np.arange(1, seq_len)
-    if normalize == "sum":
-        s = Ns / (Ns + 1.0)
-    elif normalize == "mean":
-        s = np.ones(len(Ns))
-    else:
-        raise ValueError(f"normalize must be 'mean' or 'sum', got {normalize!r}")
+    s = Ns / (Ns + 1.0) if normalize == "sum" else np.ones(len(Ns))
     c = np.array([c_d(cov, int(n)) for n in Ns])          # (lengths, D)
     gain = lam * s.mean() ** 2 / np.mean(s[:, None] ** 2 * c, axis=0)
     return lam.sum() - np.concatenate([[0.0], np.cumsum(gain)])

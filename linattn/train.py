@@ -18,12 +18,28 @@ from tqdm.auto import tqdm
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite."""
+    """The loss became NaN or infinite.
+
+    ``suggested_lr`` is None unless a caller tried smaller rates (:meth:`suggest`; ``run.run`` does).
+    """
 
     def __init__(self, step: int, loss: float, lr: float):
         self.step, self.loss, self.lr = step, loss, lr
+        self.suggested_lr = None
         super().__init__(f"the training loss became {loss} at step {step} (lr = {lr:g}); "
                          f"try a smaller learning rate, e.g. --lr {lr / 4:g}")
+
+    def suggest(self, lr: float | None, *, halvings: int, steps: int) -> None:
+        """Replace the generic hint by the outcome of trial runs of ``steps`` steps at lr/2, lr/4, …: ``lr`` is
+        the first that kept the loss finite and lowered it (None: none of ``halvings`` halvings did)."""
+        self.suggested_lr = lr
+        head = f"the training loss became {self.loss} at step {self.step} (lr = {self.lr:g}); "
+        if lr is None:
+            self.args = (head + f"no smaller learning rate down to lr/2^{halvings} kept the loss finite and lowered "
+                         f"it over a {steps}-step trial from the same initial weights; check --init and the data",)
+        else:
+            self.args = (head + f"try a smaller learning rate, --lr {lr!r}: halved {halvings} time(s), it kept the "
+                         f"loss finite and lowered it over a {steps}-step trial run from the same initial weights",)
 
 
 @dataclass
@@ -49,9 +65,22 @@ class History:
         return cols
 
 
-def weights_of(model) -> dict[str, np.ndarray]:
-    """A float64 numpy copy of every parameter."""
-    return {k: v.detach().to("cpu", torch.float64).numpy().copy() for k, v in model.named_parameters()}
+def weights_of(model, like: dict | None = None) -> dict[str, np.ndarray]:
+    """The model's current weights in the layout of ``init.npz`` (float64 numpy copies), so that
+    ``build_model(name, weights_of(model))`` rebuilds it.
+
+    Every parameter is copied under its own name, except the attention models' value rows v (H, D+1): they become
+    W_V (H, D+1, D+1) with W_V[h][D] = v_h, the only row that enters the prediction. The other rows are taken from
+    ``like["W_V"]`` when given (e.g. the initial weights, which training never changes there), else zero.
+    """
+    out = {k: p.detach().to("cpu", torch.float64).numpy().copy() for k, p in model.named_parameters()}
+    if "v" in out:
+        v = out.pop("v")
+        W_V = np.zeros(v.shape[:1] + (v.shape[1], v.shape[1])) if like is None else \
+            np.array(like["W_V"], dtype=np.float64)
+        W_V[:, -1] = v
+        out["W_V"] = W_V
+    return out
 
 
 def gradient_descent(model, objective, *, lr: float, epochs: int, tests: dict | None = None,

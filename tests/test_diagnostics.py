@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from linattn import diagnostics as dg
-from linattn import theory
+from linattn import published, theory
 from linattn.config import RunConfig
 from linattn.models import init_weights, build_model
 from linattn.data import streams
@@ -15,31 +15,50 @@ N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
 
 
-@pytest.fixture(scope="module")
-def rank_one():
+@pytest.fixture(scope="module", params=[7, 3])
+def rank_one(request):
     """Figure 3a's rank-one ATTN_S (H = 5, reference lr 0.02 and init 0.01), run in the paper's normalisation.
 
-    Seed 7: its initial heads give four separated drops (for some seeds two drops fall together, since escape times
-    1/(λ²v0) depend on each direction's largest initial head).
+    The assertions hold whichever plateaus a seed's draws make long enough to detect: seed 7's initial heads give
+    four separated drops (all of M_0 … M_4 detected); seed 3's make drops 2 and 3 fall together (M_2 too short to
+    detect), since the escape times 1/(λ²v0) depend on each direction's largest initial head. The one-head-per-drop
+    statements (value weights, alignment, scalar ODE) need separated drops and are skipped where drops merge;
+    checked on seeds 4, 5, 7 (separated) and 0, 1, 2, 3 (merged).
     """
     lr, init = theory.to_paper_normalisation("attnS", N, lr=0.02, init=0.01)
     cfg = RunConfig(model="attnS", head_num=5, in_dim=4, spectrum=SPEC4, trainset_size=None, epoch=20000,
-                    lr=lr, init=init, normalize="mean", seed=7,
+                    lr=lr, init=init, normalize="mean", seed=request.param,
                     draws="streams", init_scheme="jan2025")
-    result = run(cfg, snapshot_every=20, snapshot=dg.snapshot_fn(N))
-    table = dg.tidy(result.history.snapshots, result.datasets.cov, N, lr=lr)
-    return result, table, dg.detect_plateaus(result.history.train_loss), lr
+    result = run(cfg, snapshot_every=20, snapshot=dg.snapshot_fn(N, normalize="mean"))
+    table = dg.tidy(result.history.snapshots, result.datasets.cov, N, lr=lr, normalize="mean")
+    plateaus = dg.detect_plateaus(result.history.train_loss)
+    levels = theory.plateau_losses(result.datasets.cov, N)
+    ms = [int(np.argmin(np.abs(levels - lv))) for lv in plateaus.levels]  # the M_m each detected plateau is
+    return result, table, plateaus, lr, ms
+
+
+def _middle(table, a, b):
+    return np.searchsorted(table["step"], (a + b) // 2)
+
+
+def _one_head_per_drop(ms):
+    """Skip unless every plateau M_0 … M_4 was detected: each drop then learns one direction with one head."""
+    if ms != list(range(5)):
+        pytest.skip(f"drops fall together for these draws (plateaus M_{ms}): two heads learn at once")
 
 
 def test_plateaus_match_theory_in_eigenvalue_order(rank_one):
-    result, table, plateaus, _ = rank_one
+    result, table, plateaus, _, ms = rank_one
     cov = result.datasets.cov
     levels = theory.plateau_losses(cov, N)
-    assert len(plateaus) == 5
-    assert np.abs(plateaus.levels - levels).max() < 0.01  # measured 1e-5 with exact population moments
+    # M_0 first, M_D last, each visited once in eigenvalue order (a skipped M_m was too short to detect)
+    assert ms[0] == 0 and ms[-1] == 4 and np.all(np.diff(ms) > 0)
+    assert np.abs(plateaus.levels - levels[ms]).max() < 0.01  # measured 1e-5 with exact population moments
+    drops = dg.drop_steps(result.history.train_loss, levels)
+    assert np.all(np.isfinite(drops)) and np.all(np.diff(drops) > 0)
     target = 1.0 / (np.array(SPEC4) * theory.c_d(cov, N))
-    for m, (a, b) in enumerate(zip(plateaus.starts, plateaus.ends)):
-        i = np.searchsorted(table["step"], (a + b) // 2)
+    for m, a, b in zip(ms, plateaus.starts, plateaus.ends):
+        i = _middle(table, a, b)
         overlaps = np.array([table[f"overlap_{d + 1}"][i] for d in range(4)])
         # on plateau m exactly the m largest directions are learned, each at 1/(λ_d c_d)
         assert np.allclose(overlaps[:m], target[:m], rtol=0.01)
@@ -49,60 +68,67 @@ def test_plateaus_match_theory_in_eigenvalue_order(rank_one):
 
 
 def test_one_head_per_direction_with_the_predicted_value_weight(rank_one):
-    result, _, _, _ = rank_one
+    """Separated drops: the head that grew in drop d is aligned with e_d (measured 0.969 to 0.9995 over seeds) and its
+    value weight is (λ_d c_d)^{-1/3} (measured within 0.06 %). Where drops merge the heads that grew together share
+    their directions (seed 1: best alignments 0.57 to 0.75, value weights off by up to 7 %); the theory then fixes
+    only their sum, tested above."""
+    result, table, _, _, ms = rank_one
+    _one_head_per_drop(ms)
     cov = result.datasets.cov
-    heads = dg.head_matrices(result.model)
-    align = dg.head_alignment(heads, cov)
+    # each head carries its own direction: the heads side by side have the rank of their sum
+    assert np.allclose(table["marginal_eff_rank"][-1], table["eff_rank"][-1], atol=0.02)
+    align = dg.head_alignment(dg.head_matrices(result.model), cov)
     v = result.model.value_weights().detach().numpy()
-    expected = theory.final_value_weights(cov, N)
+    expected = theory.final_value_weights(cov, N, normalize="mean")
     for d in range(4):
         h = int(np.argmax(np.abs(align[:, d])))
-        assert abs(align[h, d]) > 0.99
-        assert abs(v[h]) == pytest.approx(expected[d], rel=0.05)  # measured within 0.06 %
+        assert abs(align[h, d]) > 0.95
+        assert abs(v[h]) == pytest.approx(expected[d], rel=0.05)
 
 
-def test_effective_rank_grows_by_about_one_per_drop(rank_one):
-    _, table, plateaus, _ = rank_one
-    er, nr = [], []
-    for a, b in zip(plateaus.starts[1:], plateaus.ends[1:]):
-        i = np.searchsorted(table["step"], (a + b) // 2)
-        er.append(table["eff_rank"][i])
-        nr.append(table["numerical_rank"][i])
-    assert nr == [1, 2, 3, 4]
-    assert er[0] == pytest.approx(1.0, abs=1e-3)
-    steps = np.diff(er)  # measured 0.98, 0.92, 0.70: below 1 because the singular values 1/(λc) are unequal
-    assert np.all(steps > 0.5) and np.all(steps <= 1.0 + 1e-9)
-    assert np.allclose(table["marginal_eff_rank"][-1], table["eff_rank"][-1], atol=0.02)
+def test_effective_rank_on_each_plateau_is_that_of_its_pcr_predictor(rank_one):
+    result, table, plateaus, _, ms = rank_one
+    cov = result.datasets.cov
+    for m, a, b in zip(ms[1:], plateaus.starts[1:], plateaus.ends[1:]):
+        i = _middle(table, a, b)
+        assert table["numerical_rank"][i] == m
+        # 1 on M_1; then below m, because the singular values 1/(λ_d c_d) are unequal (measured +0.98, +0.92, +0.70);
+        # off by at most 0.02 over seeds (a head about to grow adds a small singular value, which counts)
+        expected = dg.effective_rank(theory.pcr_weights(cov, N, m, normalize="mean"))
+        assert table["eff_rank"][i] == pytest.approx(expected, abs=0.05)
 
 
 def test_conservation_drift_small_at_paper_rate(rank_one):
-    _, table, _, _ = rank_one
+    table = rank_one[1]
     assert table["drift_max"].max() < 5e-3  # measured 8.5e-4 at η = 0.197 (paper normalisation)
 
 
 def test_scalar_ode_overlays_each_drop(rank_one):
-    result, _, plateaus, lr = rank_one
+    result, _, plateaus, lr, ms = rank_one
+    _one_head_per_drop(ms)
     loss = result.history.train_loss
     cov = result.datasets.cov
     sizes = -np.diff(theory.plateau_losses(cov, N))
-    # measured max |ΔL| / drop size: 0.036, 0.024, 0.012, 0.0006 (earlier drops: other heads not yet at zero)
+    # measured max |ΔL| / drop size: seed 7 0.036, 0.024, 0.012, 0.003; seeds 4, 5 up to 0.064, where the next head
+    # is already growing during the drop (the reduction has the other heads at zero)
     for m in range(4):
-        steps, pred = dg.scalar_ode_overlay(loss, lr, cov, N, m, level=plateaus.levels[m])
+        steps, pred = dg.scalar_ode_overlay(loss, lr, cov, N, m, level=plateaus.levels[m], normalize="mean")
         window = steps < plateaus.starts[m + 1]
         err = np.abs(pred[window] - loss[steps[window]]).max()
-        assert err < 0.06 * sizes[m], (m, err)
+        assert err < 0.1 * sizes[m], (m, err)
 
 
 def test_subspace_measures(rank_one):
-    _, table, plateaus, _ = rank_one
+    _, table, plateaus, _, _ = rank_one
+    step = table["step"]
     # the final top direction (e_4, weight 1/(λ_4 c_4)) is only present after the last drop
-    last = plateaus.starts[-1]
-    assert np.all(table["subspace_dist"][table["step"] >= last + 1000] < 1e-3)
-    assert np.all(table["subspace_dist"][(table["step"] > plateaus.starts[1]) & (table["step"] < plateaus.ends[3])] > 0.9)
-    on_plateau = np.zeros(table["step"].size, bool)
+    assert np.all(table["subspace_dist"][step >= plateaus.starts[-1] + 1000] < 1e-3)
+    assert np.all(table["subspace_dist"][(step > plateaus.starts[1]) & (step < plateaus.ends[-2])] > 0.9)
+    on_plateau = np.zeros(step.size, bool)
     for a, b in zip(plateaus.starts[1:], plateaus.ends[1:]):
-        on_plateau |= (table["step"] > a + 100) & (table["step"] < b - 100)
-    # the learned subspace moves during drops (measured max 0.036 per 20 steps) and stands still on plateaus
+        if b - a >= 1000:  # a shorter plateau is already the start of the next drop (seed 3's M_1: 412 steps)
+            on_plateau |= (step > a + 100) & (step < b - 100)
+    # the learned subspace moves during drops (measured max 0.036 per 20 steps) and stands still on long plateaus
     assert table["subspace_change"].max() > 10 * table["subspace_change"][on_plateau].max()
 
 
@@ -118,7 +144,9 @@ def test_rank_two_long_plateaus_only_at_even_m():
         ms = [int(np.argmin(np.abs(levels - lv))) for lv in p.levels]
         assert np.abs(levels[ms] - p.levels).max() < 0.01
         found[R] = ms
-    assert found[2] == theory.long_plateaus(8, 2)  # [0, 2, 4, 6]; M_5 shows as a 163-step blip
+    # rank two: the long plateaus are M_0, M_2, M_4, … in order, as far as the run gets (seeds 0, 10, 11, 12:
+    # [0, 2, 4] or [0, 2, 4, 6]; seed 10's M_5 shows as a 163-step blip)
+    assert len(found[2]) >= 3 and found[2] == theory.long_plateaus(8, 2)[:len(found[2])]
     assert any(m % 2 for m in found[1])  # rank one: an odd plateau (M_1) is long too
 
 
@@ -140,19 +168,95 @@ def test_detect_plateaus_on_synthetic_curves():
     assert np.allclose(p.drop_steps, drops, rtol=0.05)
 
 
-def test_head_matrices_reproduce_the_model_output():
+def _dense(model_name, rng, scheme="dec2025"):
+    """Weights of ``scheme`` with every block the theory keeps at zero filled in too (vector blocks, key label
+    column, v_h[:D]), so every term of the prediction is present."""
+    w = init_weights(model_name, heads=3, in_dim=4, rank=2, init=0.7, scheme=scheme, rng=rng)
+    return {k: v + 0.3 * rng.standard_normal(v.shape) for k, v in w.items()}
+
+
+def _odd_in_labels(model, X, scale):
+    """(ŷ(y) − ŷ(−y)) / 2: the part of the prediction linear in the context labels."""
+    flipped = X.clone()
+    flipped[:, :-1, -1] *= -1
+    with torch.no_grad():
+        return ((model(X, scale) - model(flipped, scale)) / 2).numpy()
+
+
+@pytest.mark.parametrize("normalize", ["mean", "sum"])
+@pytest.mark.parametrize("model_name,scheme", [("attnS", "dec2024"), ("attnS", "dec2025"), ("attnM", "jan2025"),
+                                               ("mlp", "jan2025")])
+def test_combined_A_is_the_label_linear_part_of_the_prediction(model_name, scheme, normalize):
+    """For any weights, ŷ = βᵀ A x_q + (terms even in the labels), A = combined_A (paper normalisation,
+    β = (1/N) Σ y_n x_n): the odd part of ŷ under y → −y is βᵀ A x_q."""
     rng = streams(1, 0)
     X = torch.as_tensor(rng.standard_normal((6, N + 1, 5)))
     X[:, -1, -1] = 0
-    for model_name in ("attnS", "attnM"):
-        w = init_weights(model_name, heads=3, in_dim=4, init=0.7, rng=rng)
-        model = build_model(model_name, w)
-        A = dg.combined_A(model)
-        beta = torch.einsum("pn,pnd->pd", X[:, :-1, 4], X[:, :-1, :4]).numpy() / N
-        pred = np.einsum("pi,ij,pj->p", beta, A, X[:, -1, :4].numpy())
-        assert np.allclose(model(X, 1.0 / N).detach().numpy(), pred, rtol=1e-9, atol=1e-12)
+    model = build_model(model_name, _dense(model_name, rng, scheme))
+    A = dg.combined_A(model, N, normalize=normalize)
+    beta = torch.einsum("pn,pnd->pd", X[:, :-1, 4], X[:, :-1, :4]).numpy() / N
+    pred = np.einsum("pi,ij,pj->p", beta, A, X[:, -1, :4].numpy())
+    odd = _odd_in_labels(model, X, 1.0 / N if normalize == "mean" else 1.0)
+    assert np.allclose(odd, pred, rtol=1e-9, atol=1e-12)
+    if model_name != "mlp":
+        # the even part is really there (the key's label column and v_h[:D] give terms A does not hold)
+        with torch.no_grad():
+            assert np.abs(model(X, 1.0 / N).numpy() - _odd_in_labels(model, X, 1.0 / N)).max() > 1e-3
+
+
+def test_combined_A_counts_the_key_label_column_of_dec2024():
+    """dec2024's ATTN_S keeps W_K's label column: a head whose v_h[:D] has grown carries a direction through it.
+    A head with v_h[D] = 0 and k = 0 is invisible to the paper's Σ v_h k_h q_hᵀ but not to the prediction."""
+    D = 4
+    e1 = np.eye(D + 1)[0]
+    W_Q = e1[None, None, :].copy()                        # q = e_1
+    W_K = np.zeros((1, 1, D + 1))
+    W_K[0, 0, D] = 0.5                                    # key reads only the label
+    W_V = np.zeros((1, D + 1, D + 1))
+    W_V[0, D, :D] = [0.0, 2.0, 0.0, 0.0]                 # v_h[:D] = 2 e_2, v_h[D] = 0
+    model = build_model("attnS", {"W_Q": W_Q, "W_K": W_K, "W_V": W_V})
+    A = dg.combined_A(model, normalize="mean")
+    assert np.allclose(A, np.outer([0, 2.0, 0, 0], 0.5 * np.eye(D)[0]))   # v_h[:D] (W_Q[:, :D]ᵀ W_K[:, D])ᵀ
+    assert dg.effective_rank(A) == pytest.approx(1.0)
     assert dg.effective_rank(np.diag([1.0, 1.0, 0.0])) == pytest.approx(2.0)
     assert dg.effective_rank(np.zeros((3, 3))) == 0.0
+
+
+def test_models_carry_their_measures_and_other_models_raise_type_error():
+    rng = streams(2, 0)
+    attn_m = build_model("attnM", init_weights("attnM", heads=2, in_dim=3, init=0.5, rng=rng))
+    mlp = build_model("mlp", init_weights("mlp", heads=2, in_dim=3, init=0.5, rng=rng))
+    attn_s = build_model("attnS", init_weights("attnS", heads=2, in_dim=3, init=0.5, rng=rng))
+    # ATTN_M (vector blocks zero) and its MLP twin have the same heads and the same a0
+    from linattn.models import MLP
+    twin = MLP(*attn_m.mlp_weights())
+    assert np.allclose(dg.head_matrices(attn_m), dg.head_matrices(twin))
+    cov = np.diag([0.5, 0.3, 0.2])
+    a0 = [dg.attn_m_effective_a0(m, cov, 7, normalize="sum") for m in (attn_m, twin)]
+    assert a0[0] == pytest.approx(a0[1]) and a0[0] > 0
+    assert set(dg.conserved_quantities(attn_s)) == {"v_minus_k", "k_minus_q", "scale"}
+    assert set(dg.conserved_quantities(mlp)) == {"v_minus_k", "scale"}
+
+    class Other(torch.nn.Module):
+        pass
+
+    for measure in (dg.head_matrices, dg.conserved_quantities, lambda m: dg.combined_A(m, normalize="mean"),
+                    dg.snapshot_fn(7, normalize="mean")):
+        with pytest.raises(TypeError, match="Other has no"):
+            measure(Other())
+    with pytest.raises(TypeError, match="AttnS has no mlp_weights"):
+        dg.attn_m_effective_a0(attn_s, cov, 7, normalize="sum")
+
+
+def test_in_eigenbasis_and_mode_overlaps():
+    rng = np.random.default_rng(3)
+    Q = np.linalg.qr(rng.standard_normal((3, 3)))[0]
+    cov = (Q * np.array([0.5, 0.3, 0.2])) @ Q.T
+    A = theory.fixed_point_A(cov, N, [0, 2], normalize="mean")
+    c = theory.c_d(cov, N)
+    assert np.allclose(dg.in_eigenbasis(A, cov), np.diag([1 / (0.5 * c[0]), 0, 1 / (0.2 * c[2])]), atol=1e-12)
+    stack = np.stack([A, 2 * A])                            # a stack of matrices, one row of overlaps each
+    assert np.allclose(dg.mode_overlaps(stack, cov), [np.diag(dg.in_eigenbasis(A, cov)), 2 * np.diag(dg.in_eigenbasis(A, cov))])
 
 
 def test_drop_steps_finds_each_midpoint_crossing_and_nan_when_unreached():
@@ -162,3 +266,17 @@ def test_drop_steps_finds_each_midpoint_crossing_and_nan_when_unreached():
     out = dg.drop_steps(loss, levels, steps)
     assert np.array_equal(out[:2], [1000.0, 1500.0]) and np.isnan(out[2])
     assert np.array_equal(dg.drop_steps(loss, levels)[:2], [100.0, 150.0])
+
+
+def test_drop_step_of_a_smooth_two_plateau_curve_is_its_midpoint_crossing():
+    """A logistic drop from 1.0 to 0.2 centred at step 700: the loss is below the midpoint 0.6 from step 701 on."""
+    step = np.arange(3000)
+    loss = 0.2 + 0.8 / (1 + np.exp((step - 700.0) / 25))
+    assert dg.drop_steps(loss, [1.0, 0.2])[0] == 701
+    assert dg.first_step_below(loss, 0.6) == 701
+    assert dg.first_step_below(loss, 0.6, steps=10 * step) == 7010
+    assert np.isnan(dg.first_step_below(loss, 0.1))
+    # the plateau detector and the published-figure comparisons use the same rule
+    assert dg.detect_plateaus(loss).drop_steps[0] == 701
+    _, rows = published.fig1b_comparison(loss, loss)
+    assert rows[1]["reproduced"] == dg.first_step_below(loss, 0.5)

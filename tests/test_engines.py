@@ -10,7 +10,7 @@ import pytest
 import torch
 from numpy.polynomial.hermite_e import hermegauss
 
-from linattn import data, engines, models
+from linattn import data, engines, models, population
 from linattn.train import gradient_descent
 
 D, SEQ, H = 3, 6, 3
@@ -129,7 +129,7 @@ def test_population_moments_equal_exact_quadrature(model, normalize, vary_len):
     with torch.no_grad():
         yy, yT, TT = _quadrature_moments(net, cov, 3, vary_len=vary_len, normalize=normalize)
     kind = engines.feature_kind(net)
-    mom = engines.population_moments(kind, cov, 3, vary_len=vary_len, normalize=normalize)
+    mom = population.population_moments(kind, cov, 3, vary_len=vary_len, normalize=normalize)
     assert abs(mom.yy - yy) < 1e-12
     assert torch.allclose(mom.yT, yT, rtol=1e-10, atol=1e-12)
     assert torch.allclose(mom.TT, TT, rtol=1e-10, atol=1e-12)
@@ -156,7 +156,7 @@ def test_population_plateaus_match_theory(Dl, expected, normalize):
     cov = data.make_covariance(Dl, np.random.default_rng(2), spectrum=lam)
     evals, evecs = np.linalg.eigh(cov)
     evals, evecs = evals[::-1], evecs[:, ::-1]
-    mom = engines.population_moments("attention", cov, N + 1, normalize=normalize)
+    mom = population.population_moments("attention", cov, N + 1, normalize=normalize)
     assert abs(float(mom.loss(torch.zeros_like(mom.yT))) - np.trace(cov)) < 1e-14
     c = 1 + (1 + np.trace(cov) / evals) / N
     for m, value in enumerate(expected):
@@ -169,8 +169,26 @@ def test_population_plateaus_match_theory(Dl, expected, normalize):
 
 def test_population_white_minimum():
     """theory.md: Λ = I/D, D = 4, N = 31: L* = (D+1)/(N+D+1)."""
-    mom = engines.population_moments("cubic", np.eye(4) / 4, 32, normalize="mean")
+    mom = population.population_moments("cubic", np.eye(4) / 4, 32, normalize="mean")
     assert abs(mom.minimum()[0] - 5 / 36) < 1e-10
+
+
+def test_population_algebra_lives_in_its_own_module_and_needs_the_normalisation():
+    with pytest.raises(TypeError, match="normalize"):
+        population.population_moments("cubic", np.eye(2) / 2, 4)  # no silent factor of N
+    for moved in ("population_moments", "_isserlis", "_attention_population", "views", "_OneThread"):
+        assert not hasattr(engines, moved), moved
+
+
+def test_engines_leave_the_thread_count_alone(monkeypatch):
+    """The CLI sets torch's threads once (--threads); an engine step must not change them behind its back."""
+    net = models.build_model("attnM", _weights_small())
+    obj = engines.Exact.from_data(net, data.make_datasets(in_dim=2, seq_len=4, trainset_size=8, seed=0).train)
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n))
+    obj.value_and_grad(net)
+    obj.value(net)
+    assert calls == []
 
 
 def test_population_engine_is_exact_by_default_and_sampling_agrees():

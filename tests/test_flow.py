@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import cli, data, engines, models
+from linattn import cli, data, engines, flow, models, theory
 from linattn.config import ConfigError, RunConfig
-from linattn.flow import gradient_flow, steps_to_flow_time
+from linattn.flow import gradient_flow
 from linattn.run import run
 from linattn.train import gradient_descent
 
@@ -22,8 +22,27 @@ def _problem(model="attnS", heads=2, init=0.3, seed=0):
     return ds, w, engines.Exact.from_data(net, ds.train, normalize="mean")
 
 
-def test_time_axis():
-    assert np.allclose(steps_to_flow_time([0, 1, 10], 0.02), [0, 0.04, 0.4])
+class _Square:
+    """L(θ) = Σθ², whose flow τ θ̇ = −½ ∂L/∂θ = −θ is θ(t) = θ(0) e^{−t/τ}: L(t) = L(0) e^{−2t/τ}."""
+
+    def value(self, model):
+        return float((model.theta.detach() ** 2).sum())
+
+    def value_and_grad(self, model):
+        loss = (model.theta ** 2).sum()
+        loss.backward()
+        return loss.item()
+
+
+def test_time_axis_is_theory_steps_to_time():
+    """Row k of the flow is the flow at t/τ = theory.steps_to_time(k): the package's one step ↔ time conversion."""
+    net = torch.nn.Module()
+    net.theta = torch.nn.Parameter(torch.tensor([1.0, -0.5], dtype=torch.float64))
+    lr, epochs = 0.02, 60
+    hist = gradient_flow(net, _Square(), lr=lr, epochs=epochs, rtol=1e-10, atol=1e-14)
+    t = theory.steps_to_time(np.arange(epochs), lr, normalize="mean")
+    assert np.allclose(hist.train_loss, 1.25 * np.exp(-2 * t), rtol=1e-7)
+    assert not hasattr(flow, "steps_to_flow_time")
 
 
 def test_small_learning_rate_gd_converges_to_the_flow():
@@ -73,7 +92,7 @@ def test_flow_history_matches_gd_layout_with_tests_and_values():
     ref = models.build_model("attnM", w)
     assert h.train_loss[0] == pytest.approx(obj.value(ref), rel=1e-14)
     assert h.test_icl[0] == pytest.approx(tests["test_icl"].value(ref), rel=1e-14)
-    assert np.allclose(h.snapshots[-1][1]["v"], net.v.detach().numpy())
+    assert np.allclose(h.snapshots[-1][1]["W_V"][:, -1], net.v.detach().numpy())
 
 
 def test_run_and_cli_take_the_flow(tmp_path):

@@ -5,6 +5,8 @@ import tomllib
 from pathlib import Path
 
 import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -12,6 +14,18 @@ ROOT = Path(__file__).resolve().parents[1]
 def normalise(req: str) -> str:
     name, spec = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*(.*)", req).groups()
     return re.sub(r"[-_.]+", "-", name).lower() + ",".join(sorted(s.strip() for s in spec.split(",") if s.strip()))
+
+
+def python_allowed(conda_pin: str, requires_python: str) -> bool:
+    """Whether environment.yml's ``python=X.Y`` satisfies pyproject's ``requires-python``, compared as versions
+    (as strings "3.9" >= "3.11" would hold)."""
+    return Version(conda_pin.split("=")[-1]) in SpecifierSet(requires_python)
+
+
+def test_python_versions_compare_as_versions_not_strings():
+    assert not python_allowed("python=3.9", ">=3.11")
+    assert python_allowed("python=3.12", ">=3.11") and python_allowed("python=3.11", ">=3.11")
+    assert python_allowed("python=3.10", ">=3.9")
 
 
 def test_environment_yml_matches_pyproject():
@@ -24,7 +38,7 @@ def test_environment_yml_matches_pyproject():
     listed = {normalise(r) for r in pip if not r.startswith("-e")}
     assert listed == wanted, f"only in environment.yml: {listed - wanted}; only in pyproject: {wanted - listed}"
     python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
-    assert python.split("=")[-1] >= project["requires-python"].lstrip(">=")
+    assert python_allowed(python, project["requires-python"]), (python, project["requires-python"])
 
 
 def test_constraints_pin_what_pyproject_requires():

@@ -18,7 +18,7 @@ SPEC4 = (0.4, 0.3, 0.2, 0.1)
 def test_plateau_losses_and_value_weights_match_theory_md():
     # numbers stated in shared/paper/theory.md (derived independently of this code)
     assert np.allclose(theory.plateau_losses(SPEC4, N), [1.0, 0.6406, 0.3774, 0.2098, 0.1360], atol=6e-5)
-    assert np.allclose(theory.final_value_weights(SPEC4, N), [1.310, 1.430, 1.612, 1.947], atol=6e-4)
+    assert np.allclose(theory.final_value_weights(SPEC4, N, normalize="mean"), [1.310, 1.430, 1.612, 1.947], atol=6e-4)
     lam8 = np.arange(1, 9) / 36
     assert np.allclose(theory.plateau_losses(lam8, N),
                        [1.0, 0.8113, 0.6490, 0.5130, 0.4032, 0.3192, 0.2605, 0.2260, 0.2133], atol=6e-5)
@@ -33,21 +33,23 @@ def test_matrix_and_eigenvalue_inputs_agree_and_fixed_points_are_stationary():
     assert np.allclose(theory.plateau_losses(cov, N), theory.plateau_losses(SPEC4, N))
     M = theory.expected_lambda_hat_sq(cov, N)
     for subset in ([], [0], [1, 3], [0, 1, 2, 3]):
-        A = theory.fixed_point_A(cov, N, subset)
+        A = theory.fixed_point_A(cov, N, subset, normalize="mean")
         # the loss formula at A equals the closed form, and the gradient in A vanishes on span{e_d : d in S}
-        assert theory.loss_of_A(A, cov, N) == pytest.approx(theory.fixed_point_loss(cov, N, subset), abs=1e-12)
+        assert theory.loss_of_A(A, cov, N, normalize="mean") == pytest.approx(theory.fixed_point_loss(cov, N, subset), abs=1e-12)
         grad = -2 * cov @ cov + 2 * M @ A @ cov
         _, E = theory.spectrum(cov)
         for d in subset:
             assert abs(E[:, d] @ grad @ E[:, d]) < 1e-12
-    assert np.allclose(theory.optimal_A(cov, N), theory.fixed_point_A(cov, N, range(4)))
-    assert np.allclose(theory.optimal_A(cov, N, "sum") * N, theory.optimal_A(cov, N))
+    A = theory.optimal_A(cov, N, normalize="mean")
+    assert np.allclose(A, theory.fixed_point_A(cov, N, range(4), normalize="mean"))
+    assert np.allclose(theory.optimal_A(cov, N, normalize="sum") * N, A)
+    # the reference's A* (N times smaller) is the same predictor: the same loss in either normalisation
+    assert theory.loss_of_A(A / N, cov, N, normalize="sum") == pytest.approx(theory.loss_star(cov, N), abs=1e-12)
     # A* is the unconstrained minimiser: any perturbation raises the loss
-    A = theory.optimal_A(cov, N)
     for _ in range(5):
         B = A + 1e-3 * rng.standard_normal((4, 4))
-        assert theory.loss_of_A(B, cov, N) > theory.loss_star(cov, N)
-    assert len(theory.all_fixed_points(SPEC4, N)) == 16
+        assert theory.loss_of_A(B, cov, N, normalize="mean") > theory.loss_star(cov, N)
+    assert len(theory.all_fixed_points(SPEC4, N, normalize="mean")) == 16
 
 
 def test_moments_match_monte_carlo():
@@ -62,11 +64,11 @@ def test_moments_match_monte_carlo():
     z = (beta[:, :, None] * x[:, n, None, :]).reshape(P, -1)  # z[i·D + j] = β_i x_q,j
     lam_hat = np.einsum("pni,pnj->pij", x[:, :n], x[:, :n]) / n
     assert np.allclose(np.einsum("pij,pjk->ik", lam_hat, lam_hat) / P, theory.expected_lambda_hat_sq(cov, n), atol=4e-3)
-    assert np.allclose(z.T @ y[:, n] / P, theory.mean_yz(cov, n), atol=3e-3)
-    assert np.allclose(z.T @ z / P, theory.second_moment_z(cov, n), atol=4e-3)
+    assert np.allclose(z.T @ y[:, n] / P, theory.mean_yz(cov, n, normalize="mean"), atol=3e-3)
+    assert np.allclose(z.T @ z / P, theory.second_moment_z(cov, n, normalize="mean"), atol=4e-3)
     A = rng.standard_normal((D, D))
     mc = np.mean((y[:, n] - np.einsum("pi,ij,pj->p", beta, A, x[:, n])) ** 2)
-    assert mc == pytest.approx(theory.loss_of_A(A, cov, n), rel=0.02)
+    assert mc == pytest.approx(theory.loss_of_A(A, cov, n, normalize="mean"), rel=0.02)
 
 
 def test_loss_of_A_matches_the_population_engine_for_a_random_model():
@@ -77,8 +79,8 @@ def test_loss_of_A_matches_the_population_engine_for_a_random_model():
     model = build_model("attnS", w)
     for normalize in ("mean", "sum"):
         obj = engines.population(model, cov=cfg_cov, seq_len=N + 1, normalize=normalize)
-        A = dg.combined_A(model, N, normalize)
-        assert obj.value(model) == pytest.approx(theory.loss_of_A(A, cfg_cov, N), rel=1e-9)
+        A = dg.combined_A(model, N, normalize=normalize)  # paper normalisation
+        assert obj.value(model) == pytest.approx(theory.loss_of_A(A, cfg_cov, N, normalize="mean"), rel=1e-9)
 
 
 @pytest.mark.parametrize("model,H,lr,init", [("attnS", 3, 0.02, 0.05), ("attnM", 3, 1e-3, 1e-2), ("mlp", 3, 1e-3, 1e-2)])
@@ -98,10 +100,47 @@ def test_normalisation_conversion_gives_the_same_trajectory(model, H, lr, init):
 
 
 def test_steps_to_time():
-    assert theory.steps_to_time(100, 0.01) == pytest.approx(2.0)
+    assert theory.steps_to_time(100, 0.01, normalize="mean") == pytest.approx(2.0)
     assert theory.steps_to_time(100, 0.01, normalize="sum", model="attnM", N=N) == pytest.approx(2.0 * N)
     assert theory.steps_to_time(100, 0.01, normalize="sum", model="attnS", N=N) == pytest.approx(2.0 * N ** (2 / 3))
-    assert theory.time_to_steps(2.0, 0.01) == pytest.approx(100)
+    assert theory.time_to_steps(2.0, 0.01, normalize="mean") == pytest.approx(100)
+    with pytest.raises(ValueError, match="model and N"):
+        theory.steps_to_time(100, 0.01, normalize="sum")
+    with pytest.raises(ValueError, match="'mean' or 'sum'"):
+        theory.steps_to_time(100, 0.01, normalize="paper")
+
+
+# every theory function whose result depends on the normalisation, with its other arguments
+NORMALISED = {
+    "mean_yz": lambda f, **k: f(SPEC4, N, **k),
+    "second_moment_z": lambda f, **k: f(SPEC4, N, **k),
+    "loss_of_A": lambda f, **k: f(np.eye(4), SPEC4, N, **k),
+    "predictor_distance": lambda f, **k: f(np.eye(4), np.zeros((4, 4)), SPEC4, N, **k),
+    "weight_scale_to_paper": lambda f, **k: f("attnS", N, **k),
+    "steps_to_time": lambda f, **k: f(10, 0.02, model="attnS", N=N, **k),
+    "time_to_steps": lambda f, **k: f(1.0, 0.02, model="attnS", N=N, **k),
+    "optimal_A": lambda f, **k: f(SPEC4, N, **k),
+    "fixed_point_A": lambda f, **k: f(SPEC4, N, [0, 2], **k),
+    "all_fixed_points": lambda f, **k: f(SPEC4, N, **k),
+    "pcr_weights": lambda f, **k: f(SPEC4, N, 2, **k),
+    "final_value_weights": lambda f, **k: f(SPEC4, N, **k),
+    "attn_s_drop_steps": lambda f, **k: f(SPEC4, N, lr=0.02, init=0.01, **k),
+    "vary_len_plateau_losses": lambda f, **k: f(SPEC4, 8, **k),
+    "feature_scale": lambda f, **k: f(N, **k),
+}
+
+
+@pytest.mark.parametrize("name", NORMALISED)
+def test_normalize_is_a_required_keyword_wherever_it_changes_a_number(name):
+    fn, call = getattr(theory, name), NORMALISED[name]
+    with pytest.raises(TypeError, match="normalize"):
+        call(fn)                                   # no silent default, hence no silent factor of N
+    mean, total = (np.asarray(_value(call(fn, normalize=n)), float) for n in ("mean", "sum"))
+    assert not np.allclose(mean, total)            # the choice does change the number
+
+
+def _value(out):
+    return [fp.A for fp in out] if isinstance(out, list) else out
 
 
 def _aligned_attn_m(w, D):
@@ -120,12 +159,12 @@ def test_white_sigma_matches_population_gradient_flow(kappa, normalize):
     model = _aligned_attn_m(w, D)
     obj = engines.population(model, cov=cov, seq_len=N + 1, normalize=normalize)
     lr = 0.01 if normalize == "mean" else 0.01 / N  # same paper-normalised rate either way
-    w_paper = w * theory.weight_scale_to_paper("attnM", N, normalize)
+    w_paper = w * theory.weight_scale_to_paper("attnM", N, normalize=normalize)
     s, lam_z, _ = theory.attn_m_mode(cov, N)
     t_end = 2 * theory.logistic_half_time(s, lam_z, w_paper**2) + 4 / s  # well past the drop
     epochs = int(theory.time_to_steps(t_end, lr, normalize=normalize, model="attnM", N=N))
     hist = gradient_flow(model, obj, lr=lr, epochs=epochs, snapshot_every=max(1, epochs // 400),
-                         snapshot=dg.snapshot_fn(N, normalize))
+                         snapshot=dg.snapshot_fn(N, normalize=normalize))
     steps = np.array([s for s, _ in hist.snapshots])
     sigma = np.array([np.trace(v["heads"].sum(0)) / D for _, v in hist.snapshots])
     t = theory.steps_to_time(steps, lr, normalize=normalize, model="attnM", N=N)
@@ -149,10 +188,10 @@ def test_attn_m_drop_time_from_random_small_start(seed):
                     seed=seed, spectrum=(1.0,) * D, draws="streams")
     result = run(cfg)
     cov = result.datasets.cov
-    a0 = dg.attn_m_effective_a0(build_model("attnM", result.init), cov, N)
+    a0 = dg.attn_m_effective_a0(build_model("attnM", result.init), cov, N, normalize="mean")
     loss = result.history.train_loss
-    half = np.flatnonzero(loss <= 0.5 * (loss[0] + theory.loss_star(cov, N)))[0]
-    measured = theory.steps_to_time(half, lr)
+    half = dg.drop_steps(loss, [loss[0], theory.loss_star(cov, N)])[0]
+    measured = theory.steps_to_time(half, lr, normalize="mean")
     assert theory.attn_m_drop_time(cov, N, a0) == pytest.approx(measured, rel=0.10)
     assert theory.attn_m_escape_time(cov, N, init) == pytest.approx(measured, rel=0.20)
     assert loss[-1] == pytest.approx(theory.loss_star(cov, N), abs=1e-3)
@@ -163,10 +202,10 @@ def test_attn_m_converges_to_loss_star(trainset_size):
     """The Figure 1b command (reference normalisation); population and a large finite training set."""
     result = run(RunConfig(model="attnM", head_num=8, init=1e-6, trainset_size=trainset_size, draws="streams"))
     cov = result.datasets.cov
-    A = dg.combined_A(result.model, N, "sum")
+    A = dg.combined_A(result.model, N, normalize="sum")
     assert result.history.train_loss[0] == pytest.approx(np.trace(cov), abs=0.03)
     assert result.history.train_loss[-1] == pytest.approx(theory.loss_star(cov, N), abs=0.005)
-    assert theory.loss_of_A(A, cov, N) == pytest.approx(theory.loss_star(cov, N), abs=0.002)
+    assert theory.loss_of_A(A, cov, N, normalize="mean") == pytest.approx(theory.loss_star(cov, N), abs=0.002)
 
 
 def test_scalar_ode_limits_and_escape_time():

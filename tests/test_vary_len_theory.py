@@ -33,7 +33,7 @@ def test_vary_len_plateaus_match_monte_carlo(normalize):
     lam = np.array([0.5, 0.3, 0.2])
     rng = np.random.default_rng(0)
     mc = _mc_plateaus(lam, seq_len=8, normalize=normalize, P=60000, rng=rng)
-    th = theory.vary_len_plateau_losses(lam, 8, normalize)
+    th = theory.vary_len_plateau_losses(lam, 8, normalize=normalize)
     assert th.shape == (4,)
     np.testing.assert_allclose(th, mc, atol=0.012)
     # the levels are not those of a fixed length: averaging over short contexts raises them
@@ -43,7 +43,7 @@ def test_vary_len_plateaus_match_monte_carlo(normalize):
 def test_vary_len_single_length_reduces_to_fixed_length():
     lam = np.array([0.4, 0.3, 0.2, 0.1])
     # seq_len 2: only N = 1; with the paper's normalisation the average is the fixed-length value
-    np.testing.assert_allclose(theory.vary_len_plateau_losses(lam, 2, "mean"), theory.plateau_losses(lam, 1))
+    np.testing.assert_allclose(theory.vary_len_plateau_losses(lam, 2, normalize="mean"), theory.plateau_losses(lam, 1))
 
 
 def test_match_levels():
