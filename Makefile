@@ -1,6 +1,8 @@
 # Two entry points (see README):
-#   make book   set up .venv, run every figure notebook (PRESET=paper by default), build the HTML book in _build/html
-#   make test   set up .venv and Chromium, build the book at the quick preset, run the test suite
+#   make book   set up .venv, run every figure notebook (PRESET=paper by default) into _build/figures/paper, build the
+#               HTML book in _build/html
+#   make test   set up .venv and Chromium, build the quick book (_build/figures/quick -> _build/quick/html), run the
+#               test suite on it; the paper book in _build/html is left as it was
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -25,10 +27,10 @@ figures: setup
 	$(BIN)/linattn figures --preset $(PRESET) --jobs $(JOBS)
 
 book: figures
-	$(BIN)/python -m linattn.book build
+	$(BIN)/python -m linattn.book build --preset $(PRESET)
 
 linkcheck: setup
-	$(BIN)/python -m linattn.book links
+	$(BIN)/python -m linattn.book links --preset $(PRESET)
 
 # Chromium renders the built pages for the reader tests (Debian's package; needs root, as in CI).
 test-setup: setup
@@ -44,4 +46,4 @@ bench: setup
 	$(BIN)/python benchmarks/bench_engines.py
 
 clean:
-	rm -rf _build book/figures runs
+	rm -rf _build runs

@@ -1,25 +1,35 @@
-"""Build the companion book (Jupyter Book 1.x) from already-executed figure notebooks, and check the result.
+"""Build the companion book (Jupyter Book 1.x) from one preset's executed figure notebooks, and check the result.
 
-The book never trains anything: ``_config.yml`` turns notebook execution off, and the figure pages are the
-notebooks that ``linattn figures`` executed into ``book/figures/<name>.ipynb``. So before Sphinx runs,
-:func:`check_figures` makes sure every figure notebook named in ``_toc.yml`` exists, has its image, finished without
-error, and is not older than its source ``figures_src/<name>.md``; otherwise the build stops with a message naming
-each missing or stale figure and the command that makes it.
+The book never trains anything: ``_config.yml`` turns notebook execution off, and the figure pages are the notebooks
+that ``linattn figures --preset P`` executed into ``_build/figures/P/``. A build of preset ``P``:
+
+1. checks every figure named in ``_toc.yml`` (:func:`check_figures`): its executed notebook exists, recorded no
+   error, has its image, ran at preset ``P`` (a figure of another preset in that folder is refused: one preset per
+   book), and its cache key still matches its notebook, the ``linattn`` code, the library versions and, for the
+   report, the numbers it read. Otherwise the build stops naming each figure and the command that remakes it;
+2. stages the book's sources (``_config.yml``, ``_toc.yml``, ``book/``) with those figures as ``book/figures/`` in a
+   temporary folder under ``_build/`` and runs ``jupyter-book build`` there (warnings are errors);
+3. on success renames the HTML into place: ``_build/html`` for the paper preset, ``_build/<P>/html`` otherwise. So
+   ``make test`` (the quick book) never touches the paper book that ``make book`` made, and a failed build leaves the
+   previous HTML as it was.
 
 Commands (``python -m linattn.book …``)::
 
-    check   list missing/stale figure notebooks (exit 1 if any)
-    build   check, then ``jupyter-book build <root> --all -W -n --keep-going`` (warnings are errors)
-    links   check that every internal href/src in _build/html resolves (files and #anchors); offline
+    check [--preset P]   list missing/stale/mixed figure notebooks (exit 1 if any)
+    build [--preset P]   check, stage, ``jupyter-book build --all -W -n --keep-going``, rename into place
+    links [--preset P]   check that every internal href/src of the built HTML resolves (files and #anchors); offline
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -29,8 +39,19 @@ from urllib.parse import unquote, urlsplit
 from .provenance import PACKAGE_ROOT
 
 REPO_ROOT = PACKAGE_ROOT.parent
-FIGURES_DIR = "book/figures"
+FIGURES_DIR = "book/figures"  # where the figure pages sit in the book (and in _toc.yml)
 SOURCES_DIR = "figures_src"
+BOOK_SOURCES = ("_config.yml", "_toc.yml", "book")  # what a build stages besides the figures
+
+
+def html_dir(preset: str, root: Path = REPO_ROOT) -> Path:
+    """Where the built HTML of ``preset`` lands: ``_build/html`` for the paper book, ``_build/<preset>/html`` else."""
+    return Path(root) / "_build" / ("html" if preset == "paper" else f"{preset}/html")
+
+
+def figures_dir(preset: str, root: Path = REPO_ROOT) -> Path:
+    """The executed figures a book of ``preset`` is built from (what ``linattn figures --preset`` writes)."""
+    return Path(root) / "_build" / "figures" / preset
 
 
 class BookError(Exception):
@@ -90,100 +111,139 @@ def _notebook_errors(nb_path: Path) -> list[str]:
     return errors
 
 
-def _staleness(name: str, root: Path, nb: Path) -> str | None:
-    """Why the executed notebook of ``name`` is out of date, or None when it is current.
+def _staleness(name: str, root: Path, figures: Path, preset: str) -> str | None:
+    """Why the executed figure ``name`` in ``figures`` cannot go into the book of ``preset`` (None: it can).
 
-    The runner's cache key (a hash of the notebook text, the ``linattn`` code and the preset, stored in
-    ``<name>/.cache-key``) is the authority: the notebook is current when the key matches the quick or the paper
-    preset. Without the runner (or without a source notebook) the fallback compares modification times.
+    The runner's record is the authority: ``<name>/.run.json`` says which preset (and overrides) it ran with, and
+    ``<name>/.cache-key`` must equal the key that notebook text, the ``linattn`` code, the library versions and
+    (for the report) the numbers it read give now.
     """
-    src = root / SOURCES_DIR / f"{name}.md"
-    if not src.is_file():
+    from . import figures as runner
+
+    src = root / SOURCES_DIR
+    if not (src / f"{name}.md").is_file():
         return None
-    try:
-        from . import figures as runner
-        key_file = root / FIGURES_DIR / name / runner.CACHE_KEY
-        text, sources = src.read_text(encoding="utf-8"), runner.source_hash()
-        keys = {runner.cache_key(text, {"preset": p}, sources) for p in ("quick", "paper")}
-    except (ImportError, AttributeError, TypeError):
-        if src.stat().st_mtime > nb.stat().st_mtime:
-            return f"stale: {src.relative_to(root)} is newer than {nb.relative_to(root)}"
-        return None
-    if not key_file.is_file():
-        return f"stale: no cache key {key_file.relative_to(root)} (not made by `linattn figures`)"
-    if key_file.read_text(encoding="utf-8").strip() not in keys:
-        return f"stale: {src.relative_to(root)} or the linattn code changed since it ran"
+    info = runner.run_info(figures, name)
+    if info is None:
+        return f"stale: no run record {name}/{runner.RUN_INFO} (not made by `linattn figures`)"
+    if info.get("preset") != preset:
+        return (f"ran at the {info.get('preset')!r} preset, not {preset!r}: a book shows one preset (re-run it with "
+                f"`linattn figures --preset {preset} --only {name}`)")
+    key = runner.expected_key(name, figures, src)
+    if not runner.is_current(figures, name, key):
+        return f"stale: {SOURCES_DIR}/{name}.md, the linattn code, a library or its inputs changed since it ran"
     return None
 
 
-def check_figure(name: str, root: Path = REPO_ROOT, *, stale_ok: bool = False) -> list[Problem]:
-    """What keeps figure ``name`` from going into the book (empty list: it is ready)."""
+def check_figure(name: str, root: Path = REPO_ROOT, *, preset: str = "paper", figures: Path | None = None,
+                 stale_ok: bool = False) -> list[Problem]:
+    """What keeps figure ``name`` from going into the book of ``preset`` (empty list: it is ready)."""
     root = Path(root)
-    nb = root / FIGURES_DIR / f"{name}.ipynb"
-    png = root / FIGURES_DIR / name / f"{name}.png"
+    figures = Path(figures) if figures is not None else figures_dir(preset, root)
+    nb = figures / f"{name}.ipynb"
     if not nb.is_file():
-        failed = root / FIGURES_DIR / f"{name}.failed.ipynb"
-        hint = f" (its last run failed, see {failed.relative_to(root)})" if failed.is_file() else ""
-        return [Problem(name, f"missing: {nb.relative_to(root)} does not exist{hint}")]
+        failed = figures / f"{name}.failed.ipynb"
+        hint = f" (its last run failed, see {failed})" if failed.is_file() else ""
+        return [Problem(name, f"missing: no executed notebook {name}.ipynb in {figures}{hint}")]
     problems = []
-    stale = None if stale_ok else _staleness(name, root, nb)
+    stale = None if stale_ok else _staleness(name, root, figures, preset)
     if stale:
         problems.append(Problem(name, stale))
-    if not png.is_file():
-        problems.append(Problem(name, f"missing image: {png.relative_to(root)}"))
+    if not any((figures / name / f"{name}.{ext}").is_file() for ext in ("svg", "png")):
+        problems.append(Problem(name, f"missing image: {name}/{name}.svg"))
     try:
         errors = _notebook_errors(nb)
     except (OSError, ValueError) as e:
-        problems.append(Problem(name, f"unreadable notebook {nb.relative_to(root)}: {e}"))
+        problems.append(Problem(name, f"unreadable notebook {nb}: {e}"))
     else:
         if errors:
             problems.append(Problem(name, f"notebook recorded an error: {errors[0]}"))
     return problems
 
 
-def check_figures(root: Path = REPO_ROOT, names: list[str] | None = None, *, stale_ok: bool = False
-                  ) -> list[Problem]:
+def check_figures(root: Path = REPO_ROOT, names: list[str] | None = None, *, preset: str = "paper",
+                  figures: Path | None = None, stale_ok: bool = False) -> list[Problem]:
     """Problems of every toc figure (or of ``names``)."""
     names = toc_figures(root) if names is None else names
-    return [p for name in names for p in check_figure(name, root, stale_ok=stale_ok)]
+    return [p for name in names for p in check_figure(name, root, preset=preset, figures=figures, stale_ok=stale_ok)]
 
 
-def require_figures(root: Path = REPO_ROOT, *, stale_ok: bool = False) -> None:
-    """Raise :class:`BookError` naming each missing/stale figure and the command that (re)makes it."""
-    problems = check_figures(root, stale_ok=stale_ok)
+def require_figures(root: Path = REPO_ROOT, *, preset: str = "paper", figures: Path | None = None,
+                    stale_ok: bool = False) -> None:
+    """Raise :class:`BookError` naming each missing/stale/mixed figure and the command that (re)makes it."""
+    problems = check_figures(root, preset=preset, figures=figures, stale_ok=stale_ok)
     if problems:
         names = sorted({p.name for p in problems})
         lines = "\n".join(f"  - {p}" for p in problems)
         raise BookError(
-            f"{len(names)} figure notebook(s) in _toc.yml are not ready:\n{lines}\n"
-            f"Make them with `linattn figures --preset quick` (or --preset paper), "
-            f"or only these: `linattn figures --only {' '.join(names)}`; the book never runs them itself.")
+            f"{len(names)} figure notebook(s) in _toc.yml are not ready for the {preset} book:\n{lines}\n"
+            f"Make them with `linattn figures --preset {preset}` (or only these: `linattn figures --preset {preset} "
+            f"--only {' '.join(names)}`); the book never runs them itself.")
 
 
 # --------------------------------------------------------------------------------------------- build
 
-def build(root: Path = REPO_ROOT, *, strict: bool = True, full: bool = True, builder: str = "html",
-          check: bool = True, stale_ok: bool = False) -> float:
-    """Check the figures, run ``jupyter-book build``; return the wall time in seconds.
+def _ignore_bookkeeping(folder, names):
+    """What staging leaves out of a figures folder: superseded and failed runs, notebooks still executing."""
+    return [n for n in names if n == ".previous" or n.endswith(".failed.ipynb") or
+            (n.startswith(".") and n.endswith(".ipynb"))]
 
-    ``strict``: ``-W -n --keep-going`` (every warning fails the build, after reporting all of them).
-    ``full``: ``--all`` (rebuild every page, so warnings from unchanged pages are reported again).
-    """
+
+def stage(root: Path, figures: Path, into: Path) -> Path:
+    """Copy the book's sources from ``root`` and the executed ``figures`` (as ``book/figures``) into ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    for item in BOOK_SOURCES:
+        src = Path(root) / item
+        if src.is_dir():
+            shutil.copytree(src, into / item, ignore=shutil.ignore_patterns("figures", "_build"))
+        else:
+            shutil.copy2(src, into / item)
+    shutil.copytree(figures, into / FIGURES_DIR, ignore=_ignore_bookkeeping)
+    return into
+
+
+def _replace_dir(new: Path, dest: Path) -> None:
+    """Put ``new`` at ``dest`` by renames only (the old tree is removed after the new one is in place)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.replace(dest, old)
+    os.replace(new, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build(root: Path = REPO_ROOT, *, preset: str = "paper", figures: Path | None = None, strict: bool = True,
+          builder: str = "html", check: bool = True, stale_ok: bool = False, quiet: bool = True) -> float:
+    """Check the figures of ``preset``, build the book in a staged copy, rename its HTML into
+    :func:`html_dir`; return the wall time in seconds. ``strict``: ``-W -n --keep-going`` (every warning fails
+    the build, after reporting all of them)."""
     root = Path(root)
+    figures = Path(figures) if figures is not None else figures_dir(preset, root)
     if check:
-        require_figures(root, stale_ok=stale_ok)
+        require_figures(root, preset=preset, figures=figures, stale_ok=stale_ok)
     exe = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(root), "--builder", builder]
-    if full:
-        cmd.append("--all")
-    if strict:
-        cmd += ["-W", "-n", "--keep-going"]
+    (root / "_build").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=root)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise BookError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}); see the warnings above")
-    return wall
+    with tempfile.TemporaryDirectory(prefix=f".stage-{preset}-", dir=root / "_build") as tmp:
+        staged = stage(root, figures, Path(tmp))
+        cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(staged), "--builder", builder, "--all"]
+        if strict:
+            cmd += ["-W", "-n", "--keep-going"]
+        if quiet:
+            cmd.append("--quiet")
+        # jupyter-book's closing banner names the staging folder, which is gone afterwards: keep its stdout for
+        # failures only (warnings and errors arrive on stderr either way)
+        proc = subprocess.run(cmd, cwd=staged, stdout=subprocess.PIPE if quiet else None, text=True)
+        if proc.returncode != 0:
+            if quiet:
+                print(proc.stdout, end="")
+            raise BookError(f"jupyter-book build of the {preset} book failed (exit {proc.returncode}); see the "
+                            f"warnings above (the previous HTML in {html_dir(preset, root)} is unchanged)")
+        _replace_dir(staged / "_build" / builder, html_dir(preset, root) if builder == "html"
+                     else root / "_build" / preset / builder)
+    return time.perf_counter() - t0
 
 
 # --------------------------------------------------------------------------------------------- offline link check
@@ -247,30 +307,33 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m linattn.book", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the book's root (holds _config.yml)")
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("check", help="list missing or stale figure notebooks")
+    c = sub.add_parser("check", help="list missing, stale or mixed figure notebooks")
     b = sub.add_parser("build", help="check the figures, then build the HTML book (warnings are errors)")
+    ln = sub.add_parser("links", help="check every internal link and image of the built HTML (offline)")
+    for p in (b, c, ln):
+        p.add_argument("--preset", choices=("paper", "quick"), default="paper",
+                       help="which preset's figures (_build/figures/<preset>) the book shows (default paper)")
     for p in (b, c):
         p.add_argument("--allow-stale", dest="stale_ok", action="store_true",
                        help="accept figure notebooks whose source or code changed since they ran")
     b.add_argument("--no-strict", dest="strict", action="store_false", help="let warnings pass")
-    b.add_argument("--incremental", dest="full", action="store_false", help="only rebuild changed pages")
-    sub.add_parser("links", help="check every internal link and image of the built HTML (offline)")
+    b.add_argument("--verbose", dest="quiet", action="store_false", help="Sphinx's full log")
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
-            require_figures(args.root, stale_ok=args.stale_ok)
-            print(f"all {len(toc_figures(args.root))} figure notebooks in _toc.yml are present and current")
+            require_figures(args.root, preset=args.preset, stale_ok=args.stale_ok)
+            print(f"all {len(toc_figures(args.root))} figure notebooks in _toc.yml are ready for the {args.preset} book")
         elif args.command == "build":
-            wall = build(args.root, strict=args.strict, full=args.full, stale_ok=args.stale_ok)
-            print(f"book built in {wall:.1f} s: {args.root / '_build' / 'html' / 'index.html'}")
+            wall = build(args.root, preset=args.preset, strict=args.strict, stale_ok=args.stale_ok, quiet=args.quiet)
+            print(f"{args.preset} book built in {wall:.0f} s: open {html_dir(args.preset, args.root) / 'index.html'}")
         elif args.command == "links":
-            html = Path(args.root) / "_build" / "html"
+            html = html_dir(args.preset, args.root)
             broken = check_links(html)
             if broken:
                 raise BookError(f"{len(broken)} broken internal link(s):\n" + "\n".join(f"  {b}" for b in broken))
             print(f"internal links OK in the pages of {html}")
     except BookError as e:
-        print(f"linattn.book: error: {e}", file=sys.stderr)
+        print(f"linattn book: error: {e}", file=sys.stderr)
         return 1
     return 0
 

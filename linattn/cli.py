@@ -1,8 +1,19 @@
 """The ``linattn`` command.
 
 ``linattn train`` takes the reference's flags (same names, meanings and defaults; ``--head`` for ``--head_num``,
-``--KQ_dim`` for ``--rank``, and unambiguous prefixes) plus ours, and writes ``loss.csv`` and ``run.json`` into
-``--out``. Invalid input: one line on stderr, exit code 2, nothing written. A diverging run: exit code 1.
+``--KQ_dim`` for ``--rank``, and unambiguous prefixes) plus ours, and writes ``loss.csv`` and ``run.json`` (with
+``--save-data`` also ``data.npz``, ``init.npz`` and ``weights.npz``) into ``--out``; ``linattn.load_run`` reads
+them back. Its promises:
+
+* Invalid input (a bad flag or value, an unavailable ``--device``, an existing non-empty ``--out`` without
+  ``--overwrite``, an unwritable ``--out``): one line ``linattn train: error: …`` on stderr, exit code 2, before any
+  work, nothing written.
+* The files are written into a temporary sibling folder that is renamed to ``--out`` only when the run succeeded, so
+  a failed, diverged or interrupted run leaves no folder; ``--overwrite`` replaces an existing folder, again only on
+  success.
+* A diverging run: exit code 1, naming the step and suggesting a learning rate that a short trial run from the same
+  initial weights found stable.
+* ``--show`` without a display saves the plot as ``loss.png`` beside ``loss.csv`` and says so.
 """
 
 from __future__ import annotations
@@ -11,6 +22,8 @@ import argparse
 import hashlib
 import json
 import math
+import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,12 +34,19 @@ from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
 
 
 class UsageError(Exception):
-    """Bad command-line input: reported as one line, exit code 2."""
+    """Bad command-line input: reported as one line ``<prog>: error: …``, exit code 2.
+
+    ``prog`` names the (sub)command, e.g. ``linattn train``; None: :func:`main` fills in the command it ran.
+    """
+
+    def __init__(self, message: str, prog: str | None = None):
+        super().__init__(message)
+        self.prog = prog
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line instead of argparse's usage block
-        raise UsageError(message)
+        raise UsageError(message, prog=self.prog)
 
 
 def _size(text: str):
@@ -80,12 +100,18 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     ref.add_argument("--epoch", type=int, default=d.epoch, help="number of full-batch steps")
     ref.add_argument("--seed", type=int, default=d.seed)
     ref.add_argument("--track_value", action="store_true", help="record each head's value weight every step")
-    ref.add_argument("--show", action="store_true", help="also show the loss curve in a window")
+    ref.add_argument("--show", action="store_true",
+                     help="also show the loss curve in a window; without a display it is saved as loss.png beside "
+                          "loss.csv")
     ours = p.add_argument_group("linattn's flags")
     ours.add_argument("--out", type=Path, default=None,
-                      help="output folder (default: runs/<model>_H…_<hash of all settings>)")
+                      help="output folder (default: runs/<model>_H…_<hash of all settings>); it must not exist or "
+                           "be empty, and appears only when the run succeeds")
+    ours.add_argument("--overwrite", action="store_true",
+                      help="replace an existing --out folder (only once the new run has succeeded)")
     ours.add_argument("--engine", choices=ENGINES, default=d.engine,
-                      help="auto: exact for linear models, autograd (per-sample) for softmax")
+                      help="auto (default): exact for the linear models, population for --trainset_size inf, "
+                           "softmax for --softmax; autograd: the model's forward pass on every sequence (any model)")
     ours.add_argument("--dynamics", choices=DYNAMICS, default=d.dynamics,
                       help="gd: full-batch gradient descent; flow: gradient flow (scipy solve_ivp) at t/τ = 2·lr·step")
     ours.add_argument("--normalize", choices=NORMALIZATIONS, default=d.normalize,
@@ -101,7 +127,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     ours.add_argument("--spectrum", type=_floats, default=None,
                       help="covariance eigenvalues, comma-separated (rotated randomly, not rescaled)")
     ours.add_argument("--dtype", choices=DTYPES, default=d.dtype)
-    ours.add_argument("--device", default=d.device, help="auto, cpu or cuda[:k]")
+    ours.add_argument("--device", default=d.device,
+                      help="auto (default: the CPU for the exact and population engines, CUDA when available for "
+                           "autograd and softmax), cpu or cuda[:k] (refused when torch sees no such device)")
     ours.add_argument("--population_samples", type=int, default=d.population_samples,
                       help="0 (default): exact population moments; N > 0: a Monte-Carlo estimate from N sequences")
     ours.add_argument("--chunk", type=int, default=d.chunk, help="sequences per chunk (bounds memory)")
@@ -109,7 +137,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                       help="CPU threads for torch (default 1: on small per-step work more threads mostly spin-wait, "
                            "up to 5x slower when the cores are shared)")
     ours.add_argument("--save-data", dest="save_data", action="store_true",
-                      help="also write data.npz and init.npz")
+                      help="also write data.npz, init.npz and weights.npz (the final weights, same layout as "
+                           "init.npz)")
     ours.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
 
@@ -118,8 +147,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     settings = {k: v for k, v in vars(args).items() if k in fields}
     if settings.get("init_scheme") in INIT_SCHEME_ALIASES:
         era = INIT_SCHEME_ALIASES[settings["init_scheme"]]
-        print(f"linattn: note: --init_scheme {settings['init_scheme']} is deprecated (removed in the next release); "
-              f"it means --init_scheme {era}", file=sys.stderr)
+        print(f"linattn train: note: --init_scheme {settings['init_scheme']} is deprecated (removed in the next "
+              f"release); it means --init_scheme {era}", file=sys.stderr)
         settings["init_scheme"] = era
     return RunConfig(**settings)
 
@@ -158,13 +187,64 @@ def default_out(cfg: RunConfig) -> Path:
     return Path("runs") / f"{name}_{digest}"
 
 
-def check_writable(out: Path) -> None:
+def _headless() -> bool:
+    """True when ``plt.show()`` could not open a window: a non-interactive matplotlib backend, or (outside macOS and
+    Windows) no X11/Wayland display for a backend that needs one."""
+    import matplotlib
+
+    backend = matplotlib.get_backend().lower()
+    if backend in ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template"):
+        return True
+    needs_display = backend not in ("macosx", "webagg", "nbagg", "notebook") and not backend.startswith("module://")
+    has_display = bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return needs_display and sys.platform not in ("darwin", "win32") and not has_display
+
+
+def prepare_out(out: Path, overwrite: bool) -> tuple[Path, list[Path]]:
+    """Check ``--out`` and make the temporary sibling folder the run writes into; (that folder, the parent folders
+    created for it, to remove again if the run fails). Any problem is a UsageError, before the run starts."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UsageError(f"--out {out} exists and is not empty; pass --overwrite to replace it (it is replaced only "
+                         "once the new run has succeeded)")
+    created = [a for a in [out.parent, *out.parent.parents] if not a.exists()]
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".probe."):
-            pass
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     except OSError as e:
+        _remove_empty(created)
         raise UsageError(f"--out {out} cannot be written: {e.strerror or e}") from None
+    return tmp, created
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # innermost first
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
+def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Rename the finished temporary folder to ``out``; an existing ``out`` is moved aside first and deleted only
+    after the rename (with ``--overwrite``; an empty one is simply replaced)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    tmp.chmod(0o777 & ~mask)  # mkdtemp makes the folder private; give it the usual permissions
+    old = None
+    if out.is_dir() and (overwrite or not any(out.iterdir())):
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+        os.replace(out, old / out.name)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if old is not None:
+            os.replace(old / out.name, out)
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def cmd_train(args) -> int:
@@ -179,21 +259,35 @@ def cmd_train(args) -> int:
     if args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)
-    check_writable(out)
-    import torch
-
-    torch.set_num_threads(args.threads)
+    tmp, created = prepare_out(out, args.overwrite)
     try:
-        result = run(cfg, progress=None if not args.quiet else False)
-    except TrainingDiverged as e:
-        print(f"linattn train: error: {e}", file=sys.stderr)
-        return 1
-    write_outputs(result, out, save_data=args.save_data)
+        import torch
+
+        torch.set_num_threads(args.threads)
+        try:
+            result = run(cfg, progress=None if not args.quiet else False)
+        except TrainingDiverged as e:
+            print(f"linattn train: error: {e}", file=sys.stderr)
+            return 1
+        write_outputs(result, tmp, save_data=args.save_data)
+        headless = args.show and _headless()
+        if headless:
+            from .plotting import loss_figure
+
+            loss_figure(result.history, title=out.name).savefig(tmp / "loss.png", dpi=150)
+        _move_into_place(tmp, out, args.overwrite)
+        tmp = None
+    finally:
+        if tmp is not None:  # the run failed or was interrupted: leave nothing behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            _remove_empty(created)
     if not args.quiet:
         h = result.history
         print(f"{result.engine} engine, {cfg.epoch} steps in {result.wall_time:.1f} s: "
               f"loss {h.train_loss[0]:.4f} -> {h.train_loss[-1]:.4f}; wrote {out}")
-    if args.show:
+    if headless:
+        print(f"linattn train: no display to show the plot on; saved it as {out / 'loss.png'}")
+    elif args.show:
         from .plotting import show_loss
 
         show_loss(result.history, title=out.name)
@@ -204,26 +298,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="linattn", description="Training dynamics of in-context learning in linear attention.")
     parser.add_argument("--version", action="version", version=f"linattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    train = sub.add_parser("train", help="train one model and write its loss curve")
+    train = sub.add_parser(
+        "train", help="train one model and write its loss curve",
+        description="Train one model and write loss.csv and run.json into --out (with --save-data also data.npz, "
+                    "init.npz and weights.npz; linattn.load_run reads the folder back). Invalid settings are refused "
+                    "with one line and exit code 2 before any work; the folder appears only when the run succeeds "
+                    "(a diverging run exits with 1 and suggests a learning rate found stable in a short trial).")
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
     from . import figures
     figs = sub.add_parser("figures", help="execute the figure notebooks of figures_src/ (cached, in parallel)")
     figures.add_arguments(figs)
     figs.set_defaults(func=figures.cmd_figures)
+    nb = sub.add_parser("notebook", help="write a figure's notebook as a runnable .ipynb (Jupyter, papermill)")
+    figures.add_notebook_arguments(nb)
+    nb.set_defaults(func=figures.cmd_notebook)
     return parser
 
 
 def main(argv=None) -> int:
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(argv)
         return args.func(args)
     except UsageError as e:
-        print(f"linattn: error: {e}", file=sys.stderr)
+        prog = e.prog or (f"linattn {args.command}" if args is not None else "linattn")
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("linattn: interrupted; nothing was written", file=sys.stderr)
+        prog = f"linattn {args.command}" if args is not None else "linattn"
+        print(f"{prog}: interrupted; nothing was written", file=sys.stderr)
         return 130
 
 

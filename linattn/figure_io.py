@@ -7,9 +7,9 @@ A figure ``name`` owns the folder ``<root>/<name>/``::
     numbers.json                         rows {quantity, paper, theory, reproduced, abs_error}
     provenance.json                      parameters, seeds, engine, wall time, versions, git commit, date
 
-``<root>`` is ``out_dir`` if given, else ``$LINATTN_FIGURES_DIR``, else ``book/figures`` under the repository
-root (the folder holding the ``linattn`` package). The runner (``linattn figures``) writes the executed notebook
-beside the folder, as ``<root>/<name>.ipynb``.
+``<root>`` is ``out_dir`` if given (the figure runner, ``linattn figures``, always gives it: by default
+``_build/figures/<preset>``, and it writes the executed notebook beside the folder as ``<root>/<name>.ipynb``),
+else ``$LINATTN_FIGURES_DIR``, else the working directory (a notebook opened in Jupyter writes next to itself).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ NUMBER_FIELDS = ("quantity", "paper", "theory", "reproduced", "abs_error")
 
 
 def figures_root(out_dir=None) -> Path:
-    """``out_dir``, else ``$LINATTN_FIGURES_DIR``, else ``<repository>/book/figures``."""
+    """``out_dir``, else ``$LINATTN_FIGURES_DIR``, else the working directory."""
     if out_dir is not None and str(out_dir) != "":
         return Path(out_dir)
     env = os.environ.get(ENV_ROOT)
-    return Path(env) if env else REPO_ROOT / "book" / "figures"
+    return Path(env) if env else Path.cwd()
 
 
 def _number(x):
@@ -52,6 +52,44 @@ def number_row(quantity: str, *, paper=None, theory=None, reproduced=None, abs_e
         if isinstance(ref, float):
             row["abs_error"] = abs(row["reproduced"] - ref)
     return row
+
+
+NOT_COMPARABLE = "not comparable"
+
+
+def compare_row(row: dict) -> dict:
+    """How a ``numbers.json`` row enters the reproduction report: ``{"error", "relative", "kind"}``.
+
+    ``error`` is the absolute error (a number), or the text ``"not comparable: <reason>"``; ``relative`` is
+    error / |reference| where the reference (theory, else paper) is a non-zero number, else None. ``kind``:
+    ``"relative"`` (has both), ``"absolute"`` (an error, but the reference is 0 or a text such as ``"< 29"``), or
+    ``"not comparable"``. Lists given as text (e.g. plateau indices ``"0 2 4"``) are compared as text: equal lists
+    have error 0; lists that differ are not comparable as numbers, and the reason names both."""
+    ours, theory, paper, err = (row.get(k) for k in ("reproduced", "theory", "paper", "abs_error"))
+    def is_num(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    ref = theory if theory is not None else paper
+    ref_name = "theory" if theory is not None else "paper"
+
+    def out(error, kind, relative=None):
+        return {"error": error, "relative": relative, "kind": kind}
+
+    if ours is None:
+        return out(f"{NOT_COMPARABLE}: no reproduced value (the event did not happen in the run)", NOT_COMPARABLE)
+    if ref is None:
+        return out(f"{NOT_COMPARABLE}: no paper or theory value (reported for information)", NOT_COMPARABLE)
+    if isinstance(ours, str) or (isinstance(ref, str) and not is_num(err)):
+        if isinstance(ours, str) and isinstance(ref, str) and ours.split() == ref.split():
+            return out(0.0, "relative", 0.0)  # the same list
+        return out(f"{NOT_COMPARABLE}: text, not numbers (ours {ours}, {ref_name} {ref})", NOT_COMPARABLE)
+    if not is_num(err):
+        err = abs(float(ours) - float(ref)) if is_num(ref) else None
+        if err is None:
+            return out(f"{NOT_COMPARABLE}: the {ref_name} value is not a finite number", NOT_COMPARABLE)
+    if is_num(ref) and ref != 0:
+        return out(float(err), "relative", float(err) / abs(float(ref)))
+    return out(float(err), "absolute")
 
 
 def _fmt(x) -> str:
@@ -101,14 +139,19 @@ class FigureOutput:
         return self.dir / filename
 
     def save_figure(self, fig) -> list[Path]:
-        """``<name>.png`` (150 dpi), ``.svg`` and ``.pdf``; dates left out of the metadata so reruns are stable."""
+        """``<name>.png`` (150 dpi), ``.svg`` and ``.pdf``; dates left out of the metadata so reruns are stable. The
+        SVG (the image the book shows) always keeps its text as ``<text>`` elements (``svg.fonttype: none``), so
+        the page shows real text at its font size (``linattn.readability`` checks those sizes)."""
+        import matplotlib as mpl
+
         metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
         paths = []
         for fmt in ("png", "svg", "pdf"):
             buf = io.BytesIO()
-            fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata[fmt])
+            with mpl.rc_context({"svg.fonttype": "none"}):
+                fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata[fmt])
             path = self.path(f"{self.name}.{fmt}")
-            atomic_write(path, lambda f: f.write(buf.getvalue()), binary=True)
+            atomic_write(path, lambda f, b=buf: f.write(b.getvalue()), binary=True)
             paths.append(path)
         return paths
 

@@ -1,17 +1,24 @@
-"""The figure runner: execute every ``figures_src/<name>.md`` notebook into ``<root>/<name>.ipynb``.
+"""The figure runner: execute the figure notebooks ``figures_src/<name>.md``, one preset per output root.
 
-    linattn figures [--preset quick|paper] [--only NAMES] [--jobs N] [--force] [--out DIR] [--src DIR] [--list]
+    linattn figures [--preset paper|quick] [--only NAME ...] [--param KEY=VALUE ...] [--out DIR | --into-book]
+                    [--jobs N] [--force] [--list]
 
-Each notebook (jupytext MyST markdown) is converted in memory and executed by papermill with the parameters
-``preset`` and ``out_dir`` (= ``<root>``) injected; the notebook writes its files to ``<root>/<name>/`` through
-:class:`linattn.figure_io.FigureOutput`. After a successful run the runner appends the "Cite this figure" cell
-(:func:`cite_block`) and writes the executed notebook atomically to ``<root>/<name>.ipynb``.
+Each notebook (jupytext MyST markdown, see :mod:`linattn.notebooks`) is converted in memory and executed by papermill
+with ``preset``, ``out_dir`` (= the root) and the reader's overrides injected; it writes its files to
+``<root>/<name>/`` (:class:`linattn.figure_io.FigureOutput`). The runner then adds the page's badge (preset, overrides,
+date) under the title and the "Cite this figure" cell at the end, and writes the executed notebook atomically to
+``<root>/<name>.ipynb``.
 
-Cache: a figure is skipped when its cache key — a hash of the notebook text, of every ``.py`` file of ``linattn``
-and of the parameters — equals ``<root>/<name>/.cache-key`` and its executed notebook exists. The key is written
-only after success. Before a figure runs, its key, executed notebook and output folder are moved to
-``<root>/.previous/`` so that a failed run never leaves old outputs looking current; the failed executed
-notebook (with the traceback) goes to ``<root>/<name>.failed.ipynb``.
+Roots. The book of preset ``P`` is built from ``_build/figures/<P>/`` (:func:`preset_root`), so the paper and the
+quick figures never mix. Overrides (``--param``) go to ``--out DIR``; they enter a book's root only with
+``--into-book``, and then every page shows them in its badge.
+
+Cache: a figure is skipped when its cache key — a hash of the notebook text, the parameters, every ``.py`` file of
+``linattn`` and the versions of the libraries that compute or draw (:data:`VERSIONED`); for report notebooks also
+the ``numbers.json`` of every figure they read — equals ``<root>/<name>/.cache-key`` and its executed notebook exists.
+The key and ``.run.json`` (preset, overrides, date) are written only after success. Before a figure runs, its key,
+executed notebook and output folder are moved to ``<root>/.previous/``, so a failed run never leaves old outputs
+looking current; the failed executed notebook (with the traceback) goes to ``<root>/<name>.failed.ipynb``.
 
 Figures run in parallel (``--jobs``, one worker process and one kernel each, every kernel limited to one thread).
 Report notebooks (``beyond_error_table``, or any whose front matter says ``linattn: {report: true}``) read the
@@ -20,24 +27,32 @@ other figures' outputs, so they start after all the others have finished.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import datetime
 import hashlib
+import importlib.metadata
 import json
 import multiprocessing
 import os
 import shutil
 import sys
 import time
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from .figure_io import REPO_ROOT, figures_root
+from . import notebooks
 from .provenance import PACKAGE_ROOT, atomic_write
 
-SRC_DIR = REPO_ROOT / "figures_src"
+REPO_ROOT = PACKAGE_ROOT.parent
+PRESET_CHOICES = ("paper", "quick")
 REPORT_NAMES = ("beyond_error_table",)
 CACHE_KEY = ".cache-key"
+RUN_INFO = ".run.json"
 NOT_HASHED = ("book.py",)
+VERSIONED = ("numpy", "scipy", "torch", "matplotlib", "papermill", "jupytext", "nbformat", "ipykernel")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 PAPER_BIBTEX = """@inproceedings{zhang2025training,
@@ -64,21 +79,13 @@ class FigureResult:
 
 # ---------------------------------------------------------------- discovery and cache keys
 
-def discover(src=None) -> dict[str, Path]:
-    """``{name: path}`` of every ``*.md`` notebook in ``src`` (default ``<repository>/figures_src``), sorted."""
-    src = Path(src) if src is not None else SRC_DIR
-    return {p.stem: p for p in sorted(src.glob("*.md")) if not p.name.startswith((".", "_"))}
+discover = notebooks.discover
+read_notebook = notebooks.read
 
 
-def read_notebook(path: Path):
-    return notebook_from_text(Path(path).read_text(encoding="utf-8"))
-
-
-def notebook_from_text(text: str):
-    """The nbformat notebook of a jupytext MyST markdown text (converted in memory, nothing written)."""
-    import jupytext
-
-    return jupytext.reads(text, fmt="md:myst")
+def preset_root(preset: str) -> Path:
+    """Where ``linattn figures --preset <preset>`` writes, and where the book of that preset reads from."""
+    return REPO_ROOT / "_build" / "figures" / preset
 
 
 def is_report(name: str, notebook) -> bool:
@@ -100,14 +107,67 @@ def source_hash(package=PACKAGE_ROOT) -> str:
     return h.hexdigest()
 
 
-def cache_key(text: str, params: dict, sources: str) -> str:
-    blob = json.dumps({"notebook": text, "parameters": params, "linattn": sources}, sort_keys=True)
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries that compute or draw a figure (:data:`VERSIONED`)."""
+    out = {}
+    for pkg in VERSIONED:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def inputs_hash(root: Path, names) -> str:
+    """SHA-256 over the ``numbers.json`` of figures ``names`` in ``root``: what a report notebook reads."""
+    h = hashlib.sha256()
+    for name in sorted(names):
+        path = Path(root) / name / "numbers.json"
+        h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"missing") + b"\0")
+    return h.hexdigest()
+
+
+def cache_key(text: str, params: dict, sources: str, versions: dict | None = None, inputs: str | None = None) -> str:
+    blob = json.dumps({"notebook": text, "parameters": params, "linattn": sources,
+                       "libraries": library_versions() if versions is None else versions, "inputs": inputs},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def figure_key(name: str, text: str, params: dict, *, root: Path, readers_of: list[str], sources: str | None = None,
+               versions: dict | None = None, report: bool = False) -> str:
+    """The cache key of figure ``name`` run with ``params`` into ``root``; a report's key also covers the
+    ``numbers.json`` of the figures ``readers_of`` (the ordinary figures it summarises)."""
+    return cache_key(text, params, source_hash() if sources is None else sources, versions,
+                     inputs_hash(root, readers_of) if report else None)
 
 
 def is_current(root: Path, name: str, key: str) -> bool:
     key_file = root / name / CACHE_KEY
     return (root / f"{name}.ipynb").is_file() and key_file.is_file() and key_file.read_text().strip() == key
+
+
+def run_info(root: Path, name: str) -> dict | None:
+    """``{"preset", "overrides", "date"}`` of the last successful run of ``name`` in ``root``, or None."""
+    try:
+        return json.loads((Path(root) / name / RUN_INFO).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def expected_key(name: str, root: Path, src=None) -> str | None:
+    """The key figure ``name`` in ``root`` must carry to be current, from its recorded preset and overrides
+    (None when it has no run record)."""
+    info = run_info(root, name)
+    found = discover(src)
+    if info is None or name not in found:
+        return None
+    nb = read_notebook(found[name])
+    report = is_report(name, nb)
+    others = [n for n, p in found.items() if not is_report(n, read_notebook(p))] if report else []
+    params = {"preset": info["preset"], **info.get("overrides", {})}
+    return figure_key(name, found[name].read_text(encoding="utf-8"), params, root=root, readers_of=others,
+                      report=report)
 
 
 # ---------------------------------------------------------------- the cite cell
@@ -117,9 +177,10 @@ def cite_block(name: str) -> str:
     ``<root>``, where the executed notebook lies)."""
     from . import __version__
 
-    files = [("PDF", "pdf"), ("PNG", "png"), ("CSV", "csv")]
+    files = [("PDF", "pdf"), ("PNG", "png"), ("SVG", "svg"), ("CSV", "csv")]
     links = [f"{{download}}`{label} <{name}/{name}.{ext}>`" for label, ext in files]
     links.append(f"{{download}}`provenance.json <{name}/provenance.json>`")
+    links.append(f"{{download}}`runnable notebook <{name}/{name}.ipynb>`")
     return "\n".join([
         "## Cite this figure",
         "",
@@ -148,6 +209,14 @@ def cite_block(name: str) -> str:
     ])
 
 
+def badge(preset: str, overrides: dict, date: str) -> str:
+    """The line under a figure page's title: the preset it shows, any reader's overrides, and the date it ran."""
+    parts = [f"{{bdg-primary-line}}`{preset} preset`"]
+    parts += [f"{{bdg-warning-line}}`{k} = {v!r}`" for k, v in overrides.items()]
+    parts.append(f"{{bdg-secondary-line}}`run {date}`")
+    return " ".join(parts)
+
+
 # ---------------------------------------------------------------- one figure (runs in a worker process)
 
 def _error_line(exc: BaseException) -> str:
@@ -158,11 +227,33 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Send this worker's stderr, which the kernel inherits, to /dev/null while a notebook runs: the kernel's
+    start-up warnings are not for readers, and whatever a cell writes to stderr is kept in the notebook itself."""
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None) -> dict:
-    """Convert and execute one notebook (its MyST ``text``: the very text its cache key was computed from);
-    returns ``{"ok", "seconds", "error", "notebook"}``. Never raises."""
+    """Convert and execute one notebook (its MyST ``text``: the very text its cache key was computed from) with
+    ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``); returns ``{"ok", "seconds",
+    "error", "notebook"}``. Never raises."""
+    import logging
+
     import nbformat
     import papermill
+
+    # papermill logs every kernel message at INFO/WARNING and the kernel's own start-up chatter: the runner prints
+    # one line per figure instead, and a failure's traceback stays in its .failed.ipynb
+    logging.getLogger("papermill").setLevel(logging.ERROR)
+    logging.getLogger("traitlets").setLevel(logging.ERROR)
 
     root_p = Path(root)
     running = root_p / f".{name}.running.ipynb"
@@ -172,14 +263,23 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
     os.environ.setdefault("MPLBACKEND", "Agg")
     start = time.perf_counter()
     try:
-        nb = notebook_from_text(text)
-        nb = papermill.execute_notebook(nb, str(running), parameters=params, kernel_name="python3", language="python",
-                                        progress_bar=False, cwd=str(root_p), execution_timeout=timeout)
+        nb = notebooks.from_text(text)
+        with warnings.catch_warnings(), _quiet_stderr():
+            warnings.simplefilter("ignore")  # papermill's "Unable to parse line" notes on help comments
+            nb = papermill.execute_notebook(nb, str(running), parameters={**params, "out_dir": str(root_p)},
+                                            kernel_name="python3", language="python", progress_bar=False,
+                                            cwd=str(root_p), execution_timeout=timeout)
         for cell in nb.cells:  # the book folds the code, and drops papermill's machine-specific parameter cell
             if cell.cell_type == "code":
                 tags = cell.metadata.setdefault("tags", [])
                 tags.append("remove-cell" if "injected-parameters" in tags else "hide-input")
+        overrides = {k: v for k, v in params.items() if k != "preset"}
+        date = datetime.date.today().isoformat()
+        at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
+        nb.cells.insert(at, nbformat.v4.new_markdown_cell(badge(params["preset"], overrides, date)))
         nb.cells.append(nbformat.v4.new_markdown_cell(cite_block(name)))
+        standalone = nbformat.writes(notebooks.runnable(text, params))
+        atomic_write(root_p / name / f"{name}.ipynb", lambda f: f.write(standalone))
         text = nbformat.writes(nb)
         atomic_write(root_p / f"{name}.ipynb", lambda f: f.write(text))
         running.unlink(missing_ok=True)
@@ -231,37 +331,47 @@ def plan(names: dict[str, Path]) -> tuple[list[str], list[str]]:
     return first, last
 
 
-def run_figures(*, preset: str = "quick", only=None, jobs: int = 2, force: bool = False, out=None, src=None,
-                timeout: float | None = None, progress: bool = True) -> list[FigureResult]:
-    """Execute the figure notebooks (all, or those in ``only``) and return one :class:`FigureResult` each."""
+def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool = False, out=None, src=None,
+                timeout: float | None = None, progress: bool = True, overrides: dict | None = None
+                ) -> list[FigureResult]:
+    """Execute the figure notebooks (all, or those in ``only``) into ``out`` (default :func:`preset_root`) and
+    return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked against every
+    selected notebook's parameters cell first (:class:`linattn.notebooks.ParameterError`)."""
     from tqdm.auto import tqdm
 
-    found = discover(src)
+    everything = discover(src)
+    found = everything
     if only:
-        unknown = sorted(set(only) - set(found))
+        unknown = sorted(set(only) - set(everything))
         if unknown:
-            raise KeyError(f"unknown figure(s): {', '.join(unknown)}; known: {', '.join(found)}")
-        found = {k: v for k, v in found.items() if k in set(only)}
-    root = figures_root(out).resolve()
+            raise KeyError(f"unknown figure(s): {', '.join(unknown)}; known: {', '.join(everything)}")
+        found = {k: v for k, v in everything.items() if k in set(only)}
+    overrides = dict(overrides or {})
+    parsed = {n: read_notebook(p) for n, p in found.items()}
+    for name, nb in parsed.items():
+        notebooks.check_overrides(name, nb, overrides)
+    root = Path(out if out is not None else preset_root(preset)).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    params = {"preset": preset}
-    sources = source_hash()
+    params = {"preset": preset, **overrides}
+    sources, versions = source_hash(), library_versions()
     texts = {n: p.read_text(encoding="utf-8") for n, p in found.items()}
-    keys = {n: cache_key(texts[n], params, sources) for n in found}
-    first, last = plan(found)
+    first = [n for n in found if not is_report(n, parsed[n])]
+    last = [n for n in found if is_report(n, parsed[n])]
+    read_by_reports = [n for n, p in everything.items() if not is_report(n, read_notebook(p))] if last else []
+    keys: dict[str, str] = {}
     results: dict[str, FigureResult] = {}
-    todo = []
-    for name in first + last:
-        if not force and is_current(root, name, keys[name]):
-            results[name] = FigureResult(name, "cached", notebook=root / f"{name}.ipynb")
-        else:
-            todo.append(name)
-    bar = tqdm(total=len(todo), desc="figures", unit="fig", disable=not progress or not todo, leave=True)
+    started = time.perf_counter()
 
-    def finished(name, out_):
+    def key(name):
+        return figure_key(name, texts[name], params, root=root, readers_of=read_by_reports, sources=sources,
+                          versions=versions, report=name in last)
+
+    def finished(name, out_, bar):
         res = FigureResult(name, "ran" if out_["ok"] else "failed", out_["seconds"], out_["error"],
                            Path(out_["notebook"]))
         if out_["ok"]:
+            info = {"preset": preset, "overrides": overrides, "date": datetime.date.today().isoformat()}
+            atomic_write(root / name / RUN_INFO, lambda f: f.write(json.dumps(info, indent=1) + "\n"))
             atomic_write(root / name / CACHE_KEY, lambda f: f.write(keys[name] + "\n"))
             bar.write(f"  done    {name}  ({res.seconds:.1f} s)")
         else:
@@ -272,74 +382,136 @@ def run_figures(*, preset: str = "quick", only=None, jobs: int = 2, force: bool 
 
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch threads
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=context) as pool:
-        for stage in ([n for n in todo if n in first], [n for n in todo if n in last]):
-            queue = sorted(stage, key=lambda n: -_last_wall_time(root, n))  # stable: ties keep name order
+        for stage in (first, last):  # a report's key covers the numbers the first stage just wrote
+            todo = []
+            for name in stage:
+                keys[name] = key(name)
+                if not force and is_current(root, name, keys[name]):
+                    results[name] = FigureResult(name, "cached", notebook=root / f"{name}.ipynb")
+                else:
+                    todo.append(name)
+            if not todo:
+                continue
+            bar = tqdm(total=len(todo), desc="figures" if stage is first else "reports", unit="fig",
+                       disable=not progress, leave=True)
+            queue = sorted(todo, key=lambda n: -_last_wall_time(root, n))  # stable: ties keep name order
             pending = {}
             while queue or pending:
                 while queue and len(pending) < max(1, jobs):  # submit only what runs now: the bar names it
                     name = queue.pop(0)
                     _retire(root, name)
-                    pending[pool.submit(execute_one, name, texts[name], str(root),
-                                        {"preset": preset, "out_dir": str(root)}, timeout)] = name
+                    pending[pool.submit(execute_one, name, texts[name], str(root), params, timeout)] = name
                 bar.set_postfix_str("running: " + ", ".join(sorted(pending.values())), refresh=True)
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     name = pending.pop(fut)
                     try:
-                        finished(name, fut.result())
+                        finished(name, fut.result(), bar)
                     except Exception as exc:  # noqa: BLE001 — the worker itself died
                         finished(name, {"ok": False, "seconds": 0.0, "error": _error_line(exc),
-                                        "notebook": str(root / f"{name}.failed.ipynb")})
-    bar.close()
+                                        "notebook": str(root / f"{name}.failed.ipynb")}, bar)
+            bar.close()
+    run_figures.last_wall_time = time.perf_counter() - started
     return [results[n] for n in first + last]
 
 
-def list_figures(*, preset: str = "quick", out=None, src=None) -> list[tuple[str, str, bool]]:
-    """``(name, "current" | "stale" | "missing", is_report)`` for every notebook."""
+def list_figures(*, preset: str = "paper", out=None, src=None) -> list[tuple[str, str, bool]]:
+    """``(name, "current" | "stale" | "missing", is_report)`` for every notebook, against what its recorded run
+    (preset and overrides) would give now."""
     found = discover(src)
-    root = figures_root(out).resolve()
-    sources = source_hash()
+    root = Path(out if out is not None else preset_root(preset)).resolve()
     rows = []
     for name, path in found.items():
-        key = cache_key(path.read_text(encoding="utf-8"), {"preset": preset}, sources)
-        state = ("current" if is_current(root, name, key)
+        key = expected_key(name, root, src)
+        info = run_info(root, name) or {}
+        state = ("current" if key and info.get("preset") == preset and is_current(root, name, key)
                  else "stale" if (root / f"{name}.ipynb").exists() else "missing")
         rows.append((name, state, is_report(name, read_notebook(path))))
     return rows
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--preset", choices=("quick", "paper"), default="quick",
-                   help="quick: CI-sized runs (default); paper: the published settings")
+    p.add_argument("--preset", choices=PRESET_CHOICES, default="paper",
+                   help="paper: the published settings (default, what `make book` shows); quick: CI-sized runs")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these figures (names of figures_src/*.md)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one of the notebooks' parameters (repeatable; a Python literal, e.g. seeds=[3], "
+                        "init=1e-3, init_scheme=jan2025); needs --only and --out DIR (or --into-book)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output root (default _build/figures/<preset>, the folder the book of that preset reads)")
+    p.add_argument("--into-book", dest="into_book", action="store_true",
+                   help="with --param: write into the book's own figures (its pages then show the overrides)")
     p.add_argument("--jobs", type=int, default=2, help="figures executed in parallel (default 2)")
     p.add_argument("--force", action="store_true", help="re-run figures even when their cache key is unchanged")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output root (default $LINATTN_FIGURES_DIR, else book/figures)")
     p.add_argument("--src", type=Path, default=None, help="folder of the notebooks (default figures_src/)")
     p.add_argument("--timeout", type=float, default=None, help="seconds allowed per notebook cell")
     p.add_argument("--list", action="store_true", help="list the figures and whether their outputs are current")
 
 
+def _usage(message: str, command: str = "figures") -> int:
+    """One line on stderr and exit code 2: bad input, reported before any work."""
+    print(f"linattn {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def cmd_figures(args) -> int:
     if args.jobs < 1:
-        print("linattn: error: --jobs must be a positive integer", file=sys.stderr)
-        return 2
+        return _usage("--jobs must be a positive integer")
+    try:
+        overrides = dict(notebooks.parse_override(item) for item in args.param)
+    except notebooks.ParameterError as e:
+        return _usage(str(e))
+    if overrides and not args.only:
+        return _usage("--param needs --only NAME (the figure whose parameters it sets)")
+    if overrides and args.out is None and not args.into_book:
+        return _usage("--param writes to --out DIR (or, to change the book's own figure, add --into-book)")
+    if args.into_book and args.out is not None:
+        return _usage("--into-book writes to the book's figures; leave out --out")
     if args.list:
         for name, state, report in list_figures(preset=args.preset, out=args.out, src=args.src):
             print(f"{name:28s} {state:8s}{'  (report: runs last)' if report else ''}")
         return 0
     try:
         results = run_figures(preset=args.preset, only=args.only, jobs=args.jobs, force=args.force, out=args.out,
-                              src=args.src, timeout=args.timeout)
-    except KeyError as e:
-        print(f"linattn: error: {e.args[0]}", file=sys.stderr)
-        return 2
+                              src=args.src, timeout=args.timeout, overrides=overrides)
+    except (KeyError, notebooks.ParameterError) as e:
+        return _usage(e.args[0])
+    root = Path(args.out if args.out is not None else preset_root(args.preset)).resolve()
     ran = [r for r in results if r.status == "ran"]
     cached = [r for r in results if r.status == "cached"]
     failed = [r for r in results if r.status == "failed"]
-    print(f"figures: {len(ran)} ran, {len(cached)} up to date, {len(failed)} failed "
-          f"(outputs in {figures_root(args.out).resolve()})")
+    print(f"figures ({args.preset} preset): {len(ran)} ran, {len(cached)} up to date, {len(failed)} failed "
+          f"in {run_figures.last_wall_time:.0f} s; outputs in {root}")
+    if args.out is not None or overrides:
+        for r in results:
+            if r.status != "failed":
+                files = sorted(p.name for p in (root / r.name).iterdir() if p.suffix in (".pdf", ".png", ".svg",
+                                                                                           ".csv"))
+                print(f"  {r.name}: {root / r.name}/ ({', '.join(files)}); notebook {root / (r.name + '.ipynb')}")
     for r in failed:
         print(f"  FAILED {r.name}: {r.error}\n         see {r.notebook}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def cmd_notebook(args) -> int:
+    """``linattn notebook NAME``: write figure NAME as a runnable ``.ipynb`` (for Jupyter or papermill)."""
+    import nbformat
+
+    found = discover(args.src)
+    if args.name not in found:
+        return _usage(f"unknown figure {args.name!r}; known: {', '.join(found)}", "notebook")
+    out = args.out or Path(f"{args.name}.ipynb")
+    if out.exists() and not args.overwrite:
+        return _usage(f"{out} exists (add --overwrite to replace it)", "notebook")
+    nb = notebooks.runnable(found[args.name].read_text(encoding="utf-8"), {"preset": args.preset})
+    atomic_write(out, lambda f: f.write(nbformat.writes(nb)))
+    print(f"wrote {out} ({args.preset} preset; run it in Jupyter, or: papermill {out} out.ipynb -p seeds '[3]')")
+    return 0
+
+
+def add_notebook_arguments(p) -> None:
+    p.add_argument("name", help="a figure's name (a file of figures_src/ without .md)")
+    p.add_argument("--out", type=Path, default=None, help="where to write it (default ./NAME.ipynb)")
+    p.add_argument("--preset", choices=PRESET_CHOICES, default="paper", help="the preset its parameters cell sets")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    p.add_argument("--src", type=Path, default=None, help=argparse.SUPPRESS)

@@ -5,20 +5,31 @@ from __future__ import annotations
 
 import numpy as np
 
+# Every text is at least FONT_PT: the book shows figures at most about 650 px wide (its content column), and a
+# figure whose SVG is at most CONTENT_WIDTH_IN wide is shown at its natural size or shrunk only a little, so that
+# 10-pt text reads at ≥ 13 px and its mathtext sub/superscripts (0.7×) at ≥ 9 px (the rule checked by
+# linattn.readability). Lay figures out at most CONTENT_WIDTH_IN wide, text included.
+FONT_PT = 10.0
+CONTENT_WIDTH_IN = 6.8
 STYLE = {
-    "figure.figsize": (4.8, 3.4),
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.labelsize": 9,
-    "legend.fontsize": 8,
+    "figure.figsize": (6.4, 3.6),
+    "font.size": FONT_PT,
+    "axes.titlesize": 10.5,
+    "axes.labelsize": FONT_PT,
+    "xtick.labelsize": FONT_PT,
+    "ytick.labelsize": FONT_PT,
+    "legend.fontsize": FONT_PT,
+    "figure.titlesize": 11,
     "legend.frameon": False,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "lines.linewidth": 1.4,
     "savefig.dpi": 150,
+    "svg.fonttype": "none",  # SVG keeps <text> elements (real, selectable text at its font size), not glyph paths
     "svg.hashsalt": "linattn",  # stable ids in the SVG output
 }
 THEORY_LINE = dict(color="0.45", linestyle=":", linewidth=1.1)
+THEORY_TEXT = {"color": "0.3", "fontsize": FONT_PT}
 
 
 def use_style() -> None:
@@ -28,8 +39,8 @@ def use_style() -> None:
     mpl.rcParams.update(STYLE)
 
 
-def show_loss(history, title: str = "") -> None:
-    """Open a window with the training (and test) loss against the step."""
+def loss_figure(history, title: str = ""):
+    """A figure of the training (and test) loss against the step."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -40,30 +51,110 @@ def show_loss(history, title: str = "") -> None:
     ax.set_ylabel("loss")
     ax.set_title(title)
     ax.legend()
+    return fig
+
+
+def show_loss(history, title: str = "") -> None:
+    """Open a window with the training (and test) loss against the step."""
+    import matplotlib.pyplot as plt
+
+    loss_figure(history, title)
     plt.show()
 
 
-def theory_lines(ax, levels, labels=None, *, text: bool = True, **style) -> None:
-    """Dotted horizontal lines at the theory ``levels`` (e.g. plateau losses), labelled at the right edge."""
-    kw = dict(THEORY_LINE, **style)
+def spaced_levels(positions, min_gap: float) -> list[bool]:
+    """Which of the levels at display ``positions`` (in the order of the levels, e.g. L(M_0) … L(M_D)) get a label,
+    so that no two labels are closer than ``min_gap``: the first and the last level always (the last only if it is
+    far enough from the first), every other level when it is far enough from all labels kept so far and from the
+    last. Positions that are not finite (levels outside the view) get none."""
+    y = np.asarray(positions, dtype=np.float64)
+    n = len(y)
+    keep = [False] * n
+    idx = [i for i in range(n) if np.isfinite(y[i])]
+    if not idx:
+        return keep
+    first, last = idx[0], idx[-1]
+    kept = [first]
+    keep[first] = True
+    for i in idx[1:-1]:
+        if all(abs(y[i] - y[k]) >= min_gap for k in kept) and abs(y[i] - y[last]) >= min_gap:
+            kept.append(i)
+            keep[i] = True
+    if last != first and all(abs(y[last] - y[k]) >= min_gap for k in kept):
+        keep[last] = True
+    return keep
+
+
+def level_formatter(ax, levels, labels, fontsize: float = FONT_PT, spacing: float = 1.1):
+    """A tick formatter for the theory axis of ``ax``: the label of each level, left blank where it would come
+    closer than ``spacing`` text lines to the label of another level (:func:`spaced_levels`). It decides when the
+    figure is drawn, from the final size of the axes, so the choice holds for any figure size, layout and dpi."""
+    from matplotlib.ticker import Formatter
+
+    levels = np.asarray(levels, dtype=np.float64)
+    labels = list(labels)
+
+    def index_of(value) -> int:
+        return int(np.argmin(np.abs(levels - value)))
+
+    class LevelLabels(Formatter):
+        def __call__(self, x, pos=None):
+            return labels[index_of(x)]
+
+        def format_ticks(self, values):
+            lo, hi = sorted(ax.get_ylim())
+            index = [index_of(v) for v in values]
+            pos = np.full(len(levels), np.nan)
+            for i in index:
+                if lo <= levels[i] <= hi:
+                    pos[i] = ax.transData.transform((0.0, levels[i]))[1]
+            keep = spaced_levels(pos, fontsize * ax.figure.dpi / 72.0 * spacing)  # one text line, display px
+            return [labels[i] if keep[i] else "" for i in index]
+
+    return LevelLabels()
+
+
+def include_levels(ax, levels, margin: float = 0.04) -> None:
+    """Widen the y-limits of ``ax`` (linear scale) so that every theory level is inside, with ``margin`` of the
+    range to spare: a dotted theory line must never be cut off by the frame."""
+    levels = [float(v) for v in levels if np.isfinite(v)]
+    if not levels or ax.get_yscale() != "linear":
+        return
+    lo, hi = ax.get_ylim()
+    flip = lo > hi
+    lo, hi = min(lo, hi), max(lo, hi)
+    pad = margin * max(hi - lo, max(levels) - min(levels), 1e-12)
+    new_lo = min(lo, min(levels) - pad) if min(levels) <= lo else lo
+    new_hi = max(hi, max(levels) + pad) if max(levels) >= hi else hi
+    if (new_lo, new_hi) != (lo, hi):
+        ax.set_ylim((new_hi, new_lo) if flip else (new_lo, new_hi))
+
+
+def theory_lines(ax, levels, labels=None, *, text: bool = True, **style):
+    """Dotted horizontal lines at the theory ``levels`` (e.g. plateau losses), labelled at the right edge (on a
+    secondary axis, see :func:`theory_axis`); labels that would overlap a neighbour's are left out. Returns the
+    label axis (None without labels)."""
+    levels = list(levels)
     labels = list(labels) if labels is not None else [None] * len(levels)
-    for level, label in zip(levels, labels):
+    if text and any(labels):
+        return theory_axis(ax, levels, [lab or "" for lab in labels], **style)
+    kw = dict(THEORY_LINE, **style)
+    for level in levels:
         ax.axhline(level, zorder=0, **kw)
-        if text and label:
-            ax.annotate(label, xy=(1.0, level), xycoords=("axes fraction", "data"), xytext=(3, 0),
-                        textcoords="offset points", va="center", ha="left", fontsize=7, color=kw["color"])
+    return None
 
 
 def plot_loss_with_theory(ax, step, curves, levels=(), level_labels=None, *, xlabel: str = "step",
                           ylabel: str = "training loss", legend: bool | str = True):
     """Loss curves (``curves``: a list of ``(loss, label, style dict)``) and dotted theory ``levels`` on ``ax``;
-    ``legend``: False, True (upper right) or a matplotlib legend location."""
-    theory_lines(ax, levels, level_labels)
+    ``legend``: False, True (upper right) or a matplotlib legend location. The y-limits include every level;
+    if you set y-limits afterwards, call :func:`include_levels` so that no level is cut off."""
     for loss, label, style in curves:
         ax.plot(step, loss, label=label, **(style or {}))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_xlim(step[0], step[-1])
+    theory_lines(ax, levels, level_labels)
     if legend and any(label for _, label, _ in curves):
         ax.legend(loc=legend if isinstance(legend, str) else "upper right")
     return ax
@@ -71,7 +162,7 @@ def plot_loss_with_theory(ax, step, curves, levels=(), level_labels=None, *, xla
 
 # ------------------------------------------------------------------------------------------ schematics
 
-def _node(ax, xy, r, color="white", edge="0.2", text=None, fontsize=7, zorder=3):
+def _node(ax, xy, r, color="white", edge="0.2", text=None, fontsize=FONT_PT, zorder=3):
     from matplotlib.patches import Circle
 
     ax.add_patch(Circle(xy, r, facecolor=color, edgecolor=edge, linewidth=0.9, zorder=zorder))
@@ -89,10 +180,10 @@ def _arrow(ax, a, b, text=None, color="0.25"):
 
     ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, color=color, linewidth=1.0))
     if text:
-        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.12, text, ha="center", va="bottom", fontsize=7)
+        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.12, text, ha="center", va="bottom", fontsize=FONT_PT)
 
 
-def _box(ax, xy, w, h, text, color="#f2f2f2", fontsize=7.5):
+def _box(ax, xy, w, h, text, color="#f2f2f2", fontsize=FONT_PT):
     from matplotlib.patches import FancyBboxPatch
 
     ax.add_patch(FancyBboxPatch((xy[0] - w / 2, xy[1] - h / 2), w, h, boxstyle="round,pad=0.04",
@@ -124,19 +215,19 @@ def draw_attn_m_schematic(ax, in_dim: int = 3, heads: int = 4) -> None:
     for i, p in enumerate(z):
         a, b = divmod(i, D)
         _node(ax, p, 0.22, color="#dbe9f6")
-        ax.text(p[0] - 0.32, p[1], f"$\\beta_{a + 1} x_{{q,{b + 1}}}$", ha="right", va="center", fontsize=6)
+        ax.text(p[0] - 0.32, p[1], f"$\\beta_{a + 1} x_{{q,{b + 1}}}$", ha="right", va="center")
         for q in hidden:
             _edge(ax, p, q, lw=0.5, alpha=0.8)
     for h, q in enumerate(hidden):
         _node(ax, q, 0.3, color="#fde0c5", text=f"{h + 1}")
         _edge(ax, q, out, color="0.25", lw=1.0)
-    _node(ax, out, 0.36, color="#d5efcf", text="$\\hat y$", fontsize=8)
-    ax.text(4.1, 7.15, f"$z$ ($D^2 = {D * D}$)", ha="center", fontsize=8)
-    ax.text(6.6, 7.15, f"$H = {H}$ heads", ha="center", fontsize=8)
+    _node(ax, out, 0.36, color="#d5efcf", text="$\\hat y$", fontsize=FONT_PT)
+    ax.text(4.1, 7.15, f"$z$ ($D^2 = {D * D}$)", ha="center", fontsize=FONT_PT)
+    ax.text(6.6, 7.15, f"$H = {H}$ heads", ha="center", fontsize=FONT_PT)
     ax.text(5.3, -0.75, "$W_1$: row $h$ = vec of head $h$'s\nkey–query block $W_{KQ}^{(h)}$", ha="center",
-            fontsize=7)
-    ax.text(7.9, -0.75, "$w_2$: values $v_h$", ha="center", fontsize=7)
-    ax.text(9.0, 2.6, "$\\hat y = w_2^\\top W_1 z$", ha="center", va="top", fontsize=8)
+            fontsize=FONT_PT)
+    ax.text(7.9, -0.75, "$w_2$: values $v_h$", ha="center", fontsize=FONT_PT)
+    ax.text(9.0, 2.6, "$\\hat y = w_2^\\top W_1 z$", ha="center", va="top", fontsize=FONT_PT)
 
 
 def draw_attn_s_schematic(ax, in_dim: int = 3, heads: int = 2) -> None:
@@ -146,16 +237,16 @@ def draw_attn_s_schematic(ax, in_dim: int = 3, heads: int = 2) -> None:
     D, H = in_dim, heads
     shared = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
     ax.set_xlim(-0.4, 11.2)
-    height = H * (D * D * 0.55 + 1.0)
-    ax.set_ylim(-1.0, height + 0.6)
+    gap = 0.46  # between the z nodes: room for one 10-pt label at the figure's scale
+    height = H * (D * D * gap + 1.0)
     ax.set_aspect("equal")
     ax.axis("off")
     out = (10.2, height / 2)
-    _node(ax, out, 0.4, color="#d5efcf", text="$\\hat y$", fontsize=9)
-    ax.text(out[0], out[1] - 0.65, "$\\sum_h$", ha="center", va="top", fontsize=9)
+    _node(ax, out, 0.4, color="#d5efcf", text="$\\hat y$", fontsize=FONT_PT)
+    ax.text(out[0], out[1] - 0.65, "$\\sum_h$", ha="center", va="top", fontsize=FONT_PT)
     for h in range(H):
-        top = height - h * (D * D * 0.55 + 1.0) - 0.3
-        bottom = top - (D * D - 1) * 0.55
+        top = height - h * (D * D * gap + 1.0) - 0.3
+        bottom = top - (D * D - 1) * gap
         z = _column(D * D, 1.6, top, bottom)
         mid = [(4.6, np.mean([z[i * D + j][1] for j in range(D)])) for i in range(D)]
         head = (7.4, (top + bottom) / 2)
@@ -164,45 +255,50 @@ def draw_attn_s_schematic(ax, in_dim: int = 3, heads: int = 2) -> None:
                 p = z[i * D + j]
                 _node(ax, p, 0.2, color="#dbe9f6")
                 ax.text(p[0] - 0.3, p[1], f"$\\beta_{i + 1} x_{{q,{j + 1}}}$", ha="right", va="center",
-                        fontsize=5.5)
+                        fontsize=FONT_PT)
                 _edge(ax, p, mid[i], color=shared[j % len(shared)], lw=1.1)
         for i, m in enumerate(mid):
             _node(ax, m, 0.25, color="#fde0c5")
             _edge(ax, m, head, color="0.35", lw=0.9)
         _node(ax, head, 0.3, color="#f6d5e8", text=f"{h + 1}")
         _edge(ax, head, out, color="0.15", lw=1.3)
-        ax.text(3.1, top + 0.35, f"$q_{h + 1}$ (shared)", ha="center", fontsize=7)
-        ax.text(6.0, top + 0.35, f"$k_{h + 1}$", ha="center", fontsize=7)
-        ax.text(8.8, (head[1] + out[1]) / 2 + 0.25, f"$v_{h + 1}$", ha="center", fontsize=7)
-    ax.text(1.0, -0.7, f"$z = \\mathrm{{vec}}(\\beta x_q^\\top)$, $D = {D}$", ha="center", fontsize=7.5)
-    ax.text(4.6, -0.7, "$\\beta_i\\,(q_h^\\top x_q)$", ha="center", fontsize=7.5)
-    ax.text(7.4, -0.7, "$(k_h^\\top\\beta)(q_h^\\top x_q)$", ha="center", fontsize=7.5)
+        ax.text(3.1, top + 0.35, f"$q_{h + 1}$ (shared)", ha="center", fontsize=FONT_PT)
+        ax.text(6.0, top + 0.35, f"$k_{h + 1}$", ha="center", fontsize=FONT_PT)
+        ax.text(8.8, (head[1] + out[1]) / 2 + 0.25, f"$v_{h + 1}$", ha="center", fontsize=FONT_PT)
+    low = bottom - 0.55  # the captions of the layers, under the last head
+    ax.text(1.0, low, f"$z = \\mathrm{{vec}}(\\beta x_q^\\top)$, $D = {D}$", ha="center", va="top")
+    ax.text(4.6, low, "$\\beta_i\\,(q_h^\\top x_q)$", ha="center", va="top")
+    ax.text(7.4, low, "$(k_h^\\top\\beta)(q_h^\\top x_q)$", ha="center", va="top")
+    ax.set_ylim(low - 0.7, height + 0.6)
 
 
 def theory_axis(ax, levels, labels, **style):
-    """Dotted theory lines at ``levels`` with their ``labels`` as ticks of a right-hand axis (paper Fig. 3a/4 style);
-    returns the twin axis. Call after the y-limits of ``ax`` are final."""
+    """Dotted theory lines at ``levels`` with their ``labels`` as ticks of a right-hand axis (paper Fig. 3a/4 style).
+    The axis follows the y-limits of ``ax`` whenever they change; the y-limits are widened to include every level
+    (:func:`include_levels`), and labels that would overlap a neighbouring level's are left blank when the figure is
+    drawn (:func:`level_formatter`). Returns the right-hand axis."""
     kw = dict(THEORY_LINE, **style)
+    levels = [float(v) for v in levels]
     for level in levels:
         ax.axhline(level, zorder=0, **kw)
-    right = ax.twinx()
-    right.set_ylim(ax.get_ylim())
-    right.set_yscale(ax.get_yscale())
-    right.set_yticks(list(levels))
-    right.set_yticklabels(list(labels), fontsize=7, color=kw["color"])
-    right.tick_params(axis="y", length=0, pad=2)
+    include_levels(ax, levels)
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(levels)
+    right.yaxis.set_major_formatter(level_formatter(ax, levels, labels, THEORY_TEXT["fontsize"]))
+    right.tick_params(axis="y", length=0, pad=2, labelsize=THEORY_TEXT["fontsize"], labelcolor=THEORY_TEXT["color"])
     right.minorticks_off()
     right.spines["right"].set_visible(False)
-    right.spines["top"].set_visible(False)
     return right
 
 
-def plateau_labels(count: int, symbol: str = "M") -> list[str]:
-    """["$L(M_0)$", …, "$L(M_{count-1})$"] for :func:`theory_axis`."""
-    return [f"$L(\\mathcal{{{symbol}}}_{{{m}}})$" for m in range(count)]
+def plateau_labels(count: int, symbol: str = "ℳ") -> list[str]:
+    """["$L(ℳ_{0})$", …, "$L(ℳ_{count-1})$"] for :func:`theory_axis`. The script M is the Unicode letter (in
+    DejaVu Sans), not ``\\mathcal``: matplotlib would write that as a private-use glyph no browser can show in an
+    SVG with real text."""
+    return [f"$L({symbol}_{{{m}}})$" for m in range(count)]
 
 
-def plot_rank_panels(step, losses: dict, levels, *, ncols: int = 2, panel_size=(3.0, 2.3)):
+def plot_rank_panels(step, losses: dict, levels, *, ncols: int = 2, panel_size=(3.2, 2.4)):
     """One panel per key-query rank R (``losses``: {R: loss curve}), each with the dotted theory plateaus
     L(M_0..M_D) labelled on a right-hand axis (paper Fig. 4 style). Returns (fig, axes)."""
     import matplotlib.pyplot as plt
@@ -210,7 +306,7 @@ def plot_rank_panels(step, losses: dict, levels, *, ncols: int = 2, panel_size=(
     ranks = list(losses)
     nrows = -(-len(ranks) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), sharex=True,
-                             sharey=True, squeeze=False)
+                             sharey=True, squeeze=False, layout="constrained")
     labels = plateau_labels(len(levels))
     for ax, R in zip(axes.flat, ranks):
         ax.plot(step, losses[R], color="black", linewidth=1.2)
@@ -224,7 +320,6 @@ def plot_rank_panels(step, losses: dict, levels, *, ncols: int = 2, panel_size=(
         ax.set_ylabel("training loss")
     for ax in list(axes.flat)[len(ranks):]:
         ax.set_visible(False)
-    fig.tight_layout()
     return fig, axes
 
 

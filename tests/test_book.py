@@ -2,9 +2,10 @@
 their figures load, every figure of the toc is there with its caption; plus the build's own guards (missing/stale
 figure notebooks, the offline link check) and the citation metadata.
 
-The rendering tests read ``_build/html`` (or ``$LINATTN_BOOK_HTML``) and skip when it has not been built
-(``python -m linattn.book build``); the browser tests also skip when no Chromium is installed
-(Debian: ``apt-get install -y chromium``).
+The rendering tests read the book of ``$LINATTN_BOOK_PRESET`` (default ``quick``: the one ``make test`` builds into
+``_build/quick/html`` from ``_build/figures/quick``; ``$LINATTN_BOOK_HTML`` points them elsewhere) and skip when it
+has not been built (``make test``, or ``linattn figures --preset quick && python -m linattn.book build --preset
+quick``); the browser tests also skip when no Chromium is installed (Debian: ``apt-get install -y chromium``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import yaml
 from linattn import book
 
 ROOT = book.REPO_ROOT
-HTML = Path(os.environ.get("LINATTN_BOOK_HTML", ROOT / "_build" / "html"))
-BOOK_ROOT = HTML.parent.parent  # <root>/_build/html
+PRESET = os.environ.get("LINATTN_BOOK_PRESET", "quick")
+HTML = Path(os.environ.get("LINATTN_BOOK_HTML", book.html_dir(PRESET)))
+FIGURES = book.figures_dir(PRESET)  # the executed notebooks that book was built from
 SHOTS = HTML.parent / "screenshots"
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -38,6 +40,9 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 ERROR_TEXT = re.compile(r"Traceback|\bError\b|Exception|Math input error|image not found|Unknown directive|"
                         r"Unknown interpreted text role|undefined label")
 
+
+READER_WINDOW = (1280, 2400)
+FIRST_VIEW_PX = 1200  # a figure page's first figure must start within this many pixels of the top
 
 # CI (`.ci/run`) sets LINATTN_REQUIRE_BROWSER=1: there a missing book or browser fails instead of skipping.
 REQUIRED = os.environ.get("LINATTN_REQUIRE_BROWSER") == "1"
@@ -49,7 +54,8 @@ def _skip_or_fail(reason: str):
 
 def built():
     if not (HTML / "index.html").is_file():
-        _skip_or_fail(f"the book is not built ({HTML / 'index.html'} missing): run `python -m linattn.book build`")
+        _skip_or_fail(f"the {PRESET} book is not built ({HTML / 'index.html'} missing): run `make test` (or "
+                      f"`linattn figures --preset {PRESET} && python -m linattn.book build --preset {PRESET}`)")
 
 
 def chromium() -> str:
@@ -70,7 +76,16 @@ window.addEventListener('load', function () {
     var imgs = Array.prototype.slice.call(document.images).map(function (i) {
       return {src: i.getAttribute('src'), naturalWidth: i.naturalWidth, complete: i.complete};
     });
+    // the reader's first view: where the first figure image starts, and whether any table comes before it
+    var fig = document.querySelector('main figure img, main figure object');
+    var tables = Array.prototype.slice.call(document.querySelectorAll('main table'));
+    var before = fig ? tables.filter(function (t) {
+      return t.compareDocumentPosition(fig) & Node.DOCUMENT_POSITION_FOLLOWING; }).length : null;
     var out = {images: imgs,
+               width: window.innerWidth,
+               figureTop: fig ? fig.getBoundingClientRect().top + window.scrollY : null,
+               figureSrc: fig ? (fig.getAttribute('src') || fig.getAttribute('data')) : null,
+               tablesBeforeFigure: before,
                mjx: document.querySelectorAll('mjx-container').length,
                mjxErrors: document.querySelectorAll('mjx-merror').length,
                mathSources: document.querySelectorAll('.math').length};
@@ -130,7 +145,7 @@ def run_chromium(args, tmp_path, timeout=120) -> subprocess.CompletedProcess:
 def rendered(url, tmp_path) -> tuple[str, dict]:
     """The DOM after load and typesetting, and the check record the injected script left in it."""
     proc = run_chromium(["--virtual-time-budget=20000", "--run-all-compositor-stages-before-draw", "--dump-dom",
-                         f"{url}?linattn-check"], tmp_path)
+                         f"--window-size={READER_WINDOW[0]},{READER_WINDOW[1]}", f"{url}?linattn-check"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     dom = proc.stdout
     m = re.search(r'<div id="linattn-check"[^>]*>(.*?)</div>', dom, re.S)
@@ -207,6 +222,25 @@ def test_page_renders_in_browser(page, server, tmp_path):
     found = ERROR_TEXT.findall(text)
     assert not found, f"error text on the page: {sorted(set(found))}"
     assert 'class="problematic"' not in dom and "system-message" not in dom
+
+
+def _toc_figure_pages():
+    return [f"book/figures/{n}.html" for n in book.toc_figures(ROOT)]
+
+
+@pytest.mark.parametrize("page", _toc_figure_pages())
+def test_figure_page_leads_with_its_figure(page, server, tmp_path):
+    """Figure first: in a 1280-px-wide window the page's first figure image starts within the first 1,200 px,
+    and no table comes before it."""
+    built()
+    name = Path(page).stem
+    _, check = rendered(f"{server}/{page}", tmp_path)
+    assert check["width"] == READER_WINDOW[0]
+    assert check["figureTop"] is not None, f"{name}: no figure image on the page"
+    assert name in (check["figureSrc"] or ""), f"{name}: the first figure is {check['figureSrc']}, not its own"
+    assert check["figureTop"] <= FIRST_VIEW_PX, (f"{name}: the figure starts {check['figureTop']:.0f} px down "
+                                                  f"(limit {FIRST_VIEW_PX})")
+    assert check["tablesBeforeFigure"] == 0, f"{name}: {check['tablesBeforeFigure']} table(s) before the figure"
 
 
 def test_screenshot_of_attn_s_chapter(server, tmp_path):
@@ -296,7 +330,7 @@ def test_toc_figure_in_html(name):
         target = (page.parent / src).resolve()
         assert target.is_file() and target.stat().st_size > 1000, f"fig-{name}: image {src} does not resolve"
     assert re.search(r"Figure \d+(\.\d+)*", fig["caption"]), f"fig-{name} is not numbered: {fig['caption'][:80]!r}"
-    nb = BOOK_ROOT / "book" / "figures" / f"{name}.ipynb"
+    nb = FIGURES / f"{name}.ipynb"
     if nb.is_file():
         want = _words(notebook_caption(nb, name))[:8]
         got = " ".join(_words(fig["caption"]))
@@ -323,18 +357,29 @@ def _tiny_book(tmp_path: Path, names: list[str]) -> Path:
     (tmp_path / "_toc.yml").write_text(yaml.safe_dump({
         "format": "jb-book", "root": "book/intro",
         "chapters": [{"file": "book/chapter", "sections": [{"file": f"book/figures/{n}"} for n in names]}]}))
-    (tmp_path / "book" / "figures").mkdir(parents=True)
+    (tmp_path / "book").mkdir()
+    book.figures_dir("paper", tmp_path).mkdir(parents=True)
+    (tmp_path / "figures_src").mkdir()
     return tmp_path
 
 
-def _executed(root: Path, name: str, error: bool = False):
+def _executed(root: Path, name: str, error: bool = False, preset: str = "paper", source: str | None = None):
+    """An executed figure as the runner leaves it (notebook, image, run record and cache key)."""
+    from linattn import figures as runner
+
+    figs = book.figures_dir(preset, root)
     nb = nbformat.v4.new_notebook()
     out = (nbformat.v4.new_output("error", ename="ValueError", evalue="boom", traceback=[]) if error
            else nbformat.v4.new_output("stream", name="stdout", text="ok\n"))
     nb.cells = [nbformat.v4.new_code_cell("1", outputs=[out])]
-    nbformat.write(nb, root / "book" / "figures" / f"{name}.ipynb")
-    (root / "book" / "figures" / name).mkdir()
-    (root / "book" / "figures" / name / f"{name}.png").write_bytes(b"\x89PNG")
+    nbformat.write(nb, figs / f"{name}.ipynb")
+    (figs / name).mkdir()
+    (figs / name / f"{name}.svg").write_text("<svg/>")
+    src = root / "figures_src" / f"{name}.md"
+    src.write_text(source or f"# {name}\n")
+    (figs / name / runner.RUN_INFO).write_text(json.dumps({"preset": preset, "overrides": {}, "date": "2026-01-01"}))
+    key = runner.figure_key(name, src.read_text(), {"preset": preset}, root=figs, readers_of=[])
+    (figs / name / runner.CACHE_KEY).write_text(key + "\n")
 
 
 def test_toc_figures_are_read_from_toc(tmp_path):
@@ -342,37 +387,57 @@ def test_toc_figures_are_read_from_toc(tmp_path):
     assert book.toc_figures(root) == ["figX_one", "figY_two"]
 
 
-def test_missing_failed_and_stale_figures_are_named(tmp_path):
-    root = _tiny_book(tmp_path, ["ready", "absent", "broken", "changed"])
-    _executed(root, "ready")
+def test_missing_failed_stale_and_mixed_figures_are_named(tmp_path):
+    root = _tiny_book(tmp_path, ["ready", "absent", "broken", "changed", "quick_one"])
+    for name in ("ready", "changed"):
+        _executed(root, name)
     _executed(root, "broken", error=True)
-    _executed(root, "changed")
-    (root / "figures_src").mkdir()
+    book.figures_dir("quick", root).mkdir(parents=True)
+    _executed(root, "quick_one", preset="quick")
+    shutil.move(book.figures_dir("quick", root) / "quick_one", book.figures_dir("paper", root) / "quick_one")
+    shutil.move(book.figures_dir("quick", root) / "quick_one.ipynb", book.figures_dir("paper", root))
     (root / "figures_src" / "changed.md").write_text("# a source the runner never ran\n")
-    (root / "book" / "figures" / "absent.failed.ipynb").write_text("{}")
+    (book.figures_dir("paper", root) / "absent.failed.ipynb").write_text("{}")
     problems = {p.name: p.reason for p in book.check_figures(root)}
-    assert set(problems) == {"absent", "broken", "changed"}
+    assert set(problems) == {"absent", "broken", "changed", "quick_one"}
     assert "missing" in problems["absent"] and "absent.failed.ipynb" in problems["absent"]
     assert "ValueError: boom" in problems["broken"]
     assert "stale" in problems["changed"]
+    assert "'quick' preset, not 'paper'" in problems["quick_one"]
     assert "changed" not in {p.name for p in book.check_figures(root, stale_ok=True)}
     with pytest.raises(book.BookError, match="absent.*\n.*broken.*\n.*changed"):
         book.require_figures(root)
 
 
-def test_runner_cache_key_makes_a_figure_current(tmp_path):
-    from linattn import figures as runner
-
+def test_a_figure_is_current_until_its_source_changes(tmp_path):
     root = _tiny_book(tmp_path, ["keyed"])
     _executed(root, "keyed")
-    (root / "figures_src").mkdir()
-    src = root / "figures_src" / "keyed.md"
-    src.write_text("# keyed\n")
-    key = runner.cache_key(src.read_text(), {"preset": "paper"}, runner.source_hash())
-    (root / "book" / "figures" / "keyed" / runner.CACHE_KEY).write_text(key + "\n")
     assert book.check_figures(root) == []
-    src.write_text("# keyed, edited\n")
+    assert [p.name for p in book.check_figures(root, preset="quick")] == ["keyed"]  # nothing in the quick folder
+    (root / "figures_src" / "keyed.md").write_text("# keyed, edited\n")
     assert [p.name for p in book.check_figures(root)] == ["keyed"]
+
+
+def test_staging_copies_the_sources_and_one_presets_figures(tmp_path):
+    root = _tiny_book(tmp_path, ["one"])
+    _executed(root, "one")
+    (root / "_config.yml").write_text("title: t\n")
+    (root / "book" / "intro.md").write_text("# intro\n")
+    figs = book.figures_dir("paper", root)
+    (figs / ".previous").mkdir()
+    (figs / "two.failed.ipynb").write_text("{}")
+    staged = book.stage(root, figs, tmp_path / "stage")
+    assert (staged / "book" / "intro.md").is_file() and (staged / "_toc.yml").is_file()
+    assert (staged / "book" / "figures" / "one.ipynb").is_file()
+    assert (staged / "book" / "figures" / "one" / "one.svg").is_file()
+    assert not (staged / "book" / "figures" / ".previous").exists()
+    assert not (staged / "book" / "figures" / "two.failed.ipynb").exists()
+
+
+def test_html_of_each_preset_has_its_own_folder(tmp_path):
+    assert book.html_dir("paper", tmp_path) == tmp_path / "_build" / "html"
+    assert book.html_dir("quick", tmp_path) == tmp_path / "_build" / "quick" / "html"
+    assert book.figures_dir("quick", tmp_path) != book.figures_dir("paper", tmp_path)
 
 
 def test_link_check_finds_missing_files_and_anchors(tmp_path):

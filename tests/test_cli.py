@@ -1,7 +1,10 @@
 import csv
+import importlib
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,6 +77,10 @@ BAD = [
     (["--trainset_size", "inf", "--icl", "0.5", "--draws", "streams"], "supports --icl 1 only"),
     (["--lr", "nan"], "expected a finite number"),
     (["--threads", "0"], "--threads must be a positive integer"),
+    (["--seed", "-1"], "--seed must be an integer in [0, 2^32), got -1"),
+    (["--trainset_size", "1"], "--trainset_size 1 is refused: the inputs are centred"),
+    (["--testset_size", "1"], "--testset_size 1 is refused"),
+    (["--device", "gpu"], "--device must be auto, cpu or cuda[:k]"),
 ]
 
 
@@ -84,8 +91,10 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(flags, message, tmp_
     err = capsys.readouterr().err
     assert code == 2
     assert message in err
+    assert err.startswith("linattn train: error: ")
     assert len(err.strip().splitlines()) == 1
     assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary folder either
 
 
 def test_unwritable_out_exits_2(tmp_path, capsys):
@@ -103,12 +112,89 @@ def test_non_spd_covariance_matrix_is_refused():
         RunConfig(in_dim=2, cov_matrix=[[1.0, 2.0], [2.0, 1.0]], draws="streams").validate()
 
 
-def test_diverging_run_exits_1_and_leaves_no_loss_csv(tmp_path, capsys):
-    out = tmp_path / "run"
+def test_diverging_run_exits_1_and_leaves_no_folder(tmp_path, capsys):
+    out = tmp_path / "runs" / "run"
     assert main(["train", *FAST, "--init", "1", "--lr", "1e3", "--epoch", "50", "--out", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "smaller learning rate" in err
-    assert not (out / "loss.csv").exists()
+    assert "smaller learning rate" in err and err.startswith("linattn train: error: ")
+    assert list(tmp_path.iterdir()) == []  # neither the folder, its temporary sibling, nor the parent made for it
+
+
+def test_divergence_hint_suggests_a_learning_rate_that_trains(tmp_path, capsys):
+    out = tmp_path / "run"
+    common = ["train", *FAST, "--init", "1", "--out", str(out)]
+    assert main([*common, "--lr", "1e3", "--epoch", "50"]) == 1
+    err = capsys.readouterr().err
+    lr, steps = re.search(r"--lr (\S+): halved \d+ time\(s\).* over a (\d+)-step trial", err).groups()
+    assert float(lr) < 1e3
+    # the promise, checked independently: that many steps at that rate stay finite and lower the loss
+    assert main([*common, "--lr", lr, "--epoch", steps]) == 0
+    _, table = read_csv(out / "loss.csv")
+    assert np.all(np.isfinite(table[:, 1])) and table[-1, 1] < table[0, 1]
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
+def test_failed_run_leaves_no_folder(error, tmp_path, monkeypatch):
+    run_module = importlib.import_module("linattn.run")  # the attribute linattn.run is the function
+
+    def crash(result, out_dir, **kwargs):
+        (Path(out_dir) / "loss.csv").write_text("half written")
+        raise error
+
+    monkeypatch.setattr(run_module, "write_outputs", crash)
+    argv = ["train", *FAST, "--out", str(tmp_path / "runs" / "run")]
+    if error is KeyboardInterrupt:
+        assert main(argv) == 130
+    else:
+        with pytest.raises(OSError):
+            main(argv)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "old.txt").write_text("keep me")
+    assert main(["train", *FAST, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("linattn train: error: --out") and "--overwrite" in err
+    assert sorted(p.name for p in out.iterdir()) == ["old.txt"]
+    # a failing run with --overwrite leaves the old folder as it was
+    assert main(["train", *FAST, "--init", "1", "--lr", "1e3", "--out", str(out), "--overwrite"]) == 1
+    assert sorted(p.name for p in out.iterdir()) == ["old.txt"] and list(tmp_path.iterdir()) == [out]
+    assert main(["train", *FAST, "--out", str(out), "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["loss.csv", "run.json"]
+    assert list(tmp_path.iterdir()) == [out]
+    # an existing empty folder is simply filled
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["train", *FAST, "--out", str(empty)]) == 0
+    assert (empty / "loss.csv").exists()
+
+
+def test_show_without_a_display_saves_loss_png(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    out = tmp_path / "run"
+    assert main(["train", *FAST, "--show", "--out", str(out)]) == 0
+    png = out / "loss.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert str(png) in capsys.readouterr().out
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal without CUDA")
+def test_unavailable_device_exits_2(tmp_path, capsys):
+    assert main(["train", *FAST, "--device", "cuda", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("linattn train: error: --device cuda") and "no CUDA device" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_error_prefix_names_the_subcommand(capsys):
+    assert main(["figures", "--preset", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("linattn figures: error: argument --preset")
+    assert main(["nope"]) == 2
+    assert capsys.readouterr().err.startswith("linattn: error: ")
 
 
 def test_atomic_write_leaves_nothing_half_written(tmp_path):

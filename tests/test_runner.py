@@ -59,24 +59,36 @@ def make_src(tmp_path, bodies: dict[str, str], extra: dict[str, str] | None = No
 WRITE = """(root / NAME / "out.txt").write_text(f"{preset} {time.time_ns()}")\n"""
 
 
+@pytest.fixture(autouse=True)
+def pinned_sources(monkeypatch):
+    """A fixed hash of the linattn sources: edits to the package while the suite runs cannot flip a cache test."""
+    real = figures.source_hash
+    monkeypatch.setattr(figures, "source_hash", lambda package=None: "pinned" if package is None else real(package))
+
+
 def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypatch):
     src = make_src(tmp_path, {"one": WRITE})
     out = tmp_path / "out"
-    res = figures.run_figures(src=src, out=out, jobs=1, progress=False)
+    res = figures.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
     assert [r.status for r in res] == ["ran"]
     first = (out / "one" / "out.txt").read_text()
     nb = nbformat.read(out / "one.ipynb", as_version=4)
     assert "Cite this figure" in nb.cells[-1].source and "fig-one" in nb.cells[-1].source
 
-    res = figures.run_figures(src=src, out=out, jobs=1, progress=False)
+    res = figures.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
     assert [r.status for r in res] == ["cached"]
     assert (out / "one" / "out.txt").read_text() == first
 
     # a change anywhere in the linattn sources invalidates every figure
     monkeypatch.setattr(figures, "source_hash", lambda package=None: "changed-source")
-    res = figures.run_figures(src=src, out=out, jobs=1, progress=False)
+    res = figures.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
     assert [r.status for r in res] == ["ran"]
     assert (out / "one" / "out.txt").read_text() != first
+
+    # as does a new version of a library that computes or draws
+    real = figures.library_versions()
+    monkeypatch.setattr(figures, "library_versions", lambda: {**real, "numpy": "0.0-other"})
+    assert figures.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)[0].status == "ran"
 
     # as does a change of preset, and --force
     assert figures.run_figures(src=src, out=out, jobs=1, preset="paper", progress=False)[0].status == "ran"
@@ -84,6 +96,56 @@ def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypa
     assert figures.run_figures(src=src, out=out, jobs=1, preset="paper", progress=False)[0].status == "cached"
     assert figures.run_figures(src=src, out=out, jobs=1, preset="paper", force=True,
                                progress=False)[0].status == "ran"
+
+
+def test_page_gets_a_badge_a_run_record_and_a_runnable_copy(tmp_path):
+    src = make_src(tmp_path, {"one": WRITE})
+    out = tmp_path / "out"
+    figures.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
+    nb = nbformat.read(out / "one.ipynb", as_version=4)
+    badge = nb.cells[1].source  # right under the title cell
+    assert nb.cells[0].source.startswith("# test figure") and "quick preset" in badge and "run 20" in badge
+    info = figures.run_info(out, "one")
+    assert info["preset"] == "quick" and info["overrides"] == {}
+    standalone = nbformat.read(out / "one" / "one.ipynb", as_version=4)  # offered as a download on the page
+    params = next(c for c in standalone.cells if "parameters" in c.metadata.get("tags", []))
+    assert "preset = 'quick'" in params.source and "injected-parameters" not in str(standalone)
+
+
+def test_overrides_are_checked_injected_and_shown(tmp_path):
+    body = WRITE + "(root / NAME / 'seeds.txt').write_text(repr(seeds))\n"
+    src = make_src(tmp_path, {"one": body})
+    text = (src / "one.md").read_text().replace('out_dir = None', 'seeds: list = None  # which seeds\nout_dir = None')
+    (src / "one.md").write_text(text)
+    out = tmp_path / "out"
+    with pytest.raises(figures.notebooks.ParameterError, match="no parameter 'seedz'.*seeds \\(list"):
+        figures.run_figures(src=src, out=out, preset="quick", overrides={"seedz": [3]}, progress=False)
+    with pytest.raises(figures.notebooks.ParameterError, match="seeds must be a list"):
+        figures.run_figures(src=src, out=out, preset="quick", overrides={"seeds": "three"}, progress=False)
+    assert not out.exists() or not any(out.iterdir())  # refused before any work
+    res = figures.run_figures(src=src, out=out, preset="quick", overrides={"seeds": [3]}, jobs=1, progress=False)
+    assert res[0].status == "ran" and (out / "one" / "seeds.txt").read_text() == "[3]"
+    assert figures.run_info(out, "one")["overrides"] == {"seeds": [3]}
+    assert "seeds = [3]" in nbformat.read(out / "one.ipynb", as_version=4).cells[1].source
+    # the same overrides again: cached; without them: runs again
+    assert figures.run_figures(src=src, out=out, preset="quick", overrides={"seeds": [3]},
+                               progress=False)[0].status == "cached"
+    assert figures.run_figures(src=src, out=out, preset="quick", progress=False)[0].status == "ran"
+
+
+def test_report_reruns_when_a_figure_it_reads_changes(tmp_path):
+    src = make_src(tmp_path, {"fig": WRITE + "(root / NAME / 'numbers.json').write_text(str(seed))\n",
+                              "summary": WRITE},
+                   extra={"summary": "linattn:\n  report: true\n"})
+    text = (src / "fig.md").read_text().replace('out_dir = None', 'seed = 1\nout_dir = None')
+    (src / "fig.md").write_text(text)
+    out = tmp_path / "out"
+    run = lambda **kw: {r.name: r.status for r in figures.run_figures(src=src, out=out, preset="quick", jobs=1,
+                                                                         progress=False, **kw)}
+    assert run() == {"fig": "ran", "summary": "ran"}
+    assert run() == {"fig": "cached", "summary": "cached"}
+    assert run(only=["fig"], overrides={"seed": 2}) == {"fig": "ran"}  # new numbers.json
+    assert run(only=["summary"]) == {"summary": "ran"}
 
 
 def test_source_hash_follows_package_files(tmp_path):
@@ -202,6 +264,20 @@ def test_settings_overrides_and_typos():
         presets.settings("fig01b_attnm_loss", "huge")
     with pytest.raises(KeyError, match="no presets"):
         presets.settings("fig99", "quick")
+
+
+def test_settings_run_overrides_reach_every_run():
+    paper = presets.PRESETS["figA_vary_len"]["paper"]
+    s = presets.settings("figA_vary_len", "paper", seeds=[3], runs=dict(lr=0.5, epoch=None, draws="streams"))
+    assert s["seeds"] == [3]
+    for key in ("attn_m", "attn_s"):  # both nested runs get the run-level overrides; None keeps the preset's
+        assert s[key]["lr"] == 0.5 and s[key]["draws"] == "streams" and s[key]["epoch"] == paper[key]["epoch"]
+    assert paper["attn_m"]["lr"] == 0.03  # the table is untouched
+    flat = presets.settings("fig03b_attns_values", "quick", runs=dict(lr=0.1))  # no sub-dicts: the preset itself
+    assert flat["lr"] == 0.1
+    assert presets.settings("figA_vary_len", "quick", runs={}) == presets.settings("figA_vary_len", "quick")
+    with pytest.raises(KeyError, match="lrr"):
+        presets.settings("figA_vary_len", "quick", runs=dict(lrr=0.1))
 
 
 def test_every_notebook_has_presets_and_a_parameters_cell():

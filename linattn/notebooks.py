@@ -1,0 +1,149 @@
+"""The figure notebooks as files: find them, read their parameters, check a reader's overrides, write runnable copies.
+
+Every figure is a jupytext MyST notebook ``figures_src/<name>.md`` whose first code cell is tagged ``parameters``;
+each line of that cell is one knob (``name[: type] = default  # what it means``). The figure runner injects
+``preset`` and ``out_dir``; a reader may override any other knob (``linattn figures --param KEY=VALUE``), and
+:func:`check_overrides` refuses an unknown key or a value of the wrong type before anything runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .provenance import PACKAGE_ROOT
+
+SRC_DIR = PACKAGE_ROOT.parent / "figures_src"
+INJECTED = ("preset", "out_dir")  # set by the runner, never by --param
+TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "tuple": tuple}
+
+
+class ParameterError(ValueError):
+    """A reader's override that the notebook does not declare, or of the wrong type."""
+
+
+def discover(src=None) -> dict[str, Path]:
+    """``{name: path}`` of every ``*.md`` notebook in ``src`` (default ``<repository>/figures_src``), sorted."""
+    src = Path(src) if src is not None else SRC_DIR
+    return {p.stem: p for p in sorted(src.glob("*.md")) if not p.name.startswith((".", "_"))}
+
+
+def from_text(text: str):
+    """The nbformat notebook of a jupytext MyST markdown text (converted in memory, nothing written)."""
+    import jupytext
+
+    return jupytext.reads(text, fmt="md:myst")
+
+
+def read(path):
+    return from_text(Path(path).read_text(encoding="utf-8"))
+
+
+def parameters_cell(nb):
+    """The code cell tagged ``parameters`` (the first such cell); KeyError when there is none."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
+            return cell
+    raise KeyError("the notebook has no code cell tagged 'parameters'")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One line of a parameters cell: ``name[: type] = default  # help``."""
+
+    name: str
+    default: object
+    type: type | None  # the declared annotation, else the type of a non-None default, else None (any literal)
+    help: str
+
+    def describe(self) -> str:
+        kind = self.type.__name__ if self.type else "any"
+        return f"{self.name} ({kind}, default {self.default!r}){': ' + self.help if self.help else ''}"
+
+
+def knobs(nb) -> dict[str, Knob]:
+    """The parameters a reader may set, in the order of the cell (the injected ``preset``/``out_dir`` left out)."""
+    from papermill.translators import PythonTranslator
+
+    out = {}
+    for p in PythonTranslator.inspect(parameters_cell(nb)):
+        if p.name in INJECTED:
+            continue
+        default = literal(p.default)
+        declared = TYPES.get(p.inferred_type_name)
+        out[p.name] = Knob(p.name, default, declared or (type(default) if default is not None else None),
+                           p.help.strip())
+    return out
+
+
+def literal(text: str):
+    """A Python literal (``3``, ``1e-3``, ``[0, 1]``, ``"jan2025"``, ``None``), else the text itself as a string."""
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return text.strip()
+
+
+def parse_override(item: str) -> tuple[str, object]:
+    """``"KEY=VALUE"`` → (KEY, the literal VALUE); a bare word such as ``jan2025`` stays a string."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ParameterError(f"--param expects KEY=VALUE, got {item!r}")
+    return key.strip(), literal(value)
+
+
+def _fits(value, kind) -> bool:
+    if kind is None or value is None:
+        return True
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_overrides(name: str, nb, overrides: dict) -> dict:
+    """``overrides`` if every key is a knob of notebook ``name`` and every value fits its type; else
+    :class:`ParameterError` naming the valid knobs."""
+    valid = knobs(nb)
+    listing = "; ".join(k.describe() for k in valid.values()) or "none"
+    for key, value in overrides.items():
+        if key in INJECTED:
+            raise ParameterError(f"{key} is set by the runner (use --preset / --out), not by --param")
+        if key not in valid:
+            raise ParameterError(f"{name} has no parameter {key!r}; its parameters: {listing}")
+        if not _fits(value, valid[key].type):
+            raise ParameterError(f"{name}: {key} must be a {valid[key].type.__name__}, got {value!r}")
+    return dict(overrides)
+
+
+def with_parameters(nb, values: dict):
+    """``nb`` with the defaults of its parameters cell replaced by ``values`` (each line keeps its annotation and
+    help comment); a key that the cell does not declare raises :class:`ParameterError`."""
+    cell = parameters_cell(nb)
+    lines = cell.source.splitlines()
+    for key, value in values.items():
+        pattern = re.compile(rf"^({re.escape(key)}\s*(?::[^=]*)?=\s*)(.*?)(\s+#.*)?$")
+        hits = [i for i, line in enumerate(lines) if pattern.match(line)]
+        if not hits:
+            raise ParameterError(f"the parameters cell declares no {key!r}")
+        m = pattern.match(lines[hits[0]])
+        lines[hits[0]] = m.group(1) + repr(value) + (m.group(3) or "")
+    cell.source = "\n".join(lines)
+    return nb
+
+
+def runnable(text: str, values: dict | None = None):
+    """A figure notebook's MyST ``text`` as a standalone ``.ipynb`` for Jupyter or papermill, with its parameters
+    set to ``values`` (e.g. ``{"preset": "paper", "seeds": [3]}``); it writes its outputs to ``./<name>/``."""
+    import nbformat
+
+    nb = with_parameters(from_text(text), dict(values or {}))
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nbformat.validate(nb)
+    return nb

@@ -1,0 +1,42 @@
+"""The reproduction report gives every numbers.json row an error value or an explicit "not comparable: <reason>"."""
+
+from __future__ import annotations
+
+import pytest
+
+from linattn.figure_io import NOT_COMPARABLE, compare_row, number_row
+
+
+def row(**kw):
+    return number_row("q", **kw)
+
+
+def test_numbers_get_absolute_and_relative_errors():
+    c = compare_row(row(theory=0.5, reproduced=0.55))
+    assert c["kind"] == "relative" and c["error"] == pytest.approx(0.05) and c["relative"] == pytest.approx(0.1)
+    c = compare_row(row(paper=2.0, reproduced=1.0))  # no theory: against the paper
+    assert c["relative"] == pytest.approx(0.5)
+    c = compare_row(row(theory=0.0, reproduced=0.03))  # a gap whose theory is 0: no relative error
+    assert c == {"error": pytest.approx(0.03), "relative": None, "kind": "absolute"}
+    c = compare_row(row(paper="< 29", reproduced=40.0, abs_error=11.0))  # a text reference with a given error
+    assert c["kind"] == "absolute" and c["error"] == 11.0
+
+
+def test_rows_without_an_error_say_why():
+    figure4_rank8 = compare_row(row(theory="0", reproduced="0 6"))
+    figure4_rank1 = compare_row(row(theory="0 1 2", reproduced="0 2"))
+    for c in (figure4_rank8, figure4_rank1):
+        assert c["kind"] == NOT_COMPARABLE and c["error"].startswith(f"{NOT_COMPARABLE}: ") and c["relative"] is None
+    assert "0 6" in figure4_rank8["error"] and "theory 0" in figure4_rank8["error"]
+    assert compare_row(row(theory="0 2 4", reproduced="0 2 4")) == {"error": 0.0, "relative": 0.0, "kind": "relative"}
+    assert "no paper or theory" in compare_row(row(reproduced=4.0))["error"]
+    assert "no reproduced value" in compare_row(row(theory=1.0))["error"]
+    assert "no paper or theory" in compare_row(row(reproduced="1 2 3 5"))["error"]
+
+
+def test_every_row_is_counted_once():
+    rows = [row(theory=1.0, reproduced=1.1), row(theory=0.0, reproduced=0.1), row(reproduced=3.0),
+            row(theory="0", reproduced="0 6"), row(theory=1.0)]
+    kinds = [compare_row(r)["kind"] for r in rows]
+    assert kinds == ["relative", "absolute", NOT_COMPARABLE, NOT_COMPARABLE, NOT_COMPARABLE]
+    assert all(isinstance(compare_row(r)["error"], (float, str)) for r in rows)
