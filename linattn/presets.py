@@ -148,6 +148,14 @@ PRESETS: dict[str, dict[str, dict]] = {
         "paper": dict(_ATTN_S_PAPER, draws="streams", trainset_sizes=[None, 5000, 80000], population_samples=1 << 20, flow=True,
                       seeds=[0]),
     },
+    "beyond_own_experiment": {
+        # A reader's own experiment: rank-one ATTN_S on a spectrum of their choosing, from weights they give; the
+        # first run stops before the last drop, so the continued run shows it.
+        "quick": dict(spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025, epoch=1000,
+                      epoch_more=2000, trainset_size=20000, seq_len=32, seed=0),
+        "paper": dict(spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025, epoch=1000,
+                      epoch_more=3000, trainset_size=80000, seq_len=32, seed=0),
+    },
     "beyond_error_table": {
         "quick": dict(),
         "paper": dict(),
