@@ -313,22 +313,17 @@ def _retire(root: Path, name: str) -> None:
             os.replace(item, dest)
 
 
-def _last_wall_time(root: Path, name: str) -> float:
-    """Seconds the figure took last time (its provenance.json), +inf when unknown: longest first packs the jobs."""
+def _expected_seconds(root: Path, name: str, nb, preset: str) -> float:
+    """How long figure ``name`` is expected to take, so the longest start first and the jobs pack: its last run's
+    wall time (provenance.json), else the notebook's own estimate (front matter ``linattn: {seconds: {preset: s}}``),
+    else 0 (unknown: after the estimated ones, in name order)."""
     for folder in (root / name, root / ".previous" / name):
         try:
             return float(json.loads((folder / "provenance.json").read_text())["wall_time_s"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-    return float("inf")
-
-
-def plan(names: dict[str, Path]) -> tuple[list[str], list[str]]:
-    """(ordinary figures, report figures that run after them)."""
-    first, last = [], []
-    for name, path in names.items():
-        (last if is_report(name, read_notebook(path)) else first).append(name)
-    return first, last
+    estimate = ((nb.metadata.get("linattn", {}) or {}).get("seconds", {}) or {}).get(preset)
+    return float(estimate) if estimate is not None else 0.0
 
 
 def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool = False, out=None, src=None,
@@ -394,7 +389,7 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
                 continue
             bar = tqdm(total=len(todo), desc="figures" if stage is first else "reports", unit="fig",
                        disable=not progress, leave=True)
-            queue = sorted(todo, key=lambda n: -_last_wall_time(root, n))  # stable: ties keep name order
+            queue = sorted(todo, key=lambda n: -_expected_seconds(root, n, parsed[n], preset))  # stable
             pending = {}
             while queue or pending:
                 while queue and len(pending) < max(1, jobs):  # submit only what runs now: the bar names it

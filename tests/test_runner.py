@@ -290,3 +290,16 @@ def test_every_notebook_has_presets_and_a_parameters_cell():
         directive = [c.source for c in nb.cells if c.cell_type == "markdown" and f":name: fig-{name}" in c.source]
         assert len(directive) == 1, name
         assert f"{name}/{name}.png" in directive[0] or f"{name}/{name}.svg" in directive[0], name
+
+
+def test_longest_figures_start_first(tmp_path):
+    """A figure's expected time: its last run's wall time, else the notebook's own estimate for the preset, else 0."""
+    src = make_src(tmp_path, {"slow": WRITE, "plain": WRITE}, extra={"slow": "linattn:\n  seconds: {paper: 400}\n"})
+    nbs = {n: figures.read_notebook(src / f"{n}.md") for n in ("slow", "plain")}
+    root = tmp_path / "out"
+    assert figures._expected_seconds(root, "slow", nbs["slow"], "paper") == 400.0
+    assert figures._expected_seconds(root, "slow", nbs["slow"], "quick") == 0.0
+    assert figures._expected_seconds(root, "plain", nbs["plain"], "paper") == 0.0
+    (root / "plain").mkdir(parents=True)
+    (root / "plain" / "provenance.json").write_text(json.dumps({"wall_time_s": 12.5}))
+    assert figures._expected_seconds(root, "plain", nbs["plain"], "paper") == 12.5
