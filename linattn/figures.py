@@ -134,12 +134,12 @@ def cache_key(text: str, params: dict, sources: str, versions: dict | None = Non
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def figure_key(name: str, text: str, params: dict, *, root: Path, readers_of: list[str], sources: str | None = None,
+def figure_key(name: str, text: str, params: dict, *, root: Path, reads: list[str], sources: str | None = None,
                versions: dict | None = None, report: bool = False) -> str:
     """The cache key of figure ``name`` run with ``params`` into ``root``; a report's key also covers the
-    ``numbers.json`` of the figures ``readers_of`` (the ordinary figures it summarises)."""
+    ``numbers.json`` of the figures it ``reads`` (the ordinary figures it summarises)."""
     return cache_key(text, params, source_hash() if sources is None else sources, versions,
-                     inputs_hash(root, readers_of) if report else None)
+                     inputs_hash(root, reads) if report else None)
 
 
 def is_current(root: Path, name: str, key: str) -> bool:
@@ -166,7 +166,7 @@ def expected_key(name: str, root: Path, src=None) -> str | None:
     report = is_report(name, nb)
     others = [n for n, p in found.items() if not is_report(n, read_notebook(p))] if report else []
     params = {"preset": info["preset"], **info.get("overrides", {})}
-    return figure_key(name, found[name].read_text(encoding="utf-8"), params, root=root, readers_of=others,
+    return figure_key(name, found[name].read_text(encoding="utf-8"), params, root=root, reads=others,
                       report=report)
 
 
@@ -358,7 +358,7 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     started = time.perf_counter()
 
     def key(name):
-        return figure_key(name, texts[name], params, root=root, readers_of=read_by_reports, sources=sources,
+        return figure_key(name, texts[name], params, root=root, reads=read_by_reports, sources=sources,
                           versions=versions, report=name in last)
 
     def finished(name, out_, bar):

@@ -378,7 +378,7 @@ def _executed(root: Path, name: str, error: bool = False, preset: str = "paper",
     src = root / "figures_src" / f"{name}.md"
     src.write_text(source or f"# {name}\n")
     (figs / name / runner.RUN_INFO).write_text(json.dumps({"preset": preset, "overrides": {}, "date": "2026-01-01"}))
-    key = runner.figure_key(name, src.read_text(), {"preset": preset}, root=figs, readers_of=[])
+    key = runner.figure_key(name, src.read_text(), {"preset": preset}, root=figs, reads=[])
     (figs / name / runner.CACHE_KEY).write_text(key + "\n")
 
 
