@@ -387,8 +387,9 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
                     todo.append(name)
             if not todo:
                 continue
+            # the live bar is for terminals; a log (CI) gets the one line per figure that bar.write prints
             bar = tqdm(total=len(todo), desc="figures" if stage is first else "reports", unit="fig",
-                       disable=not progress, leave=True)
+                       disable=not progress or not sys.stderr.isatty(), leave=True)
             queue = sorted(todo, key=lambda n: -_expected_seconds(root, n, parsed[n], preset))  # stable
             pending = {}
             while queue or pending:
