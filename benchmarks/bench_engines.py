@@ -160,7 +160,7 @@ def _crossings(loss, levels):
 
 
 def bench_flow(quick: bool) -> list[dict]:
-    # plateau levels (theory.md): Figure 1b's one drop tr Λ → L*, Figure 3a's L(M_0) … L(M_4)
+    # plateau levels (the paper's theory): Figure 1b's one drop tr Λ → L*, Figure 3a's L(M_0) … L(M_4)
     cases = [("Fig 1b", FIG1B, [1.0, 0.1360]), ("Fig 3a seed 0", FIG3A, [1.0, 0.6406, 0.3774, 0.2098, 0.1360])]
     if quick:
         cases = cases[:1]

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_softmax.py                 # everything, about 3 min on 2 cores
     .venv/bin/python benchmarks/bench_softmax.py --quick         # no full-attention ATTN_S step (16 s a step)
     .venv/bin/python benchmarks/bench_softmax.py --json out.json
+    .venv/bin/python benchmarks/bench_softmax.py --device cuda --large   # on a GPU: adds ATTN_S at P = 10⁶
 
 For each setting (softmax ATTN_M: P = 5000, H = 8; softmax ATTN_S: P = 80000, H = 5, R = 1; D = 4, seq_len = 32)
 and engine, a fresh process builds the data and weights, then times the engine's steps with one torch thread (the
@@ -14,7 +15,9 @@ works), ``autograd`` (``engines.PerSample``: query row, autograd, float64) and `
 and fastest of the other steps, and the process's peak resident memory (ru_maxrss; it includes the float64 data set,
 shown apart as "data"). Loss and gradient are compared with the autograd engine's; ratios are of median steps
 measured in the same invocation. A whole published-scale Figure 5 (ATTN_M 6001 steps + ATTN_S 10001 steps) is
-projected as set-up + first step + (epochs − 1) × median step.
+projected as set-up + first step + (epochs − 1) × median step. ``--device cuda`` runs every engine on the GPU (steps
+are timed after a synchronisation); ``--large`` adds softmax ATTN_S at P = 10⁶ (the softmax and autograd engines
+only: full attention would need tens of GB), and each row also prints steps per second.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ FIG5_M = dict(model="attnM", head_num=8, rank=1, in_dim=4, seq_len=32, trainset_
 FIG5_S = dict(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, trainset_size=80000, epoch=10001, init=1e-2,
               seed=0)
 CASES = [("Fig 5 softmax attnM (P 5000, H 8)", FIG5_M), ("Fig 5 softmax attnS (P 80000, H 5, R 1)", FIG5_S)]
+LARGE = ("softmax attnS (P 10^6, H 5, R 1)", dict(FIG5_S, trainset_size=1_000_000))
+LARGE_ENGINES = ("softmax", "softmax-f64", "autograd")
 ENGINES = ("softmax", "softmax-f64", "softmax-eager", "autograd", "full")
 STEPS = {"softmax": 30, "softmax-f64": 20, "softmax-eager": 5, "autograd": 5, "full": 2}
 
@@ -46,49 +51,53 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _objective(engine: str, seqs):
+def _objective(engine: str, seqs, device: str):
     if engine == "softmax":
-        return SoftmaxQueryRow(seqs).value_and_grad
+        return SoftmaxQueryRow(seqs, device=device).value_and_grad
     if engine == "softmax-f64":
-        return SoftmaxQueryRow(seqs, dtype=torch.float64).value_and_grad
+        return SoftmaxQueryRow(seqs, dtype=torch.float64, device=device).value_and_grad
     if engine == "softmax-eager":
-        return SoftmaxQueryRow(seqs, compile=False).value_and_grad
-    obj = engines.PerSample(seqs)
+        return SoftmaxQueryRow(seqs, compile=False, device=device).value_and_grad
+    obj = engines.PerSample(seqs, device=device)
     return obj.value_and_grad if engine == "autograd" else obj.value_and_grad_full_attention
 
 
-def measure(settings: dict, engine: str, n_steps: int) -> dict:
+def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> dict:
     """Set-up, first-step and step times of one engine on one setting (meant to run in a fresh process)."""
     torch.set_num_threads(1)
     s = settings
     ds = data.make_datasets(in_dim=s["in_dim"], seq_len=s["seq_len"], trainset_size=s["trainset_size"], seed=s["seed"])
     w = models.init_weights(s["model"], heads=s["head_num"], in_dim=s["in_dim"], rank=s["rank"], init=s["init"],
                             rng=data.streams(s["seed"], data.INIT))
-    net = models.build_model(s["model"], w, softmax=True)
+    net = models.build_model(s["model"], w, softmax=True, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     data_mb = _peak_mb()
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    step = _objective(engine, ds.train)
+    step = _objective(engine, ds.train, device)
     setup = time.perf_counter() - t0
     times = []
     for _ in range(n_steps + 1):
         for p in net.parameters():
             p.grad = None
+        sync()
         t = time.perf_counter()
         loss = step(net)
+        sync()
         times.append(time.perf_counter() - t)
     from linattn import softmax_engine
     return dict(engine=engine, setup_s=setup, first_s=times[0], step_s=statistics.median(times[1:]),
                 step_min_s=min(times[1:]), loss=loss, grad=[p.grad.flatten().tolist() for p in net.parameters()],
+                device=device,
                 peak_mb=_peak_mb(), data_mb=data_mb, epochs=s["epoch"], load=load,
                 compiled=engine.startswith("softmax") and engine != "softmax-eager"
                 and not softmax_engine._compile_failed)
 
 
-def _in_child(settings: dict, engine: str, n_steps: int) -> dict:
+def _in_child(settings: dict, engine: str, n_steps: int, device: str) -> dict:
     here = os.path.dirname(os.path.abspath(__file__))
     code = (f"import json, sys; sys.path.insert(0, {here!r}); import bench_softmax as b; "
-            f"print(json.dumps(b.measure({settings!r}, {engine!r}, {n_steps})))")
+            f"print(json.dumps(b.measure({settings!r}, {engine!r}, {n_steps}, {device!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -98,14 +107,14 @@ def _rel(a, b) -> float:
     return num / sum(y ** 2 for v in b for y in v) ** 0.5
 
 
-def bench(quick: bool) -> list[dict]:
+def bench(quick: bool, device: str = "cpu", large: bool = False) -> list[dict]:
     rows = []
-    for label, settings in CASES:
+    for label, settings in CASES + ([LARGE] if large else []):
         res = {}
-        for e in ENGINES:
+        for e in (LARGE_ENGINES if settings is LARGE[1] else ENGINES):
             if quick and e == "full" and settings is FIG5_S:
                 continue
-            res[e] = _in_child(settings, e, STEPS[e])
+            res[e] = _in_child(settings, e, STEPS[e], device)
         base = res["autograd"]
         for e, r in res.items():
             r.update(case=label, setting=settings["model"], loss_rel_diff=abs(r["loss"] - base["loss"]) / base["loss"],
@@ -118,7 +127,7 @@ def bench(quick: bool) -> list[dict]:
             print_row(r)
     print("\nwhole published-scale Figure 5 (ATTN_M 6001 steps at P 5000 + ATTN_S 10001 steps at P 80000), projected:")
     for e in ENGINES:
-        parts = [r for r in rows if r["engine"] == e]
+        parts = [r for r in rows if r["engine"] == e and r["case"] != LARGE[0]]
         if len(parts) == len(CASES):
             total = sum(r["whole_run_s"] for r in parts)
             print(f"  {e:<14} {_duration(total):>10}   ({' + '.join(_duration(r['whole_run_s']) for r in parts)})")
@@ -132,7 +141,8 @@ def _duration(s: float) -> str:
 def print_row(r):
     full = f"  {r['vs_full']:7.0f}× vs full" if r["vs_full"] else ""
     print(f"{r['case']:<42} {r['engine']:<14} setup {r['setup_s']:5.2f} s  first {r['first_s']:6.2f} s  "
-          f"step {r['step_s'] * 1e3:9.2f} ms (min {r['step_min_s'] * 1e3:8.2f})  peak RSS {r['peak_mb']:5.0f} MB "
+          f"step {r['step_s'] * 1e3:9.2f} ms (min {r['step_min_s'] * 1e3:8.2f}; {1 / r['step_s']:7.1f} steps/s)  "
+          f"{r['device']}  peak RSS {r['peak_mb']:5.0f} MB "
           f"(data {r['data_mb']:4.0f})  {r['vs_autograd']:6.1f}× vs autograd{full}  "
           f"|Δloss| {r['loss_rel_diff']:.0e}  |Δgrad| {r['grad_rel_diff']:.0e}  load {r['load']:.1f}", flush=True)
 
@@ -141,8 +151,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="skip the full-attention ATTN_S step")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--device", default="cpu", help="torch device for every engine (cpu, cuda)")
+    ap.add_argument("--large", action="store_true", help="add softmax ATTN_S at P = 10^6")
     args = ap.parse_args()
-    rows = bench(args.quick)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA device here")
+    rows = bench(args.quick, args.device, args.large)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

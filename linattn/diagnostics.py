@@ -326,6 +326,42 @@ def drop_steps(loss, levels, steps=None) -> np.ndarray:
     return np.array([first_step_below(loss, mid, steps) for mid in (levels[:-1] + levels[1:]) / 2])
 
 
+@dataclass
+class SaddlePlateaus:
+    """The plateaus of a curve named by the saddle M_m they sit at (:func:`saddle_plateaus`)."""
+
+    plateaus: Plateaus  # every flat stretch found
+    m: list  # for each stretch, the index m of the nearest L(M_m), or None if none is within the tolerance
+    visited: list  # the m of every stretch that sits at a saddle, in order
+    complete: list  # (m, length in steps) of the stretches at a saddle that end before the curve does
+    long: list  # the m of the complete stretches lasting at least ``long_fraction`` of the longest one
+
+    @property
+    def last_complete(self) -> int:
+        """The largest m among the complete plateaus (0 if none)."""
+        return max((m for m, _ in self.complete), default=0)
+
+
+def saddle_plateaus(loss, levels, *, tol: float = 0.02, long_fraction: float = 0.1) -> SaddlePlateaus:
+    """The flat stretches of ``loss`` (:func:`detect_plateaus`) matched to the saddle levels ``levels``
+    (``theory.plateau_losses``: L(M_0) … L(M_D)) within ``tol``, and which of them are *long*.
+
+    A stretch is complete if it ends before the curve does (the last one is cut by the end of the run and is not
+    classified); a complete stretch is long if it lasts at least ``long_fraction`` of the longest complete one. The
+    theory's long plateaus for rank-R heads are ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
+    """
+    loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
+    p = detect_plateaus(loss)
+    m_of = [int(np.argmin(np.abs(levels - lev))) for lev in p.levels]
+    m_of = [m if abs(levels[m] - lev) <= tol else None for m, lev in zip(m_of, p.levels)]
+    end = loss.size - 1
+    complete = [(m, int(b - a)) for m, a, b in zip(m_of, p.starts, p.ends) if m is not None and b < end]
+    longest = max((d for _, d in complete), default=0)
+    long = sorted({m for m, d in complete if d >= long_fraction * longest})
+    return SaddlePlateaus(plateaus=p, m=m_of, visited=[m for m in m_of if m is not None], complete=complete,
+                          long=long)
+
+
 def match_levels(found, theory_levels, tol: float) -> np.ndarray:
     """For each theory level, the detected plateau level nearest to it if within ``tol``, else NaN.
 

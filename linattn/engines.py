@@ -185,6 +185,13 @@ class NotLinearError(ValueError):
     """A model's ``forward()`` is not ``features() @ combined()``: the exact and population engines cannot train it."""
 
 
+def _linearity_gap(net, X, scale, T) -> float:
+    """max |T @ combined() − forward(X)| relative to the largest prediction (0 when every prediction is 0)."""
+    linear, direct = T @ net.combined(), net.forward(X, scale)
+    size = max(float(direct.abs().max()), float(linear.abs().max()))
+    return float((linear - direct).abs().max()) / size if size > 0 else 0.0
+
+
 def check_linear(model, X: torch.Tensor, scale=1.0, features: torch.Tensor | None = None, *,
                  engine: str = "exact") -> None:
     """Raise :class:`NotLinearError` unless ``model.features(X) @ model.combined()`` equals ``model.forward(X)`` on
@@ -199,9 +206,13 @@ def check_linear(model, X: torch.Tensor, scale=1.0, features: torch.Tensor | Non
         net = copy.deepcopy(model).to(torch.float64)  # float32 weights would blur a 1e-9 comparison
         X = X.to(torch.float64)
         T = net.features(X, scale) if features is None else features.to(torch.float64)
-        linear, direct = T @ net.combined(), net.forward(X, scale)
-        size = max(float(direct.abs().max()), float(linear.abs().max()))
-        gap = float((linear - direct).abs().max()) / size if size > 0 else 0.0
+        gap = _linearity_gap(net, X, scale, T)
+        # At weights where every prediction is 0 (e.g. value weights at zero) any forward() agrees; the identity
+        # must hold for all weights, so it is also checked at random ones (a local generator: no global state).
+        gen = torch.Generator().manual_seed(0)
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
+        gap = max(gap, _linearity_gap(net, X, scale, T))
     if not gap <= LINEARITY_RTOL:
         also = ", or pass fallback=True to Exact.from_data to get that objective instead" if engine == "exact" else ""
         raise NotLinearError(f"the {engine} engine would train {name} through features() @ combined(), which differs "
@@ -223,7 +234,6 @@ class Exact:
     def __init__(self, moments: Moments, dtype=torch.float64):
         self.moments = moments
         self.dtype = dtype
-        self._backprop = None
 
     @classmethod
     def from_data(cls, model, seqs, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK, device="cpu",

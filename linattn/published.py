@@ -84,6 +84,11 @@ class ComparisonTable:
         return "\n".join("  ".join(str(c) for c in row) for row in self.rows)
 
 
+def _M(m: int) -> str:
+    """The saddle M_m as the book's math writes it (the table is rendered as MyST markdown)."""
+    return rf"\mathcal{{M}}_{m}"
+
+
 def _signed(x: float) -> str:
     return "–" if not math.isfinite(x) else f"{x:+.0f}" if abs(x) >= 1 or x == 0 else f"{x:+.3f}"
 
@@ -98,7 +103,7 @@ def fig3a_comparison(drops: dict[int, np.ndarray], window: int) -> tuple[Compari
     for d, reading in FIG3A_DROPS.items():
         ours = [float(drops[s][d - 1]) for s in seeds]
         diffs = [gap(v, reading) if v < window else math.nan for v in ours]
-        table.append((f"drop {d} (M_{d - 1} → M_{d}), step", describe(reading) if len(reading) != 2 else
+        table.append((f"drop {d} (${_M(d - 1)} \\to {_M(d)}$), step", describe(reading) if len(reading) != 2 else
                       f"all six in {describe(reading)}",
                       ", ".join(f"{v:.0f}" if math.isfinite(v) and v < window else "–" for v in ours),
                       ", ".join(_signed(x) for x in diffs)))
@@ -109,7 +114,7 @@ def fig3a_comparison(drops: dict[int, np.ndarray], window: int) -> tuple[Compari
                              paper=nearest, reproduced=v if v < window else None,
                              abs_error=abs(x) if math.isfinite(x) else None))
     still = sum(1 for s in seeds if not drops[s][3] < window)
-    table.append((f"curves still on M_3 at step {window - 1}", str(FIG3A_STILL_ON_M3), str(still),
+    table.append((f"curves still on the ${_M(3)}$ plateau at step {window - 1}", str(FIG3A_STILL_ON_M3), str(still),
                   _signed(still - FIG3A_STILL_ON_M3)))
     rows.append(dict(quantity=f"published Fig 3a: curves without the fourth drop inside {window} steps",
                      paper=FIG3A_STILL_ON_M3, reproduced=still))

@@ -142,7 +142,7 @@ def _given_data(cfg: RunConfig, data) -> tuple[RunConfig, data_mod.Datasets]:
     if cfg.trainset_size is None or cfg.resolved_engine() == "population":
         raise ConfigError("the population engine (trainset_size 'inf') trains on no data set: with data given, "
                           "use a finite trainset_size (it is taken from the data)")
-    tests = datasets.test_iwl or datasets.test_icl
+    tests = next((s for s in (datasets.test_iwl, datasets.test_icl) if s is not None), None)
     cfg = dataclasses.replace(cfg, trainset_size=P, seq_len=n, testset_size=0 if tests is None else len(tests))
     return cfg, datasets
 

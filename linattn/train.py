@@ -57,8 +57,9 @@ class History:
     def columns(self) -> dict[str, np.ndarray]:
         """The columns of ``loss.csv``, in order: step, train_loss, [test_iwl, test_icl], [value_0 …]."""
         cols = {"step": self.step, "train_loss": self.train_loss}
-        if self.test_iwl is not None:
-            cols["test_iwl"], cols["test_icl"] = self.test_iwl, self.test_icl
+        for name in ("test_iwl", "test_icl"):  # a run may have either test set alone
+            if getattr(self, name) is not None:
+                cols[name] = getattr(self, name)
         if self.values is not None:
             for h in range(self.values.shape[1]):
                 cols[f"value_{h}"] = self.values[:, h]

@@ -183,6 +183,9 @@ def test_exact_engine_refuses_a_model_whose_forward_is_changed():
                       engines.Exact)  # float32 weights are checked in float64, not refused
     with pytest.raises(ValueError, match="DoubledForward.forward.*--engine autograd"):
         engines.Exact.from_data(changed, ds.train)
+    silent = {**w, "W_V": np.zeros_like(w["W_V"])}  # every prediction 0 at these weights: still caught
+    with pytest.raises(ValueError, match="DoubledForward.forward"):
+        engines.Exact.from_data(DoubledForward(silent["W_Q"], silent["W_K"], silent["W_V"]), ds.train)
     with pytest.raises(ValueError, match="the population engine would train DoubledForward"):
         engines.population(changed, cov=ds.cov, seq_len=6)
     with pytest.warns(UserWarning, match="falling back"):
@@ -227,3 +230,20 @@ def test_a_set_of_one_sequence_is_refused(name):
     # what it would have trained on: a single centred sequence has all-zero inputs
     one = data.make_datasets(in_dim=2, seq_len=4, trainset_size=1).train
     assert not np.any(one.X[..., :-1])
+
+
+@pytest.mark.parametrize("keep", ["test_iwl", "test_icl"])
+def test_a_run_with_one_test_set_records_and_writes_just_that_one(keep, tmp_path):
+    from dataclasses import replace
+    from linattn.run import write_outputs
+    cfg = linattn.RunConfig(model="attnM", head_num=2, in_dim=3, seq_len=6, trainset_size=40, testset_size=8,
+                            epoch=5, lr=0.05, init=0.3)
+    drawn, init = linattn.draw(cfg)
+    other = "test_icl" if keep == "test_iwl" else "test_iwl"
+    res = linattn.run(cfg, init=init, data=replace(drawn, **{other: None}), progress=False)
+    cols = res.history.columns()
+    assert keep in cols and other not in cols and len(cols[keep]) == 5
+    write_outputs(res, tmp_path / "out")
+    header = (tmp_path / "out" / "loss.csv").read_text().splitlines()[0].split(",")
+    assert header == ["step", "train_loss", keep]
+    assert np.allclose(linattn.load_run(tmp_path / "out").history.columns()[keep], cols[keep], rtol=1e-9)

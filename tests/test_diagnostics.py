@@ -280,3 +280,35 @@ def test_drop_step_of_a_smooth_two_plateau_curve_is_its_midpoint_crossing():
     assert dg.detect_plateaus(loss).drop_steps[0] == 701
     _, rows = published.fig1b_comparison(loss, loss)
     assert rows[1]["reproduced"] == dg.first_step_below(loss, 0.5)
+
+
+def test_normalize_is_a_required_keyword_in_every_diagnostic_that_takes_it():
+    """A diagnostic that reads weights or a time axis changes by a factor of N with the normalisation: none may
+    default it (issue: `theory`/`diagnostics` used to default to "mean" while runs default to "sum")."""
+    import inspect
+    takers = {name: fn for name, fn in inspect.getmembers(dg, inspect.isfunction)
+              if fn.__module__ == dg.__name__ and "normalize" in inspect.signature(fn).parameters}
+    assert {"combined_A", "snapshot_fn", "tidy", "attn_m_effective_a0", "scalar_ode_overlay"} <= set(takers)
+    for name, fn in takers.items():
+        p = inspect.signature(fn).parameters["normalize"]
+        assert p.kind is p.KEYWORD_ONLY and p.default is p.empty, f"diagnostics.{name} defaults normalize"
+    model = build_model("attnS", init_weights("attnS", heads=2, in_dim=4, rank=1, init=0.3,
+                                              rng=np.random.default_rng(0)))
+    with pytest.raises(TypeError, match="normalize"):
+        dg.combined_A(model, N)
+    mean, total = (dg.combined_A(model, N, normalize=n) for n in ("mean", "sum"))
+    assert np.allclose(total, N * mean) and not np.allclose(total, mean)
+
+
+def test_saddle_plateaus_names_each_flat_stretch_by_its_saddle_and_finds_the_long_ones():
+    """A synthetic staircase through L(M_0) … L(M_3): long at M_0 and M_2, a short rest at M_1, the last cut off."""
+    levels = np.array([1.0, 0.8, 0.5, 0.3])
+    lengths = [(1.0, 600), (0.8, 40), (0.5, 500), (0.3, 300)]
+    loss = np.concatenate([np.full(n, lv) for lv, n in lengths])
+    loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")  # drops of a few steps
+    sp = dg.saddle_plateaus(loss, levels)
+    assert sp.visited == [0, 1, 2, 3] and sp.last_complete == 2
+    assert [m for m, _ in sp.complete] == [0, 1, 2]  # M_3 runs to the end of the curve: not classified
+    assert sp.long == [0, 2]
+    off = dg.saddle_plateaus(np.concatenate([loss[:1000], np.full(300, 0.4)]), levels)  # 0.4: no saddle within 0.02
+    assert off.m[-1] is None and 3 not in off.visited

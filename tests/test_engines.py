@@ -149,7 +149,7 @@ def _population_loss_of_A(mom, A, Dl, normalize, N):
     (8, [1.0000, 0.8113, 0.6490, 0.5130, 0.4032, 0.3192, 0.2605, 0.2260, 0.2133]),
 ])
 def test_population_plateaus_match_theory(Dl, expected, normalize):
-    """theory.md: L at the origin = tr Λ; L(M_m) = tr Λ − Σ_{d≤m} λ_d/c_d at A = Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ; the
+    """The paper's theory: L at the origin = tr Λ; L(M_m) = tr Λ − Σ_{d≤m} λ_d/c_d at A = Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ; the
     minimum over all attention weights is L* = tr Λ − Σ_d λ_d / c_d (ATTN_M's global minimum)."""
     N = 31
     lam = np.arange(Dl, 0, -1) / (Dl * (Dl + 1) / 2)
@@ -168,7 +168,7 @@ def test_population_plateaus_match_theory(Dl, expected, normalize):
 
 
 def test_population_white_minimum():
-    """theory.md: Λ = I/D, D = 4, N = 31: L* = (D+1)/(N+D+1)."""
+    """The paper's theory: Λ = I/D, D = 4, N = 31: L* = (D+1)/(N+D+1)."""
     mom = population.population_moments("cubic", np.eye(4) / 4, 32, normalize="mean")
     assert abs(mom.minimum()[0] - 5 / 36) < 1e-10
 

@@ -218,6 +218,22 @@ def test_page_matches_python_population_run(name, served, browser):
     np.testing.assert_allclose(res["plateaus"], theory.plateau_losses(np.diag(s["spectrum"]), s["N"]), rtol=1e-12)
 
 
+def test_page_refuses_ragged_or_non_finite_weights(served, browser):
+    """Weights whose first rows have the right shape but a later row does not (or holds NaN) get a message."""
+    base, extra = served
+    s = dict(CASES["attnS_R1_D4"], steps=20)
+    w = {k: v.tolist() for k, v in init_weights("attnS", heads=s["H"], in_dim=4, rank=1, init=0.3,
+                                               scheme="jan2025", rng=np.random.default_rng(0)).items()}
+    ragged, nan = json.loads(json.dumps(w)), json.loads(json.dumps(w))
+    ragged["W_V"][2][3] = ragged["W_V"][2][3][:2]
+    nan["W_Q"][1][0][2] = "NaN"
+    for name, bad, says in (("ragged", ragged, "W_V[2][3] should be a list of 5"),
+                            ("nan", nan, "W_Q[1][0][2] is not a finite number")):
+        (extra / f"{name}.json").write_text(json.dumps(bad))
+        res = browser.explore(f"{base}/{PAGE}?{query(**s, weights=EXTRA + name + '.json')}")
+        assert res["status"] == "error" and says in res["message"], res
+
+
 @pytest.mark.parametrize("model,era", [("attnS", "dec2024"), ("attnS", "jan2025"), ("attnS", "dec2025"),
                                        ("attnM", "jan2025")])
 def test_page_init_layout_and_its_run(model, era, served, browser):

@@ -19,9 +19,39 @@ from test_book import _skip_or_fail
 NAMES = sorted(figures.discover())
 OUTPUTS = ("{n}.png", "{n}.svg", "{n}.pdf", "{n}.csv", "provenance.json", "numbers.json", "{n}.ipynb")
 ROOT = figures.preset_root("quick")
-# Figures whose rows compare against the linear-attention theory only for reference (softmax has no theory).
-NO_THEORY = ("fig05_softmax",)
-PLATEAU_TOLERANCE = 0.03  # |loss on a plateau (or at the end) − the theory's L(M_m)|, at the quick preset's P
+# What each figure's numbers.json must show against the theory at the quick preset (a CI-sized run: smaller P and
+# shorter runs than the paper, hence tolerances wider than the paper preset's errors). An entry is (pattern in the
+# quantity, kind, tolerance), kind "abs" or "rel" (the error against the row's theory value) or "below" (a bound on
+# our value). Every entry must match at least one row; every figure has entries except fig05 (there is no softmax
+# theory and its quick preset is a stand-in) and the report (which copies the other figures' rows). Plateau and
+# final losses are held to PLATEAU_TOLERANCE of L(M_m).
+PLATEAU_TOLERANCE = 0.03
+PLATEAUS = (r"plateau L\(M_|plateau loss|final loss", "abs", PLATEAU_TOLERANCE)
+EXACT = (r"", "abs", 0.0)  # counts (schematics): equal to the theory
+TOLERANCES = {
+    "fig01a_attnm_schematic": [EXACT],
+    "fig01b_attnm_loss": [PLATEAUS, (r"half-drop step \(ATTN_M\)", "rel", 0.1)],
+    "fig02_attns_schematic": [EXACT],
+    "fig03a_attns_loss": [PLATEAUS],
+    "fig03b_attns_values": [(r"final value weight", "rel", 0.03), (r"heads switch on in order", "abs", 0.0),
+                            (r"max \|v − v_ODE\| / v_final", "abs", 0.1)],
+    "fig03c_attns_alignment": [(r"direction learned \d\.", "abs", 0.0)],
+    "fig04_low_rank": [PLATEAUS],
+    "fig14_icl_iwl": [(r"c=1: final in-context test loss", "abs", PLATEAU_TOLERANCE)],
+    "figA_white_cov": [PLATEAUS, (r"final σ", "rel", 0.05)],
+    "figA_init_scale": [(r"attnS: exponent of drop step vs init", "abs", 0.1),
+                        (r"attnM: steps per unit of ln\(1/init\)", "rel", 0.15)],
+    "figA_ranks": [PLATEAUS],
+    # the claim: a grown head learns its later directions quickly, next to the wait for its first one
+    "figA_inside_head": [PLATEAUS, (r"steps from its first to its last direction", "below", 0.5)],
+    "figA_vary_len": [PLATEAUS],
+    "beyond_diagnostics": [(r"numerical rank of A", "abs", 0.0), (r"effective rank of A", "abs", 0.05),
+                           (r"conservation drift", "abs", 0.02)],
+    "beyond_pcr": [(r"relative predictor gap to PCR", "abs", 0.05), (r"e_\dᵀ A e_\d", "rel", 0.05)],
+    "beyond_population": [PLATEAUS, (r"max \|population GD − population flow\|", "abs", 0.1)],
+    "beyond_own_experiment": [PLATEAUS],
+}
+UNCHECKED = ("fig05_softmax", "beyond_error_table")
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +93,27 @@ def test_figure_files(quick_set, name):
     assert "quick preset" in nb.cells[1].source
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in NO_THEORY and n != "beyond_error_table"])
-def test_plateaus_and_final_losses_match_the_theory(quick_set, name):
+def test_every_figure_has_tolerances():
+    assert set(TOLERANCES) | set(UNCHECKED) == set(NAMES), "a figure without tolerances (or a stale entry)"
+
+
+@pytest.mark.parametrize("name", sorted(TOLERANCES))
+def test_numbers_match_the_theory_within_each_figures_tolerances(quick_set, name):
+    import re
+
     rows = json.loads((quick_set / name / "numbers.json").read_text())
-    checked = [r for r in rows if isinstance(r["theory"], float) and isinstance(r["reproduced"], float)
-               and any(w in r["quantity"] for w in ("plateau L(M_", "plateau loss", "final loss"))]
-    far = [(r["quantity"], r["theory"], r["reproduced"]) for r in checked
-           if abs(r["reproduced"] - r["theory"]) > PLATEAU_TOLERANCE]
-    assert not far, f"{name}: further than {PLATEAU_TOLERANCE} from the theory: {far}"
+    for pattern, kind, tol in TOLERANCES[name]:
+        checked = [r for r in rows if re.search(pattern, r["quantity"]) and isinstance(r["reproduced"], float)
+                   and (kind == "below" or isinstance(r["theory"], float))]
+        assert checked, f"{name}: no row with a value to check matches {pattern!r}"
+
+        def err(r):
+            if kind == "below":
+                return r["reproduced"]
+            gap = abs(r["reproduced"] - r["theory"])
+            return gap / abs(r["theory"]) if kind == "rel" else gap
+        far = [(r["quantity"], r["theory"], r["reproduced"]) for r in checked if err(r) > tol]
+        assert not far, f"{name}: {kind} error above {tol} for {pattern!r}: {far}"
 
 
 def test_every_quick_figure_is_current(quick_set):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -200,6 +201,47 @@ def test_unknown_only_name_is_an_error(tmp_path):
     src = make_src(tmp_path, {"one": WRITE})
     with pytest.raises(KeyError, match="nope"):
         figures.run_figures(src=src, out=tmp_path / "out", only=["nope"], progress=False)
+
+
+@pytest.mark.parametrize("param, message", [
+    ("seedz=[3]", "has no parameter 'seedz'; its parameters: .*seeds \\(list"),
+    ("seeds=3", "seeds must be a list"),
+    ("seeds", "--param expects KEY=VALUE"),
+])
+def test_figures_param_refusals_are_one_line_exit_2_before_any_work(param, message, tmp_path, capsys):
+    from linattn.cli import main
+    out = tmp_path / "rerun"
+    code = main(["figures", "--only", "fig01b_attnm_loss", "--param", param, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("linattn figures: error: ")
+    assert re.search(message, err), err
+    assert not out.exists()
+
+
+def test_figures_param_needs_one_figure_and_a_folder(tmp_path, capsys):
+    from linattn.cli import main
+    assert main(["figures", "--param", "seeds=[3]", "--out", str(tmp_path / "o")]) == 2
+    assert "--param needs --only" in capsys.readouterr().err
+    assert main(["figures", "--only", "fig01b_attnm_loss", "--param", "seeds=[3]"]) == 2
+    assert "--param writes to --out DIR" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_notebook_command_writes_a_runnable_ipynb_and_refuses_bad_names(tmp_path, capsys):
+    from linattn.cli import main
+    target = tmp_path / "fig.ipynb"
+    assert main(["notebook", "fig03a_attns_loss", "--out", str(target), "--preset", "quick"]) == 0
+    nb = nbformat.read(target, as_version=4)
+    nbformat.validate(nb)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert "preset = 'quick'" in params.source and "epoch_extended" in params.source  # papermill finds the knobs
+    assert nb.metadata["kernelspec"]["name"] == "python3" and "jupytext" not in nb.metadata
+    assert main(["notebook", "fig03a_attns_loss", "--out", str(target)]) == 2  # exists: refused, not overwritten
+    assert "exists" in capsys.readouterr().err
+    assert main(["notebook", "nope", "--out", str(tmp_path / "n.ipynb")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("linattn notebook: error: unknown figure 'nope'") and "fig01b_attnm_loss" in err
+    assert not (tmp_path / "n.ipynb").exists()
 
 
 def test_cite_block_links_every_file():

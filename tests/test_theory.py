@@ -1,4 +1,4 @@
-"""The theory module against independent numbers (theory.md), Monte-Carlo moments, and simulation (ATTN_M)."""
+"""The theory module against independent numbers (the paper's stated plateau values), Monte-Carlo moments, and simulation (ATTN_M)."""
 
 import numpy as np
 import pytest
@@ -15,8 +15,8 @@ N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
 
 
-def test_plateau_losses_and_value_weights_match_theory_md():
-    # numbers stated in shared/paper/theory.md (derived independently of this code)
+def test_plateau_losses_and_value_weights_match_the_stated_values():
+    # the plateau and value-weight numbers the paper states (worked out independently of this code)
     assert np.allclose(theory.plateau_losses(SPEC4, N), [1.0, 0.6406, 0.3774, 0.2098, 0.1360], atol=6e-5)
     assert np.allclose(theory.final_value_weights(SPEC4, N, normalize="mean"), [1.310, 1.430, 1.612, 1.947], atol=6e-4)
     lam8 = np.arange(1, 9) / 36
