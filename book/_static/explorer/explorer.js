@@ -27,7 +27,8 @@
 
   /** The spectrum presets at dimension D (each with trace 1). */
   var PRESETS = {
-    paper: function (D) { return range(D).map(function (d) { return (d + 1) / (D * (D + 1) / 2); }); },
+    // largest first, as Figure 3a lists (0.4, 0.3, 0.2, 0.1): the heat map's diagonal then reads e_1 … e_D
+    paper: function (D) { return range(D).map(function (d) { return (D - d) / (D * (D + 1) / 2); }); },
     white: function (D) { return range(D).map(function () { return 1 / D; }); },
     close: function (D) {  // two close leading eigenvalues, then a gap: 1, 0.95, then 0.5 … 0.1 (normalised)
       var raw = [1, 0.95];
@@ -273,11 +274,22 @@
     var E = s.D + 1, shapes = s.model === 'attnM' ? { W_KQ: [s.H, E, E], W_V: [s.H, E, E] }
       : { W_Q: [s.H, s.R, E], W_K: [s.H, s.R, E], W_V: [s.H, E, E] };
     Object.keys(shapes).forEach(function (k) {
-      var a = w[k], want = shapes[k], got = [];
+      var want = shapes[k], got = [], a = w[k];
       while (Array.isArray(a)) { got.push(a.length); a = a[0]; }
       if (got.join(',') !== want.join(',')) {
         throw new Error(k + ' has shape (' + got.join(', ') + '), the settings need (' + want.join(', ') + ')');
       }
+      // every row, not only the first, must have that shape and hold finite numbers (a ragged list is refused)
+      (function walk(x, depth, at) {
+        if (depth === want.length) {
+          if (typeof x !== 'number' || !isFinite(x)) throw new Error(k + at + ' is not a finite number');
+          return;
+        }
+        if (!Array.isArray(x) || x.length !== want[depth]) {
+          throw new Error(k + at + ' should be a list of ' + want[depth] + ' entries');
+        }
+        x.forEach(function (y, i) { walk(y, depth + 1, at + '[' + i + ']'); });
+      })(w[k], 0, '');
     });
   }
 
