@@ -19,10 +19,10 @@
     normalize: 'sum', spectrum: '0.4,0.3,0.2,0.1' };
   var FIG4 = { model: 'attnS', D: 8, N: 31, H: 9, R: 2, init: 0.005, era: 'jan2025', lr: 0.02, steps: 20001,
     normalize: 'sum', spectrum: 'paper' };
-  var DEFAULTS = Object.assign({ seed: 0, xscale: 'log', yscale: 'linear', aview: 'heads' }, FIG3A);
+  var DEFAULTS = Object.assign({ seed: 0, xscale: 'log', yscale: 'linear', aview: 'effective' }, FIG3A);
   var CHOICES = {
     model: ['attnS', 'attnM'], era: LA.ERAS, normalize: ['sum', 'mean'], xscale: ['log', 'linear'],
-    yscale: ['linear', 'log'], aview: ['heads', 'effective'], preset: ['paper', 'white', 'close', 'power', 'custom']
+    yscale: ['linear', 'log'], aview: ['effective', 'heads'], preset: ['paper', 'white', 'close', 'power', 'custom']
   };
 
   /** The spectrum presets at dimension D (each with trace 1). */
@@ -132,7 +132,7 @@
     ]),
     linkOut
   ].forEach(function (c) { root.appendChild(c); });
-  [['heads', 'heads (Σ v_h[D] U_h)'], ['effective', 'what ŷ uses (combined_A)']].forEach(function (o) {
+  [['effective', 'what ŷ uses (combined_A)'], ['heads', 'the heads’ Σ v_h[D] U_h']].forEach(function (o) {
     inputs.aview.appendChild(el('option', { value: o[0], text: o[1] }));
   });
 
