@@ -244,6 +244,17 @@ def attn_m_effective_a0(model, cov, N: int, *, normalize: str) -> float:
     return float(0.25 * np.sum((u + w2 * factor) ** 2))
 
 
+def attn_m_drop_step(model, cov, N: int, *, lr: float, normalize: str) -> float:
+    """The GD step of ATTN_M's (or the MLP's) half-drop predicted from the model's current (initial) weights.
+
+    a0 from :func:`attn_m_effective_a0`, the half-drop time t/τ from ``theory.attn_m_drop_time`` (the logistic
+    solution along the top mode of E[y z]), converted to steps at learning rate ``lr`` (``theory.time_to_steps``).
+    """
+    a0 = attn_m_effective_a0(model, cov, N, normalize=normalize)
+    t = theory.attn_m_drop_time(cov, N, a0)
+    return float(theory.time_to_steps(t, lr, normalize=normalize, model="attnM", N=N))
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Plateau detection
 # --------------------------------------------------------------------------------------------------------------
@@ -360,6 +371,45 @@ def saddle_plateaus(loss, levels, *, tol: float = 0.02, long_fraction: float = 0
     long = sorted({m for m, d in complete if d >= long_fraction * longest})
     return SaddlePlateaus(plateaus=p, m=m_of, visited=[m for m in m_of if m is not None], complete=complete,
                           long=long)
+
+
+@dataclass
+class RankSummary:
+    """What a rank-R ATTN_S loss curve did, against the saddles L(M_0) … L(M_D) (:func:`rank_summary`)."""
+
+    rank: int
+    levels: np.ndarray  # L(M_0) … L(M_D), as given
+    plateaus: SaddlePlateaus
+    expected_long: list  # the theory's long plateaus m = 0, R, 2R, … up to the last complete plateau
+    learned: int  # directions learned: drops made (midpoints between consecutive levels passed)
+    final_loss: float
+    final_theory: float  # L(M_learned)
+
+    def rows(self, label: str = "", *, paper_learned: int | None = None) -> list[dict]:
+        """``numbers.json`` rows: long plateaus (found vs theory, as text), directions learned (beside
+        ``paper_learned`` where the paper states it), each plateau level at a saddle, and the final loss; ``label``
+        is appended to each quantity (e.g. ", published window")."""
+        R, D = self.rank, len(self.levels) - 1
+        out = [dict(quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
+                    theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
+               dict(quantity=f"R={R}: directions learned{label}", paper=paper_learned, theory=D,
+                    reproduced=self.learned)]
+        out += [dict(quantity=f"R={R}: plateau L(M_{m}){label}", theory=self.levels[m], reproduced=lev)
+                for m, lev in zip(self.plateaus.m, self.plateaus.plateaus.levels) if m is not None]
+        out.append(dict(quantity=f"R={R}: final loss{label}", theory=self.final_theory, reproduced=self.final_loss))
+        return out
+
+
+def rank_summary(loss, levels, rank: int, *, tol: float = 0.02) -> RankSummary:
+    """The long plateaus of a rank-``rank`` ATTN_S curve (:func:`saddle_plateaus`) beside the theory's
+    (``theory.long_plateaus``, counted up to the last complete plateau the curve reached), the directions it learned
+    (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
+    loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
+    sp = saddle_plateaus(loss, levels, tol=tol)
+    learned = int(np.sum(np.isfinite(drop_steps(loss, levels))))
+    expected = [m for m in theory.long_plateaus(len(levels) - 1, rank) if m <= sp.last_complete]
+    return RankSummary(rank=rank, levels=levels, plateaus=sp, expected_long=expected, learned=learned,
+                       final_loss=float(loss[-1]), final_theory=float(levels[learned]))
 
 
 def match_levels(found, theory_levels, tol: float) -> np.ndarray:

@@ -312,3 +312,20 @@ def test_saddle_plateaus_names_each_flat_stretch_by_its_saddle_and_finds_the_lon
     assert sp.long == [0, 2]
     off = dg.saddle_plateaus(np.concatenate([loss[:1000], np.full(300, 0.4)]), levels)  # 0.4: no saddle within 0.02
     assert off.m[-1] is None and 3 not in off.visited
+
+
+def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theory():
+    """A synthetic rank-two curve on D = 4 saddles: long rests at M_0 and M_2, a blip at M_1, ending on M_3."""
+    levels = np.array([1.0, 0.8, 0.6, 0.4, 0.2])
+    loss = np.concatenate([np.full(800, 1.0), np.full(30, 0.8), np.full(700, 0.6), np.full(400, 0.4)])
+    loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")
+    s = dg.rank_summary(loss, levels, 2)
+    assert s.learned == 3 and s.final_theory == 0.4 and s.final_loss == pytest.approx(0.4)
+    assert s.plateaus.long == [0, 2] and s.expected_long == [0, 2]  # M_3 is cut by the end: not classified
+    rows = {r["quantity"]: r for r in s.rows(" (window)", paper_learned=4)}
+    assert rows["R=2: long plateaus m among the complete ones (window) (theory: multiples of R)"]["reproduced"] == "0 2"
+    learned = rows["R=2: directions learned (window)"]
+    assert (learned["paper"], learned["theory"], learned["reproduced"]) == (4, 4, 3)
+    assert {0, 2, 3} <= set(s.plateaus.visited)  # the 30-step blip at M_1 may be too short to count as flat
+    assert {q for q in rows if "plateau L(M_" in q} == {f"R=2: plateau L(M_{m}) (window)" for m in s.plateaus.visited}
+    assert dg.rank_summary(loss, levels, 1).expected_long == [0, 1, 2]  # rank one: every plateau is long

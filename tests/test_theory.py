@@ -195,6 +195,15 @@ def test_attn_m_drop_time_from_random_small_start(seed):
     assert theory.attn_m_drop_time(cov, N, a0) == pytest.approx(measured, rel=0.10)
     assert theory.attn_m_escape_time(cov, N, init) == pytest.approx(measured, rel=0.20)
     assert loss[-1] == pytest.approx(theory.loss_star(cov, N), abs=1e-3)
+    # the same prediction as a step, from the model (what the figure notebooks call), in both normalisations
+    step = dg.attn_m_drop_step(build_model("attnM", result.init), cov, N, lr=lr, normalize="mean")
+    assert step == pytest.approx(float(theory.time_to_steps(theory.attn_m_drop_time(cov, N, a0), lr,
+                                                            normalize="mean")), rel=1e-12)
+    assert step == pytest.approx(half, rel=0.10)
+    # the reference-normalised twin (weights / √N, lr / N: the same trajectory) predicts the same step
+    ref_lr, scale = theory.to_reference_normalisation("attnM", N, lr=lr, init=1.0)
+    twin = build_model("attnM", {k: v * scale for k, v in result.init.items()})
+    assert dg.attn_m_drop_step(twin, cov, N, lr=ref_lr, normalize="sum") == pytest.approx(step, rel=1e-9)
 
 
 @pytest.mark.parametrize("trainset_size", [None, 20000])
