@@ -43,6 +43,13 @@ FIG14 = {
     1.0: {"drop": (2800, 3000), "train_end": 0.14, "iwl_end": 1.1, "icl_end": 0.14},
 }
 
+# Numbers the paper states in its text (not read off a plot), for the figures' published-vs-reproduced rows.
+FIG1B_PLATEAU, FIG1B_FINAL = 1.0, 0.136  # ATTN_M: the plateau at tr Λ and the minimum L* (D = 4, N = 31)
+FIG3A_PLATEAUS = (1.000, 0.641, 0.377, 0.210, 0.136)  # L(M_0) … L(M_4), eigenvalues 0.4, 0.3, 0.2, 0.1, N = 31
+FIG3B_FINAL_VALUES = (1.310, 1.430, 1.612, 1.947)  # (λ_d c_d)^{-1/3}, paper normalisation, same setting
+WHITE_L_STAR = 0.1389  # the white-covariance minimum 1 − 1/c, D = 4, N = 31
+FIG5_ATTN_M_DROPS = 1  # softmax ATTN_M: "a single drop"
+
 
 def gap(value: float, reading) -> float:
     """Ours minus the nearest published value: 0 inside a ``(low, high)`` range, else the signed distance to it;

@@ -1,0 +1,115 @@
+"""Learning events read off a run: which head learns which eigen-direction, and when (Figures 3b, 3c and the
+inside-a-head appendix).
+
+Directions are indexed 0 … D−1 in order of decreasing eigenvalue (``theory.spectrum``); heads 0 … H−1. The functions
+take arrays recorded by :func:`linattn.run` (values with ``track_value``, weights or head matrices as snapshots) and
+return plain numbers, so each figure's reading of its run is one call a test can reach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import theory
+from .diagnostics import mode_overlaps
+
+
+def vector_alignment(W, cov) -> np.ndarray:
+    """(H, D): |e_dᵀ w_h| / ‖w_h‖ for the rank-one key or query rows w_h = W[h, 0, :D] (``W_K`` or ``W_Q`` of a
+    rank-one ATTN_S, shape (H, 1, D+1)): 1 when the row points along e_d, ≈ 0 when orthogonal to it."""
+    W = np.asarray(W, dtype=np.float64)
+    _, E = theory.spectrum(cov)
+    w = W[:, 0, :E.shape[0]]
+    return np.abs(w @ E) / np.linalg.norm(w, axis=1, keepdims=True)
+
+
+def direction_fractions(heads, cov, N: int) -> np.ndarray:
+    """f_{h,d} = λ_d c_d · e_dᵀ A_h e_d for head matrices ``heads`` (…, H, D, D) in the paper's normalisation: the
+    fraction of the fixed point's weight 1/(λ_d c_d) on e_d that head h carries (1: the head alone implements it).
+    Rotation-free, so meaningful for heads of any rank."""
+    lam, _ = theory.spectrum(cov)
+    return mode_overlaps(heads, cov) * (lam * theory.c_d(cov, N))
+
+
+def first_crossings(series, threshold: float, steps) -> dict[tuple[int, int], int]:
+    """For a series (snapshots, H, D), the first step (from ``steps``, one per snapshot) at which entry (h, d)
+    exceeds ``threshold``, for every (h, d) that ever does; keyed (h, d)."""
+    series, steps = np.asarray(series), np.asarray(steps)
+    above = series > threshold
+    return {(h, d): int(steps[np.argmax(above[:, h, d])])
+            for h in range(series.shape[1]) for d in range(series.shape[2]) if above[:, h, d].any()}
+
+
+def first_learner(crossings: dict[tuple[int, int], int]) -> dict[int, tuple[int, int]]:
+    """From :func:`first_crossings`: for each direction d, (head, step) of the earliest crossing (ties: lowest head)."""
+    out: dict[int, tuple[int, int]] = {}
+    for (h, d), s in sorted(crossings.items()):
+        if d not in out or s < out[d][1]:
+            out[d] = (h, s)
+    return out
+
+
+def heads_in_order(crossings: dict[tuple[int, int], int]) -> list[tuple[int, list[int], list[int]]]:
+    """From :func:`first_crossings`: (head, its directions, their steps) for every head with a crossing, directions
+    in the order the head learned them, heads in the order of their first one."""
+    per_head: dict[int, list[tuple[int, int]]] = {}
+    for (h, d), s in crossings.items():
+        per_head.setdefault(h, []).append((s, d))
+    rows = [(h, [d for _, d in sorted(v)], [s for s, _ in sorted(v)]) for h, v in per_head.items()]
+    return sorted(rows, key=lambda r: (r[2][0], r[0]))
+
+
+def value_learners(final_values, directions, v_final) -> dict[int, int]:
+    """{direction d: head h} for the rank-one heads whose final value weight exceeds half the theory's
+    v_final[d] = (λ_d c_d)^{-1/3} of the direction they align with (``directions[h]``, e.g.
+    ``diagnostics.head_direction``); where two heads share a direction the larger value keeps it."""
+    final_values = np.asarray(final_values, dtype=np.float64)
+    out: dict[int, int] = {}
+    for h, d in enumerate(np.asarray(directions, dtype=int)):
+        if final_values[h] > 0.5 * v_final[d] and (d not in out or final_values[h] > final_values[out[d]]):
+            out[int(d)] = h
+    return dict(sorted(out.items()))
+
+
+def half_rise_time(v, t, v_inf: float) -> float:
+    """The time at which ``v`` first reaches v_inf/2 (linear interpolation where ``v`` rises monotonically)."""
+    v, t = np.asarray(v, dtype=np.float64), np.asarray(t, dtype=np.float64)
+    if np.all(np.diff(v) > -1e-9):
+        return float(np.interp(0.5 * v_inf, v, t))
+    return float(t[np.argmax(v >= 0.5 * v_inf)])
+
+
+def scalar_ode_rise(v, t, lam: float, c: float, *, v_start: float = 1e-3) -> np.ndarray:
+    """The scalar ODE τ v̇ = λ² v² − cλ³ v⁵ (``theory.scalar_ode``, paper Section 5) for one head learning direction
+    (λ, c), shifted in time so that it reaches half its final value (λc)^{-1/3} when the run's ``v`` does; sampled at
+    the run's times ``t`` (t/τ; NaN before the shifted start). ``v_start`` (× the final value) only sets where the
+    ODE is started: far enough below the rise that the shape is the ODE's own."""
+    v_inf = (lam * c) ** (-1.0 / 3.0)
+    v0 = v_start * v_inf
+    t_ode = np.linspace(0.0, 3.0 / (lam**2 * v0), 20001)  # well past the blow-up time τ/(λ² v0)
+    v_ode = theory.scalar_ode(lam, c, v0, t_ode)
+    shifted = t_ode - half_rise_time(v_ode, t_ode, v_inf) + half_rise_time(v, t, v_inf)
+    return np.interp(np.asarray(t, dtype=np.float64), shifted, v_ode, left=np.nan, right=v_ode[-1])
+
+
+@dataclass
+class RiseComparison:
+    """A head's value weight against the scalar ODE during its rise (:func:`compare_rise`)."""
+
+    max_gap: float | None  # max |v − v_ODE| / v_final from 5 % to 95 % of the final value (None: no rise seen)
+    rise_steps: float | None  # steps from 10 % to 90 % of v_final, the run
+    rise_steps_ode: float  # the same for the ODE
+
+
+def compare_rise(v, v_ode, steps, v_inf: float) -> RiseComparison:
+    """How closely a head's value weight ``v`` follows its shifted ODE ``v_ode`` (:func:`scalar_ode_rise`), both
+    sampled at ``steps``, relative to the final value ``v_inf``."""
+    v, v_ode, steps = (np.asarray(a, dtype=np.float64) for a in (v, v_ode, steps))
+    rise = (v > 0.05 * v_inf) & (v < 0.95 * v_inf) & np.isfinite(v_ode)
+    levels = [0.1 * v_inf, 0.9 * v_inf]
+    return RiseComparison(
+        max_gap=float(np.max(np.abs(v[rise] - v_ode[rise])) / v_inf) if rise.any() else None,
+        rise_steps=float(np.ptp(np.interp(levels, v, steps))) if rise.any() else None,
+        rise_steps_ode=float(np.ptp(np.interp(levels, np.nan_to_num(v_ode, nan=0.0), steps))))
