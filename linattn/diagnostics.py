@@ -255,6 +255,23 @@ def attn_m_drop_step(model, cov, N: int, *, lr: float, normalize: str) -> float:
     return float(theory.time_to_steps(t, lr, normalize=normalize, model="attnM", N=N))
 
 
+def escape_law(model: str, inits, drop_steps) -> float:
+    """The fitted law of the first drop's step against the initialisation scale (entries that are not finite are
+    left out; at least two are needed).
+
+    ATTN_M (and the MLP): the slope of step against ln(1/init), in steps per unit; the theory's is τ/s
+    (``theory.attn_m_escape_time``). ATTN_S: the exponent of step against init on log–log axes; the theory's
+    τ/(λ₁² v₀) gives −1.
+    """
+    inits, steps = np.asarray(inits, dtype=np.float64), np.asarray(drop_steps, dtype=np.float64)
+    ok = np.isfinite(steps) & np.isfinite(inits)
+    if ok.sum() < 2:
+        raise ValueError("need at least two finite drop steps to fit a law")
+    if model == "attnS":
+        return float(np.polyfit(np.log(inits[ok]), np.log(steps[ok]), 1)[0])
+    return float(np.polyfit(-np.log(inits[ok]), steps[ok], 1)[0])
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Plateau detection
 # --------------------------------------------------------------------------------------------------------------

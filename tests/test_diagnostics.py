@@ -329,3 +329,12 @@ def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theo
     assert {0, 2, 3} <= set(s.plateaus.visited)  # the 30-step blip at M_1 may be too short to count as flat
     assert {q for q in rows if "plateau L(M_" in q} == {f"R=2: plateau L(M_{m}) (window)" for m in s.plateaus.visited}
     assert dg.rank_summary(loss, levels, 1).expected_long == [0, 1, 2]  # rank one: every plateau is long
+
+
+def test_escape_law_recovers_a_log_slope_and_a_power_exponent():
+    inits = np.array([1e-8, 1e-6, 1e-4, 1e-2])
+    assert dg.escape_law("attnM", inits, 200 + 85 * np.log(1 / inits)) == pytest.approx(85)
+    assert dg.escape_law("attnS", inits, 5.0 / inits) == pytest.approx(-1)
+    assert dg.escape_law("attnS", [1e-3, 1e-2, 0.3], [1e4, 1e3, np.nan]) == pytest.approx(-1)  # NaN left out
+    with pytest.raises(ValueError, match="two finite"):
+        dg.escape_law("attnM", [1e-3, 1e-2], [np.nan, 5.0])
