@@ -18,7 +18,7 @@ Note that ``linattn.run`` is the function; the module is ``linattn.run`` only th
 
 __version__ = "0.1.0"
 
-from . import diagnostics, theory  # noqa: E402
+from . import diagnostics, events, theory  # noqa: E402
 from .config import ConfigError, RunConfig  # noqa: E402
 from .data import Datasets, Sequences  # noqa: E402
 from .models import build_model, init_weights  # noqa: E402
@@ -26,4 +26,4 @@ from .run import RunResult, SavedRun, draw, load_run, run  # noqa: E402
 from .train import TrainingDiverged  # noqa: E402
 
 __all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "SavedRun", "draw", "build_model",
-           "init_weights", "Sequences", "Datasets", "TrainingDiverged", "theory", "diagnostics", "__version__"]
+           "init_weights", "Sequences", "Datasets", "TrainingDiverged", "theory", "diagnostics", "events", "__version__"]

@@ -2,7 +2,7 @@
 inside-a-head appendix).
 
 Directions are indexed 0 … D−1 in order of decreasing eigenvalue (``theory.spectrum``); heads 0 … H−1. The functions
-take arrays recorded by :func:`linattn.run` (values with ``track_value``, weights or head matrices as snapshots) and
+take arrays recorded by :func:`linattn.run.run` (values with ``track_value``, weights or head matrices as snapshots) and
 return plain numbers, so each figure's reading of its run is one call a test can reach.
 """
 
@@ -17,7 +17,7 @@ from .diagnostics import mode_overlaps
 
 
 def vector_alignment(W, cov) -> np.ndarray:
-    """(H, D): |e_dᵀ w_h| / ‖w_h‖ for the rank-one key or query rows w_h = W[h, 0, :D] (``W_K`` or ``W_Q`` of a
+    """(H, D): ``abs(e_dᵀ w_h) / ‖w_h‖`` for the rank-one key or query rows w_h = W[h, 0, :D] (``W_K`` or ``W_Q`` of a
     rank-one ATTN_S, shape (H, 1, D+1)): 1 when the row points along e_d, ≈ 0 when orthogonal to it."""
     W = np.asarray(W, dtype=np.float64)
     _, E = theory.spectrum(cov)
