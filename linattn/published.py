@@ -159,7 +159,8 @@ def fig14_comparison(curves: dict[float, dict[str, np.ndarray]]) -> tuple[Compar
 
     def add(c, what, reading, ours, text=None):
         x = gap(ours, reading)
-        table.append((f"c = {c:g}: {what}", describe(reading), text or f"{ours:.3g}", _signed(x)))
+        shown = f"{ours:.0f}" if abs(ours) >= 100 else f"{ours:.3g}"  # steps in full, losses to 3 digits
+        table.append((f"c = {c:g}: {what}", describe(reading), text or shown, _signed(x)))
         rows.append(dict(quantity=f"published Fig 14, c = {c:g}: {what}", paper=describe(reading), reproduced=ours,
                          abs_error=abs(x) if math.isfinite(x) else None))
 

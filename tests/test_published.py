@@ -51,3 +51,15 @@ def test_train_command_runs_the_same_configuration(cfg):
     words = train_command(cfg).split()
     assert words[:2] == ["linattn", "train"]
     assert config_from_args(build_parser().parse_args(words[1:])) == cfg
+
+
+def test_fig14_comparison_shows_steps_in_full():
+    """A drop near step 1075 reads as a whole step in the page's table, not "1.08e+03"; losses keep three digits."""
+    t = np.arange(5000.0)
+    train = 0.13 + 0.87 / (1 + np.exp((t - 1075) / 30))
+    curves = {c: {"train": train, "iwl": np.full(5000, 1.0), "icl": np.full(5000, 0.5)} for c in published.FIG14}
+    table, _ = published.fig14_comparison(curves)
+    shown = {row[0]: row[2] for row in table.rows}
+    step = shown["c = 0.4: training loss drops at step"]
+    assert step.isdigit() and abs(int(step) - 1075) <= 1, step
+    assert shown["c = 0.4: training loss at the end"] == "0.13"
