@@ -423,10 +423,16 @@ def rank_summary(loss, levels, rank: int, *, tol: float = 0.02) -> RankSummary:
     (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
     loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
     sp = saddle_plateaus(loss, levels, tol=tol)
-    learned = int(np.sum(np.isfinite(drop_steps(loss, levels))))
+    learned = directions_learned(loss, levels)
     expected = [m for m in theory.long_plateaus(len(levels) - 1, rank) if m <= sp.last_complete]
     return RankSummary(rank=rank, levels=levels, plateaus=sp, expected_long=expected, learned=learned,
                        final_loss=float(loss[-1]), final_theory=float(levels[learned]))
+
+
+def directions_learned(loss, levels, steps=None) -> int:
+    """How many eigen-directions a curve has learned: the drops between consecutive saddle levels ``levels``
+    (L(M_0) … L(M_D)) whose midpoint it has passed (:func:`drop_steps`)."""
+    return int(np.sum(np.isfinite(drop_steps(loss, levels, steps))))
 
 
 def match_levels(found, theory_levels, tol: float) -> np.ndarray:

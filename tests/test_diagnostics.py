@@ -338,3 +338,10 @@ def test_escape_law_recovers_a_log_slope_and_a_power_exponent():
     assert dg.escape_law("attnS", [1e-3, 1e-2, 0.3], [1e4, 1e3, np.nan]) == pytest.approx(-1)  # NaN left out
     with pytest.raises(ValueError, match="two finite"):
         dg.escape_law("attnM", [1e-3, 1e-2], [np.nan, 5.0])
+
+
+def test_directions_learned_counts_the_midpoints_passed():
+    levels = [1.0, 0.6, 0.4, 0.2]
+    assert dg.directions_learned([1.0, 0.9, 0.55], levels) == 1   # midpoints 0.8, 0.5, 0.3: only 0.8 passed
+    assert dg.directions_learned([1.0, 0.7, 0.29], levels) == 3
+    assert dg.directions_learned([1.0, 0.95], levels) == 0
