@@ -27,10 +27,10 @@ figures: setup
 	$(BIN)/linattn figures --preset $(PRESET) --jobs $(JOBS)
 
 book: figures
-	$(BIN)/python -m linattn.book build --preset $(PRESET)
+	$(BIN)/python -m linattn.companion.book build --preset $(PRESET)
 
 linkcheck: setup
-	$(BIN)/python -m linattn.book links --preset $(PRESET)
+	$(BIN)/python -m linattn.companion.book links --preset $(PRESET)
 
 # Chromium renders the built pages for the reader tests (Debian's package; needs root, as in CI).
 test-setup: setup

@@ -27,16 +27,18 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from linattn import engines, models, theory
-from linattn.config import RunConfig
+from linattn import RunConfig, draw, models, objectives, run, theory
 from linattn.diagnostics import drop_steps
 from linattn.flow import gradient_flow
-from linattn.run import draw, objectives, run
 from linattn.train import gradient_descent
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.full_attention import FullAttention  # noqa: E402  (the reference computation lives with the tests)
 
 # the published settings, with the initialisation era each figure was made with (reference draws)
 FIG1B = dict(model="attnM", head_num=8, init=1e-6, init_scheme="dec2024")
@@ -77,11 +79,12 @@ def measure_steps(settings: dict, engine: str, n_steps: int, threads: int = 1) -
     base = _peak_mb()
     t0 = time.perf_counter()
     if engine == "exact":
-        obj = engines.Exact.from_data(net, ds.train, chunk=cfg.chunk)
-        step = obj.value_and_grad
+        obj = objectives.Exact.from_data(net, ds.train, chunk=cfg.chunk)
+    elif engine == "autograd":
+        obj = objectives.Autograd(ds.train, chunk=cfg.chunk)
     else:
-        obj = engines.PerSample(ds.train, chunk=cfg.chunk)
-        step = obj.value_and_grad if engine == "autograd" else obj.value_and_grad_full_attention
+        obj = FullAttention(ds.train, chunk=cfg.chunk)
+    step = obj.value_and_grad
     setup = time.perf_counter() - t0
     times, losses = [], []
     for _ in range(n_steps):
@@ -169,10 +172,10 @@ def bench_flow(quick: bool) -> list[dict]:
         cfg = RunConfig(**settings).validate()
         ds, w = draw(cfg)
         net = models.build_model(cfg.model, w)
-        obj, _ = objectives(cfg, net, ds, "cpu")
-        gd = gradient_descent(net, obj, lr=cfg.lr, epochs=cfg.epoch, progress=False)
+        obj, _ = objectives.build(cfg, net, ds, "cpu")
+        gd = gradient_descent(net, obj, lr=cfg.lr, epoch=cfg.epoch, progress=False)
         t0 = time.perf_counter()
-        fl = gradient_flow(models.build_model(cfg.model, w), obj, lr=cfg.lr, epochs=cfg.epoch)
+        fl = gradient_flow(models.build_model(cfg.model, w), obj, lr=cfg.lr, epoch=cfg.epoch)
         flow_s = time.perf_counter() - t0
         rel = np.abs(gd.train_loss - fl.train_loss) / fl.train_loss
         cg, cf = _crossings(gd.train_loss, levels), _crossings(fl.train_loss, levels)
@@ -187,13 +190,13 @@ def bench_population() -> dict:
     """|L_MC − L_exact| at the ATTN_S fixed points M_0 … M_4 of the Figure 3a task (mean normalisation)."""
     cfg = RunConfig(**FIG3A)
     cov = draw(cfg)[0].cov
-    net = models.build_model("attnS", models.init_weights("attnS", heads=5, in_dim=4, init=0.01,
+    net = models.build_model("attnS", models.init_weights("attnS", head_num=5, in_dim=4, init=0.01,
                                                            rng=np.random.default_rng(0)))
     t0 = time.perf_counter()
-    exact = engines.population(net, cov=cov, seq_len=32, normalize="mean")
+    exact = objectives.Population.of(net, cov=cov, seq_len=32, normalize="mean")
     t_exact = time.perf_counter() - t0
     t0 = time.perf_counter()
-    mc = engines.population(net, cov=cov, seq_len=32, normalize="mean", samples=1 << 20, seed=1)
+    mc = objectives.Population.of(net, cov=cov, seq_len=32, normalize="mean", samples=1 << 20, seed=1)
     t_mc = time.perf_counter() - t0
     errs = []
     for m in range(5):

@@ -9,7 +9,7 @@ For each setting (softmax ATTN_M: P = 5000, H = 8; softmax ATTN_S: P = 80000, H 
 and engine, a fresh process builds the data and weights, then times the engine's steps with one torch thread (the
 CLI's default). Engines: ``softmax`` (the new objective, float32 arithmetic with float64 sums, compiled),
 ``softmax-f64`` (the same in float64), ``softmax-eager`` (float32, not compiled: the fallback when no compiler
-works), ``autograd`` (``engines.PerSample``: query row, autograd, float64) and ``full`` (the same through
+works), ``autograd`` (``objectives.Autograd``: query row, autograd, float64) and ``full`` (the same through
 ``full_attention``: every head's n×n matrix, as the reference computes it). Reported: set-up time, the first step
 (it includes torch.compile's compilation; the compiled kernels are cached on disk for later processes), the median
 and fastest of the other steps, and the process's peak resident memory (ru_maxrss; it includes the float64 data set,
@@ -30,11 +30,15 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from linattn import data, engines, models
-from linattn.softmax_engine import SoftmaxQueryRow
+from linattn import data, models
+from linattn.objectives import Autograd, Softmax
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.full_attention import FullAttention  # noqa: E402  (the reference computation lives with the tests)
 
 FIG5_M = dict(model="attnM", head_num=8, rank=1, in_dim=4, seq_len=32, trainset_size=5000, epoch=6001, init=1e-6,
               seed=10)
@@ -53,13 +57,12 @@ def _peak_mb() -> float:
 
 def _objective(engine: str, seqs, device: str):
     if engine == "softmax":
-        return SoftmaxQueryRow(seqs, device=device).value_and_grad
+        return Softmax(seqs, device=device).value_and_grad
     if engine == "softmax-f64":
-        return SoftmaxQueryRow(seqs, dtype=torch.float64, device=device).value_and_grad
+        return Softmax(seqs, dtype=torch.float64, device=device).value_and_grad
     if engine == "softmax-eager":
-        return SoftmaxQueryRow(seqs, compile=False, device=device).value_and_grad
-    obj = engines.PerSample(seqs, device=device)
-    return obj.value_and_grad if engine == "autograd" else obj.value_and_grad_full_attention
+        return Softmax(seqs, compile=False, device=device).value_and_grad
+    return (Autograd if engine == "autograd" else FullAttention)(seqs, device=device).value_and_grad
 
 
 def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> dict:
@@ -67,7 +70,7 @@ def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> d
     torch.set_num_threads(1)
     s = settings
     ds = data.make_datasets(in_dim=s["in_dim"], seq_len=s["seq_len"], trainset_size=s["trainset_size"], seed=s["seed"])
-    w = models.init_weights(s["model"], heads=s["head_num"], in_dim=s["in_dim"], rank=s["rank"], init=s["init"],
+    w = models.init_weights(s["model"], head_num=s["head_num"], in_dim=s["in_dim"], rank=s["rank"], init=s["init"],
                             rng=data.streams(s["seed"], data.INIT))
     net = models.build_model(s["model"], w, softmax=True, device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

@@ -1,8 +1,18 @@
 """linattn: a reproducible companion to *Training Dynamics of In-Context Learning in Linear Attention*
 (Zhang, Singh, Latham, Saxe; ICML 2025, arXiv:2501.16265).
 
-Modules, read in this order: ``data`` (the task), ``models`` (ATTN_M, ATTN_S, MLP), ``engines`` (the loss, three
-ways), ``train`` (gradient descent), ``config`` and ``run`` (one run from settings), ``cli`` (the ``linattn`` command).
+The house (imports run downwards only; ``ARCHITECTURE.md`` has the full plan)::
+
+    linattn.cli            the `linattn` command: train, figures, notebook
+    linattn.companion      the book: figure runner, presets, run store, published readings, plotting, book builder
+    ─────────────────────  the science core, which never imports the companion ─────────────────────────────────
+    experiment             one run from a RunConfig (config): draw, train, write, load
+    train, flow            gradient descent, gradient flow
+    objectives             the losses behind one registry: exact, population, softmax, autograd
+    models                 ATTN_M, ATTN_S (rank R), the MLP on the cubic feature; softmax variants
+    data, reference_draws  the in-context regression task; the authors' own random draws
+    normalization          sum vs mean, sequence prefixes
+    theory, diagnostics, events   the paper's predictions; what a trained model shows; who learns what, when
 
 The library in one example (the API page of the book lists every name)::
 
@@ -12,18 +22,21 @@ The library in one example (the API page of the book lists every name)::
     res = linattn.run(cfg, init=init, data=datasets.train)
     res.history.train_loss, res.weights         # the losses, and the final weights in the layout of init.npz
     model = linattn.build_model("attnS", res.weights)
-
-Note that ``linattn.run`` is the function; the module is ``linattn.run`` only through ``from linattn.run import …``.
 """
 
 __version__ = "0.1.0"
 
-from . import diagnostics, events, theory  # noqa: E402
+from . import _compat
+
+_compat.install()  # old module paths (linattn.engines, linattn.figure_io, …) keep working, with a FutureWarning
+
+from . import diagnostics, events, objectives, theory  # noqa: E402
 from .config import ConfigError, RunConfig  # noqa: E402
 from .data import Datasets, Sequences  # noqa: E402
+from .experiment import RunResult, SavedRun, draw, load_run, run, write_outputs  # noqa: E402
 from .models import build_model, init_weights  # noqa: E402
-from .run import RunResult, SavedRun, draw, load_run, run  # noqa: E402
 from .train import TrainingDiverged  # noqa: E402
 
-__all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "SavedRun", "draw", "build_model",
-           "init_weights", "Sequences", "Datasets", "TrainingDiverged", "theory", "diagnostics", "events", "__version__"]
+__all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "SavedRun", "write_outputs", "draw",
+           "build_model", "init_weights", "Sequences", "Datasets", "TrainingDiverged", "theory", "diagnostics",
+           "events", "objectives", "__version__"]

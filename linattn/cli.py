@@ -84,7 +84,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     ref.add_argument("--rank", "--KQ_dim", dest="rank", type=int, default=d.rank,
                      help="R, rank of each ATTN_S head's key and query")
     ref.add_argument("--in_dim", type=int, default=d.in_dim, help="D")
-    ref.add_argument("--out_dim", type=int, default=d.out_dim, help="must be 1")
+    ref.add_argument("--out_dim", type=int, default=1, choices=[1], help="must be 1 (accepted for the reference's "
+                     "commands)")
     ref.add_argument("--seq_len", type=int, default=d.seq_len, help="tokens per sequence, query included (N + 1)")
     ref.add_argument("--trainset_size", type=_size, default=d.trainset_size,
                      help="P, training sequences; 'inf' trains on the population objective")
@@ -143,40 +144,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    fields = RunConfig.__dataclass_fields__
-    settings = {k: v for k, v in vars(args).items() if k in fields}
+    settings = {k: v for k, v in vars(args).items() if k in RunConfig.field_names()}
     if settings.get("init_scheme") in INIT_SCHEME_ALIASES:
         era = INIT_SCHEME_ALIASES[settings["init_scheme"]]
         print(f"linattn train: note: --init_scheme {settings['init_scheme']} is deprecated (removed in the next "
               f"release); it means --init_scheme {era}", file=sys.stderr)
         settings["init_scheme"] = era
     return RunConfig(**settings)
-
-
-def train_command(cfg: RunConfig) -> str:
-    """The ``linattn train`` command line that runs ``cfg``: every flag whose value differs from the default."""
-    parser = _Parser(prog="linattn train")
-    add_train_arguments(parser)
-    default, words = RunConfig(), ["linattn", "train"]
-    for action in parser._actions:
-        name = action.dest
-        if name not in RunConfig.__dataclass_fields__ or name == "cov_matrix":
-            continue
-        value = getattr(cfg, name)
-        if value == getattr(default, name):
-            continue
-        flag = action.option_strings[0]
-        if isinstance(value, bool):
-            words.append(flag)
-        elif name == "trainset_size" and value is None:
-            words += [flag, "inf"]
-        elif isinstance(value, (tuple, list)):
-            words += [flag, ",".join(f"{v:g}" for v in value)]
-        else:
-            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    if cfg.cov_matrix is not None:
-        words.append("# with a covariance matrix given in Python (cov_matrix), which the CLI does not take")
-    return " ".join(words)
 
 
 def default_out(cfg: RunConfig) -> Path:
@@ -248,7 +222,7 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
 
 
 def cmd_train(args) -> int:
-    from .run import run, write_outputs
+    from .experiment import run, write_outputs
     from .train import TrainingDiverged
 
     cfg = config_from_args(args)
@@ -272,7 +246,7 @@ def cmd_train(args) -> int:
         write_outputs(result, tmp, save_data=args.save_data)
         headless = args.show and _headless()
         if headless:
-            from .plotting import loss_figure
+            from .companion.plotting import loss_figure
 
             loss_figure(result.history, title=out.name).savefig(tmp / "loss.png", dpi=150)
         _move_into_place(tmp, out, args.overwrite)
@@ -288,7 +262,7 @@ def cmd_train(args) -> int:
     if headless:
         print(f"linattn train: no display to show the plot on; saved it as {out / 'loss.png'}")
     elif args.show:
-        from .plotting import show_loss
+        from .companion.plotting import show_loss
 
         show_loss(result.history, title=out.name)
     return 0
@@ -306,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(a diverging run exits with 1 and suggests a learning rate found stable in a short trial).")
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
-    from . import figures
+    from .companion import runner as figures
     figs = sub.add_parser("figures", help="execute the figure notebooks of figures_src/ (cached, in parallel)")
     figures.add_arguments(figs)
     figs.set_defaults(func=figures.cmd_figures)

@@ -9,16 +9,19 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field, fields
 
 import numpy as np
 
+from . import objectives
+from ._compat import warn_renamed
+from .data import check_covariance, check_spectrum
 from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
+from .normalization import NORMALIZATIONS  # noqa: F401  (re-exported: the CLI's --normalize choices)
 
-ENGINES = ("auto", "exact", "autograd", "population", "softmax")
+ENGINES = objectives.ENGINE_CHOICES
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
-NORMALIZATIONS = ("sum", "mean")
 DRAWS = ("reference", "streams")
 
 
@@ -39,7 +42,6 @@ class RunConfig:
     head_num: int = 1
     rank: int = 1
     in_dim: int = 4
-    out_dim: int = 1
     seq_len: int = 32
     trainset_size: int | None = 5000  # None: infinite (population engine)
     testset_size: int = 0
@@ -65,8 +67,13 @@ class RunConfig:
     device: str = "auto"
     population_samples: int = 0  # 0: exact population moments; > 0: Monte-Carlo estimate of that size
     chunk: int = 4096
+    out_dim: InitVar[int | None] = None  # deprecated: the paper's models predict a scalar, so it was always 1
 
-    def __post_init__(self):
+    def __post_init__(self, out_dim):
+        if out_dim is not None:
+            warn_renamed("RunConfig(out_dim=…)", "nothing (the output is a scalar; the field is gone)")
+            if out_dim != 1:
+                raise ConfigError(f"out_dim must be 1 (the paper's models predict a scalar), got {out_dim}")
         if self.init_scheme in INIT_SCHEME_ALIASES:
             era = INIT_SCHEME_ALIASES[self.init_scheme]
             warnings.warn(f"init_scheme={self.init_scheme!r} is deprecated and will be removed in the next release; "
@@ -78,13 +85,15 @@ class RunConfig:
         """Context pairs before the query."""
         return self.seq_len - 1
 
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The settings, in order (every field; the deprecated ``out_dim`` is not one)."""
+        return tuple(f.name for f in fields(cls))
+
     def resolved_engine(self) -> str:
-        """``auto``: exact for linear models, population when the training set is infinite, softmax for softmax."""
-        if self.engine != "auto":
-            return self.engine
-        if self.trainset_size is None:
-            return "population"
-        return "softmax" if self.softmax else "exact"
+        """The engine that trains this run (``objectives.resolve``: ``auto`` is exact for linear models, population
+        when the training set is infinite, softmax for softmax attention)."""
+        return objectives.resolve(self)
 
     def to_dict(self) -> dict:
         """Every setting by name (``trainset_size`` None as ``"inf"``): ``run.json``'s ``settings``."""
@@ -95,10 +104,12 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
         """The inverse of :meth:`to_dict` (e.g. ``run.json``'s ``settings``); unknown keys raise ConfigError."""
-        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        unknown = sorted(set(d) - set(cls.field_names()) - {"out_dim"})
         if unknown:
             raise ConfigError(f"unknown settings {', '.join(unknown)} (from another linattn version?)")
         d = dict(d)
+        if d.get("out_dim", 1) == 1:
+            d.pop("out_dim", None)  # written by earlier linattn versions
         if d.get("trainset_size") == "inf":
             d["trainset_size"] = None
         if d.get("spectrum") is not None:
@@ -132,8 +143,6 @@ class RunConfig:
             bad(f"--seq_len must be at least 2 (one context pair and the query), got {self.seq_len}")
         if not 1 <= self.rank <= self.in_dim:
             bad(f"--rank must be between 1 and --in_dim = {self.in_dim}, got {self.rank}")
-        if self.out_dim != 1:
-            bad(f"--out_dim must be 1 (the paper's models predict a scalar), got {self.out_dim}")
         if not (0.0 <= self.icl <= 1.0):
             bad(f"--icl must lie in [0, 1], got {self.icl}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -173,33 +182,20 @@ class RunConfig:
                     "or auto")
             if index >= torch.cuda.device_count():
                 bad(f"--device {self.device}: torch sees {torch.cuda.device_count()} CUDA device(s), numbered from 0")
-        engine = self.resolved_engine()
-        if self.softmax and engine in ("exact", "population"):
-            bad(f"--engine {engine} covers linear attention only; softmax needs --engine autograd or softmax")
-        if engine == "softmax" and not self.softmax:
-            bad("--engine softmax covers softmax attention only (add --softmax, or use --engine exact/autograd)")
-        if engine == "population":
-            if self.icl != 1.0:
-                bad("the population engine (--trainset_size inf) supports --icl 1 only")
-            if self.testset_size:
-                bad("the population engine (--trainset_size inf) has no test sets: use --testset_size 0")
-        elif self.trainset_size is None:
-            bad(f"--trainset_size inf needs the population engine, not --engine {engine}")
+        if (reason := objectives.refusal(self)) is not None:
+            bad(reason)
         if self.spectrum is not None:
             if self.white_cov:
                 bad("--white_cov and --spectrum are mutually exclusive")
-            if len(self.spectrum) != self.in_dim:
-                bad(f"--spectrum has {len(self.spectrum)} values, expected --in_dim = {self.in_dim}")
-            if min(self.spectrum) <= 0:
-                bad("--spectrum values must be positive (the covariance must be positive definite)")
-        if self.cov_matrix is not None:
-            from .data import check_spd
             try:
-                cov = check_spd(np.asarray(self.cov_matrix, dtype=float))
+                check_spectrum(self.spectrum, self.in_dim)
+            except ValueError as e:
+                bad(f"--{e}")
+        if self.cov_matrix is not None:
+            try:
+                check_covariance(self.cov_matrix, self.in_dim)
             except ValueError as e:
                 bad(str(e))
-            if cov.shape != (self.in_dim, self.in_dim):
-                bad(f"covariance matrix has shape {cov.shape}, expected ({self.in_dim}, {self.in_dim})")
         return self
 
     def _check_reference_draws(self, bad) -> None:

@@ -104,6 +104,24 @@ def check_spd(cov: np.ndarray) -> np.ndarray:
     return cov
 
 
+def check_spectrum(spectrum, D: int) -> np.ndarray:
+    """``spectrum`` as a float64 array of D positive eigenvalues, else ValueError."""
+    eig = np.asarray(spectrum, dtype=np.float64)
+    if eig.shape != (D,):
+        raise ValueError(f"spectrum has {eig.size} values, expected in_dim = {D}")
+    if not np.all(eig > 0):
+        raise ValueError("spectrum values must be positive (the covariance must be positive definite)")
+    return eig
+
+
+def check_covariance(matrix, D: int) -> np.ndarray:
+    """``matrix`` as a float64 D×D symmetric positive definite array, else ValueError."""
+    cov = check_spd(matrix)
+    if cov.shape != (D, D):
+        raise ValueError(f"covariance matrix has shape {cov.shape}, expected ({D}, {D})")
+    return cov
+
+
 def make_covariance(D: int, rng: np.random.Generator, *, white: bool = False,
                     spectrum=None, matrix=None) -> np.ndarray:
     """Input covariance Λ.
@@ -112,21 +130,14 @@ def make_covariance(D: int, rng: np.random.Generator, *, white: bool = False,
     ``spectrum``: Q diag(spectrum) Qᵀ, not rescaled. ``matrix``: used as given after an SPD check.
     """
     if matrix is not None:
-        cov = check_spd(matrix)
-        if cov.shape != (D, D):
-            raise ValueError(f"covariance matrix has shape {cov.shape}, expected ({D}, {D})")
-        return cov
+        return check_covariance(matrix, D)
     if white:
         return np.eye(D) / D
     if spectrum is None:
         eig = np.arange(1, D + 1, dtype=np.float64)
         eig /= eig.sum()
     else:
-        eig = np.asarray(spectrum, dtype=np.float64)
-        if eig.shape != (D,):
-            raise ValueError(f"spectrum has {eig.size} values, expected in_dim = {D}")
-        if np.any(eig <= 0):
-            raise ValueError("covariance spectrum must be positive (an eigenvalue is <= 0)")
+        eig = check_spectrum(spectrum, D)
     q = random_rotation(D, rng)
     return check_spd((q * eig) @ q.T)
 

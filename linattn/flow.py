@@ -3,7 +3,7 @@
 The paper's dynamics are the flow τ dθ/dt = −½ ∂L/∂θ (loss without ½). Full-batch GD with rate η is its forward
 Euler discretisation with Δt/τ = 2η, so GD step k sits at t/τ = 2η·k. :func:`gradient_flow` integrates the same flow
 written on GD's step axis, dθ/dk = −η ∂L/∂θ (k continuous), with scipy's ``solve_ivp`` (adaptive, error-controlled),
-and reports the loss at the integer k = 0 … epochs−1 that GD records, so a flow curve, a GD curve and a theory curve
+and reports the loss at the integer k = 0 … epoch−1 that GD records, so a flow curve, a GD curve and a theory curve
 share one axis (``theory.steps_to_time`` turns k into the paper's t/τ).
 
 When does GD track the flow? At the published learning rates GD is the flow shifted slightly in time: measured
@@ -23,6 +23,7 @@ import torch
 from scipy.integrate import solve_ivp
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from ._compat import renamed_kwargs
 from .train import History, TrainingDiverged, weights_of
 
 METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
@@ -56,15 +57,16 @@ class _Vectorised:
         return -self.lr * grad.detach().cpu().to(torch.float64).numpy()
 
 
-def gradient_flow(model, objective, *, lr: float, epochs: int, tests: dict | None = None,
+@renamed_kwargs(epochs="epoch")
+def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None = None,
                   track_value: bool = False, snapshot_every: int = 0, snapshot: Callable | None = None,
                   method: str = "LSODA", rtol: float = 1e-8, atol: float = 1e-13) -> History:
     """Integrate dθ/dk = −lr ∂L/∂θ (the flow τ dθ/dt = −½ ∂L/∂θ at t/τ = 2·lr·k) from the model's current weights to
-    k = epochs, leaving the model there.
+    k = epoch, leaving the model there.
 
     Returns a :class:`~linattn.train.History` like ``gradient_descent``'s: row k holds the loss (and test losses,
-    value weights) at step k = 0 … epochs−1; ``snapshot_every`` stores ``snapshot(model)`` at those
-    rows and at k = epochs. ``objective`` is any engine with ``value_and_grad(model)`` and ``value(model)``;
+    value weights) at step k = 0 … epoch−1; ``snapshot_every`` stores ``snapshot(model)`` at those
+    rows and at k = epoch. ``objective`` is any engine with ``value_and_grad(model)`` and ``value(model)``;
     with the exact or population engine a paper-size flow takes seconds. ``method``, ``rtol``, ``atol`` go to
     :func:`scipy.integrate.solve_ivp` (``atol`` is absolute on the weights, so keep it well below the
     initialisation scale).
@@ -74,17 +76,17 @@ def gradient_flow(model, objective, *, lr: float, epochs: int, tests: dict | Non
     start = time.perf_counter()
     vec = _Vectorised(model, objective, lr)
     theta0 = vec.get()
-    k_eval = np.arange(epochs + 1, dtype=np.float64)  # the last point is where GD's last step lands
+    k_eval = np.arange(epoch + 1, dtype=np.float64)  # the last point is where GD's last step lands
     sol = solve_ivp(vec.rhs, (0.0, k_eval[-1]), theta0, method=method, t_eval=k_eval, rtol=rtol, atol=atol)
     if not sol.success:
         raise RuntimeError(f"gradient flow integration failed: {sol.message}")
     thetas = sol.y
-    losses = np.empty(epochs)
-    test_rows = {k: np.empty(epochs) for k in (tests or {})}
+    losses = np.empty(epoch)
+    test_rows = {k: np.empty(epoch) for k in (tests or {})}
     values = None
     snaps = []
     take = snapshot or weights_of
-    for k in range(epochs):
+    for k in range(epoch):
         vec.set(thetas[:, k])
         losses[k] = objective.value(model)
         for key, obj in (tests or {}).items():
@@ -92,16 +94,16 @@ def gradient_flow(model, objective, *, lr: float, epochs: int, tests: dict | Non
         if track_value:
             v = model.value_weights().detach().cpu().numpy()
             if values is None:
-                values = np.empty((epochs, v.size))
+                values = np.empty((epoch, v.size))
             values[k] = v
         if snapshot_every and k % snapshot_every == 0:
             snaps.append((k, take(model)))
     vec.set(thetas[:, -1])
     if snapshot_every:
-        snaps.append((epochs, take(model)))
+        snaps.append((epoch, take(model)))
     if not np.all(np.isfinite(losses)):
         bad = int(np.argmin(np.isfinite(losses)))
         raise TrainingDiverged(bad, float(losses[bad]), lr)
-    return History(step=np.arange(epochs), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
+    return History(step=np.arange(epoch), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
                    test_icl=test_rows.get("test_icl"), values=values, snapshots=snaps,
                    wall_time=time.perf_counter() - start)

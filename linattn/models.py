@@ -32,13 +32,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._compat import renamed_kwargs
+
 MODELS = ("attnM", "attnS", "mlp")
 # The reference's three initialisation eras (its code at Dec 2024, Jan 2025 and Dec 2025); the old names are aliases.
 INIT_SCHEMES = ("dec2024", "jan2025", "dec2025")
 INIT_SCHEME_ALIASES = {"paper": "jan2025", "current": "dec2025"}
 
 
-def attn_s_scales(scheme: str, init: float, *, heads: int, in_dim: int, rank: int) -> tuple[float, float]:
+@renamed_kwargs(heads="head_num")
+def attn_s_scales(init_scheme: str, init: float, *, head_num: int, in_dim: int, rank: int) -> tuple[float, float]:
     """(key/query std, value scale) of ATTN_S at initialisation, per era (E = D + 1).
 
     dec2024: (init, init) — the value weight starts at exactly init; jan2025: (init/√(R·E), init);
@@ -46,11 +49,12 @@ def attn_s_scales(scheme: str, init: float, *, heads: int, in_dim: int, rank: in
     """
     E = in_dim + 1
     return {"dec2024": (init, init), "jan2025": (init / np.sqrt(rank * E), init),
-            "dec2025": (init / np.sqrt(heads * rank * E), init / (np.sqrt(heads) * E))}[scheme]
+            "dec2025": (init / np.sqrt(head_num * rank * E), init / (np.sqrt(head_num) * E))}[init_scheme]
 
 
-def init_weights(model: str, *, heads: int, in_dim: int, rank: int = 1, init: float = 0.01,
-                 scheme: str = "dec2025", rng: np.random.Generator) -> dict[str, np.ndarray]:
+@renamed_kwargs(heads="head_num", scheme="init_scheme")
+def init_weights(model: str, *, head_num: int, in_dim: int, rank: int = 1, init: float = 0.01,
+                 init_scheme: str = "dec2025", rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Initial weights with the reference's distributions, as full arrays (the layout of ``init.npz``).
 
     These are the distributions of the three eras with linattn's own random streams (``--draws streams``); the
@@ -65,21 +69,21 @@ def init_weights(model: str, *, heads: int, in_dim: int, rank: int = 1, init: fl
     the first D entries of each v_h = W_V[h][D]; ATTN_M's query-x/key-label block W_KQ[h][:D, D]; ATTN_S's key
     label column W_K[h][:, D].
     """
-    H, D, R = heads, in_dim, rank
+    H, D, R = head_num, in_dim, rank
     if model == "mlp":
         return {"W1": rng.normal(0.0, init, (H, D * D)), "w2": rng.normal(0.0, init, H)}
-    if scheme not in INIT_SCHEMES:
-        raise ValueError(f"unknown init scheme {scheme!r}; choose one of {INIT_SCHEMES}")
+    if init_scheme not in INIT_SCHEMES:
+        raise ValueError(f"init_scheme must be one of {', '.join(INIT_SCHEMES)}, got {init_scheme!r}")
     out = {}
     if model == "attnM":
         out["W_KQ"] = rng.normal(0.0, init, (H, D + 1, D + 1))
         out["W_KQ"][:, :D, D] = 0.0
         v_std = init
     elif model == "attnS":
-        kq_std, v_std = attn_s_scales(scheme, init, heads=H, in_dim=D, rank=R)
+        kq_std, v_std = attn_s_scales(init_scheme, init, head_num=H, in_dim=D, rank=R)
         out["W_Q"] = rng.normal(0.0, kq_std, (H, R, D + 1))
         out["W_K"] = rng.normal(0.0, kq_std, (H, R, D + 1))
-        if scheme == "dec2024":
+        if init_scheme == "dec2024":
             out["W_V"] = np.zeros((H, D + 1, D + 1))
             out["W_V"][:, D, D] = v_std
             return out
@@ -157,6 +161,12 @@ class _Attention(nn.Module):
     softmax: bool
     v: nn.Parameter  # (H, D+1): v_h, the last row of each head's value matrix
 
+    @property
+    def feature_map(self) -> str | None:
+        """The fixed feature T of ``features()`` by name ("attention": x_q ⊗ triu(S)), None for softmax attention,
+        whose output is not linear in any fixed feature."""
+        return None if self.softmax else "attention"
+
     def query_projection(self, xq: torch.Tensor) -> torch.Tensor:
         """(P, H, D+1): row h is x̃_qᵀ W_KQ[h], so the score of key m in head h is its product with x̃_m."""
         raise NotImplementedError
@@ -173,17 +183,6 @@ class _Attention(nn.Module):
     def forward(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
         values = torch.einsum("pmc,hc->phm", X, self.v)  # each token's value, last output entry: v_h · x̃_m
         return (self.query_weights(X, scale) * values).sum(dim=(1, 2))
-
-    def full_attention(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
-        """Straightforward reference: every head's whole (n × n) attention matrix, then the query row's output.
-
-        Used only by tests and benchmarks to check :meth:`forward`, which computes the query row alone.
-        """
-        W = self.key_query()
-        scores = torch.einsum("pna,hab,pmb->phnm", X, W, X)
-        weights = torch.softmax(scores, -1) if self.softmax else scores * scale
-        out = torch.einsum("phnm,pmc,hc->pn", weights, X, self.v)
-        return out[:, -1]
 
     def features(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
         return attention_features(X, scale)
@@ -269,6 +268,7 @@ class MLP(nn.Module):
     """Two-layer linear network on the cubic feature: ŷ = w₂ᵀ W₁ z (W₁: H×D², w₂: H)."""
 
     softmax = False
+    feature_map = "cubic"  # z = vec(b x_qᵀ), see cubic_features
 
     def __init__(self, W1, w2):
         super().__init__()
@@ -300,13 +300,14 @@ class MLP(nn.Module):
         return _balances(v=self.w2, k=self.W1)
 
 
-def weight_shapes(model: str, *, heads: int, in_dim: int, rank: int = 1) -> dict[str, tuple[int, ...]]:
+@renamed_kwargs(heads="head_num")
+def weight_shapes(model: str, *, head_num: int, in_dim: int, rank: int = 1) -> dict[str, tuple[int, ...]]:
     """The arrays of ``init.npz`` for ``model`` and their shapes, with E = D + 1.
 
     ATTN_M: W_KQ (H, E, E), W_V (H, E, E). ATTN_S: W_Q (H, R, E), W_K (H, R, E), W_V (H, E, E).
     MLP: W1 (H, D²), w2 (H,). Only the last row of each W_V[h] (v_h) enters the prediction.
     """
-    H, E, R = heads, in_dim + 1, rank
+    H, E, R = head_num, in_dim + 1, rank
     shapes = {"attnM": {"W_KQ": (H, E, E), "W_V": (H, E, E)},
               "attnS": {"W_Q": (H, R, E), "W_K": (H, R, E), "W_V": (H, E, E)},
               "mlp": {"W1": (H, in_dim * in_dim), "w2": (H,)}}
@@ -320,15 +321,16 @@ def _sizes_of(model: str, weights) -> dict:
     first = {"attnM": "W_KQ", "attnS": "W_Q", "mlp": "W1"}.get(model)
     shape = np.shape(weights[first]) if first in weights else ()
     if model == "attnM" and len(shape) == 3:
-        return dict(heads=shape[0], in_dim=shape[2] - 1)
+        return dict(head_num=shape[0], in_dim=shape[2] - 1)
     if model == "attnS" and len(shape) == 3:
-        return dict(heads=shape[0], rank=shape[1], in_dim=shape[2] - 1)
+        return dict(head_num=shape[0], rank=shape[1], in_dim=shape[2] - 1)
     if model == "mlp" and len(shape) == 2 and round(np.sqrt(shape[1])) ** 2 == shape[1]:
-        return dict(heads=shape[0], in_dim=round(np.sqrt(shape[1])))
+        return dict(head_num=shape[0], in_dim=round(np.sqrt(shape[1])))
     return {}
 
 
-def check_weights(model: str, weights, *, heads: int | None = None, in_dim: int | None = None,
+@renamed_kwargs(heads="head_num")
+def check_weights(model: str, weights, *, head_num: int | None = None, in_dim: int | None = None,
                   rank: int | None = None) -> dict[str, np.ndarray]:
     """``weights`` as numpy arrays if they have exactly the keys and shapes of :func:`weight_shapes` and finite
     values; otherwise one ValueError naming the expected keys and shapes. Sizes not given are read off the arrays."""
@@ -338,14 +340,14 @@ def check_weights(model: str, weights, *, heads: int | None = None, in_dim: int 
         raise ValueError(f"weights must be a dict of arrays (the layout of init.npz), got {type(weights).__name__}")
     w = {k: np.asarray(v) for k, v in weights.items()}
     sizes = _sizes_of(model, w)
-    sizes.update({k: v for k, v in dict(heads=heads, in_dim=in_dim, rank=rank).items() if v is not None})
-    names = list(weight_shapes(model, heads=1, in_dim=1))
+    sizes.update({k: v for k, v in dict(head_num=head_num, in_dim=in_dim, rank=rank).items() if v is not None})
+    names = list(weight_shapes(model, head_num=1, in_dim=1))
     problems = []
     if missing := [k for k in names if k not in w]:
         problems.append(f"missing {', '.join(missing)}")
     if extra := [k for k in w if k not in names]:
         problems.append(f"unexpected {', '.join(extra)}")
-    if "heads" in sizes and "in_dim" in sizes:
+    if "head_num" in sizes and "in_dim" in sizes:
         want = weight_shapes(model, **sizes)
         expected = ", ".join(f"{k} {v}" for k, v in want.items())
         if wrong := [f"{k} {w[k].shape}" for k in want if k in w and w[k].shape != want[k]]:

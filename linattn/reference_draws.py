@@ -32,9 +32,10 @@ import math
 import numpy as np
 import torch
 
+from ._compat import deprecated_names, renamed_kwargs
 from .data import Datasets, Sequences
+from .models import INIT_SCHEMES
 
-ERAS = ("dec2024", "jan2025", "dec2025")
 
 
 class Draws:
@@ -62,10 +63,10 @@ def covariance(D: int, draws: Draws, *, white: bool) -> np.ndarray:
     return cov / np.trace(cov)
 
 
-def fixed_task(D: int, draws: Draws, era: str) -> torch.Tensor:
+def fixed_task(D: int, draws: Draws, init_scheme: str) -> torch.Tensor:
     """w_fix (D, 1): N(0, I); from jan2025 on rescaled to norm √D (multiply first, then divide by the norm)."""
     w = draws.normal((D, 1))
-    if era != "dec2024":
+    if init_scheme != "dec2024":
         w = (w * math.sqrt(D)) / torch.linalg.vector_norm(w)
     return w
 
@@ -84,14 +85,14 @@ def whiten(W: torch.Tensor) -> torch.Tensor:
 
 
 def block(n: int, seq_len: int, cov: np.ndarray, w_fix: torch.Tensor, draws: Draws, *, icl: float,
-          era: str) -> Sequences:
+          init_scheme: str) -> Sequences:
     """n sequences of ``seq_len`` tokens by the reference's recipe; float32, query label zeroed, targets apart."""
     D = cov.shape[0]
     x64 = draws.numpy.multivariate_normal(np.zeros(D), cov, size=n * seq_len, check_valid="ignore")
     X = torch.from_numpy(x64.astype(np.float32)).reshape(n, seq_len, D)
     X = X - X.mean(dim=0, keepdim=True)
     if icl == 0.0:
-        if era != "dec2024":
+        if init_scheme != "dec2024":
             draws.normal((n, D, 1))  # the task vectors are drawn and discarded
         Y = draws.normal((n, seq_len, 1))
         Y[:, -1] = X[:, -1] @ w_fix
@@ -120,7 +121,7 @@ def cubic_features(X: np.ndarray) -> np.ndarray:
     return torch.bmm(b[:, :, None], S[:, -1, None, :D]).reshape(S.shape[0], D * D).numpy()
 
 
-def _init_weights(model: str, era: str, draws: Draws, *, H: int, D: int, R: int, init: float) -> dict:
+def _init_weights(model: str, init_scheme: str, draws: Draws, *, H: int, D: int, R: int, init: float) -> dict:
     """The reference's constructors and initialisation, in its module order (all float32).
 
     Separate key/query (attnS): dec2024 W_K, W_Q ~ N(0, init²) untouched and W_V = init·e_D e_Dᵀ (its normal draw
@@ -134,11 +135,11 @@ def _init_weights(model: str, era: str, draws: Draws, *, H: int, D: int, R: int,
         draws.linear(H * D * D)
         draws.linear(H)
         return {"W1": draws.normal((H, D * D), init).numpy(), "w2": draws.normal((1, H), init)[0].numpy()}
-    per_head = era != "dec2025"
+    per_head = init_scheme != "dec2025"
     if model == "attnS":
         for numel in (R * E, R * E, E * E):  # key, query, value constructors (one uniform per entry)
             draws.linear(H * numel)
-        if era == "dec2024":
+        if init_scheme == "dec2024":
             K = torch.stack([draws.normal((R, E), init) for _ in range(H)])
             Q = torch.stack([draws.normal((R, E), init) for _ in range(H)])
             V = torch.zeros(H, E, E)
@@ -146,7 +147,7 @@ def _init_weights(model: str, era: str, draws: Draws, *, H: int, D: int, R: int,
                 draws.normal((E, E), init)
                 V[h, D, D] = init
             return {"W_Q": Q.numpy(), "W_K": K.numpy(), "W_V": V.numpy()}
-        if era == "jan2025":
+        if init_scheme == "jan2025":
             K = torch.stack([draws.normal((R, E), init / (R * E) ** 0.5) for _ in range(H)])
             Q = torch.stack([draws.normal((R, E), init / (R * E) ** 0.5) for _ in range(H)])
             V = []
@@ -176,7 +177,9 @@ def _init_weights(model: str, era: str, draws: Draws, *, H: int, D: int, R: int,
     raise ValueError(f"unknown model {model!r}")
 
 
-def reference_draws(*, model: str, era: str, in_dim: int, seq_len: int, trainset_size: int, testset_size: int = 0,
+@renamed_kwargs(era="init_scheme")
+def reference_draws(*, model: str, init_scheme: str, in_dim: int, seq_len: int, trainset_size: int,
+                    testset_size: int = 0,
                     icl: float = 1.0, white_cov: bool = False, head_num: int = 1, rank: int = 1,
                     init: float = 0.01, seed: int = 10) -> tuple[Datasets, dict[str, np.ndarray]]:
     """The data and initial weights the authors' code draws for these flags and seed, in its order.
@@ -185,19 +188,22 @@ def reference_draws(*, model: str, era: str, in_dim: int, seq_len: int, trainset
     ``init.npz`` (float32). In dec2024 the training set always follows the icl = 1 recipe (that code had no
     ``--icl`` flag), so ``icl`` must be 1 there.
     """
-    if era not in ERAS:
-        raise ValueError(f"unknown era {era!r}; choose one of {', '.join(ERAS)}")
-    if era == "dec2024" and icl != 1.0:
+    if init_scheme not in INIT_SCHEMES:
+        raise ValueError(f"init_scheme must be one of {', '.join(INIT_SCHEMES)}, got {init_scheme!r}")
+    if init_scheme == "dec2024" and icl != 1.0:
         raise ValueError("the dec2024 code had no --icl flag (its training set always has icl = 1)")
     D = in_dim
     draws = Draws(seed)
-    w_fix = fixed_task(D, draws, era)
+    w_fix = fixed_task(D, draws, init_scheme)
     cov = covariance(D, draws, white=white_cov)
-    train = block(trainset_size, seq_len, cov, w_fix, draws, icl=icl, era=era)
+    train = block(trainset_size, seq_len, cov, w_fix, draws, icl=icl, init_scheme=init_scheme)
     test_iwl = test_icl = None
     if testset_size:
-        test_iwl = block(testset_size, seq_len, cov, w_fix, draws, icl=0.0, era=era)
-        test_icl = block(testset_size, seq_len, cov, w_fix, draws, icl=1.0, era=era)
-    weights = _init_weights(model, era, draws, H=head_num, D=D, R=rank, init=init)
+        test_iwl = block(testset_size, seq_len, cov, w_fix, draws, icl=0.0, init_scheme=init_scheme)
+        test_icl = block(testset_size, seq_len, cov, w_fix, draws, icl=1.0, init_scheme=init_scheme)
+    weights = _init_weights(model, init_scheme, draws, H=head_num, D=D, R=rank, init=init)
     data = Datasets(train=train, test_iwl=test_iwl, test_icl=test_icl, cov=cov, w_fix=w_fix[:, 0].numpy())
     return data, weights
+
+
+__getattr__ = deprecated_names(__name__, {"ERAS": (lambda: INIT_SCHEMES, "linattn.models.INIT_SCHEMES")})

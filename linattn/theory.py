@@ -28,10 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.integrate import solve_ivp
 
-NORMALIZATIONS = ("mean", "sum")
+from ._compat import renamed_kwargs
+from .models import attn_s_scales
+from .normalization import (NORMALIZATIONS, N_FACTORS, check, feature_scale, to_paper_normalisation,  # noqa: F401
+                            to_reference_normalisation, weight_scale_to_paper)
 
-# Number of weight factors in each model's output (ŷ is homogeneous of this degree in the weights).
-N_FACTORS = {"attnM": 2, "mlp": 2, "attnS": 3}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -65,18 +66,6 @@ def expected_lambda_hat_sq(cov, N: int) -> np.ndarray:
     """E[Λ̂²] = Λ² + (Λ + tr(Λ) I) Λ / N for Λ̂ = (1/N) Σ_n x_n x_nᵀ with Gaussian x (Isserlis' theorem)."""
     L = as_covariance(cov)
     return L @ L + (L + np.trace(L) * np.eye(len(L))) @ L / N
-
-
-def _check_normalize(normalize: str) -> None:
-    if normalize not in NORMALIZATIONS:
-        raise ValueError(f"normalize must be 'mean' or 'sum', got {normalize!r}")
-
-
-def feature_scale(N: int, *, normalize: str) -> float:
-    """The factor by which the feature (β, z, the attention output, a model's A) of a ``normalize``-normalised model
-    is larger than the paper's: 1 for "mean", N for "sum" (b = scale Σ y_n x_n = N β)."""
-    _check_normalize(normalize)
-    return float(N) if normalize == "sum" else 1.0
 
 
 def mean_yz(cov, N: int, *, normalize: str) -> np.ndarray:
@@ -120,38 +109,6 @@ def predictor_distance(A, B, cov, N: int, *, normalize: str) -> float:
 # Normalisation and time conversion
 # --------------------------------------------------------------------------------------------------------------
 
-def _n_factors(model: str) -> int:
-    try:
-        return N_FACTORS[model]
-    except KeyError:
-        raise ValueError(f"unknown model {model!r}; choose one of {tuple(N_FACTORS)}") from None
-
-
-def to_paper_normalisation(model: str, N: int, *, lr: float, init: float) -> tuple[float, float]:
-    """(lr, init) of the paper-normalised run that follows the same trajectory as a reference-normalised one.
-
-    The reference's output is N times the paper's for the same weights. ŷ is homogeneous of degree k in the weights
-    (k = 2 for ATTN_M and the MLP, 3 for ATTN_S), so weights scaled by N^{1/k} make the paper's model output what the
-    reference's does, and GD on the scaled weights needs the rate scaled by N^{2/k}:
-    ATTN_M/MLP: lr·N, init·√N; ATTN_S: lr·N^{2/3}, init·N^{1/3}. The trajectories then agree step by step (the
-    weights differ by the factor N^{1/k}); ``tests/test_theory.py`` checks this by training both ways.
-    """
-    k = _n_factors(model)
-    return lr * N ** (2.0 / k), init * N ** (1.0 / k)
-
-
-def to_reference_normalisation(model: str, N: int, *, lr: float, init: float) -> tuple[float, float]:
-    """Inverse of :func:`to_paper_normalisation`."""
-    k = _n_factors(model)
-    return lr / N ** (2.0 / k), init / N ** (1.0 / k)
-
-
-def weight_scale_to_paper(model: str, N: int, *, normalize: str) -> float:
-    """Factor turning a weight of a ``normalize``-normalised run into the matching paper-normalised weight:
-    1 for "mean", N^{1/k} for "sum" (k weight factors in ŷ, see :func:`to_paper_normalisation`)."""
-    return feature_scale(N, normalize=normalize) ** (1.0 / _n_factors(model))
-
-
 def steps_to_time(steps, lr: float, *, normalize: str, model: str | None = None, N: int | None = None):
     """The gradient-flow time of GD step ``steps`` in units of τ, in the paper's normalisation: t/τ = 2·η·step.
 
@@ -159,7 +116,7 @@ def steps_to_time(steps, lr: float, *, normalize: str, model: str | None = None,
     and ``N``) ``lr`` converted by :func:`to_paper_normalisation`, so that every run of the same trajectory lands on
     the same t/τ. The only step ↔ time conversion of the package (``flow.gradient_flow`` integrates in steps).
     """
-    _check_normalize(normalize)
+    check(normalize)
     if normalize == "sum":
         if model is None or N is None:
             raise ValueError("converting a reference-normalised run needs model and N")
@@ -361,21 +318,20 @@ def attn_s_escape_time(lam: float, v0: float) -> float:
     return float(1.0 / (lam**2 * v0))
 
 
-def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, heads: int = 1,
-                      scheme: str = "jan2025", normalize: str) -> np.ndarray:
+@renamed_kwargs(heads="head_num", scheme="init_scheme")
+def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, head_num: int = 1,
+                      init_scheme: str = "jan2025", normalize: str) -> np.ndarray:
     """Escape-time estimate of each drop d = 1 … D, in GD steps from step 0, for ATTN_S.
 
     τ/(λ_d² v₀) (:func:`attn_s_escape_time`) with v₀ the geometric mean of a head's three starting scales, the value
-    and the key and query entries, as the initialisation era ``scheme`` sets them (``models.attn_s_scales``; e.g.
+    and the key and query entries, as the initialisation era ``init_scheme`` sets them (``models.attn_s_scales``; e.g.
     jan2025: v₀ = init/(R(D+1))^{1/3}), in the paper's normalisation (``init`` and ``lr`` are converted when
     ``normalize="sum"``).
     """
-    from .models import attn_s_scales
-
     lam = spectrum(cov)[0]
     if normalize == "sum":
         init = to_paper_normalisation("attnS", N, lr=lr, init=init)[1]
-    kq, v = attn_s_scales(scheme, init, heads=heads, in_dim=len(lam), rank=rank)
+    kq, v = attn_s_scales(init_scheme, init, head_num=head_num, in_dim=len(lam), rank=rank)
     v0 = (v * kq * kq) ** (1.0 / 3.0)
     t = np.array([attn_s_escape_time(l, v0) for l in lam])
     return time_to_steps(t, lr, normalize=normalize, model="attnS", N=N)
@@ -399,7 +355,7 @@ def vary_len_plateau_losses(cov, seq_len: int, *, normalize: str) -> np.ndarray:
     L(M_m) = tr Λ − Σ_{d≤m} λ_d ⟨s⟩²/⟨s² c_d⟩ (M_D: the minimum of ATTN_M under ``--vary_len``).
     """
     lam, _ = spectrum(cov)
-    _check_normalize(normalize)
+    check(normalize)
     Ns = np.arange(1, seq_len)
     s = Ns / (Ns + 1.0) if normalize == "sum" else np.ones(len(Ns))
     c = np.array([c_d(cov, int(n)) for n in Ns])          # (lengths, D)

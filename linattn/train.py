@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ._compat import renamed_kwargs
+
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite.
@@ -84,10 +86,11 @@ def weights_of(model, like: dict | None = None) -> dict[str, np.ndarray]:
     return out
 
 
-def gradient_descent(model, objective, *, lr: float, epochs: int, tests: dict | None = None,
+@renamed_kwargs(epochs="epoch")
+def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | None = None,
                      track_value: bool = False, snapshot_every: int = 0,
                      snapshot: Callable | None = None, progress: bool | None = None) -> History:
-    """Train ``model`` in place for ``epochs`` steps of full-batch GD on ``objective``.
+    """Train ``model`` in place for ``epoch`` steps of full-batch GD on ``objective``.
 
     ``objective`` is any engine object with ``value_and_grad(model)`` and ``value(model)`` (``engines.py``);
     ``tests`` maps "test_iwl"/"test_icl" to such objects, evaluated (without gradients) before every step.
@@ -95,13 +98,13 @@ def gradient_descent(model, objective, *, lr: float, epochs: int, tests: dict | 
     ``progress``: a tqdm bar (None: only for runs that touch a terminal).
     """
     params = [p for p in model.parameters()]
-    losses = np.empty(epochs)
-    test_rows = {k: np.empty(epochs) for k in (tests or {})}
-    values = np.empty((epochs, len(model.value_weights()))) if track_value else None
+    losses = np.empty(epoch)
+    test_rows = {k: np.empty(epoch) for k in (tests or {})}
+    values = np.empty((epoch, len(model.value_weights()))) if track_value else None
     snaps = []
     take = snapshot or weights_of
     start = time.perf_counter()
-    bar = tqdm(range(epochs), desc="training", unit="step", disable=(None if progress is None else not progress),
+    bar = tqdm(range(epoch), desc="training", unit="step", disable=(None if progress is None else not progress),
                mininterval=1.0, leave=False)
     for t in bar:
         for p in params:
@@ -121,7 +124,7 @@ def gradient_descent(model, objective, *, lr: float, epochs: int, tests: dict | 
             for p in params:
                 p -= lr * p.grad
     if snapshot_every:
-        snaps.append((epochs, take(model)))
-    return History(step=np.arange(epochs), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
+        snaps.append((epoch, take(model)))
+    return History(step=np.arange(epoch), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
                    test_icl=test_rows.get("test_icl"), values=values, snapshots=snaps,
                    wall_time=time.perf_counter() - start)

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import linattn
-from linattn import data, engines, models
+from linattn import data, models, normalization, objectives
 from linattn.cli import main
 from linattn.config import ConfigError
-from linattn.run import pick_device
+from linattn.objectives import device_for as pick_device
 
 SMALL = dict(in_dim=3, seq_len=6, trainset_size=40, epoch=30, lr=0.05, init=0.3, head_num=2, draws="streams")
 MODELS = [("attnM", {}), ("attnS", {"rank": 2}), ("mlp", {"cubic_feat": True})]
@@ -57,7 +57,7 @@ def test_final_weights_rebuild_the_trained_model(model, extra):
 
 def test_run_uses_the_given_init_and_data_and_records_their_sizes():
     ds, _ = linattn.draw(linattn.RunConfig(in_dim=3, seq_len=9, trainset_size=30, draws="streams", seed=4))
-    w = linattn.init_weights("attnS", heads=2, in_dim=3, rank=1, init=0.4, rng=np.random.default_rng(7))
+    w = linattn.init_weights("attnS", head_num=2, in_dim=3, rank=1, init=0.4, rng=np.random.default_rng(7))
     cfg = linattn.RunConfig(model="attnS", head_num=2, in_dim=3, epoch=20, lr=0.05, init=0.01)
     res = linattn.run(cfg, init=w, data=linattn.Sequences(ds.train.X, ds.train.y), progress=False)
     assert all(np.array_equal(res.init[k], w[k]) for k in w)
@@ -89,7 +89,7 @@ def test_acceptance_example_in_a_fresh_interpreter():
         import numpy as np, linattn
         ds = linattn.draw(linattn.RunConfig(in_dim=4, seq_len=8, trainset_size=50, draws="streams"))[0]
         X, y = ds.train.X, ds.train.y
-        my_weights = linattn.init_weights("attnS", heads=3, in_dim=4, rank=1, init=0.3,
+        my_weights = linattn.init_weights("attnS", head_num=3, in_dim=4, rank=1, init=0.3,
                                           rng=np.random.default_rng(0))
         res = linattn.run(linattn.RunConfig(model="attnS", head_num=3, rank=1, in_dim=4, epoch=500, lr=0.05,
                                             init=0.3), init=my_weights, data=linattn.Sequences(X, y))
@@ -103,7 +103,7 @@ def test_acceptance_example_in_a_fresh_interpreter():
 
 def test_wrong_init_is_one_value_error_naming_keys_and_shapes():
     cfg = linattn.RunConfig(model="attnS", head_num=3, rank=1, in_dim=4, epoch=5, draws="streams")
-    w = linattn.init_weights("attnS", heads=3, in_dim=4, rank=1, rng=np.random.default_rng(0))
+    w = linattn.init_weights("attnS", head_num=3, in_dim=4, rank=1, rng=np.random.default_rng(0))
     old_layout = {"W_Q": w["W_Q"], "W_K": w["W_K"], "v": w["W_V"][:, -1]}
     with pytest.raises(ValueError) as err:
         linattn.run(cfg, init=old_layout)
@@ -176,27 +176,27 @@ class DoubledForward(models.AttnS):
 
 def test_exact_engine_refuses_a_model_whose_forward_is_changed():
     ds = data.make_datasets(in_dim=3, seq_len=6, trainset_size=50, seed=1)
-    w = models.init_weights("attnS", heads=2, in_dim=3, rank=1, init=0.5, rng=np.random.default_rng(2))
+    w = models.init_weights("attnS", head_num=2, in_dim=3, rank=1, init=0.5, rng=np.random.default_rng(2))
     plain, changed = models.build_model("attnS", w), DoubledForward(w["W_Q"], w["W_K"], w["W_V"])
-    assert isinstance(engines.Exact.from_data(plain, ds.train), engines.Exact)
-    assert isinstance(engines.Exact.from_data(models.build_model("attnS", w, dtype=torch.float32), ds.train),
-                      engines.Exact)  # float32 weights are checked in float64, not refused
-    with pytest.raises(ValueError, match="DoubledForward.forward.*--engine autograd"):
-        engines.Exact.from_data(changed, ds.train)
+    assert isinstance(objectives.Exact.from_data(plain, ds.train), objectives.Exact)
+    assert isinstance(objectives.Exact.from_data(models.build_model("attnS", w, dtype=torch.float32), ds.train),
+                      objectives.Exact)  # float32 weights are checked in float64, not refused
+    with pytest.raises(ValueError, match="DoubledForward.forward.*engine=.autograd."):
+        objectives.Exact.from_data(changed, ds.train)
     silent = {**w, "W_V": np.zeros_like(w["W_V"])}  # every prediction 0 at these weights: still caught
     with pytest.raises(ValueError, match="DoubledForward.forward"):
-        engines.Exact.from_data(DoubledForward(silent["W_Q"], silent["W_K"], silent["W_V"]), ds.train)
+        objectives.Exact.from_data(DoubledForward(silent["W_Q"], silent["W_K"], silent["W_V"]), ds.train)
     with pytest.raises(ValueError, match="the population engine would train DoubledForward"):
-        engines.population(changed, cov=ds.cov, seq_len=6)
+        objectives.Population.of(changed, cov=ds.cov, seq_len=6)
     with pytest.warns(UserWarning, match="falling back"):
-        obj = engines.Exact.from_data(changed, ds.train, fallback=True)
-    assert isinstance(obj, engines.PerSample)
+        obj = objectives.Exact.from_data(changed, ds.train, fallback=True)
+    assert isinstance(obj, objectives.Autograd)
     with torch.no_grad():
         direct = float(((changed(torch.as_tensor(ds.train.X)) - torch.as_tensor(ds.train.y)) ** 2).mean())
     assert obj.value(changed) == pytest.approx(direct, rel=1e-12)
     with warnings.catch_warnings():  # a model that passes gives no warning with fallback=True either
         warnings.simplefilter("error")
-        assert isinstance(engines.Exact.from_data(plain, ds.train, fallback=True), engines.Exact)
+        assert isinstance(objectives.Exact.from_data(plain, ds.train, fallback=True), objectives.Exact)
 
 
 def test_device_auto_is_the_cpu_for_exact_and_population():
@@ -235,7 +235,7 @@ def test_a_set_of_one_sequence_is_refused(name):
 @pytest.mark.parametrize("keep", ["test_iwl", "test_icl"])
 def test_a_run_with_one_test_set_records_and_writes_just_that_one(keep, tmp_path):
     from dataclasses import replace
-    from linattn.run import write_outputs
+    from linattn.experiment import write_outputs
     cfg = linattn.RunConfig(model="attnM", head_num=2, in_dim=3, seq_len=6, trainset_size=40, testset_size=8,
                             epoch=5, lr=0.05, init=0.3)
     drawn, init = linattn.draw(cfg)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import yaml
 
-from linattn import book
+from linattn.companion import book
 
 ROOT = book.REPO_ROOT
 PRESET = os.environ.get("LINATTN_BOOK_PRESET", "quick")
@@ -365,7 +365,7 @@ def _tiny_book(tmp_path: Path, names: list[str]) -> Path:
 
 def _executed(root: Path, name: str, error: bool = False, preset: str = "paper", source: str | None = None):
     """An executed figure as the runner leaves it (notebook, image, run record and cache key)."""
-    from linattn import figures as runner
+    from linattn.companion import runner
 
     figs = book.figures_dir(preset, root)
     nb = nbformat.v4.new_notebook()

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from linattn import provenance
+from linattn import records as provenance
 from linattn.cli import build_parser, config_from_args, main
 
 FAST = ["--in_dim", "3", "--seq_len", "6", "--trainset_size", "50", "--epoch", "5", "--quiet"]

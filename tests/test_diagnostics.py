@@ -5,11 +5,12 @@ import pytest
 import torch
 
 from linattn import diagnostics as dg
-from linattn import published, theory
+from linattn import theory
+from linattn.companion import published
 from linattn.config import RunConfig
 from linattn.models import init_weights, build_model
 from linattn.data import streams
-from linattn.run import run
+from linattn.experiment import run
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
@@ -168,10 +169,10 @@ def test_detect_plateaus_on_synthetic_curves():
     assert np.allclose(p.drop_steps, drops, rtol=0.05)
 
 
-def _dense(model_name, rng, scheme="dec2025"):
+def _dense(model_name, rng, init_scheme="dec2025"):
     """Weights of ``scheme`` with every block the theory keeps at zero filled in too (vector blocks, key label
     column, v_h[:D]), so every term of the prediction is present."""
-    w = init_weights(model_name, heads=3, in_dim=4, rank=2, init=0.7, scheme=scheme, rng=rng)
+    w = init_weights(model_name, head_num=3, in_dim=4, rank=2, init=0.7, init_scheme=scheme, rng=rng)
     return {k: v + 0.3 * rng.standard_normal(v.shape) for k, v in w.items()}
 
 
@@ -224,9 +225,9 @@ def test_combined_A_counts_the_key_label_column_of_dec2024():
 
 def test_models_carry_their_measures_and_other_models_raise_type_error():
     rng = streams(2, 0)
-    attn_m = build_model("attnM", init_weights("attnM", heads=2, in_dim=3, init=0.5, rng=rng))
-    mlp = build_model("mlp", init_weights("mlp", heads=2, in_dim=3, init=0.5, rng=rng))
-    attn_s = build_model("attnS", init_weights("attnS", heads=2, in_dim=3, init=0.5, rng=rng))
+    attn_m = build_model("attnM", init_weights("attnM", head_num=2, in_dim=3, init=0.5, rng=rng))
+    mlp = build_model("mlp", init_weights("mlp", head_num=2, in_dim=3, init=0.5, rng=rng))
+    attn_s = build_model("attnS", init_weights("attnS", head_num=2, in_dim=3, init=0.5, rng=rng))
     # ATTN_M (vector blocks zero) and its MLP twin have the same heads and the same a0
     from linattn.models import MLP
     twin = MLP(*attn_m.mlp_weights())
@@ -292,7 +293,7 @@ def test_normalize_is_a_required_keyword_in_every_diagnostic_that_takes_it():
     for name, fn in takers.items():
         p = inspect.signature(fn).parameters["normalize"]
         assert p.kind is p.KEYWORD_ONLY and p.default is p.empty, f"diagnostics.{name} defaults normalize"
-    model = build_model("attnS", init_weights("attnS", heads=2, in_dim=4, rank=1, init=0.3,
+    model = build_model("attnS", init_weights("attnS", head_num=2, in_dim=4, rank=1, init=0.3,
                                               rng=np.random.default_rng(0)))
     with pytest.raises(TypeError, match="normalize"):
         dg.combined_A(model, N)

@@ -10,14 +10,15 @@ import pytest
 import torch
 from numpy.polynomial.hermite_e import hermegauss
 
-from linattn import data, engines, models, population
+from linattn import data, models, normalization, objectives
+from linattn.objectives import population
 from linattn.train import gradient_descent
 
 D, SEQ, H = 3, 6, 3
 
 
 def _weights(model, rank, init, seed):
-    w = models.init_weights(model, heads=H, in_dim=D, rank=rank, init=init, rng=np.random.default_rng(seed))
+    w = models.init_weights(model, head_num=H, in_dim=D, rank=rank, init=init, rng=np.random.default_rng(seed))
     return w
 
 
@@ -43,10 +44,10 @@ def test_exact_engine_follows_the_per_sample_trajectory(case):
     hist = {}
     for engine in ("exact", "autograd"):
         net = models.build_model(model, w)
-        make = ((lambda s: engines.Exact.from_data(net, s, **opts)) if engine == "exact"
-                else (lambda s: engines.PerSample(s, **opts)))
+        make = ((lambda s: objectives.Exact.from_data(net, s, **opts)) if engine == "exact"
+                else (lambda s: objectives.Autograd(s, **opts)))
         tests = {k: make(getattr(ds, k)) for k in ("test_iwl", "test_icl")} if extras else None
-        hist[engine] = gradient_descent(net, make(ds.train), lr=lr, epochs=150, tests=tests,
+        hist[engine] = gradient_descent(net, make(ds.train), lr=lr, epoch=150, tests=tests,
                                         track_value=extras, progress=False)
     ex, ps = hist["exact"], hist["autograd"]
     assert ps.train_loss[-1] < 0.7 * ps.train_loss[0]  # the loss moves a lot, not only along a plateau
@@ -76,19 +77,19 @@ def test_statistics_for_a_million_sequences_stay_chunk_sized():
 
     net.features = spy
     tracemalloc.start()
-    obj = engines.Exact.from_data(net, data.Sequences(X, y), vary_len=True, chunk=chunk)
+    obj = objectives.Exact.from_data(net, data.Sequences(X, y), vary_len=True, chunk=chunk)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert max(rows) == chunk and sum(rows) == P * 3  # three prefix lengths per sequence
     assert peak < 20 * chunk * X[0].nbytes  # a whole copy of the data would be 10⁶ · X[0].nbytes
-    ref = engines.Exact.from_data(net, data.Sequences(np.ascontiguousarray(X[:1]), np.ascontiguousarray(y[:1])),
+    ref = objectives.Exact.from_data(net, data.Sequences(np.ascontiguousarray(X[:1]), np.ascontiguousarray(y[:1])),
                                   vary_len=True)
     assert torch.allclose(obj.moments.TT, ref.moments.TT, rtol=1e-12)
     assert torch.allclose(obj.moments.yT, ref.moments.yT, rtol=1e-12)
 
 
 def _weights_small():
-    return models.init_weights("attnM", heads=2, in_dim=2, init=0.5, rng=np.random.default_rng(0))
+    return models.init_weights("attnM", head_num=2, in_dim=2, init=0.5, rng=np.random.default_rng(0))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def _quadrature_moments(model, cov, seq_len, *, vary_len, normalize):
     X[:, -1, Dl] = 0.0
     wt = torch.as_tensor(weight)
     yy, yT, TT, k = 0.0, 0.0, 0.0, 0
-    for Xn, yn, scale in engines.prefix_terms(torch.as_tensor(X), torch.as_tensor(yq), vary_len=vary_len,
+    for Xn, yn, scale in normalization.prefix_terms(torch.as_tensor(X), torch.as_tensor(yq), vary_len=vary_len,
                                               normalize=normalize):
         T = model.features(Xn, scale)
         yy, yT, TT, k = yy + wt @ yn**2, yT + T.T @ (wt * yn), TT + T.T @ (wt[:, None] * T), k + 1
@@ -124,11 +125,11 @@ def _quadrature_moments(model, cov, seq_len, *, vary_len, normalize):
 @pytest.mark.parametrize("normalize,vary_len", [("sum", False), ("mean", False), ("sum", True)])
 def test_population_moments_equal_exact_quadrature(model, normalize, vary_len):
     cov = np.array([[0.6, 0.15], [0.15, 0.4]])
-    net = models.build_model(model, models.init_weights(model, heads=2, in_dim=2, init=0.5,
+    net = models.build_model(model, models.init_weights(model, head_num=2, in_dim=2, init=0.5,
                                                          rng=np.random.default_rng(0)))
     with torch.no_grad():
         yy, yT, TT = _quadrature_moments(net, cov, 3, vary_len=vary_len, normalize=normalize)
-    kind = engines.feature_kind(net)
+    kind = objectives.feature_kind(net)
     mom = population.population_moments(kind, cov, 3, vary_len=vary_len, normalize=normalize)
     assert abs(mom.yy - yy) < 1e-12
     assert torch.allclose(mom.yT, yT, rtol=1e-10, atol=1e-12)
@@ -173,17 +174,15 @@ def test_population_white_minimum():
     assert abs(mom.minimum()[0] - 5 / 36) < 1e-10
 
 
-def test_population_algebra_lives_in_its_own_module_and_needs_the_normalisation():
+def test_population_moments_need_the_normalisation():
     with pytest.raises(TypeError, match="normalize"):
         population.population_moments("cubic", np.eye(2) / 2, 4)  # no silent factor of N
-    for moved in ("population_moments", "_isserlis", "_attention_population", "views", "_OneThread"):
-        assert not hasattr(engines, moved), moved
 
 
 def test_engines_leave_the_thread_count_alone(monkeypatch):
     """The CLI sets torch's threads once (--threads); an engine step must not change them behind its back."""
     net = models.build_model("attnM", _weights_small())
-    obj = engines.Exact.from_data(net, data.make_datasets(in_dim=2, seq_len=4, trainset_size=8, seed=0).train)
+    obj = objectives.Exact.from_data(net, data.make_datasets(in_dim=2, seq_len=4, trainset_size=8, seed=0).train)
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n))
     obj.value_and_grad(net)
@@ -194,8 +193,8 @@ def test_engines_leave_the_thread_count_alone(monkeypatch):
 def test_population_engine_is_exact_by_default_and_sampling_agrees():
     cov = data.make_covariance(2, np.random.default_rng(0))
     net = models.build_model("attnM", _weights_small())
-    exact = engines.population(net, cov=cov, seq_len=4, normalize="mean")
-    sampled = engines.population(net, cov=cov, seq_len=4, normalize="mean", samples=1 << 16, seed=3)
+    exact = objectives.Population.of(net, cov=cov, seq_len=4, normalize="mean")
+    sampled = objectives.Population.of(net, cov=cov, seq_len=4, normalize="mean", samples=1 << 16, seed=3)
     assert exact.name == sampled.name == "population"
     # the Monte-Carlo estimate scatters around the exact value: compare the loss of the trained-like weights
     a, b = exact.value(net), sampled.value(net)
@@ -214,9 +213,9 @@ def test_query_row_equals_full_attention(model, softmax):
     a = models.build_model(model, w, softmax=softmax)
     b = models.build_model(model, w, softmax=softmax)
     X = torch.as_tensor(ds.train.X)
-    assert torch.allclose(a(X, 0.2), b.full_attention(X, 0.2), rtol=1e-12, atol=1e-14)
-    obj = engines.PerSample(ds.train, vary_len=True, chunk=32)
-    la, lb = obj.value_and_grad(a), obj.value_and_grad_full_attention(b)
+    assert torch.allclose(a(X, 0.2), full_attention(b, X, 0.2), rtol=1e-12, atol=1e-14)
+    la = objectives.Autograd(ds.train, vary_len=True, chunk=32).value_and_grad(a)
+    lb = FullAttention(ds.train, vary_len=True, chunk=32).value_and_grad(b)
     assert abs(la - lb) < 1e-12 * la
     for p, q in zip(a.parameters(), b.parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=1e-10, atol=1e-14)

@@ -7,7 +7,7 @@ import pytest
 from linattn import diagnostics as dg
 from linattn import events, theory
 from linattn.config import RunConfig
-from linattn.run import run
+from linattn.experiment import run
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)

@@ -33,7 +33,7 @@ import test_book as tb  # the shared helpers: where the build is, skip-or-fail, 
 from linattn import theory
 from linattn.config import RunConfig
 from linattn.models import init_weights
-from linattn.run import run
+from linattn.experiment import run
 
 PAGE = "book/explore.html"
 EXTRA = "/book/explorer-test/"  # URL prefix of the weight files the tests write (served from a temporary folder)
@@ -165,7 +165,7 @@ def browser(tmp_path_factory):
 # ------------------------------------------------------------------------------------------- helpers
 
 def query(model, D, N, H, R, init, era, lr, steps, spectrum, normalize, **extra) -> str:
-    q = dict(model=model, D=D, N=N, H=H, R=R, init=init, era=era, lr=lr, steps=steps, seed=0, normalize=normalize,
+    q = dict(model=model, D=D, N=N, H=H, R=R, init=init, init_scheme=era, lr=lr, steps=steps, seed=0, normalize=normalize,
              spectrum=",".join(repr(float(x)) for x in spectrum), **extra)
     return urlencode(q, quote_via=quote, safe=",/")
 
@@ -189,11 +189,11 @@ def max_rel(js, py) -> float:
 D4 = [0.4, 0.3, 0.2, 0.1]
 D6 = list(np.arange(1, 7) / 21.0)
 CASES = {
-    "attnM_D4": dict(model="attnM", D=4, N=31, H=4, R=1, init=0.1, era="dec2025", lr=0.05, steps=300,
+    "attnM_D4": dict(model="attnM", D=4, N=31, H=4, R=1, init=0.1, init_scheme="dec2025", lr=0.05, steps=300,
                      spectrum=D4, normalize="sum"),
-    "attnS_R1_D4": dict(model="attnS", D=4, N=31, H=5, R=1, init=0.3, era="jan2025", lr=0.05, steps=300,
+    "attnS_R1_D4": dict(model="attnS", D=4, N=31, H=5, R=1, init=0.3, init_scheme="jan2025", lr=0.05, steps=300,
                         spectrum=D4, normalize="sum"),
-    "attnS_R2_D6": dict(model="attnS", D=6, N=15, H=4, R=2, init=0.5, era="dec2025", lr=0.5, steps=300,
+    "attnS_R2_D6": dict(model="attnS", D=6, N=15, H=4, R=2, init=0.5, init_scheme="dec2025", lr=0.5, steps=300,
                         spectrum=D6, normalize="mean"),
 }
 
@@ -203,7 +203,7 @@ def test_page_matches_python_population_run(name, served, browser):
     """The page, started from Python's initial weights, records Python's loss at every step (relative 1e-9)."""
     base, extra = served
     s = CASES[name]
-    weights = init_weights(s["model"], heads=s["H"], in_dim=s["D"], rank=s["R"], init=s["init"], scheme=s["era"],
+    weights = init_weights(s["model"], head_num=s["H"], in_dim=s["D"], rank=s["R"], init=s["init"], init_scheme=s["era"],
                            rng=np.random.default_rng(7))
     (extra / f"{name}.json").write_text(json.dumps({k: v.tolist() for k, v in weights.items()}))
     py = python_loss(s, weights)
@@ -222,8 +222,8 @@ def test_page_refuses_ragged_or_non_finite_weights(served, browser):
     """Weights whose first rows have the right shape but a later row does not (or holds NaN) get a message."""
     base, extra = served
     s = dict(CASES["attnS_R1_D4"], steps=20)
-    w = {k: v.tolist() for k, v in init_weights("attnS", heads=s["H"], in_dim=4, rank=1, init=0.3,
-                                               scheme="jan2025", rng=np.random.default_rng(0)).items()}
+    w = {k: v.tolist() for k, v in init_weights("attnS", head_num=s["H"], in_dim=4, rank=1, init=0.3,
+                                               init_scheme="jan2025", rng=np.random.default_rng(0)).items()}
     ragged, nan = json.loads(json.dumps(w)), json.loads(json.dumps(w))
     ragged["W_V"][2][3] = ragged["W_V"][2][3][:2]
     nan["W_Q"][1][0][2] = "NaN"
@@ -240,7 +240,7 @@ def test_page_init_layout_and_its_run(model, era, served, browser):
     """The page's own seeded initial weights have init.npz's layout, zero blocks and scales; Python trained from
     them (dump_init=1) gives the page's curve."""
     base, _ = served
-    s = dict(model=model, D=5, N=20, H=6, R=2 if model == "attnS" else 1, init=0.15, era=era, lr=0.02, steps=120,
+    s = dict(model=model, D=5, N=20, H=6, R=2 if model == "attnS" else 1, init=0.15, init_scheme=era, lr=0.02, steps=120,
              spectrum=[0.3, 0.25, 0.2, 0.15, 0.1], normalize="sum")
     res = browser.explore(f"{base}/{PAGE}?{query(**s, dump_init='1')}")
     assert res["status"] == "done", res.get("message")
@@ -275,7 +275,7 @@ def test_ten_thousand_steps_timing(served, browser, capsys):
     """10 000 steps of ATTN_S at D = 8, H = 9, R = 2 in headless Chromium: the time is printed, not asserted
     (target: under 2 s)."""
     base, _ = served
-    s = dict(model="attnS", D=8, N=31, H=9, R=2, init=5e-3, era="jan2025", lr=0.02, steps=10000,
+    s = dict(model="attnS", D=8, N=31, H=9, R=2, init=5e-3, init_scheme="jan2025", lr=0.02, steps=10000,
              spectrum=list(np.arange(1, 9) / 36.0), normalize="sum")
     res = browser.explore(f"{base}/{PAGE}?{query(**s)}")
     assert res["status"] == "done" and res["steps_done"] == 10000, res.get("message")

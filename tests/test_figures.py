@@ -13,7 +13,7 @@ import json
 import nbformat
 import pytest
 
-from linattn import figures
+from linattn.companion import runner as figures
 from test_book import _skip_or_fail
 
 NAMES = sorted(figures.discover())

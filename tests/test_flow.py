@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import cli, data, engines, flow, models, theory
+from linattn import cli, data, flow, models, normalization, objectives, theory
 from linattn.config import ConfigError, RunConfig
 from linattn.flow import gradient_flow
-from linattn.run import run
+from linattn.experiment import run
 from linattn.train import gradient_descent
 
 
-def _problem(model="attnS", heads=2, init=0.3, seed=0):
+def _problem(model="attnS", head_num=2, init=0.3, seed=0):
     ds = data.make_datasets(in_dim=3, seq_len=8, trainset_size=200, seed=seed)
-    w = models.init_weights(model, heads=heads, in_dim=3, init=init, scheme="jan2025", rng=np.random.default_rng(seed))
+    w = models.init_weights(model, head_num=heads, in_dim=3, init=init, init_scheme="jan2025", rng=np.random.default_rng(seed))
     net = models.build_model(model, w)
-    return ds, w, engines.Exact.from_data(net, ds.train, normalize="mean")
+    return ds, w, objectives.Exact.from_data(net, ds.train, normalize="mean")
 
 
 class _Square:
@@ -39,7 +39,7 @@ def test_time_axis_is_theory_steps_to_time():
     net = torch.nn.Module()
     net.theta = torch.nn.Parameter(torch.tensor([1.0, -0.5], dtype=torch.float64))
     lr, epochs = 0.02, 60
-    hist = gradient_flow(net, _Square(), lr=lr, epochs=epochs, rtol=1e-10, atol=1e-14)
+    hist = gradient_flow(net, _Square(), lr=lr, epoch=epochs, rtol=1e-10, atol=1e-14)
     t = theory.steps_to_time(np.arange(epochs), lr, normalize="mean")
     assert np.allclose(hist.train_loss, 1.25 * np.exp(-2 * t), rtol=1e-7)
     assert not hasattr(flow, "steps_to_flow_time")
@@ -49,12 +49,12 @@ def test_small_learning_rate_gd_converges_to_the_flow():
     """GD is forward Euler on the flow: its loss curve approaches the flow's as O(lr) at fixed t/τ."""
     ds, w, obj = _problem()
     T = 40.0  # t/τ covered: through the first drop
-    flow = gradient_flow(models.build_model("attnS", w), obj, lr=T / 2 / 1000, epochs=1001).train_loss
+    flow = gradient_flow(models.build_model("attnS", w), obj, lr=T / 2 / 1000, epoch=1001).train_loss
     assert flow[-1] < 0.7 * flow[0]
     errors = []
     for steps in (250, 1000):
         lr = T / 2 / steps
-        gd = gradient_descent(models.build_model("attnS", w), obj, lr=lr, epochs=steps + 1, progress=False)
+        gd = gradient_descent(models.build_model("attnS", w), obj, lr=lr, epoch=steps + 1, progress=False)
         on_gd_axis = flow[:: 1000 // steps]
         errors.append(np.max(np.abs(gd.train_loss - on_gd_axis) / on_gd_axis))
     assert errors[1] < 3e-3
@@ -71,8 +71,8 @@ def test_flow_conserves_the_balance_that_gd_breaks():
 
     net_f, net_g = models.build_model("attnS", w), models.build_model("attnS", w)
     start = balance(net_f)
-    gradient_flow(net_f, obj, lr=0.05, epochs=200)
-    gradient_descent(net_g, obj, lr=0.05, epochs=200, progress=False)
+    gradient_flow(net_f, obj, lr=0.05, epoch=200)
+    gradient_descent(net_g, obj, lr=0.05, epoch=200, progress=False)
     moved = (net_f.v.detach() - torch.as_tensor(w["W_V"][:, -1])).abs().max()
     assert moved > 0.1
     assert torch.max(torch.abs(balance(net_f) - start)) < 1e-6
@@ -81,11 +81,11 @@ def test_flow_conserves_the_balance_that_gd_breaks():
 
 def test_flow_history_matches_gd_layout_with_tests_and_values():
     ds = data.make_datasets(in_dim=3, seq_len=8, trainset_size=100, testset_size=50, icl=0.5, seed=2)
-    w = models.init_weights("attnM", heads=2, in_dim=3, init=0.3, rng=np.random.default_rng(1))
+    w = models.init_weights("attnM", head_num=2, in_dim=3, init=0.3, rng=np.random.default_rng(1))
     net = models.build_model("attnM", w)
-    tests = {k: engines.Exact.from_data(net, getattr(ds, k)) for k in ("test_iwl", "test_icl")}
-    obj = engines.Exact.from_data(net, ds.train)
-    h = gradient_flow(net, obj, lr=1e-3, epochs=30, tests=tests, track_value=True, snapshot_every=10)
+    tests = {k: objectives.Exact.from_data(net, getattr(ds, k)) for k in ("test_iwl", "test_icl")}
+    obj = objectives.Exact.from_data(net, ds.train)
+    h = gradient_flow(net, obj, lr=1e-3, epoch=30, tests=tests, track_value=True, snapshot_every=10)
     assert list(h.columns()) == ["step", "train_loss", "test_iwl", "test_icl", "value_0", "value_1"]
     assert len(h.train_loss) == 30 and [s for s, _ in h.snapshots] == [0, 10, 20, 30]
     # row 0 is the initial point, the model ends at t/τ = 2·lr·epochs like GD's last update

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import data, engines
+from linattn import data, normalization, objectives
 from linattn.models import build_model, init_weights, mlp_from_attn_m
 from linattn.train import gradient_descent
 
@@ -16,7 +16,7 @@ def seqs():
 
 def random_weights(model, rng):
     """Dense random weights (no zeroed blocks) so every entry of the closed forms is exercised."""
-    w = init_weights(model, heads=H, in_dim=D, rank=R, init=0.5, rng=rng)
+    w = init_weights(model, head_num=H, in_dim=D, rank=R, init=0.5, rng=rng)
     return {k: rng.normal(0, 0.5, v.shape) for k, v in w.items()}
 
 
@@ -63,30 +63,30 @@ def test_softmax_rows_sum_to_one(model, seqs):
 def test_paper_normalisation_divides_output_by_N(model, seqs):
     net = build_model(model, random_weights(model, np.random.default_rng(4)))
     X = torch.as_tensor(seqs.X)
-    s_sum, s_mean = (engines.scale_for(SEQ, normalize, vary_len=False) for normalize in ("sum", "mean"))
+    s_sum, s_mean = (normalization.token_scale(SEQ, normalize, vary_len=False) for normalize in ("sum", "mean"))
     assert torch.allclose(net(X, s_mean), net(X, s_sum) / (SEQ - 1))
 
 
 def test_init_zeroed_blocks_and_scales():
     rng = np.random.default_rng(5)
     Dl, Hl, Rl, init = 6, 40, 3, 0.1
-    m = init_weights("attnM", heads=Hl, in_dim=Dl, init=init, rng=rng)
+    m = init_weights("attnM", head_num=Hl, in_dim=Dl, init=init, rng=rng)
     assert np.all(m["W_KQ"][:, :Dl, Dl] == 0) and np.all(m["W_V"][:, Dl, :Dl] == 0)
     assert np.all(m["W_KQ"][:, Dl, :] != 0) and np.all(m["W_V"][:, Dl, Dl] != 0)
     assert abs(m["W_KQ"][:, :Dl, :Dl].std() / init - 1) < 0.05
-    s = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, scheme="jan2025", rng=rng)
+    s = init_weights("attnS", head_num=Hl, in_dim=Dl, rank=Rl, init=init, init_scheme="jan2025", rng=rng)
     assert np.all(s["W_K"][:, :, Dl] == 0) and np.all(s["W_V"][:, Dl, :Dl] == 0)
     assert abs(s["W_Q"].std() / (init / np.sqrt(Rl * (Dl + 1))) - 1) < 0.05
     assert abs(s["W_V"][:, :Dl].std() / init - 1) < 0.05
-    c = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, scheme="dec2025", rng=rng)
+    c = init_weights("attnS", head_num=Hl, in_dim=Dl, rank=Rl, init=init, init_scheme="dec2025", rng=rng)
     assert abs(c["W_Q"].std() / (init / np.sqrt(Hl * Rl * (Dl + 1))) - 1) < 0.05
     assert abs(c["W_V"][:, :Dl].std() / (init / np.sqrt(Hl) / (Dl + 1)) - 1) < 0.05
-    old = init_weights("attnS", heads=Hl, in_dim=Dl, rank=Rl, init=init, scheme="dec2024", rng=rng)
+    old = init_weights("attnS", head_num=Hl, in_dim=Dl, rank=Rl, init=init, init_scheme="dec2024", rng=rng)
     assert abs(old["W_K"].std() / init - 1) < 0.05 and np.all(old["W_K"][:, :, Dl] != 0)  # label column kept
     expected_v = np.zeros((Hl, Dl + 1, Dl + 1))
     expected_v[:, Dl, Dl] = init  # every head starts with v_h = (0, …, 0, init)
     assert np.array_equal(old["W_V"], expected_v)
-    p = init_weights("mlp", heads=Hl, in_dim=Dl, init=init, rng=rng)
+    p = init_weights("mlp", head_num=Hl, in_dim=Dl, init=init, rng=rng)
     assert p["W1"].shape == (Hl, Dl * Dl) and p["w2"].shape == (Hl,)
 
 
@@ -103,13 +103,13 @@ def test_attn_m_and_cubic_mlp_share_the_loss_trajectory(engine):
     under w → −w the zero blocks get exactly zero gradient, so the identity holds for the whole run."""
     ds = data.make_datasets(in_dim=3, seq_len=9, trainset_size=100, seed=7)
     seqs = antithetic(ds.train)
-    w = init_weights("attnM", heads=4, in_dim=3, init=0.1, rng=np.random.default_rng(8))
+    w = init_weights("attnM", head_num=4, in_dim=3, init=0.1, rng=np.random.default_rng(8))
     curves = []
     for model, weights in (("attnM", w), ("mlp", mlp_from_attn_m(w))):
         net = build_model(model, weights)
-        obj = (engines.Exact.from_data(net, seqs, normalize="mean") if engine == "exact"
-               else engines.PerSample(seqs, normalize="mean"))
-        curves.append(gradient_descent(net, obj, lr=0.1, epochs=300, progress=False).train_loss)
+        obj = (objectives.Exact.from_data(net, seqs, normalize="mean") if engine == "exact"
+               else objectives.Autograd(seqs, normalize="mean"))
+        curves.append(gradient_descent(net, obj, lr=0.1, epoch=300, progress=False).train_loss)
     a, m = curves
     assert a[-1] < 0.5 * a[0]  # the run goes through the drop, not only the plateau
     assert np.max(np.abs(a - m) / a) < 1e-6

@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from linattn import published
-from linattn.cli import build_parser, config_from_args, train_command
+from linattn.companion import published
+from linattn.cli import build_parser, config_from_args
+from linattn.companion.commands import train_command
 from linattn.config import RunConfig
 
 

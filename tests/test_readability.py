@@ -23,8 +23,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from linattn import figures, plotting, readability, theory
-from linattn.figure_io import ENV_ROOT
+import readability
+from linattn import theory
+from linattn.companion import plotting
+from linattn.companion import runner as figures
+from linattn.companion.output import ENV_ROOT
 
 
 def figures_output_roots() -> list[Path]:

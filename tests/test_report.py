@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from linattn.figure_io import NOT_COMPARABLE, compare_row, number_row
+from linattn.companion.output import NOT_COMPARABLE, compare_row, number_row
 
 
 def row(**kw):

@@ -11,8 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from linattn import figures, presets
-from linattn.figure_io import FigureOutput, NumbersTable, figures_root, number_row
+from linattn.companion import presets
+from linattn.companion import runner as figures
+from linattn.companion.output import FigureOutput, NumbersTable, figures_root, number_row
 
 FRONT = textwrap.dedent("""\
     ---

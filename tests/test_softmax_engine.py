@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import data, engines, models
-from linattn import softmax_engine as se
+from linattn import data, models, normalization, objectives
+from linattn.objectives import softmax as se
 from linattn.config import ConfigError, RunConfig
-from linattn.run import run
-from linattn.softmax_engine import SoftmaxQueryRow
+from linattn.experiment import run
+from linattn.objectives import Softmax as SoftmaxQueryRow
 from linattn.train import gradient_descent
 
 D, SEQ, H, R = 3, 6, 3, 2  # one D everywhere: D+1 is a static size of the compiled kernel (a new one compiles)
@@ -31,7 +31,7 @@ def _sequences(P=P, seed=0):
 def _model(model, init=0.8, seed=1, softmax=True, dtype=torch.float64):
     """Random weights everywhere (init_weights' zero blocks filled too, so every entry enters the scores)."""
     rng = np.random.default_rng(seed)
-    w = models.init_weights(model, heads=H, in_dim=D, rank=R, init=init, rng=rng)
+    w = models.init_weights(model, head_num=H, in_dim=D, rank=R, init=init, rng=rng)
     w = {k: a + init / np.sqrt(D + 1) * rng.normal(size=a.shape) for k, a in w.items()}
     return models.build_model(model, w, softmax=softmax, dtype=dtype)
 
@@ -52,7 +52,7 @@ def _rel(a, b):
 @pytest.mark.parametrize("model", ["attnM", "attnS"])
 def test_loss_and_gradient_equal_the_autograd_engine(model, vary_len, compile):
     seqs = _sequences()
-    ref_loss, ref_grads = _loss_and_grads(engines.PerSample(seqs, vary_len=vary_len, chunk=100), _model(model))
+    ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs, vary_len=vary_len, chunk=100), _model(model))
     fast = SoftmaxQueryRow(seqs, vary_len=vary_len, chunk=CHUNK, dtype=torch.float64, compile=compile)
     assert len(fast.chunks) > 1
     net = _model(model)
@@ -73,7 +73,7 @@ def test_large_scores_neither_overflow_nor_lose_accuracy(model):
     """Scores in the hundreds (one key takes all the attention): the max is subtracted before exp."""
     seqs = _sequences(P=200)
     net = _model(model, init=40.0)
-    ref_loss, ref_grads = _loss_and_grads(engines.PerSample(seqs), net)
+    ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs), net)
     assert net.query_weights(torch.as_tensor(seqs.X)).max() > 0.999
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-4)):
         loss, grads = _loss_and_grads(SoftmaxQueryRow(seqs, dtype=dtype, compile=True), _model(model, init=40.0))
@@ -111,7 +111,7 @@ def test_float32_stays_close_to_float64():
     for dtype in (torch.float64, torch.float32):
         engine = SoftmaxQueryRow(seqs, chunk=CHUNK, dtype=dtype, compile=True)
         net = _model("attnS", init=1.0)
-        runs[dtype] = _loss_and_grads(engine, net), gradient_descent(net, engine, lr=0.2, epochs=200, progress=False)
+        runs[dtype] = _loss_and_grads(engine, net), gradient_descent(net, engine, lr=0.2, epoch=200, progress=False)
     (l64, g64), h64 = runs[torch.float64]
     (l32, g32), h32 = runs[torch.float32]
     assert abs(l32 - l64) < 1e-7 * l64
@@ -123,7 +123,7 @@ def test_float32_stays_close_to_float64():
 @pytest.mark.parametrize("model", ["attnM", "attnS", "mlp"])
 def test_refuses_models_it_cannot_honour(model):
     """Linear attention and the MLP: a ValueError naming the model, not a wrong loss."""
-    w = models.init_weights(model, heads=H, in_dim=D, rank=R, rng=np.random.default_rng(0))
+    w = models.init_weights(model, head_num=H, in_dim=D, rank=R, rng=np.random.default_rng(0))
     net = models.build_model(model, w, softmax=False)
     engine = SoftmaxQueryRow(_sequences(P=10))
     for call in (engine.value_and_grad, engine.value):
@@ -159,7 +159,7 @@ def test_falls_back_to_eager_when_compilation_fails(monkeypatch):
 @pytest.mark.parametrize("model", ["attnM", "attnS"])
 def test_cuda_equals_cpu(model, vary_len):
     seqs = _sequences()
-    ref_loss, ref_grads = _loss_and_grads(engines.PerSample(seqs, vary_len=vary_len), _model(model))
+    ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs, vary_len=vary_len), _model(model))
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
         engine = SoftmaxQueryRow(seqs, vary_len=vary_len, chunk=CHUNK, dtype=dtype, device="cuda", compile=True)
         loss, grads = _loss_and_grads(engine, _model(model).to("cuda"))

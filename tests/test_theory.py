@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from linattn import diagnostics as dg
-from linattn import engines, theory
+from linattn import normalization, objectives, theory
 from linattn.config import RunConfig
 from linattn.flow import gradient_flow
 from linattn.models import AttnM, build_model
-from linattn.run import run
+from linattn.experiment import run
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
@@ -75,10 +75,10 @@ def test_loss_of_A_matches_the_population_engine_for_a_random_model():
     cfg_cov = np.diag(SPEC4)
     from linattn.models import init_weights
     from linattn.data import streams
-    w = init_weights("attnS", heads=3, in_dim=4, init=0.8, rng=streams(5, 0))
+    w = init_weights("attnS", head_num=3, in_dim=4, init=0.8, rng=streams(5, 0))
     model = build_model("attnS", w)
     for normalize in ("mean", "sum"):
-        obj = engines.population(model, cov=cfg_cov, seq_len=N + 1, normalize=normalize)
+        obj = objectives.Population.of(model, cov=cfg_cov, seq_len=N + 1, normalize=normalize)
         A = dg.combined_A(model, N, normalize=normalize)  # paper normalisation
         assert obj.value(model) == pytest.approx(theory.loss_of_A(A, cfg_cov, N, normalize="mean"), rel=1e-9)
 
@@ -157,13 +157,13 @@ def test_white_sigma_matches_population_gradient_flow(kappa, normalize):
     D, w = 4, 1e-3
     cov = np.eye(D) * kappa
     model = _aligned_attn_m(w, D)
-    obj = engines.population(model, cov=cov, seq_len=N + 1, normalize=normalize)
+    obj = objectives.Population.of(model, cov=cov, seq_len=N + 1, normalize=normalize)
     lr = 0.01 if normalize == "mean" else 0.01 / N  # same paper-normalised rate either way
     w_paper = w * theory.weight_scale_to_paper("attnM", N, normalize=normalize)
     s, lam_z, _ = theory.attn_m_mode(cov, N)
     t_end = 2 * theory.logistic_half_time(s, lam_z, w_paper**2) + 4 / s  # well past the drop
     epochs = int(theory.time_to_steps(t_end, lr, normalize=normalize, model="attnM", N=N))
-    hist = gradient_flow(model, obj, lr=lr, epochs=epochs, snapshot_every=max(1, epochs // 400),
+    hist = gradient_flow(model, obj, lr=lr, epoch=epochs, snapshot_every=max(1, epochs // 400),
                          snapshot=dg.snapshot_fn(N, normalize=normalize))
     steps = np.array([s for s, _ in hist.snapshots])
     sigma = np.array([np.trace(v["heads"].sum(0)) / D for _, v in hist.snapshots])

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from linattn.config import RunConfig
-from linattn.run import run
+from linattn.experiment import run
 from linattn.train import TrainingDiverged
 
 SMALL = dict(in_dim=3, seq_len=8, trainset_size=200, epoch=150, progress=None)
@@ -56,11 +56,11 @@ def test_records_test_losses_and_values_every_step():
 
 def test_loss_is_recorded_before_each_step():
     res = run(small(epoch=1, init=0.3), progress=False)
-    from linattn import engines
+    from linattn import objectives
     from linattn.models import build_model
 
     net = build_model("attnM", res.init)
-    assert np.isclose(res.history.train_loss[0], engines.PerSample(res.datasets.train).value(net), rtol=1e-12)
+    assert np.isclose(res.history.train_loss[0], objectives.Autograd(res.datasets.train).value(net), rtol=1e-12)
 
 
 def test_float32_follows_float64():

@@ -19,9 +19,7 @@ import math
 import os
 from pathlib import Path
 
-from .provenance import PACKAGE_ROOT, atomic_write, provenance, write_csv, write_json
-
-REPO_ROOT = PACKAGE_ROOT.parent
+from ..records import atomic_write, provenance, write_csv, write_json
 ENV_ROOT = "LINATTN_FIGURES_DIR"
 NUMBER_FIELDS = ("quantity", "paper", "theory", "reproduced", "abs_error")
 
@@ -141,7 +139,7 @@ class FigureOutput:
     def save_figure(self, fig) -> list[Path]:
         """``<name>.png`` (150 dpi), ``.svg`` and ``.pdf``; dates left out of the metadata so reruns are stable. The
         SVG (the image the book shows) always keeps its text as ``<text>`` elements (``svg.fonttype: none``), so
-        the page shows real text at its font size (``linattn.readability`` checks those sizes)."""
+        the page shows real text at its font size (``tests/readability.py`` checks those sizes)."""
         import matplotlib as mpl
 
         metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}

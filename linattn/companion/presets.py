@@ -191,7 +191,7 @@ def apply_to_runs(s: dict, runs: dict) -> dict:
     None values are ignored; a name that is not a RunConfig field raises."""
     from dataclasses import fields
 
-    from .config import RunConfig
+    from ..config import RunConfig
 
     valid = {f.name for f in fields(RunConfig)}
     for key in runs:

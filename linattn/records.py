@@ -1,4 +1,7 @@
-"""Atomic file writes and the provenance record (versions, git commit, date) stored beside every output."""
+"""Atomic file writes and the provenance record (versions, git commit, date) stored beside every output.
+
+Core and companion both write through here: ``run.json`` of a run, ``provenance.json`` of a figure, the run store.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ import numpy as np
 PACKAGE_ROOT = Path(__file__).resolve().parent
 _UMASK = os.umask(0)
 os.umask(_UMASK)
-LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "tqdm", "jupytext", "papermill")
+# the libraries whose version can change a number or a figure (recorded in every provenance, and part of a figure's
+# cache key)
+LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "tqdm", "papermill", "jupytext", "nbformat", "ipykernel")
 
 
 def atomic_write(path, write, *, binary: bool = False) -> None:
@@ -71,6 +76,7 @@ def git_commit(where: Path = PACKAGE_ROOT) -> str | None:
 
 
 def library_versions() -> dict[str, str | None]:
+    """The installed version of each of :data:`LIBRARIES` (None when absent)."""
     out = {}
     for lib in LIBRARIES:
         try:

@@ -36,9 +36,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .provenance import PACKAGE_ROOT
+from . import runner
+from .paths import REPO_ROOT
 
-REPO_ROOT = PACKAGE_ROOT.parent
 FIGURES_DIR = "book/figures"  # where the figure pages sit in the book (and in _toc.yml)
 SOURCES_DIR = "figures_src"
 BOOK_SOURCES = ("_config.yml", "_toc.yml", "book")  # what a build stages besides the figures
@@ -118,8 +118,6 @@ def _staleness(name: str, root: Path, figures: Path, preset: str) -> str | None:
     ``<name>/.cache-key`` must equal the key that notebook text, the ``linattn`` code, the library versions and
     (for the report) the numbers it read give now.
     """
-    from . import figures as runner
-
     src = root / SOURCES_DIR
     if not (src / f"{name}.md").is_file():
         return None

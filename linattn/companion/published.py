@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .diagnostics import drop_steps, first_step_below
+from ..diagnostics import drop_steps, first_step_below
 
 PIXEL_STEPS = 29  # steps per pixel of the published images
 PIXEL_LOSS = 0.005  # loss per pixel

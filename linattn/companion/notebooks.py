@@ -13,9 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .provenance import PACKAGE_ROOT
+from .paths import SRC_DIR
 
-SRC_DIR = PACKAGE_ROOT.parent / "figures_src"
 INJECTED = ("preset", "out_dir")  # set by the runner, never by --param
 TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "tuple": tuple}
 

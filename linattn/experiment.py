@@ -1,4 +1,5 @@
-"""One training run from a :class:`~linattn.config.RunConfig`: data, initial weights, engine, gradient descent.
+"""One experiment: a training run from a :class:`~linattn.config.RunConfig` — data, initial weights, objective,
+gradient descent or flow — and its output folder.
 
     result = run(RunConfig(model="attnM", head_num=8, init=1e-6))
     result.history.train_loss      # one value per step, recorded before the step
@@ -19,12 +20,12 @@ import numpy as np
 import torch
 
 from . import data as data_mod
-from . import engines
+from . import objectives
 from .config import ConfigError, RunConfig
+from .flow import gradient_flow
 from .models import build_model, check_weights, init_weights
+from .records import atomic_write, provenance, write_csv, write_json
 from .reference_draws import reference_draws
-from .provenance import atomic_write, provenance, write_csv, write_json
-from .softmax_engine import SoftmaxQueryRow
 from .train import History, TrainingDiverged, gradient_descent, weights_of
 
 
@@ -59,39 +60,11 @@ class RunResult:
 
 
 def pick_device(device: str, engine: str = "autograd") -> str:
-    """The torch device for ``device``: ``auto`` means the CPU for the exact and population engines (a step is a
-    few microseconds of small operations, slower to launch on a GPU) and CUDA, when torch sees it, for the
-    autograd and softmax engines. Unavailable CUDA devices are refused by
-    :meth:`~linattn.config.RunConfig.validate`."""
-    if device == "auto":
-        return "cuda" if engine in ("autograd", "softmax") and torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: torch sees no CUDA device here; use --device cpu or auto")
-    return device
+    """Deprecated: :func:`linattn.objectives.device_for`."""
+    from ._compat import warn_renamed
 
-
-def objectives(cfg: RunConfig, model, datasets: data_mod.Datasets, device: str):
-    """The training objective and the test objectives (dict) of ``cfg``'s engine."""
-    engine = cfg.resolved_engine()
-    dtype = getattr(torch, cfg.dtype)
-    opts = dict(vary_len=cfg.vary_len, normalize=cfg.normalize, chunk=cfg.chunk, device=device, dtype=dtype)
-    if engine == "population":
-        train = engines.population(model, cov=datasets.cov, seq_len=cfg.seq_len, samples=cfg.population_samples,
-                                   seed=cfg.seed, **opts)
-    elif engine == "exact":
-        train = engines.Exact.from_data(model, datasets.train, **opts)
-    elif engine == "softmax":
-        train = SoftmaxQueryRow(datasets.train, **opts)
-    else:
-        train = engines.PerSample(datasets.train, **opts)
-    tests = {}
-    for key in ("test_iwl", "test_icl"):
-        seqs = getattr(datasets, key)
-        if seqs is not None:
-            tests[key] = (engines.PerSample(seqs, **opts) if engine == "autograd"
-                          else SoftmaxQueryRow(seqs, **opts) if engine == "softmax"
-                          else engines.Exact.from_data(model, seqs, **opts))
-    return train, tests
+    warn_renamed("linattn.experiment.pick_device", "linattn.objectives.device_for")
+    return objectives.device_for(device, engine)
 
 
 def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
@@ -102,15 +75,15 @@ def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
     Both can be changed and handed back, ``run(cfg, init=init, data=datasets)``.
     """
     if cfg.draws == "reference":
-        return reference_draws(model=cfg.model, era=cfg.init_scheme, in_dim=cfg.in_dim, seq_len=cfg.seq_len,
+        return reference_draws(model=cfg.model, init_scheme=cfg.init_scheme, in_dim=cfg.in_dim, seq_len=cfg.seq_len,
                                trainset_size=cfg.trainset_size, testset_size=cfg.testset_size, icl=cfg.icl,
                                white_cov=cfg.white_cov, head_num=cfg.head_num, rank=cfg.rank, init=cfg.init,
                                seed=cfg.seed)
     datasets = data_mod.make_datasets(in_dim=cfg.in_dim, seq_len=cfg.seq_len, trainset_size=cfg.trainset_size,
                                       testset_size=cfg.testset_size, icl=cfg.icl, white_cov=cfg.white_cov,
                                       spectrum=cfg.spectrum, cov_matrix=cfg.cov_matrix, seed=cfg.seed)
-    init = init_weights(cfg.model, heads=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank, init=cfg.init,
-                        scheme=cfg.init_scheme, rng=data_mod.streams(cfg.seed, data_mod.INIT))
+    init = init_weights(cfg.model, head_num=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank, init=cfg.init,
+                        init_scheme=cfg.init_scheme, rng=data_mod.streams(cfg.seed, data_mod.INIT))
     return datasets, init
 
 
@@ -139,7 +112,7 @@ def _given_data(cfg: RunConfig, data) -> tuple[RunConfig, data_mod.Datasets]:
     if E != cfg.in_dim + 1:
         raise ValueError(f"data has D = {E - 1} input coordinates (X.shape[2] = D+1 = {E}), but in_dim = "
                          f"{cfg.in_dim}: set RunConfig(in_dim={E - 1})")
-    if cfg.trainset_size is None or cfg.resolved_engine() == "population":
+    if cfg.trainset_size is None or objectives.resolve(cfg) == "population":
         raise ConfigError("the population engine (trainset_size 'inf') trains on no data set: with data given, "
                           "use a finite trainset_size (it is taken from the data)")
     tests = next((s for s in (datasets.test_iwl, datasets.test_icl) if s is not None), None)
@@ -157,7 +130,7 @@ def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, 
         trial = lr / 2**k
         model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=dtype, device=device)
         try:
-            first = gradient_descent(model, objective, lr=trial, epochs=steps, progress=False).train_loss[0]
+            first = gradient_descent(model, objective, lr=trial, epoch=steps, progress=False).train_loss[0]
         except TrainingDiverged:
             continue
         last = objective.value(model)  # after the last update
@@ -201,30 +174,29 @@ def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool |
     if data is not None:
         cfg, given = _given_data(cfg, data)
     if init is not None:
-        init = check_weights(cfg.model, init, heads=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank)
+        init = check_weights(cfg.model, init, head_num=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank)
     start = time.perf_counter()
-    engine = cfg.resolved_engine()
-    device = pick_device(cfg.device, engine)
+    engine = objectives.resolve(cfg)
+    device = objectives.device_for(cfg.device, engine)
     if data is None or init is None:
         datasets, drawn = draw(cfg)
     if data is not None:
         datasets = given
     init = drawn if init is None else init
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
-    train, tests = objectives(cfg, model, datasets, device)
+    train, tests = objectives.build(cfg, model, datasets, device)
     setup = time.perf_counter() - start
     try:
         if cfg.dynamics == "flow":
-            from .flow import gradient_flow
-            history = gradient_flow(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
+            history = gradient_flow(model, train, lr=cfg.lr, epoch=cfg.epoch, tests=tests,
                                     track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot)
         else:
-            history = gradient_descent(model, train, lr=cfg.lr, epochs=cfg.epoch, tests=tests,
+            history = gradient_descent(model, train, lr=cfg.lr, epoch=cfg.epoch, tests=tests,
                                        track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,
                                        progress=progress)
     except TrainingDiverged as e:
         if cfg.dynamics == "gd":
-            steps = max(20, min(e.step + 1, 200)) if train.name in ("exact", "population") else 20
+            steps = objectives.get(engine).trial_steps(e.step)
             lr, halvings = stable_lr(cfg, init, train, device, lr=cfg.lr, steps=steps)
             e.suggest(lr, halvings=halvings, steps=steps)
         raise

@@ -3,9 +3,9 @@
     linattn figures [--preset paper|quick] [--only NAME ...] [--param KEY=VALUE ...] [--out DIR | --into-book]
                     [--jobs N] [--force] [--list]
 
-Each notebook (jupytext MyST markdown, see :mod:`linattn.notebooks`) is converted in memory and executed by papermill
+Each notebook (jupytext MyST markdown, see :mod:`linattn.companion.notebooks`) is converted in memory and executed by papermill
 with ``preset``, ``out_dir`` (= the root) and the reader's overrides injected; it writes its files to
-``<root>/<name>/`` (:class:`linattn.figure_io.FigureOutput`). The runner then adds the page's badge (preset, overrides,
+``<root>/<name>/`` (:class:`linattn.companion.output.FigureOutput`). The runner then adds the page's badge (preset, overrides,
 date) under the title and the "Cite this figure" cell at the end, and writes the executed notebook atomically to
 ``<root>/<name>.ipynb``.
 
@@ -13,8 +13,10 @@ Roots. The book of preset ``P`` is built from ``_build/figures/<P>/`` (:func:`pr
 quick figures never mix. Overrides (``--param``) go to ``--out DIR``; they enter a book's root only with
 ``--into-book``, and then every page shows them in its badge.
 
-Cache: a figure is skipped when its cache key — a hash of the notebook text, the parameters, every ``.py`` file of
-``linattn`` and the versions of the libraries that compute or draw (:data:`VERSIONED`); for report notebooks also
+Cache: a figure is skipped when its cache key — a hash of the notebook text, the parameters, the source files of
+the linattn modules the notebook imports and of theirs (:mod:`linattn.companion.sources`: not the CLI, the runner or
+the book builder) and the versions of the libraries that compute or draw (``records.LIBRARIES``); for report
+notebooks also
 the ``numbers.json`` of every figure they read — equals ``<root>/<name>/.cache-key`` and its executed notebook exists.
 The key and ``.run.json`` (preset, overrides, date) are written only after success. Before a figure runs, its key,
 executed notebook and output folder are moved to ``<root>/.previous/``, so a failed run never leaves old outputs
@@ -43,16 +45,14 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..records import atomic_write, library_versions
 from . import notebooks
-from .provenance import PACKAGE_ROOT, atomic_write
-
-REPO_ROOT = PACKAGE_ROOT.parent
+from .paths import preset_root
+from .sources import notebook_sources, source_hash
 PRESET_CHOICES = ("paper", "quick")
 REPORT_NAMES = ("beyond_error_table",)
 CACHE_KEY = ".cache-key"
 RUN_INFO = ".run.json"
-NOT_HASHED = ("book.py",)
-VERSIONED = ("numpy", "scipy", "torch", "matplotlib", "papermill", "jupytext", "nbformat", "ipykernel")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 PAPER_BIBTEX = """@inproceedings{zhang2025training,
@@ -83,39 +83,10 @@ discover = notebooks.discover
 read_notebook = notebooks.read
 
 
-def preset_root(preset: str) -> Path:
-    """Where ``linattn figures --preset <preset>`` writes, and where the book of that preset reads from."""
-    return REPO_ROOT / "_build" / "figures" / preset
-
-
 def is_report(name: str, notebook) -> bool:
     """Report notebooks read the other figures' outputs and therefore run last."""
     meta = notebook.metadata.get("linattn", {}) or {}
     return name in REPORT_NAMES or bool(meta.get("report", False))
-
-
-def source_hash(package=PACKAGE_ROOT) -> str:
-    """SHA-256 over the relative path and content of every ``.py`` file of the ``linattn`` package.
-
-    ``book.py`` (the book build, which never touches a figure) is left out, so editing it re-runs nothing.
-    """
-    h = hashlib.sha256()
-    for path in sorted(Path(package).rglob("*.py")):
-        if "__pycache__" in path.parts or path.name in NOT_HASHED:
-            continue
-        h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def library_versions() -> dict[str, str]:
-    """Installed versions of the libraries that compute or draw a figure (:data:`VERSIONED`)."""
-    out = {}
-    for pkg in VERSIONED:
-        try:
-            out[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            out[pkg] = "absent"
-    return out
 
 
 def inputs_hash(root: Path, names) -> str:
@@ -136,10 +107,12 @@ def cache_key(text: str, params: dict, sources: str, versions: dict | None = Non
 
 def figure_key(name: str, text: str, params: dict, *, root: Path, reads: list[str], sources: str | None = None,
                versions: dict | None = None, report: bool = False) -> str:
-    """The cache key of figure ``name`` run with ``params`` into ``root``; a report's key also covers the
-    ``numbers.json`` of the figures it ``reads`` (the ordinary figures it summarises)."""
-    return cache_key(text, params, source_hash() if sources is None else sources, versions,
-                     inputs_hash(root, reads) if report else None)
+    """The cache key of figure ``name`` (notebook ``text``) run with ``params`` into ``root``. ``sources``: the
+    hash of the linattn sources it depends on (default: computed from the notebook's imports); a report's key
+    also covers the ``numbers.json`` of the figures it ``reads`` (the ordinary figures it summarises)."""
+    if sources is None:
+        sources = source_hash(notebook_sources(notebooks.from_text(text)))
+    return cache_key(text, params, sources, versions, inputs_hash(root, reads) if report else None)
 
 
 def is_current(root: Path, name: str, key: str) -> bool:
@@ -175,7 +148,7 @@ def expected_key(name: str, root: Path, src=None) -> str | None:
 def cite_block(name: str) -> str:
     """The "Cite this figure" markdown cell appended to every executed figure notebook (paths relative to
     ``<root>``, where the executed notebook lies)."""
-    from . import __version__
+    from .. import __version__
 
     files = [("PDF", "pdf"), ("PNG", "png"), ("SVG", "svg"), ("CSV", "csv")]
     links = [f"{{download}}`{label} <{name}/{name}.{ext}>`" for label, ext in files]
@@ -348,7 +321,7 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     root = Path(out if out is not None else preset_root(preset)).resolve()
     root.mkdir(parents=True, exist_ok=True)
     params = {"preset": preset, **overrides}
-    sources, versions = source_hash(), library_versions()
+    versions = library_versions()
     texts = {n: p.read_text(encoding="utf-8") for n, p in found.items()}
     first = [n for n in found if not is_report(n, parsed[n])]
     last = [n for n in found if is_report(n, parsed[n])]
@@ -358,8 +331,9 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     started = time.perf_counter()
 
     def key(name):
-        return figure_key(name, texts[name], params, root=root, reads=read_by_reports, sources=sources,
-                          versions=versions, report=name in last)
+        return figure_key(name, texts[name], params, root=root, reads=read_by_reports,
+                          sources=source_hash(notebook_sources(parsed[name])), versions=versions,
+                          report=name in last)
 
     def finished(name, out_, bar):
         res = FigureResult(name, "ran" if out_["ok"] else "failed", out_["seconds"], out_["error"],

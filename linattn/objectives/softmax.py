@@ -34,8 +34,10 @@ import warnings
 import numpy as np
 import torch
 
-from . import data as data_mod
-from .engines import DEFAULT_CHUNK, lengths
+from .. import data as data_mod
+from ..normalization import lengths, prefix_queries
+from .._compat import deprecated_names
+from .base import DEFAULT_CHUNK
 
 BLOCK = 128
 LOG2E = 1.0 / math.log(2.0)
@@ -89,10 +91,10 @@ def _compiled():
 _compile_failed: set[str] = set()  # device types on which torch.compile raised once: eager from then on
 
 
-class SoftmaxQueryRow:
+class Softmax:
     """Mean squared error of a softmax attention model (``AttnM``/``AttnS`` with ``softmax=True``) and its gradient.
 
-    Same interface as :class:`engines.PerSample`: ``value_and_grad(model)`` returns the loss and accumulates the
+    Same interface as :class:`~linattn.objectives.Autograd`: ``value_and_grad(model)`` returns the loss and accumulates the
     gradient into the parameters' ``.grad``; ``value(model)`` returns the loss. ``normalize`` is accepted and, as in
     the model, ignored (softmax has no scale). ``dtype`` is the arithmetic's (float64 accumulation either way).
     ``compile``: True compiles :func:`chunk_sums`, False runs it eagerly, None (default) compiles for sets of at
@@ -100,6 +102,8 @@ class SoftmaxQueryRow:
     """
 
     name = "softmax"
+    preferred_device = "accelerator"
+    linear_only = False
 
     def __init__(self, seqs: data_mod.Sequences, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK,
                  dtype=torch.float32, device="cpu", compile: bool | None = None):
@@ -118,20 +122,35 @@ class SoftmaxQueryRow:
         y = torch.zeros(K * BLOCK, dtype=dtype)
         y[:P] = torch.as_tensor(np.asarray(seqs.y), dtype=dtype)
         # term t (sequence length m): context tokens 0 … m−2, query token m−1 with its label zeroed and kept as target
-        q_tok = tokens[:, [m - 1 for m in self.terms]]        # (K·B, terms, d)
-        targets = q_tok[..., -1].clone()
-        targets[:, -1] = y                                    # the last term is the whole sequence
-        q_tok[..., -1] = 0.0
+        q_tok, targets = prefix_queries(tokens, y, self.terms)   # (K·B, terms, d), (K·B, terms)
         blocked = lambda t: t.reshape(K, BLOCK, *t.shape[1:]).movedim(1, -1)  # sequence index last
         self.X = blocked(tokens).transpose(1, 2).contiguous().to(self.device)          # (K, d, n, B)
         self.xq = blocked(q_tok).permute(1, 0, 2, 3).contiguous().to(self.device)    # (terms, K, d, B)
         self.y = blocked(targets).transpose(0, 1).contiguous().to(self.device)       # (terms, K, B)
 
+    @staticmethod
+    def refuses(cfg) -> str | None:
+        """Why this objective cannot train ``cfg`` (None: it can)."""
+        if not cfg.softmax:
+            return "engine 'softmax' covers softmax attention only (set softmax=True, or use engine 'exact' or 'autograd')"
+        if cfg.trainset_size is None:
+            return "trainset_size inf (the population objective) needs engine 'population', not 'softmax'"
+        return None
+
+    @staticmethod
+    def trial_steps(diverged_at: int) -> int:
+        """Steps of the trial runs that look for a stable learning rate after a divergence."""
+        return 20
+
+    @classmethod
+    def for_data(cls, model, seqs, **opts):
+        return cls(seqs, **opts)
+
     def _check(self, model):
         if not (getattr(model, "softmax", False) and hasattr(model, "key_query")):
             raise ValueError(f"the softmax engine covers softmax attention (ATTN_M/ATTN_S with softmax=True) only; "
                              f"got {type(model).__name__} with softmax={getattr(model, 'softmax', None)}: "
-                             f"use --engine exact or autograd")
+                             f"use engine 'exact' or 'autograd'")
 
     def _sums(self, *args):
         kind = self.device.type
@@ -180,3 +199,6 @@ class SoftmaxQueryRow:
 
     def value(self, model) -> float:
         return self._run(model, grad=False)
+
+
+__getattr__ = deprecated_names(__name__, {"SoftmaxQueryRow": (lambda: Softmax, "linattn.objectives.Softmax")})

@@ -8,7 +8,7 @@ import numpy as np
 # Every text is at least FONT_PT: the book shows figures at most about 650 px wide (its content column), and a
 # figure whose SVG is at most CONTENT_WIDTH_IN wide is shown at its natural size or shrunk only a little, so that
 # 10-pt text reads at ≥ 13 px and its mathtext sub/superscripts (0.7×) at ≥ 9 px (the rule checked by
-# linattn.readability). Lay figures out at most CONTENT_WIDTH_IN wide, text included.
+# tests/readability.py). Lay figures out at most CONTENT_WIDTH_IN wide, text included.
 FONT_PT = 10.0
 CONTENT_WIDTH_IN = 6.8
 STYLE = {
@@ -196,10 +196,10 @@ def _column(n, x, top, bottom):
     return [(x, y) for y in ys]
 
 
-def draw_attn_m_schematic(ax, in_dim: int = 3, heads: int = 4) -> None:
+def draw_attn_m_schematic(ax, in_dim: int = 3, head_num: int = 4) -> None:
     """Paper Fig. 1a: ATTN_M as a two-layer linear network on the cubic feature z = vec(β x_qᵀ) (D² inputs):
     first layer W₁ (row h = vec of head h's key-query block), H hidden units, second layer w₂ (values v_h)."""
-    D, H = in_dim, heads
+    D, H = in_dim, head_num
     ax.set_xlim(-0.2, 10.4)
     ax.set_ylim(-1.6, 7.6)
     ax.set_aspect("equal")
@@ -230,11 +230,11 @@ def draw_attn_m_schematic(ax, in_dim: int = 3, heads: int = 4) -> None:
     ax.text(9.0, 2.6, "$\\hat y = w_2^\\top W_1 z$", ha="center", va="top", fontsize=FONT_PT)
 
 
-def draw_attn_s_schematic(ax, in_dim: int = 3, heads: int = 2) -> None:
+def draw_attn_s_schematic(ax, in_dim: int = 3, head_num: int = 2) -> None:
     """Paper Fig. 2: ATTN_S (rank one) as a sum of H three-layer linear networks on z, each convolutional in its
     first layer: the query q_h acts on every group (β_i x_q,1..D) with the same weights (colours show the sharing),
     the key k_h combines the D group outputs β_i (q_hᵀx_q), and the value v_h scales the head's output."""
-    D, H = in_dim, heads
+    D, H = in_dim, head_num
     shared = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
     ax.set_xlim(-0.4, 11.2)
     gap = 0.46  # between the z nodes: room for one 10-pt label at the figure's scale
