@@ -41,8 +41,8 @@ def test_every_reference_flag_parses_with_its_meaning():
 def test_reference_defaults():
     cfg = config_from_args(build_parser().parse_args(["train"]))
     assert (cfg.epoch, cfg.lr, cfg.seed, cfg.icl, cfg.trainset_size, cfg.testset_size) == (6001, 1e-3, 10, 1, 5000, 0)
-    assert (cfg.seq_len, cfg.in_dim, cfg.out_dim, cfg.model, cfg.rank, cfg.head_num, cfg.init) == (
-        32, 4, 1, "attnM", 1, 1, 0.01)
+    assert (cfg.seq_len, cfg.in_dim, cfg.model, cfg.rank, cfg.head_num, cfg.init) == (32, 4, "attnM", 1, 1, 0.01)
+    assert config_from_args(build_parser().parse_args(["train", "--out_dim", "1"])) == cfg  # the reference's flag
     # the authors' current code: its initialisation era and its random draws
     assert cfg.normalize == "sum" and cfg.init_scheme == "dec2025" and cfg.draws == "reference"
     assert cfg.resolved_engine() == "exact"
@@ -61,7 +61,7 @@ BAD = [
     (["--icl", "-0.1"], "--icl must lie in [0, 1]"),
     (["--lr", "0"], "--lr must be a positive"),
     (["--lr", "-1"], "--lr must be a positive"),
-    (["--out_dim", "2"], "--out_dim must be 1"),
+    (["--out_dim", "2"], "argument --out_dim: invalid choice: 2"),
     (["--cubic_feat"], "--cubic_feat only applies to --model mlp"),
     (["--model", "mlp"], "--model mlp needs --cubic_feat"),
     (["--spectrum", "1,2,-1", "--draws", "streams"], "--spectrum values must be positive"),
@@ -72,9 +72,9 @@ BAD = [
     (["--draws", "numpy"], "invalid choice"),
     (["--model", "nope"], "invalid choice"),
     (["--in_dim", "x"], "invalid int value"),
-    (["--softmax", "--engine", "exact"], "softmax needs --engine autograd"),
+    (["--softmax", "--engine", "exact"], "softmax needs engine 'autograd'"),
     (["--trainset_size", "inf"], "--trainset_size inf has no reference draws"),
-    (["--trainset_size", "inf", "--icl", "0.5", "--draws", "streams"], "supports --icl 1 only"),
+    (["--trainset_size", "inf", "--icl", "0.5", "--draws", "streams"], "supports icl = 1 only"),
     (["--lr", "nan"], "expected a finite number"),
     (["--threads", "0"], "--threads must be a positive integer"),
     (["--seed", "-1"], "--seed must be an integer in [0, 2^32), got -1"),
@@ -135,7 +135,7 @@ def test_divergence_hint_suggests_a_learning_rate_that_trains(tmp_path, capsys):
 
 @pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
 def test_failed_run_leaves_no_folder(error, tmp_path, monkeypatch):
-    run_module = importlib.import_module("linattn.run")  # the attribute linattn.run is the function
+    run_module = importlib.import_module("linattn.experiment")
 
     def crash(result, out_dir, **kwargs):
         (Path(out_dir) / "loss.csv").write_text("half written")

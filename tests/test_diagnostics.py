@@ -170,9 +170,9 @@ def test_detect_plateaus_on_synthetic_curves():
 
 
 def _dense(model_name, rng, init_scheme="dec2025"):
-    """Weights of ``scheme`` with every block the theory keeps at zero filled in too (vector blocks, key label
+    """Weights of ``init_scheme`` with every block the theory keeps at zero filled in too (vector blocks, key label
     column, v_h[:D]), so every term of the prediction is present."""
-    w = init_weights(model_name, head_num=3, in_dim=4, rank=2, init=0.7, init_scheme=scheme, rng=rng)
+    w = init_weights(model_name, head_num=3, in_dim=4, rank=2, init=0.7, init_scheme=init_scheme, rng=rng)
     return {k: v + 0.3 * rng.standard_normal(v.shape) for k, v in w.items()}
 
 

@@ -14,6 +14,8 @@ from linattn import data, models, normalization, objectives
 from linattn.objectives import population
 from linattn.train import gradient_descent
 
+from full_attention import FullAttention, full_attention
+
 D, SEQ, H = 3, 6, 3
 
 
@@ -129,7 +131,7 @@ def test_population_moments_equal_exact_quadrature(model, normalize, vary_len):
                                                          rng=np.random.default_rng(0)))
     with torch.no_grad():
         yy, yT, TT = _quadrature_moments(net, cov, 3, vary_len=vary_len, normalize=normalize)
-    kind = objectives.feature_kind(net)
+    kind = net.feature_map
     mom = population.population_moments(kind, cov, 3, vary_len=vary_len, normalize=normalize)
     assert abs(mom.yy - yy) < 1e-12
     assert torch.allclose(mom.yT, yT, rtol=1e-10, atol=1e-12)

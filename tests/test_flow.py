@@ -17,7 +17,8 @@ from linattn.train import gradient_descent
 
 def _problem(model="attnS", head_num=2, init=0.3, seed=0):
     ds = data.make_datasets(in_dim=3, seq_len=8, trainset_size=200, seed=seed)
-    w = models.init_weights(model, head_num=heads, in_dim=3, init=init, init_scheme="jan2025", rng=np.random.default_rng(seed))
+    w = models.init_weights(model, head_num=head_num, in_dim=3, init=init, init_scheme="jan2025",
+                            rng=np.random.default_rng(seed))
     net = models.build_model(model, w)
     return ds, w, objectives.Exact.from_data(net, ds.train, normalize="mean")
 

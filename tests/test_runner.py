@@ -11,7 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from linattn.companion import presets
+import linattn
+from linattn.companion import notebooks, presets, sources
 from linattn.companion import runner as figures
 from linattn.companion.output import FigureOutput, NumbersTable, figures_root, number_row
 
@@ -64,8 +65,7 @@ WRITE = """(root / NAME / "out.txt").write_text(f"{preset} {time.time_ns()}")\n"
 @pytest.fixture(autouse=True)
 def pinned_sources(monkeypatch):
     """A fixed hash of the linattn sources: edits to the package while the suite runs cannot flip a cache test."""
-    real = figures.source_hash
-    monkeypatch.setattr(figures, "source_hash", lambda package=None: "pinned" if package is None else real(package))
+    monkeypatch.setattr(figures, "source_hash", lambda cells: "pinned")
 
 
 def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypatch):
@@ -82,7 +82,7 @@ def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypa
     assert (out / "one" / "out.txt").read_text() == first
 
     # a change anywhere in the linattn sources invalidates every figure
-    monkeypatch.setattr(figures, "source_hash", lambda package=None: "changed-source")
+    monkeypatch.setattr(figures, "source_hash", lambda cells: "changed-source")
     res = figures.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
     assert [r.status for r in res] == ["ran"]
     assert (out / "one" / "out.txt").read_text() != first
@@ -150,13 +150,44 @@ def test_report_reruns_when_a_figure_it_reads_changes(tmp_path):
     assert run(only=["summary"]) == {"summary": "ran"}
 
 
-def test_source_hash_follows_package_files(tmp_path):
-    pkg = tmp_path / "pkg"
-    shutil.copytree(Path(figures.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    before = figures.source_hash(pkg)
-    assert figures.source_hash(pkg) == before
-    (pkg / "theory.py").write_text((pkg / "theory.py").read_text() + "\n# edited\n")
-    assert figures.source_hash(pkg) != before
+def test_source_hash_follows_what_a_notebook_imports(tmp_path):
+    """A figure's key covers the modules it computes with (here theory, through linattn/__init__), and not the CLI,
+    the runner or the book builder: editing those re-runs nothing."""
+    pkg = tmp_path / "linattn"
+    shutil.copytree(Path(linattn.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    cells = ["from linattn import theory\nfrom linattn.companion.output import FigureOutput"]
+    before = sources.source_hash(cells, pkg)
+    for untouched in ("cli.py", "companion/runner.py", "companion/book.py", "companion/sources.py"):
+        (pkg / untouched).write_text((pkg / untouched).read_text() + "\n# edited\n")
+        assert sources.source_hash(cells, pkg) == before, untouched
+    for followed in ("theory.py", "objectives/exact.py", "records.py"):  # records: imported by the output module
+        (pkg / followed).write_text((pkg / followed).read_text() + "\n# edited\n")
+        assert sources.source_hash(cells, pkg) != before, followed
+        before = sources.source_hash(cells, pkg)
+
+
+def test_imports_inside_functions_are_followed(tmp_path):
+    pkg = tmp_path / "linattn"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from .sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from .. import c\n")
+    (pkg / "c.py").write_text("")
+    (pkg / "d.py").write_text("")
+    found = {p.relative_to(pkg).as_posix() for p in sources.closure({"linattn.a"}, pkg)}
+    assert found == {"__init__.py", "a.py", "sub/__init__.py", "sub/b.py", "c.py"}
+
+
+def test_no_figure_depends_on_the_cli_the_runner_or_the_book_builder():
+    """So touching linattn/cli.py (or the runner, or the book builder) re-executes no notebook."""
+    root = Path(linattn.__file__).parent
+    for name, path in notebooks.discover().items():
+        nb = notebooks.read(path)
+        used = {p.relative_to(root).as_posix()
+                for p in sources.closure(set().union(*map(sources.imported_names, sources.notebook_sources(nb))))}
+        assert "companion/output.py" in used, name  # every figure writes through FigureOutput
+        assert not used & {"cli.py", "__main__.py", "companion/runner.py", "companion/book.py"}, (name, used)
 
 
 def test_broken_notebook_fails_alone(tmp_path, capsys):

@@ -106,7 +106,7 @@ def test_steps_to_time():
     assert theory.time_to_steps(2.0, 0.01, normalize="mean") == pytest.approx(100)
     with pytest.raises(ValueError, match="model and N"):
         theory.steps_to_time(100, 0.01, normalize="sum")
-    with pytest.raises(ValueError, match="'mean' or 'sum'"):
+    with pytest.raises(ValueError, match="normalize must be one of 'sum', 'mean'"):
         theory.steps_to_time(100, 0.01, normalize="paper")
 
 
