@@ -10,7 +10,7 @@ PRESET  ?= paper
 JOBS    ?= 2
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup figures book test test-setup linkcheck bench clean
+.PHONY: setup figures book test test-fast test-setup linkcheck bench clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,10 @@ test-setup: setup
 test: test-setup
 	$(MAKE) book PRESET=quick
 	$(BIN)/python -m pytest -q
+
+# The fast subset (under a minute): no built figures or book, no browser, no test over about a second.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow and not book"
 
 bench: setup
 	$(BIN)/python benchmarks/bench_engines.py

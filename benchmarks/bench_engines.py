@@ -8,8 +8,8 @@ Four parts:
 
 * ``steps``: time per step (median over a few steps) of each engine on the same data and initial weights, its
   set-up time and the peak resident memory of a fresh process that ran only that measurement (ru_maxrss): the exact
-  engine against the per-sample autograd engine (query row only) for Figures 1b, 3a, 4; for softmax (Figure 5) the
-  query-row engine against the straightforward full-attention computation. Whole per-sample runs would take hours to
+  engine against the autograd engine (query row only) for Figures 1b, 3a, 4; for softmax (Figure 5) the
+  query-row engine against the straightforward full-attention computation. Whole autograd runs would take hours to
   days, so their whole-run times are *extrapolated*: set-up + epochs × median step.
 * ``runs``: wall time of every linear-model figure at its published settings, all seeds, through ``linattn.run``
   (exact engine): Figure 1b (ATTN_M and MLP), 3a (6 seeds), 4 (R = 1, 2, 4, 8), 14 (six icl values, test sets).

@@ -1,4 +1,4 @@
-"""Benchmark of the softmax objective (``linattn.softmax_engine``) at the Figure 5 settings (on demand, not in CI).
+"""Benchmark of the softmax objective (``linattn.objectives.Softmax``) at the Figure 5 settings (on demand, not in CI).
 
     .venv/bin/python benchmarks/bench_softmax.py                 # everything, about 3 min on 2 cores
     .venv/bin/python benchmarks/bench_softmax.py --quick         # no full-attention ATTN_S step (16 s a step)
@@ -88,7 +88,7 @@ def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> d
         loss = step(net)
         sync()
         times.append(time.perf_counter() - t)
-    from linattn import softmax_engine
+    from linattn.objectives import softmax as softmax_engine
     return dict(engine=engine, setup_s=setup, first_s=times[0], step_s=statistics.median(times[1:]),
                 step_min_s=min(times[1:]), loss=loss, grad=[p.grad.flatten().tolist() for p in net.parameters()],
                 device=device,

@@ -24,9 +24,8 @@ The library in one example (the API page of the book lists every name)::
     model = linattn.build_model("attnS", res.weights)
 """
 
-__version__ = "0.1.0"
-
 from . import _compat
+from ._version import __version__
 
 _compat.install()  # old module paths (linattn.engines, linattn.figure_io, …) keep working, with a FutureWarning
 

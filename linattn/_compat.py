@@ -4,7 +4,7 @@ Each old name still works and warns once per use with a FutureWarning naming its
 (``linattn.engines`` → ``linattn.objectives``, ``linattn.figure_io`` → ``linattn.companion.output``, …) through an
 import hook that hands out a forwarding module, renamed functions, classes and keyword arguments through
 :func:`deprecated_names` and :func:`renamed_kwargs`. The module ``linattn.run`` has no alias: that name is the
-function :func:`linattn.run` (its module is ``linattn.experiment``).
+function :func:`linattn.run <linattn.experiment.run>` (its module is ``linattn.experiment``).
 """
 
 from __future__ import annotations

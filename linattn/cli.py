@@ -28,8 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import __version__
-from .config import DRAWS, DTYPES, DYNAMICS, ENGINES, NORMALIZATIONS, ConfigError, RunConfig
+from ._version import __version__
+from . import objectives
+from .config import DRAWS, DTYPES, DYNAMICS, NORMALIZATIONS, ConfigError, RunConfig
 from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
 
 
@@ -110,7 +111,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                            "be empty, and appears only when the run succeeds")
     ours.add_argument("--overwrite", action="store_true",
                       help="replace an existing --out folder (only once the new run has succeeded)")
-    ours.add_argument("--engine", choices=ENGINES, default=d.engine,
+    ours.add_argument("--engine", choices=objectives.engine_choices(), default=d.engine,
                       help="auto (default): exact for the linear models, population for --trainset_size inf, "
                            "softmax for --softmax; autograd: the model's forward pass on every sequence (any model)")
     ours.add_argument("--dynamics", choices=DYNAMICS, default=d.dynamics,

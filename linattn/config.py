@@ -19,7 +19,6 @@ from .data import check_covariance, check_spectrum
 from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
 from .normalization import NORMALIZATIONS  # noqa: F401  (re-exported: the CLI's --normalize choices)
 
-ENGINES = objectives.ENGINE_CHOICES
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
 DRAWS = ("reference", "streams")
@@ -34,7 +33,7 @@ class RunConfig:
     """The settings of one run: the fields are the flags of ``linattn train`` (``linattn train --help`` says what
     each means), with the reference's names and defaults, then linattn's own. ``trainset_size=None`` is the CLI's
     ``inf`` (the population objective). Nothing is checked on construction; :meth:`validate` checks everything
-    and :func:`linattn.run.run` calls it first.
+    and :func:`~linattn.experiment.run` calls it first.
     """
 
     # the reference's flags, same names and defaults
@@ -167,8 +166,8 @@ class RunConfig:
             bad(f"--normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
         if self.dynamics not in DYNAMICS:
             bad(f"--dynamics must be one of {', '.join(DYNAMICS)}, got {self.dynamics!r}")
-        if self.engine not in ENGINES:
-            bad(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine not in objectives.engine_choices():
+            bad(f"--engine must be one of {', '.join(objectives.engine_choices())}, got {self.engine!r}")
         if self.dtype not in DTYPES:
             bad(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in ("auto", "cpu") and not re.fullmatch(r"cuda(:\d+)?", self.device):

@@ -196,11 +196,3 @@ def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, tests
         test_iwl = sample_sequences(testset_size, seq_len, cov, 0.0, w_fix, streams(seed, TEST_IWL))
         test_icl = sample_sequences(testset_size, seq_len, cov, 1.0, w_fix, streams(seed, TEST_ICL))
     return Datasets(train=train, test_iwl=test_iwl, test_icl=test_icl, cov=cov, w_fix=w_fix)
-
-
-def prefix(X: np.ndarray, y: np.ndarray, n: int) -> Sequences:
-    """The sequences cut to their first ``n`` tokens, the n-th becoming the query (label zeroed, kept as target)."""
-    Xn = X[:, :n].copy()
-    yn = y.copy() if n == X.shape[1] else Xn[:, -1, -1].copy()
-    Xn[:, -1, -1] = 0.0
-    return Sequences(X=Xn, y=yn)

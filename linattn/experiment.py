@@ -140,7 +140,7 @@ def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, 
 
 
 def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool | None = None,
-        snapshot_every: int = 0, snapshot=None) -> RunResult:
+        snapshot_every: int = 0, snapshot=None, start_step: int = 0) -> RunResult:
     """Validate ``cfg``, build data, weights and engine, train, and return a :class:`RunResult`.
 
     Args:
@@ -162,6 +162,8 @@ def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool |
         progress: a progress bar (None: only when attached to a terminal).
         snapshot_every: store a snapshot in ``history.snapshots`` every k steps and at the end (0: none).
         snapshot: what a snapshot is, ``snapshot(model)``; default: the weights, in the layout of ``init.npz``.
+        start_step: continue a gradient-descent run whose weights at that step are ``init``: the ``cfg.epoch``
+            steps are numbered from ``start_step`` on, so history and snapshots line up with the run continued.
 
     Raises:
         ConfigError: an invalid setting (a ValueError naming it), before any work.
@@ -171,6 +173,9 @@ def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool |
             many as the diverged run lasted up to 200 for the exact and population engines.
     """
     cfg.validate()
+    if start_step and (cfg.dynamics != "gd" or init is None):
+        raise ValueError("start_step continues a gradient-descent run from given weights: it needs dynamics='gd' and "
+                         "init (the weights at that step)")
     if data is not None:
         cfg, given = _given_data(cfg, data)
     if init is not None:
@@ -193,7 +198,7 @@ def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool |
         else:
             history = gradient_descent(model, train, lr=cfg.lr, epoch=cfg.epoch, tests=tests,
                                        track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,
-                                       progress=progress)
+                                       progress=progress, start_step=start_step)
     except TrainingDiverged as e:
         if cfg.dynamics == "gd":
             steps = objectives.get(engine).trial_steps(e.step)

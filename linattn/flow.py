@@ -68,7 +68,7 @@ def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None
     value weights) at step k = 0 … epoch−1; ``snapshot_every`` stores ``snapshot(model)`` at those
     rows and at k = epoch. ``objective`` is any engine with ``value_and_grad(model)`` and ``value(model)``;
     with the exact or population engine a paper-size flow takes seconds. ``method``, ``rtol``, ``atol`` go to
-    :func:`scipy.integrate.solve_ivp` (``atol`` is absolute on the weights, so keep it well below the
+    ``scipy.integrate.solve_ivp`` (``atol`` is absolute on the weights, so keep it well below the
     initialisation scale).
     """
     if method not in METHODS:

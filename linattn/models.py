@@ -12,8 +12,8 @@ Linear attention (paper Eq. 2–4; reference normalisation: no 1/N, see ``scale`
 Each is *linear in a fixed feature of the sequence* once its weights are combined: ŷ = ⟨combined(), features(X)⟩.
 For attention the feature is T = x_q ⊗ S (the query label is zero, so only x_q's D entries enter, and S is
 symmetric, so only its upper triangle is kept: F = D·(D+1)(D+2)/2); the combined weight is
-M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] folded onto that triangle. The exact engine (``engines.py``) trains through
-``combined()``; the per-sample engine through ``forward()``; a test checks that the two agree.
+M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] folded onto that triangle. The exact objective (``objectives/exact.py``) trains through
+``combined()``; the autograd engine through ``forward()``; a test checks that the two agree.
 
 With ``softmax=True`` the attention scores s_m = x̃_qᵀ W_KQ x̃_m go through a softmax over the n keys (no scale,
 no mask) and the model is no longer linear in a fixed feature.

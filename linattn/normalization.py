@@ -20,7 +20,7 @@ N_FACTORS = {"attnM": 2, "mlp": 2, "attnS": 3}
 
 
 def check(normalize: str) -> str:
-    """``normalize`` if it is one of :data:`NORMALIZATIONS`, else ValueError naming the field."""
+    """``normalize`` if it is one of ``NORMALIZATIONS``, else ValueError naming the field."""
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {', '.join(map(repr, NORMALIZATIONS))}, got {normalize!r}")
     return normalize

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._version import __version__
+
 PACKAGE_ROOT = Path(__file__).resolve().parent
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -95,8 +97,6 @@ def peak_memory_mb() -> float:
 
 
 def provenance() -> dict:
-    from . import __version__
-
     return {
         "linattn_version": __version__,
         "git_commit": git_commit(),

@@ -113,7 +113,7 @@ def steps_to_time(steps, lr: float, *, normalize: str, model: str | None = None,
     """The gradient-flow time of GD step ``steps`` in units of τ, in the paper's normalisation: t/τ = 2·η·step.
 
     η is the paper-normalised rate: ``lr`` itself for ``normalize="mean"``; for ``normalize="sum"`` (give ``model``
-    and ``N``) ``lr`` converted by :func:`to_paper_normalisation`, so that every run of the same trajectory lands on
+    and ``N``) ``lr`` converted by :func:`~linattn.normalization.to_paper_normalisation`, so that every run of the same trajectory lands on
     the same t/τ. The only step ↔ time conversion of the package (``flow.gradient_flow`` integrates in steps).
     """
     check(normalize)

@@ -89,13 +89,15 @@ def weights_of(model, like: dict | None = None) -> dict[str, np.ndarray]:
 @renamed_kwargs(epochs="epoch")
 def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | None = None,
                      track_value: bool = False, snapshot_every: int = 0,
-                     snapshot: Callable | None = None, progress: bool | None = None) -> History:
+                     snapshot: Callable | None = None, progress: bool | None = None, start_step: int = 0) -> History:
     """Train ``model`` in place for ``epoch`` steps of full-batch GD on ``objective``.
 
-    ``objective`` is any engine object with ``value_and_grad(model)`` and ``value(model)`` (``engines.py``);
+    ``objective`` is any engine object with ``value_and_grad(model)`` and ``value(model)`` (``linattn.objectives``);
     ``tests`` maps "test_iwl"/"test_icl" to such objects, evaluated (without gradients) before every step.
     ``snapshot_every`` > 0 stores ``snapshot(model)`` (default: the weights) every k steps and at the end.
-    ``progress``: a tqdm bar (None: only for runs that touch a terminal).
+    ``progress``: a tqdm bar (None: only for runs that touch a terminal). ``start_step``: the number of the first
+    step, for a run that continues another from its weights at that step (the history's ``step`` and the snapshots
+    then line up with a run that never stopped: GD is a function of the weights alone).
     """
     params = [p for p in model.parameters()]
     losses = np.empty(epoch)
@@ -112,19 +114,19 @@ def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | N
         loss = objective.value_and_grad(model)
         if not math.isfinite(loss):
             bar.close()
-            raise TrainingDiverged(t, loss, lr)
+            raise TrainingDiverged(start_step + t, loss, lr)
         losses[t] = loss
         for k, obj in (tests or {}).items():
             test_rows[k][t] = obj.value(model)
         if track_value:
             values[t] = model.value_weights().detach().cpu().numpy()
-        if snapshot_every and t % snapshot_every == 0:
-            snaps.append((t, take(model)))
+        if snapshot_every and (start_step + t) % snapshot_every == 0:
+            snaps.append((start_step + t, take(model)))
         with torch.no_grad():
             for p in params:
                 p -= lr * p.grad
     if snapshot_every:
-        snaps.append((epoch, take(model)))
-    return History(step=np.arange(epoch), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
+        snaps.append((start_step + epoch, take(model)))
+    return History(step=np.arange(start_step, start_step + epoch), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
                    test_icl=test_rows.get("test_icl"), values=values, snapshots=snaps,
                    wall_time=time.perf_counter() - start)

@@ -11,7 +11,7 @@ CSS pixels, and the rule is that this is at least :data:`MIN_TEXT_PX` = 9 px for
 titles, legends, theory labels, and also mathtext sub- and superscripts (matplotlib draws them at 0.7× the size).
 
 Matplotlib writes text either as ``<text>``/``<tspan>`` elements (``svg.fonttype: none``, the style of
-:mod:`linattn.plotting`) or as glyph paths (``<use xlink:href="#DejaVuSans-…">`` inside ``scale(s -s)`` groups,
+:mod:`linattn.companion.plotting`) or as glyph paths (``<use xlink:href="#DejaVuSans-…">`` inside ``scale(s -s)`` groups,
 font size = 100·s); both are measured, with the scale of every enclosing ``transform`` applied.
 """
 
@@ -202,7 +202,7 @@ def problems(svg, content_px: float = CONTENT_WIDTH_PX, min_px: float = MIN_TEXT
         out.append(report.summary())
     if report.as_paths:
         out.append(f"{report.path}: {len(report.as_paths)} glyphs drawn as paths, not as <text> "
-                   "(set svg.fonttype to 'none', e.g. through linattn.plotting.use_style)")
+                   "(set svg.fonttype to 'none', e.g. through linattn.companion.plotting.use_style)")
     if report.private_use:
         shown = ", ".join(repr(t.text) for t in report.private_use[:5])
         out.append(f"{report.path}: private-use characters a browser cannot show: {shown}")

@@ -84,6 +84,7 @@ def test_drawn_datasets_and_init_handed_back_reproduce_the_run():
         linattn.run(cfg, data=ds.train)
 
 
+@pytest.mark.slow
 def test_acceptance_example_in_a_fresh_interpreter():
     code = textwrap.dedent("""
         import numpy as np, linattn

@@ -2,10 +2,12 @@
 their figures load, every figure of the toc is there with its caption; plus the build's own guards (missing/stale
 figure notebooks, the offline link check) and the citation metadata.
 
-The rendering tests read the book of ``$LINATTN_BOOK_PRESET`` (default ``quick``: the one ``make test`` builds into
-``_build/quick/html`` from ``_build/figures/quick``; ``$LINATTN_BOOK_HTML`` points them elsewhere) and skip when it
-has not been built (``make test``, or ``linattn figures --preset quick && python -m linattn.book build --preset
-quick``); the browser tests also skip when no Chromium is installed (Debian: ``apt-get install -y chromium``).
+The rendering tests (marked ``book``) read the book of ``$LINATTN_BOOK_PRESET`` (default ``quick``: the one
+``make test`` builds into ``_build/quick/html`` from ``_build/figures/quick``; ``$LINATTN_BOOK_HTML`` points them
+elsewhere) and skip when it has not been built (``make test``, or ``linattn figures --preset quick && python -m
+linattn.book build --preset quick``); the browser tests also skip when no Chromium is installed (Debian: ``apt-get
+install -y chromium``). Under ``LINATTN_REQUIRE_BROWSER=1`` (CI) they fail instead (``conftest.require_built``).
+The guards and configuration tests at the end need no build.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import require_built
 from linattn.companion import book
 
 ROOT = book.REPO_ROOT
@@ -44,17 +47,10 @@ ERROR_TEXT = re.compile(r"Traceback|\bError\b|Exception|Math input error|image n
 READER_WINDOW = (1280, 2400)
 FIRST_VIEW_PX = 1200  # a figure page's first figure must start within this many pixels of the top
 
-# CI (`.ci/run`) sets LINATTN_REQUIRE_BROWSER=1: there a missing book or browser fails instead of skipping.
-REQUIRED = os.environ.get("LINATTN_REQUIRE_BROWSER") == "1"
-
-
-def _skip_or_fail(reason: str):
-    (pytest.fail if REQUIRED else pytest.skip)(reason)
-
 
 def built():
     if not (HTML / "index.html").is_file():
-        _skip_or_fail(f"the {PRESET} book is not built ({HTML / 'index.html'} missing): run `make test` (or "
+        require_built(f"the {PRESET} book is not built ({HTML / 'index.html'} missing): run `make test` (or "
                       f"`linattn figures --preset {PRESET} && python -m linattn.book build --preset {PRESET}`)")
 
 
@@ -63,7 +59,7 @@ def chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    _skip_or_fail("no Chromium found: install it (Debian: `apt-get install -y chromium`) to run the browser tests")
+    require_built("no Chromium found: install it (Debian: `apt-get install -y chromium`) to run the browser tests")
 
 
 # ------------------------------------------------------------------------------------------- a local web server
@@ -202,12 +198,13 @@ def non_blank(png: Path) -> float:
 ATTN_S_PAGES = ["book/attn_s.html", "book/figures/fig03a_attns_loss.html"]
 
 
+@pytest.mark.book
 @pytest.mark.parametrize("page", ATTN_S_PAGES)
 def test_page_renders_in_browser(page, server, tmp_path):
     """Equations typeset by the bundled MathJax (offline), every image decoded, no error text on the page."""
     built()
     if not (HTML / page).is_file():
-        pytest.skip(f"{page} is not in this build")
+        require_built(f"{page} is not in the book built at {HTML}")
     dom, check = rendered(f"{server}/{page}", tmp_path)
     if "figures/" not in page:  # the chapter is written in equations; a figure page may have none
         assert check["mathSources"] > 10, "the chapter has (almost) no math to typeset"
@@ -228,6 +225,7 @@ def _toc_figure_pages():
     return [f"book/figures/{n}.html" for n in book.toc_figures(ROOT)]
 
 
+@pytest.mark.book
 @pytest.mark.parametrize("page", _toc_figure_pages())
 def test_figure_page_leads_with_its_figure(page, server, tmp_path):
     """Figure first: in a 1280-px-wide window the page's first figure image starts within the first 1,200 px,
@@ -243,13 +241,14 @@ def test_figure_page_leads_with_its_figure(page, server, tmp_path):
     assert check["tablesBeforeFigure"] == 0, f"{name}: {check['tablesBeforeFigure']} table(s) before the figure"
 
 
+@pytest.mark.book
 def test_screenshot_of_attn_s_chapter(server, tmp_path):
     """A full-height screenshot of the ATTN_S chapter (kept under _build/screenshots/) that is not blank."""
     built()
     SHOTS.mkdir(parents=True, exist_ok=True)
     for page, name in [("book/attn_s.html", "attn_s.png"), ("book/figures/fig03a_attns_loss.html", "fig03a.png")]:
         if not (HTML / page).is_file():
-            continue
+            require_built(f"{page} is not in the book built at {HTML}")
         shot = SHOTS / name
         shot.unlink(missing_ok=True)
         proc = run_chromium(["--virtual-time-budget=20000", "--window-size=1280,2400", f"--screenshot={shot}",
@@ -313,6 +312,7 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[A-Za-z]{4,}", text)
 
 
+@pytest.mark.book
 @pytest.mark.parametrize("name", book.toc_figures(ROOT))
 def test_toc_figure_in_html(name):
     """The figure's page exists, holds the numbered figure fig-<name> with a resolving image and its caption, and
@@ -345,6 +345,7 @@ def test_prose_references_every_toc_figure():
     assert not missing, f"figures never referenced from the chapters: {missing}"
 
 
+@pytest.mark.book
 def test_internal_links_resolve():
     built()
     broken = book.check_links(HTML)

@@ -262,6 +262,7 @@ def test_default_out_folder_differs_by_settings(tmp_path, monkeypatch):
     assert len(runs) == 2 and all(r.startswith("attnM_head1_D3_R1_P50_N6_seed10_") for r in runs)
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_python_dash_m_works(tmp_path):
     out = tmp_path / "run"
     res = subprocess.run([sys.executable, "-m", "linattn", "train", *FAST, "--out", str(out)],

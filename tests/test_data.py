@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
+import torch
 
-from linattn import data
+from linattn import data, normalization
 
 
 def make(**kw):
@@ -99,10 +100,19 @@ def test_training_set_does_not_depend_on_test_sets():
     assert np.array_equal(make(testset_size=0).train.X, make(testset_size=30).train.X)
 
 
-def test_prefix_moves_the_query_and_keeps_its_label_as_target():
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_prefix_moves_the_query_and_keeps_its_label_as_target(as_tensor):
     ds = make()
-    s = data.prefix(ds.train.X, ds.train.y, 4)
-    assert s.X.shape == (400, 4, 5)
-    assert np.all(s.X[:, -1, -1] == 0)
-    assert np.array_equal(s.y, ds.train.X[:, 3, -1])
-    assert np.array_equal(s.X[:, :3], ds.train.X[:, :3])
+    X, y = ds.train.X, ds.train.y
+    if as_tensor:
+        X, y = torch.as_tensor(X), torch.as_tensor(y)
+    Xn, yn = normalization.cut_prefix(X, y, 4)
+    Xn, yn = np.asarray(Xn), np.asarray(yn)
+    assert Xn.shape == (400, 4, 5)
+    assert np.all(Xn[:, -1, -1] == 0)
+    assert np.array_equal(yn, ds.train.X[:, 3, -1])
+    assert np.array_equal(Xn[:, :3], ds.train.X[:, :3])
+    assert np.all(np.asarray(X)[:, 3, -1] == ds.train.X[:, 3, -1])  # the input is not changed
+    queries, targets = normalization.prefix_queries(torch.as_tensor(ds.train.X), torch.as_tensor(ds.train.y), [4, 9])
+    assert np.array_equal(queries[:, 0].numpy(), Xn[:, -1]) and np.array_equal(targets[:, 0].numpy(), yn)
+    assert np.array_equal(targets[:, 1].numpy(), ds.train.y)  # the whole sequence's target

@@ -1,4 +1,4 @@
-"""The engines: exact moments ≡ per-sample autograd, bounded memory, exact population moments, the softmax query row."""
+"""The engines: exact moments ≡ autograd, bounded memory, exact population moments, the softmax query row."""
 
 from __future__ import annotations
 

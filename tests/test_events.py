@@ -76,6 +76,7 @@ def rank_one_population():
     return run(cfg, snapshot_every=20, snapshot=dg.snapshot_fn(N, normalize="mean"))
 
 
+@pytest.mark.slow
 def test_a_population_run_learns_each_direction_once_largest_first(rank_one_population):
     """The theory's story on a real run: D of the H heads each end up with one direction, in order of decreasing
     eigenvalue, and each such head carries that whole direction (f → 1) and its value v → (λ_d c_d)^{-1/3}."""

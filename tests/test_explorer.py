@@ -5,8 +5,8 @@ The page (``_build/html/book/explore.html``, scripts under ``_static/explorer/``
 in real time — no virtual-time budget — and its timing means something. For three settings the page starts from
 weights exported from Python (``weights=<url>``, a JSON file served next to the page) and its loss curve must equal
 ``linattn.run.run(RunConfig(..., trainset_size=None, draws="streams"), init=weights)`` to a relative 1e-9 at every
-step. The tests skip when the book, the page or Chromium is missing, and fail instead under
-``LINATTN_REQUIRE_BROWSER=1`` (CI), like ``test_book.py``.
+step. Every test is marked ``book``: they skip when the book, the page or Chromium is missing, and fail instead
+under ``LINATTN_REQUIRE_BROWSER=1`` (CI), through ``conftest.require_built`` like ``test_book.py``.
 """
 
 from __future__ import annotations
@@ -28,12 +28,15 @@ from urllib.parse import quote, urlencode
 
 import numpy as np
 import pytest
-import test_book as tb  # the shared helpers: where the build is, skip-or-fail, finding Chromium, the quiet handler
+import test_book as tb  # the shared helpers: where the build is, finding Chromium, the quiet handler
+from conftest import require_built
 
 from linattn import theory
 from linattn.config import RunConfig
 from linattn.models import init_weights
 from linattn.experiment import run
+
+pytestmark = pytest.mark.book
 
 PAGE = "book/explore.html"
 EXTRA = "/book/explorer-test/"  # URL prefix of the weight files the tests write (served from a temporary folder)
@@ -43,7 +46,7 @@ RTOL = 1e-9
 def page_built():
     tb.built()
     if not (tb.HTML / PAGE).is_file():
-        tb._skip_or_fail(f"{tb.HTML / PAGE} missing: the book was built without the explorer page; rebuild it")
+        require_built(f"{tb.HTML / PAGE} missing: the book was built without the explorer page; rebuild it")
     for name in ("linattn.js", "explorer.js", "explorer.css"):
         assert (tb.HTML / "_static" / "explorer" / name).is_file(), f"_static/explorer/{name} was not copied"
 
@@ -80,7 +83,7 @@ class Browser:
 
     def __init__(self, profile: Path):
         if importlib.util.find_spec("tornado") is None:  # installed with jupyter/ipykernel
-            tb._skip_or_fail("tornado is needed to drive Chromium over the DevTools protocol")
+            require_built("tornado is needed to drive Chromium over the DevTools protocol")
         exe = tb.chromium()
         self.proc = subprocess.Popen([exe, *tb.CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1280,2400",
                                       "--remote-debugging-port=0", "--remote-allow-origins=*", "about:blank"],
@@ -165,7 +168,7 @@ def browser(tmp_path_factory):
 # ------------------------------------------------------------------------------------------- helpers
 
 def query(model, D, N, H, R, init, era, lr, steps, spectrum, normalize, **extra) -> str:
-    q = dict(model=model, D=D, N=N, H=H, R=R, init=init, init_scheme=era, lr=lr, steps=steps, seed=0, normalize=normalize,
+    q = dict(model=model, D=D, N=N, H=H, R=R, init=init, era=era, lr=lr, steps=steps, seed=0, normalize=normalize,
              spectrum=",".join(repr(float(x)) for x in spectrum), **extra)
     return urlencode(q, quote_via=quote, safe=",/")
 
@@ -189,11 +192,11 @@ def max_rel(js, py) -> float:
 D4 = [0.4, 0.3, 0.2, 0.1]
 D6 = list(np.arange(1, 7) / 21.0)
 CASES = {
-    "attnM_D4": dict(model="attnM", D=4, N=31, H=4, R=1, init=0.1, init_scheme="dec2025", lr=0.05, steps=300,
+    "attnM_D4": dict(model="attnM", D=4, N=31, H=4, R=1, init=0.1, era="dec2025", lr=0.05, steps=300,
                      spectrum=D4, normalize="sum"),
-    "attnS_R1_D4": dict(model="attnS", D=4, N=31, H=5, R=1, init=0.3, init_scheme="jan2025", lr=0.05, steps=300,
+    "attnS_R1_D4": dict(model="attnS", D=4, N=31, H=5, R=1, init=0.3, era="jan2025", lr=0.05, steps=300,
                         spectrum=D4, normalize="sum"),
-    "attnS_R2_D6": dict(model="attnS", D=6, N=15, H=4, R=2, init=0.5, init_scheme="dec2025", lr=0.5, steps=300,
+    "attnS_R2_D6": dict(model="attnS", D=6, N=15, H=4, R=2, init=0.5, era="dec2025", lr=0.5, steps=300,
                         spectrum=D6, normalize="mean"),
 }
 
@@ -240,7 +243,7 @@ def test_page_init_layout_and_its_run(model, era, served, browser):
     """The page's own seeded initial weights have init.npz's layout, zero blocks and scales; Python trained from
     them (dump_init=1) gives the page's curve."""
     base, _ = served
-    s = dict(model=model, D=5, N=20, H=6, R=2 if model == "attnS" else 1, init=0.15, init_scheme=era, lr=0.02, steps=120,
+    s = dict(model=model, D=5, N=20, H=6, R=2 if model == "attnS" else 1, init=0.15, era=era, lr=0.02, steps=120,
              spectrum=[0.3, 0.25, 0.2, 0.15, 0.1], normalize="sum")
     res = browser.explore(f"{base}/{PAGE}?{query(**s, dump_init='1')}")
     assert res["status"] == "done", res.get("message")
@@ -275,7 +278,7 @@ def test_ten_thousand_steps_timing(served, browser, capsys):
     """10 000 steps of ATTN_S at D = 8, H = 9, R = 2 in headless Chromium: the time is printed, not asserted
     (target: under 2 s)."""
     base, _ = served
-    s = dict(model="attnS", D=8, N=31, H=9, R=2, init=5e-3, init_scheme="jan2025", lr=0.02, steps=10000,
+    s = dict(model="attnS", D=8, N=31, H=9, R=2, init=5e-3, era="jan2025", lr=0.02, steps=10000,
              spectrum=list(np.arange(1, 9) / 36.0), normalize="sum")
     res = browser.explore(f"{base}/{PAGE}?{query(**s)}")
     assert res["status"] == "done" and res["steps_done"] == 10000, res.get("message")

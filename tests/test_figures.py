@@ -3,7 +3,8 @@
 ``make test`` runs the quick figures once (``linattn figures --preset quick`` into ``_build/figures/quick``) and
 builds the quick book from them; these tests read those outputs instead of executing the notebooks a second time
 (the runner's own behaviour — caching, failures, reports, overrides — is tested on tiny notebooks in test_runner.py).
-They skip when the quick figures have not been made, and fail in CI (``LINATTN_REQUIRE_BROWSER=1``).
+Those reading the outputs are marked ``book``: they skip when the quick figures have not been made, and fail in CI
+(``LINATTN_REQUIRE_BROWSER=1``), through ``conftest.require_built``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import json
 import nbformat
 import pytest
 
+from conftest import require_built
+from linattn.companion import book
 from linattn.companion import runner as figures
-from test_book import _skip_or_fail
 
 NAMES = sorted(figures.discover())
 OUTPUTS = ("{n}.png", "{n}.svg", "{n}.pdf", "{n}.csv", "provenance.json", "numbers.json", "{n}.ipynb")
@@ -57,20 +59,27 @@ UNCHECKED = ("fig05_softmax", "beyond_error_table")
 def quick_set():
     missing = [n for n in NAMES if not (ROOT / f"{n}.ipynb").is_file()]
     if missing:
-        _skip_or_fail(f"the quick figures are not made ({', '.join(missing)} missing in {ROOT}): run `make test`, "
+        require_built(f"the quick figures are not made ({', '.join(missing)} missing in {ROOT}): run `make test`, "
                       f"or `linattn figures --preset quick`")
     return ROOT
 
 
-def test_some_notebooks_exist():
-    assert NAMES, "figures_src/ holds no notebooks"
+def test_the_book_shows_every_figure_notebook_and_only_those():
+    """figures_src/ and the toc's figure pages name the same figures: a notebook left out of _toc.yml would be run
+    by `linattn figures` but never shown; a toc entry without a notebook would leave the book build without it."""
+    toc = book.toc_figures()
+    assert len(toc) == len(set(toc)), f"a figure is listed twice in _toc.yml: {toc}"
+    assert set(toc) == set(NAMES), (f"only in figures_src/: {sorted(set(NAMES) - set(toc))}; "
+                                    f"only in _toc.yml: {sorted(set(toc) - set(NAMES))}")
 
 
+@pytest.mark.book
 def test_quick_set_succeeded(quick_set):
     failed = sorted(p.name for p in quick_set.glob("*.failed.ipynb"))
     assert not failed, f"failed figures: {failed}"
 
 
+@pytest.mark.book
 @pytest.mark.parametrize("name", NAMES)
 def test_figure_files(quick_set, name):
     root = quick_set
@@ -96,6 +105,7 @@ def test_every_figure_has_tolerances():
     assert set(TOLERANCES) | set(UNCHECKED) == set(NAMES), "a figure without tolerances (or a stale entry)"
 
 
+@pytest.mark.book
 @pytest.mark.parametrize("name", sorted(TOLERANCES))
 def test_numbers_match_the_theory_within_each_figures_tolerances(quick_set, name):
     import re
@@ -115,9 +125,10 @@ def test_numbers_match_the_theory_within_each_figures_tolerances(quick_set, name
         assert not far, f"{name}: {kind} error above {tol} for {pattern!r}: {far}"
 
 
+@pytest.mark.book
 def test_every_quick_figure_is_current(quick_set):
     """Right after `make test` made them, every figure's cache key matches: a second run would skip them all."""
     states = {name: state for name, state, _ in figures.list_figures(preset="quick")}
     stale = sorted(n for n, s in states.items() if s != "current")
     if stale:
-        _skip_or_fail(f"quick figures changed since `make test` made them (edited code?): {stale}")
+        require_built(f"quick figures changed since `make test` made them (edited code?): {stale}")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import cli, data, flow, models, normalization, objectives, theory
+from linattn import cli, data, models, normalization, objectives, theory
 from linattn.config import ConfigError, RunConfig
 from linattn.flow import gradient_flow
 from linattn.experiment import run
@@ -43,7 +43,6 @@ def test_time_axis_is_theory_steps_to_time():
     hist = gradient_flow(net, _Square(), lr=lr, epoch=epochs, rtol=1e-10, atol=1e-14)
     t = theory.steps_to_time(np.arange(epochs), lr, normalize="mean")
     assert np.allclose(hist.train_loss, 1.25 * np.exp(-2 * t), rtol=1e-7)
-    assert not hasattr(flow, "steps_to_flow_time")
 
 
 def test_small_learning_rate_gd_converges_to_the_flow():

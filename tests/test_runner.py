@@ -1,4 +1,4 @@
-"""The figure runner: caching, failure isolation, report ordering, the cite cell, and figure_io/presets."""
+"""The figure runner: caching, failure isolation, report ordering, the cite cell, sources in the cache key, and the output/presets modules."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def pinned_sources(monkeypatch):
     monkeypatch.setattr(figures, "source_hash", lambda cells: "pinned")
 
 
+@pytest.mark.slow
 def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypatch):
     src = make_src(tmp_path, {"one": WRITE})
     out = tmp_path / "out"
@@ -100,6 +101,7 @@ def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypa
                                progress=False)[0].status == "ran"
 
 
+@pytest.mark.slow
 def test_page_gets_a_badge_a_run_record_and_a_runnable_copy(tmp_path):
     src = make_src(tmp_path, {"one": WRITE})
     out = tmp_path / "out"
@@ -114,6 +116,7 @@ def test_page_gets_a_badge_a_run_record_and_a_runnable_copy(tmp_path):
     assert "preset = 'quick'" in params.source and "injected-parameters" not in str(standalone)
 
 
+@pytest.mark.slow
 def test_overrides_are_checked_injected_and_shown(tmp_path):
     body = WRITE + "(root / NAME / 'seeds.txt').write_text(repr(seeds))\n"
     src = make_src(tmp_path, {"one": body})
@@ -135,6 +138,7 @@ def test_overrides_are_checked_injected_and_shown(tmp_path):
     assert figures.run_figures(src=src, out=out, preset="quick", progress=False)[0].status == "ran"
 
 
+@pytest.mark.slow
 def test_report_reruns_when_a_figure_it_reads_changes(tmp_path):
     src = make_src(tmp_path, {"fig": WRITE + "(root / NAME / 'numbers.json').write_text(str(seed))\n",
                               "summary": WRITE},
@@ -179,6 +183,7 @@ def test_imports_inside_functions_are_followed(tmp_path):
     assert found == {"__init__.py", "a.py", "sub/__init__.py", "sub/b.py", "c.py"}
 
 
+@pytest.mark.slow
 def test_no_figure_depends_on_the_cli_the_runner_or_the_book_builder():
     """So touching linattn/cli.py (or the runner, or the book builder) re-executes no notebook."""
     root = Path(linattn.__file__).parent
@@ -190,6 +195,7 @@ def test_no_figure_depends_on_the_cli_the_runner_or_the_book_builder():
         assert not used & {"cli.py", "__main__.py", "companion/runner.py", "companion/book.py"}, (name, used)
 
 
+@pytest.mark.slow
 def test_broken_notebook_fails_alone(tmp_path, capsys):
     src = make_src(tmp_path, {"good": WRITE, "bad": WRITE})
     out = tmp_path / "out"
@@ -217,6 +223,7 @@ def test_broken_notebook_fails_alone(tmp_path, capsys):
     assert res == {"bad": "failed", "good": "cached"}
 
 
+@pytest.mark.slow
 def test_report_notebooks_run_after_the_others(tmp_path):
     slow = "time.sleep(1.0)\n" + WRITE
     report = ("seen = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / 'out.txt').exists())\n"

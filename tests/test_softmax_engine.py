@@ -17,6 +17,8 @@ from linattn.train import gradient_descent
 
 D, SEQ, H, R = 3, 6, 3, 2  # one D everywhere: D+1 is a static size of the compiled kernel (a new one compiles)
 P, CHUNK = 600, 256        # 5 blocks of 128 sequences (the last padded) in 2 chunks
+# A test that compiles the kernel is slow: torch.compile takes 5–15 s, once per process and dtype.
+COMPILED = pytest.param(True, id="compiled", marks=pytest.mark.slow)
 
 
 def _sequences(P=P, seed=0):
@@ -47,7 +49,7 @@ def _rel(a, b):
     return float((a - b).norm() / b.norm())
 
 
-@pytest.mark.parametrize("compile", [True, False], ids=["compiled", "eager"])
+@pytest.mark.parametrize("compile", [COMPILED, pytest.param(False, id="eager")])
 @pytest.mark.parametrize("vary_len", [False, True], ids=["full", "vary_len"])
 @pytest.mark.parametrize("model", ["attnM", "attnS"])
 def test_loss_and_gradient_equal_the_autograd_engine(model, vary_len, compile):
@@ -68,6 +70,7 @@ def test_loss_and_gradient_equal_the_autograd_engine(model, vary_len, compile):
         assert _rel(p.grad, 2 * ref) < 1e-12
 
 
+@pytest.mark.slow  # compiles
 @pytest.mark.parametrize("model", ["attnM", "attnS"])
 def test_large_scores_neither_overflow_nor_lose_accuracy(model):
     """Scores in the hundreds (one key takes all the attention): the max is subtracted before exp."""
@@ -102,6 +105,7 @@ def test_whole_run_follows_the_autograd_engine(model):
         assert np.max(np.abs(x - ref) / ref) < 1e-10
 
 
+@pytest.mark.slow  # compiles
 def test_float32_stays_close_to_float64():
     """float32 arithmetic with float64 sums. Measured here: loss 9e-9, gradient 6e-8 to 2e-7, 200-step loss curve
     4e-8 (asserted: 1e-7, 1e-6, 1e-6). Through the abrupt drops of a long run the difference peaks higher, up to a

@@ -14,6 +14,8 @@ REPO_ROOT = PACKAGE_ROOT.parent
 SRC_DIR = REPO_ROOT / "figures_src"
 BUILD_DIR = REPO_ROOT / "_build"
 RUNS_DIR = BUILD_DIR / "runs"
+ENV_RUNS_DIR = "LINATTN_RUNS_DIR"  # moves the run store
+ENV_FIGURE = "LINATTN_FIGURE"  # set by the figure runner for each notebook: the run store logs which figure asked
 
 
 def preset_root(preset: str) -> Path:

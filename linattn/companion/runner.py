@@ -45,9 +45,10 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._version import __version__
 from ..records import atomic_write, library_versions
 from . import notebooks
-from .paths import preset_root
+from .paths import ENV_FIGURE, preset_root
 from .sources import notebook_sources, source_hash
 PRESET_CHOICES = ("paper", "quick")
 REPORT_NAMES = ("beyond_error_table",)
@@ -148,8 +149,6 @@ def expected_key(name: str, root: Path, src=None) -> str | None:
 def cite_block(name: str) -> str:
     """The "Cite this figure" markdown cell appended to every executed figure notebook (paths relative to
     ``<root>``, where the executed notebook lies)."""
-    from .. import __version__
-
     files = [("PDF", "pdf"), ("PNG", "png"), ("SVG", "svg"), ("CSV", "csv")]
     links = [f"{{download}}`{label} <{name}/{name}.{ext}>`" for label, ext in files]
     links.append(f"{{download}}`provenance.json <{name}/provenance.json>`")
@@ -234,6 +233,7 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
     for var in THREAD_ENV:  # inherited by the kernel: one thread each, so parallel figures do not oversubscribe
         os.environ[var] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ[ENV_FIGURE] = name  # the run store's log says which figure asked for each run
     start = time.perf_counter()
     try:
         nb = notebooks.from_text(text)

@@ -1,19 +1,15 @@
 """The training objectives behind one registry: what each engine trains, where it prefers to run, how it is built.
 
-=============  =====================================================  ==========================  ================
-engine         objective                                              trains                      preferred device
-=============  =====================================================  ==========================  ================
-``exact``      the loss as a quadratic form in the combined weights  linear models, finite P     CPU
-``population`` the same for P → ∞ (exact Gaussian moments)           linear models, icl = 1      CPU
-``softmax``    softmax attention, query row, gradient written out    softmax attention           GPU when present
-``autograd``   the model's own forward pass on every sequence        every model, finite P       GPU when present
-=============  =====================================================  ==========================  ================
+* ``exact`` — the loss as a quadratic form in the combined weights; linear models, finite P; prefers the CPU.
+* ``population`` — the same for P → ∞ (exact Gaussian moments); linear models, icl = 1; prefers the CPU.
+* ``softmax`` — softmax attention, query row, gradient written out; prefers a GPU when there is one.
+* ``autograd`` — the model's own forward pass on every sequence; every model, finite P; prefers a GPU.
 
 Each engine class declares ``name``, ``preferred_device``, ``linear_only``, ``refuses(cfg)`` (why it cannot train a
 run's settings, or None) and ``trial_steps(step)`` (how long the stable-rate trial runs after a divergence are).
-:class:`~linattn.RunConfig` validation, :func:`linattn.run`, the CLI's ``--engine`` choices and ``engine="auto"`` all
-ask this registry (:data:`ENGINES`, :func:`resolve`, :func:`refusal`, :func:`device_for`, :func:`build`); a new
-objective is one class and one line in :data:`ENGINES`.
+:class:`~linattn.config.RunConfig` validation, :func:`linattn.run <linattn.experiment.run>`, the CLI's ``--engine``
+choices and ``engine="auto"`` all ask this registry (:data:`ENGINES`, :func:`engine_choices`, :func:`resolve`,
+:func:`refusal`, :func:`device_for`, :func:`build`); a new objective is one class and one entry in :data:`ENGINES`.
 """
 
 from __future__ import annotations
@@ -28,8 +24,13 @@ from .exact import Exact
 from .population import Population, population_moments
 from .softmax import Softmax
 
+#: The registered engines by name, each an :class:`~linattn.objectives.base.Objective` class.
 ENGINES = {cls.name: cls for cls in (Exact, Population, Softmax, Autograd)}
-ENGINE_CHOICES = ("auto", *ENGINES)
+
+
+def engine_choices() -> tuple[str, ...]:
+    """What ``engine`` may be: ``"auto"`` or a registered name."""
+    return ("auto", *ENGINES)
 
 
 def get(name: str):
@@ -37,7 +38,7 @@ def get(name: str):
     try:
         return ENGINES[name]
     except KeyError:
-        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINE_CHOICES))}, got {name!r}") from None
+        raise ValueError(f"engine must be one of {', '.join(map(repr, engine_choices()))}, got {name!r}") from None
 
 
 def resolve(cfg) -> str:
@@ -86,7 +87,7 @@ def build(cfg, model, datasets, device: str):
     return train, tests
 
 
-__all__ = ["ENGINES", "ENGINE_CHOICES", "get", "resolve", "refusal", "device_for", "build", "Exact", "Population",
+__all__ = ["ENGINES", "engine_choices", "get", "resolve", "refusal", "device_for", "build", "Exact", "Population",
            "Softmax", "Autograd", "Moments", "NotLinearError", "check_linear", "feature_batches", "population_moments",
            "DEFAULT_CHUNK"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 
 from ..normalization import lengths, prefix_terms
-from .base import DEFAULT_CHUNK
+from .base import DEFAULT_CHUNK, Objective
 
 
-class Autograd:
+class Autograd(Objective):
     """Mean squared error from ``model(X, scale)`` on every sequence, chunked so memory stays bounded.
 
     The data are converted to ``dtype`` on ``device`` once; each step runs the model chunk by chunk and accumulates
@@ -23,7 +23,6 @@ class Autograd:
 
     name = "autograd"
     preferred_device = "accelerator"  # CUDA when torch sees one: the per-sequence work parallelises
-    linear_only = False
 
     def __init__(self, seqs, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK, dtype=torch.float64,
                  device="cpu"):
@@ -33,22 +32,6 @@ class Autograd:
         self.vary_len, self.normalize = vary_len, normalize
         self.n_terms = len(lengths(seqs.X.shape[1], vary_len))
         self.chunk, self.dtype, self.device = chunk, dtype, device
-
-    @staticmethod
-    def refuses(cfg) -> str | None:
-        """Why this objective cannot train ``cfg`` (None: it can)."""
-        if cfg.trainset_size is None:
-            return "trainset_size inf (the population objective) needs engine 'population', not 'autograd'"
-        return None
-
-    @staticmethod
-    def trial_steps(diverged_at: int) -> int:
-        """Steps of the trial runs that look for a stable learning rate after a divergence."""
-        return 20
-
-    @classmethod
-    def for_data(cls, model, seqs, **opts):
-        return cls(seqs, **opts)
 
     def _run(self, model, backward: bool, forward=None) -> float:
         forward = forward or model

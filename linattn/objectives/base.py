@@ -24,6 +24,34 @@ from ..normalization import prefix_terms
 DEFAULT_CHUNK = 4096
 
 
+class Objective:
+    """What every objective declares for the registry (``linattn.objectives``), with the common defaults.
+
+    ``name``: the engine's name; ``preferred_device``: "cpu" or "accelerator" (CUDA when torch sees one);
+    ``linear_only``: trains only models whose prediction is linear in a fixed feature. A training set of infinitely
+    many sequences (``trainset_size=None``) is refused by the registry for every engine but ``population``.
+    """
+
+    name: str
+    preferred_device = "cpu"
+    linear_only = False
+
+    @staticmethod
+    def refuses(cfg) -> str | None:
+        """Why this objective cannot train a run of ``cfg`` (None: it can)."""
+        return None
+
+    @staticmethod
+    def trial_steps(diverged_at: int) -> int:
+        """Steps of the trial runs that look for a stable learning rate after a divergence at ``diverged_at``."""
+        return 20
+
+    @classmethod
+    def for_data(cls, model, seqs, **opts) -> "Objective":
+        """The objective on the sequences ``seqs`` (``opts``: vary_len, normalize, chunk, device, dtype)."""
+        return cls(seqs, **opts)
+
+
 def chunks(X, y, chunk, device, dtype) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Consecutive chunks of ``chunk`` sequences as tensors (a copy of that chunk only, never of the whole set)."""
     for i in range(0, X.shape[0], chunk):

@@ -17,10 +17,10 @@ import torch
 
 from ..normalization import prefix_terms
 from .autograd import Autograd
-from .base import DEFAULT_CHUNK, Moments, NotLinearError, check_linear, chunks
+from .base import DEFAULT_CHUNK, Moments, NotLinearError, Objective, check_linear, chunks
 
 
-class Exact:
+class Exact(Objective):
     """The mean squared error through the data's moments: identical in exact arithmetic to :class:`~linattn.objectives.Autograd`.
 
     A step computes m = combined(θ) and L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ (one F×F matrix-vector
@@ -67,7 +67,7 @@ class Exact:
         except NotLinearError as e:
             if not fallback:
                 raise
-            warnings.warn(f"{str(e).split(';')[0]}; falling back to the per-sample (autograd) engine", stacklevel=2)
+            warnings.warn(f"{str(e).split(';')[0]}; falling back to the autograd engine", stacklevel=2)
             return Autograd(seqs, vary_len=vary_len, normalize=normalize, chunk=chunk, dtype=dtype, device=device)
         mom.yT, mom.TT = mom.yT.to(dtype), mom.TT.to(dtype)
         return cls(mom, dtype)
@@ -77,8 +77,6 @@ class Exact:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if cfg.softmax:
             return "engine 'exact' covers linear attention only; softmax needs engine 'autograd' or 'softmax'"
-        if cfg.trainset_size is None:
-            return "trainset_size inf (the population objective) needs engine 'population', not 'exact'"
         return None
 
     @staticmethod
@@ -89,6 +87,7 @@ class Exact:
 
     @classmethod
     def for_data(cls, model, seqs, **opts):
+        """:meth:`from_data` (the registry's name for it)."""
         return cls.from_data(model, seqs, **opts)
 
     def value_and_grad(self, model) -> float:

@@ -2,7 +2,7 @@
 
 The exact objective (``exact.py``) trains ŷ = ⟨m(θ), T⟩ through the three moments E[y²], E[yT], E[TTᵀ] of the feature
 T (``models.attention_features``, ``models.cubic_features``). For P → ∞ and the icl = 1 task those moments are
-polynomials in Λ: :func:`population_moments` builds them from Isserlis' (Wick's) theorem, with no sampling, and
+polynomials in Λ: ``population_moments`` builds them from Isserlis' (Wick's) theorem, with no sampling, and
 :class:`Population` trains on them. Like ``theory.py`` this is algebra of the data model only: x ~ N(0, Λ),
 w ~ N(0, I_D), y = wᵀx, no centring (paper, Section 2).
 """
@@ -136,7 +136,7 @@ class Population(Exact):
            normalize="sum", chunk=DEFAULT_CHUNK, device="cpu", dtype=torch.float64) -> "Population":
         """The P → ∞ objective of the icl = 1 task.
 
-        ``samples=0`` (default): the exact moments of :func:`population_moments`. ``samples > 0``: a Monte-Carlo
+        ``samples=0`` (default): the exact moments of ``population_moments``. ``samples > 0``: a Monte-Carlo
         estimate from that many fresh sequences of ``seed``'s own stream (never overlapping the training data). The
         estimate is unbiased; measured against the exact moments on the Figure 3a task (D = 4, N = 31, 2²⁰ samples) its
         loss at the fixed points M_0 … M_4 is off by 1e-4 to 1.1e-3 (``benchmarks/README.md``) and it takes ~40 s,

@@ -18,7 +18,7 @@ a product of (H, D+1, D+1) matrices, the only graph a step builds. Projecting th
 score D+1 products whatever the rank R, and a value D+1 more.
 
 Sequences are stored in blocks of ``BLOCK``, the sequence index innermost — X (blocks, D+1, n, BLOCK) — so every
-operation vectorises across sequences. For sets large enough to repay it, the per-chunk function :func:`chunk_sums`
+operation vectorises across sequences. For sets large enough to repay it, the per-chunk function ``chunk_sums``
 is compiled by ``torch.compile`` (CPU: one C++ loop nest per block and head that keeps the scores in registers;
 CUDA: triton), falling back to eager execution when no compiler works. Data and arithmetic are in ``dtype``
 (float32 by default); the loss, ∂L/∂v and the sum of ∂L/∂W_KQ over blocks accumulate in float64. Timings and the
@@ -37,7 +37,7 @@ import torch
 from .. import data as data_mod
 from ..normalization import lengths, prefix_queries
 from .._compat import deprecated_names
-from .base import DEFAULT_CHUNK
+from .base import DEFAULT_CHUNK, Objective
 
 BLOCK = 128
 LOG2E = 1.0 / math.log(2.0)
@@ -91,19 +91,18 @@ def _compiled():
 _compile_failed: set[str] = set()  # device types on which torch.compile raised once: eager from then on
 
 
-class Softmax:
+class Softmax(Objective):
     """Mean squared error of a softmax attention model (``AttnM``/``AttnS`` with ``softmax=True``) and its gradient.
 
     Same interface as :class:`~linattn.objectives.Autograd`: ``value_and_grad(model)`` returns the loss and accumulates the
     gradient into the parameters' ``.grad``; ``value(model)`` returns the loss. ``normalize`` is accepted and, as in
     the model, ignored (softmax has no scale). ``dtype`` is the arithmetic's (float64 accumulation either way).
-    ``compile``: True compiles :func:`chunk_sums`, False runs it eagerly, None (default) compiles for sets of at
+    ``compile``: True compiles ``chunk_sums``, False runs it eagerly, None (default) compiles for sets of at
     least ``COMPILE_FROM`` sequence-terms.
     """
 
     name = "softmax"
     preferred_device = "accelerator"
-    linear_only = False
 
     def __init__(self, seqs: data_mod.Sequences, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK,
                  dtype=torch.float32, device="cpu", compile: bool | None = None):
@@ -132,19 +131,9 @@ class Softmax:
     def refuses(cfg) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if not cfg.softmax:
-            return "engine 'softmax' covers softmax attention only (set softmax=True, or use engine 'exact' or 'autograd')"
-        if cfg.trainset_size is None:
-            return "trainset_size inf (the population objective) needs engine 'population', not 'softmax'"
+            return ("engine 'softmax' covers softmax attention only (set softmax=True, or use engine 'exact' or "
+                    "'autograd')")
         return None
-
-    @staticmethod
-    def trial_steps(diverged_at: int) -> int:
-        """Steps of the trial runs that look for a stable learning rate after a divergence."""
-        return 20
-
-    @classmethod
-    def for_data(cls, model, seqs, **opts):
-        return cls(seqs, **opts)
 
     def _check(self, model):
         if not (getattr(model, "softmax", False) and hasattr(model, "key_query")):
