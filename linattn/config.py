@@ -11,7 +11,6 @@ import re
 import warnings
 from dataclasses import InitVar, asdict, dataclass, field, fields
 
-import numpy as np
 
 from . import objectives
 from ._compat import warn_renamed

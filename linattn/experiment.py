@@ -21,6 +21,7 @@ import torch
 
 from . import data as data_mod
 from . import objectives
+from ._compat import warn_renamed
 from .config import ConfigError, RunConfig
 from .flow import gradient_flow
 from .models import build_model, check_weights, init_weights
@@ -61,8 +62,6 @@ class RunResult:
 
 def pick_device(device: str, engine: str = "autograd") -> str:
     """Deprecated: :func:`linattn.objectives.device_for`."""
-    from ._compat import warn_renamed
-
     warn_renamed("linattn.experiment.pick_device", "linattn.objectives.device_for")
     return objectives.device_for(device, engine)
 

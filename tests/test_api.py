@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import linattn
-from linattn import data, models, normalization, objectives
+from linattn import data, models, objectives
 from linattn.cli import main
 from linattn.config import ConfigError
 from linattn.objectives import device_for as pick_device

@@ -14,7 +14,6 @@ import pytest
 
 import linattn
 from linattn import RunConfig, objectives
-from linattn.companion import sources
 
 ROOT = Path(linattn.__file__).parent
 

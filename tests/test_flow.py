@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import cli, data, models, normalization, objectives, theory
+from linattn import cli, data, models, objectives, theory
 from linattn.config import ConfigError, RunConfig
 from linattn.flow import gradient_flow
 from linattn.experiment import run

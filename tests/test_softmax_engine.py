@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import data, models, normalization, objectives
+from linattn import data, models, objectives
 from linattn.objectives import softmax as se
 from linattn.config import ConfigError, RunConfig
 from linattn.experiment import run

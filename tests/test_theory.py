@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from linattn import diagnostics as dg
-from linattn import normalization, objectives, theory
+from linattn import objectives, theory
 from linattn.config import RunConfig
 from linattn.flow import gradient_flow
 from linattn.models import AttnM, build_model

@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import datetime
 import hashlib
-import importlib.metadata
 import json
 import multiprocessing
 import os

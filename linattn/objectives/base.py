@@ -107,7 +107,7 @@ class _Quadratic(torch.autograd.Function):
         return 2.0 * grad * r, None, None, None
 
 
-def feature_batches(model, seqs: data_mod.Sequences, *, vary_len, normalize, chunk=DEFAULT_CHUNK, device="cpu"):
+def feature_batches(model, seqs, *, vary_len, normalize, chunk=DEFAULT_CHUNK, device="cpu"):
     """(features, targets) of every loss term and chunk, in float64 on ``device``; at most ``chunk`` rows each."""
     for Xc, yc in chunks(seqs.X, seqs.y, chunk, device, torch.float64):
         for Xn, yn, scale in prefix_terms(Xc, yc, vary_len=vary_len, normalize=normalize):
