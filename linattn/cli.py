@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -30,7 +31,8 @@ from pathlib import Path
 
 from ._version import __version__
 from . import objectives
-from .config import DRAWS, DTYPES, DYNAMICS, NORMALIZATIONS, ConfigError, RunConfig
+from .config import BOOL_FIELDS, DRAWS, DTYPES, DYNAMICS, NORMALIZATIONS, ConfigError, RunConfig, check_memory, \
+    parse_size
 from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
 
 
@@ -43,6 +45,18 @@ class UsageError(Exception):
     def __init__(self, message: str, prog: str | None = None):
         super().__init__(message)
         self.prog = prog
+
+
+class _TrainHelp(argparse.HelpFormatter):
+    """``linattn train --help``: every option that has a default and whose help does not already say it ends with
+    "(default: …)"."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.option_strings and action.default is not None and action.default is not False
+                and action.default != argparse.SUPPRESS and "default" not in text):
+            text = f"{text} (default: %(default)s)".strip()
+        return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,10 +91,50 @@ def _finite(text: str) -> float:
     return x
 
 
+def _memory(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 8G or 500M, got {text!r}") from None
+
+
+# The Python names that `linattn train` spells differently: every RunConfig field is its own flag, --name.
+_FLAGS = {**{name: f"--{name}" for name in RunConfig.field_names()}, "max_memory": "--max-memory"}
+_NAMES = "|".join(sorted(_FLAGS, key=len, reverse=True))  # longest first: init_scheme before init
+_NOT_AFTER = r"(?<![\w.\-'\"])"  # not part of a longer word, of an attribute, a flag or a quoted string
+
+
+def cli_message(message: str) -> str:
+    """A message of the Python API (``RunConfig.validate``, ``linattn.run``) in the words of ``linattn train``.
+
+    A setting with its value, ``name=value``, becomes ``--name value`` (strings unquoted; ``trainset_size=None``
+    is ``--trainset_size inf``; a flag ``=True`` is the bare flag). A setting named on its own becomes ``--name``:
+    always for names with an underscore (``head_num``, ``max_memory``: never prose), and for the short ones
+    (``lr``, ``engine``, ``draws``, …) only where a reference follows (``lr must``, ``engine 'exact'``,
+    ``icl = 1``), so that "the population engine" or "reference draws" stay prose.
+    """
+
+    def setting(m):
+        name, value = m.group(1), m.group(2).strip("\"'")
+        if name in BOOL_FIELDS and value == "True":
+            return _FLAGS[name]
+        if name == "trainset_size" and value in ("None", "inf"):
+            value = "inf"
+        return f"{_FLAGS[name]} {value}"
+
+    message = re.sub(rf"{_NOT_AFTER}({_NAMES})=(\"[^\"]*\"|'[^']*'|[^\s,;:)]+)", setting, message)
+    message = re.sub(rf"{_NOT_AFTER}({_NAMES})(?![\w=])",
+                     lambda m: _FLAGS[m.group(1)] if "_" in m.group(1) else m.group(0), message)
+    follows = r"\s*(?:[=>:']|\d|(?:must|needs?|has|is|are|and|only|applies|values|option|inf)\b)"
+    return re.sub(rf"{_NOT_AFTER}({_NAMES})(?={follows})", lambda m: _FLAGS[m.group(1)], message)
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     d = RunConfig()
     ref = p.add_argument_group("the reference's flags")
-    ref.add_argument("--model", choices=MODELS, default=d.model)
+    ref.add_argument("--model", choices=MODELS, default=d.model,
+                     help="ATTN_M (merged key-query), ATTN_S (separate key and query of rank R) or the MLP on the "
+                          "cubic feature")
     ref.add_argument("--head_num", "--head", dest="head_num", type=int, default=d.head_num, help="H, heads")
     ref.add_argument("--rank", "--KQ_dim", dest="rank", type=int, default=d.rank,
                      help="R, rank of each ATTN_S head's key and query")
@@ -100,7 +154,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     ref.add_argument("--init", type=_finite, default=d.init, help="initialisation scale")
     ref.add_argument("--lr", type=_finite, default=d.lr, help="learning rate")
     ref.add_argument("--epoch", type=int, default=d.epoch, help="number of full-batch steps")
-    ref.add_argument("--seed", type=int, default=d.seed)
+    ref.add_argument("--seed", type=int, default=d.seed, help="the seed of every random draw (data and weights)")
     ref.add_argument("--track_value", action="store_true", help="record each head's value weight every step")
     ref.add_argument("--show", action="store_true",
                      help="also show the loss curve in a window; without a display it is saved as loss.png beside "
@@ -128,13 +182,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                            "purpose (changing P or the test sets leaves the initial weights unchanged)")
     ours.add_argument("--spectrum", type=_floats, default=None,
                       help="covariance eigenvalues, comma-separated (rotated randomly, not rescaled)")
-    ours.add_argument("--dtype", choices=DTYPES, default=d.dtype)
+    ours.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="the precision of the training")
     ours.add_argument("--device", default=d.device,
                       help="auto (default: the CPU for the exact and population engines, CUDA when available for "
                            "autograd and softmax), cpu or cuda[:k] (refused when torch sees no such device)")
     ours.add_argument("--population_samples", type=int, default=d.population_samples,
                       help="0 (default): exact population moments; N > 0: a Monte-Carlo estimate from N sequences")
     ours.add_argument("--chunk", type=int, default=d.chunk, help="sequences per chunk (bounds memory)")
+    ours.add_argument("--max-memory", dest="max_memory", type=_memory, default=None,
+                      help="the most memory the run may take, e.g. 8G or 500M (default: the memory available now); "
+                           "a run estimated to need more is refused before it starts")
     ours.add_argument("--threads", type=int, default=1,
                       help="CPU threads for torch (default 1: on small per-step work more threads mostly spin-wait, "
                            "up to 5x slower when the cores are shared)")
@@ -180,6 +237,9 @@ def prepare_out(out: Path, overwrite: bool) -> tuple[Path, list[Path]]:
     created for it, to remove again if the run fails). Any problem is a UsageError, before the run starts."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a folder")
+    blocker = next((a for a in out.parents if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UsageError(f"--out {out} cannot be written: {blocker} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UsageError(f"--out {out} exists and is not empty; pass --overwrite to replace it (it is replaced only "
                          "once the new run has succeeded)")
@@ -229,8 +289,11 @@ def cmd_train(args) -> int:
     cfg = config_from_args(args)
     try:
         cfg.validate()
+        if cfg.draws == "reference" and (reason := cfg.reference_draws_refusal()) is not None:
+            raise ConfigError(reason)  # the CLI always draws: refuse up front what the reference cannot draw
+        check_memory(cfg, args.max_memory)
     except ConfigError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(cli_message(str(e))) from None
     if args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)
@@ -240,7 +303,7 @@ def cmd_train(args) -> int:
 
         torch.set_num_threads(args.threads)
         try:
-            result = run(cfg, progress=None if not args.quiet else False)
+            result = run(cfg, progress=None if not args.quiet else False, max_memory=args.max_memory)
         except TrainingDiverged as e:
             print(f"linattn train: error: {e}", file=sys.stderr)
             return 1
@@ -274,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"linattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser(
-        "train", help="train one model and write its loss curve",
+        "train", help="train one model and write its loss curve", formatter_class=_TrainHelp,
         description="Train one model and write loss.csv and run.json into --out (with --save-data also data.npz, "
                     "init.npz and weights.npz; linattn.load_run reads the folder back). Invalid settings are refused "
                     "with one line and exit code 2 before any work; the folder appears only when the run succeeds "

@@ -92,11 +92,51 @@ def random_rotation(D: int, rng: np.random.Generator) -> np.ndarray:
     return q * np.sign(np.diag(r))
 
 
+# Checks of single settings, shared by ``RunConfig.validate`` and ``models.init_weights`` (one rule, not two copies).
+# Each returns the value when it is valid and otherwise raises one ValueError naming ``name`` as the caller wrote it.
+
+def is_int(value) -> bool:
+    """An integer (Python or numpy), and not a bool: True is not a size."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value) -> bool:
+    """A real number (int or float, Python or numpy), and not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(name: str, value, *, low: int = 1, high: int | None = None, what: str = "a positive integer") -> int:
+    """``value`` if it is an integer with low <= value (< high when given), else ValueError
+    ``"<name> must be <what>, got <value>"``."""
+    if not is_int(value) or value < low or (high is not None and value >= high):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return int(value)
+
+
+def check_positive(name: str, value) -> float:
+    """``value`` if it is a finite number > 0, else ValueError naming ``name``."""
+    if not is_number(value) or not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value, choices) -> str:
+    """``value`` if it is one of the strings ``choices``, else ValueError naming ``name`` and listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
 def check_spd(cov: np.ndarray) -> np.ndarray:
     """Return ``cov`` as a float64 array, or raise ValueError if it is not symmetric positive definite."""
-    cov = np.asarray(cov, dtype=np.float64)
+    try:
+        cov = np.asarray(cov, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"covariance must be a square matrix of numbers, got {cov!r}") from None
     if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
         raise ValueError(f"covariance must be a square matrix, got shape {cov.shape}")
+    if not np.isfinite(cov).all():
+        raise ValueError("covariance must be finite (it has NaN or infinite entries)")
     if not np.allclose(cov, cov.T, atol=1e-12, rtol=1e-10):
         raise ValueError("covariance must be symmetric")
     if np.linalg.eigvalsh(cov).min() <= 0:
@@ -106,6 +146,8 @@ def check_spd(cov: np.ndarray) -> np.ndarray:
 
 def check_spectrum(spectrum, D: int) -> np.ndarray:
     """``spectrum`` as a float64 array of D positive eigenvalues, else ValueError."""
+    if isinstance(spectrum, (str, bytes)) or not all(is_number(v) for v in np.ravel(np.asarray(spectrum, object))):
+        raise ValueError(f"spectrum must be a sequence of numbers, got {spectrum!r}")
     eig = np.asarray(spectrum, dtype=np.float64)
     if eig.shape != (D,):
         raise ValueError(f"spectrum has {eig.size} values, expected in_dim = {D}")
@@ -180,6 +222,35 @@ def sample_sequences(P: int, seq_len: int, cov: np.ndarray, icl: float, w_fix: n
     y = X[:, -1, D].copy()
     X[:, -1, D] = 0.0
     return Sequences(X=X, y=y)
+
+
+def sample_tasks(cov, P: int, seq_len: int, *, seed: int, icl: float = 1.0, centre: bool = True) -> Sequences:
+    """P sequences of ``seq_len`` tokens of the in-context regression task with the caller's own input covariance.
+
+    x_n ~ N(0, Λ) with Λ = ``cov`` (D×D, symmetric positive definite: checked), y_n = wᵀx_n, the last token the
+    query (label zeroed in ``X``, kept as the target ``y``): a :class:`Sequences` with X (P, seq_len, D+1), y (P,).
+    ``icl`` is the fraction of sequences with a fresh task vector w ~ N(0, I_D) (the rest share one fixed w of norm
+    √D; icl = 0: noise context labels), as for a run's training set. ``centre`` (default, the reference's recipe):
+    centre the inputs across the P sequences and whiten the task vectors, exactly as a drawn training set; False:
+    independent Gaussian draws. The numbers are those of ``seed``'s training stream: the same as the training set
+    of ``RunConfig(draws="streams", cov_matrix=cov, trainset_size=P, seq_len=seq_len, icl=icl, seed=seed)``.
+
+        seqs = linattn.sample_tasks(np.diag([0.5, 0.3, 0.2]), P=1000, seq_len=9, seed=0)
+        seqs.X.shape, seqs.y.shape     # (1000, 9, 4), (1000,)
+
+    Invalid arguments raise one ValueError naming the argument.
+    """
+    cov = check_spd(cov)
+    P = check_int("P", P)
+    seq_len = check_int("seq_len", seq_len, low=2, what="an integer >= 2 (one context pair and the query)")
+    seed = check_int("seed", seed, low=0, high=2**32, what="an integer in [0, 2^32)")
+    if not is_number(icl) or not 0 <= icl <= 1:
+        raise ValueError(f"icl must be a number in [0, 1], got {icl!r}")
+    if centre and P == 1:
+        raise ValueError("P=1 with centre=True would centre the single sequence's inputs to zero: use P >= 2 or "
+                         "centre=False")
+    w_fix = fixed_task(cov.shape[0], streams(seed, W_FIX))
+    return sample_sequences(P, seq_len, cov, float(icl), w_fix, streams(seed, TRAIN), centre=centre)
 
 
 def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, testset_size: int = 0,

@@ -22,7 +22,7 @@ import torch
 from . import data as data_mod
 from . import objectives
 from ._compat import warn_renamed
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, check_memory
 from .flow import gradient_flow
 from .models import build_model, check_weights, init_weights
 from .records import atomic_write, provenance, write_csv, write_json
@@ -72,8 +72,14 @@ def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
 
     Returns ``(datasets, init)``: a :class:`~linattn.data.Datasets` and a dict in the layout of ``init.npz``.
     Both can be changed and handed back, ``run(cfg, init=init, data=datasets)``.
+
+    Raises :class:`~linattn.config.ConfigError` for invalid settings (:meth:`~linattn.config.RunConfig.validate`) and, with
+    ``draws="reference"``, for options the authors' code never had (:meth:`~linattn.config.RunConfig.reference_draws_refusal`).
     """
+    cfg.validate()
     if cfg.draws == "reference":
+        if (reason := cfg.reference_draws_refusal()) is not None:
+            raise ConfigError(reason)
         return reference_draws(model=cfg.model, init_scheme=cfg.init_scheme, in_dim=cfg.in_dim, seq_len=cfg.seq_len,
                                trainset_size=cfg.trainset_size, testset_size=cfg.testset_size, icl=cfg.icl,
                                white_cov=cfg.white_cov, head_num=cfg.head_num, rank=cfg.rank, init=cfg.init,
@@ -84,6 +90,21 @@ def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
     init = init_weights(cfg.model, head_num=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank, init=cfg.init,
                         init_scheme=cfg.init_scheme, rng=data_mod.streams(cfg.seed, data_mod.INIT))
     return datasets, init
+
+
+def _population_datasets(cfg: RunConfig) -> data_mod.Datasets:
+    """What a population run with given initial weights needs of the data: Λ alone. With ``cov_matrix`` or
+    ``white_cov`` nothing is drawn; otherwise Λ is drawn as :func:`draw` draws it (from linattn's streams; the
+    reference has no population runs to draw it for)."""
+    if cfg.draws == "streams":
+        return draw(cfg)[0]
+    if (reason := cfg.reference_draws_refusal(covariance_only=True)) is not None:
+        raise ConfigError(reason)
+    if cfg.cov_matrix is not None:
+        cov = data_mod.check_covariance(cfg.cov_matrix, cfg.in_dim)
+    else:  # white_cov: the refusal above leaves no other case
+        cov = np.eye(cfg.in_dim) / cfg.in_dim
+    return data_mod.Datasets(train=None, test_iwl=None, test_icl=None, cov=cov, w_fix=None)
 
 
 def _given_data(cfg: RunConfig, data) -> tuple[RunConfig, data_mod.Datasets]:
@@ -139,7 +160,7 @@ def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, 
 
 
 def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool | None = None,
-        snapshot_every: int = 0, snapshot=None, start_step: int = 0) -> RunResult:
+        snapshot_every: int = 0, snapshot=None, start_step: int = 0, max_memory=None) -> RunResult:
     """Validate ``cfg``, build data, weights and engine, train, and return a :class:`RunResult`.
 
     Args:
@@ -157,15 +178,21 @@ def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool |
             tokens, Σ x xᵀ / (P · seq_len), in place of a drawn Λ. Without ``init`` the initial weights are still
             drawn from ``cfg`` as for a run with the data's P and seq_len (with ``draws="reference"``, the
             authors' weights for that command; the sequences drawn alongside are discarded); with ``init`` nothing
-            is drawn. The population engine takes no data.
+            is drawn. The population engine takes no data; given ``init`` it needs only Λ, which with
+            ``cov_matrix`` or ``white_cov`` is not drawn at all (so ``draws="reference"`` works there too).
         progress: a progress bar (None: only when attached to a terminal).
         snapshot_every: store a snapshot in ``history.snapshots`` every k steps and at the end (0: none).
         snapshot: what a snapshot is, ``snapshot(model)``; default: the weights, in the layout of ``init.npz``.
         start_step: continue a gradient-descent run whose weights at that step are ``init``: the ``cfg.epoch``
             steps are numbered from ``start_step`` on, so history and snapshots line up with the run continued.
+        max_memory: the most memory the run may take, in bytes or as a size such as ``"8G"`` or ``"500M"``; None
+            (default): the memory available now (``config.available_memory``). A run whose estimated peak
+            (:func:`~linattn.config.memory_estimate`) exceeds it is refused before anything is drawn.
 
     Raises:
-        ConfigError: an invalid setting (a ValueError naming it), before any work.
+        ConfigError: an invalid setting (a ValueError naming it), options the reference's draws do not have
+            where something is drawn with ``draws="reference"``, or a run too large for ``max_memory``; all
+            before any work.
         ValueError: ``init`` or ``data`` of the wrong keys, shapes or values, before any training.
         TrainingDiverged: the loss became NaN or infinite. For gradient descent its message suggests a learning
             rate that trial runs from the same initial weights found stable (:func:`stable_lr`): 20 steps, or as
@@ -179,10 +206,15 @@ def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool |
         cfg, given = _given_data(cfg, data)
     if init is not None:
         init = check_weights(cfg.model, init, head_num=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank)
-    start = time.perf_counter()
     engine = objectives.resolve(cfg)
+    covariance_only = data is None and init is not None and engine == "population"
+    must_draw = init is None or (data is None and not covariance_only)
+    check_memory(cfg, max_memory, draws_data=must_draw)
+    start = time.perf_counter()
     device = objectives.device_for(cfg.device, engine)
-    if data is None or init is None:
+    if covariance_only:
+        datasets = _population_datasets(cfg)
+    elif must_draw:
         datasets, drawn = draw(cfg)
     if data is not None:
         datasets = given

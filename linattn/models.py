@@ -25,6 +25,7 @@ gradient-flow invariants of each head) and, for ATTN_M and the MLP, ``mlp_weight
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 
@@ -33,6 +34,8 @@ import torch
 from torch import nn
 
 from ._compat import renamed_kwargs
+from .data import check_choice, check_int, check_positive
+from .normalization import token_scale
 
 MODELS = ("attnM", "attnS", "mlp")
 # The reference's three initialisation eras (its code at Dec 2024, Jan 2025 and Dec 2025); the old names are aliases.
@@ -52,6 +55,17 @@ def attn_s_scales(init_scheme: str, init: float, *, head_num: int, in_dim: int, 
             "dec2025": (init / np.sqrt(head_num * rank * E), init / (np.sqrt(head_num) * E))}[init_scheme]
 
 
+def check_weight_settings(*, model, head_num, in_dim, rank, init, init_scheme) -> None:
+    """The rules for the settings that shape the initial weights (shared by :func:`init_weights` and
+    ``RunConfig.validate``): one ValueError naming the first invalid one."""
+    check_choice("model", model, MODELS)
+    check_int("head_num", head_num)
+    check_int("in_dim", in_dim)
+    check_int("rank", rank, high=in_dim + 1, what=f"an integer between 1 and in_dim = {in_dim}")
+    check_positive("init", init)
+    check_choice("init_scheme", init_scheme, INIT_SCHEMES)
+
+
 @renamed_kwargs(heads="head_num", scheme="init_scheme")
 def init_weights(model: str, *, head_num: int, in_dim: int, rank: int = 1, init: float = 0.01,
                  init_scheme: str = "dec2025", rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -68,12 +82,15 @@ def init_weights(model: str, *, head_num: int, in_dim: int, rank: int = 1, init:
     Then (except dec2024's ATTN_S keys) the blocks that the theory keeps at zero are zeroed; they stay trainable:
     the first D entries of each v_h = W_V[h][D]; ATTN_M's query-x/key-label block W_KQ[h][:D, D]; ATTN_S's key
     label column W_K[h][:, D].
+
+    The arguments are checked as :meth:`~linattn.config.RunConfig.validate` checks them (the same rules): ``model`` and
+    ``init_scheme`` among the choices, ``head_num`` and ``in_dim`` positive integers, ``rank`` an integer between 1
+    and ``in_dim``, ``init`` positive and finite; otherwise one ValueError naming the argument.
     """
+    check_weight_settings(model=model, head_num=head_num, in_dim=in_dim, rank=rank, init=init, init_scheme=init_scheme)
     H, D, R = head_num, in_dim, rank
     if model == "mlp":
         return {"W1": rng.normal(0.0, init, (H, D * D)), "w2": rng.normal(0.0, init, H)}
-    if init_scheme not in INIT_SCHEMES:
-        raise ValueError(f"init_scheme must be one of {', '.join(INIT_SCHEMES)}, got {init_scheme!r}")
     out = {}
     if model == "attnM":
         out["W_KQ"] = rng.normal(0.0, init, (H, D + 1, D + 1))
@@ -155,7 +172,41 @@ def _attn_m_to_mlp(W_KQ, v_label):
     return U.swapaxes(1, 2).reshape(U.shape[0], -1), v_label
 
 
-class _Attention(nn.Module):
+class _Model(nn.Module):
+    """What every model offers beyond ``forward``: :meth:`predict` on plain arrays."""
+
+    @property
+    def in_dim(self) -> int:
+        """D, the input coordinates of a token (a token is D + 1 numbers: x and its label)."""
+        raise NotImplementedError
+
+    def predict(self, X, normalize: str = "sum") -> np.ndarray:
+        """The predictions ŷ (P,) for the sequences ``X``, as a float64 numpy array (no gradient is recorded).
+
+        ``X``: a numpy array or torch tensor of shape (P, seq_len, D+1) in the layout of :class:`~linattn.data.Sequences`:
+        token m of sequence p is ``X[p, m] = (x_m, y_m)`` and the last token is the query, whose label slot
+        ``X[p, -1, -1]`` must be 0 (its label is what is predicted). The sum over the seq_len tokens is scaled by
+        ``normalization.token_scale(seq_len, normalize)``: 1 for ``"sum"`` (the reference's, as trained by default),
+        1/N for ``"mean"`` (the paper's, N = seq_len − 1). Computed in float64 on the model's device with the current
+        weights; the model itself is left as it is.
+        """
+        X = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X)
+        E = self.in_dim + 1
+        if X.ndim != 3 or X.shape[1] < 2 or X.shape[2] != E:
+            raise ValueError(f"X must have shape (P, seq_len, D+1) = (P, seq_len, {E}) for this model (D = "
+                             f"{self.in_dim}, seq_len >= 2), got shape {X.shape}")
+        if leak := np.count_nonzero(X[:, -1, -1]):
+            raise ValueError(f"the query's label X[:, -1, -1] must be 0, but it is nonzero in {leak} of {X.shape[0]} "
+                             "sequences (the model would see what it predicts)")
+        scale = token_scale(X.shape[1], normalize)
+        params = list(self.parameters())
+        net = self if all(w.dtype == torch.float64 for w in params) else copy.deepcopy(self).to(torch.float64)
+        with torch.no_grad():
+            y = net(torch.as_tensor(X, dtype=torch.float64, device=params[0].device), scale)
+        return y.cpu().numpy()
+
+
+class _Attention(_Model):
     """Shared query-row computation; subclasses give the query-key bilinear form and the combined weight."""
 
     softmax: bool
@@ -166,6 +217,10 @@ class _Attention(nn.Module):
         """The fixed feature T of ``features()`` by name ("attention": x_q ⊗ triu(S)), None for softmax attention,
         whose output is not linear in any fixed feature."""
         return None if self.softmax else "attention"
+
+    @property
+    def in_dim(self) -> int:
+        return self.v.shape[1] - 1
 
     def query_projection(self, xq: torch.Tensor) -> torch.Tensor:
         """(P, H, D+1): row h is x̃_qᵀ W_KQ[h], so the score of key m in head h is its product with x̃_m."""
@@ -264,7 +319,7 @@ class AttnS(_Attention):
         return _balances(v=self.v, k=self.W_K, q=self.W_Q)
 
 
-class MLP(nn.Module):
+class MLP(_Model):
     """Two-layer linear network on the cubic feature: ŷ = w₂ᵀ W₁ z (W₁: H×D², w₂: H)."""
 
     softmax = False
@@ -274,6 +329,10 @@ class MLP(nn.Module):
         super().__init__()
         self.W1 = nn.Parameter(torch.as_tensor(W1).clone())
         self.w2 = nn.Parameter(torch.as_tensor(w2).clone())
+
+    @property
+    def in_dim(self) -> int:
+        return math.isqrt(self.W1.shape[1])
 
     def features(self, X, scale=1.0):
         return cubic_features(X, scale)

@@ -226,7 +226,7 @@ def test_cuda_smoke(engine):
 
 @pytest.mark.parametrize("name", ["trainset_size", "testset_size"])
 def test_a_set_of_one_sequence_is_refused(name):
-    with pytest.raises(ConfigError, match=f"--{name} 1 is refused: the inputs are centred"):
+    with pytest.raises(ConfigError, match=f"^{name}=1 is refused: the inputs are centred"):
         linattn.RunConfig(**{name: 1}).validate()
     # what it would have trained on: a single centred sequence has all-zero inputs
     one = data.make_datasets(in_dim=2, seq_len=4, trainset_size=1).train

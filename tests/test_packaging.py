@@ -47,3 +47,13 @@ def test_constraints_pin_what_pyproject_requires():
         name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.\-]+", req).group()).lower()
         assert name in pins, f"{name} is required but not pinned in constraints.txt"
     assert pins["torch"] == "2.13.0"
+
+
+def test_the_figure_notebooks_are_package_data():
+    """pyproject maps the data-only package linattn.figures_src onto the repository's top-level figures_src/ and
+    ships its notebooks (tests/test_installed.py builds the wheel and runs it)."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "linattn.figures_src" in tool["packages"]
+    folder = ROOT / tool["package-dir"]["linattn.figures_src"]
+    assert folder == ROOT / "figures_src" and sorted(folder.glob("*.md"))
+    assert "*.md" in tool["package-data"]["linattn.figures_src"]

@@ -133,16 +133,19 @@ def test_the_initial_weights_depend_on_the_data_the_reference_drew_first():
 
 
 @pytest.mark.parametrize("option, message", [
-    (dict(spectrum=(0.4, 0.3, 0.2, 0.1)), "--spectrum has no reference draws"),
-    (dict(cov_matrix=np.eye(4).tolist()), "--cov_matrix has no reference draws"),
-    (dict(trainset_size=None), "--trainset_size inf has no reference draws"),
-    (dict(normalize="mean"), "--normalize mean has no reference draws"),
-    (dict(init_scheme="dec2024", icl=0.5), "Dec 2024 code had no --icl"),
+    (dict(spectrum=(0.4, 0.3, 0.2, 0.1)), "spectrum has no reference draws"),
+    (dict(cov_matrix=np.eye(4).tolist()), "cov_matrix has no reference draws"),
+    (dict(trainset_size=None), "trainset_size=None has no reference draws"),
+    (dict(normalize="mean"), 'normalize="mean" has no reference draws'),
+    (dict(init_scheme="dec2024", icl=0.5), "Dec 2024 code had no icl option"),
 ])
-def test_options_the_reference_never_had_are_refused(option, message):
+def test_options_the_reference_never_had_are_refused_where_drawn(option, message):
+    """Valid settings, but the authors' code never drew them: refused when drawing, by linattn.draw and the CLI."""
+    cfg = RunConfig(**{"in_dim": 4, "seq_len": 5, "trainset_size": 20, **option})
+    cfg.validate()
     with pytest.raises(ConfigError, match=message):
-        RunConfig(**option).validate()
-    RunConfig(**option, draws="streams").validate()  # linattn's own streams have them
+        draw(cfg)
+    draw(RunConfig(**{**cfg.to_dict(), "draws": "streams", "trainset_size": cfg.trainset_size}))  # streams have them
 
 
 def test_old_era_names_still_work_with_a_deprecation_warning():

@@ -1,15 +1,20 @@
-"""The figure runner: caching, failure isolation, report ordering, the cite cell, sources in the cache key, and the output/presets modules."""
+"""The figure runner: caching, failure isolation, report ordering, the cite cell, sources in the cache key, bad
+input refused up front (--param values as runs, --out), the notebook command, and the output/presets modules."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 
 import linattn
 from linattn.companion import notebooks, presets, sources
@@ -195,32 +200,69 @@ def test_no_figure_depends_on_the_cli_the_runner_or_the_book_builder():
         assert not used & {"cli.py", "__main__.py", "companion/runner.py", "companion/book.py"}, (name, used)
 
 
+def traceback_notebooks(text: str) -> dict[str, Path]:
+    """``{figure: traceback notebook}`` from the runner's FAILED lines."""
+    return {m[1]: Path(m[2]) for m in re.finditer(r"FAILED\s+(\S+)\s.*; traceback in (\S+)", text)}
+
+
+def raised(path: Path) -> list[str]:
+    """The exception names recorded in the outputs of an executed notebook."""
+    nb = nbformat.read(path, as_version=4)
+    return [o.get("ename") for c in nb.cells for o in c.get("outputs", []) if o.get("ename")]
+
+
 @pytest.mark.slow
-def test_broken_notebook_fails_alone(tmp_path, capsys):
-    src = make_src(tmp_path, {"good": WRITE, "bad": WRITE})
+def test_broken_notebook_fails_alone(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # where the runner's workers keep traceback notebooks
+    (tmp_path / "tmp").mkdir()
+    src = make_src(tmp_path, {"good": WRITE, "bad": WRITE, "half": WRITE})
     out = tmp_path / "out"
     assert all(r.status == "ran" for r in figures.run_figures(src=src, out=out, jobs=2, progress=False))
     old_bad = (out / "bad" / "out.txt").read_text()
-    # break one notebook after a successful run: its old outputs must not stay looking current
+    # break two notebooks after a successful run: their old outputs must not stay looking current. "bad" fails
+    # before writing anything, "half" after writing its first file
     (src / "bad.md").write_text((src / "bad.md").read_text().replace(
         WRITE.strip(), 'raise ZeroDivisionError("deliberately broken")'))
+    (src / "half.md").write_text((src / "half.md").read_text().replace(
+        WRITE.strip(), WRITE.strip() + '\nraise KeyError("after its first output")'))
     from linattn.cli import main
 
     code = main(["figures", "--src", str(src), "--out", str(out), "--jobs", "2", "--force"])
     assert code == 1
-    err = capsys.readouterr().err
-    assert "FAILED bad" in err and "ZeroDivisionError: deliberately broken" in err
-    assert str(out / "bad.failed.ipynb") in err
-    failed = nbformat.read(out / "bad.failed.ipynb", as_version=4)
-    assert any(o.get("ename") == "ZeroDivisionError" for c in failed.cells for o in c.get("outputs", []))
-    assert not (out / "bad.ipynb").exists()
-    assert not (out / "bad" / "out.txt").exists() and not (out / "bad" / figures.CACHE_KEY).exists()
+    printed = capsys.readouterr()
+    assert "1 ran, 0 up to date, 2 failed" in printed.out
+    everything = printed.out + printed.err
+    assert everything.count("FAILED") == 2  # one line per failed figure, no repeat in the summary
+    assert "ZeroDivisionError: deliberately broken" in printed.err and "KeyError" in printed.err
+    notebooks_at = traceback_notebooks(printed.err)
+    assert set(notebooks_at) == {"bad", "half"}
+    # a figure that failed before writing leaves nothing in --out; its traceback notebook is elsewhere
+    assert tmp_path / "tmp" in notebooks_at["bad"].parents and raised(notebooks_at["bad"]) == ["ZeroDivisionError"]
+    assert not (out / "bad").exists() and not (out / "bad.ipynb").exists()
+    assert not list(out.glob("bad.*")) and not list(out.glob(".bad*"))
     assert (out / ".previous" / "bad" / "out.txt").read_text() == old_bad
+    # one that wrote something keeps its traceback beside it, and neither looks current
+    assert notebooks_at["half"] == out / "half.failed.ipynb" and raised(notebooks_at["half"]) == ["KeyError"]
+    assert (out / "half" / "out.txt").exists() and not (out / "half" / figures.CACHE_KEY).exists()
     assert (out / "good.ipynb").exists() and (out / "good" / "out.txt").exists()
     assert [n for n, state, _ in figures.list_figures(src=src, out=out) if state == "current"] == ["good"]
-    # the failed figure runs again next time (no cache key), the good one is cached
+    # the failed figures run again next time (no cache key), the good one is cached
     res = {r.name: r.status for r in figures.run_figures(src=src, out=out, jobs=2, progress=False)}
-    assert res == {"bad": "failed", "good": "cached"}
+    assert res == {"bad": "failed", "good": "cached", "half": "failed"}
+
+
+@pytest.mark.slow
+def test_a_figure_failing_before_its_first_output_leaves_a_new_out_folder_absent(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    src = make_src(tmp_path, {"bad": 'raise ZeroDivisionError("deliberately broken")\n'})
+    out = tmp_path / "new" / "out"
+    from linattn.cli import main
+
+    assert main(["figures", "--src", str(src), "--out", str(out), "--jobs", "1"]) == 1
+    printed = capsys.readouterr()
+    assert (printed.out + printed.err).count("FAILED") == 1 and "0 ran, 0 up to date, 1 failed" in printed.out
+    assert not out.exists()
+    assert raised(traceback_notebooks(printed.err)["bad"]) == ["ZeroDivisionError"]
 
 
 @pytest.mark.slow
@@ -257,6 +299,112 @@ def test_figures_param_refusals_are_one_line_exit_2_before_any_work(param, messa
     assert not out.exists()
 
 
+@pytest.mark.parametrize("figure, param, same_run", [
+    ("fig01b_attnm_loss", "seeds=[-1]", dict(seed=-1)),
+    ("fig01b_attnm_loss", "init=-0.01", dict(init=-0.01)),
+    ("fig14_icl_iwl", "icl_values=[0.5, 2.0]", dict(icl=2.0)),
+    ("fig04_low_rank", "ranks=[1, 9]", dict(rank=9, in_dim=8)),
+    ("figA_init_scale", "inits_s=[0.01, 0.0]", dict(init=0.0)),
+    ("fig05_softmax", "lr=-1.0", dict(lr=-1.0)),
+    ("beyond_population", "trainset_sizes=[None, 1]", dict(trainset_size=1)),
+])
+def test_figures_param_values_are_validated_as_runs_before_any_work(figure, param, same_run, tmp_path, capsys):
+    """A value that gives a run RunConfig.validate refuses is refused up front, with validate's own reason."""
+    from linattn.cli import main
+    from linattn.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError) as reason:
+        RunConfig(**same_run).validate()
+    out = tmp_path / "rerun"
+    code = main(["figures", "--only", figure, "--param", param, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("linattn figures: error: "), err
+    key = param.partition("=")[0]
+    assert f"{figure}: --param {key}=" in err and str(reason.value) in err
+    assert not out.exists()
+
+
+def test_figures_param_refuses_runs_the_reference_draws_cannot_make(tmp_path, capsys):
+    """fig14 sweeps icl; the Dec 2024 era with the authors' draws has icl = 1 only, so that era is refused up front."""
+    from linattn.cli import main
+
+    out = tmp_path / "rerun"
+    assert main(["figures", "--only", "fig14_icl_iwl", "--param", "init_scheme=dec2024", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "fig14_icl_iwl: --param init_scheme=" in err and "icl" in err
+    assert not out.exists()
+
+
+def test_run_configs_are_the_runs_a_figure_trains():
+    """Sweeps reach the field they set (in the run they belong to), overrides reach every run, constants hold."""
+    quick = presets.PRESETS
+    runs = presets.run_configs("fig14_icl_iwl", "quick", {"seeds": [1, 2]})
+    assert sorted((c.icl, c.seed) for c in runs) == sorted(
+        (icl, seed) for icl in quick["fig14_icl_iwl"]["quick"]["icl_values"] for seed in (1, 2))
+    scale = presets.run_configs("figA_init_scale", "quick", {"lr": 0.5})
+    by_model = {m: sorted(c.init for c in scale if c.model == m) for m in ("attnM", "attnS")}
+    assert by_model == {"attnM": sorted(quick["figA_init_scale"]["quick"]["inits_m"]),
+                        "attnS": sorted(quick["figA_init_scale"]["quick"]["inits_s"])}
+    assert {c.lr for c in scale} == {0.5}
+    assert [c.softmax for c in presets.run_configs("fig05_softmax", "paper")] == [True, True]
+    own = presets.run_configs("beyond_own_experiment", "quick", {"spectrum": [3.0, 2.0, 1.0]})
+    assert {c.epoch for c in own} == {quick["beyond_own_experiment"]["quick"][k] for k in ("epoch", "epoch_more")}
+    assert all(c.in_dim == 3 and c.draws == "streams" for c in own)
+    assert presets.run_configs("fig01a_attnm_schematic", "paper", {"in_dim": 2}) == []  # draws, trains nothing
+
+
+def test_every_preset_gives_valid_runs_and_the_tables_name_real_settings():
+    from linattn.config import RunConfig
+
+    for name in presets.PRESETS:
+        for preset in ("quick", "paper"):
+            runs = presets.run_configs(name, preset)
+            table = presets.PRESETS[name][preset]
+            assert bool(runs) == ("seeds" in table or "seed" in table), name
+            for cfg in runs:
+                cfg.validate()
+    used = {key for figure in presets.PRESETS.values() for table in figure.values() for key in table}
+    for key, sweep in presets.SWEEPS.items():
+        assert key in used and sweep.field in RunConfig.field_names(), key
+    sources = notebooks.discover()
+    for name, constants in presets.RUN_CONSTANTS.items():  # each constant is what the notebook really sets
+        text = sources[name].read_text().replace('"', "'")
+        for key, value in constants.items():
+            assert f"{key}={value!r}" in text, (name, key)
+
+
+def _site_packages() -> Path:
+    import sysconfig
+
+    return Path(sysconfig.get_paths()["purelib"]) / "linattn-test-out"
+
+
+@pytest.mark.parametrize("where, message", [
+    (lambda tmp: tmp / "a-file" / "out", "lies under .*a-file, which is a file"),
+    (lambda tmp: tmp / "a-file", "is a file, not a folder"),
+    (lambda tmp: Path("/proc/linattn-test-out"), "cannot be created in /proc"),
+    (lambda tmp: _site_packages(), "inside the installed packages"),
+])
+def test_figures_out_is_checked_before_any_work(where, message, tmp_path, capsys):
+    from linattn.cli import main
+
+    (tmp_path / "a-file").write_text("not a folder")
+    out = where(tmp_path)
+    code = main(["figures", "--only", "fig01a_attnm_schematic", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("linattn figures: error: --out "), err
+    assert re.search(message, err), err
+    assert (tmp_path / "a-file").read_text() == "not a folder" and sorted(tmp_path.iterdir()) == [tmp_path / "a-file"]
+    assert not _site_packages().exists()
+
+
+def test_a_usable_out_passes_and_the_check_leaves_nothing(tmp_path):
+    from linattn.companion.paths import unusable_output_dir
+
+    assert unusable_output_dir(tmp_path) is None and unusable_output_dir(tmp_path / "new" / "deeper") is None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_figures_param_needs_one_figure_and_a_folder(tmp_path, capsys):
     from linattn.cli import main
     assert main(["figures", "--param", "seeds=[3]", "--out", str(tmp_path / "o")]) == 2
@@ -270,6 +418,11 @@ def test_notebook_command_writes_a_runnable_ipynb_and_refuses_bad_names(tmp_path
     from linattn.cli import main
     target = tmp_path / "fig.ipynb"
     assert main(["notebook", "fig03a_attns_loss", "--out", str(target), "--preset", "quick"]) == 0
+    printed = capsys.readouterr().out
+    assert "pip install jupyterlab" in printed and "pip install nbconvert" in printed
+    # the papermill command it prints passes seeds as a list: its -y text is YAML for {"seeds": [3]}
+    run = shlex.split(next(line for line in printed.splitlines() if "papermill " in line).partition("papermill ")[2])
+    assert run[0] == str(target) and run[2] == "-y" and yaml.safe_load(run[3]) == {"seeds": [3]}
     nb = nbformat.read(target, as_version=4)
     nbformat.validate(nb)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
@@ -281,6 +434,33 @@ def test_notebook_command_writes_a_runnable_ipynb_and_refuses_bad_names(tmp_path
     err = capsys.readouterr().err
     assert err.startswith("linattn notebook: error: unknown figure 'nope'") and "fig01b_attnm_loss" in err
     assert not (tmp_path / "n.ipynb").exists()
+    assert main(["notebook", "fig03a_attns_loss", "--out", str(tmp_path / "missing" / "n.ipynb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not an existing folder" in err and not (tmp_path / "missing").exists()
+
+
+def test_papermill_yaml_reads_back_as_the_python_values():
+    values = {"seeds": [3, 4], "init": 1e-3, "init_scheme": "jan2025", "flow": True, "trainset_sizes": [None, 5]}
+    assert yaml.safe_load(figures.papermill_yaml(values)) == values
+
+
+@pytest.mark.slow
+def test_the_printed_papermill_command_runs_as_given(tmp_path, capsys, monkeypatch):
+    """The command ``linattn notebook`` prints sets ``seeds`` to the list [3] (papermill's -p would pass "[3]")."""
+    body = "(root / NAME / 'seeds.txt').write_text(repr(seeds))\n"
+    src = make_src(tmp_path, {"one": body})
+    text = (src / "one.md").read_text().replace("out_dir = None", "seeds: list = None  # which seeds\nout_dir = None")
+    (src / "one.md").write_text(text.replace("root = Path(out_dir)", "root = Path(out_dir or '.')"))
+    from linattn.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["notebook", "one", "--src", str(src), "--out", "one.ipynb"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "papermill " in line)
+    command = shlex.split(line.partition("papermill ")[2].partition("   (")[0])
+    papermill = Path(sys.executable).with_name("papermill")
+    done = subprocess.run([str(papermill), *command, "-k", "python3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "one" / "seeds.txt").read_text() == "[3]"
 
 
 def test_cite_block_links_every_file():
@@ -303,6 +483,7 @@ def test_figure_output_writes_all_files(tmp_path, monkeypatch):
     assert figures_root() == tmp_path / "env"
     assert figures_root(tmp_path / "x") == tmp_path / "x"
     out = FigureOutput("demo", tmp_path / "root")
+    assert not (tmp_path / "root").exists()  # nothing is made until a file is written: a failure leaves no folder
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
     paths = out.save_figure(fig)

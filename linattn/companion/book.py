@@ -18,6 +18,9 @@ Commands (``python -m linattn.book …``)::
     check [--preset P]   list missing/stale/mixed figure notebooks (exit 1 if any)
     build [--preset P]   check, stage, ``jupyter-book build --all -W -n --keep-going``, rename into place
     links [--preset P]   check that every internal href/src of the built HTML resolves (files and #anchors); offline
+
+Every command needs a checkout of the repository (the book's pages, ``_config.yml`` and ``_toc.yml`` are not
+installed with the package): from an installed linattn it says so in one line and exits with code 2.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from . import runner
-from .paths import REPO_ROOT
+from .paths import CHECKOUT_NEEDED, IS_CHECKOUT, REPO_ROOT
 
 FIGURES_DIR = "book/figures"  # where the figure pages sit in the book (and in _toc.yml)
 SOURCES_DIR = "figures_src"
@@ -317,6 +320,11 @@ def main(argv=None) -> int:
     b.add_argument("--no-strict", dest="strict", action="store_false", help="let warnings pass")
     b.add_argument("--verbose", dest="quiet", action="store_false", help="Sphinx's full log")
     args = parser.parse_args(argv)
+    if not (Path(args.root) / "_config.yml").is_file():  # an installed linattn has no book sources: say so, once
+        why = CHECKOUT_NEEDED if not IS_CHECKOUT and Path(args.root) == REPO_ROOT else \
+            f"{args.root} holds no _config.yml (--root must be the book's root, a checkout of the repository)"
+        print(f"linattn book: error: {why}", file=sys.stderr)
+        return 2
     try:
         if args.command == "check":
             require_figures(args.root, preset=args.preset, stale_ok=args.stale_ok)

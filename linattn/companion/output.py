@@ -125,15 +125,17 @@ class NumbersTable:
 
 
 class FigureOutput:
-    """The output folder of figure ``name`` (created on construction)."""
+    """The output folder of figure ``name``, created when the first file is asked for (:meth:`path`), so that a
+    notebook that fails before it writes anything leaves no empty folder behind."""
 
     def __init__(self, name: str, out_dir=None):
         self.name = name
         self.root = figures_root(out_dir)
         self.dir = self.root / name
-        self.dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, filename: str) -> Path:
+        """Where the file ``filename`` of this figure goes (its folder is created now if it does not exist yet)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
         return self.dir / filename
 
     def save_figure(self, fig) -> list[Path]:

@@ -13,6 +13,9 @@ header says so.
 from __future__ import annotations
 
 import copy
+import itertools
+import warnings
+from typing import NamedTuple
 
 # Every run uses the reference's own random draws (``draws="reference"``, the default) and names the initialisation
 # era its published figure was made with: dec2024 for Figures 1b and 3a–3c (ATTN_M's and the MLP's draws are the
@@ -196,3 +199,114 @@ def apply_to_runs(s: dict, runs: dict) -> dict:
     for target in targets:
         target.update({k: copy.deepcopy(v) for k, v in runs.items() if v is not None})
     return s
+
+
+# ---------------------------------------------------------------- the runs a figure trains (to check overrides)
+
+class Sweep(NamedTuple):
+    """How one setting of a figure becomes runs: each of its values sets RunConfig ``field``."""
+
+    field: str
+    run: str | None = None  # the nested run it belongs to (``attn_m``, ``attn_s``); None: every run of the figure
+    extra: bool = False  # False: the values replace the field (one run per value); True: one more run per value
+
+
+# The settings a figure sweeps, and the RunConfig field each of their values sets: the notebook trains one run per
+# value (``icl_values: [0.0, 0.5]`` -> runs with ``icl=0.0`` and ``icl=0.5``; several swept settings: every
+# combination). A list (or a dict's values) is swept, a single value is one value. An ``extra`` setting adds runs
+# beside the others (``epoch_more``: the continued run of ``beyond_own_experiment``). This is the one place that
+# says how a figure's settings become RunConfigs; :func:`run_configs` reads it. Horizons that a notebook only
+# lengthens a run to (``epoch_extended``, ``epoch_streams``: max(epoch, value)) are not runs of their own.
+SWEEPS: dict[str, Sweep] = {
+    "seeds": Sweep("seed"),
+    "icl_values": Sweep("icl"),
+    "ranks": Sweep("rank"),
+    "inits_m": Sweep("init", "attn_m"),
+    "inits_s": Sweep("init", "attn_s"),
+    "trainset_sizes": Sweep("trainset_size"),
+    "epoch_more": Sweep("epoch", extra=True),
+}
+
+# What a notebook sets on every run it trains besides its preset's settings (``RunConfig(softmax=True, ...)`` in
+# fig05_softmax.md), so that a reader's overrides are checked against the runs the notebook really trains.
+RUN_CONSTANTS: dict[str, dict] = {
+    "fig03b_attns_values": dict(track_value=True),
+    "fig05_softmax": dict(softmax=True),
+    "figA_inside_head": dict(track_value=True),
+    "figA_vary_len": dict(vary_len=True),
+    "beyond_own_experiment": dict(model="attnS", draws="streams"),
+}
+
+
+def _values(value) -> list:
+    """The values a swept setting takes: a list's or tuple's items, a dict's values, else the value itself."""
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def run_configs(name: str, preset: str = "quick", overrides: dict | None = None) -> list:
+    """The :class:`linattn.config.RunConfig` of every run figure ``name`` trains at ``preset`` with a reader's
+    ``overrides`` (its notebook's parameters, as ``linattn figures --param`` gives them), not validated.
+
+    An override that is a setting of the preset replaces it (as :func:`settings` does); one that is a RunConfig
+    field but not a top-level setting goes to every nested run (``settings(..., runs=...)``, as the notebooks with
+    ``attn_m``/``attn_s`` do); others (drawing options) make no run. Each run takes the RunConfig fields of its
+    settings, the notebook's :data:`RUN_CONSTANTS`, and one value of every swept setting (:data:`SWEEPS`; all
+    combinations). A figure whose preset has neither ``seeds`` nor ``seed`` trains nothing (the schematics, the
+    error table): ``[]``. A ``spectrum`` fixes ``in_dim`` to its length unless the run sets ``in_dim``."""
+    from ..config import RunConfig
+
+    fields = set(RunConfig.field_names())
+    table = PRESETS[name][preset] if name in PRESETS and preset in PRESETS[name] else {}
+    top = {k: v for k, v in (overrides or {}).items() if k in table}
+    runs = {k: v for k, v in (overrides or {}).items() if k not in table and k in fields}
+    s = settings(name, preset, runs=runs, **top)
+    if "seeds" not in s and "seed" not in s:
+        return []
+    nested = {k: v for k, v in s.items() if isinstance(v, dict) and "model" in v} or {None: s}
+    out = []
+    for label, run in nested.items():
+        base = {k: v for k, v in run.items() if k in fields}
+        base.update(RUN_CONSTANTS.get(name, {}))
+        if base.get("spectrum") is not None:
+            base["spectrum"] = tuple(base["spectrum"])
+            if "in_dim" not in run:
+                base["in_dim"] = len(base["spectrum"])
+        given = {key: sweep for key, sweep in SWEEPS.items()
+                 if s.get(key) is not None and sweep.run in (None, label)}
+        axes = [(sweep.field, _values(s[key])) for key, sweep in given.items() if not sweep.extra]
+        for combo in itertools.product(*(vals for _, vals in axes)):
+            run_ = {**base, **{field: v for (field, _), v in zip(axes, combo)}}
+            variants = [run_] + [{**run_, sweep.field: v} for key, sweep in given.items() if sweep.extra
+                                 for v in _values(s[key])]
+            with warnings.catch_warnings():  # a deprecated era name warns in the notebook itself
+                warnings.simplefilter("ignore")
+                out.extend(RunConfig(**v) for v in variants)
+    return out
+
+
+def check_overrides(name: str, preset: str, overrides: dict) -> None:
+    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :meth:`RunConfig.validate` refuses,
+    before anything runs: :class:`linattn.config.ConfigError` with one line naming the figure, the parameter and
+    the reason (validate's own message). The overrides are applied one at a time, so the parameter named is the
+    first that makes a run invalid. Every figure draws its data, so a run with the reference's draws is also
+    refused where they cannot make it (``RunConfig.reference_draws_refusal``, as ``linattn train`` asks up front).
+    Figures without presets (a reader's own notebooks) are not checked."""
+    from ..config import ConfigError
+
+    if name not in PRESETS or not overrides:
+        return
+    applied = {}
+    for key, value in overrides.items():
+        applied[key] = value
+        try:
+            for cfg in run_configs(name, preset, applied):
+                cfg.validate()
+                if cfg.draws == "reference" and (reason := cfg.reference_draws_refusal()) is not None:
+                    raise ConfigError(reason)
+        except ConfigError as e:
+            raise ConfigError(f"{name}: --param {key}={value!r} gives an invalid run: {e}") from None
+        except (TypeError, ValueError) as e:  # e.g. a seed that is not a number
+            raise ConfigError(f"{name}: --param {key}={value!r} gives an invalid run: not a valid value ({e})"
+                              ) from None

@@ -3,15 +3,20 @@
     linattn figures [--preset paper|quick] [--only NAME ...] [--param KEY=VALUE ...] [--out DIR | --into-book]
                     [--jobs N] [--force] [--list]
 
-Each notebook (jupytext MyST markdown, see :mod:`linattn.companion.notebooks`) is converted in memory and executed by papermill
-with ``preset``, ``out_dir`` (= the root) and the reader's overrides injected; it writes its files to
-``<root>/<name>/`` (:class:`linattn.companion.output.FigureOutput`). The runner then adds the page's badge (preset, overrides,
-date) under the title and the "Cite this figure" cell at the end, and writes the executed notebook atomically to
-``<root>/<name>.ipynb``.
+Each notebook (jupytext MyST markdown, see :mod:`linattn.companion.notebooks`) is converted in memory and executed
+by papermill with ``preset``, ``out_dir`` (= the root) and the reader's overrides injected; it writes its files to
+``<root>/<name>/`` (:class:`linattn.companion.output.FigureOutput`). The runner then adds the page's badge (preset,
+overrides, date) under the title and the "Cite this figure" cell at the end, and writes the executed notebook
+atomically to ``<root>/<name>.ipynb``.
 
-Roots. The book of preset ``P`` is built from ``_build/figures/<P>/`` (:func:`preset_root`), so the paper and the
-quick figures never mix. Overrides (``--param``) go to ``--out DIR``; they enter a book's root only with
-``--into-book``, and then every page shows them in its badge.
+Roots. The book of preset ``P`` is built from ``_build/figures/<P>/`` (:func:`preset_root`: the checkout's, or the
+working directory's when linattn is an installed copy), so the paper and the quick figures never mix. Overrides
+(``--param``) go to ``--out DIR``; they enter a book's root only with ``--into-book``, and then every page shows
+them in its badge. The root is checked before anything runs (:func:`linattn.companion.paths.unusable_output_dir`).
+
+Bad input is refused before anything runs: an unknown figure, an unknown ``--param`` key or one of the wrong type
+(:func:`linattn.companion.notebooks.check_overrides`), and a value that would give a run ``RunConfig.validate``
+refuses (:func:`linattn.companion.presets.check_overrides`, e.g. ``seeds=[-1]``).
 
 Cache: a figure is skipped when its cache key — a hash of the notebook text, the parameters, the source files of
 the linattn modules the notebook imports and of theirs (:mod:`linattn.companion.sources`: not the CLI, the runner or
@@ -20,7 +25,9 @@ notebooks also
 the ``numbers.json`` of every figure they read — equals ``<root>/<name>/.cache-key`` and its executed notebook exists.
 The key and ``.run.json`` (preset, overrides, date) are written only after success. Before a figure runs, its key,
 executed notebook and output folder are moved to ``<root>/.previous/``, so a failed run never leaves old outputs
-looking current; the failed executed notebook (with the traceback) goes to ``<root>/<name>.failed.ipynb``.
+looking current. A failed figure is reported once, when it fails; its executed notebook (with the traceback)
+goes to ``<root>/<name>.failed.ipynb`` beside the outputs it wrote, or, when it failed before writing any, stays
+in a temporary folder (the report names it) and the figure leaves nothing in ``<root>`` (:func:`execute_one`).
 
 Figures run in parallel (``--jobs``, one worker process and one kernel each, every kernel limited to one thread).
 Report notebooks (``beyond_error_table``, or any whose front matter says ``linattn: {report: true}``) read the
@@ -38,6 +45,7 @@ import multiprocessing
 import os
 import shutil
 import sys
+import tempfile
 import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -46,8 +54,8 @@ from pathlib import Path
 
 from .._version import __version__
 from ..records import atomic_write, library_versions
-from . import notebooks
-from .paths import ENV_FIGURE, preset_root
+from . import notebooks, presets
+from .paths import ENV_FIGURE, preset_root, unusable_output_dir
 from .sources import notebook_sources, source_hash
 PRESET_CHOICES = ("paper", "quick")
 REPORT_NAMES = ("beyond_error_table",)
@@ -215,7 +223,13 @@ def _quiet_stderr():
 def execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None) -> dict:
     """Convert and execute one notebook (its MyST ``text``: the very text its cache key was computed from) with
     ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``); returns ``{"ok", "seconds",
-    "error", "notebook"}``. Never raises."""
+    "error", "notebook"}``. Never raises.
+
+    papermill writes the notebook as it runs into a temporary folder, not into ``root``. On failure the executed
+    notebook with the traceback becomes ``<root>/<name>.failed.ipynb`` only when the figure had written outputs into
+    ``<root>/<name>/`` (they stay together, and neither looks current: no cache key); a figure that failed before
+    writing its first output leaves nothing in ``root`` (not even an empty ``<name>/``), and its traceback notebook
+    stays in the temporary folder, whose path ``"notebook"`` gives."""
     import logging
 
     import nbformat
@@ -227,8 +241,8 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
     logging.getLogger("traitlets").setLevel(logging.ERROR)
 
     root_p = Path(root)
-    running = root_p / f".{name}.running.ipynb"
-    failed = root_p / f"{name}.failed.ipynb"
+    scratch = Path(tempfile.mkdtemp(prefix=f"linattn-{name}-"))
+    running = scratch / f"{name}.running.ipynb"
     for var in THREAD_ENV:  # inherited by the kernel: one thread each, so parallel figures do not oversubscribe
         os.environ[var] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
@@ -251,19 +265,28 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
         nb.cells.insert(at, nbformat.v4.new_markdown_cell(badge(params["preset"], overrides, date)))
         nb.cells.append(nbformat.v4.new_markdown_cell(cite_block(name)))
         standalone = nbformat.writes(notebooks.runnable(text, params))
+        (root_p / name).mkdir(exist_ok=True)  # a notebook that wrote nothing still gets its runnable copy
         atomic_write(root_p / name / f"{name}.ipynb", lambda f: f.write(standalone))
         text = nbformat.writes(nb)
         atomic_write(root_p / f"{name}.ipynb", lambda f: f.write(text))
-        running.unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
         return {"ok": True, "seconds": time.perf_counter() - start, "error": None,
                 "notebook": str(root_p / f"{name}.ipynb")}
     except Exception as exc:  # noqa: BLE001 — one failing figure must never stop the others
+        failed = scratch / f"{name}.failed.ipynb"
         if running.exists():
             os.replace(running, failed)
-        else:  # failed before execution started (e.g. unreadable notebook): leave a note where the notebook goes
+        else:  # failed before execution started (e.g. unreadable notebook): a note in place of the notebook
             note = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
                 f"# {name} failed before execution\n\n```\n{_error_line(exc)}\n```")])
             atomic_write(failed, lambda f: f.write(nbformat.writes(note)))
+        outputs = root_p / name
+        if outputs.is_dir() and any(outputs.iterdir()):  # it wrote something: the traceback goes beside it
+            os.replace(failed, root_p / failed.name)
+            shutil.rmtree(scratch, ignore_errors=True)
+            failed = root_p / failed.name
+        elif outputs.is_dir():
+            outputs.rmdir()
         return {"ok": False, "seconds": time.perf_counter() - start, "error": _error_line(exc),
                 "notebook": str(failed)}
 
@@ -302,10 +325,11 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
                 timeout: float | None = None, progress: bool = True, overrides: dict | None = None
                 ) -> list[FigureResult]:
     """Execute the figure notebooks (all, or those in ``only``) into ``out`` (default :func:`preset_root`) and
-    return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked against every
-    selected notebook's parameters cell first (:class:`linattn.notebooks.ParameterError`)."""
-    from tqdm.auto import tqdm
-
+    return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked first, before
+    anything is written (:class:`linattn.companion.notebooks.ParameterError`): against every selected notebook's
+    parameters cell (known key, right type), then every run the figure would train with them against
+    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.check_overrides`). A root this call
+    created is removed again if nothing was left in it (every figure failed before writing its first output)."""
     everything = discover(src)
     found = everything
     if only:
@@ -317,8 +341,28 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     parsed = {n: read_notebook(p) for n, p in found.items()}
     for name, nb in parsed.items():
         notebooks.check_overrides(name, nb, overrides)
+    if overrides:
+        from ..config import ConfigError
+
+        for name in parsed:
+            try:
+                presets.check_overrides(name, preset, overrides)
+            except ConfigError as e:
+                raise notebooks.ParameterError(str(e)) from None
     root = Path(out if out is not None else preset_root(preset)).resolve()
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress)
+    finally:
+        if created and root.is_dir() and not any(root.iterdir()):
+            root.rmdir()
+
+
+def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress):
+    """The body of :func:`run_figures`, once its arguments are checked and ``root`` exists."""
+    from tqdm.auto import tqdm
+
     params = {"preset": preset, **overrides}
     versions = library_versions()
     texts = {n: p.read_text(encoding="utf-8") for n, p in found.items()}
@@ -336,15 +380,15 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
 
     def finished(name, out_, bar):
         res = FigureResult(name, "ran" if out_["ok"] else "failed", out_["seconds"], out_["error"],
-                           Path(out_["notebook"]))
+                           Path(out_["notebook"]) if out_["notebook"] else None)
         if out_["ok"]:
             info = {"preset": preset, "overrides": overrides, "date": datetime.date.today().isoformat()}
             atomic_write(root / name / RUN_INFO, lambda f: f.write(json.dumps(info, indent=1) + "\n"))
             atomic_write(root / name / CACHE_KEY, lambda f: f.write(keys[name] + "\n"))
             bar.write(f"  done    {name}  ({res.seconds:.1f} s)")
         else:
-            bar.write(f"  FAILED  {name}  ({res.seconds:.1f} s): {res.error}\n"
-                      f"          executed notebook with the traceback: {res.notebook}")
+            where = f"; traceback in {res.notebook}" if res.notebook else ""
+            bar.write(f"  FAILED  {name}  ({res.seconds:.1f} s): {res.error}{where}", file=sys.stderr)
         results[name] = res
         bar.update(1)
 
@@ -378,7 +422,7 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
                         finished(name, fut.result(), bar)
                     except Exception as exc:  # noqa: BLE001 — the worker itself died
                         finished(name, {"ok": False, "seconds": 0.0, "error": _error_line(exc),
-                                        "notebook": str(root / f"{name}.failed.ipynb")}, bar)
+                                        "notebook": None}, bar)
             bar.close()
     run_figures.last_wall_time = time.perf_counter() - started
     return [results[n] for n in first + last]
@@ -424,6 +468,9 @@ def _usage(message: str, command: str = "figures") -> int:
 
 
 def cmd_figures(args) -> int:
+    """``linattn figures``: every bad input (options, ``--param`` keys, types and the runs they would give, the
+    output folder) is refused in one line before anything runs or is written; a figure that fails is named once,
+    when it fails (on stderr, with where its traceback notebook is), and counted in the closing summary."""
     if args.jobs < 1:
         return _usage("--jobs must be a positive integer")
     try:
@@ -440,30 +487,33 @@ def cmd_figures(args) -> int:
         for name, state, report in list_figures(preset=args.preset, out=args.out, src=args.src):
             print(f"{name:28s} {state:8s}{'  (report: runs last)' if report else ''}")
         return 0
+    root = Path(args.out if args.out is not None else preset_root(args.preset))
+    if (why := unusable_output_dir(root)) is not None:
+        return _usage(f"--out {why}" if args.out is not None else f"the default output folder {why} (give --out DIR)")
     try:
         results = run_figures(preset=args.preset, only=args.only, jobs=args.jobs, force=args.force, out=args.out,
                               src=args.src, timeout=args.timeout, overrides=overrides)
     except (KeyError, notebooks.ParameterError) as e:
         return _usage(e.args[0])
-    root = Path(args.out if args.out is not None else preset_root(args.preset)).resolve()
+    root = root.resolve()
     ran = [r for r in results if r.status == "ran"]
     cached = [r for r in results if r.status == "cached"]
     failed = [r for r in results if r.status == "failed"]
+    where = f"outputs in {root}" if root.is_dir() else "nothing written"
     print(f"figures ({args.preset} preset): {len(ran)} ran, {len(cached)} up to date, {len(failed)} failed "
-          f"in {run_figures.last_wall_time:.0f} s; outputs in {root}")
+          f"in {run_figures.last_wall_time:.0f} s; {where}")
     if args.out is not None or overrides:
         for r in results:
             if r.status != "failed":
                 files = sorted(p.name for p in (root / r.name).iterdir() if p.suffix in (".pdf", ".png", ".svg",
                                                                                            ".csv"))
                 print(f"  {r.name}: {root / r.name}/ ({', '.join(files)}); notebook {root / (r.name + '.ipynb')}")
-    for r in failed:
-        print(f"  FAILED {r.name}: {r.error}\n         see {r.notebook}", file=sys.stderr)
     return 1 if failed else 0
 
 
 def cmd_notebook(args) -> int:
-    """``linattn notebook NAME``: write figure NAME as a runnable ``.ipynb`` (for Jupyter or papermill)."""
+    """``linattn notebook NAME``: write figure NAME as a runnable ``.ipynb`` (for Jupyter or papermill), and say how
+    to open, convert or run it. Nothing is written when the target is refused."""
     import nbformat
 
     found = discover(args.src)
@@ -472,10 +522,45 @@ def cmd_notebook(args) -> int:
     out = args.out or Path(f"{args.name}.ipynb")
     if out.exists() and not args.overwrite:
         return _usage(f"{out} exists (add --overwrite to replace it)", "notebook")
-    nb = notebooks.runnable(found[args.name].read_text(encoding="utf-8"), {"preset": args.preset})
+    if out.is_dir():
+        return _usage(f"{out} is a folder; give the notebook's file name", "notebook")
+    if not out.absolute().parent.is_dir():
+        return _usage(f"{out.parent} is not an existing folder (create it first)", "notebook")
+    if (why := unusable_output_dir(out.absolute().parent)) is not None:
+        return _usage(why, "notebook")
+    text = found[args.name].read_text(encoding="utf-8")
+    nb = notebooks.runnable(text, {"preset": args.preset})
     atomic_write(out, lambda f: f.write(nbformat.writes(nb)))
-    print(f"wrote {out} ({args.preset} preset; run it in Jupyter, or: papermill {out} out.ipynb -p seeds '[3]')")
+    print(f"wrote {out} ({args.preset} preset; when run, it writes its figure into ./{args.name}/ of the working "
+          "directory)")
+    for line in notebook_hints(out, notebooks.knobs(notebooks.from_text(text))):
+        print(f"  {line}")
     return 0
+
+
+def papermill_yaml(values: dict) -> str:
+    """``values`` as the one-line YAML text of papermill's ``-y`` option (``seeds: [3]``; several as a flow mapping,
+    ``{seeds: [3], init: 0.001}``): YAML reads it back as the same Python values (each value is written as JSON,
+    which is YAML), where ``-p seeds '[3]'`` would pass the string "[3]"."""
+    pairs = ", ".join(f"{k}: {json.dumps(v)}" for k, v in values.items())
+    return pairs if len(values) == 1 else "{" + pairs + "}"
+
+
+def notebook_hints(path: Path, knobs: dict) -> list[str]:
+    """How to open, convert and run the notebook written to ``path`` (lines for :func:`cmd_notebook`), each with what
+    to install for it, and a papermill command that sets ``seeds`` when it is one of the notebook's ``knobs``."""
+    import shlex
+
+    target = shlex.quote(str(path))
+    lines = [f"open it:    jupyter lab {target}   (needs Jupyter: pip install jupyterlab)",
+             f"convert it: jupyter nbconvert --to html --execute {target}   (needs: pip install nbconvert)"]
+    run = f"papermill {target} {shlex.quote(str(path.with_name(path.stem + '.out.ipynb')))}"
+    if "seeds" in knobs:
+        run += f" -y {shlex.quote(papermill_yaml({'seeds': [3]}))}"
+    lines.append(f"run it:     {run}   (needs: pip install papermill; parameters as YAML: -y '{{KEY: VALUE, ...}}')")
+    if knobs:
+        lines.append(f"its parameters: {', '.join(knobs)}")
+    return lines
 
 
 def add_notebook_arguments(p) -> None:

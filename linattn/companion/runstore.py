@@ -44,15 +44,16 @@ from ..data import Datasets, Sequences
 from ..experiment import draw, run
 from ..models import build_model
 from ..train import History
-from .paths import ENV_FIGURE, ENV_RUNS_DIR, RUNS_DIR
+from .paths import ENV_FIGURE, ENV_RUNS_DIR, runs_dir
 from .sources import source_hash
 
 COLUMNS = ("train_loss", "test_iwl", "test_icl")
 
 
 def default_root() -> Path:
-    """``$LINATTN_RUNS_DIR``, else ``_build/runs`` of the checkout."""
-    return Path(os.environ.get(ENV_RUNS_DIR) or RUNS_DIR)
+    """``$LINATTN_RUNS_DIR``, else ``_build/runs`` of the checkout (of the working directory when linattn is an
+    installed copy: never site-packages; see :mod:`linattn.companion.paths`)."""
+    return Path(os.environ.get(ENV_RUNS_DIR) or runs_dir())
 
 
 @functools.cache
