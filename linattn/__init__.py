@@ -33,9 +33,9 @@ from . import diagnostics, events, objectives, theory  # noqa: E402
 from .config import ConfigError, RunConfig  # noqa: E402
 from .data import Datasets, Sequences, sample_tasks  # noqa: E402
 from .experiment import RunResult, SavedRun, draw, load_run, run, write_outputs  # noqa: E402
-from .models import build_model, init_weights  # noqa: E402
+from .models import build_model, init_weights, mlp_from_attn_m  # noqa: E402
 from .train import TrainingDiverged  # noqa: E402
 
 __all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "SavedRun", "write_outputs", "draw",
-           "build_model", "init_weights", "Sequences", "Datasets", "sample_tasks", "TrainingDiverged", "theory",
-           "diagnostics", "events", "objectives", "__version__"]
+           "build_model", "init_weights", "mlp_from_attn_m", "Sequences", "Datasets", "sample_tasks",
+           "TrainingDiverged", "theory", "diagnostics", "events", "objectives", "__version__"]

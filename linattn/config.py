@@ -20,7 +20,7 @@ from . import objectives
 from ._compat import warn_renamed
 from .data import check_choice, check_covariance, check_int, check_spectrum, is_int, is_number
 from .models import INIT_SCHEME_ALIASES, check_weight_settings
-from .normalization import NORMALIZATIONS  # noqa: F401  (re-exported: the CLI's --normalize choices)
+from .normalization import NORMALIZATIONS
 
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")

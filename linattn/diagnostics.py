@@ -62,6 +62,13 @@ def combined_A(model, N: int | None = None, *, normalize: str) -> np.ndarray:
     return head_matrices(model).sum(axis=0) * theory.feature_scale(N, normalize=normalize)
 
 
+def white_sigma(model, N: int | None = None, *, normalize: str) -> float:
+    """σ = tr(A)/D for the combined A (:func:`combined_A`, paper normalisation): the one number the white-covariance
+    theory tracks, where A stays a multiple σ I of the identity (``theory.white_sigma``, Appendix)."""
+    A = combined_A(model, N, normalize=normalize)
+    return float(np.trace(A)) / A.shape[0]
+
+
 def in_eigenbasis(A, cov) -> np.ndarray:
     """Eᵀ A E: A (D×D, or a stack (..., D, D)) in the eigenbasis of Λ, entry [d, d'] = e_dᵀ A e_d' (decreasing λ)."""
     _, E = theory.spectrum(cov)

@@ -445,6 +445,6 @@ def build_model(model: str, weights: dict[str, np.ndarray], *, softmax: bool = F
 
 def mlp_from_attn_m(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The MLP weights (arrays) that compute what ATTN_M's ``weights`` compute while the vector blocks are zero
-    (paper Section 4.1; :func:`_attn_m_to_mlp`)."""
+    (paper Section 4.1)."""
     W1, w2 = _attn_m_to_mlp(weights["W_KQ"], weights["W_V"][:, -1, -1].copy())
     return {"W1": W1, "w2": w2}

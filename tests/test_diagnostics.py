@@ -374,3 +374,16 @@ def test_directions_learned_counts_the_midpoints_passed():
     assert dg.directions_learned([1.0, 0.9, 0.55], levels) == 1   # midpoints 0.8, 0.5, 0.3: only 0.8 passed
     assert dg.directions_learned([1.0, 0.7, 0.29], levels) == 3
     assert dg.directions_learned([1.0, 0.95], levels) == 0
+
+
+def test_white_sigma_is_the_multiple_of_the_identity_in_A():
+    """ATTN_M heads with W_KQ[h][:D, :D] = a_h I and label value weights v_h: A = Σ_h v_h a_h I, so σ = Σ_h v_h a_h
+    (times N under the reference's sum normalisation)."""
+    D, H = 3, 2
+    a, v = np.array([0.3, -0.1]), np.array([2.0, 0.5])
+    W_KQ, W_V = np.zeros((H, D + 1, D + 1)), np.zeros((H, D + 1, D + 1))
+    W_KQ[:, :D, :D] = a[:, None, None] * np.eye(D)
+    W_V[:, D, D] = v
+    model = build_model("attnM", {"W_KQ": W_KQ, "W_V": W_V})
+    assert dg.white_sigma(model, normalize="mean") == pytest.approx(float(v @ a))
+    assert dg.white_sigma(model, 7, normalize="sum") == pytest.approx(7 * float(v @ a))

@@ -3,6 +3,7 @@ input refused up front (--param values as runs, --out), the notebook command, an
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shlex
@@ -13,13 +14,14 @@ import textwrap
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import yaml
 
 import linattn
 from linattn.companion import notebooks, presets, sources
 from linattn.companion import runner as figures
-from linattn.companion.output import FigureOutput, NumbersTable, figures_root, number_row
+from linattn.companion.output import FigureOutput, NumbersTable, figures_root, median_and_range, number_row
 
 FRONT = textwrap.dedent("""\
     ---
@@ -565,3 +567,18 @@ def test_longest_figures_start_first(tmp_path):
     (root / "plain").mkdir(parents=True)
     (root / "plain" / "provenance.json").write_text(json.dumps({"wall_time_s": 12.5}))
     assert figures._expected_seconds(root, "plain", nbs["plain"], "paper") == 12.5
+
+
+def test_median_and_range_ignores_what_did_not_happen():
+    assert median_and_range([300.0, np.nan, 100.0, 200.0, np.inf]) == "200 (100–300)"
+    assert median_and_range([np.nan]) == "–"
+
+
+def test_save_rows_writes_text_and_numbers_and_empty_cells(tmp_path):
+    out = FigureOutput("tbl", tmp_path)
+    path = out.save_rows([{"figure": "a", "value": 1.234567891, "note": None},
+                          {"figure": "b, quoted", "value": 2, "note": "not comparable: text"}],
+                         ["figure", "value", "note"])
+    with open(path, newline="") as f:
+        assert list(csv.reader(f)) == [["figure", "value", "note"], ["a", "1.23457", ""],
+                                       ["b, quoted", "2", "not comparable: text"]]

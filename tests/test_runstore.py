@@ -100,3 +100,11 @@ def test_concurrent_requests_train_once(tmp_path):
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         trained = pool.map(_ask, [tmp_path, tmp_path])
     assert sorted(trained) == [0, 2000]
+
+
+def test_snapshots_of_passes_keyword_arguments(tmp_path):
+    stored = RunStore(tmp_path).get(CFG, snapshot_every=EVERY)
+    scaled = stored.snapshots_of(lambda m, factor: factor * float(m.v.detach().abs().sum()), factor=3.0)
+    plain = stored.snapshots_of(lambda m: float(m.v.detach().abs().sum()))
+    assert [s for s, _ in scaled] == [s for s, _ in plain]
+    assert all(x == pytest.approx(3.0 * y) for (_, x), (_, y) in zip(scaled, plain))

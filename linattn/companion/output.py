@@ -14,10 +14,13 @@ else ``$LINATTN_FIGURES_DIR``, else the working directory (a notebook opened in 
 
 from __future__ import annotations
 
+import csv
 import io
 import math
 import os
 from pathlib import Path
+
+import numpy as np
 
 from ..records import atomic_write, provenance, write_csv, write_json
 ENV_ROOT = "LINATTN_FIGURES_DIR"
@@ -90,6 +93,13 @@ def compare_row(row: dict) -> dict:
     return out(float(err), "absolute")
 
 
+def median_and_range(values) -> str:
+    """"median (min–max)" of the finite ``values``, to whole numbers (steps); "–" when none is finite."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return f"{np.median(v):.0f} ({v.min():.0f}–{v.max():.0f})" if v.size else "–"
+
+
 def _fmt(x) -> str:
     if x is None:
         return "–"
@@ -154,6 +164,21 @@ class FigureOutput:
             atomic_write(path, lambda f, b=buf: f.write(b.getvalue()), binary=True)
             paths.append(path)
         return paths
+
+    def save_rows(self, rows: list[dict], columns: list[str], stem: str | None = None) -> Path:
+        """``rows`` (dicts) as ``<name>.csv`` (or ``<stem>.csv``) with the header ``columns``: text as it is, numbers
+        to 6 significant digits, None as an empty cell. For tables that mix text and numbers; curves go through
+        :meth:`save_table`."""
+        def cell(x):
+            return "" if x is None else x if isinstance(x, str) else f"{x:.6g}"
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([cell(r.get(k)) for k in columns] for r in rows)
+        path = self.path(f"{stem or self.name}.csv")
+        atomic_write(path, lambda f: f.write(buf.getvalue()))
+        return path
 
     def save_table(self, columns: dict, stem: str | None = None) -> Path:
         """The curves drawn, as ``<name>.csv`` (or ``<stem>.csv``); columns must have equal lengths."""

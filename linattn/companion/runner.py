@@ -21,8 +21,8 @@ refuses (:func:`linattn.companion.presets.check_overrides`, e.g. ``seeds=[-1]``)
 Cache: a figure is skipped when its cache key — a hash of the notebook text, the parameters, the source files of
 the linattn modules the notebook imports and of theirs (:mod:`linattn.companion.sources`: not the CLI, the runner or
 the book builder) and the versions of the libraries that compute or draw (``records.LIBRARIES``); for report
-notebooks also
-the ``numbers.json`` of every figure they read — equals ``<root>/<name>/.cache-key`` and its executed notebook exists.
+notebooks also the ``numbers.json`` of every figure they read — equals ``<root>/<name>/.cache-key`` and its executed
+notebook exists.
 The key and ``.run.json`` (preset, overrides, date) are written only after success. Before a figure runs, its key,
 executed notebook and output folder are moved to ``<root>/.previous/``, so a failed run never leaves old outputs
 looking current. A failed figure is reported once, when it fails; its executed notebook (with the traceback)
@@ -57,6 +57,7 @@ from ..records import atomic_write, library_versions
 from . import notebooks, presets
 from .paths import ENV_FIGURE, preset_root, unusable_output_dir
 from .sources import notebook_sources, source_hash
+
 PRESET_CHOICES = ("paper", "quick")
 REPORT_NAMES = ("beyond_error_table",)
 CACHE_KEY = ".cache-key"

@@ -139,11 +139,18 @@ class StoredRun:
         """The trained model, rebuilt from ``weights`` (float64, CPU)."""
         return build_model(self.config.model, self.weights, softmax=self.config.softmax)
 
-    def snapshots_of(self, fn) -> list:
-        """``[(step, fn(model))]`` for each weight snapshot, the model rebuilt from it: what
+    def snapshots_of(self, fn, **kwargs) -> list:
+        """``[(step, fn(model, **kwargs))]`` for each weight snapshot, the model rebuilt from it: what
         ``linattn.run(..., snapshot=fn)`` would have recorded."""
-        return [(s, fn(build_model(self.config.model, w, softmax=self.config.softmax)))
+        return [(s, fn(build_model(self.config.model, w, softmax=self.config.softmax), **kwargs))
                 for s, w in self.history.snapshots]
+
+
+def _columns(history: History) -> dict:
+    """step, the losses and ``values`` (steps, H) of a history: what an entry keeps of every step."""
+    cols = {k: v for k, v in history.columns().items() if not k.startswith("value_")}
+    cols["values"] = history.values
+    return cols
 
 
 class _Entry:
@@ -163,8 +170,7 @@ class _Entry:
         cfg = res.config
         info = {"settings": cfg.to_dict(), "snapshot_every": snapshot_every, "engine": res.engine,
                 "device": res.device, "setup_time": res.setup_time, "train_time": res.history.wall_time}
-        columns = {k: v for k, v in res.history.columns().items() if not k.startswith("value_")}
-        columns["values"] = res.history.values
+        columns = _columns(res.history)
         snaps = dict(res.history.snapshots)
         ds = res.datasets
         task = {"cov": ds.cov} if ds.w_fix is None else {"cov": ds.cov, "w_fix": ds.w_fix}
@@ -176,9 +182,7 @@ class _Entry:
         end = start + res.config.epoch
         if end > self.last:
             new = res.history.step >= self.last
-            cols = {k: v for k, v in res.history.columns().items() if not k.startswith("value_")}
-            cols["values"] = res.history.values
-            for k, v in cols.items():
+            for k, v in _columns(res.history).items():
                 if v is not None:
                     self.columns[k] = np.concatenate([self.columns[k], v[new]])
         self.snapshots.update(res.history.snapshots)
