@@ -361,6 +361,14 @@ def drop_steps(loss, levels, steps=None) -> np.ndarray:
     return np.array([first_step_below(loss, mid, steps) for mid in (levels[:-1] + levels[1:]) / 2])
 
 
+def first_drop_step(loss, *, min_step: int = 10) -> int | None:
+    """The step of a curve's first drop, from its start to its end value (:func:`drop_steps` with the levels
+    ``loss[0]`` and ``loss[-1]``); None where it comes before ``min_step`` or never: a curve that falls at once has
+    no plateau to leave (a large initialisation)."""
+    k = drop_steps(loss, [loss[0], loss[-1]])[0]
+    return int(k) if k >= min_step else None
+
+
 @dataclass
 class SaddlePlateaus:
     """The plateaus of a curve named by the saddle M_m they sit at (:func:`saddle_plateaus`)."""

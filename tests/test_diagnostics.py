@@ -387,3 +387,11 @@ def test_white_sigma_is_the_multiple_of_the_identity_in_A():
     model = build_model("attnM", {"W_KQ": W_KQ, "W_V": W_V})
     assert dg.white_sigma(model, normalize="mean") == pytest.approx(float(v @ a))
     assert dg.white_sigma(model, 7, normalize="sum") == pytest.approx(7 * float(v @ a))
+
+
+def test_first_drop_step_is_the_midpoint_crossing_and_none_without_a_plateau():
+    plateau_then_drop = np.concatenate([np.full(50, 1.0), np.linspace(1.0, 0.2, 21), np.full(30, 0.2)])
+    assert dg.first_drop_step(plateau_then_drop) == 61  # first value below (1 + 0.2)/2
+    falls_at_once = np.linspace(1.0, 0.2, 100)
+    assert dg.first_drop_step(falls_at_once, min_step=60) is None
+    assert dg.first_drop_step(np.full(10, 0.5)) is None  # never drops

@@ -582,3 +582,12 @@ def test_save_rows_writes_text_and_numbers_and_empty_cells(tmp_path):
     with open(path, newline="") as f:
         assert list(csv.reader(f)) == [["figure", "value", "note"], ["a", "1.23457", ""],
                                        ["b, quoted", "2", "not comparable: text"]]
+
+
+def test_save_table_pads_short_columns_only_when_asked(tmp_path):
+    out = FigureOutput("pad", tmp_path)
+    with pytest.raises(ValueError, match="pad=True"):
+        out.save_table({"step": np.arange(3), "loss": np.ones(2)})
+    path = out.save_table({"step": np.arange(3), "loss": np.ones(2)}, pad=True)
+    table = np.genfromtxt(path, delimiter=",", names=True)
+    assert table["step"].tolist() == [0, 1, 2] and table["loss"][:2].tolist() == [1, 1] and np.isnan(table["loss"][2])

@@ -180,11 +180,16 @@ class FigureOutput:
         atomic_write(path, lambda f: f.write(buf.getvalue()))
         return path
 
-    def save_table(self, columns: dict, stem: str | None = None) -> Path:
-        """The curves drawn, as ``<name>.csv`` (or ``<stem>.csv``); columns must have equal lengths."""
+    def save_table(self, columns: dict, stem: str | None = None, *, pad: bool = False) -> Path:
+        """The curves drawn, as ``<name>.csv`` (or ``<stem>.csv``). Columns must have equal lengths, unless ``pad``:
+        then shorter ones (runs of fewer steps) are continued with NaN to the longest."""
         lengths = {k: len(v) for k, v in columns.items()}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(f"columns of unequal length: {lengths}")
+        if pad:
+            n = max(lengths.values())
+            columns = {k: np.concatenate([np.asarray(v, dtype=np.float64), np.full(n - len(v), np.nan)])
+                       for k, v in columns.items()}
+        elif len(set(lengths.values())) > 1:
+            raise ValueError(f"columns of unequal length: {lengths} (pad=True continues the short ones with NaN)")
         path = self.path(f"{stem or self.name}.csv")
         write_csv(path, columns)
         return path
