@@ -62,6 +62,8 @@ PRESET_CHOICES = ("paper", "quick")
 REPORT_NAMES = ("beyond_error_table",)
 CACHE_KEY = ".cache-key"
 RUN_INFO = ".run.json"
+# seconds a kernel may take to start: papermill's 60 s default was once exceeded on a fresh, busy two-core machine
+KERNEL_START_TIMEOUT = 300
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 PAPER_BIBTEX = """@inproceedings{zhang2025training,
@@ -255,7 +257,8 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
             warnings.simplefilter("ignore")  # papermill's "Unable to parse line" notes on help comments
             nb = papermill.execute_notebook(nb, str(running), parameters={**params, "out_dir": str(root_p)},
                                             kernel_name="python3", language="python", progress_bar=False,
-                                            cwd=str(root_p), execution_timeout=timeout)
+                                            cwd=str(root_p), execution_timeout=timeout,
+                                            start_timeout=KERNEL_START_TIMEOUT)
         for cell in nb.cells:  # the book folds the code, and drops papermill's machine-specific parameter cell
             if cell.cell_type == "code":
                 tags = cell.metadata.setdefault("tags", [])
