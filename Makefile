@@ -10,7 +10,7 @@ PRESET  ?= paper
 JOBS    ?= 2
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup figures book test test-fast test-setup linkcheck bench clean
+.PHONY: setup figures book test test-fast test-setup linkcheck check-reproducible bench clean
 
 setup: $(STAMP)
 
@@ -19,18 +19,25 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23.2"
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[figures,book,test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[figures,book,test,sweep]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
 figures: setup
 	$(BIN)/linattn figures --preset $(PRESET) --jobs $(JOBS)
 
+# the paper book also rewrites README.md's reproduction table from the numbers it was built from
 book: figures
 	$(BIN)/python -m linattn.companion.book build --preset $(PRESET)
+	@if [ "$(PRESET)" = paper ]; then $(BIN)/python -m linattn.companion.readme; fi
 
 linkcheck: setup
 	$(BIN)/python -m linattn.companion.book links --preset $(PRESET)
+
+# Re-execute every executed notebook of PRESET with nbval and compare its text outputs with the book's; the runs are
+# read from the run store, or all trained again in an empty one with FRESH=1 (as long as building the figures)
+check-reproducible: figures
+	$(BIN)/python -m linattn.companion.reproduce --preset $(PRESET) $(if $(FRESH),--fresh-runs)
 
 # Chromium renders the built pages for the reader tests (Debian's package; needs root, as in CI).
 test-setup: setup
@@ -48,6 +55,7 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_engines.py
+	$(BIN)/python benchmarks/bench_sweep.py
 
 clean:
 	rm -rf _build runs

@@ -129,7 +129,9 @@ def cli_message(message: str) -> str:
     return re.sub(rf"{_NOT_AFTER}({_NAMES})(?={follows})", lambda m: _FLAGS[m.group(1)], message)
 
 
-def add_train_arguments(p: argparse.ArgumentParser) -> None:
+def add_train_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
+    """The flags of ``linattn train``; ``sweep``: those that set a run (``linattn sweep``'s fixed settings), without
+    ``--out``, ``--overwrite`` and ``--show``."""
     d = RunConfig()
     ref = p.add_argument_group("the reference's flags")
     ref.add_argument("--model", choices=MODELS, default=d.model,
@@ -156,15 +158,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     ref.add_argument("--epoch", type=int, default=d.epoch, help="number of full-batch steps")
     ref.add_argument("--seed", type=int, default=d.seed, help="the seed of every random draw (data and weights)")
     ref.add_argument("--track_value", action="store_true", help="record each head's value weight every step")
-    ref.add_argument("--show", action="store_true",
-                     help="also show the loss curve in a window; without a display it is saved as loss.png beside "
-                          "loss.csv")
     ours = p.add_argument_group("linattn's flags")
-    ours.add_argument("--out", type=Path, default=None,
-                      help="output folder (default: runs/<model>_H…_<hash of all settings>); it must not exist or "
-                           "be empty, and appears only when the run succeeds")
-    ours.add_argument("--overwrite", action="store_true",
-                      help="replace an existing --out folder (only once the new run has succeeded)")
+    if not sweep:
+        ref.add_argument("--show", action="store_true",
+                         help="also show the loss curve in a window; without a display it is saved as loss.png "
+                              "beside loss.csv")
+        ours.add_argument("--out", type=Path, default=None,
+                          help="output folder (default: runs/<model>_H…_<hash of all settings>); it must not exist "
+                               "or be empty, and appears only when the run succeeds")
+        ours.add_argument("--overwrite", action="store_true",
+                          help="replace an existing --out folder (only once the new run has succeeded)")
     ours.add_argument("--engine", choices=objectives.engine_choices(), default=d.engine,
                       help="auto (default): exact for the linear models, population for --trainset_size inf, "
                            "softmax for --softmax; autograd: the model's forward pass on every sequence (any model)")
@@ -332,6 +335,175 @@ def cmd_train(args) -> int:
     return 0
 
 
+# ── linattn sweep ───────────────────────────────────────────────────────────────────────────────────────────────
+
+_RANGE = re.compile(r"\s*([+-]?\d+)\s*:\s*([+-]?\d+)\s*(?::\s*([+-]?\d+)\s*)?")
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def _run_flags() -> dict[str, argparse.Action]:
+    """Every name a swept setting may go by (its RunConfig field, each of its ``linattn train`` flags without the
+    dashes) → the train parser's action for it, whose type and choices read the values."""
+    p = _Parser(prog="linattn sweep")
+    add_train_arguments(p, sweep=True)
+    names = {}
+    for action in p._actions:
+        if action.dest in RunConfig.field_names():
+            names.update({opt.lstrip("-"): action for opt in action.option_strings}, **{action.dest: action})
+    return names
+
+
+def _grid_value(key: str, text: str, action: argparse.Action):
+    text = text.strip()
+    if not text:
+        raise UsageError(f"--grid {key}: an empty value")
+    if isinstance(action, argparse._StoreTrueAction):
+        if text.lower() not in _TRUE + _FALSE:
+            raise UsageError(f"--grid {key}: expected true or false, got {text!r}")
+        return text.lower() in _TRUE
+    try:
+        value = action.type(text) if action.type else text
+    except (argparse.ArgumentTypeError, ValueError) as e:
+        detail = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"expected an integer, got {text!r}"
+        raise UsageError(f"--grid {key}: {detail}") from None
+    if action.choices is not None and value not in action.choices:
+        raise UsageError(f"--grid {key}: {text!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def _grid_values(key: str, values, action: argparse.Action) -> list:
+    """``V1,V2,…`` or ``START:STOP[:STEP]`` (integers, STOP excluded), or a YAML list or scalar."""
+    if isinstance(values, list):
+        return [_grid_value(key, str(v), action) for v in values]
+    text = str(values)
+    if ":" in text:
+        m = _RANGE.fullmatch(text)
+        if m is None or action.type is not int:
+            raise UsageError(f"--grid {key}={text}: START:STOP[:STEP] takes integers, for an integer setting")
+        start, stop, step = int(m[1]), int(m[2]), int(m[3] or 1)
+        if step == 0 or not range(start, stop, step):
+            raise UsageError(f"--grid {key}={text}: the range is empty (STOP is excluded, as in Python's range)")
+        return list(range(start, stop, step))
+    return [_grid_value(key, v, action) for v in text.split(",")]
+
+
+def sweep_grid(grid_args: list[str], spec: Path | None) -> dict:
+    """``{RunConfig field: values}`` from ``--grid KEY=VALUES`` flags and a YAML ``--spec`` file (a mapping
+    KEY: values, a list or a string as after ``--grid KEY=``); UsageError for a bad key or value."""
+    entries = []
+    if spec is not None:
+        import yaml
+
+        try:
+            content = yaml.safe_load(spec.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise UsageError(f"--spec {spec}: cannot be read: {e.strerror or e}") from None
+        except yaml.YAMLError as e:
+            raise UsageError(f"--spec {spec}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(content, dict) or not content:
+            raise UsageError(f"--spec {spec}: expected a mapping of settings to their values, e.g. 'seed: 0:6'")
+        entries += [(str(k), v) for k, v in content.items()]
+    for arg in grid_args:
+        key, sep, values = arg.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--grid {arg}: expected KEY=V1,V2,… or KEY=START:STOP[:STEP]")
+        entries.append((key.strip(), values))
+    flags, grid = _run_flags(), {}
+    for key, values in entries:
+        action = flags.get(key)
+        if action is None or action.dest in ("spectrum", "out_dim"):
+            raise UsageError(f"--grid {key}: not a setting that can be swept (one of linattn train's run flags, e.g. "
+                             "seed, init, lr, icl, trainset_size, head_num)")
+        if action.dest in grid:
+            raise UsageError(f"--grid {key}: {action.dest} is swept twice")
+        grid[action.dest] = _grid_values(key, values, action)
+        if len(set(grid[action.dest])) < len(grid[action.dest]):
+            raise UsageError(f"--grid {key}: a value is listed twice")
+    if not grid:
+        raise UsageError("give at least one --grid KEY=VALUES (or a --spec file)")
+    return grid
+
+
+def _out_message(message: str) -> str:
+    return re.sub(r"^out[= ]", "--out ", message)
+
+
+def cmd_sweep(args) -> int:
+    from .companion import sweeps
+
+    if args.collect is not None:
+        if args.grid or args.spec or args.out or args.dry_run or args.scheduler:
+            raise UsageError("--collect DIR rebuilds the dataset of DIR's runs: give it alone")
+        try:
+            sweeps.read_spec(args.collect)
+            ds = sweeps.collect(args.collect)
+        except FileNotFoundError as e:
+            raise UsageError(f"--collect {e}") from None
+        except ImportError as e:
+            raise UsageError(str(e)) from None
+        print(_describe(ds, args.collect))
+        return 0
+    grid = sweep_grid(args.grid, args.spec)
+    base = config_from_args(args)
+    if args.threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {args.threads}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be a positive integer, got {args.workers}")
+    if args.out is None and not args.dry_run:
+        raise UsageError("--out DIR is required: the folder of the runs and the dataset")
+    try:
+        spec = sweeps.Grid(base, grid)
+        rows = sweeps.plan(spec, args.out, max_memory=args.max_memory)
+        if args.out is not None:
+            sweeps.check_out(args.out)
+    except ConfigError as e:
+        cell, sep, why = str(e).partition(": ")  # "cell seed=3, init=-1.0: why": the cell as --grid writes it
+        raise UsageError(f"{cell}: {cli_message(why)}" if cell.startswith("cell ") and sep else
+                         _out_message(cli_message(str(e)))) from None
+    finished = sum(state != "to run" for _, _, state in rows)
+    if args.dry_run:
+        shape = " × ".join(f"{k} {len(v)}" for k, v in spec.axes.items())
+        print(f"{len(rows)} cells ({shape}): {len(rows) - finished} to run, {finished} finished or diverged before")
+        width = max(len(cell.label) for cell, _, _ in rows)
+        for cell, key, state in rows:
+            print(f"  {cell.label.ljust(width)}  {state:<8}  runs/{key}")
+        return 0
+    client = None
+    try:
+        if args.scheduler:
+            from dask.distributed import Client
+
+            try:
+                client = Client(args.scheduler, timeout=15)
+            except (OSError, TimeoutError, ValueError) as e:
+                raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answers there ({e})") from None
+        ds = sweeps.sweep(base, grid, client=client, out=args.out, workers=args.workers, save_data=args.save_data,
+                          threads=args.threads, max_memory=args.max_memory,
+                          progress=False if args.quiet else None)
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    except KeyboardInterrupt:
+        print(f"linattn sweep: interrupted; every run finished so far is kept in {args.out}, and the same command "
+              "goes on from there", file=sys.stderr)
+        return 130
+    finally:
+        if client is not None:
+            client.close()
+    if not args.quiet:
+        print(f"{len(rows) - finished} run, {finished} finished before; " + _describe(ds, args.out))
+    failed = int((ds.status != "done").sum())
+    if failed:
+        print(f"linattn sweep: {failed} of {len(rows)} cells failed or diverged; their status and message are in "
+              f"the dataset (and {args.out / 'failed'})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _describe(ds, out: Path) -> str:
+    dims = ", ".join(f"{k} {n}" for k, n in ds.sizes.items())
+    done = int((ds.status == "done").sum())
+    return f"{done} of {ds.status.size} cells done; wrote {out / 'sweep.nc'} (dimensions: {dims})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="linattn", description="Training dynamics of in-context learning in linear attention.")
     parser.add_argument("--version", action="version", version=f"linattn {__version__}")
@@ -344,6 +516,32 @@ def build_parser() -> argparse.ArgumentParser:
                     "(a diverging run exits with 1 and suggests a learning rate found stable in a short trial).")
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
+    sw = sub.add_parser(
+        "sweep", help="train a grid of runs on Dask; resumable; results as one xarray dataset",
+        formatter_class=_TrainHelp,
+        description="Train every cell of a grid of settings on Dask (a local cluster of one single-threaded worker "
+                    "per core, or --scheduler ADDRESS) into content-addressed run folders under --out, each what "
+                    "`linattn train --out` writes; the same command again skips the finished runs. The results are "
+                    "gathered into one xarray dataset, DIR/sweep.nc (NetCDF), with one dimension per swept setting "
+                    "plus step. The fixed settings are linattn train's flags.")
+    grids = sw.add_argument_group("the sweep")
+    grids.add_argument("--grid", action="append", default=[], metavar="KEY=VALUES",
+                       help="a swept setting: KEY=V1,V2,… or KEY=START:STOP[:STEP] (integers, STOP excluded); KEY "
+                            "is a run flag's name (seed, init, head, …); repeat for each setting")
+    grids.add_argument("--spec", type=Path, default=None, metavar="FILE.yaml",
+                       help="the swept settings as YAML, KEY: [V1, V2, …] or KEY: START:STOP[:STEP]")
+    grids.add_argument("--out", type=Path, default=None, metavar="DIR",
+                       help="the sweep folder: runs/<key> per cell, sweep.json, sweep.log and the dataset sweep.nc")
+    grids.add_argument("--dry-run", dest="dry_run", action="store_true",
+                       help="list the cells (and, with --out, which are finished) and stop")
+    grids.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
+    grids.add_argument("--workers", type=int, default=None,
+                       help="worker processes of the local cluster (default: one per core)")
+    grids.add_argument("--collect", type=Path, default=None, metavar="DIR",
+                       help="rebuild DIR/sweep.nc from DIR's run folders, and nothing else")
+    add_train_arguments(sw, sweep=True)
+    sw.set_defaults(func=cmd_sweep)
     from .companion import runner as figures
     figs = sub.add_parser("figures", help="execute the figure notebooks of figures_src/ (cached, in parallel)")
     figures.add_arguments(figs)

@@ -176,8 +176,10 @@ def attn_m_escape_time(cov, N: int, w_init: float) -> float:
 
 def logistic_half_time(s: float, lam_z: float, a0: float) -> float:
     """t/τ at which the logistic τ ȧ = 2a(s − λ_z a), a(0) = a0, reaches half its final value s/λ_z:
-    (1/2s) ln(s/(λ_z a0) − 1). Its leading term for small a0 is (1/s) ln(1/√a0), the escape time above."""
-    return float(np.log(s / (lam_z * a0) - 1.0) / (2.0 * s))
+    (1/2s) ln(s/(λ_z a0) − 1). Its leading term for small a0 is (1/s) ln(1/√a0), the escape time above. NaN when a0
+    is already past half the final value (there is no half-way point to reach)."""
+    ratio = s / (lam_z * a0) - 1.0
+    return float(np.log(ratio) / (2.0 * s)) if ratio > 0 else float("nan")
 
 
 def attn_m_drop_time(cov, N: int, a0: float) -> float:

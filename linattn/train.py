@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm  # the text bar: tqdm.auto warns in a kernel without ipywidgets
 
 from ._compat import renamed_kwargs
 

@@ -307,8 +307,9 @@ def test_drop_step_of_a_smooth_two_plateau_curve_is_its_midpoint_crossing():
     assert np.isnan(dg.first_step_below(loss, 0.1))
     # the plateau detector and the published-figure comparisons use the same rule
     assert dg.detect_plateaus(loss).drop_steps[0] == 701
-    _, rows = published.fig1b_comparison(loss, loss)
-    assert rows[1]["reproduced"] == dg.first_step_below(loss, 0.5)
+    rows = published.fig1b_comparison(loss, loss, 0.136)
+    half = next(r for r in rows if r["what"] == "ATTN_M first below 0.5, step")
+    assert half["reproduced"] == dg.first_step_below(loss, 0.5)
 
 
 def test_normalize_is_a_required_keyword_in_every_diagnostic_that_takes_it():

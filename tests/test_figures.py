@@ -51,6 +51,8 @@ TOLERANCES = {
     "beyond_pcr": [(r"relative predictor gap to PCR", "abs", 0.05), (r"e_\dᵀ A e_\d", "rel", 0.05)],
     "beyond_population": [PLATEAUS, (r"max \|population GD − population flow\|", "abs", 0.1)],
     "beyond_own_experiment": [PLATEAUS],
+    # the largest quick P: a finite training set leaves the in-context test loss a little above the population L*
+    "beyond_phase_diagram": [(r"P=1000, c=1: final in-context test loss", "abs", PLATEAU_TOLERANCE)],
 }
 UNCHECKED = ("fig05_softmax", "beyond_error_table")
 
@@ -93,7 +95,8 @@ def test_figure_files(quick_set, name):
     # the numbered figure: one directive, in a markdown cell (figure-first pages put it right after the lead)
     assert sum(f":name: fig-{name}" in c.source for c in nb.cells if c.cell_type == "markdown") == 1
     rows = json.loads((root / name / "numbers.json").read_text())
-    assert rows and all(set(r) == {"quantity", "paper", "theory", "reproduced", "abs_error"} for r in rows)
+    fields = {"quantity", "paper", "theory", "reproduced", "abs_error"}
+    assert rows and all(fields <= set(r) <= fields | {"tolerance", "verdict"} for r in rows)
     prov = json.loads((root / name / "provenance.json").read_text())
     assert prov["figure"] == name and prov["parameters"] and prov["wall_time_s"] >= 0
     # injected parameters reached the notebook: it wrote into the quick root, and the page says so

@@ -272,7 +272,8 @@ def test_the_documented_examples_run():
     assert scope["y_hat"].shape == (100,) and np.isfinite(scope["test_loss"])
     assert scope["res"].history.train_loss[-1] < scope["res"].history.train_loss[0]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Use it from Python"):readme.index("## Regenerating figures")]
+    start = readme.index("### Use it from Python")
+    section = readme[start:readme.index("\n## ", start)]
     assert "pip install -e ." in section and "CPU-only" in section and "://" not in section
     for name in ("sample_tasks", "predict"):
         assert name in section and name in api

@@ -1,46 +1,188 @@
-"""The published-vs-reproduced comparisons and the commands printed on the figure pages."""
+"""The published readings (pinned: they are facts read off the authors' images), the one-to-one pairing of Figure
+3a's drops, the verdicts, and the commands printed on the figure pages."""
 
 import math
 
 import numpy as np
 import pytest
 
-from linattn.companion import published
 from linattn.cli import build_parser, config_from_args
+from linattn.companion import published
 from linattn.companion.commands import train_command
+from linattn.companion.output import AGREES, DIFFERS
 from linattn.config import RunConfig
 
 
-def test_gap_is_zero_inside_a_range_and_signed_outside():
-    assert published.gap(500, (376, 578)) == 0
-    assert published.gap(600, (376, 578)) == 22
-    assert published.gap(300, (376, 578)) == -76
-    assert published.gap(4950, (3605, 4940, 5734)) == 10  # nearest of several crossings
-    assert published.gap(0.13, 0.14) == pytest.approx(-0.01)
-    assert math.isnan(published.gap(float("nan"), (1, 2)))
+def _values(readings):
+    return [(r.what, r.value, r.stated) for r in readings]
 
 
-def test_fig3a_comparison_has_a_row_per_seed_and_drop_and_counts_missing_drops():
-    drops = {s: np.array([450.0, 700.0, 1100.0, 5000.0]) for s in range(5)}
-    drops[5] = np.array([450.0, 700.0, 1100.0, np.nan])  # no fourth drop
-    table, rows = published.fig3a_comparison(drops, window=10001)
-    assert len(rows) == 6 * 4 + 1
-    assert rows[-1]["reproduced"] == 1 and rows[-1]["paper"] == published.FIG3A_STILL_ON_M3
-    fourth = [r for r in rows if "drop 4" in r["quantity"]]
-    assert fourth[0]["abs_error"] == 60 and fourth[-1]["reproduced"] is None  # 5000 vs the nearest, 4940
-    assert "| drop 1" in table._repr_markdown_()
+# ------------------------------------------------------------------------------------------ the readings, pinned
+
+def test_each_image_has_its_own_pixel_scale():
+    assert (published.FIG1B_IMAGE.steps_per_px, published.FIG1B_IMAGE.loss_per_px) == (21.83, 0.00508)
+    assert (published.FIG3A_IMAGE.steps_per_px, published.FIG3A_IMAGE.loss_per_px) == (28.90, 0.00383)
+    assert (published.FIG14_IMAGE.steps_per_px, published.FIG14_IMAGE.loss_per_px) == (16.67, 0.0099)
+    assert [i.name for i in (published.FIG1B_IMAGE, published.FIG3A_IMAGE, published.FIG14_IMAGE)] == [
+        "Figure 1b", "Figure 3a", "Figure 14"]
 
 
-def test_fig1b_comparison_reads_crossings_from_the_curve():
+def test_figure_1b_readings():
+    by_what = {r.what: r.value for r in published.FIG1B}
+    assert by_what["ATTN_M plateau (median over steps 100–800)"] == 1.007
+    assert [by_what[f"ATTN_M first below {v}, step"] for v in (0.9, 0.7, 0.5, 0.3)] == [906, 969, 1019, 1124]
+    assert by_what["ATTN_M at step 3000"] == 0.142
+    assert by_what["ATTN_M final (mean over steps 5600–6000)"] == 0.135
+    assert by_what["dotted line L* (ours: theory)"] == 0.136
+    lag = [r for r in published.FIG1B if r.how[0] == "lag"]
+    assert len(lag) == 1 and lag[0].value == 15 and lag[0].how[1] == (0.22, 0.89)  # the MLP lies after ATTN_M
+
+
+def test_figure_3a_crossings_count_seed_0_once():
+    """Six curves per drop (seed 0's doubled line counted once); the fourth drop has one curve beyond the window."""
+    crossings = published.FIG3A_CROSSINGS
+    assert all(len(c) == 6 for c in crossings.values())
+    assert [c.where for c in crossings[1]] == [((370, 514),)] * 5 + [((563, 563),)]
+    assert [c.where for c in crossings[2]] == [((557, 557),), ((601, 601),), ((705, 705),), ((804, 804),),
+                                               ((1098, 1098),), ((705, 705), (804, 804))]
+    assert [c.where[0][0] for c in crossings[3]] == [997, 1069, 1250, 1608, 1718, 1856]
+    assert [c.where for c in crossings[4]] == [((3601, 3601),), ((4936, 4936),), ((5729, 5729),), ((6521, 6521),),
+                                               ((4936, 4936), (5729, 5729)), ((9966, math.inf),)]
+    assert published.FIG3A_PLATEAU_READINGS == (1.001, 0.641, 0.381, 0.210, 0.138)
+
+
+def test_figure_14_has_six_panels_with_the_corrected_readings():
+    fig14 = published.FIG14
+    assert sorted(fig14) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    mid = {c: next(r for r in rs if "midpoint" in r.what) for c, rs in fig14.items()}
+    assert {c: (r.how[1], r.value, r.stated) for c, r in mid.items()} == {
+        0.0: (0.537, 751, 17), 0.2: (0.660, 765, 17), 0.4: (0.745, 994, 17), 0.6: (0.831, 1383, 19),
+        0.8: (0.584, 2362, 18), 1.0: (0.580, 2901, 17)}
+    below_half = {c: next(r.value for r in rs if r.curve == "train" and r.how == ("below", 0.5))
+                  for c, rs in fig14.items()}
+    assert below_half == {0.0: 757, 0.2: 792, 0.4: 1215, 0.6: 1860, 0.8: 2413, 1.0: 2942}
+    whole = [r for r in fig14[0.6] if "whole fall" in r.what]
+    assert [(r.how[1], r.value, r.stated) for r in whole] == [(0.574, 1776, 21)]
+    # c = 0: the in-context test loss is flat at 2.246 inside the axes, not off them
+    c0 = {r.what: r.value for r in fig14[0.0]}
+    assert c0["in-context test loss, highest"] == 2.246 == c0["in-context test loss, final"]
+    iwl_low = {c: next(r.value for r in rs if r.curve == "iwl" and r.how[0] == "min") for c, rs in fig14.items()}
+    assert iwl_low == {0.0: 0.070, 0.2: 0.261, 0.4: 0.358, 0.6: 0.468, 0.8: 0.645, 1.0: 1.025}
+    finals = {c: {r.curve: r.value for r in rs if r.how == ("final",)} for c, rs in fig14.items()}
+    assert finals == {0.0: {"train": 0.071, "iwl": 0.070, "icl": 2.246}, 0.2: {"train": 0.130, "iwl": 1.053, "icl": 0.257},
+                      0.4: {"train": 0.139, "iwl": 1.084, "icl": 0.167}, 0.6: {"train": 0.146, "iwl": 1.105, "icl": 0.152},
+                      0.8: {"train": 0.146, "iwl": 1.105, "icl": 0.148}, 1.0: {"train": 0.146, "iwl": 1.121, "icl": 0.148}}
+
+
+def test_tolerance_is_one_pixel_or_the_readings_own_error():
+    step = published.Reading("", "x", "train", ("below", 0.5), 751, "step", 17)
+    assert step.tolerance(published.FIG14_IMAGE) == 17  # ±17 is larger than 16.67
+    assert step.tolerance(published.FIG3A_IMAGE) == 28.90  # one pixel is larger than ±17
+    loss = published.Reading("", "x", "train", ("final",), 0.1, "loss")
+    assert loss.tolerance(published.FIG14_IMAGE) == 0.0099
+    assert step.text() == "751 ± 17" and loss.text() == "0.100"
+
+
+# ---------------------------------------------------------------------------------------- measuring and judging
+
+def test_measure_reads_each_kind_of_landmark():
+    step = np.arange(100)
+    y = np.where(step < 40, 1.0, 0.2) + 0.001 * step
+    curves = {"y": y, "reference": np.where(step < 30, 1.0, 0.2)}
+    assert published.measure(curves, ("below", 0.5), "y") == 40
+    assert published.measure(curves, ("above", 0.25), "y") == 0  # 1.0 > 0.25 from the start
+    assert published.measure(curves, ("at", 10), "y") == pytest.approx(1.01)
+    assert published.measure(curves, ("final",), "y") == pytest.approx(0.299)
+    assert published.measure(curves, ("min", (50, 99)), "y") == pytest.approx(0.25)
+    assert published.measure(curves, ("argmin", None), "y") == 40
+    assert published.measure(curves, ("max", None), "y") == pytest.approx(1.039)
+    assert published.measure(curves, ("median", (0, 39)), "y") == pytest.approx(1.0195)
+    assert published.measure(curves, ("lag", (0.3, 0.9)), "y") == 10  # y falls 10 steps after the reference
+    assert math.isnan(published.measure(curves, ("below", 0.1), "y"))
+    assert published.measure(curves, ("below", 0.5), "y", steps=10 * step) == 400
+
+
+def test_compare_gives_difference_pixels_tolerance_and_verdict():
     step = np.arange(3000)
-    curve = np.where(step < 970, 1.0, 0.135)  # one sharp drop at step 970
-    mlp = np.where(step < 1010, 1.0, 0.135)  # 40 steps later: more than a pixel (29 steps)
-    _, rows = published.fig1b_comparison(curve, mlp)
-    crossings = [r["reproduced"] for r in rows[:2]]
-    assert crossings == [970, 970]
-    assert rows[0]["abs_error"] == 0 and rows[1]["abs_error"] == 30  # 0.7: 960–980; 0.5: 1000–1050
-    assert rows[-1]["reproduced"] == 40 and rows[-1]["abs_error"] == 40 - published.PIXEL_STEPS
+    late = np.where(step < 790, 1.0, 0.07)  # crosses 0.537 at 790: 39 steps after the reading 751 ± 17
+    rows = published.compare(published.FIG14[0.0][:1], {"train": late}, published.FIG14_IMAGE)
+    (row,) = rows
+    assert row["reproduced"] == 790 and row["difference"] == 39
+    assert row["pixels"] == pytest.approx(39 / 16.67) and row["tolerance"] == 17 and row["verdict"] == DIFFERS
+    on_time = np.where(step < 760, 1.0, 0.07)
+    assert published.compare(published.FIG14[0.0][:1], {"train": on_time}, published.FIG14_IMAGE)[0]["verdict"] == AGREES
 
+
+def test_a_range_reading_is_met_anywhere_inside_it():
+    assert published.difference(939, (917, 967)) == 0
+    assert published.difference(900, (917, 967)) == -17
+    assert published.difference(1000, (917, 967)) == 33
+    assert math.isnan(published.difference(float("nan"), 5))
+
+
+# ------------------------------------------------------------------------------------- Figure 3a: one to one
+
+def test_one_to_one_matching_differs_from_nearest_matching():
+    """Two of our curves are both nearest to 4936; one to one, the second takes the other published crossing."""
+    crossings = (published._at(4936), published._at(5729))
+    ours = {"a": 4940.0, "b": 4990.0}
+    nearest = {k: min(crossings, key=lambda c: published.crossing_distance(v, c)) for k, v in ours.items()}
+    assert nearest["a"] is nearest["b"]  # nearest matching uses 4936 twice
+    pairs = {k: c for k, _, c in published.match_one_to_one(ours, crossings)}
+    assert pairs["a"].where == ((4936, 4936),) and pairs["b"].where == ((5729, 5729),)
+
+
+def test_a_curve_still_on_its_plateau_pairs_with_the_crossing_beyond_the_window():
+    crossings = (published._at(3601), published.Crossing((published.BEYOND,), "beyond"))
+    pairs = published.match_one_to_one({0: float("nan"), 1: 3700.0}, crossings)
+    assert {k: c.text for k, _, c in pairs} == {0: "beyond", 1: "3601"}
+    assert published.signed_distance(float("nan"), crossings[1]) == 0
+    assert published.signed_distance(9650, crossings[1]) == 9650 - 9966
+
+
+def test_fig3a_comparison_uses_each_published_crossing_once():
+    ours = {0: [395, 725, 1310, 5181], 1: [592, 1074, 1426, 4597], 2: [505, 627, 1872, 9650],
+            3: [433, 800, 1657, 3744], 4: [495, 571, 1014, 6532], 5: [463, 813, 1084, 4947]}
+    rows = published.fig3a_comparison({s: np.array(t, dtype=float) for s, t in ours.items()})
+    for d, crossings in published.FIG3A_CROSSINGS.items():
+        pairs = [r for r in rows if r.get("drop") == d]
+        assert len(pairs) == 6
+        used = sorted(r["published"] for r in pairs)
+        assert used == sorted(c.text for c in crossings)  # every published crossing exactly once
+    fourth = {r["seed"]: r for r in rows if r.get("drop") == 4}
+    assert fourth[2]["published"].startswith("still on M_3")  # the slowest seed takes the curve left on M_3
+    assert fourth[2]["difference"] == 9650 - 9966 and fourth[2]["verdict"] == DIFFERS
+    assert fourth[5]["difference"] == 11 and fourth[5]["pixels"] == pytest.approx(11 / 28.90)
+    still = [r for r in rows if r["what"].startswith("curves still on")]
+    assert still[0]["reproduced"] == 0 and still[0]["paper"] == 1 and still[0]["verdict"] == DIFFERS
+
+
+def test_summary_is_made_from_the_rows():
+    rows = published.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, np.nan]) for s in range(6)})
+    text = published.summary(rows, published.FIG3A_IMAGE)
+    agree, total = published.counts(rows)
+    assert f"{agree} of {total} readings agree" in text
+    assert text.count("\n* ") == total - agree  # one line per row that differs
+    assert "not the published ones" in published.summary([], published.FIG3A_IMAGE)
+
+
+def test_number_rows_carry_tolerance_and_verdict():
+    rows = published.fig1b_comparison(np.linspace(1, 0.1, 7000), np.linspace(1, 0.1, 7000), 0.136)
+    out = published.number_rows(rows)
+    assert len(out) == len(published.FIG1B)
+    assert all(r["quantity"].startswith("published Figure 1b: ") and r["verdict"] in (AGREES, DIFFERS)
+               and r["tolerance"] > 0 for r in out)
+
+
+def test_paper_names_come_from_page_titles(tmp_path):
+    assert published.paper_name("# Figure 1b — ATTN_M learns in one drop") == "Figure 1b"
+    page = tmp_path / "beyond_x.md"
+    page.write_text("# Beyond the paper — something\n")
+    assert published.page_name(page) == "beyond_x"
+    assert published.short_quantity("published Figure 14, c = 0.2: final", "Figure 14") == "c = 0.2: final"
+
+
+# ------------------------------------------------------------------------------------ commands on the pages
 
 @pytest.mark.parametrize("cfg", [
     RunConfig(model="attnS", head_num=5, init=1e-2, lr=0.02, epoch=10001, trainset_size=80000, seed=3,
@@ -52,15 +194,3 @@ def test_train_command_runs_the_same_configuration(cfg):
     words = train_command(cfg).split()
     assert words[:2] == ["linattn", "train"]
     assert config_from_args(build_parser().parse_args(words[1:])) == cfg
-
-
-def test_fig14_comparison_shows_steps_in_full():
-    """A drop near step 1075 reads as a whole step in the page's table, not "1.08e+03"; losses keep three digits."""
-    t = np.arange(5000.0)
-    train = 0.13 + 0.87 / (1 + np.exp((t - 1075) / 30))
-    curves = {c: {"train": train, "iwl": np.full(5000, 1.0), "icl": np.full(5000, 0.5)} for c in published.FIG14}
-    table, _ = published.fig14_comparison(curves)
-    shown = {row[0]: row[2] for row in table.rows}
-    step = shown["c = 0.4: training loss drops at step"]
-    assert step.isdigit() and abs(int(step) - 1075) <= 1, step
-    assert shown["c = 0.4: training loss at the end"] == "0.13"

@@ -368,11 +368,64 @@ def test_every_preset_gives_valid_runs_and_the_tables_name_real_settings():
     used = {key for figure in presets.PRESETS.values() for table in figure.values() for key in table}
     for key, sweep in presets.SWEEPS.items():
         assert key in used and sweep.field in RunConfig.field_names(), key
-    sources = notebooks.discover()
-    for name, constants in presets.RUN_CONSTANTS.items():  # each constant is what the notebook really sets
-        text = sources[name].read_text().replace('"', "'")
-        for key, value in constants.items():
-            assert f"{key}={value!r}" in text, (name, key)
+    for name, figure in presets.PRESETS.items():  # every training figure lists every run knob, quick and paper alike
+        assert set(figure["quick"]) == set(figure["paper"]), name
+        runs = [figure["paper"][k] for k in presets.nested_runs(name)] or (
+            [figure["paper"]] if "model" in figure["paper"] and "in_dim" in figure["paper"] else [])
+        for run in runs:
+            swept = {sweep.field for key, sweep in presets.SWEEPS.items() if key in figure["paper"]}
+            wanted = set(presets.RUN_KNOBS) - swept - ({"rank"} if run["model"] != "attnS" else set())
+            assert wanted <= set(run), (name, wanted - set(run))
+
+
+def test_parameters_cells_are_written_from_the_presets_table():
+    """One source: each figure's parameters cell is :func:`notebooks.parameters_source` of its paper preset, so
+    every setting is a knob with its paper value (``python -m linattn.companion.notebooks --sync`` rewrites them)."""
+    for name, path in notebooks.discover().items():
+        if not presets.PRESETS.get(name, {}).get("paper"):
+            continue
+        cell = notebooks.parameters_cell(notebooks.read(path)).source
+        assert cell == notebooks.parameters_source(name), f"{name}: run python -m linattn.companion.notebooks --sync"
+        knobs = notebooks.knobs(notebooks.read(path))
+        assert {k: v.default for k, v in knobs.items()} == presets.PRESETS[name]["paper"], name
+
+
+def test_sync_rewrites_a_stale_parameters_cell(tmp_path):
+    src = notebooks.discover()["fig04_low_rank"]
+    stale = tmp_path / "fig04_low_rank.md"
+    stale.write_text(src.read_text().replace("head_num: int = 9", "head_num: int = 3"))
+    assert notebooks.sync_parameters(stale) is True
+    assert stale.read_text() == src.read_text()
+    assert notebooks.sync_parameters(stale) is False  # in step: nothing to write
+
+
+def test_runner_gives_the_notebook_every_setting_of_the_preset():
+    """The executed notebook's parameters are the preset's values with the reader's overrides applied (a run-level
+    override reaching every nested run; a dict override updating the dict); a notebook without presets gets the
+    parameters as they are."""
+    values = figures.notebook_values("fig04_low_rank", {"preset": "quick", "head_num": 12,
+                                                       "epoch_extended": {2: 9999}})
+    quick = presets.PRESETS["fig04_low_rank"]["quick"]
+    assert values["preset"] == "quick" and values["head_num"] == 12 and values["trainset_size"] == quick["trainset_size"]
+    assert values["epoch_extended"] == {**quick["epoch_extended"], 2: 9999}
+    nested = figures.notebook_values("fig05_softmax", {"preset": "paper", "lr": 0.5})
+    assert nested["attn_m"]["lr"] == nested["attn_s"]["lr"] == 0.5
+    assert figures.notebook_values("beyond_error_table", {"preset": "quick"}) == {"preset": "quick"}
+
+
+def test_figure_settings_helpers():
+    s = presets.resolve("fig04_low_rank", "paper")
+    assert presets.is_published("fig04_low_rank", s)
+    assert presets.is_published("fig04_low_rank", dict(s, epoch_extended={1: 5}))  # a horizon is not a setting
+    assert not presets.is_published("fig04_low_rank", dict(s, head_num=12))
+    ext = s["epoch_extended"]
+    assert presets.horizons(dict(s, ranks=[1, 3])) == {1: ext[1], 3: max(ext.values())}
+    assert presets.horizons(dict(s, epoch_extended={1: 10})) == {R: s["epoch"] for R in s["ranks"]}
+    namespace = dict(s, unrelated=1)
+    got = presets.parameters("fig04_low_rank", namespace)
+    assert got == s and got["ranks"] is not namespace["ranks"]  # a copy
+    assert [c.rank for c in presets.configs(s)] == s["ranks"]
+    assert [c.model for c in presets.configs(presets.resolve("fig05_softmax", "quick"), run="attn_s")] == ["attnS"]
 
 
 def _site_packages() -> Path:
@@ -475,6 +528,19 @@ def test_cite_block_links_every_file():
     assert f"version {__version__}" in text
 
 
+def test_cite_block_names_the_papers_figure():
+    """A page that reproduces a figure of the paper is cited by the paper's name, read from its title."""
+    for name, path in notebooks.discover().items():
+        source = path.read_text(encoding="utf-8")
+        title = next(line for line in source.splitlines() if line.startswith("# "))
+        block = figures.cite_block(name, source)
+        if title.startswith("# Figure "):
+            paper = title[2:].split(" — ")[0]
+            assert f"reproduces **{paper}**" in block and f"{{ref}}`{paper} <fig-{name}>`" in block, name
+        else:
+            assert "reproduces" not in block, name
+
+
 def test_figure_output_writes_all_files(tmp_path, monkeypatch):
     import matplotlib
 
@@ -532,8 +598,8 @@ def test_settings_overrides_and_typos():
 
 def test_settings_run_overrides_reach_every_run():
     paper = presets.PRESETS["figA_vary_len"]["paper"]
-    s = presets.settings("figA_vary_len", "paper", seeds=[3], runs=dict(lr=0.5, epoch=None, draws="streams"))
-    assert s["seeds"] == [3]
+    s = presets.settings("figA_vary_len", "paper", seed=3, runs=dict(lr=0.5, epoch=None, draws="streams"))
+    assert s["seed"] == 3
     for key in ("attn_m", "attn_s"):  # both nested runs get the run-level overrides; None keeps the preset's
         assert s[key]["lr"] == 0.5 and s[key]["draws"] == "streams" and s[key]["epoch"] == paper[key]["epoch"]
     assert paper["attn_m"]["lr"] == 0.03  # the table is untouched
@@ -550,7 +616,7 @@ def test_every_notebook_has_presets_and_a_parameters_cell():
         nb = figures.read_notebook(path)
         first_code = next(c for c in nb.cells if c.cell_type == "code")
         assert "parameters" in first_code.metadata.get("tags", []), name
-        assert "out_dir = None" in first_code.source and 'preset = "quick"' in first_code.source, name
+        assert "out_dir = None" in first_code.source and 'preset = "' in first_code.source, name
         directive = [c.source for c in nb.cells if c.cell_type == "markdown" and f":name: fig-{name}" in c.source]
         assert len(directive) == 1, name
         assert f"{name}/{name}.png" in directive[0] or f"{name}/{name}.svg" in directive[0], name
@@ -591,3 +657,16 @@ def test_save_table_pads_short_columns_only_when_asked(tmp_path):
     path = out.save_table({"step": np.arange(3), "loss": np.ones(2)}, pad=True)
     table = np.genfromtxt(path, delimiter=",", names=True)
     assert table["step"].tolist() == [0, 1, 2] and table["loss"][:2].tolist() == [1, 1] and np.isnan(table["loss"][2])
+
+
+def test_prose_helpers():
+    """What a page's prose is given: plain Python values (numpy 2's repr would show ``np.float64(…)``), words without
+    quotes, lists written out, and one table renderer for every Markdown table."""
+    from linattn.companion.output import MarkdownTable, prose_value, words
+
+    assert type(prose_value(np.float64(2.5))) is float and type(prose_value(np.int64(3))) is int
+    assert prose_value(float("nan")) is None and prose_value("a") == "a"
+    assert words([3034, 7297.0, 11979]) == "3034, 7297 and 11979" and words([0.25]) == "0.25" and words([]) == "–"
+    table = MarkdownTable([dict(a=1, b=np.float64(0.123456), c=None, d="x|y")], {"a": "A", "b": "B", "c": "C", "d": "D"},
+                          {"b": ".2f"})._repr_markdown_().splitlines()
+    assert table == ["| A | B | C | D |", "|---|---|---|---|", "| 1 | 0.12 | – | x\\|y |"]

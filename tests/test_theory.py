@@ -252,3 +252,13 @@ def test_attn_s_drop_steps_scale_as_the_escape_time_law():
     lr_p, init_p = theory.to_paper_normalisation("attnS", N, lr=lr, init=init)
     assert np.allclose(theory.attn_s_drop_steps(lam, N, lr=lr, init=init, normalize="sum"),
                        theory.attn_s_drop_steps(lam, N, lr=lr_p, init=init_p, normalize="mean"))
+
+
+def test_logistic_half_time_past_the_final_value_is_nan_without_a_warning():
+    import warnings
+
+    s, lam_z = 0.8, 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(theory.logistic_half_time(s, lam_z, 2 * s / lam_z))  # starts above the final value s/λ_z
+        assert theory.logistic_half_time(s, lam_z, 0.25 * s / lam_z) > 0  # below half: the half-way point is ahead

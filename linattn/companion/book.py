@@ -8,7 +8,9 @@ that ``linattn figures --preset P`` executed into ``_build/figures/P/``. A build
    book), and its cache key still matches its notebook, the ``linattn`` code, the library versions and, for the
    report, the numbers it read. Otherwise the build stops naming each figure and the command that remakes it;
 2. stages the book's sources (``_config.yml``, ``_toc.yml``, ``book/``) with those figures as ``book/figures/`` in a
-   temporary folder under ``_build/`` and runs ``jupyter-book build`` there (warnings are errors);
+   temporary folder under ``_build/``, writes the generated includes (``book/_generated/knobs.md``: every figure's
+   knobs, :func:`linattn.companion.notebooks.knobs_markdown`) and runs ``jupyter-book build`` there (warnings are
+   errors);
 3. on success renames the HTML into place: ``_build/html`` for the paper preset, ``_build/<P>/html`` otherwise. So
    ``make test`` (the quick book) never touches the paper book that ``make book`` made, and a failed build leaves the
    previous HTML as it was.
@@ -39,7 +41,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from . import runner
+from . import notebooks, runner
 from .paths import CHECKOUT_NEEDED, IS_CHECKOUT, REPO_ROOT
 
 FIGURES_DIR = "book/figures"  # where the figure pages sit in the book (and in _toc.yml)
@@ -200,6 +202,9 @@ def stage(root: Path, figures: Path, into: Path) -> Path:
         else:
             shutil.copy2(src, into / item)
     shutil.copytree(figures, into / FIGURES_DIR, ignore=_ignore_bookkeeping)
+    generated = into / "book" / "_generated"  # pages written from the code, included by the book's own pages
+    generated.mkdir(exist_ok=True)
+    (generated / "knobs.md").write_text(notebooks.knobs_markdown(), encoding="utf-8")
     return into
 
 

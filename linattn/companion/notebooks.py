@@ -1,9 +1,12 @@
 """The figure notebooks as files: find them, read their parameters, check a reader's overrides, write runnable copies.
 
 Every figure is a jupytext MyST notebook ``figures_src/<name>.md`` whose first code cell is tagged ``parameters``;
-each line of that cell is one knob (``name[: type] = default  # what it means``). The figure runner injects
-``preset`` and ``out_dir``; a reader may override any other knob (``linattn figures --param KEY=VALUE``), and
-:func:`check_overrides` refuses an unknown key or a value of the wrong type before anything runs.
+each line of that cell is one knob (``name[: type] = default  # what it means``). For a figure with presets the
+cell is written from the presets table (:func:`parameters_source`: every setting at its paper value, with its
+:data:`~linattn.companion.presets.HELP` text; ``python -m linattn.companion.notebooks --sync`` rewrites the cells
+and a test keeps them in step), and the runner gives it the values of the chosen preset with a reader's overrides
+(:func:`linattn.companion.presets.resolve`). :func:`check_overrides` refuses an unknown key or a value of the wrong
+type before anything runs.
 """
 
 from __future__ import annotations
@@ -107,8 +110,16 @@ def _fits(value, kind) -> bool:
 
 def check_overrides(name: str, nb, overrides: dict) -> dict:
     """``overrides`` if every key is a knob of notebook ``name`` and every value fits its type; else
-    :class:`ParameterError` naming the valid knobs."""
+    :class:`ParameterError` naming the valid knobs. For a figure with nested runs (``attn_m``, ``attn_s``) a
+    run-level setting of those runs (``lr``) is a knob too: it sets every run."""
+    from . import presets
+
     valid = knobs(nb)
+    if name in presets.PRESETS:
+        paper = presets.PRESETS[name]["paper"]
+        for run in presets.nested_runs(name):
+            for key, value in paper[run].items():
+                valid.setdefault(key, Knob(key, value, _knob_type(value), f"{presets.HELP.get(key, key)} (every run)"))
     listing = "; ".join(k.describe() for k in valid.values()) or "none"
     for key, value in overrides.items():
         if key in INJECTED:
@@ -136,6 +147,61 @@ def with_parameters(nb, values: dict):
     return nb
 
 
+def _knob_type(value) -> type | None:
+    if value is None:
+        return None
+    return float if isinstance(value, float) else type(value)
+
+
+def parameters_source(name: str) -> str:
+    """The parameters cell of figure ``name``, written from its paper preset: ``preset``, then every setting at its
+    paper value with its help text, then ``out_dir``."""
+    from . import presets
+
+    lines = ['preset = "paper"  # the preset the values below come from; linattn figures sets it and all of them']
+    for key, value in presets.PRESETS[name]["paper"].items():
+        kind = _knob_type(value)
+        note = presets.HELP.get(key)
+        if note is None:
+            raise KeyError(f"presets.HELP has no text for the setting {key!r} of {name}")
+        lines.append(f"{key}{': ' + kind.__name__ if kind else ''} = {value!r}  # {note}")
+    if presets.nested_runs(name):
+        lines.append("# a run setting given to --param (e.g. lr=0.1) sets it in every run above")
+    lines.append("out_dir = None  # where the figure's files go (linattn figures sets it)")
+    return "\n".join(lines)
+
+
+def knobs_markdown() -> str:
+    """A Markdown table of every figure's knobs (the settings ``--param`` takes) and their paper values, for the
+    re-run page (the book builder writes it into the staged book)."""
+    from . import presets
+
+    rows = ["| figure | knobs (paper value) |", "|---|---|"]
+    for name in discover():
+        table = presets.PRESETS.get(name, {}).get("paper")
+        if not table:
+            continue
+        cells = [f"`{k}` ({'…' if isinstance(v, dict) else v!r})".replace("|", "\\|") for k, v in table.items()]
+        if presets.nested_runs(name):
+            cells.append("and any run setting of those runs, for both (`lr`, `epoch`, …)")
+        rows.append(f"| `{name}` | {', '.join(cells)} |")
+    return "\n".join(rows) + "\n"
+
+
+def sync_parameters(path) -> bool:
+    """Rewrite the parameters cell of the notebook at ``path`` from the presets table (:func:`parameters_source`);
+    True when the file changed. The cell's other lines (its tags) stay as they are."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r"(```\{code-cell\}[^\n]*\n:tags: \[[^\]]*parameters[^\]]*\]\n\n)(.*?)(\n```)", text, re.S)
+    if m is None:
+        raise KeyError(f"{path.name} has no code cell tagged 'parameters'")
+    new = text[:m.start(2)] + parameters_source(path.stem) + text[m.end(2):]
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
 def runnable(text: str, values: dict | None = None):
     """A figure notebook's MyST ``text`` as a standalone ``.ipynb`` for Jupyter or papermill, with its parameters
     set to ``values`` (e.g. ``{"preset": "paper", "seeds": [3]}``); it writes its outputs to ``./<name>/``."""
@@ -146,3 +212,24 @@ def runnable(text: str, values: dict | None = None):
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nbformat.validate(nb)
     return nb
+
+
+def main(argv=None) -> int:
+    """``python -m linattn.companion.notebooks --sync``: rewrite the parameters cells of every figure with presets
+    from the presets table, and name the notebooks that changed."""
+    import argparse
+
+    from . import presets
+
+    p = argparse.ArgumentParser(prog="python -m linattn.companion.notebooks")
+    p.add_argument("--sync", action="store_true", required=True,
+                   help="rewrite each figure's parameters cell from linattn.companion.presets")
+    p.parse_args(argv)
+    for name, path in discover().items():
+        if name in presets.PRESETS and presets.PRESETS[name]["paper"] and sync_parameters(path):
+            print(f"rewrote the parameters cell of {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

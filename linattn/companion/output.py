@@ -4,7 +4,7 @@ A figure ``name`` owns the folder ``<root>/<name>/``::
 
     <name>.png  <name>.svg  <name>.pdf   the figure (PNG at 150 dpi)
     <name>.csv                           the curves drawn (extra CSVs: ``<stem>.csv``)
-    numbers.json                         rows {quantity, paper, theory, reproduced, abs_error}
+    numbers.json                         rows {quantity, paper, theory, reproduced, abs_error[, tolerance, verdict]}
     provenance.json                      parameters, seeds, engine, wall time, versions, git commit, date
 
 ``<root>`` is ``out_dir`` if given (the figure runner, ``linattn figures``, always gives it: by default
@@ -43,15 +43,35 @@ def _number(x):
     return x if math.isfinite(x) else None
 
 
-def number_row(quantity: str, *, paper=None, theory=None, reproduced=None, abs_error=None) -> dict:
+AGREES, DIFFERS, ESTIMATE = "agrees", "differs", "estimate only"
+VERDICTS = (AGREES, DIFFERS, ESTIMATE)
+
+
+def verdict(difference, tolerance) -> str:
+    """The verdict of one comparison: *agrees* when |difference| ≤ ``tolerance``, else *differs* (also when there
+    is no difference to judge: the event did not happen in our run)."""
+    d = _number(difference)
+    return AGREES if d is not None and abs(d) <= float(tolerance) else DIFFERS
+
+
+def number_row(quantity: str, *, paper=None, theory=None, reproduced=None, abs_error=None, tolerance=None,
+               verdict=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
-    there is no theory value), or None when neither is a number."""
+    there is no theory value), or None when neither is a number. A row that is a check may carry its
+    ``tolerance`` and ``verdict`` (one of :data:`VERDICTS`; ``ESTIMATE`` for a theory value that is an
+    order-of-magnitude estimate, such as an escape time); the two keys are present only when given."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
            "reproduced": _number(reproduced), "abs_error": _number(abs_error)}
     if row["abs_error"] is None and isinstance(row["reproduced"], float):
         ref = row["theory"] if isinstance(row["theory"], float) else row["paper"]
         if isinstance(ref, float):
             row["abs_error"] = abs(row["reproduced"] - ref)
+    if verdict is not None and verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if tolerance is not None:
+        row["tolerance"] = _number(tolerance)
+    if verdict is not None:
+        row["verdict"] = verdict
     return row
 
 
@@ -65,7 +85,18 @@ def compare_row(row: dict) -> dict:
     error / |reference| where the reference (theory, else paper) is a non-zero number, else None. ``kind``:
     ``"relative"`` (has both), ``"absolute"`` (an error, but the reference is 0 or a text such as ``"< 29"``), or
     ``"not comparable"``. Lists given as text (e.g. plateau indices ``"0 2 4"``) are compared as text: equal lists
-    have error 0; lists that differ are not comparable as numbers, and the reason names both."""
+    have error 0; lists that differ are not comparable as numbers, and the reason names both.
+
+    ``verdict`` is the row's own (:func:`number_row`), else, where the row states a ``tolerance``, :func:`verdict`
+    of its error, else None (a number reported without a stated tolerance)."""
+    result = _compare(row)
+    stated, tol = row.get("verdict"), row.get("tolerance")
+    if stated is None and tol is not None:
+        stated = verdict(result["error"] if not isinstance(result["error"], str) else None, tol)
+    return {**result, "verdict": stated}
+
+
+def _compare(row: dict) -> dict:
     ours, theory, paper, err = (row.get(k) for k in ("reproduced", "theory", "paper", "abs_error"))
     def is_num(x) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
@@ -211,3 +242,70 @@ class FigureOutput:
         path = self.path("provenance.json")
         write_json(path, info)
         return path
+
+
+def prose_value(value):
+    """``value`` as a plain Python number or string, the form a page's prose shows: numpy scalars become ``int`` or
+    ``float``; None and non-finite numbers stay None. (numpy 2 writes ``np.float64(3.0)`` as its repr, which a
+    page cannot format.)"""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    x = float(value)
+    return x if math.isfinite(x) else None
+
+
+class _Words(str):
+    """Text glued into prose: shown as it is (a ``str``'s repr would add quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def glue(**values) -> None:
+    """Hand numbers and words from the run to the page's prose: each ``name=value`` is glued with myst-nb (not
+    displayed), and the page quotes it as ``{glue:text}`name:.0f``` (a number) or ``{glue:text}`name``` (text,
+    shown without quotes). Values go through :func:`prose_value`. Returns None, so a cell may end with it."""
+    from myst_nb import glue as _glue
+
+    for name, v in values.items():
+        v = prose_value(v)
+        _glue(name, _Words(v) if isinstance(v, str) else v, display=False)
+
+
+def words(values, last: str = "and") -> str:
+    """``[3034, 7297, 11979]`` → ``"3034, 7297 and 11979"`` (numbers as integers when whole); ``"–"`` when empty."""
+    items = [str(int(v)) if isinstance(v, (int, np.integer)) or float(v).is_integer() else f"{float(v):.4g}"
+             for v in values] if values is not None else []
+    if not items:
+        return "–"
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+class MarkdownTable:
+    """Rows (dicts) shown as a markdown table in a notebook: ``MarkdownTable(rows, {"drop": "drop", ...})`` maps each
+    column's key to its header. Numbers are written to 4 significant digits (``formats`` may give a column its own
+    format spec, e.g. ``{"step": ".0f"}``); None is shown as –; text passes through (a | is escaped)."""
+
+    def __init__(self, rows: list[dict], columns: dict[str, str], formats: dict[str, str] | None = None):
+        self.rows, self.columns, self.formats = rows, columns, formats or {}
+
+    def _cell(self, key, x) -> str:
+        if x is None or (isinstance(x, float) and not math.isfinite(x)):
+            return "–"
+        if isinstance(x, str):
+            return x.replace("|", "\\|")
+        if isinstance(x, (int, np.integer)) and key not in self.formats:
+            return str(int(x))
+        return format(float(x), self.formats.get(key, ".4g"))
+
+    def _repr_markdown_(self) -> str:
+        out = ["| " + " | ".join(self.columns.values()) + " |", "|" + "---|" * len(self.columns)]
+        out += ["| " + " | ".join(self._cell(k, r.get(k)) for k in self.columns) + " |" for r in self.rows]
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self._repr_markdown_()
+
+    __repr__ = __str__

@@ -21,23 +21,46 @@ from typing import NamedTuple
 # era its published figure was made with: dec2024 for Figures 1b and 3a–3c (ATTN_M's and the MLP's draws are the
 # same in dec2024 and jan2025), jan2025 for Figure 4, the rank appendix and Figure 14.
 
+# The settings every training figure lists, so that each is a knob of its parameters cell (RunConfig's default where
+# a figure does not set one); ``rank`` only for ATTN_S.
+RUN_KNOBS = ("model", "head_num", "rank", "in_dim", "seq_len", "trainset_size", "init", "lr", "epoch", "init_scheme",
+             "draws", "dtype")
+
+
+def _run(**settings) -> dict:
+    """A run's settings: ``settings`` plus every :data:`RUN_KNOBS` entry it leaves out, at RunConfig's default."""
+    from ..config import RunConfig
+
+    defaults = RunConfig()
+    out = {k: getattr(defaults, k) for k in RUN_KNOBS if k != "rank" or settings.get("model") == "attnS"}
+    out.update(settings)
+    return out
+
+
+def _without(settings: dict, *keys) -> dict:
+    """``settings`` less ``keys``: a figure that sweeps a setting (``ranks``) has no single value of it (``rank``)."""
+    return {k: v for k, v in settings.items() if k not in keys}
+
+
 # Published settings shared by Figures 1b, 5 (ATTN_M), 14: D = 4, seq_len 32, P = 5000, default covariance.
-_ATTN_M_PAPER = dict(model="attnM", head_num=8, init=1e-6, in_dim=4, seq_len=32, trainset_size=5000, lr=1e-3,
+_ATTN_M_PAPER = _run(model="attnM", head_num=8, init=1e-6, in_dim=4, seq_len=32, trainset_size=5000, lr=1e-3,
                      epoch=6001, init_scheme="dec2024", draws="reference")
 
 # Published settings of Figure 3a (rank-one ATTN_S, D = 4: the default covariance has the eigenvalues 0.4, 0.3, 0.2,
 # 0.1) and Figure 4 (D = 8).
-_ATTN_S_PAPER = dict(model="attnS", head_num=5, rank=1, init=1e-2, lr=0.02, epoch=10001, trainset_size=80000,
+_ATTN_S_PAPER = _run(model="attnS", head_num=5, rank=1, init=1e-2, lr=0.02, epoch=10001, trainset_size=80000,
                      in_dim=4, seq_len=32, init_scheme="dec2024", draws="reference")
 _ATTN_S_QUICK = dict(_ATTN_S_PAPER, init=2e-2, epoch=6001, trainset_size=4000)
 # Figures 3a, 3b, 3c and the diagnostics and PCR pages read the same seed-0 run: one snapshot interval, so the run
-# store trains it once (a run's key includes its snapshot interval)
+# store trains it once (a run's key includes its snapshot interval, not track_value)
 _SNAP_PAPER, _SNAP_QUICK = 10, 20
-_FIG3A_SEED0 = {"quick": dict(_ATTN_S_QUICK, seeds=[0], snapshot_every=_SNAP_QUICK),
-                "paper": dict(_ATTN_S_PAPER, seeds=[0], snapshot_every=_SNAP_PAPER)}
-_LOW_RANK_PAPER = dict(model="attnS", head_num=9, in_dim=8, seq_len=32, init=5e-3, lr=0.02, epoch=20001,
+_FIG3A_SEED0 = {"quick": dict(_ATTN_S_QUICK, seed=0, snapshot_every=_SNAP_QUICK),
+                "paper": dict(_ATTN_S_PAPER, seed=0, snapshot_every=_SNAP_PAPER)}
+_LOW_RANK_PAPER = _run(model="attnS", head_num=9, rank=1, in_dim=8, seq_len=32, init=5e-3, lr=0.02, epoch=20001,
                        trainset_size=80000, init_scheme="jan2025", draws="reference")
 _LOW_RANK_QUICK = dict(_LOW_RANK_PAPER, init=3e-2, epoch=3001, trainset_size=2000)
+_WHITE_ATTN_M = _run(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", in_dim=4,
+                     seq_len=32)
 
 PRESETS: dict[str, dict[str, dict]] = {
     "fig01a_attnm_schematic": {
@@ -56,42 +79,41 @@ PRESETS: dict[str, dict[str, dict]] = {
         # Published: the settings of Figures 1b and 3a plus --softmax. At small weights a softmax head attends
         # uniformly, so its prediction and every gradient carry a factor 1/n (n = seq_len = 32) that linear attention
         # does not: at the published learning rates neither model leaves its first plateau in the published steps
-        # (measured: ATTN_M 1.0258 -> 1.0240 in 6001 steps, ATTN_S flat at 0.998 for 10001). The paper preset keeps
-        # everything published (P, init, steps, era, the authors' draws) and multiplies the learning rate by n,
-        # which undoes that factor; it trains in float32, as the authors' code does (the softmax engine's fast path).
-        "quick": dict(attn_m=dict(model="attnM", head_num=8, init=1e-2, lr=0.02, epoch=601, trainset_size=100,
-                                  in_dim=4, seq_len=32, init_scheme="jan2025"),
-                      attn_s=dict(model="attnS", head_num=5, init=0.05, lr=0.05, epoch=1201, trainset_size=100,
-                                  in_dim=4, seq_len=32, init_scheme="jan2025"),
-                      seeds=[10]),
-        "paper": dict(attn_m=dict(_ATTN_M_PAPER, lr=32 * 1e-3, dtype="float32"),
-                      attn_s=dict(_ATTN_S_PAPER, lr=32 * 0.02, dtype="float32"),
-                      seeds=[10]),
+        # (the page's "published learning rates" runs show it). The paper preset keeps everything published (P,
+        # init, steps, era, the authors' draws) and multiplies the learning rate by n, which undoes that factor; it
+        # trains in float32, as the authors' code does (the softmax engine's fast path).
+        "quick": dict(attn_m=_run(model="attnM", head_num=8, init=1e-2, lr=0.02, epoch=601, trainset_size=100,
+                                  in_dim=4, seq_len=32, init_scheme="jan2025", softmax=True),
+                      attn_s=_run(model="attnS", head_num=5, rank=1, init=0.05, lr=0.05, epoch=1201,
+                                  trainset_size=100, in_dim=4, seq_len=32, init_scheme="jan2025", softmax=True),
+                      seed=10),
+        "paper": dict(attn_m=dict(_ATTN_M_PAPER, lr=32 * 1e-3, dtype="float32", softmax=True),
+                      attn_s=dict(_ATTN_S_PAPER, lr=32 * 0.02, dtype="float32", softmax=True),
+                      seed=10),
     },
     "fig14_icl_iwl": {
-        "quick": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", lr=1e-3, epoch=2500, trainset_size=500,
-                      testset_size=500, in_dim=4, seq_len=32, icl_values=[0.0, 0.5, 1.0], seeds=[10]),
-        "paper": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", lr=5e-4, epoch=5000, trainset_size=5000,
-                      testset_size=5000, in_dim=4, seq_len=32, icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seeds=[10]),
+        "quick": dict(_WHITE_ATTN_M, lr=1e-3, epoch=2500, trainset_size=500, testset_size=500,
+                      icl_values=[0.0, 0.5, 1.0], seeds=[10]),
+        "paper": dict(_WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000,
+                      icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seeds=[10]),
     },
     "figA_white_cov": {
-        "quick": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", lr=1e-3, epoch=3001, trainset_size=1000,
-                      in_dim=4, seq_len=32, seeds=[10]),
-        "paper": dict(model="attnM", head_num=8, init=1e-6, white_cov=True, init_scheme="jan2025", lr=1e-3, epoch=3001,
-                      trainset_size=5000, in_dim=4, seq_len=32, seeds=[10, 11, 12]),
+        "quick": dict(_WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=1000, seeds=[10], snapshot_every=5),
+        "paper": dict(_WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=5000, seeds=[10, 11, 12], snapshot_every=5),
     },
     "figA_init_scale": {
-        "quick": dict(attn_m=dict(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32, trainset_size=1000, init_scheme="jan2025",
-                                  epoch=1501),
-                      attn_s=dict(model="attnS", head_num=1, lr=0.02, in_dim=4, seq_len=32, trainset_size=1000, init_scheme="jan2025",
-                                  epoch=2001),
-                      inits_m=[1e-6, 1e-3, 0.3], inits_s=[1e-2, 2e-2, 0.3], seeds=[10]),
-        "paper": dict(attn_m=dict(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32, trainset_size=5000, init_scheme="jan2025",
-                                  epoch=4001),
-                      attn_s=dict(model="attnS", head_num=1, lr=0.02, in_dim=4, seq_len=32, trainset_size=5000, init_scheme="jan2025",
-                                  epoch=20001),
+        # the init of each run is the swept inits_m / inits_s value
+        "quick": dict(attn_m=_run(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32, trainset_size=1000,
+                                  init_scheme="jan2025", epoch=1501),
+                      attn_s=_run(model="attnS", head_num=1, rank=1, lr=0.02, in_dim=4, seq_len=32,
+                                  trainset_size=1000, init_scheme="jan2025", epoch=2001),
+                      inits_m=[1e-6, 1e-3, 0.3], inits_s=[1e-2, 2e-2, 0.3], seed=10),
+        "paper": dict(attn_m=_run(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32, trainset_size=5000,
+                                  init_scheme="jan2025", epoch=4001),
+                      attn_s=_run(model="attnS", head_num=1, rank=1, lr=0.02, in_dim=4, seq_len=32,
+                                  trainset_size=5000, init_scheme="jan2025", epoch=20001),
                       inits_m=[1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 0.3], inits_s=[1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 0.3],
-                      seeds=[10]),
+                      seed=10),
     },
     # ---- ATTN_S, low rank, appendix and beyond-the-paper figures (fig03*, fig04, figA_ranks/inside_head/vary_len,
     # beyond_*); the quick presets use a larger init, fewer steps and a smaller P so that they run in seconds.
@@ -104,36 +126,37 @@ PRESETS: dict[str, dict[str, dict]] = {
         "paper": dict(_ATTN_S_PAPER, seeds=[0, 1, 2, 3, 4, 5], epoch_extended=20001, epoch_streams=40001,
                       snapshot_every=_SNAP_PAPER),
     },
-    "fig03b_attns_values": copy.deepcopy(_FIG3A_SEED0),
+    "fig03b_attns_values": {k: dict(v, track_value=True) for k, v in _FIG3A_SEED0.items()},
     "fig03c_attns_alignment": copy.deepcopy(_FIG3A_SEED0),
     "fig04_low_rank": {
         # epoch_extended: per rank, the step the one run goes on to (the published window is its first ``epoch``
-        # steps); a rank not listed gets the largest value. paper (seed 10, reference draws): R = 1's eighth drop comes
-        # at step 147350, R = 2's at 99601, R = 4 and 8 learn all eight directions inside the window.
-        "quick": dict(_LOW_RANK_QUICK, ranks=[1, 2, 4, 8], seeds=[10],
+        # steps); a rank not listed gets the largest value. The paper values let every rank learn all eight
+        # directions (the page gives the steps).
+        "quick": dict(_without(_LOW_RANK_QUICK, "rank"), ranks=[1, 2, 4, 8], seed=10,
                       epoch_extended={1: 8001, 2: 8001, 4: 9001, 8: 5001}),
-        "paper": dict(_LOW_RANK_PAPER, ranks=[1, 2, 4, 8], seeds=[10],
+        "paper": dict(_without(_LOW_RANK_PAPER, "rank"), ranks=[1, 2, 4, 8], seed=10,
                       epoch_extended={1: 150001, 2: 120001, 4: 35001, 8: 20001}),
     },
     "figA_ranks": {
-        "quick": dict(_LOW_RANK_QUICK, ranks=[3, 5, 6, 7], seeds=[10]),
-        "paper": dict(_LOW_RANK_PAPER, ranks=[3, 5, 6, 7], seeds=[10]),
+        "quick": dict(_without(_LOW_RANK_QUICK, "rank"), ranks=[3, 5, 6, 7], seed=10),
+        "paper": dict(_without(_LOW_RANK_PAPER, "rank"), ranks=[3, 5, 6, 7], seed=10),
     },
     "figA_inside_head": {
-        "quick": dict(_LOW_RANK_QUICK, rank=4, snapshot_every=20, seeds=[10]),
-        "paper": dict(_LOW_RANK_PAPER, rank=4, snapshot_every=20, seeds=[10]),
+        "quick": dict(_LOW_RANK_QUICK, rank=4, track_value=True, snapshot_every=20, seed=10),
+        "paper": dict(_LOW_RANK_PAPER, rank=4, track_value=True, snapshot_every=20, seed=10),
     },
     "figA_vary_len": {
         # our choice (the appendix settings are unconfirmed): Figure 1b's ATTN_M and Figure 3a's ATTN_S with P = 5000;
         # --vary_len divides outputs by the prefix length n, which slows learning ~n-fold, so lr (ATTN_M: x30;
         # ATTN_S: x10) and the ATTN_S init (x3) are raised
         # (--vary_len exists from the jan2025 code on, so both runs use that era)
-        "quick": dict(attn_m=dict(_ATTN_M_PAPER, lr=0.03, epoch=3001, trainset_size=1000, init_scheme="jan2025"),
+        "quick": dict(attn_m=dict(_ATTN_M_PAPER, lr=0.03, epoch=3001, trainset_size=1000, init_scheme="jan2025",
+                                  vary_len=True),
                       attn_s=dict(_ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=6001, trainset_size=1000,
-                                  init_scheme="jan2025"), seeds=[10]),
-        "paper": dict(attn_m=dict(_ATTN_M_PAPER, lr=0.03, init_scheme="jan2025"),
+                                  init_scheme="jan2025", vary_len=True), seed=10),
+        "paper": dict(attn_m=dict(_ATTN_M_PAPER, lr=0.03, init_scheme="jan2025", vary_len=True),
                       attn_s=dict(_ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=20001, init_scheme="jan2025",
-                                                                     trainset_size=5000), seeds=[10]),
+                                  trainset_size=5000, vary_len=True), seed=10),
     },
     "beyond_diagnostics": copy.deepcopy(_FIG3A_SEED0),
     "beyond_pcr": copy.deepcopy(_FIG3A_SEED0),
@@ -141,18 +164,34 @@ PRESETS: dict[str, dict[str, dict]] = {
         # P = None is the population (infinite-data) objective, estimated from population_samples fresh sequences
         # linattn's own streams (draws="streams"): the initial weights stay the same as P changes, and P = ∞ has no
         # reference draws
-        "quick": dict(_ATTN_S_QUICK, draws="streams", trainset_sizes=[None, 1000, 4000], population_samples=1 << 15, flow=True,
-                      seeds=[0]),
-        "paper": dict(_ATTN_S_PAPER, draws="streams", trainset_sizes=[None, 5000, 80000], population_samples=1 << 20, flow=True,
-                      seeds=[0]),
+        "quick": dict(_without(_ATTN_S_QUICK, "trainset_size"), draws="streams", trainset_sizes=[None, 1000, 4000], population_samples=1 << 15,
+                      flow=True, seed=0),
+        "paper": dict(_without(_ATTN_S_PAPER, "trainset_size"), draws="streams", trainset_sizes=[None, 5000, 80000],
+                      population_samples=1 << 20, flow=True, seed=0),
     },
     "beyond_own_experiment": {
         # A reader's own experiment: rank-one ATTN_S on a spectrum of their choosing, from weights they give; the
-        # first run stops before the last drop, so the continued run shows it.
-        "quick": dict(spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025, epoch=1000,
-                      epoch_more=2000, trainset_size=20000, seq_len=32, seed=0),
-        "paper": dict(spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025, epoch=1000,
-                      epoch_more=3000, trainset_size=80000, seq_len=32, seed=0),
+        # first run stops before the last drop, so the continued run shows it. Options the authors' code never had
+        # (an explicit spectrum) need linattn's own random streams.
+        "quick": dict(model="attnS", spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025,
+                      epoch=1000, epoch_more=2000, trainset_size=20000, seq_len=32, seed=0, draws="streams"),
+        "paper": dict(model="attnS", spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025,
+                      epoch=1000, epoch_more=3000, trainset_size=80000, seq_len=32, seed=0, draws="streams"),
+    },
+    "beyond_phase_diagram": {
+        # attn_m: Figure 14's run (its trainset_size is replaced by each swept P); attn_s: the drop-step-vs-init panel,
+        # whose init is each swept inits_s value and whose seeds are ``seeds``
+        "quick": dict(attn_m=dict(_WHITE_ATTN_M, lr=1e-3, epoch=1500, trainset_size=500, testset_size=500, seed=10),
+                      attn_s=_run(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02, epoch=3001,
+                                  trainset_size=1000, init_scheme="jan2025"),
+                      icl_values=[0.0, 0.5, 1.0], trainset_sizes=[200, 1000], inits_s=[0.08, 0.16], seeds=[0, 1],
+                      workers=2),
+        "paper": dict(attn_m=dict(_WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000, seed=10),
+                      attn_s=_run(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02, epoch=20001,
+                                  trainset_size=4000, init_scheme="jan2025"),
+                      icl_values=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+                      trainset_sizes=[500, 2000, 5000, 20000], inits_s=[0.02, 0.04, 0.08, 0.16], seeds=[0, 1, 2, 3],
+                      workers=2),
     },
     "beyond_error_table": {
         "quick": dict(),
@@ -160,14 +199,54 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
+# What each knob means, one text per name for every figure (the parameters cells are written from these:
+# :func:`linattn.companion.notebooks.parameters_source`).
+HELP: dict[str, str] = {
+    "model": "attnM (merged key-query), attnS (separate, rank R) or mlp",
+    "head_num": "H, the number of heads",
+    "rank": "R, the key-query rank of every head (ATTN_S)",
+    "in_dim": "D, the input dimension",
+    "seq_len": "sequence length (context tokens + the query)",
+    "trainset_size": "P, training sequences (None: the population loss)",
+    "testset_size": "sequences in each test set",
+    "init": "initialisation scale",
+    "lr": "learning rate",
+    "epoch": "steps of gradient descent",
+    "init_scheme": "initialisation era of the code of the authors: dec2024, jan2025 or dec2025",
+    "draws": "reference: the random numbers of the authors; streams: those of linattn",
+    "dtype": "float64 or float32",
+    "white_cov": "white input covariance (identity) instead of the default spectrum",
+    "softmax": "softmax attention in place of linear attention",
+    "vary_len": "sequence lengths vary, outputs divided by the prefix length",
+    "track_value": "record the value weights of every head at every step",
+    "seed": "seed of the run (data and initial weights)",
+    "seeds": "one run per seed",
+    "ranks": "key-query ranks R, one run each",
+    "icl_values": "in-context fractions c, one run each",
+    "inits_m": "ATTN_M initialisation scales, one run each",
+    "inits_s": "ATTN_S initialisation scales, one run each",
+    "trainset_sizes": "P of each run (None: the population loss, which must be in the list)",
+    "population_samples": "fresh sequences that estimate the population moments (0: exact)",
+    "flow": "also integrate the gradient flow of the population loss",
+    "snapshot_every": "record the weights every this many steps (shared runs share one interval)",
+    "epoch_extended": "the same runs carried on to this step (a dict: per rank; a rank left out takes the largest)",
+    "epoch_streams": "horizon of the comparison runs drawn from the streams of linattn",
+    "epoch_more": "steps of the continued run, from the final weights of the first run",
+    "spectrum": "eigenvalues of the input covariance, in any order",
+    "workers": "worker processes of the local Dask cluster the sweeps run on (make book runs a notebook beside it)",
+    "attn_m": "the ATTN_M run settings (a partial dict sets only those keys)",
+    "attn_s": "the ATTN_S run settings (a partial dict sets only those keys)",
+}
+
 
 def settings(name: str, preset: str = "quick", *, runs: dict | None = None, **overrides) -> dict:
     """A deep copy of ``PRESETS[name][preset]`` with ``overrides`` applied.
 
-    Overrides whose value is None are ignored, so a notebook parameter left at None means "the preset's value".
-    An unknown figure, preset or key raises (a typo never silently falls back to a default). ``runs`` holds
-    run-level settings (``init``, ``lr``, ``epoch``, ...) for figures whose preset nests its runs in sub-dicts
-    (``attn_m``, ``attn_s``): see :func:`apply_to_runs`.
+    Overrides whose value is None are ignored. A dict given for a dict setting (a nested run ``attn_m``, or
+    ``epoch_extended``) updates it key by key, so ``attn_m={"lr": 0.1}`` changes one setting of that run. An unknown
+    figure, preset or key raises (a typo never silently falls back to a default). ``runs`` holds run-level settings
+    (``init``, ``lr``, ``epoch``, ...) for figures whose preset nests its runs in sub-dicts (``attn_m``,
+    ``attn_s``): see :func:`apply_to_runs`.
     """
     if name not in PRESETS:
         raise KeyError(f"no presets for figure {name!r}; known: {', '.join(sorted(PRESETS))}")
@@ -179,7 +258,10 @@ def settings(name: str, preset: str = "quick", *, runs: dict | None = None, **ov
             continue
         if key not in out:
             raise KeyError(f"{key!r} is not a setting of figure {name!r} (settings: {', '.join(out)})")
-        out[key] = copy.deepcopy(value)
+        if isinstance(value, dict) and isinstance(out[key], dict):
+            out[key].update(copy.deepcopy(value))
+        else:
+            out[key] = copy.deepcopy(value)
     return apply_to_runs(out, runs or {})
 
 
@@ -187,11 +269,9 @@ def apply_to_runs(s: dict, runs: dict) -> dict:
     """``s`` with the run-level settings ``runs`` (:class:`linattn.config.RunConfig` names) set in every run it
     holds: each sub-dict that names a ``model`` (``attn_m``, ``attn_s``), or ``s`` itself when it has none.
     None values are ignored; a name that is not a RunConfig field raises."""
-    from dataclasses import fields
-
     from ..config import RunConfig
 
-    valid = {f.name for f in fields(RunConfig)}
+    valid = set(RunConfig.field_names())
     for key in runs:
         if key not in valid:
             raise KeyError(f"{key!r} is not a run setting (RunConfig fields: {', '.join(sorted(valid))})")
@@ -199,6 +279,58 @@ def apply_to_runs(s: dict, runs: dict) -> dict:
     for target in targets:
         target.update({k: copy.deepcopy(v) for k, v in runs.items() if v is not None})
     return s
+
+
+def nested_runs(name: str) -> tuple[str, ...]:
+    """The keys of the runs figure ``name`` nests in sub-dicts (``("attn_m", "attn_s")``), else ``()``."""
+    table = PRESETS.get(name, {}).get("paper", {})
+    return tuple(k for k, v in table.items() if isinstance(v, dict) and "model" in v)
+
+
+def resolve(name: str, preset: str, overrides: dict | None = None) -> dict:
+    """Every setting of figure ``name`` at ``preset`` with a reader's ``overrides`` (``linattn figures --param``):
+    the values the runner gives the notebook's parameters cell. An override that is a setting of the figure
+    replaces it (a dict updates it); for a figure with nested runs, a run-level setting (``lr=0.1``) goes to every
+    nested run."""
+    table = PRESETS[name][preset]
+    overrides = overrides or {}
+    top = {k: v for k, v in overrides.items() if k in table}
+    runs = {k: v for k, v in overrides.items() if k not in table}
+    return settings(name, preset, runs=runs, **top)
+
+
+def knob_names(name: str) -> tuple[str, ...]:
+    """What a reader may set for figure ``name`` (``--param``): its settings, and for a figure with nested runs also
+    every run-level setting any of those runs has (it sets all of them)."""
+    table = PRESETS[name]["paper"]
+    run_level = {k for run in nested_runs(name) for k in table[run]}
+    return tuple(table) + tuple(sorted(run_level - set(table)))
+
+
+def parameters(name: str, namespace: dict) -> dict:
+    """Figure ``name``'s settings as its notebook's parameters cell (and the runner's injected values) left them in
+    ``namespace`` (the notebook's ``globals()``): ``{key: namespace[key]}`` for every setting of the figure, deep
+    copied. The one line a notebook calls after its parameters cell."""
+    return {k: copy.deepcopy(namespace[k]) for k in PRESETS[name]["paper"]}
+
+
+def horizons(s: dict):
+    """The step a figure's runs are carried on to, from its settings ``s``: ``max(epoch, epoch_extended)``; for a
+    per-rank ``epoch_extended`` (``{rank: steps}``) a dict ``{rank: steps}`` over ``s["ranks"]``, a rank it does not
+    list taking its largest value."""
+    ext = s["epoch_extended"]
+    if isinstance(ext, dict):
+        return {R: max(s["epoch"], int(ext.get(R, max(ext.values())))) for R in s["ranks"]}
+    return max(s["epoch"], int(ext))
+
+
+def is_published(name: str, s: dict) -> bool:
+    """Whether the settings ``s`` of figure ``name`` are the published ones (its paper preset), horizons that only
+    lengthen the runs (``epoch_extended``, ``epoch_streams``) and ``snapshot_every`` aside: only then does a page
+    set its run beside the published figure."""
+    ignore = ("epoch_extended", "epoch_streams", "snapshot_every")
+    paper = PRESETS[name]["paper"]
+    return {k: v for k, v in s.items() if k not in ignore} == {k: v for k, v in paper.items() if k not in ignore}
 
 
 # ---------------------------------------------------------------- the runs a figure trains (to check overrides)
@@ -227,17 +359,6 @@ SWEEPS: dict[str, Sweep] = {
     "epoch_more": Sweep("epoch", extra=True),
 }
 
-# What a notebook sets on every run it trains besides its preset's settings (``RunConfig(softmax=True, ...)`` in
-# fig05_softmax.md), so that a reader's overrides are checked against the runs the notebook really trains.
-RUN_CONSTANTS: dict[str, dict] = {
-    "fig03b_attns_values": dict(track_value=True),
-    "fig05_softmax": dict(softmax=True),
-    "figA_inside_head": dict(track_value=True),
-    "figA_vary_len": dict(vary_len=True),
-    "beyond_own_experiment": dict(model="attnS", draws="streams"),
-}
-
-
 def _values(value) -> list:
     """The values a swept setting takes: a list's or tuple's items, a dict's values, else the value itself."""
     if isinstance(value, dict):
@@ -252,26 +373,37 @@ def run_configs(name: str, preset: str = "quick", overrides: dict | None = None)
     An override that is a setting of the preset replaces it (as :func:`settings` does); one that is a RunConfig
     field but not a top-level setting goes to every nested run (``settings(..., runs=...)``, as the notebooks with
     ``attn_m``/``attn_s`` do); others (drawing options) make no run. Each run takes the RunConfig fields of its
-    settings, the notebook's :data:`RUN_CONSTANTS`, and one value of every swept setting (:data:`SWEEPS`; all
-    combinations). A figure whose preset has neither ``seeds`` nor ``seed`` trains nothing (the schematics, the
+    settings and one value of every swept setting (:data:`SWEEPS`; all combinations). A figure whose preset has neither ``seeds`` nor ``seed`` trains nothing (the schematics, the
     error table): ``[]``. A ``spectrum`` fixes ``in_dim`` to its length unless the run sets ``in_dim``."""
     from ..config import RunConfig
 
     fields = set(RunConfig.field_names())
     table = PRESETS[name][preset] if name in PRESETS and preset in PRESETS[name] else {}
-    top = {k: v for k, v in (overrides or {}).items() if k in table}
-    runs = {k: v for k, v in (overrides or {}).items() if k not in table and k in fields}
-    s = settings(name, preset, runs=runs, **top)
+    s = resolve(name, preset, {k: v for k, v in (overrides or {}).items() if k in table or k in fields})
+    return configs(s)
+
+
+def configs(s: dict, run: str | None = None) -> list:
+    """The :class:`linattn.config.RunConfig` of every run that a figure's settings ``s`` (as :func:`resolve` or
+    :func:`parameters` give them) make, in a fixed order (nested runs in the order of ``s``, then every
+    combination of the swept values in the order given); ``run`` keeps only the nested run of that key
+    (``"attn_m"``). Not validated."""
+    from ..config import RunConfig
+
+    fields = set(RunConfig.field_names())
     if "seeds" not in s and "seed" not in s:
         return []
     nested = {k: v for k, v in s.items() if isinstance(v, dict) and "model" in v} or {None: s}
     out = []
-    for label, run in nested.items():
-        base = {k: v for k, v in run.items() if k in fields}
-        base.update(RUN_CONSTANTS.get(name, {}))
+    for label, settings_ in nested.items():
+        if run is not None and label != run:
+            continue
+        base = {k: v for k, v in settings_.items() if k in fields}
+        if label is not None and "seed" in s:
+            base.setdefault("seed", s["seed"])
         if base.get("spectrum") is not None:
             base["spectrum"] = tuple(base["spectrum"])
-            if "in_dim" not in run:
+            if "in_dim" not in settings_:
                 base["in_dim"] = len(base["spectrum"])
         given = {key: sweep for key, sweep in SWEEPS.items()
                  if s.get(key) is not None and sweep.run in (None, label)}

@@ -1,49 +1,231 @@
-"""What the published curves show, read off the authors' own plots, and how ours compare.
+"""What the published curves show, read off the authors' own plots, and how ours compare with them.
 
-The images of Figures 1b, 3a and 14 in the authors' plotting notebook resolve about 29 steps and 0.005 in loss per
-pixel, so a reading is good to about that much. Where a curve cannot be told apart from its neighbours (Figure 3a's
-six seeds are all drawn in black) the reading is a set of steps, not a step per seed.
+The authors' plotting notebook carries the images of Figures 1b, 3a and 14 as the paper printed them. A *pixel* of
+an image is one column (steps) or one row (loss) of its axes; each image has its own scale (:class:`Image`):
 
-A reading is a number, a ``(low, high)`` range (any 2-tuple), or a tuple of three or more values (crossings of
-curves that cannot be told apart). :func:`gap` is the one rule every comparison uses.
+* Figure 1b: one pixel is 21.83 steps and 0.00508 in loss (axes 0–6000 steps, 0–1.11);
+* Figure 3a: one pixel is 28.90 steps and 0.00383 in loss (axes 0–10000 steps, 0–1.10);
+* Figure 14: one pixel is 16.67 steps and 0.0099 in loss, the same in all six panels (axes 0–5000, 0–2.29).
+
+A reading (:class:`Reading`) is good to about one pixel; where the reading states a larger ± of its own (a crossing on
+a shallow stretch of a curve, a line read from the edge another line leaves visible) that is its tolerance. A range
+``(low, high)`` is the set of steps over which the published curve stays within a pixel of its extreme.
+
+Every comparison row carries its difference (ours minus the reading, 0 inside a range), that difference in pixels of
+the image, its tolerance and a verdict (:func:`linattn.companion.output.verdict`): *agrees* when the difference is
+within the tolerance, else *differs*.
+
+Figure 3a draws six seeds in one colour (and seed 0 twice), so its published crossings cannot be tied to seeds: our
+curves are paired with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing
+used once.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
-from ..diagnostics import drop_steps, first_step_below
+from ..diagnostics import first_step_below
+from .output import AGREES, DIFFERS, MarkdownTable, verdict
 
-PIXEL_STEPS = 29  # steps per pixel of the published images
-PIXEL_LOSS = 0.005  # loss per pixel
 
-# Figure 3a: steps at which the six curves first fall below the midpoint of L(M_{d-1}) and L(M_d), drop d = 1..4
-# (the rule of ``diagnostics.drop_steps``, applied to the published images).
-# Drop 1: all six within a range; drop 2: four distinguishable crossings (curves overlap); drop 4: five crossings,
-# the sixth curve is still on the M_3 plateau at the end of the window (step 10000).
-FIG3A_DROPS = {1: (376, 578), 2: (583, 711, 810, 1101), 3: (1003, 1072, 1256, 1619, 1724, 1862),
-               4: (3605, 4940, 4940, 5734, 6525)}
-FIG3A_STILL_ON_M3 = 1  # published curves without the fourth drop inside 10001 steps
+@dataclass(frozen=True)
+class Image:
+    """One published image: its name in the paper and the steps and loss one pixel spans."""
 
-# Figure 1b (seed 10): the ATTN_M curve's crossings of 0.7 and 0.5, and its tail; the MLP lies on it.
-FIG1B = {"cross_0.7": (960, 980), "cross_0.5": (1000, 1050), "tail": (0.13, 0.14)}
+    name: str
+    steps_per_px: float
+    loss_per_px: float
 
-# Figure 14 (white covariance, 5000 steps): per icl fraction c, the readings of the three curves (training loss
-# divided by its first value; in-weight test loss; in-context test loss). "drop" is the step of the training
-# loss's drop; "*_min"/"*_max" a dip or a peak as (value, step); "*_end" the value at the end of the window.
+    def pixel(self, unit: str) -> float:
+        """One pixel in ``unit`` ("step" or "loss")."""
+        return self.steps_per_px if unit == "step" else self.loss_per_px
+
+
+FIG1B_IMAGE = Image("Figure 1b", 21.83, 0.00508)
+FIG3A_IMAGE = Image("Figure 3a", 28.90, 0.00383)
+FIG14_IMAGE = Image("Figure 14", 16.67, 0.0099)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One value read off a published image, and how to measure the same thing on our curves.
+
+    ``curve`` names the curve (a key of the dict handed to :func:`compare`); ``how`` is one of
+    ``("below", level)`` / ``("above", level)``: the first step the curve is below / above ``level``;
+    ``("at", step)``: its value at ``step``; ``("mean", (a, b))`` / ``("median", (a, b))`` over steps a–b;
+    ``("min", (a, b))`` / ``("argmin", (a, b))`` / ``("max", (a, b))``: its extreme (or the step of its minimum)
+    over steps a–b (``None`` for the whole curve); ``("final",)``: its last value; ``("lag", (low, high))``: the mean,
+    over loss levels between ``low`` and ``high``, of the steps by which this curve crosses each level after the
+    curve ``"reference"`` does. ``value`` is a number or a ``(low, high)`` range; ``stated`` the reading's own ± where
+    it is larger than a pixel."""
+
+    panel: str
+    what: str
+    curve: str
+    how: tuple
+    value: float | tuple
+    unit: str
+    stated: float = 0.0
+
+    def tolerance(self, image: Image) -> float:
+        """One pixel of ``image`` in this reading's unit, or the reading's own ± where that is larger."""
+        return max(image.pixel(self.unit), self.stated)
+
+    def text(self) -> str:
+        """The reading as the page shows it: ``751 ± 17``, ``917–967``, ``0.070``."""
+        if isinstance(self.value, tuple):
+            return "–".join(_fmt(v, self.unit) for v in self.value)
+        return _fmt(self.value, self.unit) + (f" ± {_fmt(self.stated, self.unit)}" if self.stated else "")
+
+
+def _fmt(x: float, unit: str) -> str:
+    return f"{x:.0f}" if unit == "step" else f"{x:.3f}"
+
+
+# -------------------------------------------------------------------------------------------- Figure 1b (seed 10)
+# ATTN_M (H = 8, P = 5000, init 1e-6, lr 1e-3) and the MLP on the cubic feature (its own initialisation).
+FIG1B = [
+    Reading("", "ATTN_M plateau (median over steps 100–800)", "attn_m", ("median", (100, 800)), 1.007, "loss", 0.005),
+    *[Reading("", f"ATTN_M first below {level:g}, step", "attn_m", ("below", level), step, "step", 22)
+      for level, step in ((0.9, 906), (0.7, 969), (0.5, 1019), (0.3, 1124))],
+    Reading("", "ATTN_M at step 3000", "attn_m", ("at", 3000), 0.142, "loss"),
+    Reading("", "ATTN_M final (mean over steps 5600–6000)", "attn_m", ("mean", (5600, 6000)), 0.135, "loss", 0.005),
+    Reading("", "dotted line L* (ours: theory)", "L_star", ("final",), 0.136, "loss"),
+    Reading("", "MLP's lag behind ATTN_M on the drop (mean over losses 0.22–0.89), steps", "mlp",
+            ("lag", (0.22, 0.89)), 15, "step"),
+]
+
+# --------------------------------------------------------------------------- Figure 3a (seeds 0–5, P = 80000, dec2024)
+# Theory lines and plateau levels L(M_0) … L(M_4) as drawn (the black curves cover the last two dotted lines).
+FIG3A_PLATEAU_READINGS = (1.001, 0.641, 0.381, 0.210, 0.138)
+FIG3A_LAST_STEP = 9966  # the published curves' last step (the window is 10001 steps)
+BEYOND = (FIG3A_LAST_STEP, math.inf)  # a crossing after the window: the curve is still on its plateau at the end
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """One published curve's crossing of a drop's midpoint: the steps it may be at (each a ``(low, high)`` interval;
+    several when the image cannot say which of two double-ink crossings this curve makes), its text, and its ±."""
+
+    where: tuple
+    text: str
+    stated: float = 0.0
+
+
+def _at(*steps, text=None, stated=0.0) -> Crossing:
+    return Crossing(tuple((s, s) for s in steps), text or " or ".join(f"{s}" for s in steps), stated)
+
+
+# Drop d of a curve: its first step below the midpoint of L(M_{d-1}) and L(M_d) (``diagnostics.drop_steps``). Seed 0
+# is drawn twice, so the image holds seven lines for six curves: a double-ink crossing is seed 0, or two seeds at
+# one pixel. Each drop lists six curves: where two double-ink crossings leave one curve unaccounted for, that curve
+# is at one of them ("705 or 804").
+FIG3A_CROSSINGS = {
+    1: tuple([Crossing(((370, 514),), "370–514 (a bundle of five)", 0.0)] * 5) + (_at(563),),
+    2: (_at(557, stated=43), _at(601, stated=43), _at(705), _at(804), _at(1098), _at(705, 804)),
+    3: (_at(997), _at(1069), _at(1250), _at(1608), _at(1718), _at(1856)),
+    4: (_at(3601), _at(4936), _at(5729), _at(6521), _at(4936, 5729),
+        Crossing((BEYOND,), f"still on M_3 at {FIG3A_LAST_STEP}")),
+}
+FIG3A_STILL_ON_M3 = 1  # published curves without the fourth drop inside the window
+
+# ------------------------------------------------------------------------- Figure 14 (ATTN_M, white covariance, P 5000)
+# Curves: "train" (training loss / its first value), "iwl" (in-weight test loss), "icl" (in-context test loss). The
+# black curve's first fall has a midpoint (between the plateau 1.002 and the level right after the fall); our curve
+# is read where it crosses the same level.
+
+
+def _panel(c: float, rows: list) -> list[Reading]:
+    return [Reading(f"c = {c:g}", what, curve, how, value, unit, stated)
+            for what, curve, how, value, unit, stated in rows]
+
+
+_S, _L = "step", "loss"
 FIG14 = {
-    0.0: {"drop": 700, "train_end": 0.07, "iwl_end": 0.07, "icl_above": 2.3},
-    0.2: {"drop": 800, "train_end": 0.12, "iwl_min": (0.25, 900), "iwl_end": 1.05, "icl_max": (1.25, 900),
-          "icl_end": 0.25},
-    0.4: {"drop": 900, "train_end": 0.15, "iwl_min": (0.35, 1300), "iwl_end": 1.07, "icl_max": (1.1, 1100),
-          "icl_end": 0.16},
-    0.8: {"drop": (2200, 2600), "train_end": 0.14, "iwl_min": (0.65, 2300), "iwl_end": 1.1, "icl_end": 0.14},
-    1.0: {"drop": (2800, 3000), "train_end": 0.14, "iwl_end": 1.1, "icl_end": 0.14},
+    0.0: _panel(0.0, [
+        ("training loss below 0.537 (the fall's midpoint), step", "train", ("below", 0.537), 751, _S, 17),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 757, _S, 0),
+        ("training loss, final", "train", ("final",), 0.071, _L, 0),
+        ("in-weight test loss at step 0", "iwl", ("at", 0), 1.043, _L, 0),
+        ("in-weight test loss, lowest (steps 870–5000)", "iwl", ("min", (870, 5000)), 0.070, _L, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 0.070, _L, 0),
+        ("in-context test loss at step 0", "icl", ("at", 0), 0.961, _L, 0),
+        ("in-context test loss above 1.60, step", "icl", ("above", 1.60), 811, _S, 17),
+        ("in-context test loss, highest", "icl", ("max", None), 2.246, _L, 0),
+        ("in-context test loss, final", "icl", ("final",), 2.246, _L, 0),
+    ]),
+    0.2: _panel(0.2, [
+        ("training loss below 0.660 (the first fall's midpoint), step", "train", ("below", 0.660), 765, _S, 17),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 792, _S, 0),
+        ("training loss, final", "train", ("final",), 0.130, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 0.261, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (917, 967), _S, 0),
+        ("in-weight test loss at step 2500", "iwl", ("at", 2500), 0.516, _L, 0),
+        ("in-weight test loss at step 4000", "iwl", ("at", 4000), 1.018, _L, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.053, _L, 0),
+        ("in-context test loss at step 0", "icl", ("at", 0), 0.982, _L, 0),
+        ("in-context test loss, highest", "icl", ("max", None), 1.244, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 2729, _S, 27),
+        ("in-context test loss, final", "icl", ("final",), 0.257, _L, 0),
+    ]),
+    0.4: _panel(0.4, [
+        ("training loss below 0.745 (the first fall's midpoint), step", "train", ("below", 0.745), 994, _S, 17),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 1215, _S, 0),
+        ("training loss at step 2500", "train", ("at", 2500), 0.161, _L, 0),
+        ("training loss, final", "train", ("final",), 0.139, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 0.358, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (1167, 1450), _S, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.084, _L, 0),
+        ("in-context test loss, highest", "icl", ("max", None), 1.090, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 1980, _S, 20),
+        ("in-context test loss at step 2500", "icl", ("at", 2500), 0.252, _L, 0),
+        ("in-context test loss, final", "icl", ("final",), 0.167, _L, 0),
+    ]),
+    0.6: _panel(0.6, [
+        ("training loss below 0.831 (the first fall's midpoint), step", "train", ("below", 0.831), 1383, _S, 19),
+        ("training loss at step 1617 (the shoulder)", "train", ("at", 1617), 0.660, _L, 0),
+        ("training loss below 0.574 (the whole fall's midpoint), step", "train", ("below", 0.574), 1776, _S, 21),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 1860, _S, 0),
+        ("training loss, final", "train", ("final",), 0.146, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 0.468, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (1600, 1750), _S, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.105, _L, 0),
+        ("in-context test loss, highest (its start)", "icl", ("max", None), 0.982, _L, 0),
+        ("in-context test loss, lowest before step 1500", "icl", ("min", (0, 1500)), 0.962, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 2008, _S, 18),
+        ("in-context test loss, final", "icl", ("final",), 0.152, _L, 0),
+    ]),
+    0.8: _panel(0.8, [
+        ("training loss below 0.584 (the fall's midpoint), step", "train", ("below", 0.584), 2362, _S, 18),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 2413, _S, 0),
+        ("training loss, final", "train", ("final",), 0.146, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 0.645, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (2250, 2267), _S, 0),
+        ("in-weight test loss at step 3000", "iwl", ("at", 3000), 1.064, _L, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.105, _L, 0),
+        ("in-context test loss, highest (its start)", "icl", ("max", None), 0.982, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 2454, _S, 18),
+        ("in-context test loss, final", "icl", ("final",), 0.148, _L, 0),
+    ]),
+    1.0: _panel(1.0, [
+        ("training loss below 0.580 (the fall's midpoint), step", "train", ("below", 0.580), 2901, _S, 17),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 2942, _S, 0),
+        ("training loss, final", "train", ("final",), 0.146, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 1.025, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (2567, 2950), _S, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.121, _L, 0),
+        ("in-context test loss, highest (its start)", "icl", ("max", None), 0.982, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 2949, _S, 18),
+        ("in-context test loss, final", "icl", ("final",), 0.148, _L, 0),
+    ]),
 }
 
-# Numbers the paper states in its text (not read off a plot), for the figures' published-vs-reproduced rows.
+# Numbers the paper states in its text (not read off a plot), for other figures' rows.
 FIG1B_PLATEAU, FIG1B_FINAL = 1.0, 0.136  # ATTN_M: the plateau at tr Λ and the minimum L* (D = 4, N = 31)
 FIG3A_PLATEAUS = (1.000, 0.641, 0.377, 0.210, 0.136)  # L(M_0) … L(M_4), eigenvalues 0.4, 0.3, 0.2, 0.1, N = 31
 FIG3B_FINAL_VALUES = (1.310, 1.430, 1.612, 1.947)  # (λ_d c_d)^{-1/3}, paper normalisation, same setting
@@ -51,138 +233,261 @@ WHITE_L_STAR = 0.1389  # the white-covariance minimum 1 − 1/c, D = 4, N = 31
 FIG5_ATTN_M_DROPS = 1  # softmax ATTN_M: "a single drop"
 
 
-def gap(value: float, reading) -> float:
-    """Ours minus the nearest published value: 0 inside a ``(low, high)`` range, else the signed distance to it;
-    for a tuple of several crossings, to the nearest one. NaN when ``value`` is missing."""
-    if value is None or not math.isfinite(value):
+# ----------------------------------------------------------------------------------------------- measuring ours
+
+def _window(steps: np.ndarray, span) -> np.ndarray:
+    if span is None:
+        return np.ones(steps.size, dtype=bool)
+    return (steps >= span[0]) & (steps <= span[1])
+
+
+def measure(curves: dict, how: tuple, curve: str, steps=None) -> float:
+    """Our value of a reading's ``how`` (see :class:`Reading`) on ``curves[curve]``; NaN where the event does not
+    happen (a level never crossed). ``steps`` (default 0, 1, 2, …) is the step of each sample."""
+    y = np.atleast_1d(np.asarray(curves[curve], dtype=np.float64))
+    x = np.arange(y.size) if steps is None else np.asarray(steps)
+    kind, arg = how[0], (how[1] if len(how) > 1 else None)
+    if kind == "below":
+        return first_step_below(y, arg, x)
+    if kind == "above":
+        return first_step_below(-y, -arg, x)
+    if kind == "at":
+        hit = np.flatnonzero(x == arg)
+        return float(y[hit[0]]) if hit.size else math.nan
+    if kind == "final":
+        return float(y[-1])
+    if kind == "lag":
+        return crossing_lag(y, np.asarray(curves["reference"], dtype=np.float64), *arg, steps=x)
+    inside = _window(x, arg)
+    if not inside.any():
         return math.nan
-    if isinstance(reading, tuple) and len(reading) == 2:
-        low, high = reading
-        return 0.0 if low <= value <= high else (value - low if value < low else value - high)
-    values = np.atleast_1d(np.asarray(reading, dtype=float))
-    return float(value - values[np.argmin(np.abs(values - value))])
+    if kind in ("mean", "median", "min", "max"):
+        return float(getattr(np, kind)(y[inside]))
+    if kind == "argmin":
+        return float(x[inside][np.argmin(y[inside])])
+    raise ValueError(f"unknown reading kind {kind!r}")
 
 
-def describe(reading) -> str:
-    """A reading as text: 960–980, 583 / 711 / 810 / 1101, or a single value."""
-    if isinstance(reading, tuple) and len(reading) == 2:
-        return f"{_num(reading[0])}–{_num(reading[1])}"
-    if isinstance(reading, tuple):
-        return " / ".join(_num(v) for v in reading)
-    return _num(reading)
+def crossing_lag(curve, reference, low: float, high: float, steps=None, levels: int = 50) -> float:
+    """The mean over ``levels`` loss levels evenly spaced in [low, high] of (the first step ``curve`` is below the
+    level) − (the first step ``reference`` is): positive when ``curve`` falls later. NaN if either never gets there."""
+    grid = np.linspace(low, high, levels)
+    return float(np.mean([first_step_below(curve, v, steps) - first_step_below(reference, v, steps) for v in grid]))
 
 
-def _num(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+def difference(ours: float, value) -> float:
+    """Ours minus the reading: 0 inside a ``(low, high)`` range, else the signed distance to it. NaN when ours is
+    missing."""
+    if ours is None or not math.isfinite(ours):
+        return math.nan
+    if isinstance(value, tuple):
+        low, high = value
+        return 0.0 if low <= ours <= high else ours - (low if ours < low else high)
+    return float(ours - value)
 
 
-class ComparisonTable:
-    """Rows (quantity, published, reproduced, difference) shown as a markdown table under a figure."""
-
-    def __init__(self, rows: list[tuple[str, str, str, str]]):
-        self.rows = rows
-
-    def _repr_markdown_(self) -> str:
-        out = ["| | published (read off the authors' plot) | reproduced | difference |", "|---|---|---|---|"]
-        out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in self.rows]
-        return "\n".join(out)
-
-    def __repr__(self) -> str:
-        return "\n".join("  ".join(str(c) for c in row) for row in self.rows)
+def check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
+              tolerance: float) -> dict:
+    """One comparison row: the reading and ours, their difference in the unit and in pixels of ``image``, the
+    tolerance and the verdict. Rows of this shape feed the page's table, its prose (:func:`summary`) and
+    ``numbers.json`` (:func:`number_rows`)."""
+    pixels = diff / image.pixel(unit) if unit in ("step", "loss") and math.isfinite(diff) else math.nan
+    return dict(figure=image.name, panel=panel, what=what, published=published, paper=paper,
+                reproduced=None if ours is None or not math.isfinite(ours) else float(ours),
+                difference=diff, pixels=pixels, unit=unit, tolerance=tolerance, verdict=verdict(diff, tolerance))
 
 
-def _M(m: int) -> str:
-    """The saddle M_m as the book's math writes it (the table is rendered as MyST markdown)."""
-    return rf"\mathcal{{M}}_{m}"
+def compare(readings: list[Reading], curves: dict, image: Image, steps=None) -> list[dict]:
+    """Every reading beside ours, one :func:`check_row` each. ``curves`` maps each reading's ``curve`` to an array."""
+    rows = []
+    for r in readings:
+        ours = measure(curves, r.how, r.curve, steps)
+        rows.append(check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
+                              else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image)))
+    return rows
 
 
-def _signed(x: float) -> str:
-    return "–" if not math.isfinite(x) else f"{x:+.0f}" if abs(x) >= 1 or x == 0 else f"{x:+.3f}"
+# ----------------------------------------------------------------------------------- Figure 3a: one-to-one pairs
+
+def crossing_distance(step: float, crossing: Crossing) -> float:
+    """How far ``step`` lies from a published crossing: 0 inside one of its intervals, else the distance to the
+    nearest. A step that never comes (NaN or inf) lies at infinity: 0 from a crossing beyond the window."""
+    x = math.inf if step is None or not math.isfinite(step) else float(step)
+    best = math.inf
+    for low, high in crossing.where:
+        if x == math.inf:
+            d = 0.0 if high == math.inf else math.inf
+        else:
+            d = 0.0 if low <= x <= high else (low - x if x < low else x - high)
+        best = min(best, d)
+    return best
 
 
-def fig3a_comparison(drops: dict[int, np.ndarray], window: int) -> tuple[ComparisonTable, list[dict]]:
-    """Figure 3a's drop steps (``drops``: seed → steps of drops 1…4, NaN if not reached) beside the published
-    crossings. Each of our curves is compared with the nearest published crossing of the same drop (the published
-    curves cannot be told apart by seed). Returns the page's table and the ``numbers.json`` rows (one per seed and
-    drop, plus the count of curves without the fourth drop inside the window)."""
-    seeds = list(drops)
-    table, rows = [], []
-    for d, reading in FIG3A_DROPS.items():
-        ours = [float(drops[s][d - 1]) for s in seeds]
-        diffs = [gap(v, reading) if v < window else math.nan for v in ours]
-        table.append((f"drop {d} (${_M(d - 1)} \\to {_M(d)}$), step", describe(reading) if len(reading) != 2 else
-                      f"all six in {describe(reading)}",
-                      ", ".join(f"{v:.0f}" if math.isfinite(v) and v < window else "–" for v in ours),
-                      ", ".join(_signed(x) for x in diffs)))
-        for s, v, x in zip(seeds, ours, diffs):
-            nearest = v - x if math.isfinite(x) else None
-            rows.append(dict(quantity=f"published Fig 3a: seed {s}, step of drop {d} (vs the nearest published "
-                                      f"crossing; one pixel = {PIXEL_STEPS} steps)",
-                             paper=nearest, reproduced=v if v < window else None,
-                             abs_error=abs(x) if math.isfinite(x) else None))
-    still = sum(1 for s in seeds if not drops[s][3] < window)
-    table.append((f"curves still on the ${_M(3)}$ plateau at step {window - 1}", str(FIG3A_STILL_ON_M3), str(still),
-                  _signed(still - FIG3A_STILL_ON_M3)))
-    rows.append(dict(quantity=f"published Fig 3a: curves without the fourth drop inside {window} steps",
-                     paper=FIG3A_STILL_ON_M3, reproduced=still))
-    return ComparisonTable(table), rows
+def signed_distance(step: float, crossing: Crossing) -> float:
+    """Ours minus the nearest point of the crossing (0 inside an interval); NaN for a step that never comes."""
+    if step is None or not math.isfinite(step):
+        return 0.0 if any(high == math.inf for _, high in crossing.where) else math.nan
+    x = float(step)
+    options = [0.0 if low <= x <= high else (x - low if x < low else x - high) for low, high in crossing.where]
+    return min(options, key=abs)
 
 
-def fig1b_comparison(attn_m: np.ndarray, mlp: np.ndarray) -> tuple[ComparisonTable, list[dict]]:
-    """Figure 1b's ATTN_M curve (crossings of 0.7 and 0.5, tail) and the MLP's distance to it, beside the readings."""
-    table, rows = [], []
-    for level in (0.7, 0.5):
-        reading, ours = FIG1B[f"cross_{level}"], first_step_below(attn_m, level)
-        x = gap(ours, reading)
-        table.append((f"ATTN_M crosses {level} at step", describe(reading), f"{ours:.0f}", _signed(x)))
-        rows.append(dict(quantity=f"published Fig 1b: step where ATTN_M crosses {level}",
-                         paper=describe(reading), reproduced=ours, abs_error=abs(x)))
-    x = gap(float(attn_m[-1]), FIG1B["tail"])
-    table.append(("ATTN_M final loss", describe(FIG1B["tail"]), f"{attn_m[-1]:.4f}", _signed(x)))
-    rows.append(dict(quantity="published Fig 1b: ATTN_M final loss", paper=describe(FIG1B["tail"]),
-                     reproduced=float(attn_m[-1]), abs_error=abs(x)))
-    # the MLP "lies on" ATTN_M: during the steep drop a small shift in steps is a large gap in loss, so compare the
-    # steps at which the two curves cross 0.5, against one pixel of the published image
-    shift = abs(first_step_below(mlp, 0.5) - first_step_below(attn_m, 0.5))
-    table.append(("MLP's crossing of 0.5, steps from ATTN_M's", f"within a line width (< {PIXEL_STEPS})",
-                  f"{shift:.0f}", _signed(max(shift - PIXEL_STEPS, 0.0))))
-    rows.append(dict(quantity="published Fig 1b: steps between the MLP's (own init) and ATTN_M's crossings of 0.5",
-                     paper=f"< {PIXEL_STEPS}", reproduced=shift, abs_error=max(shift - PIXEL_STEPS, 0.0)))
-    return ComparisonTable(table), rows
+def match_one_to_one(ours: dict, crossings) -> list[tuple]:
+    """Pair our curves' steps (``ours``: key → step; NaN for a drop that never comes) with the published crossings
+    one to one, minimising the total distance (:func:`crossing_distance`) with
+    :func:`scipy.optimize.linear_sum_assignment`; every crossing is used at most once (exactly once when there are
+    as many curves as crossings). Returns ``(key, step, crossing)`` in the order of ``ours``."""
+    keys = list(ours)
+    big = 1e12  # a finite stand-in for "cannot pair": a step that never comes vs a crossing inside the window
+    cost = np.array([[min(crossing_distance(ours[k], c), big) for c in crossings] for k in keys])
+    rows, cols = linear_sum_assignment(cost)
+    pairs = {keys[i]: crossings[j] for i, j in zip(rows, cols)}
+    return [(k, ours[k], pairs[k]) for k in keys if k in pairs]
 
 
-def fig14_comparison(curves: dict[float, dict[str, np.ndarray]]) -> tuple[ComparisonTable, list[dict]]:
-    """Figure 14 per icl fraction c (``curves``: c → {"train": normalised training loss, "iwl", "icl"}) beside the
-    readings. The drop step is ``diagnostics.drop_steps`` between the normalised training loss's start (1) and its
-    end value: the first step below their midpoint."""
-    table, rows = [], []
+def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
+    """Figure 3a: our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
+    the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
+    the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: our plateau levels
+    L(M_0)…L(M_4), NaN where none was found) the plateau levels read off the image."""
+    rows = []
+    for d, crossings in FIG3A_CROSSINGS.items():
+        for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
+            diff = signed_distance(step, crossing)
+            tol = max(FIG3A_IMAGE.steps_per_px, crossing.stated)
+            row = check_row(FIG3A_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step", crossing.text,
+                            _crossing_value(crossing), step, diff, "step", tol)
+            row.update(drop=d, seed=seed)
+            rows.append(row)
+    still = sum(1 for t in drops.values() if not float(t[3]) <= FIG3A_LAST_STEP)
+    rows.append(check_row(FIG3A_IMAGE, "", f"curves still on the M_3 plateau at step {FIG3A_LAST_STEP}",
+                          str(FIG3A_STILL_ON_M3), FIG3A_STILL_ON_M3, still, still - FIG3A_STILL_ON_M3, "count", 0))
+    if plateaus is not None:
+        for m, (reading, ours) in enumerate(zip(FIG3A_PLATEAU_READINGS, plateaus)):
+            rows.append(check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
+                                  f"{reading:.3f}", reading, ours, difference(ours, reading), "loss",
+                                  FIG3A_IMAGE.loss_per_px))
+    return rows
 
-    def add(c, what, reading, ours, text=None):
-        x = gap(ours, reading)
-        shown = f"{ours:.0f}" if abs(ours) >= 100 else f"{ours:.3g}"  # steps in full, losses to 3 digits
-        table.append((f"c = {c:g}: {what}", describe(reading), text or shown, _signed(x)))
-        rows.append(dict(quantity=f"published Fig 14, c = {c:g}: {what}", paper=describe(reading), reproduced=ours,
-                         abs_error=abs(x) if math.isfinite(x) else None))
 
-    for c, reading in FIG14.items():
-        if c not in curves:
-            continue
-        tr, iwl, icl = (curves[c][k] for k in ("train", "iwl", "icl"))
-        add(c, "training loss drops at step", reading["drop"], drop_steps(tr, [1.0, tr[-1]])[0])
-        add(c, "training loss at the end", reading["train_end"], float(tr[-1]))
-        if "iwl_min" in reading:
-            add(c, "in-weight test loss, lowest value", reading["iwl_min"][0], float(iwl.min()))
-            add(c, "in-weight test loss, step of its lowest value", reading["iwl_min"][1], float(iwl.argmin()))
-        add(c, "in-weight test loss at the end", reading["iwl_end"], float(iwl[-1]))
-        if "icl_max" in reading:
-            add(c, "in-context test loss, highest value after step 0", reading["icl_max"][0], float(icl[1:].max()))
-        if "icl_end" in reading:
-            add(c, "in-context test loss at the end", reading["icl_end"], float(icl[-1]))
-        if "icl_above" in reading:
-            peak = float(icl.max())
-            table.append((f"c = {c:g}: in-context test loss, highest value", f"above {reading['icl_above']:g}",
-                          f"{peak:.3g}", "agrees" if peak > reading["icl_above"] else "differs"))
-            rows.append(dict(quantity=f"published Fig 14, c = {c:g}: in-context test loss goes above "
-                                      f"{reading['icl_above']:g} (1 = yes)",
-                             paper=1.0, reproduced=float(peak > reading["icl_above"])))
-    return ComparisonTable(table), rows
+def _crossing_value(crossing: Crossing):
+    """A crossing as ``numbers.json`` holds it: its step, or its text where it is a range or a choice."""
+    (low, high), *rest = crossing.where
+    return float(low) if low == high and not rest else crossing.text
+
+
+def fig1b_comparison(attn_m, mlp, L_star: float, steps=None) -> list[dict]:
+    """Figure 1b: ATTN_M's plateau, crossings, late and final values, the theory's L* against the dotted line, and
+    the MLP's (own initialisation) lag behind ATTN_M on the drop."""
+    curves = {"attn_m": attn_m, "mlp": mlp, "reference": attn_m, "L_star": [L_star]}
+    return compare(FIG1B, curves, FIG1B_IMAGE, steps) if len(attn_m) else []
+
+
+def fig14_comparison(curves: dict, steps=None) -> list[dict]:
+    """Figure 14, panel by panel (``curves``: c → {"train": training loss / its first value, "iwl", "icl"});
+    panels we did not run are left out."""
+    rows = []
+    for c, readings in FIG14.items():
+        match = [k for k in curves if math.isclose(float(k), c)]
+        if match:
+            rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps)
+    return rows
+
+
+# ---------------------------------------------------------------------------------- what the page shows and says
+
+COLUMNS = {"panel": "", "what": "quantity", "published": "published", "reproduced": "ours",
+           "difference": "difference", "pixels": "pixels", "verdict": "verdict"}
+
+
+def table(rows: list[dict]) -> MarkdownTable:
+    """The comparison rows as the page's table (steps in whole numbers, losses to three decimals, pixels to one)."""
+    shown = [dict(r, reproduced=_shown(r["reproduced"], r["unit"]), difference=_signed(r["difference"], r["unit"]))
+             for r in rows]
+    return MarkdownTable(shown, COLUMNS, {"pixels": "+.1f"})
+
+
+def _shown(x, unit) -> str | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return f"{x:.3f}" if unit == "loss" else f"{x:.0f}"
+
+
+def _signed(x, unit) -> str | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return f"{x:+.3f}" if unit == "loss" else f"{x:+.0f}"
+
+
+def counts(rows: list[dict]) -> tuple[int, int]:
+    """(agreeing rows, rows with a verdict)."""
+    judged = [r for r in rows if r["verdict"] in (AGREES, DIFFERS)]
+    return sum(r["verdict"] == AGREES for r in judged), len(judged)
+
+
+def summary(rows: list[dict], image: Image) -> str:
+    """The sentences that say where ours and the published curves agree and differ, made from the rows themselves:
+    the count that agree within their tolerance and, for each row that differs, both values and the difference."""
+    if not rows:
+        return ("These settings are not the published ones, so there is no published curve to set beside this "
+                "run.")
+    agree, total = counts(rows)
+    head = (f"**{image.name}: {agree} of {total} readings agree** with ours within their tolerance (one pixel of the "
+            f"published image, {image.steps_per_px:g} steps or {image.loss_per_px:g} in loss, or the reading's own ± "
+            "where it is larger).")
+    differ = [r for r in rows if r["verdict"] == DIFFERS]
+    if not differ:
+        return head + " None differs."
+    items = [f"{_where(r)}: published {r['published']}, ours {_shown(r['reproduced'], r['unit']) or 'none'}"
+             + (f" ({_signed(r['difference'], r['unit'])}, {r['pixels']:+.1f} px)" if math.isfinite(r["pixels"])
+                else "") for r in differ]
+    return head + f" {'These differ' if len(differ) > 1 else 'This one differs'}:\n\n" + "\n".join(
+        f"* {item}" for item in items)
+
+
+def beyond_pixels(rows: list[dict], pixels: float = 2.0, unit: str = "step") -> list[dict]:
+    """The rows in ``unit`` whose difference exceeds ``pixels`` published pixels."""
+    return [r for r in rows if r["unit"] == unit and math.isfinite(r["pixels"]) and abs(r["pixels"]) > pixels]
+
+
+def _where(r: dict) -> str:
+    return f"{r['panel']}, {r['what']}" if r["panel"] else r["what"]
+
+
+def number_rows(rows: list[dict]) -> list[dict]:
+    """The comparison rows as ``numbers.json`` rows (quantity, paper, reproduced, abs_error, tolerance, verdict)."""
+    return [dict(quantity=f"published {r['figure']}" + (f", {r['panel']}" if r["panel"] else "") + f": {r['what']}",
+                 paper=r["paper"], reproduced=r["reproduced"],
+                 abs_error=abs(r["difference"]) if math.isfinite(r["difference"]) else None,
+                 tolerance=r["tolerance"], verdict=r["verdict"]) for r in rows]
+
+
+def paper_name(title: str) -> str:
+    """The paper's name of a figure from its page title ("Figure 1b — …" → "Figure 1b"); pages beyond the paper
+    keep their whole title's first part ("Beyond the paper", "Appendix: …")."""
+    return title.lstrip("# ").split(" — ")[0].strip()
+
+
+def page_name(path) -> str:
+    """How the report names a page: the paper's name of the figure it reproduces (:func:`paper_name` of a title
+    "# Figure …"), else the notebook's own name (pages beyond the paper, the appendix)."""
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("# Figure "):
+            return paper_name(line)
+    return Path(path).stem
+
+
+def short_quantity(quantity: str, page: str) -> str:
+    """A ``numbers.json`` quantity without its ``published <page>`` prefix (for a table that is already per page)."""
+    prefix = f"published {page}"
+    return quantity[len(prefix):].lstrip(",: ") if quantity.startswith(prefix) else quantity
+
+
+def in_tolerances(error, tolerance) -> float:
+    """|error| / tolerance: ≤ 1 where a check agrees; inf for a non-zero error against a zero tolerance (a count);
+    NaN without an error."""
+    if error is None or isinstance(error, str) or not math.isfinite(error):
+        return math.nan
+    if tolerance == 0:
+        return 0.0 if error == 0 else math.inf
+    return abs(error) / tolerance

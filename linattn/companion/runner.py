@@ -54,7 +54,7 @@ from pathlib import Path
 
 from .._version import __version__
 from ..records import atomic_write, library_versions
-from . import notebooks, presets
+from . import notebooks, presets, published
 from .paths import ENV_FIGURE, preset_root, unusable_output_dir
 from .sources import notebook_sources, source_hash
 
@@ -156,20 +156,25 @@ def expected_key(name: str, root: Path, src=None) -> str | None:
 
 # ---------------------------------------------------------------- the cite cell
 
-def cite_block(name: str) -> str:
+def cite_block(name: str, text: str = "") -> str:
     """The "Cite this figure" markdown cell appended to every executed figure notebook (paths relative to
-    ``<root>``, where the executed notebook lies)."""
+    ``<root>``, where the executed notebook lies). A page whose title names a figure of the paper ("# Figure 1b —
+    …", the notebook's MyST ``text``) cites that figure by the paper's name."""
     files = [("PDF", "pdf"), ("PNG", "png"), ("SVG", "svg"), ("CSV", "csv")]
     links = [f"{{download}}`{label} <{name}/{name}.{ext}>`" for label, ext in files]
     links.append(f"{{download}}`provenance.json <{name}/provenance.json>`")
     links.append(f"{{download}}`runnable notebook <{name}/{name}.ipynb>`")
+    title = next((line for line in text.splitlines() if line.startswith("# Figure ")), None)
+    paper = published.paper_name(title) if title else None
+    what = (f"It reproduces **{paper}** of Zhang, Singh, Latham and Saxe (ICML 2025); cite that figure by its name "
+            "and the paper:" if paper else "If you use it, please cite the paper whose result it builds on:")
     return "\n".join([
         "## Cite this figure",
         "",
-        f"This figure's anchor is `fig-{name}` (link to it with `` {{numref}}`fig-{name}` ``).",
+        f"This figure's anchor is `fig-{name}` (link to it with `` {{ref}}`{paper or 'this figure'} <fig-{name}>` ``).",
         f"Files: {' · '.join(links)}.",
         "",
-        "If you use it, please cite the paper whose result it reproduces:",
+        what,
         "",
         "```bibtex",
         PAPER_BIBTEX,
@@ -223,6 +228,16 @@ def _quiet_stderr():
         os.close(saved)
 
 
+def notebook_values(name: str, params: dict) -> dict:
+    """What figure ``name``'s parameters cell is given for ``params`` (``preset`` and a reader's overrides): every
+    setting of the figure at that preset with the overrides applied (:func:`linattn.companion.presets.resolve`),
+    so the executed notebook shows the values it ran with; a notebook without presets gets ``params`` as they are."""
+    if not presets.PRESETS.get(name, {}).get("paper"):
+        return dict(params)
+    overrides = {k: v for k, v in params.items() if k != "preset"}
+    return {"preset": params["preset"], **presets.resolve(name, params["preset"], overrides)}
+
+
 def execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None) -> dict:
     """Convert and execute one notebook (its MyST ``text``: the very text its cache key was computed from) with
     ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``); returns ``{"ok", "seconds",
@@ -253,22 +268,25 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
     start = time.perf_counter()
     try:
         nb = notebooks.from_text(text)
+        values = notebook_values(name, params)
         with warnings.catch_warnings(), _quiet_stderr():
             warnings.simplefilter("ignore")  # papermill's "Unable to parse line" notes on help comments
-            nb = papermill.execute_notebook(nb, str(running), parameters={**params, "out_dir": str(root_p)},
+            nb = papermill.execute_notebook(nb, str(running), parameters={**values, "out_dir": str(root_p)},
                                             kernel_name="python3", language="python", progress_bar=False,
                                             cwd=str(root_p), execution_timeout=timeout,
                                             start_timeout=KERNEL_START_TIMEOUT)
         for cell in nb.cells:  # the book folds the code, and drops papermill's machine-specific parameter cell
             if cell.cell_type == "code":
                 tags = cell.metadata.setdefault("tags", [])
-                tags.append("remove-cell" if "injected-parameters" in tags else "hide-input")
+                tag = "remove-cell" if "injected-parameters" in tags else "hide-input"
+                if tag not in tags:  # a notebook may tag its cells itself; a repeated tag makes the JSON invalid
+                    tags.append(tag)
         overrides = {k: v for k, v in params.items() if k != "preset"}
         date = datetime.date.today().isoformat()
         at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
         nb.cells.insert(at, nbformat.v4.new_markdown_cell(badge(params["preset"], overrides, date)))
-        nb.cells.append(nbformat.v4.new_markdown_cell(cite_block(name)))
-        standalone = nbformat.writes(notebooks.runnable(text, params))
+        nb.cells.append(nbformat.v4.new_markdown_cell(cite_block(name, text)))
+        standalone = nbformat.writes(notebooks.runnable(text, values))
         (root_p / name).mkdir(exist_ok=True)  # a notebook that wrote nothing still gets its runnable copy
         atomic_write(root_p / name / f"{name}.ipynb", lambda f: f.write(standalone))
         text = nbformat.writes(nb)
@@ -533,7 +551,7 @@ def cmd_notebook(args) -> int:
     if (why := unusable_output_dir(out.absolute().parent)) is not None:
         return _usage(why, "notebook")
     text = found[args.name].read_text(encoding="utf-8")
-    nb = notebooks.runnable(text, {"preset": args.preset})
+    nb = notebooks.runnable(text, notebook_values(args.name, {"preset": args.preset}))
     atomic_write(out, lambda f: f.write(nbformat.writes(nb)))
     print(f"wrote {out} ({args.preset} preset; when run, it writes its figure into ./{args.name}/ of the working "
           "directory)")

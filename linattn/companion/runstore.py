@@ -133,6 +133,14 @@ class StoredRun:
     datasets: Datasets
     key: str
     trained_steps: int
+    snapshot_every: int = 0
+
+    def extended(self, epoch: int) -> "StoredRun":
+        """The same run carried on to ``epoch`` steps (never shorter than it is), from the store: gradient descent
+        depends on the weights alone, so its first steps are this run's."""
+        if epoch <= self.config.epoch:
+            return self
+        return stored_run(dataclasses.replace(self.config, epoch=epoch), snapshot_every=self.snapshot_every)
 
     @functools.cached_property
     def model(self):
@@ -204,7 +212,7 @@ class _Entry:
         return StoredRun(config=config, history=history, init=self.init, weights=self.checkpoints[E],
                          engine=self.info["engine"], device=self.info["device"], setup_time=self.info["setup_time"],
                          wall_time=self.info["setup_time"] + history.wall_time, datasets=datasets, key=key,
-                         trained_steps=trained)
+                         trained_steps=trained, snapshot_every=k)
 
     # ------------------------------------------------------------------ files
 
@@ -232,8 +240,10 @@ class _Entry:
             columns = {k: f[k] for k in f.files}
         columns.setdefault("values", None)
         with np.load(folder / "snapshots.npz") as f:
-            names = [n for n in f.files if n != "steps"]
-            snaps = {int(s): {n: f[n][i] for n in names} for i, s in enumerate(f["steps"])}
+            # each array read once (an npz reads a member on every access; a view per snapshot would keep every
+            # read alive: memory quadratic in the number of snapshots)
+            arrays = {n: f[n] for n in f.files if n != "steps"}
+            snaps = {int(s): {n: a[i] for n, a in arrays.items()} for i, s in enumerate(f["steps"])}
         init, checkpoints = {}, {int(E): {} for E in info["checkpoints"]}
         with np.load(folder / "weights.npz") as f:
             for name in f.files:
@@ -316,3 +326,12 @@ def stored_run(cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = N
                root=None) -> StoredRun:
     """:meth:`RunStore.get` on the default store (or ``root``)."""
     return RunStore(root).get(cfg, snapshot_every=snapshot_every, init=init, data=data)
+
+
+def figure_runs(s: dict, run: str | None = None) -> list[StoredRun]:
+    """Every run a figure's settings ``s`` make (:func:`linattn.companion.presets.configs`, in its order; ``run``:
+    only the nested run of that key, e.g. ``"attn_m"``), from the run store, recorded every ``s["snapshot_every"]``
+    steps where ``s`` sets it: the one call with which a figure notebook trains."""
+    from .presets import configs
+
+    return [stored_run(cfg, snapshot_every=s.get("snapshot_every", 0)) for cfg in configs(s, run)]

@@ -1,0 +1,190 @@
+"""One cell of a sweep on disk, and the task that trains it.
+
+A sweep folder ``DIR`` holds::
+
+    runs/<key>/      one finished run: what ``linattn train --out`` writes (loss.csv, run.json), the initial and
+                     final weights (init.npz, weights.npz; with save_data also data.npz) and summary.json
+    failed/<key>.json  a cell that diverged or failed: its settings, status and message
+    sweep.json       the grid last swept into DIR (what ``linattn sweep --collect`` rebuilds)
+    sweep.log        one JSON line per cell and sweep: trained, skipped (already finished) or failed
+    sweep.nc         the dataset (:mod:`linattn.companion.sweeps.dataset`)
+
+``<key>`` (:func:`cell_key`) is the run store's address of the run (:func:`linattn.companion.runstore.run_key`:
+the settings, the science core's source and the library versions) together with the run's length, which the store
+leaves out because it continues a trajectory, while a run folder holds one finished run of exactly ``epoch`` steps.
+
+:func:`train_cell` is the task a Dask worker runs: a pure function of the cell's settings and folder that returns a
+small summary. It checks for a finished run before training (a cell finished meanwhile is skipped), writes into a
+temporary folder, and renames it into place only when the run is complete, so an interrupted task leaves no run
+folder and a second writer of the same cell loses the rename harmlessly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ... import diagnostics, theory
+from ...config import RunConfig
+from ...experiment import run, write_outputs
+from ...records import atomic_write, write_json
+from ...train import TrainingDiverged
+from ..runstore import run_key
+
+RUNS, FAILED = "runs", "failed"
+DONE, DIVERGED, ERROR, MISSING = "done", "diverged", "failed", "missing"
+
+
+def cell_key(cfg: RunConfig) -> str:
+    """The folder name of the run of ``cfg``: 24 hex digits of sha256(run store key, epoch, track_value)."""
+    text = f"{run_key(cfg)}|epoch={cfg.epoch}|track_value={cfg.track_value}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def run_folder(root, key: str) -> Path:
+    return Path(root) / RUNS / key
+
+
+def failure_file(root, key: str) -> Path:
+    return Path(root) / FAILED / f"{key}.json"
+
+
+def is_finished(folder: Path) -> bool:
+    """A run folder is finished once it is in place: it only ever appears whole (renamed from its temporary
+    folder)."""
+    return (folder / "summary.json").is_file()
+
+
+def recorded_divergence(root, key: str) -> dict | None:
+    """The failure record of a cell that diverged, or None. Divergence is a property of the settings (same settings,
+    same numbers), so such a cell is not tried again; a cell that failed otherwise is."""
+    path = failure_file(root, key)
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return record if record.get("status") == DIVERGED else None
+
+
+def _finite_or_none(values):
+    return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
+
+
+def theory_levels(cfg: RunConfig, cov) -> np.ndarray:
+    """L(M_0) … L(M_D) for the run's covariance (``theory.plateau_losses``; with ``vary_len`` the levels of the loss
+    averaged over prefix lengths, ``theory.vary_len_plateau_losses``)."""
+    if cfg.vary_len:
+        return theory.vary_len_plateau_losses(cov, cfg.seq_len, normalize=cfg.normalize)
+    return theory.plateau_losses(cov, cfg.N)
+
+
+def summarise(history, cov, cfg: RunConfig) -> dict:
+    """What a run did, by the library's diagnostics: the plateau level found at each saddle M_m
+    (``diagnostics.saddle_plateaus``, the first stretch at each; None where none), the step of each drop
+    M_{d-1} → M_d (``diagnostics.drop_steps``, None where the loss never got there), the directions learned
+    (``diagnostics.directions_learned``), the first drop from start to end value (``diagnostics.first_drop_step``)
+    and the final losses; ``theory_levels`` are the saddles' losses the others are measured against."""
+    loss = np.asarray(history.train_loss, dtype=np.float64)
+    levels = theory_levels(cfg, cov)
+    found = np.full(len(levels), np.nan)
+    if loss.size >= 3 and np.all(np.isfinite(loss)):
+        sp = diagnostics.saddle_plateaus(loss, levels)
+        for m, level in zip(sp.m, sp.plateaus.levels):
+            if m is not None and np.isnan(found[m]):
+                found[m] = level
+    first = diagnostics.first_drop_step(loss) if loss.size >= 2 else None
+    out = {"theory_levels": _finite_or_none(levels), "plateau_levels": _finite_or_none(found),
+           "drop_steps": _finite_or_none(diagnostics.drop_steps(loss, levels)),
+           "directions_learned": diagnostics.directions_learned(loss, levels), "first_drop_step": first,
+           "final_train_loss": float(loss[-1])}
+    for name in ("test_iwl", "test_icl"):
+        curve = getattr(history, name)
+        out[f"final_{name}"] = None if curve is None else float(curve[-1])
+    return out
+
+
+def _tmp_prefix(key: str) -> str:
+    # host and pid in the name: a later sweep on this host removes the folders of processes that are gone
+    return f".{key}.{socket.gethostname()}.{os.getpid()}."
+
+
+def remove_stale_tmp(root) -> None:
+    """Delete the temporary folders that killed tasks of this host left under ``root/runs`` (their process is gone)."""
+    host = socket.gethostname()
+    for tmp in (Path(root) / RUNS).glob(".*.tmp"):
+        parts = tmp.name.split(".")
+        if len(parts) < 5 or parts[2] != host or not parts[3].isdigit():
+            continue
+        try:
+            os.kill(int(parts[3]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            pass  # a live process of another user
+
+
+def _result(key, status, outcome, *, message="", wall_time=0.0, summary=None) -> dict:
+    return {"key": key, "status": status, "outcome": outcome, "message": message, "wall_time": wall_time,
+            "summary": summary}
+
+
+def _record_failure(root, key: str, cfg: RunConfig, status: str, message: str, wall_time: float) -> dict:
+    path = failure_file(root, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"status": status, "message": message, "wall_time_s": round(wall_time, 3),
+                      "settings": cfg.to_dict()})
+    return _result(key, status, "failed", message=message, wall_time=wall_time)
+
+
+def train_cell(settings: dict, root: str, key: str, *, save_data: bool = False, threads: int = 1) -> dict:
+    """Train the cell of ``settings`` (``RunConfig.to_dict()``) into ``root/runs/key`` unless it is there already.
+
+    Returns ``{key, status, outcome, message, wall_time, summary}``: ``outcome`` is ``"trained"``, ``"skipped"``
+    (finished before this task started) or ``"failed"``; ``status`` is ``"done"``, ``"diverged"`` or ``"failed"``
+    (any other exception: its type and message). A failure is also written to ``root/failed/key.json``; it never
+    raises, so one cell's failure does not stop the others.
+    """
+    folder = run_folder(root, key)
+    if is_finished(folder):
+        return _result(key, DONE, "skipped", summary=json.loads((folder / "summary.json").read_text()))
+    import torch
+
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    cfg = RunConfig.from_dict(settings)
+    start = time.perf_counter()
+    tmp = None
+    try:
+        result = run(cfg, progress=False)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_tmp_prefix(key), suffix=".tmp"))
+        write_outputs(result, tmp, save_data=save_data)
+        if not save_data:  # the weights, as `linattn train --save-data` writes them (without the data)
+            atomic_write(tmp / "init.npz", lambda f: np.savez(f, **result.init), binary=True)
+            atomic_write(tmp / "weights.npz", lambda f: np.savez(f, **result.weights), binary=True)
+        summary = summarise(result.history, result.datasets.cov, cfg)
+        write_json(tmp / "summary.json", summary)
+        tmp.chmod(0o755)
+        try:
+            os.rename(tmp, folder)  # fails when another writer put the same run in place first: theirs is kept
+            tmp = None
+        except OSError:
+            if not is_finished(folder):
+                raise
+        failure_file(root, key).unlink(missing_ok=True)
+        return _result(key, DONE, "trained", wall_time=result.wall_time, summary=summary)
+    except TrainingDiverged as e:
+        return _record_failure(root, key, cfg, DIVERGED, str(e), time.perf_counter() - start)
+    except Exception as e:  # noqa: BLE001 - any error is this cell's outcome, recorded; the others go on
+        return _record_failure(root, key, cfg, ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads_before)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,195 @@
+"""Run a sweep's cells on Dask and gather them into one dataset.
+
+By default an embedded ``dask.distributed.LocalCluster`` with one single-threaded worker process per core; given a
+``dask.distributed.Client``, the cells run on its cluster (a ``dask scheduler`` with workers on other machines, a
+SLURM or PBS cluster from ``dask-jobqueue``). Every worker must see the sweep folder at the same path (a shared
+file system), since each task writes its run folder there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+from ...config import ConfigError, RunConfig
+from ...records import write_json
+from . import cells as cells_mod
+from .dataset import SPEC, build_dataset, save_dataset
+from .grid import Cell, Grid
+
+LOG = "sweep.log"
+
+
+def _require_dask():
+    try:
+        import dask.distributed  # noqa: F401
+        import xarray  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"sweeps need Dask and xarray ({e.name} is missing): pip install 'linattn[sweep]'") from None
+
+
+def check_out(out) -> Path:
+    """``out`` as a Path if a sweep may write there: a folder that does not exist yet, is empty, or holds a sweep
+    (``sweep.json``); else ConfigError naming ``out``."""
+    if out is None or str(out) == "":
+        raise ConfigError("out must name the sweep folder (where the runs and the dataset go)")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out} exists and is not a folder")
+    blocker = next((a for a in out.parents if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise ConfigError(f"out={out} cannot be written: {blocker} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / SPEC).is_file():
+        raise ConfigError(f"out={out} is a non-empty folder that holds no sweep ({SPEC}); choose a new or empty "
+                          "folder, or the folder of an earlier sweep to continue it")
+    if blocker is not None and not os.access(blocker, os.W_OK):
+        raise ConfigError(f"out={out} cannot be written: no permission to write in {blocker}")
+    return out
+
+
+def plan(grid: Grid, out=None, *, max_memory=None) -> list[tuple[Cell, str, str]]:
+    """Every cell of ``grid`` (validated: ConfigError before anything runs) with its folder name and what a sweep
+    into ``out`` would do with it: ``"finished"`` (a run folder is there), ``"diverged"`` (recorded; not tried
+    again) or ``"to run"``."""
+    rows = []
+    for cell in grid.validate(max_memory=max_memory):
+        key = cells_mod.cell_key(cell.config)
+        if out is not None and cells_mod.is_finished(cells_mod.run_folder(out, key)):
+            state = "finished"
+        elif out is not None and cells_mod.recorded_divergence(out, key) is not None:
+            state = "diverged"
+        else:
+            state = "to run"
+        rows.append((cell, key, state))
+    return rows
+
+
+def _log(out: Path, **row) -> None:
+    row["time"] = round(time.time(), 3)
+    with open(out / LOG, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+@contextlib.contextmanager
+def local_client(workers: int | None = None):
+    """A ``dask.distributed.Client`` of a new local cluster, closed on exit: ``workers`` single-threaded worker
+    processes (default: one per core). Several sweeps can share it (``sweep(..., client=client)``) and start the
+    cluster once."""
+    _require_dask()
+    from dask.distributed import Client, LocalCluster
+
+    n = workers or os.cpu_count() or 1
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=50)
+    try:
+        with Client(cluster) as c:
+            yield c
+    finally:
+        cluster.close()
+
+
+@contextlib.contextmanager
+def _client(client, workers: int | None):
+    """The given client, or one of a new local cluster (:func:`local_client`)."""
+    if client is not None:
+        yield client
+    else:
+        with local_client(workers) as c:
+            yield c
+
+
+def _bar(total: int, enabled: bool | None):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="run", disable=False if enabled else None if enabled is None else True,
+                dynamic_ncols=True)
+
+
+def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int | None = None,
+          save_data: bool = False, threads: int = 1, max_memory=None, progress: bool | None = None):
+    """Train every cell of ``grid`` on Dask and return the results as one xarray Dataset (also written to
+    ``out/sweep.nc``).
+
+    This is the Python side of ``linattn sweep``. It lives in the companion, not in ``linattn`` itself, because it
+    needs Dask and xarray (the ``sweep`` extra) and the run store's addressing, which the science core does not
+    import: use ``linattn.companion.sweeps.sweep``.
+
+    Args:
+        base_config: the fixed settings (:class:`~linattn.config.RunConfig`).
+        grid: ``{setting: values}``, RunConfig field names; the cells are the product of the values, in this order
+            (the dataset's dimensions). E.g. ``{"seed": range(6), "init": [0.005, 0.01, 0.02]}``.
+        client: a ``dask.distributed.Client`` to run on; None (default): a local cluster of ``workers``
+            single-threaded worker processes (default: one per core), closed at the end.
+        out: the sweep folder: a run folder per cell (``runs/<key>``, what ``linattn train --out`` writes plus the
+            weights and ``summary.json``), ``sweep.json``, ``sweep.log`` and the dataset ``sweep.nc``. Cells whose
+            run is there already are skipped, so the same call after an interruption trains only what is missing.
+        save_data: also write each run's ``data.npz``.
+        threads: torch threads per task.
+        max_memory: the most memory one run may take (as for :func:`linattn.run <linattn.experiment.run>`).
+        progress: a progress bar (runs done, running and failed, and the time left); None: only on a terminal.
+
+    Every cell is validated first (:meth:`Grid.validate <linattn.companion.sweeps.grid.Grid.validate>`): a bad
+    setting raises ConfigError naming it and the cell, before anything is written. A cell that fails or diverges is
+    recorded (``status`` and ``message`` in the dataset) and does not stop the others; a diverged cell is not tried
+    again by a later sweep (same settings, same numbers), a failed one is.
+
+    The dataset: see :mod:`linattn.companion.sweeps.dataset`.
+    """
+    spec = Grid(base_config, dict(grid))
+    if not (isinstance(threads, int) and threads >= 1):
+        raise ConfigError(f"threads must be a positive integer, got {threads!r}")
+    rows = plan(spec, None, max_memory=max_memory)  # every cell validated before anything is written
+    out = check_out(out)
+    _require_dask()
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / SPEC, spec.to_spec())
+    (out / cells_mod.RUNS).mkdir(exist_ok=True)
+    cells_mod.remove_stale_tmp(out)
+    todo = []
+    for cell, key, _ in rows:
+        if cells_mod.is_finished(cells_mod.run_folder(out, key)):
+            _log(out, key=key, cell=cell.label, outcome="skipped", status=cells_mod.DONE)
+        elif (record := cells_mod.recorded_divergence(out, key)) is not None:
+            _log(out, key=key, cell=cell.label, outcome="skipped", status=record["status"])
+        else:
+            todo.append((cell, key))
+    if todo:  # a cluster only when there is something to run
+        with _client(client, workers) as dask_client:
+            _run(todo, out, dask_client, save_data=save_data, threads=threads, progress=progress)
+    ds = build_dataset(spec, out, [key for _, key, _ in rows])
+    save_dataset(ds, out)
+    return ds
+
+
+def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, threads: int, progress) -> None:
+    """Submit the cells of ``todo`` to ``client`` and log each as it completes; on an interruption cancel the rest."""
+    from dask.distributed import as_completed
+
+    labels = {key: cell.label for cell, key in todo}
+    futures = [client.submit(cells_mod.train_cell, cell.config.to_dict(), str(out), key, save_data=save_data,
+                             threads=threads, key=f"linattn-sweep-{key}", pure=False)
+               for cell, key in todo]
+    done = failed = 0
+    bar = _bar(len(futures), progress)
+    bar.set_postfix_str(f"done 0, running {min(len(futures), sum(client.nthreads().values()))}, failed 0")
+    try:
+        for future in as_completed(futures):
+            result = future.result()
+            _log(out, key=result["key"], cell=labels[result["key"]], outcome=result["outcome"],
+                 status=result["status"], wall_time=round(result["wall_time"], 3))
+            if result["status"] == cells_mod.DONE:
+                done += 1
+            else:
+                failed += 1
+            pending = len(futures) - done - failed
+            running = min(pending, sum(client.nthreads().values()) or pending)
+            bar.set_postfix_str(f"done {done}, running {running}, failed {failed}", refresh=False)
+            bar.update()
+    except BaseException:
+        client.cancel(futures)
+        raise
+    finally:
+        bar.close()
