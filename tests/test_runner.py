@@ -294,7 +294,7 @@ def test_unknown_only_name_is_an_error(tmp_path):
 def test_figures_param_refusals_are_one_line_exit_2_before_any_work(param, message, tmp_path, capsys):
     from linattn.cli import main
     out = tmp_path / "rerun"
-    code = main(["figures", "--only", "fig01b_attnm_loss", "--param", param, "--out", str(out)])
+    code = main(["figures", "--only", "fig03a_attns_loss", "--param", param, "--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("linattn figures: error: ")
     assert re.search(message, err), err
@@ -302,7 +302,8 @@ def test_figures_param_refusals_are_one_line_exit_2_before_any_work(param, messa
 
 
 @pytest.mark.parametrize("figure, param, same_run", [
-    ("fig01b_attnm_loss", "seeds=[-1]", dict(seed=-1)),
+    ("fig01b_attnm_loss", "seed=-1", dict(seed=-1)),
+    ("fig03a_attns_loss", "seeds=[0, -1]", dict(seed=-1)),
     ("fig01b_attnm_loss", "init=-0.01", dict(init=-0.01)),
     ("fig14_icl_iwl", "icl_values=[0.5, 2.0]", dict(icl=2.0)),
     ("fig04_low_rank", "ranks=[1, 9]", dict(rank=9, in_dim=8)),
@@ -340,9 +341,11 @@ def test_figures_param_refuses_runs_the_reference_draws_cannot_make(tmp_path, ca
 def test_run_configs_are_the_runs_a_figure_trains():
     """Sweeps reach the field they set (in the run they belong to), overrides reach every run, constants hold."""
     quick = presets.PRESETS
-    runs = presets.run_configs("fig14_icl_iwl", "quick", {"seeds": [1, 2]})
+    runs = presets.run_configs("fig14_icl_iwl", "quick", {"seed": 3})
     assert sorted((c.icl, c.seed) for c in runs) == sorted(
-        (icl, seed) for icl in quick["fig14_icl_iwl"]["quick"]["icl_values"] for seed in (1, 2))
+        (icl, 3) for icl in quick["fig14_icl_iwl"]["quick"]["icl_values"])
+    seeds = presets.run_configs("fig03a_attns_loss", "quick", {"seeds": [1, 2]})
+    assert sorted(c.seed for c in seeds) == [1, 2]
     scale = presets.run_configs("figA_init_scale", "quick", {"lr": 0.5})
     by_model = {m: sorted(c.init for c in scale if c.model == m) for m in ("attnM", "attnS")}
     assert by_model == {"attnM": sorted(quick["figA_init_scale"]["quick"]["inits_m"]),
@@ -464,7 +467,7 @@ def test_figures_param_needs_one_figure_and_a_folder(tmp_path, capsys):
     from linattn.cli import main
     assert main(["figures", "--param", "seeds=[3]", "--out", str(tmp_path / "o")]) == 2
     assert "--param needs --only" in capsys.readouterr().err
-    assert main(["figures", "--only", "fig01b_attnm_loss", "--param", "seeds=[3]"]) == 2
+    assert main(["figures", "--only", "fig01b_attnm_loss", "--param", "seed=3"]) == 2
     assert "--param writes to --out DIR" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
@@ -583,11 +586,12 @@ def test_number_row_ignores_non_finite():
 
 def test_settings_overrides_and_typos():
     s = presets.settings("fig01b_attnm_loss", "paper")
-    assert s["head_num"] == 8 and s["init"] == 1e-6 and s["epoch"] == 6001 and s["seeds"] == [10]
+    assert s["head_num"] == 8 and s["init"] == 1e-6 and s["epoch"] == 6001 and s["seed"] == 10
+    s = presets.settings("fig03a_attns_loss", "paper")
     s["seeds"].append(99)
-    assert presets.PRESETS["fig01b_attnm_loss"]["paper"]["seeds"] == [10]  # a copy, never the table
-    assert presets.settings("fig01b_attnm_loss", "quick", seeds=[1, 2])["seeds"] == [1, 2]
-    assert presets.settings("fig01b_attnm_loss", "quick", seeds=None)["seeds"] == [10]
+    assert presets.PRESETS["fig03a_attns_loss"]["paper"]["seeds"] == [0, 1, 2, 3, 4, 5]  # a copy, never the table
+    assert presets.settings("fig03a_attns_loss", "quick", seeds=[1, 2])["seeds"] == [1, 2]
+    assert presets.settings("fig01b_attnm_loss", "quick", seed=None)["seed"] == 10
     with pytest.raises(KeyError, match="seedz"):
         presets.settings("fig01b_attnm_loss", "quick", seedz=[1])
     with pytest.raises(KeyError, match="huge"):

@@ -68,8 +68,8 @@ PRESETS: dict[str, dict[str, dict]] = {
         "paper": dict(in_dim=3, head_num=4),
     },
     "fig01b_attnm_loss": {
-        "quick": dict(_ATTN_M_PAPER, seeds=[10]),  # the exact engine makes the published run as cheap as any
-        "paper": dict(_ATTN_M_PAPER, seeds=[10]),
+        "quick": dict(_ATTN_M_PAPER, seed=10),  # the exact engine makes the published run as cheap as any
+        "paper": dict(_ATTN_M_PAPER, seed=10),
     },
     "fig02_attns_schematic": {
         "quick": dict(in_dim=3, head_num=2),
@@ -93,9 +93,9 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
     "fig14_icl_iwl": {
         "quick": dict(_WHITE_ATTN_M, lr=1e-3, epoch=2500, trainset_size=500, testset_size=500,
-                      icl_values=[0.0, 0.5, 1.0], seeds=[10]),
+                      icl_values=[0.0, 0.5, 1.0], seed=10),
         "paper": dict(_WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000,
-                      icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seeds=[10]),
+                      icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seed=10),
     },
     "figA_white_cov": {
         "quick": dict(_WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=1000, seeds=[10], snapshot_every=5),
