@@ -1,13 +1,15 @@
-"""The settings of every figure, at two sizes: ``paper`` (the published settings) and
-``quick`` (CI-sized: each notebook runs in seconds).
+"""The settings of every figure, at two sizes: ``paper`` (the published settings) and ``quick`` (CI-sized: each
+notebook runs in seconds). This table is the one source of a figure's knobs and of the runs it trains.
 
-    PRESETS["fig01b_attnm_loss"]["paper"]        # a dict of settings
-    settings("fig01b_attnm_loss", "quick", seeds=[0, 1])
+    PRESETS["fig04_low_rank"]["paper"]                       # every setting of the figure: its knobs
+    resolve("fig04_low_rank", "quick", {"head_num": 12})     # what the runner gives the parameters cell
+    configs(resolve("fig04_low_rank", "paper"))              # the RunConfig of each run it trains
 
 Keys are the figure names (= notebook stems in ``figures_src/``). Run settings use :class:`linattn.config.RunConfig`
-names (``head_num``, ``init``, ``lr``, ``epoch``, ``trainset_size``, ...); ``seeds`` is a list; anything a figure
-varies (``icl_values``, ``inits``, ...) has its own key. Where a quick value is smaller than the paper's, the notebook
-header says so.
+names (``head_num``, ``init``, ``lr``, ``epoch``, ``trainset_size``, ...); every training figure lists all of
+:data:`RUN_KNOBS`. What a figure varies has its own key (``seeds``, ``ranks``, ``icl_values``, ...; :data:`SWEEPS`
+says which RunConfig field each sets). The notebooks' parameters cells are written from the ``paper`` entries with
+the :data:`HELP` texts (:func:`linattn.companion.notebooks.parameters_source`).
 """
 
 from __future__ import annotations
@@ -370,11 +372,11 @@ def run_configs(name: str, preset: str = "quick", overrides: dict | None = None)
     """The :class:`linattn.config.RunConfig` of every run figure ``name`` trains at ``preset`` with a reader's
     ``overrides`` (its notebook's parameters, as ``linattn figures --param`` gives them), not validated.
 
-    An override that is a setting of the preset replaces it (as :func:`settings` does); one that is a RunConfig
-    field but not a top-level setting goes to every nested run (``settings(..., runs=...)``, as the notebooks with
-    ``attn_m``/``attn_s`` do); others (drawing options) make no run. Each run takes the RunConfig fields of its
-    settings and one value of every swept setting (:data:`SWEEPS`; all combinations). A figure whose preset has neither ``seeds`` nor ``seed`` trains nothing (the schematics, the
-    error table): ``[]``. A ``spectrum`` fixes ``in_dim`` to its length unless the run sets ``in_dim``."""
+    The overrides are applied as the runner applies them (:func:`resolve`; others, such as drawing options, make
+    no run), and the runs are those :func:`configs` makes of the result, the very runs the notebook trains through
+    :func:`linattn.companion.runstore.figure_runs`. A figure whose preset has neither ``seeds`` nor ``seed`` trains
+    nothing (the schematics, the error table): ``[]``. A ``spectrum`` fixes ``in_dim`` to its length unless the run
+    sets ``in_dim``."""
     from ..config import RunConfig
 
     fields = set(RunConfig.field_names())
