@@ -674,3 +674,11 @@ def test_prose_helpers():
     table = MarkdownTable([dict(a=1, b=np.float64(0.123456), c=None, d="x|y")], {"a": "A", "b": "B", "c": "C", "d": "D"},
                           {"b": ".2f"})._repr_markdown_().splitlines()
     assert table == ["| A | B | C | D |", "|---|---|---|---|", "| 1 | 0.12 | – | x\\|y |"]
+
+
+def test_log_axis_start_is_a_decade_below_the_earliest_drop():
+    from linattn.companion.plotting import log_axis_start
+
+    assert log_axis_start([380.0, np.nan, 1200.0], fallback=5000) == 100.0
+    assert log_axis_start([np.nan, np.nan], fallback=5000) == 1000.0  # nothing dropped: from the run's length
+    assert log_axis_start([3.0], fallback=5000) == 10.0  # never below 10

@@ -344,6 +344,15 @@ def loss_panel(ax, step, curves, levels, *, log_steps: bool = False, mark_step=N
     return ax
 
 
+def log_axis_start(first_drops, fallback: float) -> float:
+    """Where a log step axis starts: the power of ten at or below the earliest of ``first_drops`` (NaN: a curve that
+    never dropped; ``fallback`` when none did), and never below 10, so the first plateau shows a decade long."""
+    drops = np.asarray(first_drops, dtype=np.float64)
+    drops = drops[np.isfinite(drops)]
+    first = drops.min() if drops.size else fallback
+    return float(10.0 ** np.floor(np.log10(max(first, 10))))
+
+
 def log_thin(n: int, points: int = 4000) -> np.ndarray:
     """Sorted unique indices 0 … n−1, evenly spaced in log(index + 1): what a log-step axis can resolve, so long runs
     draw (and save) a few thousand samples instead of every step. Always keeps the first and last index."""

@@ -301,14 +301,6 @@ def resolve(name: str, preset: str, overrides: dict | None = None) -> dict:
     return settings(name, preset, runs=runs, **top)
 
 
-def knob_names(name: str) -> tuple[str, ...]:
-    """What a reader may set for figure ``name`` (``--param``): its settings, and for a figure with nested runs also
-    every run-level setting any of those runs has (it sets all of them)."""
-    table = PRESETS[name]["paper"]
-    run_level = {k for run in nested_runs(name) for k in table[run]}
-    return tuple(table) + tuple(sorted(run_level - set(table)))
-
-
 def parameters(name: str, namespace: dict) -> dict:
     """Figure ``name``'s settings as its notebook's parameters cell (and the runner's injected values) left them in
     ``namespace`` (the notebook's ``globals()``): ``{key: namespace[key]}`` for every setting of the figure, deep
