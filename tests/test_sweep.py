@@ -153,8 +153,8 @@ def test_a_killed_worker_loses_nothing_and_the_numbers_equal_a_plain_run(tmp_pat
     from dask.distributed import Client
 
     address_file = tmp_path / "scheduler.json"
-    procs = [_spawn("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
-                    str(address_file))]
+    procs = [_spawn("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--dashboard-address", ":0",
+                    "--scheduler-file", str(address_file))]
     try:
         for _ in range(2):  # no nanny: a killed worker stays dead, and its tasks must move to the other
             procs.append(_spawn("worker", "--scheduler-file", str(address_file), "--host", "127.0.0.1",
@@ -219,6 +219,8 @@ def test_an_interrupted_sweep_resumes_losing_and_redoing_no_run(tmp_path):
         first.wait()
     kept = finished_folders(out)
     assert 2 <= len(kept) < 8
+    # each task logs its run once it is in place: the log lists every run the killed sweep kept
+    assert set(kept) <= {r["key"] for r in log_rows(out) if r["outcome"] == "trained"}
     logged = len(log_rows(out)) if (out / "sweep.log").exists() else 0
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
@@ -231,3 +233,39 @@ def test_an_interrupted_sweep_resumes_losing_and_redoing_no_run(tmp_path):
     assert not list((out / "runs").glob(".*.tmp"))  # the killed tasks' leftovers are gone
     ds = xr.open_dataset(out / "sweep.nc")
     assert (ds.status == "done").all() and ds.sizes["seed"] == 8
+
+
+@pytest.mark.slow
+def test_a_local_cluster_binds_no_fixed_port(tmp_path, capfd):
+    """With port 8787 (Dask's usual dashboard port) held by another program, a sweep on its own local cluster
+    prints no warning: every server of the cluster binds a free port."""
+    import socket
+    import warnings
+
+    holder = socket.socket()
+    try:
+        holder.bind(("", 8787))
+    except OSError:
+        pass  # something else holds it already: the test stands as it is
+    holder.listen()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with sweeps.local_client(1) as client:
+                ds = sweeps.sweep(RunConfig(**TINY, epoch=50), {"seed": [0, 1]}, client=client, out=tmp_path / "s",
+                                  progress=False)
+    finally:
+        holder.close()
+    assert (ds.status == "done").all()
+    assert not [str(w.message) for w in caught if "8787" in str(w.message) or "already in use" in str(w.message)]
+    assert "already in use" not in capfd.readouterr().err
+
+
+def test_the_dataset_attributes_hold_only_the_fixed_settings(tmp_path):
+    """A swept setting is a coordinate of the dataset, not one of its fixed settings."""
+    spec = sweeps.Grid(RunConfig(**TINY, epoch=10), {"seed": [0, 1], "init": [0.1, 0.2]})
+    ds = sweeps.build_dataset(spec, tmp_path)
+    settings = json.loads(ds.attrs["settings"])
+    assert "seed" not in settings and "init" not in settings
+    assert settings["head_num"] == TINY["head_num"] and settings["epoch"] == 10
+    assert list(ds.seed.values) == [0, 1] and list(ds.init.values) == [0.1, 0.2]

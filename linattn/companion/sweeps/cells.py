@@ -39,7 +39,7 @@ from ...records import atomic_write, write_json
 from ...train import TrainingDiverged
 from ..runstore import run_key
 
-RUNS, FAILED = "runs", "failed"
+RUNS, FAILED, LOG = "runs", "failed", "sweep.log"
 DONE, DIVERGED, ERROR, MISSING = "done", "diverged", "failed", "missing"
 
 
@@ -110,6 +110,15 @@ def summarise(history, cov, cfg: RunConfig) -> dict:
     return out
 
 
+def log(root, **row) -> None:
+    """Append ``row`` (with the time) to ``root/sweep.log`` as one JSON line. The task that trains a cell logs it
+    itself once its folder is in place, so a sweep killed before its client heard back still lists every run it
+    kept (one ``write`` of a line opened for appending: lines from several processes do not interleave)."""
+    row["time"] = round(time.time(), 3)
+    with open(Path(root) / LOG, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def _tmp_prefix(key: str) -> str:
     # host and pid in the name: a later sweep on this host removes the folders of processes that are gone
     return f".{key}.{socket.gethostname()}.{os.getpid()}."
@@ -143,14 +152,23 @@ def _record_failure(root, key: str, cfg: RunConfig, status: str, message: str, w
     return _result(key, status, "failed", message=message, wall_time=wall_time)
 
 
-def train_cell(settings: dict, root: str, key: str, *, save_data: bool = False, threads: int = 1) -> dict:
+def train_cell(settings: dict, root: str, key: str, *, save_data: bool = False, threads: int = 1,
+               label: str = "") -> dict:
     """Train the cell of ``settings`` (``RunConfig.to_dict()``) into ``root/runs/key`` unless it is there already.
 
     Returns ``{key, status, outcome, message, wall_time, summary}``: ``outcome`` is ``"trained"``, ``"skipped"``
     (finished before this task started) or ``"failed"``; ``status`` is ``"done"``, ``"diverged"`` or ``"failed"``
     (any other exception: its type and message). A failure is also written to ``root/failed/key.json``; it never
-    raises, so one cell's failure does not stop the others.
+    raises, so one cell's failure does not stop the others. The outcome is logged to ``root/sweep.log`` with
+    ``label`` (the cell as ``--grid`` writes it) before the task returns (:func:`log`).
     """
+    result = _train_cell(settings, root, key, save_data=save_data, threads=threads)
+    log(root, key=key, cell=label, outcome=result["outcome"], status=result["status"],
+        wall_time=round(result["wall_time"], 3))
+    return result
+
+
+def _train_cell(settings: dict, root: str, key: str, *, save_data: bool, threads: int) -> dict:
     folder = run_folder(root, key)
     if is_finished(folder):
         return _result(key, DONE, "skipped", summary=json.loads((folder / "summary.json").read_text()))

@@ -93,7 +93,8 @@ def build_dataset(grid: Grid, root, keys: list[str] | None = None):
     data.update({k: (dims, v) for k, v in scalars.items()})
     coords = dict(grid.coordinates(), step=np.arange(steps), direction=np.arange(1, D + 1), m=np.arange(D + 1))
     spec = grid.to_spec()
-    attrs = {"settings": json.dumps(spec["settings"]), "grid": json.dumps(spec["grid"]),
+    fixed = {k: v for k, v in spec["settings"].items() if k not in spec["grid"]}  # a swept setting is a coordinate
+    attrs = {"settings": json.dumps(fixed), "grid": json.dumps(spec["grid"]),
              "linattn_version": __version__}
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
     ds["wall_time"].attrs["units"] = "s"

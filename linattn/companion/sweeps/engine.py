@@ -9,9 +9,7 @@ file system), since each task writes its run folder there.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import time
 from pathlib import Path
 
 from ...config import ConfigError, RunConfig
@@ -19,9 +17,6 @@ from ...records import write_json
 from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
-
-LOG = "sweep.log"
-
 
 def _require_dask():
     try:
@@ -67,12 +62,6 @@ def plan(grid: Grid, out=None, *, max_memory=None) -> list[tuple[Cell, str, str]
     return rows
 
 
-def _log(out: Path, **row) -> None:
-    row["time"] = round(time.time(), 3)
-    with open(out / LOG, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
-
-
 @contextlib.contextmanager
 def local_client(workers: int | None = None):
     """A ``dask.distributed.Client`` of a new local cluster, closed on exit: ``workers`` single-threaded worker
@@ -82,8 +71,10 @@ def local_client(workers: int | None = None):
     from dask.distributed import Client, LocalCluster
 
     n = workers or os.cpu_count() or 1
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=50)
+    # every server on a free port: with dashboard_address=None the scheduler's HTTP server still tries 8787 first
+    # and warns when something else holds it
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, scheduler_port=0,
+                           dashboard_address=":0", silence_logs=50)
     try:
         with Client(cluster) as c:
             yield c
@@ -151,9 +142,9 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
     todo = []
     for cell, key, _ in rows:
         if cells_mod.is_finished(cells_mod.run_folder(out, key)):
-            _log(out, key=key, cell=cell.label, outcome="skipped", status=cells_mod.DONE)
+            cells_mod.log(out, key=key, cell=cell.label, outcome="skipped", status=cells_mod.DONE)
         elif (record := cells_mod.recorded_divergence(out, key)) is not None:
-            _log(out, key=key, cell=cell.label, outcome="skipped", status=record["status"])
+            cells_mod.log(out, key=key, cell=cell.label, outcome="skipped", status=record["status"])
         else:
             todo.append((cell, key))
     if todo:  # a cluster only when there is something to run
@@ -168,18 +159,15 @@ def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, th
     """Submit the cells of ``todo`` to ``client`` and log each as it completes; on an interruption cancel the rest."""
     from dask.distributed import as_completed
 
-    labels = {key: cell.label for cell, key in todo}
     futures = [client.submit(cells_mod.train_cell, cell.config.to_dict(), str(out), key, save_data=save_data,
-                             threads=threads, key=f"linattn-sweep-{key}", pure=False)
+                             threads=threads, label=cell.label, key=f"linattn-sweep-{key}", pure=False)
                for cell, key in todo]
     done = failed = 0
     bar = _bar(len(futures), progress)
     bar.set_postfix_str(f"done 0, running {min(len(futures), sum(client.nthreads().values()))}, failed 0")
     try:
         for future in as_completed(futures):
-            result = future.result()
-            _log(out, key=result["key"], cell=labels[result["key"]], outcome=result["outcome"],
-                 status=result["status"], wall_time=round(result["wall_time"], 3))
+            result = future.result()  # the task has logged its outcome itself (cells.log)
             if result["status"] == cells_mod.DONE:
                 done += 1
             else:
