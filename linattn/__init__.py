@@ -24,17 +24,13 @@ The library in one example (the API page of the book lists every name)::
     model = linattn.build_model("attnS", res.weights)
 """
 
-from . import _compat
+from . import diagnostics, events, objectives, theory
 from ._version import __version__
-
-_compat.install()  # old module paths (linattn.engines, linattn.figure_io, …) keep working, with a FutureWarning
-
-from . import diagnostics, events, objectives, theory  # noqa: E402
-from .config import ConfigError, RunConfig  # noqa: E402
-from .data import Datasets, Sequences, sample_tasks  # noqa: E402
-from .experiment import RunResult, SavedRun, draw, load_run, run, write_outputs  # noqa: E402
-from .models import build_model, init_weights, mlp_from_attn_m  # noqa: E402
-from .train import TrainingDiverged  # noqa: E402
+from .config import ConfigError, RunConfig
+from .data import Datasets, Sequences, sample_tasks
+from .experiment import RunResult, SavedRun, draw, load_run, run, write_outputs
+from .models import build_model, init_weights, mlp_from_attn_m
+from .train import TrainingDiverged
 
 __all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "SavedRun", "write_outputs", "draw",
            "build_model", "init_weights", "mlp_from_attn_m", "Sequences", "Datasets", "sample_tasks",

@@ -33,7 +33,7 @@ from ._version import __version__
 from . import objectives
 from .config import BOOL_FIELDS, DRAWS, DTYPES, DYNAMICS, NORMALIZATIONS, ConfigError, RunConfig, check_memory, \
     parse_size
-from .models import INIT_SCHEME_ALIASES, INIT_SCHEMES, MODELS
+from .models import INIT_SCHEMES, MODELS
 
 
 class UsageError(Exception):
@@ -175,10 +175,9 @@ def add_train_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> N
                       help="gd: full-batch gradient descent; flow: gradient flow (scipy solve_ivp) at t/τ = 2·lr·step")
     ours.add_argument("--normalize", choices=NORMALIZATIONS, default=d.normalize,
                       help="sum: the reference's Σ over tokens (default); mean: the paper's 1/N")
-    ours.add_argument("--init_scheme", choices=INIT_SCHEMES + tuple(INIT_SCHEME_ALIASES), default=d.init_scheme,
+    ours.add_argument("--init_scheme", choices=INIT_SCHEMES, default=d.init_scheme,
                       help="the reference's initialisation era: dec2024 (published Figure 3a), jan2025 (Figure 4), "
-                           "dec2025 (the authors' current code, default); 'paper' and 'current' are deprecated "
-                           "aliases of jan2025 and dec2025")
+                           "dec2025 (the authors' current code, default)")
     ours.add_argument("--draws", choices=DRAWS, default=d.draws,
                       help="reference (default): the authors' random numbers for this --seed, so the same command "
                            "gives the same data, weights and losses; streams: linattn's independent streams, one per "
@@ -206,11 +205,6 @@ def add_train_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> N
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     settings = {k: v for k, v in vars(args).items() if k in RunConfig.field_names()}
-    if settings.get("init_scheme") in INIT_SCHEME_ALIASES:
-        era = INIT_SCHEME_ALIASES[settings["init_scheme"]]
-        print(f"linattn train: note: --init_scheme {settings['init_scheme']} is deprecated (removed in the next "
-              f"release); it means --init_scheme {era}", file=sys.stderr)
-        settings["init_scheme"] = era
     return RunConfig(**settings)
 
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import warnings
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
 from . import objectives
-from ._compat import warn_renamed
 from .data import check_choice, check_covariance, check_int, check_spectrum, is_int, is_number
-from .models import INIT_SCHEME_ALIASES, check_weight_settings
+from .models import check_weight_settings
 from .normalization import NORMALIZATIONS
 
 DYNAMICS = ("gd", "flow")
@@ -76,20 +74,10 @@ class RunConfig:
     device: str = "auto"
     population_samples: int = 0  # 0: exact population moments; > 0: Monte-Carlo estimate of that size
     chunk: int = 4096
-    out_dim: InitVar[int | None] = None  # deprecated: the paper's models predict a scalar, so it was always 1
 
-    def __post_init__(self, out_dim):
+    def __post_init__(self):
         if isinstance(self.trainset_size, (float, np.floating)) and self.trainset_size == math.inf:
             self.trainset_size = None  # the same population objective, so the same settings, keys and run.json
-        if out_dim is not None:
-            warn_renamed("RunConfig(out_dim=…)", "nothing (the output is a scalar; the field is gone)")
-            if out_dim != 1:
-                raise ConfigError(f"out_dim must be 1 (the paper's models predict a scalar), got {out_dim}")
-        if self.init_scheme in INIT_SCHEME_ALIASES:
-            era = INIT_SCHEME_ALIASES[self.init_scheme]
-            warnings.warn(f"init_scheme={self.init_scheme!r} is deprecated and will be removed in the next release; "
-                          f"use {era!r} (the same initialisation)", FutureWarning, stacklevel=3)
-            self.init_scheme = era
 
     @property
     def N(self) -> int:
@@ -98,7 +86,7 @@ class RunConfig:
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        """The settings, in order (every field; the deprecated ``out_dim`` is not one)."""
+        """The settings, in order (every field)."""
         return tuple(f.name for f in fields(cls))
 
     def resolved_engine(self) -> str:
@@ -115,12 +103,10 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
         """The inverse of :meth:`to_dict` (e.g. ``run.json``'s ``settings``); unknown keys raise ConfigError."""
-        unknown = sorted(set(d) - set(cls.field_names()) - {"out_dim"})
+        unknown = sorted(set(d) - set(cls.field_names()))
         if unknown:
             raise ConfigError(f"unknown settings {', '.join(unknown)} (from another linattn version?)")
         d = dict(d)
-        if d.get("out_dim", 1) == 1:
-            d.pop("out_dim", None)  # written by earlier linattn versions
         if d.get("trainset_size") == "inf":
             d["trainset_size"] = None
         if d.get("spectrum") is not None:

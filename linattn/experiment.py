@@ -21,7 +21,6 @@ import torch
 
 from . import data as data_mod
 from . import objectives
-from ._compat import warn_renamed
 from .config import ConfigError, RunConfig, check_memory
 from .flow import gradient_flow
 from .models import build_model, check_weights, init_weights
@@ -58,12 +57,6 @@ class RunResult:
     device: str
     setup_time: float
     wall_time: float
-
-
-def pick_device(device: str, engine: str = "autograd") -> str:
-    """Deprecated: :func:`linattn.objectives.device_for`."""
-    warn_renamed("linattn.experiment.pick_device", "linattn.objectives.device_for")
-    return objectives.device_for(device, engine)
 
 
 def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:

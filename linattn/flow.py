@@ -23,7 +23,6 @@ import torch
 from scipy.integrate import solve_ivp
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ._compat import renamed_kwargs
 from .train import History, TrainingDiverged, weights_of
 
 METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
@@ -57,7 +56,6 @@ class _Vectorised:
         return -self.lr * grad.detach().cpu().to(torch.float64).numpy()
 
 
-@renamed_kwargs(epochs="epoch")
 def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None = None,
                   track_value: bool = False, snapshot_every: int = 0, snapshot: Callable | None = None,
                   method: str = "LSODA", rtol: float = 1e-8, atol: float = 1e-13) -> History:

@@ -33,17 +33,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._compat import renamed_kwargs
 from .data import check_choice, check_int, check_positive
 from .normalization import token_scale
 
 MODELS = ("attnM", "attnS", "mlp")
-# The reference's three initialisation eras (its code at Dec 2024, Jan 2025 and Dec 2025); the old names are aliases.
+# The reference's three initialisation eras (its code at Dec 2024, Jan 2025 and Dec 2025).
 INIT_SCHEMES = ("dec2024", "jan2025", "dec2025")
-INIT_SCHEME_ALIASES = {"paper": "jan2025", "current": "dec2025"}
 
 
-@renamed_kwargs(heads="head_num")
 def attn_s_scales(init_scheme: str, init: float, *, head_num: int, in_dim: int, rank: int) -> tuple[float, float]:
     """(key/query std, value scale) of ATTN_S at initialisation, per era (E = D + 1).
 
@@ -66,7 +63,6 @@ def check_weight_settings(*, model, head_num, in_dim, rank, init, init_scheme) -
     check_choice("init_scheme", init_scheme, INIT_SCHEMES)
 
 
-@renamed_kwargs(heads="head_num", scheme="init_scheme")
 def init_weights(model: str, *, head_num: int, in_dim: int, rank: int = 1, init: float = 0.01,
                  init_scheme: str = "dec2025", rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Initial weights with the reference's distributions, as full arrays (the layout of ``init.npz``).
@@ -359,7 +355,6 @@ class MLP(_Model):
         return _balances(v=self.w2, k=self.W1)
 
 
-@renamed_kwargs(heads="head_num")
 def weight_shapes(model: str, *, head_num: int, in_dim: int, rank: int = 1) -> dict[str, tuple[int, ...]]:
     """The arrays of ``init.npz`` for ``model`` and their shapes, with E = D + 1.
 
@@ -388,7 +383,6 @@ def _sizes_of(model: str, weights) -> dict:
     return {}
 
 
-@renamed_kwargs(heads="head_num")
 def check_weights(model: str, weights, *, head_num: int | None = None, in_dim: int | None = None,
                   rank: int | None = None) -> dict[str, np.ndarray]:
     """``weights`` as numpy arrays if they have exactly the keys and shapes of :func:`weight_shapes` and finite

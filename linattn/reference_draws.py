@@ -32,7 +32,6 @@ import math
 import numpy as np
 import torch
 
-from ._compat import deprecated_names, renamed_kwargs
 from .data import Datasets, Sequences
 from .models import INIT_SCHEMES
 
@@ -177,7 +176,6 @@ def _init_weights(model: str, init_scheme: str, draws: Draws, *, H: int, D: int,
     raise ValueError(f"unknown model {model!r}")
 
 
-@renamed_kwargs(era="init_scheme")
 def reference_draws(*, model: str, init_scheme: str, in_dim: int, seq_len: int, trainset_size: int,
                     testset_size: int = 0,
                     icl: float = 1.0, white_cov: bool = False, head_num: int = 1, rank: int = 1,
@@ -204,6 +202,3 @@ def reference_draws(*, model: str, init_scheme: str, in_dim: int, seq_len: int, 
     weights = _init_weights(model, init_scheme, draws, H=head_num, D=D, R=rank, init=init)
     data = Datasets(train=train, test_iwl=test_iwl, test_icl=test_icl, cov=cov, w_fix=w_fix[:, 0].numpy())
     return data, weights
-
-
-__getattr__ = deprecated_names(__name__, {"ERAS": (lambda: INIT_SCHEMES, "linattn.models.INIT_SCHEMES")})

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from ._compat import renamed_kwargs
 from .models import attn_s_scales
 from .normalization import (NORMALIZATIONS, N_FACTORS, check, feature_scale, to_paper_normalisation,  # noqa: F401
                             to_reference_normalisation, weight_scale_to_paper)
@@ -320,7 +319,6 @@ def attn_s_escape_time(lam: float, v0: float) -> float:
     return float(1.0 / (lam**2 * v0))
 
 
-@renamed_kwargs(heads="head_num", scheme="init_scheme")
 def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, head_num: int = 1,
                       init_scheme: str = "jan2025", normalize: str) -> np.ndarray:
     """Escape-time estimate of each drop d = 1 … D, in GD steps from step 0, for ATTN_S.

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 from tqdm import tqdm  # the text bar: tqdm.auto warns in a kernel without ipywidgets
 
-from ._compat import renamed_kwargs
 
 
 class TrainingDiverged(RuntimeError):
@@ -86,7 +85,6 @@ def weights_of(model, like: dict | None = None) -> dict[str, np.ndarray]:
     return out
 
 
-@renamed_kwargs(epochs="epoch")
 def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | None = None,
                      track_value: bool = False, snapshot_every: int = 0,
                      snapshot: Callable | None = None, progress: bool | None = None, start_step: int = 0) -> History:

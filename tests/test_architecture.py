@@ -1,15 +1,17 @@
-"""The shape of the package: imports run one way, no cycle, no module hidden by a name, one engine registry, and the
-old names of this release still working with a warning."""
+"""The shape of the package: imports run one way, no cycle, no module hidden by a name, one engine registry, no import
+hook, and the public API (``linattn.__all__``) as the API page documents it."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import pkgutil
-import warnings
+import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import linattn
@@ -124,45 +126,36 @@ def test_a_registered_engine_is_accepted_everywhere(monkeypatch):
         cfg.validate()
 
 
-@pytest.mark.parametrize("old, new", [("linattn.engines", "linattn.objectives"),
-                                      ("linattn.figure_io", "linattn.companion.output"),
-                                      ("linattn.presets", "linattn.companion.presets")])
-def test_moved_modules_still_import_with_a_warning(old, new):
-    import sys
-
-    sys.modules.pop(old, None)
-    with pytest.warns(FutureWarning, match=new):
-        module = importlib.import_module(old)
-    target = importlib.import_module(new)
-    assert all(getattr(module, n) is getattr(target, n) for n in dir(target) if not n.startswith("_"))
-
-
-def test_renamed_names_still_work_with_a_warning():
-    rng = lambda: np.random.default_rng(0)  # noqa: E731
-    with pytest.warns(FutureWarning) as caught:
-        old = linattn.init_weights("attnS", heads=2, in_dim=3, scheme="jan2025", rng=rng())
-    assert sorted(str(w.message).split("; use ")[1] for w in caught) == ["head_num=", "init_scheme="]
-    new = linattn.init_weights("attnS", head_num=2, in_dim=3, init_scheme="jan2025", rng=rng())
-    assert all(np.array_equal(old[k], new[k]) for k in new)
-    with pytest.warns(FutureWarning, match="Autograd"):
-        assert objectives.PerSample is objectives.Autograd
-    with pytest.warns(FutureWarning, match="out_dim"):
-        assert RunConfig(out_dim=1) == RunConfig()
-    with pytest.raises(TypeError, match="both"):
-        linattn.init_weights("attnS", heads=2, head_num=2, in_dim=3, rng=rng())
+def test_import_linattn_installs_no_import_hook():
+    """``import linattn`` leaves ``sys.meta_path`` as it found it, and no module path of another layout is served."""
+    code = textwrap.dedent("""
+        import importlib, sys
+        before = list(sys.meta_path)
+        import linattn, linattn.cli, linattn.companion
+        assert sys.meta_path == before, (before, sys.meta_path)
+        for gone in ("linattn._compat", "linattn.engines", "linattn.figure_io", "linattn.book"):
+            try:
+                importlib.import_module(gone)
+            except ModuleNotFoundError:
+                continue
+            raise AssertionError(f"{gone} imports")
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
-def test_gradient_descent_takes_epoch_and_the_old_epochs():
-    from linattn.train import gradient_descent
-
-    cfg = RunConfig(in_dim=2, seq_len=4, trainset_size=10, epoch=4, draws="streams")
-    datasets, init = linattn.draw(cfg)
-    losses = []
-    for kwargs in ({"epoch": 4}, {"epochs": 4}):
-        model = linattn.build_model(cfg.model, init)
-        objective = objectives.Exact.from_data(model, datasets.train)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            losses.append(gradient_descent(model, objective, lr=0.01, progress=False, **kwargs).train_loss)
-        assert any(issubclass(w.category, FutureWarning) for w in caught) == ("epochs" in kwargs)
-    assert np.array_equal(*losses)
+def test_the_api_page_documents_exactly_linattn_all():
+    """``linattn.__all__`` is the public API: the API page's table names each of its names, and the page names no
+    other top-level name (``linattn.<module>`` paths of the reference section are modules, not exports)."""
+    public = set(linattn.__all__)
+    assert len(public) == len(linattn.__all__) and all(hasattr(linattn, name) for name in public)
+    page = (ROOT.parent / "book" / "api.md").read_text(encoding="utf-8")
+    start = page.index("| name | what it is |")
+    table = page[start:page.index("\n\n", start)]
+    listed = set(re.findall(r"`linattn\.(\w+)`", table))
+    assert listed == public, (f"in __all__, not in the API page's table: {sorted(public - listed)}; "
+                              f"in the table, not in __all__: {sorted(listed - public)}")
+    modules = {info.name for info in pkgutil.iter_modules(linattn.__path__)}
+    claimed = set(re.findall(r"\blinattn\.(\w+)", page)) - modules - {"__all__"}
+    assert claimed <= public, f"the API page names linattn.{sorted(claimed - public)}, not in linattn.__all__"

@@ -5,9 +5,9 @@ figure notebooks, the offline link check) and the citation metadata.
 The rendering tests (marked ``book``) read the book of ``$LINATTN_BOOK_PRESET`` (default ``quick``: the one
 ``make test`` builds into ``_build/quick/html`` from ``_build/figures/quick``; ``$LINATTN_BOOK_HTML`` points them
 elsewhere) and skip when it has not been built (``make test``, or ``linattn figures --preset quick && python -m
-linattn.book build --preset quick``); the browser tests also skip when no Chromium is installed (Debian: ``apt-get
-install -y chromium``). Under ``LINATTN_REQUIRE_BROWSER=1`` (CI) they fail instead (``conftest.require_built``).
-The guards and configuration tests at the end need no build.
+linattn.companion.book build --preset quick``); the browser tests also skip when no Chromium is installed (Debian:
+``apt-get install -y chromium``). Under ``LINATTN_REQUIRE_BROWSER=1`` (CI) they fail instead
+(``conftest.require_built``). The guards and configuration tests at the end need no build.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ FIRST_VIEW_PX = 1200  # a figure page's first figure must start within this many
 def built():
     if not (HTML / "index.html").is_file():
         require_built(f"the {PRESET} book is not built ({HTML / 'index.html'} missing): run `make test` (or "
-                      f"`linattn figures --preset {PRESET} && python -m linattn.book build --preset {PRESET}`)")
+                      f"`linattn figures --preset {PRESET} && "
+                      f"python -m linattn.companion.book build --preset {PRESET}`)")
 
 
 def chromium() -> str:

@@ -146,10 +146,3 @@ def test_options_the_reference_never_had_are_refused_where_drawn(option, message
     with pytest.raises(ConfigError, match=message):
         draw(cfg)
     draw(RunConfig(**{**cfg.to_dict(), "draws": "streams", "trainset_size": cfg.trainset_size}))  # streams have them
-
-
-def test_old_era_names_still_work_with_a_deprecation_warning():
-    with pytest.warns(FutureWarning, match="deprecated"):
-        assert RunConfig(init_scheme="paper").init_scheme == "jan2025"
-    with pytest.warns(FutureWarning, match="deprecated"):
-        assert RunConfig(init_scheme="current").init_scheme == "dec2025"

@@ -12,7 +12,7 @@ from linattn import data, models, objectives
 from linattn.objectives import softmax as se
 from linattn.config import ConfigError, RunConfig
 from linattn.experiment import run
-from linattn.objectives import Softmax as SoftmaxQueryRow
+from linattn.objectives import Softmax
 from linattn.train import gradient_descent
 
 D, SEQ, H, R = 3, 6, 3, 2  # one D everywhere: D+1 is a static size of the compiled kernel (a new one compiles)
@@ -55,7 +55,7 @@ def _rel(a, b):
 def test_loss_and_gradient_equal_the_autograd_engine(model, vary_len, compile):
     seqs = _sequences()
     ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs, vary_len=vary_len, chunk=100), _model(model))
-    fast = SoftmaxQueryRow(seqs, vary_len=vary_len, chunk=CHUNK, dtype=torch.float64, compile=compile)
+    fast = Softmax(seqs, vary_len=vary_len, chunk=CHUNK, dtype=torch.float64, compile=compile)
     assert len(fast.chunks) > 1
     net = _model(model)
     loss, grads = _loss_and_grads(fast, net)
@@ -79,7 +79,7 @@ def test_large_scores_neither_overflow_nor_lose_accuracy(model):
     ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs), net)
     assert net.query_weights(torch.as_tensor(seqs.X)).max() > 0.999
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-4)):
-        loss, grads = _loss_and_grads(SoftmaxQueryRow(seqs, dtype=dtype, compile=True), _model(model, init=40.0))
+        loss, grads = _loss_and_grads(Softmax(seqs, dtype=dtype, compile=True), _model(model, init=40.0))
         assert np.isfinite(loss) and abs(loss - ref_loss) < tol * ref_loss
         for g, ref in zip(grads, ref_grads):
             assert _rel(g, ref) < 10 * tol
@@ -113,7 +113,7 @@ def test_float32_stays_close_to_float64():
     seqs = data.make_datasets(in_dim=D, seq_len=SEQ, trainset_size=P, seed=3).train  # a task to learn
     runs = {}
     for dtype in (torch.float64, torch.float32):
-        engine = SoftmaxQueryRow(seqs, chunk=CHUNK, dtype=dtype, compile=True)
+        engine = Softmax(seqs, chunk=CHUNK, dtype=dtype, compile=True)
         net = _model("attnS", init=1.0)
         runs[dtype] = _loss_and_grads(engine, net), gradient_descent(net, engine, lr=0.2, epoch=200, progress=False)
     (l64, g64), h64 = runs[torch.float64]
@@ -129,7 +129,7 @@ def test_refuses_models_it_cannot_honour(model):
     """Linear attention and the MLP: a ValueError naming the model, not a wrong loss."""
     w = models.init_weights(model, head_num=H, in_dim=D, rank=R, rng=np.random.default_rng(0))
     net = models.build_model(model, w, softmax=False)
-    engine = SoftmaxQueryRow(_sequences(P=10))
+    engine = Softmax(_sequences(P=10))
     for call in (engine.value_and_grad, engine.value):
         with pytest.raises(ValueError, match=type(net).__name__):
             call(net)
@@ -152,9 +152,9 @@ def test_falls_back_to_eager_when_compilation_fails(monkeypatch):
     monkeypatch.setattr(se, "_compiled", broken)
     monkeypatch.setattr(se, "_compile_failed", set())
     seqs = _sequences(P=200)
-    ref_loss, ref_grads = _loss_and_grads(SoftmaxQueryRow(seqs, dtype=torch.float64, compile=False), _model("attnS"))
+    ref_loss, ref_grads = _loss_and_grads(Softmax(seqs, dtype=torch.float64, compile=False), _model("attnS"))
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
-        loss, grads = _loss_and_grads(SoftmaxQueryRow(seqs, dtype=torch.float64, compile=True), _model("attnS"))
+        loss, grads = _loss_and_grads(Softmax(seqs, dtype=torch.float64, compile=True), _model("attnS"))
     assert loss == ref_loss and all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
 
 
@@ -165,7 +165,7 @@ def test_cuda_equals_cpu(model, vary_len):
     seqs = _sequences()
     ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs, vary_len=vary_len), _model(model))
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
-        engine = SoftmaxQueryRow(seqs, vary_len=vary_len, chunk=CHUNK, dtype=dtype, device="cuda", compile=True)
+        engine = Softmax(seqs, vary_len=vary_len, chunk=CHUNK, dtype=dtype, device="cuda", compile=True)
         loss, grads = _loss_and_grads(engine, _model(model).to("cuda"))
         assert abs(loss - ref_loss) < tol * ref_loss
         assert abs(engine.value(_model(model).to("cuda")) - ref_loss) < tol * ref_loss

@@ -15,7 +15,7 @@ that ``linattn figures --preset P`` executed into ``_build/figures/P/``. A build
    ``make test`` (the quick book) never touches the paper book that ``make book`` made, and a failed build leaves the
    previous HTML as it was.
 
-Commands (``python -m linattn.book …``)::
+Commands (``python -m linattn.companion.book …``)::
 
     check [--preset P]   list missing/stale/mixed figure notebooks (exit 1 if any)
     build [--preset P]   check, stage, ``jupyter-book build --all -W -n --keep-going``, rename into place
@@ -310,7 +310,7 @@ def check_links(html_dir: Path) -> list[str]:
 # --------------------------------------------------------------------------------------------- command line
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m linattn.book", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m linattn.companion.book", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the book's root (holds _config.yml)")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="list missing, stale or mixed figure notebooks")

@@ -232,7 +232,7 @@ class FigureOutput:
         return NumbersTable(full)
 
     def write_provenance(self, params: dict, seeds, engine, wall_time: float, **extra) -> Path:
-        """``provenance.json``: :func:`linattn.provenance.provenance` plus the figure's parameters, seeds, engine
+        """``provenance.json``: :func:`linattn.records.provenance` plus the figure's parameters, seeds, engine
         and wall time (seconds), and any ``extra`` keys."""
         info = provenance()
         if seeds is not None:

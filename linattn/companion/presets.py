@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import warnings
 from typing import NamedTuple
 
 # Every run uses the reference's own random draws (``draws="reference"``, the default) and names the initialisation
@@ -406,9 +405,7 @@ def configs(s: dict, run: str | None = None) -> list:
             run_ = {**base, **{field: v for (field, _), v in zip(axes, combo)}}
             variants = [run_] + [{**run_, sweep.field: v} for key, sweep in given.items() if sweep.extra
                                  for v in _values(s[key])]
-            with warnings.catch_warnings():  # a deprecated era name warns in the notebook itself
-                warnings.simplefilter("ignore")
-                out.extend(RunConfig(**v) for v in variants)
+            out.extend(RunConfig(**v) for v in variants)
     return out
 
 

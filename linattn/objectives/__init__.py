@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import torch
 
-from .._compat import deprecated_names
-from ..normalization import lengths, prefix_terms, token_scale
 from .autograd import Autograd
 from .base import DEFAULT_CHUNK, Moments, NotLinearError, check_linear, feature_batches
 from .exact import Exact
@@ -90,11 +88,3 @@ def build(cfg, model, datasets, device: str):
 __all__ = ["ENGINES", "engine_choices", "get", "resolve", "refusal", "device_for", "build", "Exact", "Population",
            "Softmax", "Autograd", "Moments", "NotLinearError", "check_linear", "feature_batches", "population_moments",
            "DEFAULT_CHUNK"]
-
-__getattr__ = deprecated_names(__name__, {
-    "PerSample": (lambda: Autograd, "linattn.objectives.Autograd"),
-    "population": (lambda: Population.of, "linattn.objectives.Population.of"),
-    "scale_for": (lambda: token_scale, "linattn.normalization.token_scale"),
-    "lengths": (lambda: lengths, "linattn.normalization.lengths"),
-    "prefix_terms": (lambda: prefix_terms, "linattn.normalization.prefix_terms"),
-})

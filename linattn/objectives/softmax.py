@@ -36,7 +36,6 @@ import torch
 
 from .. import data as data_mod
 from ..normalization import lengths, prefix_queries
-from .._compat import deprecated_names
 from .base import DEFAULT_CHUNK, Objective
 
 BLOCK = 128
@@ -188,6 +187,3 @@ class Softmax(Objective):
 
     def value(self, model) -> float:
         return self._run(model, grad=False)
-
-
-__getattr__ = deprecated_names(__name__, {"SoftmaxQueryRow": (lambda: Softmax, "linattn.objectives.Softmax")})
