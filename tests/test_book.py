@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from conftest import require_built
-from linattn.companion import book
+from linattn.companion import book, notebooks
 
 ROOT = book.REPO_ROOT
 PRESET = os.environ.get("LINATTN_BOOK_PRESET", "quick")
@@ -520,11 +520,21 @@ def test_executed_notebooks_print_no_warnings():
     none of the executed notebooks has one in its outputs."""
     if not FIGURES.is_dir():
         require_built(f"{FIGURES} is missing: run `make test`")
-    noisy = {}
-    for path in sorted(FIGURES.glob("*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
-        for cell in nb.cells:
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "stream" and re.search(r"Warning|warn\(", out.get("text", "")):
-                    noisy.setdefault(path.stem, []).append(out["text"].strip().splitlines()[0][:160])
+    noisy = {path.stem: printed for path in sorted(FIGURES.glob("*.ipynb"))
+             if (printed := notebooks.printed_warnings(nbformat.read(path, as_version=4)))}
     assert not noisy, noisy
+
+
+@pytest.mark.book
+def test_no_page_shows_a_path_of_the_machine_that_built_it():
+    """A cell whose last value is a path (``PosixPath('/…/provenance.json')``), a temporary folder or the checkout's
+    own location means nothing to a reader: no built page's text contains one."""
+    built()
+    checkout = str(book.REPO_ROOT)
+    found = {}
+    for page in sorted(HTML.rglob("*.html")):
+        text = re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8"))
+        hits = [marker for marker in ("PosixPath(", "WindowsPath(", "/tmp/", checkout) if marker in text]
+        if hits:
+            found[str(page.relative_to(HTML))] = hits
+    assert not found, f"machine paths in the book: {found}"

@@ -85,3 +85,106 @@ def test_the_wheel_carries_the_notebooks_and_runs_outside_a_checkout(tmp_path):
     assert book.returncode == 2 and len(book.stderr.splitlines()) == 1, book.stderr
     assert "needs a checkout of the repository" in book.stderr
     assert list(cwd.iterdir()) == []  # none of it wrote anything
+
+
+# ── a real, non-editable install into a new virtual environment ──────────────────────────────────────────────────
+
+def _distribution_closure(names: list[str]) -> dict:
+    """name → importlib.metadata distribution of ``names`` and everything they require (unconditionally or on
+    this platform), as installed in the test's own environment."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    found, todo = {}, list(names)
+    while todo:
+        dist = metadata.distribution(todo.pop())
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if key in found:
+            continue
+        found[key] = dist
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return found
+
+
+def _venv_with(tmp_path: Path, name: str, requirements: list[str]) -> Path:
+    """A new virtual environment whose only third-party packages are ``requirements`` and what they need: links to
+    the test environment's installed copies in one folder that a ``.pth`` file puts on ``sys.path`` (so no package
+    is downloaded, and a package the requirements do not name is absent). Returns its python."""
+    venv = tmp_path / name
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    deps = tmp_path / f"{name}-deps"
+    deps.mkdir()
+    for dist in _distribution_closure(requirements).values():
+        for top in {Path(str(f)).parts[0] for f in dist.files or []} - {".."}:
+            target = Path(dist.locate_file(top))
+            if target.exists() and not (deps / top).exists() and not top.endswith(".pth"):
+                (deps / top).symlink_to(target)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "linattn-test-deps.pth").write_text(str(deps) + "\n")
+    return python
+
+
+def _built_wheel(tmp_path: Path) -> Path:
+    source = tmp_path / "checkout"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*LEFT_OUT))
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(wheels), "."], cwd=source, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("linattn-*.whl")
+    return wheel
+
+
+@pytest.mark.slow
+def test_the_figures_extra_runs_a_glued_figure_and_a_plain_install_names_the_extra(tmp_path):
+    """``pip install "linattn[figures]"`` (non-editable, into a new environment holding only what the extra
+    declares) runs a figure that hands numbers to its prose with myst-nb's glue, from an empty folder; a plain
+    install answers ``linattn figures --list`` with one line naming the extra and exit code 2."""
+    from linattn.companion import extras
+
+    wheel = _built_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as z:  # what the wheel declares, not what this environment has installed
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        declared = [line.partition(":")[2].strip() for line in z.read(meta).decode().splitlines()
+                    if line.startswith("Requires-Dist:")]
+    core = extras.requirements(None, declared=declared)
+    pip = ["-m", "pip", "--disable-pip-version-check", "--no-input"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", paths.ENV_RUNS_DIR, "LINATTN_FIGURES_DIR",
+                                                             "VIRTUAL_ENV", "JUPYTER_PATH")}
+
+    plain = _venv_with(tmp_path, "plain", core)
+    installed = subprocess.run([sys.executable, *pip, "--python", str(plain), "install", "--no-index", "-q",
+                                str(wheel)], capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    work = tmp_path / "work-plain"
+    work.mkdir()
+    listed = subprocess.run([str(plain.parent / "linattn"), "figures", "--list"], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 2, listed.stderr
+    assert listed.stderr.startswith("linattn figures: error: ") and len(listed.stderr.splitlines()) == 1
+    assert 'pip install "linattn[figures]"' in listed.stderr and "jupytext" in listed.stderr
+    assert list(work.iterdir()) == []
+
+    full = _venv_with(tmp_path, "figures", core + extras.requirements("figures", declared=declared))
+    installed = subprocess.run([sys.executable, *pip, "--python", str(full), "install", "--no-index", "-q",
+                                f"linattn[figures] @ {wheel.as_uri()}"], capture_output=True, text=True,
+                               timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    ran = subprocess.run([str(full.parent / "linattn"), "figures", "--preset", "quick", "--only",
+                          "fig01a_attnm_schematic", "--out", "figs", "--jobs", "1"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    import nbformat
+
+    executed = nbformat.read(work / "figs" / "fig01a_attnm_schematic.ipynb", as_version=4)
+    outputs = [o for c in executed.cells for o in c.get("outputs", [])]
+    assert any("application/papermill.record/text/plain" in o.get("data", {}) for o in outputs)  # glued values
+    assert (work / "figs" / "fig01a_attnm_schematic" / "fig01a_attnm_schematic.png").is_file()

@@ -11,6 +11,13 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def requirements(project: dict) -> list[str]:
+    """Every requirement of pyproject's project table, its extras' included; an extra that names another of
+    linattn's own extras (``linattn[sweep]``) adds nothing of its own."""
+    every = project["dependencies"] + sum(project["optional-dependencies"].values(), [])
+    return [r for r in every if not re.match(r"\s*linattn\s*\[", r)]
+
+
 def normalise(req: str) -> str:
     name, spec = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*(.*)", req).groups()
     return re.sub(r"[-_.]+", "-", name).lower() + ",".join(sorted(s.strip() for s in spec.split(",") if s.strip()))
@@ -24,9 +31,7 @@ def python_allowed(conda_pin: str, requires_python: str) -> bool:
 
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = set(map(normalise, project["dependencies"]))
-    for extra in project["optional-dependencies"].values():
-        wanted |= set(map(normalise, extra))
+    wanted = set(map(normalise, requirements(project)))
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     listed = {normalise(r) for r in pip if not r.startswith("-e")}
@@ -42,8 +47,7 @@ def test_constraints_pin_what_pyproject_requires():
             name, version = line.split("==")
             pins[re.sub(r"[-_.]+", "-", name).lower()] = version
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = project["dependencies"] + sum(project["optional-dependencies"].values(), [])
-    for req in reqs:
+    for req in requirements(project):
         name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.\-]+", req).group()).lower()
         assert name in pins, f"{name} is required but not pinned in constraints.txt"
     assert pins["torch"] == "2.13.0"

@@ -268,6 +268,21 @@ def test_a_figure_failing_before_its_first_output_leaves_a_new_out_folder_absent
 
 
 @pytest.mark.slow
+def test_a_notebook_that_prints_a_warning_fails_and_is_never_cached(tmp_path):
+    """A library warning printed into a cell's output would show on the page: the figure fails with the warning as
+    its error, gets no cache key, and runs again next time."""
+    noisy = WRITE + 'import warnings\nwarnings.warn("Port 8787 is already in use", UserWarning)\n'
+    src = make_src(tmp_path, {"noisy": noisy, "quiet": WRITE})
+    out = tmp_path / "out"
+    res = {r.name: r for r in figures.run_figures(src=src, out=out, jobs=1, progress=False)}
+    assert res["quiet"].status == "ran" and res["noisy"].status == "failed"
+    assert "PrintedWarning" in res["noisy"].error and "Port 8787 is already in use" in res["noisy"].error
+    assert not (out / "noisy" / figures.CACHE_KEY).exists() and not (out / "noisy.ipynb").exists()
+    again = {r.name: r.status for r in figures.run_figures(src=src, out=out, jobs=1, progress=False)}
+    assert again == {"noisy": "failed", "quiet": "cached"}
+
+
+@pytest.mark.slow
 def test_report_notebooks_run_after_the_others(tmp_path):
     slow = "time.sleep(1.0)\n" + WRITE
     report = ("seen = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / 'out.txt').exists())\n"

@@ -131,6 +131,22 @@ def check_overrides(name: str, nb, overrides: dict) -> dict:
     return dict(overrides)
 
 
+# what a library warning looks like in a cell's stream output: "…/node.py:195: UserWarning: …" or "warnings.warn(…"
+_WARNING = re.compile(r"Warning\b|warn\(")
+
+
+def printed_warnings(nb) -> list[str]:
+    """The first line of every warning an executed notebook printed (its cells' stream outputs): text a reader of
+    the page would see. The runner fails a figure that has one; the book's tests check the built notebooks."""
+    found = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and _WARNING.search(out.get("text", "")):
+                line = next(ln for ln in out["text"].splitlines() if _WARNING.search(ln))
+                found.append(line.strip()[:200])
+    return found
+
+
 def with_parameters(nb, values: dict):
     """``nb`` with the defaults of its parameters cell replaced by ``values`` (each line keeps its annotation and
     help comment); a key that the cell does not declare raises :class:`ParameterError`."""

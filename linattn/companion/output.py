@@ -231,17 +231,16 @@ class FigureOutput:
         write_json(self.path("numbers.json"), full)
         return NumbersTable(full)
 
-    def write_provenance(self, params: dict, seeds, engine, wall_time: float, **extra) -> Path:
+    def write_provenance(self, params: dict, seeds, engine, wall_time: float, **extra) -> None:
         """``provenance.json``: :func:`linattn.records.provenance` plus the figure's parameters, seeds, engine
-        and wall time (seconds), and any ``extra`` keys."""
+        and wall time (seconds), and any ``extra`` keys. Returns nothing: as a notebook cell's last line, a path
+        would be shown on the page."""
         info = provenance()
         if seeds is not None:
             seeds = [int(seeds)] if isinstance(seeds, (int, float)) else [int(s) for s in seeds]
         info.update(figure=self.name, parameters=dict(params), seeds=seeds,
                     engine=engine, wall_time_s=round(float(wall_time), 3), **extra)
-        path = self.path("provenance.json")
-        write_json(path, info)
-        return path
+        write_json(self.path("provenance.json"), info)
 
 
 def prose_value(value):

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from .._version import __version__
 from ..records import atomic_write, library_versions
-from . import notebooks, presets, published
+from . import extras, notebooks, presets, published
 from .paths import ENV_FIGURE, preset_root, unusable_output_dir
 from .sources import notebook_sources, source_hash
 
@@ -77,6 +77,10 @@ PAPER_BIBTEX = """@inproceedings{zhang2025training,
   eprint    = {2501.16265},
   archivePrefix = {arXiv}
 }"""
+
+
+class PrintedWarning(RuntimeError):
+    """A figure notebook printed a warning into its outputs (the message is its first line)."""
 
 
 @dataclass
@@ -247,7 +251,8 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
     notebook with the traceback becomes ``<root>/<name>.failed.ipynb`` only when the figure had written outputs into
     ``<root>/<name>/`` (they stay together, and neither looks current: no cache key); a figure that failed before
     writing its first output leaves nothing in ``root`` (not even an empty ``<name>/``), and its traceback notebook
-    stays in the temporary folder, whose path ``"notebook"`` gives."""
+    stays in the temporary folder, whose path ``"notebook"`` gives. A notebook that printed a warning into its
+    outputs (:func:`linattn.companion.notebooks.printed_warnings`) has failed: the warning is its error."""
     import logging
 
     import nbformat
@@ -275,6 +280,8 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
                                             kernel_name="python3", language="python", progress_bar=False,
                                             cwd=str(root_p), execution_timeout=timeout,
                                             start_timeout=KERNEL_START_TIMEOUT)
+        if printed := notebooks.printed_warnings(nb):  # it would show on the page: a failed figure, never cached
+            raise PrintedWarning(printed[0])
         for cell in nb.cells:  # the book folds the code, and drops papermill's machine-specific parameter cell
             if cell.cell_type == "code":
                 tags = cell.metadata.setdefault("tags", [])
@@ -470,7 +477,7 @@ def add_arguments(p) -> None:
                    help="paper: the published settings (default, what `make book` shows); quick: CI-sized runs")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these figures (names of figures_src/*.md)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one of the notebooks' parameters (repeatable; a Python literal, e.g. seeds=[3], "
+                   help="override one of the notebooks' parameters (repeatable; a Python literal, e.g. seed=3, "
                         "init=1e-3, init_scheme=jan2025); needs --only and --out DIR (or --into-book)")
     p.add_argument("--out", type=Path, default=None,
                    help="output root (default _build/figures/<preset>, the folder the book of that preset reads)")
@@ -493,6 +500,10 @@ def cmd_figures(args) -> int:
     """``linattn figures``: every bad input (options, ``--param`` keys, types and the runs they would give, the
     output folder) is refused in one line before anything runs or is written; a figure that fails is named once,
     when it fails (on stderr, with where its traceback notebook is), and counted in the closing summary."""
+    try:
+        extras.require("figures", "linattn figures")
+    except ImportError as e:
+        return _usage(str(e))
     if args.jobs < 1:
         return _usage("--jobs must be a positive integer")
     try:
@@ -536,6 +547,10 @@ def cmd_figures(args) -> int:
 def cmd_notebook(args) -> int:
     """``linattn notebook NAME``: write figure NAME as a runnable ``.ipynb`` (for Jupyter or papermill), and say how
     to open, convert or run it. Nothing is written when the target is refused."""
+    try:
+        extras.require("figures", "linattn notebook")
+    except ImportError as e:
+        return _usage(str(e), "notebook")
     import nbformat
 
     found = discover(args.src)
@@ -570,16 +585,20 @@ def papermill_yaml(values: dict) -> str:
 
 def notebook_hints(path: Path, knobs: dict) -> list[str]:
     """How to open, convert and run the notebook written to ``path`` (lines for :func:`cmd_notebook`), each with what
-    to install for it, and a papermill command that sets ``seeds`` when it is one of the notebook's ``knobs``."""
+    to install for it, and a papermill command that sets the seed (``seed`` or ``seeds``, whichever of the
+    notebook's ``knobs`` it is)."""
     import shlex
 
     target = shlex.quote(str(path))
     lines = [f"open it:    jupyter lab {target}   (needs Jupyter: pip install jupyterlab)",
              f"convert it: jupyter nbconvert --to html --execute {target}   (needs: pip install nbconvert)"]
     run = f"papermill {target} {shlex.quote(str(path.with_name(path.stem + '.out.ipynb')))}"
-    if "seeds" in knobs:
+    if "seed" in knobs:
+        run += f" -y {shlex.quote(papermill_yaml({'seed': 3}))}"
+    elif "seeds" in knobs:
         run += f" -y {shlex.quote(papermill_yaml({'seeds': [3]}))}"
-    lines.append(f"run it:     {run}   (needs: pip install papermill; parameters as YAML: -y '{{KEY: VALUE, ...}}')")
+    lines.append(f"run it:     {run}   (needs: pip install \"linattn[figures]\"; parameters as YAML: "
+                 "-y '{KEY: VALUE, ...}')")
     if knobs:
         lines.append(f"its parameters: {', '.join(knobs)}")
     return lines

@@ -14,16 +14,13 @@ from pathlib import Path
 
 from ...config import ConfigError, RunConfig
 from ...records import write_json
+from .. import extras
 from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
 
 def _require_dask():
-    try:
-        import dask.distributed  # noqa: F401
-        import xarray  # noqa: F401
-    except ImportError as e:
-        raise ImportError(f"sweeps need Dask and xarray ({e.name} is missing): pip install 'linattn[sweep]'") from None
+    extras.require("sweep", "a sweep")
 
 
 def check_out(out) -> Path:
