@@ -179,12 +179,14 @@ def test_the_figures_extra_runs_a_glued_figure_and_a_plain_install_names_the_ext
     work = tmp_path / "work"
     work.mkdir()
     ran = subprocess.run([str(full.parent / "linattn"), "figures", "--preset", "quick", "--only",
-                          "fig01a_attnm_schematic", "--out", "figs", "--jobs", "1"], cwd=work, env=env,
+                          "fig01b_attnm_loss", "--out", "figs", "--jobs", "1"], cwd=work, env=env,
                          capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     import nbformat
 
-    executed = nbformat.read(work / "figs" / "fig01a_attnm_schematic.ipynb", as_version=4)
+    executed = nbformat.read(work / "figs" / "fig01b_attnm_loss.ipynb", as_version=4)
     outputs = [o for c in executed.cells for o in c.get("outputs", [])]
     assert any("application/papermill.record/text/plain" in o.get("data", {}) for o in outputs)  # glued values
-    assert (work / "figs" / "fig01a_attnm_schematic" / "fig01a_attnm_schematic.png").is_file()
+    assert (work / "figs" / "fig01b_attnm_loss" / "fig01b_attnm_loss.png").is_file()
+    # the run store is where the README says: under the working directory, not under --out
+    assert (work / "_build" / "runs" / "trainings.jsonl").is_file() and not (work / "figs" / "_build").exists()

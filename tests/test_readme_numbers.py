@@ -55,3 +55,32 @@ def test_every_glance_row_names_rows_the_figures_write():
         if not path.is_file():
             require_built(f"{path} is missing: run `make test` (or linattn figures --preset quick)")
         readme.find_rows(json.loads(path.read_text()), g.quantities)
+
+
+def test_agreement_allows_what_may_differ_between_machines():
+    """Counts and short step numbers agree exactly; a late step may move by a few steps; a loss printed to four
+    significant figures may differ in its last digit; none or a changed count is a disagreement."""
+    assert readme.agrees("5", "5") and not readme.agrees("5", "6")
+    assert readme.agrees("978", "978") and not readme.agrees("978", "979")
+    assert readme.agrees("147354", "147350") and not readme.agrees("147354", "146000")
+    assert readme.agrees("0.1305", "0.1306") and not readme.agrees("0.1305", "0.1320")
+    assert readme.agrees("—", "—") and not readme.agrees("—", "0.5") and not readme.agrees("0.5", "—")
+
+
+def test_differences_name_the_row_and_column_that_disagree():
+    table = "| figure | quantity | paper | theory | ours |\n|---|---|---|---|---|\n| 4 | last drop | — | — | 147354 |"
+    text = f"intro\n{readme.START}\n{table}\n{readme.END}\n"
+    assert readme.differences(text, table.replace("147354", "147350")) == []
+    assert readme.differences(text, table.replace("147354", "120000")) == [
+        "4 | last drop, ours: README 147354, build 120000"]
+    assert "rows" in readme.differences(text, table + "\n| 5 | more | — | — | 1 |")[0]
+
+
+def test_the_committed_table_agrees_with_a_paper_build():
+    """After `make book` (the paper build), the README's committed table agrees with the built numbers within
+    :func:`readme.agrees`; skipped where no paper build exists (CI builds only the quick book)."""
+    root = figures_dir("paper")
+    if not all((root / g.name / "numbers.json").is_file() for g in readme.GLANCE):
+        pytest.skip("no paper build here (make book)")
+    text = (readme.REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme.differences(text, readme.glance_table(root)) == []

@@ -697,3 +697,25 @@ def test_log_axis_start_is_a_decade_below_the_earliest_drop():
     assert log_axis_start([380.0, np.nan, 1200.0], fallback=5000) == 100.0
     assert log_axis_start([np.nan, np.nan], fallback=5000) == 1000.0  # nothing dropped: from the run's length
     assert log_axis_start([3.0], fallback=5000) == 10.0  # never below 10
+
+
+def test_set_up_code_before_the_figure_is_left_off_the_page_and_the_rest_folded():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Figure 9 — title"),
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["injected-parameters"]}),
+        nbformat.v4.new_code_cell("preset = 'paper'", metadata={"tags": ["parameters", "hide-input"]}),
+        nbformat.v4.new_code_cell("import numpy"),
+        nbformat.v4.new_markdown_cell("```{figure} a.svg\n:name: fig-a\n\nCaption.\n```"),
+        nbformat.v4.new_code_cell("table()", metadata={"tags": ["hide-input"]}),
+        nbformat.v4.new_code_cell("more()"),
+    ])
+    figures.tag_code_cells(nb)
+    tags = [c.metadata.get("tags") for c in nb.cells if c.cell_type == "code"]
+    assert tags == [["injected-parameters", "remove-cell"], ["parameters", "remove-input"], ["remove-input"],
+                    ["hide-input"], ["hide-input"]]
+    # without a figure, nothing comes before one: all set-up, none folded (a page of prose and tables only)
+    bare = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("a = 1")])
+    figures.tag_code_cells(bare)
+    assert bare.cells[0].metadata["tags"] == ["remove-input"]

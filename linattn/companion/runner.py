@@ -27,7 +27,7 @@ The key and ``.run.json`` (preset, overrides, date) are written only after succe
 executed notebook and output folder are moved to ``<root>/.previous/``, so a failed run never leaves old outputs
 looking current. A failed figure is reported once, when it fails; its executed notebook (with the traceback)
 goes to ``<root>/<name>.failed.ipynb`` beside the outputs it wrote, or, when it failed before writing any, stays
-in a temporary folder (the report names it) and the figure leaves nothing in ``<root>`` (:func:`execute_one`).
+in a temporary folder (the report names it) and the figure leaves nothing in ``<root>`` (``_execute_one``).
 
 Figures run in parallel (``--jobs``, one worker process and one kernel each, every kernel limited to one thread).
 Report notebooks (``beyond_error_table``, or any whose front matter says ``linattn: {report: true}``) read the
@@ -55,18 +55,18 @@ from pathlib import Path
 from .._version import __version__
 from ..records import atomic_write, library_versions
 from . import extras, notebooks, presets, published
-from .paths import ENV_FIGURE, preset_root, unusable_output_dir
+from .paths import ENV_FIGURE, ENV_RUNS_DIR, preset_root, runs_dir, unusable_output_dir
 from .sources import notebook_sources, source_hash
 
 PRESET_CHOICES = ("paper", "quick")
-REPORT_NAMES = ("beyond_error_table",)
+_REPORT_NAMES = ("beyond_error_table",)
 CACHE_KEY = ".cache-key"
 RUN_INFO = ".run.json"
 # seconds a kernel may take to start: papermill's 60 s default was once exceeded on a fresh, busy two-core machine
 KERNEL_START_TIMEOUT = 300
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
-PAPER_BIBTEX = """@inproceedings{zhang2025training,
+_PAPER_BIBTEX = """@inproceedings{zhang2025training,
   title     = {Training Dynamics of In-Context Learning in Linear Attention},
   author    = {Zhang, Yedi and Singh, Aaditya K. and Latham, Peter E. and Saxe, Andrew M.},
   booktitle = {Proceedings of the 42nd International Conference on Machine Learning},
@@ -101,10 +101,10 @@ read_notebook = notebooks.read
 def is_report(name: str, notebook) -> bool:
     """Report notebooks read the other figures' outputs and therefore run last."""
     meta = notebook.metadata.get("linattn", {}) or {}
-    return name in REPORT_NAMES or bool(meta.get("report", False))
+    return name in _REPORT_NAMES or bool(meta.get("report", False))
 
 
-def inputs_hash(root: Path, names) -> str:
+def _inputs_hash(root: Path, names) -> str:
     """SHA-256 over the ``numbers.json`` of figures ``names`` in ``root``: what a report notebook reads."""
     h = hashlib.sha256()
     for name in sorted(names):
@@ -113,7 +113,7 @@ def inputs_hash(root: Path, names) -> str:
     return h.hexdigest()
 
 
-def cache_key(text: str, params: dict, sources: str, versions: dict | None = None, inputs: str | None = None) -> str:
+def _cache_key(text: str, params: dict, sources: str, versions: dict | None = None, inputs: str | None = None) -> str:
     blob = json.dumps({"notebook": text, "parameters": params, "linattn": sources,
                        "libraries": library_versions() if versions is None else versions, "inputs": inputs},
                       sort_keys=True)
@@ -127,7 +127,7 @@ def figure_key(name: str, text: str, params: dict, *, root: Path, reads: list[st
     also covers the ``numbers.json`` of the figures it ``reads`` (the ordinary figures it summarises)."""
     if sources is None:
         sources = source_hash(notebook_sources(notebooks.from_text(text)))
-    return cache_key(text, params, sources, versions, inputs_hash(root, reads) if report else None)
+    return _cache_key(text, params, sources, versions, _inputs_hash(root, reads) if report else None)
 
 
 def is_current(root: Path, name: str, key: str) -> bool:
@@ -181,7 +181,7 @@ def cite_block(name: str, text: str = "") -> str:
         what,
         "",
         "```bibtex",
-        PAPER_BIBTEX,
+        _PAPER_BIBTEX,
         "```",
         "",
         "and the companion that produced it: linattn contributors (2026), *linattn: a reproducible companion to "
@@ -200,7 +200,7 @@ def cite_block(name: str, text: str = "") -> str:
     ])
 
 
-def badge(preset: str, overrides: dict, date: str) -> str:
+def _badge(preset: str, overrides: dict, date: str) -> str:
     """The line under a figure page's title: the preset it shows, any reader's overrides, and the date it ran."""
     parts = [f"{{bdg-primary-line}}`{preset} preset`"]
     parts += [f"{{bdg-warning-line}}`{k} = {v!r}`" for k, v in overrides.items()]
@@ -242,7 +242,34 @@ def notebook_values(name: str, params: dict) -> dict:
     return {"preset": params["preset"], **presets.resolve(name, params["preset"], overrides)}
 
 
-def execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None) -> dict:
+def _shows_a_figure(cell) -> bool:
+    if cell.cell_type == "markdown":
+        return "{figure}" in cell.source
+    return any(k.startswith("image/") for out in cell.get("outputs", []) for k in out.get("data", {}))
+
+
+def tag_code_cells(nb) -> None:
+    """How the book shows an executed notebook's code: papermill's machine-specific parameter cell is dropped, the
+    code before the first figure is left out of the page (the set-up would stand between the title and the figure
+    as folded "show code" toggles; it stays in the runnable notebook the page links), and the rest is folded."""
+    first_figure = next((i for i, cell in enumerate(nb.cells) if _shows_a_figure(cell)), len(nb.cells))
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags:
+            tag = "remove-cell"
+        elif i < first_figure:
+            tag = "remove-input"
+            if "hide-input" in tags:
+                tags.remove("hide-input")
+        else:
+            tag = "hide-input"
+        if tag not in tags:  # a notebook may tag its cells itself; a repeated tag makes the JSON invalid
+            tags.append(tag)
+
+
+def _execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None) -> dict:
     """Convert and execute one notebook (its MyST ``text``: the very text its cache key was computed from) with
     ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``); returns ``{"ok", "seconds",
     "error", "notebook"}``. Never raises.
@@ -270,6 +297,9 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
         os.environ[var] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ[ENV_FIGURE] = name  # the run store's log says which figure asked for each run
+    # the kernel runs in the output root: tell it where the run store is from here (an installed copy's is under
+    # the working directory the command was started in, not under --out)
+    os.environ.setdefault(ENV_RUNS_DIR, str(runs_dir()))
     start = time.perf_counter()
     try:
         nb = notebooks.from_text(text)
@@ -282,16 +312,11 @@ def execute_one(name: str, text: str, root: str, params: dict, timeout: float | 
                                             start_timeout=KERNEL_START_TIMEOUT)
         if printed := notebooks.printed_warnings(nb):  # it would show on the page: a failed figure, never cached
             raise PrintedWarning(printed[0])
-        for cell in nb.cells:  # the book folds the code, and drops papermill's machine-specific parameter cell
-            if cell.cell_type == "code":
-                tags = cell.metadata.setdefault("tags", [])
-                tag = "remove-cell" if "injected-parameters" in tags else "hide-input"
-                if tag not in tags:  # a notebook may tag its cells itself; a repeated tag makes the JSON invalid
-                    tags.append(tag)
+        tag_code_cells(nb)
         overrides = {k: v for k, v in params.items() if k != "preset"}
         date = datetime.date.today().isoformat()
         at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
-        nb.cells.insert(at, nbformat.v4.new_markdown_cell(badge(params["preset"], overrides, date)))
+        nb.cells.insert(at, nbformat.v4.new_markdown_cell(_badge(params["preset"], overrides, date)))
         nb.cells.append(nbformat.v4.new_markdown_cell(cite_block(name, text)))
         standalone = nbformat.writes(notebooks.runnable(text, values))
         (root_p / name).mkdir(exist_ok=True)  # a notebook that wrote nothing still gets its runnable copy
@@ -442,7 +467,7 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
                 while queue and len(pending) < max(1, jobs):  # submit only what runs now: the bar names it
                     name = queue.pop(0)
                     _retire(root, name)
-                    pending[pool.submit(execute_one, name, texts[name], str(root), params, timeout)] = name
+                    pending[pool.submit(_execute_one, name, texts[name], str(root), params, timeout)] = name
                 bar.set_postfix_str("running: " + ", ".join(sorted(pending.values())), refresh=True)
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
@@ -570,7 +595,7 @@ def cmd_notebook(args) -> int:
     atomic_write(out, lambda f: f.write(nbformat.writes(nb)))
     print(f"wrote {out} ({args.preset} preset; when run, it writes its figure into ./{args.name}/ of the working "
           "directory)")
-    for line in notebook_hints(out, notebooks.knobs(notebooks.from_text(text))):
+    for line in _notebook_hints(out, notebooks.knobs(notebooks.from_text(text))):
         print(f"  {line}")
     return 0
 
@@ -583,7 +608,7 @@ def papermill_yaml(values: dict) -> str:
     return pairs if len(values) == 1 else "{" + pairs + "}"
 
 
-def notebook_hints(path: Path, knobs: dict) -> list[str]:
+def _notebook_hints(path: Path, knobs: dict) -> list[str]:
     """How to open, convert and run the notebook written to ``path`` (lines for :func:`cmd_notebook`), each with what
     to install for it, and a papermill command that sets the seed (``seed`` or ``seeds``, whichever of the
     notebook's ``knobs`` it is)."""
