@@ -30,10 +30,8 @@ import tempfile
 from pathlib import Path
 
 from ._version import __version__
-from . import objectives
-from .config import BOOL_FIELDS, DRAWS, DTYPES, DYNAMICS, NORMALIZATIONS, ConfigError, RunConfig, check_memory, \
-    parse_size
-from .models import INIT_SCHEMES, MODELS
+from .config import SETTINGS, ConfigError, RunConfig, parse_size
+from .data import ALONE
 
 
 class UsageError(Exception):
@@ -98,99 +96,58 @@ def _memory(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a size such as 8G or 500M, got {text!r}") from None
 
 
-# The Python names that `linattn train` spells differently: every RunConfig field is its own flag, --name.
-_FLAGS = {**{name: f"--{name}" for name in RunConfig.field_names()}, "max_memory": "--max-memory"}
-_NAMES = "|".join(sorted(_FLAGS, key=len, reverse=True))  # longest first: init_scheme before init
-_NOT_AFTER = r"(?<![\w.\-'\"])"  # not part of a longer word, of an attribute, a flag or a quoted string
+# The flags of names that are no RunConfig field (every field's flag is declared with it: config.SETTINGS).
+_OTHER_FLAGS = {"max_memory": "--max-memory", "out": "--out", "threads": "--threads"}
 
 
-def cli_message(message: str) -> str:
-    """A message of the Python API (``RunConfig.validate``, ``linattn.run``) in the words of ``linattn train``.
+def flag_words(name: str, value=ALONE) -> str:
+    """A setting named in a :class:`~linattn.config.ConfigError` message, as ``linattn train`` writes it: ``--lr``,
+    ``--model mlp`` (strings unquoted), the bare flag for a switch that is on (``--cubic_feat``), ``--trainset_size
+    inf`` for the population objective (:meth:`ConfigError.words <linattn.data.ConfigError.words>`)."""
+    setting = SETTINGS.get(name)
+    flag = setting.flags[0] if setting is not None and setting.flags else _OTHER_FLAGS.get(name, name)
+    if value is ALONE:
+        return flag
+    if setting is not None and setting.kind == "bool":
+        return flag if value else f"no {flag}"
+    return f"{flag} {'inf' if value is None else value}"
 
-    A setting with its value, ``name=value``, becomes ``--name value`` (strings unquoted; ``trainset_size=None``
-    is ``--trainset_size inf``; a flag ``=True`` is the bare flag). A setting named on its own becomes ``--name``:
-    always for names with an underscore (``head_num``, ``max_memory``: never prose), and for the short ones
-    (``lr``, ``engine``, ``draws``, …) only where a reference follows (``lr must``, ``engine 'exact'``,
-    ``icl = 1``), so that "the population engine" or "reference draws" stay prose.
-    """
 
-    def setting(m):
-        name, value = m.group(1), m.group(2).strip("\"'")
-        if name in BOOL_FIELDS and value == "True":
-            return _FLAGS[name]
-        if name == "trainset_size" and value in ("None", "inf"):
-            value = "inf"
-        return f"{_FLAGS[name]} {value}"
+def cli_message(error: ConfigError) -> str:
+    """``error``'s message in the words of ``linattn train``: every setting it names by its flag."""
+    return error.words(flag_words)
 
-    message = re.sub(rf"{_NOT_AFTER}({_NAMES})=(\"[^\"]*\"|'[^']*'|[^\s,;:)]+)", setting, message)
-    message = re.sub(rf"{_NOT_AFTER}({_NAMES})(?![\w=])",
-                     lambda m: _FLAGS[m.group(1)] if "_" in m.group(1) else m.group(0), message)
-    follows = r"\s*(?:[=>:']|\d|(?:must|needs?|has|is|are|and|only|applies|values|option|inf)\b)"
-    return re.sub(rf"{_NOT_AFTER}({_NAMES})(?={follows})", lambda m: _FLAGS[m.group(1)], message)
+
+_ARG_TYPES = {"int": int, "size": _size, "number": _finite, "numbers": _floats, "str": None}
 
 
 def add_train_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
-    """The flags of ``linattn train``; ``sweep``: those that set a run (``linattn sweep``'s fixed settings), without
-    ``--out``, ``--overwrite`` and ``--show``."""
-    d = RunConfig()
+    """The flags of ``linattn train``, one per setting with a flag (its name, type, choices, default and help
+    from :data:`linattn.config.SETTINGS`) and those of the command itself; ``sweep``: those that set a run
+    (``linattn sweep``'s fixed settings), without ``--out``, ``--overwrite`` and ``--show``."""
     ref = p.add_argument_group("the reference's flags")
-    ref.add_argument("--model", choices=MODELS, default=d.model,
-                     help="ATTN_M (merged key-query), ATTN_S (separate key and query of rank R) or the MLP on the "
-                          "cubic feature")
-    ref.add_argument("--head_num", "--head", dest="head_num", type=int, default=d.head_num, help="H, heads")
-    ref.add_argument("--rank", "--KQ_dim", dest="rank", type=int, default=d.rank,
-                     help="R, rank of each ATTN_S head's key and query")
-    ref.add_argument("--in_dim", type=int, default=d.in_dim, help="D")
-    ref.add_argument("--out_dim", type=int, default=1, choices=[1], help="must be 1 (accepted for the reference's "
-                     "commands)")
-    ref.add_argument("--seq_len", type=int, default=d.seq_len, help="tokens per sequence, query included (N + 1)")
-    ref.add_argument("--trainset_size", type=_size, default=d.trainset_size,
-                     help="P, training sequences; 'inf' trains on the population objective")
-    ref.add_argument("--testset_size", type=int, default=d.testset_size,
-                     help="size of the in-weight and the in-context test set (0: none)")
-    ref.add_argument("--icl", type=_finite, default=d.icl, help="fraction of sequences with a fresh task vector")
-    ref.add_argument("--white_cov", action="store_true", help="input covariance I/D")
-    ref.add_argument("--vary_len", action="store_true", help="average the loss over every prefix length")
-    ref.add_argument("--cubic_feat", action="store_true", help="feed the cubic feature (with --model mlp)")
-    ref.add_argument("--softmax", action="store_true", help="softmax attention")
-    ref.add_argument("--init", type=_finite, default=d.init, help="initialisation scale")
-    ref.add_argument("--lr", type=_finite, default=d.lr, help="learning rate")
-    ref.add_argument("--epoch", type=int, default=d.epoch, help="number of full-batch steps")
-    ref.add_argument("--seed", type=int, default=d.seed, help="the seed of every random draw (data and weights)")
-    ref.add_argument("--track_value", action="store_true", help="record each head's value weight every step")
     ours = p.add_argument_group("linattn's flags")
+    for s in SETTINGS.values():
+        if not s.flags:
+            continue
+        group = ref if s.reference else ours
+        if s.kind == "bool":
+            group.add_argument(*s.flags, dest=s.name, action="store_true", help=s.describe())
+        else:
+            group.add_argument(*s.flags, dest=s.name, type=_ARG_TYPES[s.kind], choices=s.allowed(),
+                               default=s.default, help=s.describe())
+        if s.name == "in_dim":  # the reference's output dimension: the paper's models predict a scalar
+            ref.add_argument("--out_dim", type=int, default=1, choices=[1],
+                             help="must be 1 (accepted for the reference's commands)")
     if not sweep:
         ref.add_argument("--show", action="store_true",
                          help="also show the loss curve in a window; without a display it is saved as loss.png "
                               "beside loss.csv")
         ours.add_argument("--out", type=Path, default=None,
-                          help="output folder (default: runs/<model>_H…_<hash of all settings>); it must not exist "
+                          help="output folder (default: runs/<model>_H…_<the run's key>); it must not exist "
                                "or be empty, and appears only when the run succeeds")
         ours.add_argument("--overwrite", action="store_true",
                           help="replace an existing --out folder (only once the new run has succeeded)")
-    ours.add_argument("--engine", choices=objectives.engine_choices(), default=d.engine,
-                      help="auto (default): exact for the linear models, population for --trainset_size inf, "
-                           "softmax for --softmax; autograd: the model's forward pass on every sequence (any model)")
-    ours.add_argument("--dynamics", choices=DYNAMICS, default=d.dynamics,
-                      help="gd: full-batch gradient descent; flow: gradient flow (scipy solve_ivp) at t/τ = 2·lr·step")
-    ours.add_argument("--normalize", choices=NORMALIZATIONS, default=d.normalize,
-                      help="sum: the reference's Σ over tokens (default); mean: the paper's 1/N")
-    ours.add_argument("--init_scheme", choices=INIT_SCHEMES, default=d.init_scheme,
-                      help="the reference's initialisation era: dec2024 (published Figure 3a), jan2025 (Figure 4), "
-                           "dec2025 (the authors' current code, default)")
-    ours.add_argument("--draws", choices=DRAWS, default=d.draws,
-                      help="reference (default): the authors' random numbers for this --seed, so the same command "
-                           "gives the same data, weights and losses; streams: linattn's independent streams, one per "
-                           "purpose (changing P or the test sets leaves the initial weights unchanged)")
-    ours.add_argument("--spectrum", type=_floats, default=None,
-                      help="covariance eigenvalues, comma-separated (rotated randomly, not rescaled)")
-    ours.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="the precision of the training")
-    ours.add_argument("--device", default=d.device,
-                      help="auto (default: the CPU for the exact and population engines, CUDA when available for "
-                           "autograd and softmax), cpu or cuda[:k] (refused when torch sees no such device)")
-    ours.add_argument("--population_samples", type=int, default=d.population_samples,
-                      help="0 (default): exact population moments; N > 0: a Monte-Carlo estimate from N sequences")
-    ours.add_argument("--chunk", type=int, default=d.chunk, help="sequences per chunk (bounds memory)")
     ours.add_argument("--max-memory", dest="max_memory", type=_memory, default=None,
                       help="the most memory the run may take, e.g. 8G or 500M (default: the memory available now); "
                            "a run estimated to need more is refused before it starts")
@@ -280,17 +237,14 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
 
 
 def cmd_train(args) -> int:
-    from .experiment import run, write_outputs
+    from .experiment import plan, run, write_outputs
     from .train import TrainingDiverged
 
     cfg = config_from_args(args)
     try:
-        cfg.validate()
-        if cfg.draws == "reference" and (reason := cfg.reference_draws_refusal()) is not None:
-            raise ConfigError(reason)  # the CLI always draws: refuse up front what the reference cannot draw
-        check_memory(cfg, args.max_memory)
+        checked = plan(cfg, max_memory=args.max_memory)  # checked once, here; run() carries it out
     except ConfigError as e:
-        raise UsageError(cli_message(str(e))) from None
+        raise UsageError(cli_message(e)) from None
     if args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)
@@ -300,7 +254,7 @@ def cmd_train(args) -> int:
 
         torch.set_num_threads(args.threads)
         try:
-            result = run(cfg, progress=None if not args.quiet else False, max_memory=args.max_memory)
+            result = run(checked, progress=None if not args.quiet else False)
         except TrainingDiverged as e:
             print(f"linattn train: error: {e}", file=sys.stderr)
             return 1
@@ -418,10 +372,6 @@ def sweep_grid(grid_args: list[str], spec: Path | None) -> dict:
     return grid
 
 
-def _out_message(message: str) -> str:
-    return re.sub(r"^out[= ]", "--out ", message)
-
-
 def cmd_sweep(args) -> int:
     from .companion import sweeps
 
@@ -451,9 +401,7 @@ def cmd_sweep(args) -> int:
         if args.out is not None:
             sweeps.check_out(args.out)
     except ConfigError as e:
-        cell, sep, why = str(e).partition(": ")  # "cell seed=3, init=-1.0: why": the cell as --grid writes it
-        raise UsageError(f"{cell}: {cli_message(why)}" if cell.startswith("cell ") and sep else
-                         _out_message(cli_message(str(e)))) from None
+        raise UsageError(cli_message(e)) from None
     finished = sum(state != "to run" for _, _, state in rows)
     if args.dry_run:
         shape = " × ".join(f"{k} {len(v)}" for k, v in spec.axes.items())

@@ -1,9 +1,15 @@
-"""One training run's settings, with the reference's names and defaults, and their validation.
+"""One training run's settings, each declared once, and their validation.
 
-The CLI (``linattn train``), the figure notebooks and the Python API all go through :class:`RunConfig`;
-:meth:`RunConfig.validate` raises :class:`ConfigError` with one clear sentence for any invalid setting, naming the
-field as it is written in Python (``head_num must be a positive integer, got 0``; the CLI translates the names to
-its flags). :func:`memory_estimate` and :func:`check_memory` refuse a run whose data cannot fit before it starts.
+Every field of :class:`RunConfig` carries its :class:`Setting` (field metadata): its type, default, allowed values
+or range, what it means, the paper's symbol and its ``linattn train`` flag (with the reference's alias). Validation
+(:meth:`RunConfig.validate`), the flags and ``--help`` of ``linattn train`` and ``linattn sweep``, and the figures'
+knob help (``linattn.companion.presets.HELP``, hence the notebooks' parameters cells) are all read from
+:data:`SETTINGS`.
+
+:meth:`RunConfig.validate` raises :class:`ConfigError` with one sentence for any invalid setting; ``error.field``
+names the setting, and the message names it as Python writes it (``head_num must be a positive integer, got 0``) or,
+through :meth:`ConfigError.words`, as another caller does (``linattn train`` says ``--head_num``).
+:func:`memory_estimate` and :func:`check_memory` refuse a run whose data cannot fit before it starts.
 """
 
 from __future__ import annotations
@@ -11,69 +17,185 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Callable
 
 import numpy as np
 
 from . import objectives
-from .data import check_choice, check_covariance, check_int, check_spectrum, is_int, is_number
-from .models import check_weight_settings
+from .data import ConfigError, check_choice, check_covariance, check_int, check_positive, check_spectrum, is_int, \
+    is_number, named
+from .models import INIT_SCHEMES, MODELS, check_weight_settings
 from .normalization import NORMALIZATIONS
 
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
 DRAWS = ("reference", "streams")
-# The fields by the type validate() requires (a bool is not an int here: True is no size).
-INT_FIELDS = ("head_num", "rank", "in_dim", "seq_len", "testset_size", "epoch", "seed", "population_samples",
-              "chunk")
-NUMBER_FIELDS = ("icl", "init", "lr")
-BOOL_FIELDS = ("white_cov", "vary_len", "cubic_feat", "softmax", "track_value")
-STR_FIELDS = ("model", "init_scheme", "draws", "normalize", "engine", "dynamics", "dtype", "device")
 
 
-class ConfigError(ValueError):
-    """An invalid setting; the message names it and says what is allowed."""
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a run, declared once beside its :class:`RunConfig` field.
+
+    ``kind``: the type :meth:`RunConfig.validate` requires — ``int``, ``size`` (an int, or None for the population
+    objective), ``number``, ``bool``, ``str``, ``numbers`` (a sequence of numbers or None) or ``matrix`` (None or a
+    matrix); a bool is no int or number here (True is no size). ``choices``: the allowed strings (a callable where
+    they are registered elsewhere, e.g. the engines). ``check``: the rule for one valid-typed value,
+    ``check(name, value)``, raising ConfigError; the range of an integer is ``low``, ``high`` and its wording
+    ``what`` (:func:`~linattn.data.check_int`). The settings that shape the initial weights (model, head_num, in_dim,
+    rank, init, init_scheme) are checked by ``models.check_weight_settings``, the rule ``init_weights`` shares; rules
+    across settings are in :meth:`RunConfig.validate`. ``help`` says what the setting means, with ``symbol`` the
+    paper's name for it; ``flags`` are its ``linattn train`` flags, the first its name and the others the
+    reference's aliases (none: not a flag); ``reference``: one of the reference's flags, with its name and default.
+    """
+
+    kind: str
+    help: str
+    symbol: str | None = None
+    flags: tuple[str, ...] = ()
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    low: int | None = None
+    high: int | None = None
+    what: str | None = None
+    check: Callable | None = None
+    reference: bool = False
+    name: str = ""
+    default: object = None
+
+    def allowed(self) -> tuple[str, ...] | None:
+        """The allowed values of a string setting (None: any)."""
+        return self.choices() if callable(self.choices) else self.choices
+
+    def describe(self) -> str:
+        """What the setting means, after the paper's symbol: ``"H, the number of heads"``."""
+        return f"{self.symbol}, {self.help}" if self.symbol else self.help
+
+    def check_type(self, value) -> None:
+        """ConfigError unless ``value`` has this setting's type."""
+        ok, wanted = _KINDS[self.kind]
+        if not ok(value):
+            raise ConfigError(f"{named(self.name)} must be {wanted}, got {value!r}", field=self.name, value=value)
+
+    def check_value(self, value) -> None:
+        """ConfigError unless ``value`` (of the right type) is allowed: its range, choices and rule."""
+        if self.low is not None and value is not None:
+            check_int(self.name, value, low=self.low, high=self.high, what=self.what or "a positive integer")
+        if self.choices is not None:
+            check_choice(self.name, value, self.allowed())
+        if self.check is not None:
+            self.check(self.name, value)
+
+
+_KINDS = {
+    "int": (is_int, "an integer"),
+    "size": (lambda v: v is None or is_int(v), "an integer, or None (or float('inf')) for the population objective"),
+    "number": (is_number, "a number"),
+    "bool": (lambda v: isinstance(v, (bool, np.bool_)), "True or False"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "numbers": (lambda v: True, "a sequence of numbers"),  # checked with in_dim (validate)
+    "matrix": (lambda v: True, "a matrix"),
+}
+
+
+def _setting(default, kind: str, help: str, **declared):
+    """A RunConfig field with its :class:`Setting`."""
+    return field(default=default, repr=kind != "matrix", metadata={"setting": Setting(kind, help, **declared)})
+
+
+def _within_0_1(name, value):
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{named(name)} must lie in [0, 1], got {value}", field=name, value=value)
+
+
+def _device(name, value):
+    if value not in ("auto", "cpu") and not re.fullmatch(r"cuda(:\d+)?", value):
+        raise ConfigError(f"{named(name)} must be 'auto', 'cpu' or 'cuda[:k]', got {value!r}", field=name, value=value)
+    if value.startswith("cuda"):
+        import torch
+
+        index = int(value.partition(":")[2] or 0)
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{named(name, value)}: torch {torch.__version__} sees no CUDA device here; use "
+                              f"{named(name, 'cpu')} or {named(name, 'auto')}", field=name, value=value)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"{named(name, value)}: torch sees {torch.cuda.device_count()} CUDA device(s), numbered "
+                              "from 0", field=name, value=value)
 
 
 @dataclass
 class RunConfig:
-    """The settings of one run: the fields are the flags of ``linattn train`` (``linattn train --help`` says what
-    each means), with the reference's names and defaults, then linattn's own. ``trainset_size=None`` is the CLI's
-    ``inf`` (the population objective); ``trainset_size=float("inf")`` is turned into None on construction.
-    Nothing else is checked on construction; :meth:`validate` checks everything and
-    :func:`~linattn.experiment.run` calls it first.
+    """The settings of one run, with the reference's names and defaults, then linattn's own; each field's
+    :class:`Setting` (:data:`SETTINGS`) says what it means and what it may be (``linattn train --help`` lists them).
+    ``trainset_size=None`` is the CLI's ``inf`` (the population objective); ``trainset_size=float("inf")`` is
+    turned into None on construction. Nothing else is checked on construction: :meth:`validate` checks everything,
+    and :func:`linattn.experiment.plan` (which :func:`~linattn.experiment.run` calls) calls it.
     """
 
     # the reference's flags, same names and defaults
-    model: str = "attnM"
-    head_num: int = 1
-    rank: int = 1
-    in_dim: int = 4
-    seq_len: int = 32
-    trainset_size: int | None = 5000  # None: infinite (population engine)
-    testset_size: int = 0
-    icl: float = 1.0
-    white_cov: bool = False
-    vary_len: bool = False
-    cubic_feat: bool = False
-    softmax: bool = False
-    init: float = 0.01
-    lr: float = 1e-3
-    epoch: int = 6001
-    seed: int = 10
-    track_value: bool = False
+    model: str = _setting("attnM", "str", "attnM (ATTN_M, merged key-query), attnS (ATTN_S, separate key and query "
+                          "of rank R) or mlp (the MLP on the cubic feature)", flags=("--model",), choices=MODELS,
+                          reference=True)
+    head_num: int = _setting(1, "int", "the number of heads", symbol="H", flags=("--head_num", "--head"),
+                             reference=True)
+    rank: int = _setting(1, "int", "the key-query rank of every ATTN_S head, 1 to D", symbol="R",
+                         flags=("--rank", "--KQ_dim"), reference=True)
+    in_dim: int = _setting(4, "int", "the input dimension", symbol="D", flags=("--in_dim",), reference=True)
+    seq_len: int = _setting(32, "int", "tokens per sequence, the query included", symbol="N + 1",
+                            flags=("--seq_len",), low=2, what="at least 2 (one context pair and the query)",
+                            reference=True)
+    trainset_size: int | None = _setting(
+        5000, "size", "training sequences (inf, or None in Python: the population loss)", symbol="P",
+        flags=("--trainset_size",), low=1, what=f"a positive integer ({named('trainset_size', None)}: the population "
+        "objective)", reference=True)
+    testset_size: int = _setting(0, "int", "sequences in each test set, in-weight and in-context (0: none)",
+                                 flags=("--testset_size",), low=0, what="an integer >= 0", reference=True)
+    icl: float = _setting(1.0, "number", "fraction of sequences with a fresh task vector, in [0, 1] (the rest share "
+                          "one fixed task)", symbol="c", flags=("--icl",), check=_within_0_1, reference=True)
+    white_cov: bool = _setting(False, "bool", "white input covariance I/D instead of the default spectrum",
+                               flags=("--white_cov",), reference=True)
+    vary_len: bool = _setting(False, "bool", "average the loss over every prefix length of a sequence (outputs "
+                              "divided by the prefix length)", flags=("--vary_len",), reference=True)
+    cubic_feat: bool = _setting(False, "bool", "feed the MLP the cubic feature (with model mlp)",
+                                flags=("--cubic_feat",), reference=True)
+    softmax: bool = _setting(False, "bool", "softmax attention in place of linear attention", flags=("--softmax",),
+                             reference=True)
+    init: float = _setting(0.01, "number", "initialisation scale", flags=("--init",), reference=True)
+    lr: float = _setting(1e-3, "number", "learning rate", flags=("--lr",), check=check_positive,
+                         reference=True)
+    epoch: int = _setting(6001, "int", "steps of full-batch gradient descent", flags=("--epoch",), low=1,
+                          reference=True)
+    seed: int = _setting(10, "int", "seed of every random draw (data and initial weights)", flags=("--seed",), low=0,
+                         high=2**32, what="an integer in [0, 2^32)", reference=True)
+    track_value: bool = _setting(False, "bool", "record the value weight of every head at every step",
+                                 flags=("--track_value",), reference=True)
     # ours
-    spectrum: tuple[float, ...] | None = None
-    cov_matrix: list | None = field(default=None, repr=False)
-    init_scheme: str = "dec2025"  # the initialisation era: dec2024, jan2025 or dec2025 (models.init_weights)
-    draws: str = "reference"  # reference: the authors' random numbers (reference_draws.py); streams: data.streams
-    normalize: str = "sum"
-    engine: str = "auto"
-    dynamics: str = "gd"  # gd: full-batch gradient descent; flow: gradient flow at t/τ = 2·lr·step (flow.py)
-    dtype: str = "float64"
-    device: str = "auto"
-    population_samples: int = 0  # 0: exact population moments; > 0: Monte-Carlo estimate of that size
-    chunk: int = 4096
+    spectrum: tuple[float, ...] | None = _setting(
+        None, "numbers", "eigenvalues of the input covariance, in any order (rotated randomly, not rescaled; "
+        "comma-separated on the command line)", flags=("--spectrum",))
+    cov_matrix: list | None = _setting(None, "matrix", "the input covariance itself, a D×D symmetric positive "
+                                       "definite matrix (used as given)")
+    init_scheme: str = _setting("dec2025", "str", "the reference's initialisation era: dec2024 (published Figures 1b "
+                                "and 3a-3c), jan2025 (Figure 4), dec2025 (the authors' current code)",
+                                flags=("--init_scheme",), choices=INIT_SCHEMES)
+    draws: str = _setting("reference", "str", "reference: the authors' random numbers for this seed (the same "
+                          "command gives the same data, weights and losses); streams: linattn's independent streams, "
+                          "one per purpose (changing P or the test sets leaves the initial weights unchanged)",
+                          flags=("--draws",), choices=DRAWS)
+    normalize: str = _setting("sum", "str", "sum: the reference's Σ over tokens; mean: the paper's 1/N",
+                              flags=("--normalize",), choices=NORMALIZATIONS)
+    engine: str = _setting("auto", "str", "auto: exact for the linear models, population for an infinite training "
+                           "set, softmax for softmax attention; autograd: the model's forward pass on every sequence "
+                           "(any model)", flags=("--engine",), choices=objectives.engine_choices)
+    dynamics: str = _setting("gd", "str", "gd: full-batch gradient descent; flow: gradient flow (scipy solve_ivp) "
+                             "at t/τ = 2·lr·step", flags=("--dynamics",), choices=DYNAMICS)
+    dtype: str = _setting("float64", "str", "the precision of the training: float64 or float32", flags=("--dtype",), choices=DTYPES)
+    device: str = _setting("auto", "str", "auto: the CPU for the exact and population engines, CUDA when available "
+                           "for autograd and softmax; cpu; or cuda[:k] (refused when torch sees no such device)",
+                           flags=("--device",), check=_device)
+    population_samples: int = _setting(0, "int", "0: exact population moments; N > 0: a Monte-Carlo estimate from N "
+                                       "fresh sequences", flags=("--population_samples",), low=0,
+                                       what="an integer >= 0 (0: exact moments)")
+    chunk: int = _setting(4096, "int", "sequences per chunk (bounds memory)", flags=("--chunk",), low=1)
 
     def __post_init__(self):
         if isinstance(self.trainset_size, (float, np.floating)) and self.trainset_size == math.inf:
@@ -114,117 +236,80 @@ class RunConfig:
         return cls(**d)
 
     def validate(self) -> "RunConfig":
-        """``self`` if every setting has the right type, is valid and they fit together, else :class:`ConfigError`
-        naming the first problem in one sentence, with the field as written in Python (the CLI translates it to its
-        flag). Also refuses an unavailable CUDA ``device``. Whether the reference's draws exist for the settings is
-        checked where something is drawn (:meth:`reference_draws_refusal`)."""
-        try:
-            self._check_types()
-            self._check_values()
-        except ConfigError:
-            raise
-        except ValueError as e:  # the checks shared with data.py and models.py raise plain ValueErrors
-            raise ConfigError(str(e)) from None
-        return self
-
-    def _check_types(self) -> None:
-        for name in INT_FIELDS:
-            if not is_int(value := getattr(self, name)):
-                raise ConfigError(f"{name} must be an integer, got {value!r}")
-        if not (self.trainset_size is None or is_int(self.trainset_size)):
-            raise ConfigError(f"trainset_size must be an integer, or None (or float('inf')) for the population "
-                              f"objective, got {self.trainset_size!r}")
-        for name in NUMBER_FIELDS:
-            if not is_number(value := getattr(self, name)):
-                raise ConfigError(f"{name} must be a number, got {value!r}")
-        for name in BOOL_FIELDS:
-            if not isinstance(value := getattr(self, name), (bool, np.bool_)):
-                raise ConfigError(f"{name} must be True or False, got {value!r}")
-        for name in STR_FIELDS:
-            if not isinstance(value := getattr(self, name), str):
-                raise ConfigError(f"{name} must be a string, got {value!r}")
-
-    def _check_values(self) -> None:
-        def bad(msg):
-            raise ConfigError(msg)
-
-        check_int("population_samples", self.population_samples, low=0, what="an integer >= 0 (0: exact moments)")
+        """``self`` if every setting has its type (:attr:`Setting.kind`), is allowed (its range, choices and
+        rule) and they fit together; else :class:`ConfigError` about the first problem, in one sentence, with
+        ``.field`` the setting. Also refuses an unavailable CUDA ``device``. Whether the reference's draws exist for
+        the settings is asked where something is drawn (:meth:`reference_draws_refusal`)."""
+        for s in SETTINGS.values():
+            s.check_type(getattr(self, s.name))
         check_weight_settings(model=self.model, head_num=self.head_num, in_dim=self.in_dim, rank=self.rank,
                               init=self.init, init_scheme=self.init_scheme)
-        check_int("epoch", self.epoch)
-        check_int("chunk", self.chunk)
-        if self.trainset_size is not None:
-            check_int("trainset_size", self.trainset_size,
-                      what="a positive integer (trainset_size=None: the population objective)")
-        check_int("testset_size", self.testset_size, low=0, what="an integer >= 0")
+        for s in SETTINGS.values():
+            s.check_value(getattr(self, s.name))
+        self._check_together()
+        return self
+
+    def _check_together(self) -> None:
+        """The rules across settings."""
+        def bad(message, field, value):
+            raise ConfigError(message, field=field, value=value)
+
         # the drawn sets are centred across their sequences (the reference's recipe): one sequence becomes all zeros
         for name in ("trainset_size", "testset_size"):
             if getattr(self, name) == 1:
-                bad(f"{name}=1 is refused: the inputs are centred across the sequences of a set, which sets every "
-                    "input of a single sequence to zero; use at least 2")
-        check_int("seed", self.seed, low=0, high=2**32, what="an integer in [0, 2^32)")
-        check_int("seq_len", self.seq_len, low=2, what="at least 2 (one context pair and the query)")
-        if not (0.0 <= self.icl <= 1.0):
-            bad(f"icl must lie in [0, 1], got {self.icl}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            bad(f"lr must be a positive finite number, got {self.lr}")
+                bad(f"{named(name, 1)} is refused: the inputs are centred across the sequences of a set, which sets "
+                    "every input of a single sequence to zero; use at least 2", name, 1)
         if self.model == "mlp" and not self.cubic_feat:
-            bad('model="mlp" needs cubic_feat=True (the MLP acts on the cubic feature)')
+            bad(f"{named('model', 'mlp')} needs {named('cubic_feat', True)} (the MLP acts on the cubic feature)",
+                "model", self.model)
         if self.cubic_feat and self.model != "mlp":
-            bad('cubic_feat=True only applies to model="mlp"')
+            bad(f"{named('cubic_feat', True)} only applies to {named('model', 'mlp')}", "cubic_feat", True)
         if self.softmax and self.model == "mlp":
-            bad('softmax=True applies to the attention models, not to model="mlp"')
-        check_choice("draws", self.draws, DRAWS)
-        check_choice("normalize", self.normalize, NORMALIZATIONS)
-        check_choice("dynamics", self.dynamics, DYNAMICS)
-        check_choice("engine", self.engine, objectives.engine_choices())
-        check_choice("dtype", self.dtype, DTYPES)
-        if self.device not in ("auto", "cpu") and not re.fullmatch(r"cuda(:\d+)?", self.device):
-            bad(f"device must be 'auto', 'cpu' or 'cuda[:k]', got {self.device!r}")
-        if self.device.startswith("cuda"):
-            import torch
-
-            index = int(self.device.partition(":")[2] or 0)
-            if not torch.cuda.is_available():
-                bad(f'device="{self.device}": torch {torch.__version__} sees no CUDA device here; use device="cpu" '
-                    'or device="auto"')
-            if index >= torch.cuda.device_count():
-                bad(f'device="{self.device}": torch sees {torch.cuda.device_count()} CUDA device(s), numbered from 0')
+            bad(f"{named('softmax', True)} applies to the attention models, not to {named('model', 'mlp')}",
+                "softmax", True)
         if (reason := objectives.refusal(self)) is not None:
-            bad(reason)
+            bad(reason, "engine", self.engine)
         if self.spectrum is not None:
             if self.white_cov:
-                bad("spectrum and white_cov=True are mutually exclusive")
+                bad(f"{named('spectrum')} and {named('white_cov', True)} are mutually exclusive", "spectrum",
+                    self.spectrum)
             check_spectrum(self.spectrum, self.in_dim)
         if self.cov_matrix is not None:
             try:
                 check_covariance(self.cov_matrix, self.in_dim)
             except ValueError as e:
-                bad(f"cov_matrix: {e}")
+                bad(f"{named('cov_matrix')}: {e}", "cov_matrix", self.cov_matrix)
 
     def reference_draws_refusal(self, *, covariance_only: bool = False) -> str | None:
         """Why the reference's own random numbers (``draws="reference"``) cannot make what a run of these settings
         draws, or None: options the authors' code never had (``draws="streams"`` has them). ``covariance_only``:
         only Λ is drawn (a population run with given initial weights), which needs no draw with ``cov_matrix`` or
-        ``white_cov``. :func:`~linattn.experiment.draw` and :func:`~linattn.experiment.run` ask this where they
-        draw; ``linattn train`` (which always draws) asks it up front."""
+        ``white_cov``. :func:`~linattn.experiment.plan` asks this where something is drawn (the message names the
+        settings for :class:`ConfigError`)."""
         if covariance_only:
             drawn = self.cov_matrix is None and not self.white_cov
-            never = [("spectrum", drawn and self.spectrum is not None), ("trainset_size=None", drawn),
-                     ("population_samples > 0", self.population_samples > 0)]
+            never = [(named("spectrum"), drawn and self.spectrum is not None),
+                     (named("trainset_size", None), drawn),
+                     (f"{named('population_samples')} > 0", self.population_samples > 0)]
         else:
-            never = [("spectrum", self.spectrum is not None), ("cov_matrix", self.cov_matrix is not None),
-                     ("trainset_size=None", self.trainset_size is None),
-                     ('normalize="mean"', self.normalize == "mean"),
-                     ("population_samples > 0", self.population_samples > 0)]
+            never = [(named("spectrum"), self.spectrum is not None), (named("cov_matrix"), self.cov_matrix is not None),
+                     (named("trainset_size", None), self.trainset_size is None),
+                     (named("normalize", "mean"), self.normalize == "mean"),
+                     (f"{named('population_samples')} > 0", self.population_samples > 0)]
         for option, given in never:
             if given:
-                return (f"{option} has no reference draws (the authors' code has no such option); add "
-                        'draws="streams"')
+                return f"{option} has no reference draws (the authors' code has no such option); add " \
+                       f"{named('draws', 'streams')}"
         if not covariance_only and self.init_scheme == "dec2024" and self.icl != 1.0:
-            return ('init_scheme="dec2024" with draws="reference" needs icl=1 (the Dec 2024 code had no icl option); '
-                    'use another init_scheme, or add draws="streams"')
+            return (f"{named('init_scheme', 'dec2024')} with {named('draws', 'reference')} needs {named('icl', 1)} "
+                    f"(the Dec 2024 code had no {named('icl')} option); use another {named('init_scheme')}, or add "
+                    f"{named('draws', 'streams')}")
         return None
+
+
+#: Every setting of a run by field name, in the order of :class:`RunConfig`: the one declaration.
+SETTINGS: dict[str, Setting] = {f.name: replace(f.metadata["setting"], name=f.name, default=f.default)
+                                for f in fields(RunConfig)}
 
 
 # ── memory ───────────────────────────────────────────────────────────────────────────────────────────────────────
@@ -234,14 +319,15 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 def parse_size(size) -> int:
     """A number of bytes from an int or a string such as ``"8G"``, ``"500M"``, ``"1.5GiB"`` or ``"4096"``
-    (K, M, G, T: powers of 1024). ValueError naming ``max_memory`` for anything else."""
+    (K, M, G, T: powers of 1024). ConfigError (a ValueError) naming ``max_memory`` for anything else."""
     if is_int(size) and size > 0:
         return int(size)
     m = None
     if isinstance(size, str):
         m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", size, re.IGNORECASE)
     if m is None or float(m.group(1)) <= 0:
-        raise ValueError(f"max_memory must be a number of bytes, or a size such as '8G' or '500M', got {size!r}")
+        raise ConfigError(f"{named('max_memory')} must be a number of bytes, or a size such as '8G' or '500M', got "
+                          f"{size!r}", field="max_memory", value=size)
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
@@ -270,11 +356,12 @@ def available_memory() -> int | None:
         return None
 
 
-def memory_parts(cfg: RunConfig, *, draws_data: bool = True) -> dict[str, int]:
-    """What holds the memory of a run of ``cfg``, in bytes (rough; :func:`memory_estimate` adds them up).
-    E = in_dim + 1 numbers per token, n = seq_len tokens per sequence."""
+def memory_parts(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None) -> dict[str, int]:
+    """What holds the memory of a run of ``cfg`` (trained by ``engine``; None: ``objectives.resolve(cfg)``), in
+    bytes (rough; :func:`memory_estimate` adds them up). E = in_dim + 1 numbers per token, n = seq_len tokens per
+    sequence."""
     D, n, E = cfg.in_dim, cfg.seq_len, cfg.in_dim + 1
-    engine = objectives.resolve(cfg)
+    engine = engine or objectives.resolve(cfg)
     sets = [] if engine == "population" else [cfg.trainset_size] + [cfg.testset_size] * 2 * bool(cfg.testset_size)
     tokens = sum(sets) * n
     parts = {}
@@ -302,7 +389,7 @@ def memory_parts(cfg: RunConfig, *, draws_data: bool = True) -> dict[str, int]:
     return parts
 
 
-def memory_estimate(cfg: RunConfig, *, draws_data: bool = True) -> int:
+def memory_estimate(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None) -> int:
     """The peak memory of a run of ``cfg`` in bytes, roughly (within a factor of ~2):
 
         peak = data sets + weights + max(drawing the largest set, the engine's copy or moments)
@@ -313,22 +400,28 @@ def memory_estimate(cfg: RunConfig, *, draws_data: bool = True) -> int:
     model's feature, and one chunk; population: no data, the moment tensors). ``draws_data=False``: the data are
     given, nothing is drawn (they are counted where the engine copies them).
     """
-    parts = memory_parts(cfg, draws_data=draws_data)
+    return _peak(memory_parts(cfg, draws_data=draws_data, engine=engine))
+
+
+def _peak(parts: dict[str, int]) -> int:
+    parts = dict(parts)
     transient = parts.pop("drawing the largest set", 0)
     kept = parts.pop("the drawn data sets", 0) + parts.pop("the weights")
     return kept + max([transient, *parts.values()])
 
 
-def check_memory(cfg: RunConfig, max_memory=None, *, draws_data: bool = True) -> int:
+def check_memory(cfg: RunConfig, max_memory=None, *, draws_data: bool = True, engine: str | None = None) -> int:
     """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``;
     None: ``available_memory()``, no check where that is unknown), else :class:`ConfigError` naming it."""
-    parts = memory_parts(cfg, draws_data=draws_data)
-    need = memory_estimate(cfg, draws_data=draws_data)
+    parts = memory_parts(cfg, draws_data=draws_data, engine=engine)
+    need = _peak(parts)
     limit = available_memory() if max_memory is None else parse_size(max_memory)
     if limit is not None and need > limit:
         largest = max(parts, key=parts.get)
         what = "memory available now" if max_memory is None else "the limit given"
         raise ConfigError(f"this run needs about {format_size(need)} of memory (largest part: {largest}, "
-                          f"{format_size(parts[largest])}), more than max_memory: {format_size(limit)} ({what}); "
-                          "use a smaller trainset_size, testset_size or seq_len (or in_dim), or a larger max_memory")
+                          f"{format_size(parts[largest])}), more than {named('max_memory')}: {format_size(limit)} "
+                          f"({what}); use a smaller {named('trainset_size')}, {named('testset_size')} or "
+                          f"{named('seq_len')} (or {named('in_dim')}), or a larger {named('max_memory')}",
+                          field="max_memory", value=max_memory)
     return need

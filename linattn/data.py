@@ -21,6 +21,7 @@ training set does not change when test sets are added.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +86,26 @@ class Datasets:
     cov: np.ndarray
     w_fix: np.ndarray | None
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array by the name ``data.npz`` gives it: ``cov``, ``w_fix``, the training set as ``X``, ``y`` and
+        each test set as ``test_iwl_X``, ``test_iwl_y`` (…); what is None is left out."""
+        out = {"cov": self.cov} if self.w_fix is None else {"cov": self.cov, "w_fix": self.w_fix}
+        for key, prefix in _PREFIXES:
+            s = getattr(self, key)
+            if s is not None:
+                out.update({f"{prefix}X": s.X, f"{prefix}y": s.y})
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: dict) -> "Datasets":
+        """The inverse of :meth:`arrays`."""
+        sets = {key: Sequences(a[f"{prefix}X"], a[f"{prefix}y"]) if f"{prefix}X" in a else None
+                for key, prefix in _PREFIXES}
+        return cls(cov=a["cov"], w_fix=a.get("w_fix"), **sets)
+
+
+_PREFIXES = (("train", ""), ("test_iwl", "test_iwl_"), ("test_icl", "test_icl_"))
+
 
 def random_rotation(D: int, rng: np.random.Generator) -> np.ndarray:
     """An orthogonal D×D matrix: the Q factor of the QR decomposition of a Gaussian matrix."""
@@ -93,7 +114,45 @@ def random_rotation(D: int, rng: np.random.Generator) -> np.ndarray:
 
 
 # Checks of single settings, shared by ``RunConfig.validate`` and ``models.init_weights`` (one rule, not two copies).
-# Each returns the value when it is valid and otherwise raises one ValueError naming ``name`` as the caller wrote it.
+# Each returns the value when it is valid and otherwise raises one ConfigError about the setting ``name``.
+
+_OPEN, _SEP, _CLOSE = "\x02", "\x1f", "\x03"  # around a setting named in a message: never typed in text
+ALONE = object()  # named(name): the setting alone, no value
+
+
+def named(name: str, value=ALONE) -> str:
+    """A setting named in a :class:`ConfigError` message, with a value (``named("model", "mlp")``) or alone
+    (``named("lr")``): each reader of the message words it its own way (:meth:`ConfigError.words`)."""
+    return f"{_OPEN}{name}{_CLOSE}" if value is ALONE else f"{_OPEN}{name}{_SEP}{json.dumps(value)}{_CLOSE}"
+
+
+def python_words(name: str, value=ALONE) -> str:
+    """A setting as Python writes it: ``lr``, ``model="mlp"``, ``cubic_feat=True``, ``trainset_size=None``."""
+    if value is ALONE:
+        return name
+    return f"{name}={json.dumps(value) if isinstance(value, str) else repr(value)}"
+
+
+class ConfigError(ValueError):
+    """An invalid setting, before any work: ``field`` names the setting it is about (None: several at once),
+    ``value`` is the value given. ``str(error)`` names settings as Python does (``lr must be a number, got 'fast'``);
+    :meth:`words` names them another way (``linattn train`` says ``--lr``). ``template`` is the message with the
+    settings marked (:func:`named`), to compose a longer message from."""
+
+    def __init__(self, template: str, *, field: str | None = None, value=None):
+        self.template, self.field, self.value = template, field, value
+        super().__init__(self.words(python_words))
+
+    def words(self, word) -> str:
+        """The message with each setting it names written by ``word(name)`` or ``word(name, value)``."""
+        parts = self.template.split(_OPEN)
+        out = [parts[0]]
+        for part in parts[1:]:
+            ref, _, rest = part.partition(_CLOSE)
+            name, sep, value = ref.partition(_SEP)
+            out.append((word(name, json.loads(value)) if sep else word(name)) + rest)
+        return "".join(out)
+
 
 def is_int(value) -> bool:
     """An integer (Python or numpy), and not a bool: True is not a size."""
@@ -106,28 +165,29 @@ def is_number(value) -> bool:
 
 
 def check_int(name: str, value, *, low: int = 1, high: int | None = None, what: str = "a positive integer") -> int:
-    """``value`` if it is an integer with low <= value (< high when given), else ValueError
+    """``value`` if it is an integer with low <= value (< high when given), else ConfigError
     ``"<name> must be <what>, got <value>"``."""
     if not is_int(value) or value < low or (high is not None and value >= high):
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ConfigError(f"{named(name)} must be {what}, got {value!r}", field=name, value=value)
     return int(value)
 
 
 def check_positive(name: str, value) -> float:
-    """``value`` if it is a finite number > 0, else ValueError naming ``name``."""
+    """``value`` if it is a finite number > 0, else ConfigError naming ``name``."""
     if not is_number(value) or not (value > 0 and np.isfinite(value)):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        raise ConfigError(f"{named(name)} must be a positive finite number, got {value!r}", field=name, value=value)
     return float(value)
 
 
 def check_choice(name: str, value, choices) -> str:
-    """``value`` if it is one of the strings ``choices``, else ValueError naming ``name`` and listing them."""
+    """``value`` if it is one of the strings ``choices``, else ConfigError naming ``name`` and listing them."""
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        raise ConfigError(f"{named(name)} must be one of {', '.join(map(repr, choices))}, got {value!r}", field=name,
+                          value=value)
     return value
 
 
-def check_spd(cov: np.ndarray) -> np.ndarray:
+def _check_spd(cov: np.ndarray) -> np.ndarray:
     """Return ``cov`` as a float64 array, or raise ValueError if it is not symmetric positive definite."""
     try:
         cov = np.asarray(cov, dtype=np.float64)
@@ -145,20 +205,23 @@ def check_spd(cov: np.ndarray) -> np.ndarray:
 
 
 def check_spectrum(spectrum, D: int) -> np.ndarray:
-    """``spectrum`` as a float64 array of D positive eigenvalues, else ValueError."""
+    """``spectrum`` as a float64 array of D positive eigenvalues, else ConfigError."""
     if isinstance(spectrum, (str, bytes)) or not all(is_number(v) for v in np.ravel(np.asarray(spectrum, object))):
-        raise ValueError(f"spectrum must be a sequence of numbers, got {spectrum!r}")
+        raise ConfigError(f"{named('spectrum')} must be a sequence of numbers, got {spectrum!r}", field="spectrum",
+                          value=spectrum)
     eig = np.asarray(spectrum, dtype=np.float64)
     if eig.shape != (D,):
-        raise ValueError(f"spectrum has {eig.size} values, expected in_dim = {D}")
+        raise ConfigError(f"{named('spectrum')} has {eig.size} values, expected {named('in_dim')} = {D}",
+                          field="spectrum", value=spectrum)
     if not np.all(eig > 0):
-        raise ValueError("spectrum values must be positive (the covariance must be positive definite)")
+        raise ConfigError(f"{named('spectrum')} values must be positive (the covariance must be positive definite)",
+                          field="spectrum", value=spectrum)
     return eig
 
 
 def check_covariance(matrix, D: int) -> np.ndarray:
     """``matrix`` as a float64 D×D symmetric positive definite array, else ValueError."""
-    cov = check_spd(matrix)
+    cov = _check_spd(matrix)
     if cov.shape != (D, D):
         raise ValueError(f"covariance matrix has shape {cov.shape}, expected ({D}, {D})")
     return cov
@@ -181,16 +244,16 @@ def make_covariance(D: int, rng: np.random.Generator, *, white: bool = False,
     else:
         eig = check_spectrum(spectrum, D)
     q = random_rotation(D, rng)
-    return check_spd((q * eig) @ q.T)
+    return _check_spd((q * eig) @ q.T)
 
 
-def fixed_task(D: int, rng: np.random.Generator) -> np.ndarray:
+def _fixed_task(D: int, rng: np.random.Generator) -> np.ndarray:
     """The shared task vector of in-weight sequences: N(0, I) rescaled to norm √D."""
     w = rng.standard_normal(D)
     return w * np.sqrt(D) / np.linalg.norm(w)
 
 
-def whiten(w: np.ndarray) -> np.ndarray:
+def _whiten(w: np.ndarray) -> np.ndarray:
     """Rows with exactly zero sample mean and identity sample covariance (1/P convention), by ZCA."""
     w = w - w.mean(axis=0)
     cov = w.T @ w / w.shape[0]
@@ -213,7 +276,7 @@ def sample_sequences(P: int, seq_len: int, cov: np.ndarray, icl: float, w_fix: n
     w = np.empty((P, D))
     if n_icl:
         w_rand = rng.standard_normal((n_icl, D))
-        w[:n_icl] = whiten(w_rand) if (centre and n_icl == P and P > D) else w_rand
+        w[:n_icl] = _whiten(w_rand) if (centre and n_icl == P and P > D) else w_rand
     w[n_icl:] = w_fix
     labels = np.einsum("pnd,pd->pn", x, w)
     if icl == 0:
@@ -240,7 +303,7 @@ def sample_tasks(cov, P: int, seq_len: int, *, seed: int, icl: float = 1.0, cent
 
     Invalid arguments raise one ValueError naming the argument.
     """
-    cov = check_spd(cov)
+    cov = _check_spd(cov)
     P = check_int("P", P)
     seq_len = check_int("seq_len", seq_len, low=2, what="an integer >= 2 (one context pair and the query)")
     seed = check_int("seed", seed, low=0, high=2**32, what="an integer in [0, 2^32)")
@@ -249,7 +312,7 @@ def sample_tasks(cov, P: int, seq_len: int, *, seed: int, icl: float = 1.0, cent
     if centre and P == 1:
         raise ValueError("P=1 with centre=True would centre the single sequence's inputs to zero: use P >= 2 or "
                          "centre=False")
-    w_fix = fixed_task(cov.shape[0], streams(seed, W_FIX))
+    w_fix = _fixed_task(cov.shape[0], streams(seed, W_FIX))
     return sample_sequences(P, seq_len, cov, float(icl), w_fix, streams(seed, TRAIN), centre=centre)
 
 
@@ -258,7 +321,7 @@ def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, tests
                   seed: int = 10) -> Datasets:
     """Training set (None when ``trainset_size`` is None, i.e. population training), test sets and task."""
     cov = make_covariance(in_dim, streams(seed, COV), white=white_cov, spectrum=spectrum, matrix=cov_matrix)
-    w_fix = fixed_task(in_dim, streams(seed, W_FIX))
+    w_fix = _fixed_task(in_dim, streams(seed, W_FIX))
     train = None
     if trainset_size is not None:
         train = sample_sequences(trainset_size, seq_len, cov, icl, w_fix, streams(seed, TRAIN))

@@ -22,6 +22,7 @@ import torch
 from . import data as data_mod
 from . import objectives
 from .config import ConfigError, RunConfig, check_memory
+from .data import named
 from .flow import gradient_flow
 from .models import build_model, check_weights, init_weights
 from .records import atomic_write, provenance, write_csv, write_json
@@ -66,13 +67,19 @@ def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
     Returns ``(datasets, init)``: a :class:`~linattn.data.Datasets` and a dict in the layout of ``init.npz``.
     Both can be changed and handed back, ``run(cfg, init=init, data=datasets)``.
 
-    Raises :class:`~linattn.config.ConfigError` for invalid settings (:meth:`~linattn.config.RunConfig.validate`) and, with
-    ``draws="reference"``, for options the authors' code never had (:meth:`~linattn.config.RunConfig.reference_draws_refusal`).
+    Raises :class:`~linattn.config.ConfigError` for invalid settings (:meth:`~linattn.config.RunConfig.validate`)
+    and, with ``draws="reference"``, for options the authors' code never had
+    (:meth:`~linattn.config.RunConfig.reference_draws_refusal`).
     """
     cfg.validate()
+    if cfg.draws == "reference" and (reason := cfg.reference_draws_refusal()) is not None:
+        raise ConfigError(reason, field="draws", value=cfg.draws)
+    return _draw(cfg)
+
+
+def _draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
+    """:func:`draw` for settings already checked."""
     if cfg.draws == "reference":
-        if (reason := cfg.reference_draws_refusal()) is not None:
-            raise ConfigError(reason)
         return reference_draws(model=cfg.model, init_scheme=cfg.init_scheme, in_dim=cfg.in_dim, seq_len=cfg.seq_len,
                                trainset_size=cfg.trainset_size, testset_size=cfg.testset_size, icl=cfg.icl,
                                white_cov=cfg.white_cov, head_num=cfg.head_num, rank=cfg.rank, init=cfg.init,
@@ -88,14 +95,12 @@ def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
 def _population_datasets(cfg: RunConfig) -> data_mod.Datasets:
     """What a population run with given initial weights needs of the data: Λ alone. With ``cov_matrix`` or
     ``white_cov`` nothing is drawn; otherwise Λ is drawn as :func:`draw` draws it (from linattn's streams; the
-    reference has no population runs to draw it for)."""
+    reference has no population runs to draw it for, which :func:`plan` refuses)."""
     if cfg.draws == "streams":
-        return draw(cfg)[0]
-    if (reason := cfg.reference_draws_refusal(covariance_only=True)) is not None:
-        raise ConfigError(reason)
+        return _draw(cfg)[0]
     if cfg.cov_matrix is not None:
         cov = data_mod.check_covariance(cfg.cov_matrix, cfg.in_dim)
-    else:  # white_cov: the refusal above leaves no other case
+    else:  # white_cov: plan() refuses the reference's draws in any other case
         cov = np.eye(cfg.in_dim) / cfg.in_dim
     return data_mod.Datasets(train=None, test_iwl=None, test_icl=None, cov=cov, w_fix=None)
 
@@ -113,8 +118,9 @@ def _given_data(cfg: RunConfig, data) -> tuple[RunConfig, data_mod.Datasets]:
             raise ValueError(f"data must be a linattn.Sequences, a pair (X, y) of arrays or a linattn.Datasets, "
                              f"got {type(data).__name__}")
         if cfg.testset_size:
-            raise ConfigError("with a training set given as data there are no test sets: pass testset_size=0, or "
-                              "give the test sets too in a linattn.Datasets")
+            raise ConfigError(f"with a training set given as data there are no test sets: pass "
+                              f"{named('testset_size', 0)}, or give the test sets too in a linattn.Datasets",
+                              field="testset_size", value=cfg.testset_size)
         x = data.X[..., :-1].reshape(-1, data.X.shape[-1] - 1).astype(np.float64)
         datasets = data_mod.Datasets(train=data, test_iwl=None, test_icl=None, cov=x.T @ x / x.shape[0], w_fix=None)
     P, n, E = datasets.train.X.shape
@@ -126,8 +132,9 @@ def _given_data(cfg: RunConfig, data) -> tuple[RunConfig, data_mod.Datasets]:
         raise ValueError(f"data has D = {E - 1} input coordinates (X.shape[2] = D+1 = {E}), but in_dim = "
                          f"{cfg.in_dim}: set RunConfig(in_dim={E - 1})")
     if cfg.trainset_size is None or objectives.resolve(cfg) == "population":
-        raise ConfigError("the population engine (trainset_size 'inf') trains on no data set: with data given, "
-                          "use a finite trainset_size (it is taken from the data)")
+        raise ConfigError(f"the population engine ({named('trainset_size', None)}) trains on no data set: with data "
+                          f"given, use a finite {named('trainset_size')} (it is taken from the data)",
+                          field="trainset_size", value=cfg.trainset_size)
     tests = next((s for s in (datasets.test_iwl, datasets.test_icl) if s is not None), None)
     cfg = dataclasses.replace(cfg, trainset_size=P, seq_len=n, testset_size=0 if tests is None else len(tests))
     return cfg, datasets
@@ -152,12 +159,87 @@ def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, 
     return None, max_halvings
 
 
-def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool | None = None,
+#: What a run draws (:attr:`Plan.draws`): data and weights; the data (the weights are given); only Λ (a population
+#: run from given weights); nothing (data and weights given).
+EVERYTHING, DATA, COVARIANCE, NOTHING = "data and weights", "data", "covariance", "nothing"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A run checked once, with everything decided before it starts; :func:`run` carries it out without checking
+    again. Made by :func:`plan`.
+
+    Attributes:
+        config: the settings (with given data, the data's P, seq_len and test-set size).
+        engine, device: the engine that trains the run and the torch device it runs on.
+        memory: the estimated peak memory in bytes (:func:`~linattn.config.memory_estimate`), within the limit.
+        draws: what is drawn: ``"data and weights"``, ``"data"`` (the weights are given), ``"covariance"`` (only
+            Λ: a population run from given weights) or ``"nothing"``.
+        init: the given initial weights (checked), or None; data: the given data as a Datasets, or None.
+        start_step: the step the run continues from (0: a new run).
+    """
+
+    config: RunConfig
+    engine: str
+    device: str
+    memory: int
+    draws: str
+    init: dict | None = None
+    data: data_mod.Datasets | None = None
+    start_step: int = 0
+
+    def continued(self, weights: dict, start_step: int, epoch: int) -> "Plan":
+        """The plan of ``epoch`` more steps of this run from ``weights``, its weights at ``start_step`` (weights
+        that a run of these settings returned: not checked again)."""
+        draws = NOTHING if self.data is not None else COVARIANCE if self.engine == "population" else DATA
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, epoch=epoch), init=weights,
+                                   start_step=start_step, draws=draws)
+
+
+def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None, start_step: int = 0) -> Plan:
+    """Check a run of ``cfg`` (with the initial weights ``init`` and the data ``data`` given in place of drawn ones,
+    as for :func:`run`) once, before any work, and decide what follows from its settings: the engine, the device,
+    the memory it needs and what is drawn. :func:`run` calls it; call it yourself to check settings at a boundary
+    (``linattn train`` does) and hand the :class:`Plan` to :func:`run`.
+
+    Raises:
+        ConfigError: an invalid setting (:meth:`~linattn.config.RunConfig.validate`), options the reference's draws
+            do not have where something is drawn with ``draws="reference"``, or a run too large for
+            ``max_memory`` (None: the memory available now).
+        ValueError: ``init`` or ``data`` of the wrong keys, shapes or values, or a ``start_step`` without ``init``.
+    """
+    cfg.validate()
+    if start_step and (cfg.dynamics != "gd" or init is None):
+        raise ValueError("start_step continues a gradient-descent run from given weights: it needs dynamics='gd' and "
+                         "init (the weights at that step)")
+    given = None
+    if data is not None:
+        cfg, given = _given_data(cfg, data)
+    if init is not None:
+        init = check_weights(cfg.model, init, head_num=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank)
+    engine = objectives.resolve(cfg)
+    if init is None:
+        draws = EVERYTHING  # with given data, the weights are drawn as for a run of the data's P and seq_len
+    elif given is not None:
+        draws = NOTHING
+    else:
+        draws = COVARIANCE if engine == "population" else DATA
+    if cfg.draws == "reference" and draws != NOTHING:
+        if (reason := cfg.reference_draws_refusal(covariance_only=draws == COVARIANCE)) is not None:
+            raise ConfigError(reason, field="draws", value=cfg.draws)
+    memory = check_memory(cfg, max_memory, draws_data=draws in (EVERYTHING, DATA), engine=engine)
+    return Plan(config=cfg, engine=engine, device=objectives.device_for(cfg.device, engine), memory=memory,
+                draws=draws, init=init, data=given, start_step=start_step)
+
+
+def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress: bool | None = None,
         snapshot_every: int = 0, snapshot=None, start_step: int = 0, max_memory=None) -> RunResult:
-    """Validate ``cfg``, build data, weights and engine, train, and return a :class:`RunResult`.
+    """Check ``cfg`` (:func:`plan`), draw or take data and weights, build the engine, train, and return a
+    :class:`RunResult`.
 
     Args:
-        cfg: the settings (:class:`~linattn.config.RunConfig`).
+        cfg: the settings (:class:`~linattn.config.RunConfig`), or a :class:`Plan` made of them by :func:`plan`,
+            which holds ``init``, ``data``, ``start_step`` and the memory check (then not given here).
         init: initial weights replacing the drawn ones: a dict in the layout of ``init.npz``, for ``cfg``'s model,
             ``head_num`` H, ``in_dim`` D and ``rank`` R (E = D + 1): ATTN_M ``W_KQ`` (H, E, E), ``W_V`` (H, E, E);
             ATTN_S ``W_Q`` (H, R, E), ``W_K`` (H, R, E), ``W_V`` (H, E, E); MLP ``W1`` (H, D²), ``w2`` (H,).
@@ -185,33 +267,27 @@ def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool |
     Raises:
         ConfigError: an invalid setting (a ValueError naming it), options the reference's draws do not have
             where something is drawn with ``draws="reference"``, or a run too large for ``max_memory``; all
-            before any work.
+            before any work (:func:`plan`).
         ValueError: ``init`` or ``data`` of the wrong keys, shapes or values, before any training.
         TrainingDiverged: the loss became NaN or infinite. For gradient descent its message suggests a learning
             rate that trial runs from the same initial weights found stable (:func:`stable_lr`): 20 steps, or as
             many as the diverged run lasted up to 200 for the exact and population engines.
     """
-    cfg.validate()
-    if start_step and (cfg.dynamics != "gd" or init is None):
-        raise ValueError("start_step continues a gradient-descent run from given weights: it needs dynamics='gd' and "
-                         "init (the weights at that step)")
-    if data is not None:
-        cfg, given = _given_data(cfg, data)
-    if init is not None:
-        init = check_weights(cfg.model, init, head_num=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank)
-    engine = objectives.resolve(cfg)
-    covariance_only = data is None and init is not None and engine == "population"
-    must_draw = init is None or (data is None and not covariance_only)
-    check_memory(cfg, max_memory, draws_data=must_draw)
+    if isinstance(cfg, Plan):
+        if init is not None or data is not None or start_step or max_memory is not None:
+            raise TypeError("a Plan holds the run's init, data, start_step and memory check: give them to plan()")
+        p = cfg
+    else:
+        p = plan(cfg, init=init, data=data, max_memory=max_memory, start_step=start_step)
+    cfg, device = p.config, p.device
     start = time.perf_counter()
-    device = objectives.device_for(cfg.device, engine)
-    if covariance_only:
+    datasets, init = p.data, p.init
+    if p.draws == COVARIANCE:
         datasets = _population_datasets(cfg)
-    elif must_draw:
-        datasets, drawn = draw(cfg)
-    if data is not None:
-        datasets = given
-    init = drawn if init is None else init
+    elif p.draws != NOTHING:
+        drawn_data, drawn_init = _draw(cfg)
+        datasets = drawn_data if datasets is None else datasets
+        init = drawn_init if init is None else init
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
     train, tests = objectives.build(cfg, model, datasets, device)
     setup = time.perf_counter() - start
@@ -222,10 +298,10 @@ def run(cfg: RunConfig, *, init: dict | None = None, data=None, progress: bool |
         else:
             history = gradient_descent(model, train, lr=cfg.lr, epoch=cfg.epoch, tests=tests,
                                        track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,
-                                       progress=progress, start_step=start_step)
+                                       progress=progress, start_step=p.start_step)
     except TrainingDiverged as e:
         if cfg.dynamics == "gd":
-            steps = objectives.get(engine).trial_steps(e.step)
+            steps = objectives.get(p.engine).trial_steps(e.step)
             lr, halvings = stable_lr(cfg, init, train, device, lr=cfg.lr, steps=steps)
             e.suggest(lr, halvings=halvings, steps=steps)
         raise

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .data import check_choice, check_int, check_positive
+from .data import check_choice, check_int, check_positive, named
 from .normalization import token_scale
 
 MODELS = ("attnM", "attnS", "mlp")
@@ -54,11 +54,11 @@ def attn_s_scales(init_scheme: str, init: float, *, head_num: int, in_dim: int, 
 
 def check_weight_settings(*, model, head_num, in_dim, rank, init, init_scheme) -> None:
     """The rules for the settings that shape the initial weights (shared by :func:`init_weights` and
-    ``RunConfig.validate``): one ValueError naming the first invalid one."""
+    ``RunConfig.validate``): one ConfigError (a ValueError) naming the first invalid one."""
     check_choice("model", model, MODELS)
     check_int("head_num", head_num)
     check_int("in_dim", in_dim)
-    check_int("rank", rank, high=in_dim + 1, what=f"an integer between 1 and in_dim = {in_dim}")
+    check_int("rank", rank, high=in_dim + 1, what=f"an integer between 1 and {named('in_dim')} = {in_dim}")
     check_positive("init", init)
     check_choice("init_scheme", init_scheme, INIT_SCHEMES)
 

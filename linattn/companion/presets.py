@@ -18,6 +18,8 @@ import copy
 import itertools
 from typing import NamedTuple
 
+from ..config import SETTINGS
+
 # Every run uses the reference's own random draws (``draws="reference"``, the default) and names the initialisation
 # era its published figure was made with: dec2024 for Figures 1b and 3a–3c (ATTN_M's and the MLP's draws are the
 # same in dec2024 and jan2025), jan2025 for Figure 4, the rank appendix and Figure 14.
@@ -201,43 +203,25 @@ PRESETS: dict[str, dict[str, dict]] = {
 }
 
 # What each knob means, one text per name for every figure (the parameters cells are written from these:
-# :func:`linattn.companion.notebooks.parameters_source`).
-HELP: dict[str, str] = {
-    "model": "attnM (merged key-query), attnS (separate, rank R) or mlp",
-    "head_num": "H, the number of heads",
-    "rank": "R, the key-query rank of every head (ATTN_S)",
-    "in_dim": "D, the input dimension",
-    "seq_len": "sequence length (context tokens + the query)",
-    "trainset_size": "P, training sequences (None: the population loss)",
-    "testset_size": "sequences in each test set",
-    "init": "initialisation scale",
-    "lr": "learning rate",
-    "epoch": "steps of gradient descent",
-    "init_scheme": "initialisation era of the code of the authors: dec2024, jan2025 or dec2025",
-    "draws": "reference: the random numbers of the authors; streams: those of linattn",
-    "dtype": "float64 or float32",
-    "white_cov": "white input covariance (identity) instead of the default spectrum",
-    "softmax": "softmax attention in place of linear attention",
-    "vary_len": "sequence lengths vary, outputs divided by the prefix length",
-    "track_value": "record the value weights of every head at every step",
-    "seed": "seed of the run (data and initial weights)",
+# :func:`linattn.companion.notebooks.parameters_source`): a run setting's own help (its declaration,
+# :data:`linattn.config.SETTINGS`), then the knobs that only figures have.
+FIGURE_HELP: dict[str, str] = {
     "seeds": "one run per seed",
     "ranks": "key-query ranks R, one run each",
     "icl_values": "in-context fractions c, one run each",
     "inits_m": "ATTN_M initialisation scales, one run each",
     "inits_s": "ATTN_S initialisation scales, one run each",
     "trainset_sizes": "P of each run (None: the population loss, which must be in the list)",
-    "population_samples": "fresh sequences that estimate the population moments (0: exact)",
     "flow": "also integrate the gradient flow of the population loss",
     "snapshot_every": "record the weights every this many steps (shared runs share one interval)",
     "epoch_extended": "the same runs carried on to this step (a dict: per rank; a rank left out takes the largest)",
     "epoch_streams": "horizon of the comparison runs drawn from the streams of linattn",
     "epoch_more": "steps of the continued run, from the final weights of the first run",
-    "spectrum": "eigenvalues of the input covariance, in any order",
     "workers": "worker processes of the local Dask cluster the sweeps run on (make book runs a notebook beside it)",
     "attn_m": "the ATTN_M run settings (a partial dict sets only those keys)",
     "attn_s": "the ATTN_S run settings (a partial dict sets only those keys)",
 }
+HELP: dict[str, str] = {**{name: s.describe() for name, s in SETTINGS.items()}, **FIGURE_HELP}
 
 
 def settings(name: str, preset: str = "quick", *, runs: dict | None = None, **overrides) -> dict:
@@ -410,13 +394,13 @@ def configs(s: dict, run: str | None = None) -> list:
 
 
 def check_overrides(name: str, preset: str, overrides: dict) -> None:
-    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :meth:`RunConfig.validate` refuses,
-    before anything runs: :class:`linattn.config.ConfigError` with one line naming the figure, the parameter and
-    the reason (validate's own message). The overrides are applied one at a time, so the parameter named is the
-    first that makes a run invalid. Every figure draws its data, so a run with the reference's draws is also
-    refused where they cannot make it (``RunConfig.reference_draws_refusal``, as ``linattn train`` asks up front).
-    Figures without presets (a reader's own notebooks) are not checked."""
+    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.experiment.plan`
+    refuses (its settings, the reference's draws, its memory), before anything runs: :class:`linattn.config.ConfigError`
+    with one line naming the figure, the parameter and the reason (plan's own message). The overrides are applied
+    one at a time, so the parameter named is the first that makes a run invalid. Figures without presets (a reader's
+    own notebooks) are not checked."""
     from ..config import ConfigError
+    from ..experiment import plan
 
     if name not in PRESETS or not overrides:
         return
@@ -425,9 +409,7 @@ def check_overrides(name: str, preset: str, overrides: dict) -> None:
         applied[key] = value
         try:
             for cfg in run_configs(name, preset, applied):
-                cfg.validate()
-                if cfg.draws == "reference" and (reason := cfg.reference_draws_refusal()) is not None:
-                    raise ConfigError(reason)
+                plan(cfg)
         except ConfigError as e:
             raise ConfigError(f"{name}: --param {key}={value!r} gives an invalid run: {e}") from None
         except (TypeError, ValueError) as e:  # e.g. a seed that is not a number

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..data import named
 from .autograd import Autograd
 from .base import DEFAULT_CHUNK, Moments, NotLinearError, check_linear, feature_batches
 from .exact import Exact
@@ -54,7 +55,8 @@ def refusal(cfg) -> str | None:
     engine = get(resolve(cfg))
     reason = engine.refuses(cfg)
     if reason is None and cfg.trainset_size is None and engine is not Population:
-        reason = f"trainset_size inf (the population objective) needs engine 'population', not {engine.name!r}"
+        reason = (f"{named('trainset_size', None)} (the population objective) needs {named('engine')} 'population', "
+                  f"not {engine.name!r}")
     return reason
 
 

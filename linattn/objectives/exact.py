@@ -15,6 +15,7 @@ import warnings
 
 import torch
 
+from ..data import named
 from ..normalization import prefix_terms
 from .autograd import Autograd
 from .base import DEFAULT_CHUNK, Moments, NotLinearError, Objective, check_linear, chunks
@@ -76,7 +77,8 @@ class Exact(Objective):
     def refuses(cfg) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if cfg.softmax:
-            return "engine 'exact' covers linear attention only; softmax needs engine 'autograd' or 'softmax'"
+            return (f"{named('engine')} 'exact' covers linear attention only; {named('softmax')} needs {named('engine')} "
+                    "'autograd' or 'softmax'")
         return None
 
     @staticmethod

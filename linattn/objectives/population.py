@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .. import data as data_mod
+from ..data import named
 from ..models import _triangle
 from ..normalization import lengths, token_scale
 from .base import DEFAULT_CHUNK, Moments, check_linear, feature_batches
@@ -118,11 +119,13 @@ class Population(Exact):
     def refuses(cfg) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if cfg.softmax:
-            return "engine 'population' covers linear attention only; softmax needs engine 'autograd' or 'softmax'"
+            return (f"{named('engine')} 'population' covers linear attention only; {named('softmax')} needs "
+                    f"{named('engine')} 'autograd' or 'softmax'")
         if cfg.icl != 1.0:
-            return "the population engine (trainset_size inf) supports icl = 1 only"
+            return f"the population engine ({named('trainset_size', None)}) supports {named('icl')} = 1 only"
         if cfg.testset_size:
-            return "the population engine (trainset_size inf) has no test sets: use testset_size 0"
+            return (f"the population engine ({named('trainset_size', None)}) has no test sets: use "
+                    f"{named('testset_size', 0)}")
         return None
 
     @classmethod

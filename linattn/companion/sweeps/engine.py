@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from ...config import ConfigError, RunConfig
+from ...data import named
 from ...records import write_json
 from .. import extras
 from . import cells as cells_mod
@@ -27,18 +28,23 @@ def check_out(out) -> Path:
     """``out`` as a Path if a sweep may write there: a folder that does not exist yet, is empty, or holds a sweep
     (``sweep.json``); else ConfigError naming ``out``."""
     if out is None or str(out) == "":
-        raise ConfigError("out must name the sweep folder (where the runs and the dataset go)")
+        raise ConfigError(f"{named('out')} must name the sweep folder (where the runs and the dataset go)",
+                          field="out", value=out)
     out = Path(out)
+
+    def refuse(why):
+        raise ConfigError(f"{named('out', str(out))} {why}", field="out", value=out)
+
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"out={out} exists and is not a folder")
+        refuse("exists and is not a folder")
     blocker = next((a for a in out.parents if a.exists()), None)
     if blocker is not None and not blocker.is_dir():
-        raise ConfigError(f"out={out} cannot be written: {blocker} is a file, not a folder")
+        refuse(f"cannot be written: {blocker} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not (out / SPEC).is_file():
-        raise ConfigError(f"out={out} is a non-empty folder that holds no sweep ({SPEC}); choose a new or empty "
-                          "folder, or the folder of an earlier sweep to continue it")
+        refuse(f"is a non-empty folder that holds no sweep ({SPEC}); choose a new or empty folder, or the folder of "
+               "an earlier sweep to continue it")
     if blocker is not None and not os.access(blocker, os.W_OK):
-        raise ConfigError(f"out={out} cannot be written: no permission to write in {blocker}")
+        refuse(f"cannot be written: no permission to write in {blocker}")
     return out
 
 
@@ -128,7 +134,8 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
     """
     spec = Grid(base_config, dict(grid))
     if not (isinstance(threads, int) and threads >= 1):
-        raise ConfigError(f"threads must be a positive integer, got {threads!r}")
+        raise ConfigError(f"{named('threads')} must be a positive integer, got {threads!r}", field="threads",
+                          value=threads)
     rows = plan(spec, None, max_memory=max_memory)  # every cell validated before anything is written
     out = check_out(out)
     _require_dask()

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...config import ConfigError, RunConfig, check_memory
+from ...config import ConfigError, RunConfig
+from ...experiment import plan
 
 # what a grid value may be (one setting of one run); spectra and covariance matrices are fixed settings only
 _SCALARS = (bool, int, float, str, np.bool_, np.integer, np.floating)
@@ -110,19 +111,15 @@ class Grid:
         return out
 
     def validate(self, *, max_memory=None) -> list[Cell]:
-        """The cells, once every one has passed :meth:`RunConfig.validate
-        <linattn.config.RunConfig.validate>`, the reference-draws check where the cell draws with
-        ``draws="reference"``, and the memory check (:func:`~linattn.config.check_memory`); else ConfigError
-        ``cell seed=3, init=-1.0: init must be …`` for the first cell that fails."""
+        """The cells, once the run of every one has been checked (:func:`linattn.experiment.plan`: its settings,
+        the reference's draws and its memory); else ConfigError ``cell seed=3, init=-1.0: init must be …`` for the
+        first cell that fails (its ``field`` the setting)."""
         cells = self.cells()
         for cell in cells:
             try:
-                cell.config.validate()
-                if cell.config.draws == "reference" and (why := cell.config.reference_draws_refusal()) is not None:
-                    raise ConfigError(why)
-                check_memory(cell.config, max_memory)
+                plan(cell.config, max_memory=max_memory)
             except ConfigError as e:
-                raise ConfigError(f"cell {cell.label}: {e}") from None
+                raise ConfigError(f"cell {cell.label}: {e.template}", field=e.field, value=e.value) from None
         return cells
 
     def coordinates(self) -> dict[str, np.ndarray]:
