@@ -107,7 +107,7 @@ class Datasets:
 _PREFIXES = (("train", ""), ("test_iwl", "test_iwl_"), ("test_icl", "test_icl_"))
 
 
-def random_rotation(D: int, rng: np.random.Generator) -> np.ndarray:
+def _random_rotation(D: int, rng: np.random.Generator) -> np.ndarray:
     """An orthogonal D×D matrix: the Q factor of the QR decomposition of a Gaussian matrix."""
     q, r = np.linalg.qr(rng.standard_normal((D, D)))
     return q * np.sign(np.diag(r))
@@ -243,7 +243,7 @@ def make_covariance(D: int, rng: np.random.Generator, *, white: bool = False,
         eig /= eig.sum()
     else:
         eig = check_spectrum(spectrum, D)
-    q = random_rotation(D, rng)
+    q = _random_rotation(D, rng)
     return _check_spd((q * eig) @ q.T)
 
 

@@ -112,7 +112,7 @@ def effective_rank(M, eps: float = 1e-300) -> float:
     return float(np.exp(-(p * np.log(p)).sum()))
 
 
-def marginal_effective_rank(heads) -> float:
+def _marginal_effective_rank(heads) -> float:
     """Effective rank of the heads side by side, [A_1 | … | A_H] (D × H·D): the index h is marginalised, so this counts
     the directions all heads use together, however they are split among heads (our definition; it equals
     ``effective_rank(Σ_h A_h)`` when every head carries a different eigen-direction)."""
@@ -120,7 +120,7 @@ def marginal_effective_rank(heads) -> float:
     return effective_rank(np.concatenate(list(heads), axis=1))
 
 
-def subspace_distance(A, B, k: int) -> float:
+def _subspace_distance(A, B, k: int) -> float:
     """Distance between the top-k left singular subspaces of A and B: sqrt(mean sin²θ_i) over the k principal angles
     θ_i (scipy ``subspace_angles``), in [0, 1]; 0 when the subspaces coincide."""
     Ua = np.linalg.svd(np.asarray(A, float))[0][:, :k]
@@ -129,7 +129,7 @@ def subspace_distance(A, B, k: int) -> float:
     return float(np.sqrt(np.mean(np.sin(theta) ** 2)))
 
 
-def numerical_rank(A, rel_tol: float = 0.05) -> int:
+def _numerical_rank(A, rel_tol: float = 0.05) -> int:
     """The number of singular values above ``rel_tol`` times the largest (0 for the zero matrix)."""
     s = np.linalg.svd(np.asarray(A, float), compute_uv=False)
     return int((s > rel_tol * s[0]).sum()) if s[0] > 0 else 0
@@ -147,7 +147,7 @@ def conserved_quantities(model) -> dict[str, np.ndarray]:
     return {key: _np(val) for key, val in _from_model(model, "conserved_quantities").items()}
 
 
-def conservation_drift(first: dict, current: dict) -> np.ndarray:
+def _conservation_drift(first: dict, current: dict) -> np.ndarray:
     """max over the laws of |Q(t) − Q(0)| / scale(t) per head: how far GD has moved off the gradient-flow invariant,
     relative to the head's current size."""
     keys = [k for k in first if k != "scale"]
@@ -214,13 +214,13 @@ def tidy(snapshots, cov, N: int, *, normalize: str, k: int | None = None, lr: fl
         rows["loss_theory"].append(theory.loss_of_A(A, cov, N, normalize="mean"))
         overlaps.append(mode_overlaps(A, cov))
         rows["eff_rank"].append(effective_rank(A))
-        rows["marginal_eff_rank"].append(marginal_effective_rank(v["heads"]))
-        rows["numerical_rank"].append(numerical_rank(A))
-        rows["subspace_dist"].append(subspace_distance(A, A_final, k))
-        r = max(1, numerical_rank(A))
-        rows["subspace_change"].append(subspace_distance(A, A_all[i - 1], r) if i else 0.0)
+        rows["marginal_eff_rank"].append(_marginal_effective_rank(v["heads"]))
+        rows["numerical_rank"].append(_numerical_rank(A))
+        rows["subspace_dist"].append(_subspace_distance(A, A_final, k))
+        r = max(1, _numerical_rank(A))
+        rows["subspace_change"].append(_subspace_distance(A, A_all[i - 1], r) if i else 0.0)
         cur = {key[5:]: val for key, val in v.items() if key.startswith("cons_")}
-        rows["drift_max"].append(float(conservation_drift(first, cur).max()))
+        rows["drift_max"].append(float(_conservation_drift(first, cur).max()))
         m, dist = _plateau_index(A, cov, N)
         rows["plateau"].append(m)
         rows["pcr_dist"].append(dist)

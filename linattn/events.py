@@ -73,7 +73,7 @@ def value_learners(final_values, directions, v_final) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
-def half_rise_time(v, t, v_inf: float) -> float:
+def _half_rise_time(v, t, v_inf: float) -> float:
     """The time at which ``v`` first reaches v_inf/2 (linear interpolation where ``v`` rises monotonically)."""
     v, t = np.asarray(v, dtype=np.float64), np.asarray(t, dtype=np.float64)
     if np.all(np.diff(v) > -1e-9):
@@ -90,7 +90,7 @@ def scalar_ode_rise(v, t, lam: float, c: float, *, v_start: float = 1e-3) -> np.
     v0 = v_start * v_inf
     t_ode = np.linspace(0.0, 3.0 / (lam**2 * v0), 20001)  # well past the blow-up time τ/(λ² v0)
     v_ode = theory.scalar_ode(lam, c, v0, t_ode)
-    shifted = t_ode - half_rise_time(v_ode, t_ode, v_inf) + half_rise_time(v, t, v_inf)
+    shifted = t_ode - _half_rise_time(v_ode, t_ode, v_inf) + _half_rise_time(v, t, v_inf)
     return np.interp(np.asarray(t, dtype=np.float64), shifted, v_ode, left=np.nan, right=v_ode[-1])
 
 

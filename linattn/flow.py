@@ -25,7 +25,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .train import History, TrainingDiverged, weights_of
 
-METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
+_METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
 
 
 class _Vectorised:
@@ -69,8 +69,8 @@ def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None
     ``scipy.integrate.solve_ivp`` (``atol`` is absolute on the weights, so keep it well below the
     initialisation scale).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     start = time.perf_counter()
     vec = _Vectorised(model, objective, lr)
     theta0 = vec.get()

@@ -43,7 +43,7 @@ def feature_scale(N: int, *, normalize: str) -> float:
     return float(N) if check(normalize) == "sum" else 1.0
 
 
-def n_factors(model: str) -> int:
+def _n_factors(model: str) -> int:
     """The degree k of ŷ in the weights of ``model`` (2 for ATTN_M and the MLP, 3 for ATTN_S)."""
     try:
         return N_FACTORS[model]
@@ -53,8 +53,9 @@ def n_factors(model: str) -> int:
 
 def weight_scale_to_paper(model: str, N: int, *, normalize: str) -> float:
     """The factor turning a weight of a ``normalize``-normalised run into the paper-normalised weight of the same
-    trajectory: 1 for "mean", N^{1/k} for "sum" (k = :func:`n_factors`)."""
-    return feature_scale(N, normalize=normalize) ** (1.0 / n_factors(model))
+    trajectory: 1 for "mean", N^{1/k} for "sum" (k: the degree of ŷ in the weights, 2 for ATTN_M and the MLP,
+    3 for ATTN_S)."""
+    return feature_scale(N, normalize=normalize) ** (1.0 / _n_factors(model))
 
 
 def to_paper_normalisation(model: str, N: int, *, lr: float, init: float) -> tuple[float, float]:
@@ -65,13 +66,13 @@ def to_paper_normalisation(model: str, N: int, *, lr: float, init: float) -> tup
     N^{2/k}: ATTN_M and the MLP lr·N, init·√N; ATTN_S lr·N^{2/3}, init·N^{1/3}. The trajectories then agree step by
     step (``tests/test_theory.py`` trains both ways).
     """
-    k = n_factors(model)
+    k = _n_factors(model)
     return lr * N ** (2.0 / k), init * N ** (1.0 / k)
 
 
 def to_reference_normalisation(model: str, N: int, *, lr: float, init: float) -> tuple[float, float]:
     """The inverse of :func:`to_paper_normalisation`."""
-    k = n_factors(model)
+    k = _n_factors(model)
     return lr / N ** (2.0 / k), init / N ** (1.0 / k)
 
 

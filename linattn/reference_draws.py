@@ -53,7 +53,7 @@ class Draws:
         torch.empty(numel, dtype=torch.float32).uniform_(generator=self.torch)
 
 
-def covariance(D: int, draws: Draws, *, white: bool) -> np.ndarray:
+def _covariance(D: int, draws: Draws, *, white: bool) -> np.ndarray:
     """Λ: eigenvalues 1..D rotated by Q (QR of a Gaussian matrix), divided by the trace; or I/D (no draw)."""
     if white:
         return np.eye(D) / D
@@ -62,7 +62,7 @@ def covariance(D: int, draws: Draws, *, white: bool) -> np.ndarray:
     return cov / np.trace(cov)
 
 
-def fixed_task(D: int, draws: Draws, init_scheme: str) -> torch.Tensor:
+def _fixed_task(D: int, draws: Draws, init_scheme: str) -> torch.Tensor:
     """w_fix (D, 1): N(0, I); from jan2025 on rescaled to norm √D (multiply first, then divide by the norm)."""
     w = draws.normal((D, 1))
     if init_scheme != "dec2024":
@@ -70,7 +70,7 @@ def fixed_task(D: int, draws: Draws, init_scheme: str) -> torch.Tensor:
     return w
 
 
-def whiten(W: torch.Tensor) -> torch.Tensor:
+def _whiten(W: torch.Tensor) -> torch.Tensor:
     """Task vectors (n, D, 1) with zero sample mean and identity sample covariance (divisor n − 1), by ZCA.
 
     In float32 as the reference does it: centre; ``torch.cov`` (which re-centres); ``eigh``; M = V diag(1/√λ) Vᵀ
@@ -83,7 +83,7 @@ def whiten(W: torch.Tensor) -> torch.Tensor:
     return (A @ M.T)[:, :, None]
 
 
-def block(n: int, seq_len: int, cov: np.ndarray, w_fix: torch.Tensor, draws: Draws, *, icl: float,
+def _block(n: int, seq_len: int, cov: np.ndarray, w_fix: torch.Tensor, draws: Draws, *, icl: float,
           init_scheme: str) -> Sequences:
     """n sequences of ``seq_len`` tokens by the reference's recipe; float32, query label zeroed, targets apart."""
     D = cov.shape[0]
@@ -98,7 +98,7 @@ def block(n: int, seq_len: int, cov: np.ndarray, w_fix: torch.Tensor, draws: Dra
     else:
         W = draws.normal((n, D, 1))
         if icl == 1.0:
-            W = whiten(W)
+            W = _whiten(W)
         else:
             W[int(n * icl):] = w_fix  # the first ⌊n·c⌋ keep their raw draws
         Y = torch.bmm(X, W)
@@ -192,13 +192,13 @@ def reference_draws(*, model: str, init_scheme: str, in_dim: int, seq_len: int, 
         raise ValueError("the dec2024 code had no --icl flag (its training set always has icl = 1)")
     D = in_dim
     draws = Draws(seed)
-    w_fix = fixed_task(D, draws, init_scheme)
-    cov = covariance(D, draws, white=white_cov)
-    train = block(trainset_size, seq_len, cov, w_fix, draws, icl=icl, init_scheme=init_scheme)
+    w_fix = _fixed_task(D, draws, init_scheme)
+    cov = _covariance(D, draws, white=white_cov)
+    train = _block(trainset_size, seq_len, cov, w_fix, draws, icl=icl, init_scheme=init_scheme)
     test_iwl = test_icl = None
     if testset_size:
-        test_iwl = block(testset_size, seq_len, cov, w_fix, draws, icl=0.0, init_scheme=init_scheme)
-        test_icl = block(testset_size, seq_len, cov, w_fix, draws, icl=1.0, init_scheme=init_scheme)
+        test_iwl = _block(testset_size, seq_len, cov, w_fix, draws, icl=0.0, init_scheme=init_scheme)
+        test_icl = _block(testset_size, seq_len, cov, w_fix, draws, icl=1.0, init_scheme=init_scheme)
     weights = _init_weights(model, init_scheme, draws, H=head_num, D=D, R=rank, init=init)
     data = Datasets(train=train, test_iwl=test_iwl, test_icl=test_icl, cov=cov, w_fix=w_fix[:, 0].numpy())
     return data, weights

@@ -38,7 +38,7 @@ from .normalization import (NORMALIZATIONS, N_FACTORS, check, feature_scale, to_
 # Covariance helpers and moments
 # --------------------------------------------------------------------------------------------------------------
 
-def as_covariance(cov) -> np.ndarray:
+def _as_covariance(cov) -> np.ndarray:
     """Λ as a D×D float64 matrix (a 1-D array of eigenvalues becomes the diagonal matrix)."""
     cov = np.asarray(cov, dtype=np.float64)
     if cov.ndim == 1:
@@ -50,7 +50,7 @@ def as_covariance(cov) -> np.ndarray:
 
 def spectrum(cov) -> tuple[np.ndarray, np.ndarray]:
     """(λ, E): eigenvalues in decreasing order and the matching eigenvectors as columns of E."""
-    lam, vecs = np.linalg.eigh(as_covariance(cov))
+    lam, vecs = np.linalg.eigh(_as_covariance(cov))
     order = np.argsort(lam)[::-1]
     return lam[order], vecs[:, order]
 
@@ -63,7 +63,7 @@ def c_d(cov, N: int) -> np.ndarray:
 
 def expected_lambda_hat_sq(cov, N: int) -> np.ndarray:
     """E[Λ̂²] = Λ² + (Λ + tr(Λ) I) Λ / N for Λ̂ = (1/N) Σ_n x_n x_nᵀ with Gaussian x (Isserlis' theorem)."""
-    L = as_covariance(cov)
+    L = _as_covariance(cov)
     return L @ L + (L + np.trace(L) * np.eye(len(L))) @ L / N
 
 
@@ -73,7 +73,7 @@ def mean_yz(cov, N: int, *, normalize: str) -> np.ndarray:
     b = β in the paper's normalisation, N β in the reference's (then the result is N vec(Λ²)). Λ² is symmetric, so
     row- and column-major vec agree.
     """
-    L = as_covariance(cov)
+    L = _as_covariance(cov)
     return feature_scale(N, normalize=normalize) * (L @ L).reshape(-1)
 
 
@@ -83,7 +83,7 @@ def second_moment_z(cov, N: int, *, normalize: str) -> np.ndarray:
 
     (Λ ⊗ E[Λ̂²] up to the vec ordering; with our row-major z it is E[Λ̂²] ⊗ Λ.)
     """
-    return feature_scale(N, normalize=normalize) ** 2 * np.kron(expected_lambda_hat_sq(cov, N), as_covariance(cov))
+    return feature_scale(N, normalize=normalize) ** 2 * np.kron(expected_lambda_hat_sq(cov, N), _as_covariance(cov))
 
 
 def loss_of_A(A, cov, N: int, *, normalize: str) -> float:
@@ -92,7 +92,7 @@ def loss_of_A(A, cov, N: int, *, normalize: str) -> float:
     With ``normalize="sum"``, ``A`` is the matrix of a reference-normalised model (ŷ = N βᵀ A x_q), i.e. N·A is
     used in the formula.
     """
-    L = as_covariance(cov)
+    L = _as_covariance(cov)
     A = feature_scale(N, normalize=normalize) * np.asarray(A, dtype=np.float64)
     M = expected_lambda_hat_sq(L, N)
     return float(np.trace(L) - 2 * np.trace(A @ L @ L) + np.trace(A @ L @ A.T @ M))
@@ -101,7 +101,7 @@ def loss_of_A(A, cov, N: int, *, normalize: str) -> float:
 def predictor_distance(A, B, cov, N: int, *, normalize: str) -> float:
     """E[(βᵀ A x_q − βᵀ B x_q)²] = tr((A−B) Λ (A−B)ᵀ E[Λ̂²]): the mean squared gap between two predictors."""
     Dm = feature_scale(N, normalize=normalize) * (np.asarray(A, float) - np.asarray(B, float))
-    return float(np.trace(Dm @ as_covariance(cov) @ Dm.T @ expected_lambda_hat_sq(cov, N)))
+    return float(np.trace(Dm @ _as_covariance(cov) @ Dm.T @ expected_lambda_hat_sq(cov, N)))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def optimal_A(cov, N: int, *, normalize: str) -> np.ndarray:
     Paper normalisation. With ``normalize="sum"`` the reference's model computes N βᵀ A x_q, so its converged
     matrix is A*/N.
     """
-    L = as_covariance(cov)
+    L = _as_covariance(cov)
     A = np.linalg.inv(L + (L + np.trace(L) * np.eye(len(L))) / N)
     return A / feature_scale(N, normalize=normalize)
 
@@ -249,7 +249,7 @@ def fixed_point_loss(cov, N: int, subset) -> float:
 
 def all_fixed_points(cov, N: int, *, normalize: str) -> list[FixedPoint]:
     """All 2^D fixed points of ATTN_S (enough heads, R·H ≥ D), one per subset of eigen-directions."""
-    D = as_covariance(cov).shape[0]
+    D = _as_covariance(cov).shape[0]
     out = []
     for mask in range(1 << D):
         subset = [d for d in range(D) if mask >> d & 1]

@@ -45,8 +45,8 @@ from . import notebooks, runner
 from .paths import CHECKOUT_NEEDED, IS_CHECKOUT, REPO_ROOT
 
 FIGURES_DIR = "book/figures"  # where the figure pages sit in the book (and in _toc.yml)
-SOURCES_DIR = "figures_src"
-BOOK_SOURCES = ("_config.yml", "_toc.yml", "book")  # what a build stages besides the figures
+_SOURCES_DIR = "figures_src"
+_BOOK_SOURCES = ("_config.yml", "_toc.yml", "book")  # what a build stages besides the figures
 
 
 def html_dir(preset: str, root: Path = REPO_ROOT) -> Path:
@@ -123,7 +123,7 @@ def _staleness(name: str, root: Path, figures: Path, preset: str) -> str | None:
     ``<name>/.cache-key`` must equal the key that notebook text, the ``linattn`` code, the library versions and
     (for the report) the numbers it read give now.
     """
-    src = root / SOURCES_DIR
+    src = root / _SOURCES_DIR
     if not (src / f"{name}.md").is_file():
         return None
     info = runner.run_info(figures, name)
@@ -134,11 +134,11 @@ def _staleness(name: str, root: Path, figures: Path, preset: str) -> str | None:
                 f"`linattn figures --preset {preset} --only {name}`)")
     key = runner.expected_key(name, figures, src)
     if not runner.is_current(figures, name, key):
-        return f"stale: {SOURCES_DIR}/{name}.md, the linattn code, a library or its inputs changed since it ran"
+        return f"stale: {_SOURCES_DIR}/{name}.md, the linattn code, a library or its inputs changed since it ran"
     return None
 
 
-def check_figure(name: str, root: Path = REPO_ROOT, *, preset: str = "paper", figures: Path | None = None,
+def _check_figure(name: str, root: Path = REPO_ROOT, *, preset: str = "paper", figures: Path | None = None,
                  stale_ok: bool = False) -> list[Problem]:
     """What keeps figure ``name`` from going into the book of ``preset`` (empty list: it is ready)."""
     root = Path(root)
@@ -168,7 +168,7 @@ def check_figures(root: Path = REPO_ROOT, names: list[str] | None = None, *, pre
                   figures: Path | None = None, stale_ok: bool = False) -> list[Problem]:
     """Problems of every toc figure (or of ``names``)."""
     names = toc_figures(root) if names is None else names
-    return [p for name in names for p in check_figure(name, root, preset=preset, figures=figures, stale_ok=stale_ok)]
+    return [p for name in names for p in _check_figure(name, root, preset=preset, figures=figures, stale_ok=stale_ok)]
 
 
 def require_figures(root: Path = REPO_ROOT, *, preset: str = "paper", figures: Path | None = None,
@@ -195,7 +195,7 @@ def _ignore_bookkeeping(folder, names):
 def stage(root: Path, figures: Path, into: Path) -> Path:
     """Copy the book's sources from ``root`` and the executed ``figures`` (as ``book/figures``) into ``into``."""
     into.mkdir(parents=True, exist_ok=True)
-    for item in BOOK_SOURCES:
+    for item in _BOOK_SOURCES:
         src = Path(root) / item
         if src.is_dir():
             shutil.copytree(src, into / item, ignore=shutil.ignore_patterns("figures", "_build"))

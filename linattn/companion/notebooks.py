@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .paths import SRC_DIR
 
-INJECTED = ("preset", "out_dir")  # set by the runner, never by --param
-TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "tuple": tuple}
+_INJECTED = ("preset", "out_dir")  # set by the runner, never by --param
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "tuple": tuple}
 
 
 class ParameterError(ValueError):
@@ -71,16 +71,16 @@ def knobs(nb) -> dict[str, Knob]:
 
     out = {}
     for p in PythonTranslator.inspect(parameters_cell(nb)):
-        if p.name in INJECTED:
+        if p.name in _INJECTED:
             continue
-        default = literal(p.default)
-        declared = TYPES.get(p.inferred_type_name)
+        default = _literal(p.default)
+        declared = _TYPES.get(p.inferred_type_name)
         out[p.name] = Knob(p.name, default, declared or (type(default) if default is not None else None),
                            p.help.strip())
     return out
 
 
-def literal(text: str):
+def _literal(text: str):
     """A Python literal (``3``, ``1e-3``, ``[0, 1]``, ``"jan2025"``, ``None``), else the text itself as a string."""
     try:
         return ast.literal_eval(text.strip())
@@ -93,7 +93,7 @@ def parse_override(item: str) -> tuple[str, object]:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ParameterError(f"--param expects KEY=VALUE, got {item!r}")
-    return key.strip(), literal(value)
+    return key.strip(), _literal(value)
 
 
 def _fits(value, kind) -> bool:
@@ -122,7 +122,7 @@ def check_overrides(name: str, nb, overrides: dict) -> dict:
                 valid.setdefault(key, Knob(key, value, _knob_type(value), f"{presets.HELP.get(key, key)} (every run)"))
     listing = "; ".join(k.describe() for k in valid.values()) or "none"
     for key, value in overrides.items():
-        if key in INJECTED:
+        if key in _INJECTED:
             raise ParameterError(f"{key} is set by the runner (use --preset / --out), not by --param")
         if key not in valid:
             raise ParameterError(f"{name} has no parameter {key!r}; its parameters: {listing}")
@@ -147,7 +147,7 @@ def printed_warnings(nb) -> list[str]:
     return found
 
 
-def with_parameters(nb, values: dict):
+def _with_parameters(nb, values: dict):
     """``nb`` with the defaults of its parameters cell replaced by ``values`` (each line keeps its annotation and
     help comment); a key that the cell does not declare raises :class:`ParameterError`."""
     cell = parameters_cell(nb)
@@ -223,7 +223,7 @@ def runnable(text: str, values: dict | None = None):
     set to ``values`` (e.g. ``{"preset": "paper", "seeds": [3]}``); it writes its outputs to ``./<name>/``."""
     import nbformat
 
-    nb = with_parameters(from_text(text), dict(values or {}))
+    nb = _with_parameters(from_text(text), dict(values or {}))
     nb.metadata.pop("jupytext", None)
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nbformat.validate(nb)

@@ -44,7 +44,7 @@ def _number(x):
 
 
 AGREES, DIFFERS, ESTIMATE = "agrees", "differs", "estimate only"
-VERDICTS = (AGREES, DIFFERS, ESTIMATE)
+_VERDICTS = (AGREES, DIFFERS, ESTIMATE)
 
 
 def verdict(difference, tolerance) -> str:
@@ -58,7 +58,7 @@ def number_row(quantity: str, *, paper=None, theory=None, reproduced=None, abs_e
                verdict=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
     there is no theory value), or None when neither is a number. A row that is a check may carry its
-    ``tolerance`` and ``verdict`` (one of :data:`VERDICTS`; ``ESTIMATE`` for a theory value that is an
+    ``tolerance`` and ``verdict`` (one of ``_VERDICTS``; ``ESTIMATE`` for a theory value that is an
     order-of-magnitude estimate, such as an escape time); the two keys are present only when given."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
            "reproduced": _number(reproduced), "abs_error": _number(abs_error)}
@@ -66,8 +66,8 @@ def number_row(quantity: str, *, paper=None, theory=None, reproduced=None, abs_e
         ref = row["theory"] if isinstance(row["theory"], float) else row["paper"]
         if isinstance(ref, float):
             row["abs_error"] = abs(row["reproduced"] - ref)
-    if verdict is not None and verdict not in VERDICTS:
-        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if verdict is not None and verdict not in _VERDICTS:
+        raise ValueError(f"verdict must be one of {_VERDICTS}, got {verdict!r}")
     if tolerance is not None:
         row["tolerance"] = _number(tolerance)
     if verdict is not None:

@@ -34,19 +34,19 @@ CHECKOUT_NEEDED = ("building the book needs a checkout of the repository (git cl
                    "this linattn is an installed copy")
 
 
-def build_dir() -> Path:
+def _build_dir() -> Path:
     """``_build`` of the checkout, or ``./_build`` (of the working directory, at call time) for an installed copy."""
     return REPO_ROOT / "_build" if IS_CHECKOUT else Path.cwd() / "_build"
 
 
 def runs_dir() -> Path:
     """The run store's default root: ``<build_dir>/runs`` (``$LINATTN_RUNS_DIR`` overrides it, see the run store)."""
-    return build_dir() / "runs"
+    return _build_dir() / "runs"
 
 
 def preset_root(preset: str) -> Path:
     """Where ``linattn figures --preset <preset>`` writes, and where the book of that preset reads from."""
-    return build_dir() / "figures" / preset
+    return _build_dir() / "figures" / preset
 
 
 def _install_dirs() -> list[Path]:

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 
-# Every text is at least FONT_PT: the book shows figures at most about 650 px wide (its content column), and a
-# figure whose SVG is at most CONTENT_WIDTH_IN wide is shown at its natural size or shrunk only a little, so that
+# Every text is at least _FONT_PT: the book shows figures at most about 650 px wide (its content column), and a
+# figure whose SVG is at most _CONTENT_WIDTH_IN wide is shown at its natural size or shrunk only a little, so that
 # 10-pt text reads at ≥ 13 px and its mathtext sub/superscripts (0.7×) at ≥ 9 px (the rule checked by
-# tests/readability.py). Lay figures out at most CONTENT_WIDTH_IN wide, text included.
-FONT_PT = 10.0
-CONTENT_WIDTH_IN = 6.8
-STYLE = {
+# tests/readability.py). Lay figures out at most _CONTENT_WIDTH_IN wide, text included.
+_FONT_PT = 10.0
+_CONTENT_WIDTH_IN = 6.8
+_STYLE = {
     "figure.figsize": (6.4, 3.6),
-    "font.size": FONT_PT,
+    "font.size": _FONT_PT,
     "axes.titlesize": 10.5,
-    "axes.labelsize": FONT_PT,
-    "xtick.labelsize": FONT_PT,
-    "ytick.labelsize": FONT_PT,
-    "legend.fontsize": FONT_PT,
+    "axes.labelsize": _FONT_PT,
+    "xtick.labelsize": _FONT_PT,
+    "ytick.labelsize": _FONT_PT,
+    "legend.fontsize": _FONT_PT,
     "figure.titlesize": 11,
     "legend.frameon": False,
     "axes.spines.top": False,
@@ -28,15 +28,15 @@ STYLE = {
     "svg.fonttype": "none",  # SVG keeps <text> elements (real, selectable text at its font size), not glyph paths
     "svg.hashsalt": "linattn",  # stable ids in the SVG output
 }
-THEORY_LINE = dict(color="0.45", linestyle=":", linewidth=1.1)
-THEORY_TEXT = {"color": "0.3", "fontsize": FONT_PT}
+_THEORY_LINE = dict(color="0.45", linestyle=":", linewidth=1.1)
+_THEORY_TEXT = {"color": "0.3", "fontsize": _FONT_PT}
 
 
 def use_style() -> None:
     """Apply the figures' shared matplotlib style (rcParams) to the current session."""
     import matplotlib as mpl
 
-    mpl.rcParams.update(STYLE)
+    mpl.rcParams.update(_STYLE)
 
 
 def loss_figure(history, title: str = ""):
@@ -85,7 +85,7 @@ def spaced_levels(positions, min_gap: float) -> list[bool]:
     return keep
 
 
-def level_formatter(ax, levels, labels, fontsize: float = FONT_PT, spacing: float = 1.1):
+def _level_formatter(ax, levels, labels, fontsize: float = _FONT_PT, spacing: float = 1.1):
     """A tick formatter for the theory axis of ``ax``: the label of each level, left blank where it would come
     closer than ``spacing`` text lines to the label of another level (:func:`spaced_levels`). It decides when the
     figure is drawn, from the final size of the axes, so the choice holds for any figure size, layout and dpi."""
@@ -114,7 +114,7 @@ def level_formatter(ax, levels, labels, fontsize: float = FONT_PT, spacing: floa
     return LevelLabels()
 
 
-def include_levels(ax, levels, margin: float = 0.04) -> None:
+def _include_levels(ax, levels, margin: float = 0.04) -> None:
     """Widen the y-limits of ``ax`` (linear scale) so that every theory level is inside, with ``margin`` of the
     range to spare: a dotted theory line must never be cut off by the frame."""
     levels = [float(v) for v in levels if np.isfinite(v)]
@@ -138,7 +138,7 @@ def theory_lines(ax, levels, labels=None, *, text: bool = True, **style):
     labels = list(labels) if labels is not None else [None] * len(levels)
     if text and any(labels):
         return theory_axis(ax, levels, [lab or "" for lab in labels], **style)
-    kw = dict(THEORY_LINE, **style)
+    kw = dict(_THEORY_LINE, **style)
     for level in levels:
         ax.axhline(level, zorder=0, **kw)
     return None
@@ -148,7 +148,7 @@ def plot_loss_with_theory(ax, step, curves, levels=(), level_labels=None, *, xla
                           ylabel: str = "training loss", legend: bool | str = True):
     """Loss curves (``curves``: a list of ``(loss, label, style dict)``) and dotted theory ``levels`` on ``ax``;
     ``legend``: False, True (upper right) or a matplotlib legend location. The y-limits include every level;
-    if you set y-limits afterwards, call :func:`include_levels` so that no level is cut off."""
+    if you set y-limits afterwards, call ``_include_levels`` so that no level is cut off."""
     for loss, label, style in curves:
         ax.plot(step, loss, label=label, **(style or {}))
     ax.set_xlabel(xlabel)
@@ -162,7 +162,7 @@ def plot_loss_with_theory(ax, step, curves, levels=(), level_labels=None, *, xla
 
 # ------------------------------------------------------------------------------------------ schematics
 
-def _node(ax, xy, r, color="white", edge="0.2", text=None, fontsize=FONT_PT, zorder=3):
+def _node(ax, xy, r, color="white", edge="0.2", text=None, fontsize=_FONT_PT, zorder=3):
     from matplotlib.patches import Circle
 
     ax.add_patch(Circle(xy, r, facecolor=color, edgecolor=edge, linewidth=0.9, zorder=zorder))
@@ -180,10 +180,10 @@ def _arrow(ax, a, b, text=None, color="0.25"):
 
     ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, color=color, linewidth=1.0))
     if text:
-        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.12, text, ha="center", va="bottom", fontsize=FONT_PT)
+        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.12, text, ha="center", va="bottom", fontsize=_FONT_PT)
 
 
-def _box(ax, xy, w, h, text, color="#f2f2f2", fontsize=FONT_PT):
+def _box(ax, xy, w, h, text, color="#f2f2f2", fontsize=_FONT_PT):
     from matplotlib.patches import FancyBboxPatch
 
     ax.add_patch(FancyBboxPatch((xy[0] - w / 2, xy[1] - h / 2), w, h, boxstyle="round,pad=0.04",
@@ -221,13 +221,13 @@ def draw_attn_m_schematic(ax, in_dim: int = 3, head_num: int = 4) -> None:
     for h, q in enumerate(hidden):
         _node(ax, q, 0.3, color="#fde0c5", text=f"{h + 1}")
         _edge(ax, q, out, color="0.25", lw=1.0)
-    _node(ax, out, 0.36, color="#d5efcf", text="$\\hat y$", fontsize=FONT_PT)
-    ax.text(4.1, 7.15, f"$z$ ($D^2 = {D * D}$)", ha="center", fontsize=FONT_PT)
-    ax.text(6.6, 7.15, f"$H = {H}$ heads", ha="center", fontsize=FONT_PT)
+    _node(ax, out, 0.36, color="#d5efcf", text="$\\hat y$", fontsize=_FONT_PT)
+    ax.text(4.1, 7.15, f"$z$ ($D^2 = {D * D}$)", ha="center", fontsize=_FONT_PT)
+    ax.text(6.6, 7.15, f"$H = {H}$ heads", ha="center", fontsize=_FONT_PT)
     ax.text(5.3, -0.75, "$W_1$: row $h$ = vec of head $h$'s\nkey–query block $W_{KQ}^{(h)}$", ha="center",
-            fontsize=FONT_PT)
-    ax.text(7.9, -0.75, "$w_2$: values $v_h$", ha="center", fontsize=FONT_PT)
-    ax.text(9.0, 2.6, "$\\hat y = w_2^\\top W_1 z$", ha="center", va="top", fontsize=FONT_PT)
+            fontsize=_FONT_PT)
+    ax.text(7.9, -0.75, "$w_2$: values $v_h$", ha="center", fontsize=_FONT_PT)
+    ax.text(9.0, 2.6, "$\\hat y = w_2^\\top W_1 z$", ha="center", va="top", fontsize=_FONT_PT)
 
 
 def draw_attn_s_schematic(ax, in_dim: int = 3, head_num: int = 2) -> None:
@@ -242,8 +242,8 @@ def draw_attn_s_schematic(ax, in_dim: int = 3, head_num: int = 2) -> None:
     ax.set_aspect("equal")
     ax.axis("off")
     out = (10.2, height / 2)
-    _node(ax, out, 0.4, color="#d5efcf", text="$\\hat y$", fontsize=FONT_PT)
-    ax.text(out[0], out[1] - 0.65, "$\\sum_h$", ha="center", va="top", fontsize=FONT_PT)
+    _node(ax, out, 0.4, color="#d5efcf", text="$\\hat y$", fontsize=_FONT_PT)
+    ax.text(out[0], out[1] - 0.65, "$\\sum_h$", ha="center", va="top", fontsize=_FONT_PT)
     for h in range(H):
         top = height - h * (D * D * gap + 1.0) - 0.3
         bottom = top - (D * D - 1) * gap
@@ -255,16 +255,16 @@ def draw_attn_s_schematic(ax, in_dim: int = 3, head_num: int = 2) -> None:
                 p = z[i * D + j]
                 _node(ax, p, 0.2, color="#dbe9f6")
                 ax.text(p[0] - 0.3, p[1], f"$\\beta_{i + 1} x_{{q,{j + 1}}}$", ha="right", va="center",
-                        fontsize=FONT_PT)
+                        fontsize=_FONT_PT)
                 _edge(ax, p, mid[i], color=shared[j % len(shared)], lw=1.1)
         for i, m in enumerate(mid):
             _node(ax, m, 0.25, color="#fde0c5")
             _edge(ax, m, head, color="0.35", lw=0.9)
         _node(ax, head, 0.3, color="#f6d5e8", text=f"{h + 1}")
         _edge(ax, head, out, color="0.15", lw=1.3)
-        ax.text(3.1, top + 0.35, f"$q_{h + 1}$ (shared)", ha="center", fontsize=FONT_PT)
-        ax.text(6.0, top + 0.35, f"$k_{h + 1}$", ha="center", fontsize=FONT_PT)
-        ax.text(8.8, (head[1] + out[1]) / 2 + 0.25, f"$v_{h + 1}$", ha="center", fontsize=FONT_PT)
+        ax.text(3.1, top + 0.35, f"$q_{h + 1}$ (shared)", ha="center", fontsize=_FONT_PT)
+        ax.text(6.0, top + 0.35, f"$k_{h + 1}$", ha="center", fontsize=_FONT_PT)
+        ax.text(8.8, (head[1] + out[1]) / 2 + 0.25, f"$v_{h + 1}$", ha="center", fontsize=_FONT_PT)
     low = bottom - 0.55  # the captions of the layers, under the last head
     ax.text(1.0, low, f"$z = \\mathrm{{vec}}(\\beta x_q^\\top)$, $D = {D}$", ha="center", va="top")
     ax.text(4.6, low, "$\\beta_i\\,(q_h^\\top x_q)$", ha="center", va="top")
@@ -275,17 +275,17 @@ def draw_attn_s_schematic(ax, in_dim: int = 3, head_num: int = 2) -> None:
 def theory_axis(ax, levels, labels, **style):
     """Dotted theory lines at ``levels`` with their ``labels`` as ticks of a right-hand axis (paper Fig. 3a/4 style).
     The axis follows the y-limits of ``ax`` whenever they change; the y-limits are widened to include every level
-    (:func:`include_levels`), and labels that would overlap a neighbouring level's are left blank when the figure is
-    drawn (:func:`level_formatter`). Returns the right-hand axis."""
-    kw = dict(THEORY_LINE, **style)
+    (``_include_levels``), and labels that would overlap a neighbouring level's are left blank when the figure is
+    drawn (``_level_formatter``). Returns the right-hand axis."""
+    kw = dict(_THEORY_LINE, **style)
     levels = [float(v) for v in levels]
     for level in levels:
         ax.axhline(level, zorder=0, **kw)
-    include_levels(ax, levels)
+    _include_levels(ax, levels)
     right = ax.secondary_yaxis("right")
     right.set_yticks(levels)
-    right.yaxis.set_major_formatter(level_formatter(ax, levels, labels, THEORY_TEXT["fontsize"]))
-    right.tick_params(axis="y", length=0, pad=2, labelsize=THEORY_TEXT["fontsize"], labelcolor=THEORY_TEXT["color"])
+    right.yaxis.set_major_formatter(_level_formatter(ax, levels, labels, _THEORY_TEXT["fontsize"]))
+    right.tick_params(axis="y", length=0, pad=2, labelsize=_THEORY_TEXT["fontsize"], labelcolor=_THEORY_TEXT["color"])
     right.minorticks_off()
     right.spines["right"].set_visible(False)
     return right

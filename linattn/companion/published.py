@@ -103,8 +103,8 @@ FIG1B = [
 # --------------------------------------------------------------------------- Figure 3a (seeds 0–5, P = 80000, dec2024)
 # Theory lines and plateau levels L(M_0) … L(M_4) as drawn (the black curves cover the last two dotted lines).
 FIG3A_PLATEAU_READINGS = (1.001, 0.641, 0.381, 0.210, 0.138)
-FIG3A_LAST_STEP = 9966  # the published curves' last step (the window is 10001 steps)
-BEYOND = (FIG3A_LAST_STEP, math.inf)  # a crossing after the window: the curve is still on its plateau at the end
+_FIG3A_LAST_STEP = 9966  # the published curves' last step (the window is 10001 steps)
+BEYOND = (_FIG3A_LAST_STEP, math.inf)  # a crossing after the window: the curve is still on its plateau at the end
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ FIG3A_CROSSINGS = {
     2: (_at(557, stated=43), _at(601, stated=43), _at(705), _at(804), _at(1098), _at(705, 804)),
     3: (_at(997), _at(1069), _at(1250), _at(1608), _at(1718), _at(1856)),
     4: (_at(3601), _at(4936), _at(5729), _at(6521), _at(4936, 5729),
-        Crossing((BEYOND,), f"still on M_3 at {FIG3A_LAST_STEP}")),
+        Crossing((BEYOND,), f"still on M_3 at {_FIG3A_LAST_STEP}")),
 }
 FIG3A_STILL_ON_M3 = 1  # published curves without the fourth drop inside the window
 
@@ -257,7 +257,7 @@ def measure(curves: dict, how: tuple, curve: str, steps=None) -> float:
     if kind == "final":
         return float(y[-1])
     if kind == "lag":
-        return crossing_lag(y, np.asarray(curves["reference"], dtype=np.float64), *arg, steps=x)
+        return _crossing_lag(y, np.asarray(curves["reference"], dtype=np.float64), *arg, steps=x)
     inside = _window(x, arg)
     if not inside.any():
         return math.nan
@@ -268,7 +268,7 @@ def measure(curves: dict, how: tuple, curve: str, steps=None) -> float:
     raise ValueError(f"unknown reading kind {kind!r}")
 
 
-def crossing_lag(curve, reference, low: float, high: float, steps=None, levels: int = 50) -> float:
+def _crossing_lag(curve, reference, low: float, high: float, steps=None, levels: int = 50) -> float:
     """The mean over ``levels`` loss levels evenly spaced in [low, high] of (the first step ``curve`` is below the
     level) − (the first step ``reference`` is): positive when ``curve`` falls later. NaN if either never gets there."""
     grid = np.linspace(low, high, levels)
@@ -286,7 +286,7 @@ def difference(ours: float, value) -> float:
     return float(ours - value)
 
 
-def check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
+def _check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
               tolerance: float) -> dict:
     """One comparison row: the reading and ours, their difference in the unit and in pixels of ``image``, the
     tolerance and the verdict. Rows of this shape feed the page's table, its prose (:func:`summary`) and
@@ -298,11 +298,11 @@ def check_row(image: Image, panel: str, what: str, published: str, paper, ours, 
 
 
 def compare(readings: list[Reading], curves: dict, image: Image, steps=None) -> list[dict]:
-    """Every reading beside ours, one :func:`check_row` each. ``curves`` maps each reading's ``curve`` to an array."""
+    """Every reading beside ours, one ``_check_row`` each. ``curves`` maps each reading's ``curve`` to an array."""
     rows = []
     for r in readings:
         ours = measure(curves, r.how, r.curve, steps)
-        rows.append(check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
+        rows.append(_check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
                               else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image)))
     return rows
 
@@ -355,16 +355,16 @@ def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
         for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
             diff = signed_distance(step, crossing)
             tol = max(FIG3A_IMAGE.steps_per_px, crossing.stated)
-            row = check_row(FIG3A_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step", crossing.text,
+            row = _check_row(FIG3A_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step", crossing.text,
                             _crossing_value(crossing), step, diff, "step", tol)
             row.update(drop=d, seed=seed)
             rows.append(row)
-    still = sum(1 for t in drops.values() if not float(t[3]) <= FIG3A_LAST_STEP)
-    rows.append(check_row(FIG3A_IMAGE, "", f"curves still on the M_3 plateau at step {FIG3A_LAST_STEP}",
+    still = sum(1 for t in drops.values() if not float(t[3]) <= _FIG3A_LAST_STEP)
+    rows.append(_check_row(FIG3A_IMAGE, "", f"curves still on the M_3 plateau at step {_FIG3A_LAST_STEP}",
                           str(FIG3A_STILL_ON_M3), FIG3A_STILL_ON_M3, still, still - FIG3A_STILL_ON_M3, "count", 0))
     if plateaus is not None:
         for m, (reading, ours) in enumerate(zip(FIG3A_PLATEAU_READINGS, plateaus)):
-            rows.append(check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
+            rows.append(_check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
                                   f"{reading:.3f}", reading, ours, difference(ours, reading), "loss",
                                   FIG3A_IMAGE.loss_per_px))
     return rows
@@ -396,7 +396,7 @@ def fig14_comparison(curves: dict, steps=None) -> list[dict]:
 
 # ---------------------------------------------------------------------------------- what the page shows and says
 
-COLUMNS = {"panel": "", "what": "quantity", "published": "published", "reproduced": "ours",
+_COLUMNS = {"panel": "", "what": "quantity", "published": "published", "reproduced": "ours",
            "difference": "difference", "pixels": "pixels", "verdict": "verdict"}
 
 
@@ -404,7 +404,7 @@ def table(rows: list[dict]) -> MarkdownTable:
     """The comparison rows as the page's table (steps in whole numbers, losses to three decimals, pixels to one)."""
     shown = [dict(r, reproduced=_shown(r["reproduced"], r["unit"]), difference=_signed(r["difference"], r["unit"]))
              for r in rows]
-    return MarkdownTable(shown, COLUMNS, {"pixels": "+.1f"})
+    return MarkdownTable(shown, _COLUMNS, {"pixels": "+.1f"})
 
 
 def _shown(x, unit) -> str | None:

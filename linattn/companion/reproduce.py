@@ -11,7 +11,7 @@ cells' text, glued values, printed lines. A difference fails with the cell, its 
 Before comparing, nbval rewrites both sides with :data:`SANITIZE` (its sanitize-file format, ``regex:``/``replace:``
 pairs), which masks only what legitimately changes from run to run: wall times, dates and file paths (a wall time is
 a number with its unit, ``12.3 s``: a notebook that shows or glues one writes it so). Not compared
-(:data:`NOT_COMPARED`): pictures, also glued ones (their bytes depend on the renderer; the numbers drawn are in the
+(``_NOT_COMPARED``): pictures, also glued ones (their bytes depend on the renderer; the numbers drawn are in the
 tables, which are compared), and what a cell writes to stderr (warnings: they depend on which notebook trained a
 shared run first, not on the numbers). nbval itself leaves out widget views (their ids are random).
 
@@ -34,27 +34,27 @@ from pathlib import Path
 from . import runner
 from .paths import ENV_RUNS_DIR, preset_root
 
-PROG = "python -m linattn.companion.reproduce"
+_PROG = "python -m linattn.companion.reproduce"
 # (regex, replacement): what may differ between two runs of the same notebook, and nothing else
 SANITIZE = (
     (r"\b\d+(?:\.\d+)? ?(?:ms|s|min)\b", "<seconds> s"),  # wall times: "1.7 s", "250 ms"
     (r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?", "<date>"),  # ISO dates
     (r"(?<![\w:/.])(?:/[\w.+@-]+){2,}", "<path>"),  # absolute paths (not URLs, not fractions such as 1/D)
 )
-PICTURES = ("image/png", "image/jpeg", "image/svg+xml", "application/pdf")
-GLUE_PREFIX = "application/papermill.record/"  # how myst-nb's glue stores a value's MIME bundle
+_PICTURES = ("image/png", "image/jpeg", "image/svg+xml", "application/pdf")
+_GLUE_PREFIX = "application/papermill.record/"  # how myst-nb's glue stores a value's MIME bundle
 # pictures, also glued ones; and stderr: its warnings come from whichever notebook happened to train a shared run
 # first, and a warning filter shows each once per kernel, so they depend on the order of work, not on the numbers
-NOT_COMPARED = PICTURES + tuple(GLUE_PREFIX + m for m in PICTURES) + ("stderr",)
+_NOT_COMPARED = _PICTURES + tuple(_GLUE_PREFIX + m for m in _PICTURES) + ("stderr",)
 _patched: dict = {}  # what pytest_sessionstart replaced, for pytest_sessionfinish to put back
 
 
 def pytest_collectstart(collector):
-    """nbval's hook point (this module is a pytest plugin): leave :data:`NOT_COMPARED` out of the comparison."""
+    """nbval's hook point (this module is a pytest plugin): leave ``_NOT_COMPARED`` out of the comparison."""
     from nbval.plugin import IPyNbFile
 
     if isinstance(collector, IPyNbFile):
-        collector.skip_compare += NOT_COMPARED
+        collector.skip_compare += _NOT_COMPARED
 
 
 def pytest_sessionstart(session):
@@ -96,7 +96,7 @@ def sanitize_file(path: Path) -> Path:
     return path
 
 
-def prepare(name: str, root: Path, into: Path) -> Path:
+def _prepare(name: str, root: Path, into: Path) -> Path:
     """Copy ``<root>/<name>.ipynb`` to ``<into>/<name>.ipynb`` with the same parameters but ``out_dir = into``
     (papermill rewrites its injected-parameters cell, which has no outputs to compare)."""
     import nbformat
@@ -139,7 +139,7 @@ def check(names: list[str], root: Path, *, fresh_runs: bool = False) -> int:
             for numbers in root.glob("*/numbers.json"):
                 (into / numbers.parent.name).mkdir(exist_ok=True)
                 shutil.copy2(numbers, into / numbers.parent.name / numbers.name)
-        paths = [prepare(n, root, into) for n in sorted(names, key=lambda n: n in reports)]
+        paths = [_prepare(n, root, into) for n in sorted(names, key=lambda n: n in reports)]
         env = {var: "1" for var in runner.THREAD_ENV}  # as the runner executes them: one thread, Agg
         env["MPLBACKEND"] = os.environ.get("MPLBACKEND", "Agg")
         if fresh_runs:
@@ -160,7 +160,7 @@ def check(names: list[str], root: Path, *, fresh_runs: bool = False) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=_PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="figures to check (default: every figure, or with --root every executed notebook there)")
     parser.add_argument("--preset", choices=runner.PRESET_CHOICES, default="paper",

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from ..records import PACKAGE_ROOT
 
-PACKAGE = "linattn"
+_PACKAGE = "linattn"
 
 
-def module_file(name: str, package_root: Path = PACKAGE_ROOT) -> Path | None:
+def _module_file(name: str, package_root: Path = PACKAGE_ROOT) -> Path | None:
     """The file of module ``name`` (``linattn.x.y``) under ``package_root``, or None when it is not one."""
     parts = name.split(".")
-    if parts[0] != PACKAGE:
+    if parts[0] != _PACKAGE:
         return None
     base = Path(package_root).joinpath(*parts[1:])
     for path in (base / "__init__.py", base.with_suffix(".py")):
@@ -31,7 +31,7 @@ def module_file(name: str, package_root: Path = PACKAGE_ROOT) -> Path | None:
 
 def _module_name(path: Path, package_root: Path) -> str:
     rel = path.relative_to(package_root).with_suffix("")
-    parts = [PACKAGE, *rel.parts]
+    parts = [_PACKAGE, *rel.parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -56,7 +56,7 @@ def imported_names(code: str, *, module: str | None = None, is_package: bool = F
                 base = ".".join(parent + ([base] if base else []))
             out.add(base)
             out.update(f"{base}.{alias.name}" for alias in node.names)
-    return {n for n in out if n == PACKAGE or n.startswith(PACKAGE + ".")}
+    return {n for n in out if n == _PACKAGE or n.startswith(_PACKAGE + ".")}
 
 
 def closure(names, package_root: Path = PACKAGE_ROOT) -> list[Path]:
@@ -70,7 +70,7 @@ def closure(names, package_root: Path = PACKAGE_ROOT) -> list[Path]:
         parts = name.split(".")
         for k in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ first
             prefix = ".".join(parts[:k])
-            path = module_file(prefix, package_root)
+            path = _module_file(prefix, package_root)
             if path is None or prefix in seen:
                 continue
             seen[prefix] = path

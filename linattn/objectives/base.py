@@ -114,7 +114,7 @@ def feature_batches(model, seqs, *, vary_len, normalize, chunk=DEFAULT_CHUNK, de
             yield model.features(Xn, scale), yn
 
 
-LINEARITY_RTOL = 1e-9
+_LINEARITY_RTOL = 1e-9
 
 
 class NotLinearError(ValueError):
@@ -149,10 +149,10 @@ def check_linear(model, X: torch.Tensor, scale=1.0, features: torch.Tensor | Non
         for p in net.parameters():
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
         gap = max(gap, _linearity_gap(net, X, scale, T))
-    if not gap <= LINEARITY_RTOL:
+    if not gap <= _LINEARITY_RTOL:
         also = ", or pass fallback=True to Exact.from_data to get that objective instead" if engine == "exact" else ""
         raise NotLinearError(f"the {engine} engine would train {name} through features() @ combined(), which differs "
-                             f"from {name}.forward() by a relative {gap:.2g} (> {LINEARITY_RTOL:g}); train it with "
+                             f"from {name}.forward() by a relative {gap:.2g} (> {_LINEARITY_RTOL:g}); train it with "
                              f"engine='autograd' (linattn.objectives.Autograd){also}")
 
 
