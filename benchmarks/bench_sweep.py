@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from linattn import RunConfig
+from linattn.experiment import run_key
 from linattn.companion.sweeps import sweep
 from linattn.companion.sweeps import cells, local_client
 
@@ -30,7 +31,7 @@ def sequential(base: RunConfig, seeds: list[int], root: Path) -> float:
     start = time.perf_counter()
     for seed in seeds:
         cfg = dataclasses.replace(base, seed=seed)
-        result = cells.train_cell(cfg.to_dict(), str(root), cells.cell_key(cfg))
+        result = cells.train_cell(cfg.to_dict(), str(root), run_key(cfg))
         assert result["status"] == "done", result
     return time.perf_counter() - start
 

@@ -28,10 +28,10 @@ from . import diagnostics, events, objectives, theory
 from ._version import __version__
 from .config import ConfigError, RunConfig
 from .data import Datasets, Sequences, sample_tasks
-from .experiment import RunResult, SavedRun, draw, load_run, run, write_outputs
+from .experiment import RunResult, draw, load_run, run, write_outputs
 from .models import build_model, init_weights, mlp_from_attn_m
 from .train import TrainingDiverged
 
-__all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "SavedRun", "write_outputs", "draw",
+__all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "write_outputs", "draw",
            "build_model", "init_weights", "mlp_from_attn_m", "Sequences", "Datasets", "sample_tasks",
            "TrainingDiverged", "theory", "diagnostics", "events", "objectives", "__version__"]

@@ -1,9 +1,10 @@
 """The ``linattn`` command.
 
 ``linattn train`` takes the reference's flags (same names, meanings and defaults; ``--head`` for ``--head_num``,
-``--KQ_dim`` for ``--rank``, and unambiguous prefixes) plus ours, and writes ``loss.csv`` and ``run.json`` (with
-``--save-data`` also ``data.npz``, ``init.npz`` and ``weights.npz``) into ``--out``; ``linattn.load_run`` reads
-them back. Its promises:
+``--KQ_dim`` for ``--rank``, and unambiguous prefixes) plus ours, every run flag declared with its setting
+(``linattn.config.SETTINGS``), and writes the run's folder into ``--out`` (``loss.csv``, ``run.json``, ``init.npz``,
+``weights.npz``; with ``--save-data`` also ``data.npz``: ``linattn.experiment.write_outputs``), which
+``linattn.load_run`` reads back. Its promises:
 
 * Invalid input (a bad flag or value, an unavailable ``--device``, an existing non-empty ``--out`` without
   ``--overwrite``, an unwritable ``--out``): one line ``linattn train: error: …`` on stderr, exit code 2, before any
@@ -19,8 +20,6 @@ them back. Its promises:
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import math
 import os
 import re
@@ -155,8 +154,7 @@ def add_train_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> N
                       help="CPU threads for torch (default 1: on small per-step work more threads mostly spin-wait, "
                            "up to 5x slower when the cores are shared)")
     ours.add_argument("--save-data", dest="save_data", action="store_true",
-                      help="also write data.npz, init.npz and weights.npz (the final weights, same layout as "
-                           "init.npz)")
+                      help="also write the data sets and the task, data.npz")
     ours.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
 
@@ -166,11 +164,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def default_out(cfg: RunConfig) -> Path:
-    """runs/<reference-style name>_<8 hex digits of every setting>: distinct settings never share a folder."""
+    """runs/<reference-style name>_<8 hex digits of the run's key>: distinct runs never share a folder."""
+    from .experiment import run_key
+
     P = "inf" if cfg.trainset_size is None else cfg.trainset_size
     name = f"{cfg.model}_head{cfg.head_num}_D{cfg.in_dim}_R{cfg.rank}_P{P}_N{cfg.seq_len}_seed{cfg.seed}"
-    digest = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    return Path("runs") / f"{name}_{digest}"
+    return Path("runs") / f"{name}_{run_key(cfg)[:8]}"
 
 
 def _headless() -> bool:
@@ -237,7 +236,7 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
 
 
 def cmd_train(args) -> int:
-    from .experiment import plan, run, write_outputs
+    from .experiment import plan, run, run_key, write_outputs
     from .train import TrainingDiverged
 
     cfg = config_from_args(args)
@@ -258,6 +257,7 @@ def cmd_train(args) -> int:
         except TrainingDiverged as e:
             print(f"linattn train: error: {e}", file=sys.stderr)
             return 1
+        result.key = run_key(result.config)
         write_outputs(result, tmp, save_data=args.save_data)
         headless = args.show and _headless()
         if headless:
@@ -452,8 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser(
         "train", help="train one model and write its loss curve", formatter_class=_TrainHelp,
-        description="Train one model and write loss.csv and run.json into --out (with --save-data also data.npz, "
-                    "init.npz and weights.npz; linattn.load_run reads the folder back). Invalid settings are refused "
+        description="Train one model and write loss.csv, run.json, init.npz and weights.npz into --out (with "
+                    "--save-data also data.npz; linattn.load_run reads the folder back). Invalid settings are refused "
                     "with one line and exit code 2 before any work; the folder appears only when the run succeeds "
                     "(a diverging run exits with 1 and suggests a learning rate found stable in a short trial).")
     add_train_arguments(train)

@@ -4,17 +4,25 @@ gradient descent or flow — and its output folder.
     result = run(RunConfig(model="attnM", head_num=8, init=1e-6))
     result.history.train_loss      # one value per step, recorded before the step
     result.weights                 # the final weights, in the layout of init.npz
-    write_outputs(result, "runs/fig1")   # loss.csv and run.json (and data.npz, init.npz, weights.npz if asked)
-    load_run("runs/fig1")          # the same, read back
+    write_outputs(result, "runs/fig1")   # loss.csv, run.json, init.npz, weights.npz (data.npz if asked)
+    load_run("runs/fig1")          # the same, read back (from whatever wrote it: train, a sweep, the run store)
+
+A run's key (:func:`run_key`) hashes what decides its numbers: the settings, the given data and weights, the
+numerical libraries and the code that computes a trajectory (:data:`TRAJECTORY_CODE`, without comments and
+docstrings).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -25,39 +33,94 @@ from .config import ConfigError, RunConfig, check_memory
 from .data import named
 from .flow import gradient_flow
 from .models import build_model, check_weights, init_weights
-from .records import atomic_write, provenance, write_csv, write_json
+from .records import atomic_write, library_versions, provenance, write_csv, write_json
 from .reference_draws import reference_draws
 from .train import History, TrainingDiverged, gradient_descent, weights_of
 
 
 @dataclass
 class RunResult:
-    """What :func:`run` returns.
+    """One run: what :func:`run` returns, what :func:`load_run` reads back from a run folder (whatever wrote it:
+    ``linattn train --out``, :func:`write_outputs`, a sweep, the run store), and what the run store serves.
 
     Attributes:
         config: the settings of the run (with given ``data``, its P and seq_len).
         history: the losses, one per step recorded before the step (:class:`~linattn.train.History`: ``step``,
             ``train_loss``, ``test_iwl``, ``test_icl``, ``values`` — v_h[D] per head with ``track_value`` —,
             ``snapshots``).
-        datasets: the training and test sets and the task (:class:`~linattn.data.Datasets`).
         init: the initial weights, in the layout of ``init.npz`` (``models.weight_shapes``).
         weights: the final weights in the same layout: ``build_model(config.model, weights)`` rebuilds the
             trained model.
-        model: the trained model itself (a torch module, on ``device``).
         engine, device: the engine and device that trained it.
         setup_time, wall_time: seconds spent before training, and in all.
+        datasets: the training and test sets and the task (:class:`~linattn.data.Datasets`). Read back: from
+            ``data.npz`` when it was saved, else drawn again on first use where the run drew them (the task, Λ
+            and the fixed task vector, at once from ``run.json``); None where given data were not saved.
+        given: what was given in place of drawn: ``"init"``, ``"data"``.
+        snapshot_every: the interval of ``history.snapshots`` (0: none).
+        key: the run's key (:func:`run_key`) where a run store or a sweep filed it under one, else None.
+        trained_steps: how many steps were trained to give this result (the run store: 0 when all were stored).
+        path: the folder it was read from (None for a run just trained); info: its ``run.json`` (settings,
+            versions, git commit, timings).
+        model: the trained model (on ``device``; read back: rebuilt from ``weights``, float64, CPU).
     """
 
     config: RunConfig
     history: History
-    datasets: data_mod.Datasets
-    init: dict[str, np.ndarray]
-    weights: dict[str, np.ndarray]
-    model: torch.nn.Module
+    init: dict[str, np.ndarray] | None
+    weights: dict[str, np.ndarray] | None
     engine: str
     device: str
     setup_time: float
     wall_time: float
+    datasets: data_mod.Datasets | None = None
+    given: tuple[str, ...] = ()
+    snapshot_every: int = 0
+    key: str | None = None
+    trained_steps: int | None = None
+    path: Path | None = None
+    info: dict = field(default_factory=dict)
+    _model: torch.nn.Module | None = field(default=None, repr=False, compare=False)
+    _more: Callable | None = field(default=None, repr=False, compare=False)  # epoch -> the run carried on
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        if self._model is None and self.weights is not None:
+            self._model = build_model(self.config.model, self.weights, softmax=self.config.softmax)
+        return self._model
+
+    def snapshots_of(self, fn, **kwargs) -> list:
+        """``[(step, fn(model, **kwargs))]`` for each weight snapshot, the model rebuilt from it: what
+        ``linattn.run(..., snapshot=fn)`` would have recorded."""
+        return [(s, fn(build_model(self.config.model, w, softmax=self.config.softmax), **kwargs))
+                for s, w in self.history.snapshots]
+
+    def extended(self, epoch: int) -> "RunResult":
+        """The same run carried on to ``epoch`` steps (never shorter than it is): gradient descent depends on the
+        weights alone, so its first steps are this run's. Only a run served by the run store
+        (``linattn.companion.runstore``) can be carried on; it continues from its nearest checkpoint."""
+        if epoch <= self.config.epoch:
+            return self
+        if self._more is None:
+            raise ValueError("only a run served by the run store can be carried on (linattn.companion.runstore."
+                             "stored_run); otherwise run(cfg, init=result.weights, start_step=...) continues it")
+        return self._more(epoch)
+
+
+class _DrawnOnUse(data_mod.Datasets):
+    """The data sets of a run read back: the task (``cov``, ``w_fix``) at once, the sequences drawn again from the
+    settings on first use (:func:`draw` draws the same numbers for the same settings)."""
+
+    def __init__(self, config: RunConfig, cov, w_fix):
+        self.cov, self.w_fix, self._config = cov, w_fix, config
+
+    def __getattr__(self, name):
+        if name in ("train", "test_iwl", "test_icl"):
+            drawn = _draw(self._config)[0]
+            for key in ("train", "test_iwl", "test_icl"):
+                setattr(self, key, getattr(drawn, key))
+            return getattr(drawn, name)
+        raise AttributeError(name)
 
 
 def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
@@ -305,66 +368,52 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
             lr, halvings = stable_lr(cfg, init, train, device, lr=cfg.lr, steps=steps)
             e.suggest(lr, halvings=halvings, steps=steps)
         raise
-    return RunResult(config=cfg, history=history, datasets=datasets, init=init,
-                     weights=weights_of(model, like=init), model=model, engine=train.name, device=device,
-                     setup_time=setup, wall_time=time.perf_counter() - start)
+    return RunResult(config=cfg, history=history, init=init, weights=weights_of(model, like=init), engine=train.name,
+                     device=device, setup_time=setup, wall_time=time.perf_counter() - start, datasets=datasets,
+                     given=tuple(k for k, v in (("init", p.init), ("data", p.data)) if v is not None),
+                     snapshot_every=snapshot_every, trained_steps=cfg.epoch, _model=model)
 
 
-def write_outputs(result: RunResult, out_dir, *, save_data: bool = False) -> None:
-    """``loss.csv`` and ``run.json`` (and ``data.npz``, ``init.npz``, ``weights.npz`` with ``save_data``), each
-    written atomically. :func:`load_run` reads them back."""
+def write_outputs(result: RunResult, out_dir, *, save_data: bool = False, extra: dict | None = None) -> None:
+    """Write ``result`` into the folder ``out_dir`` in the one format of a run, each file atomically:
+
+    * ``loss.csv``: the history, one row per step (``step``, ``train_loss``, the test losses, ``value_h``), every
+      number as the shortest text that reads back to the same float64;
+    * ``run.json``: the provenance (versions, git commit, date), the settings, engine, device, timings, what was
+      given in place of drawn, the task (Λ and the fixed task vector), the key and snapshot interval, and
+      ``extra``;
+    * ``init.npz`` and ``weights.npz``: the initial and the final weights (layout of ``init.npz``);
+    * ``snapshots.npz`` when weight snapshots were recorded (``steps`` and each weight stacked over them);
+    * with ``save_data``, ``data.npz``: the data sets and the task (:meth:`Datasets.arrays
+      <linattn.data.Datasets.arrays>`).
+
+    ``linattn train --out``, sweeps and the run store write through here; :func:`load_run` reads any of them.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if save_data:
-        ds = result.datasets
-        arrays = {"cov": ds.cov} if ds.w_fix is None else {"cov": ds.cov, "w_fix": ds.w_fix}
-        if ds.train is not None:
-            arrays.update(X=ds.train.X, y=ds.train.y)
-        for key in ("test_iwl", "test_icl"):
-            s = getattr(ds, key)
-            if s is not None:
-                arrays.update({f"{key}_X": s.X, f"{key}_y": s.y})
+    write_csv(out / "loss.csv", result.history.columns(), exact=True)
+    for name, arrays in (("init.npz", result.init), ("weights.npz", result.weights)):
+        if arrays is not None:
+            atomic_write(out / name, lambda f, a=arrays: np.savez(f, **a), binary=True)
+    snaps = result.history.snapshots
+    if snaps and all(isinstance(w, dict) and w.keys() == snaps[0][1].keys() for _, w in snaps):
+        stacked = {"steps": np.array([s for s, _ in snaps], dtype=np.int64)}
+        stacked.update({n: np.stack([np.asarray(w[n]) for _, w in snaps]) for n in snaps[0][1]})
+        atomic_write(out / "snapshots.npz", lambda f: np.savez(f, **stacked), binary=True)
+    ds = result.datasets
+    if save_data and ds is not None:
+        arrays = ds.arrays()
         atomic_write(out / "data.npz", lambda f: np.savez_compressed(f, **arrays), binary=True)
-        atomic_write(out / "init.npz", lambda f: np.savez(f, **result.init), binary=True)
-        atomic_write(out / "weights.npz", lambda f: np.savez(f, **result.weights), binary=True)
-    write_csv(out / "loss.csv", result.history.columns())
+    task = {} if ds is None else {k: v for k, v in (("cov", ds.cov), ("w_fix", ds.w_fix)) if v is not None}
     info = provenance()
     info.update(settings=result.config.to_dict(), engine=result.engine, device=result.device,
                 dtype=result.config.dtype, seed=result.config.seed, setup_time_s=round(result.setup_time, 3),
                 train_time_s=round(result.history.wall_time, 3), wall_time_s=round(result.wall_time, 3),
-                final_train_loss=float(result.history.train_loss[-1]))
+                final_train_loss=float(result.history.train_loss[-1]), given=list(result.given), key=result.key,
+                snapshot_every=result.snapshot_every,
+                task={k: {"dtype": np.asarray(v).dtype.str, "values": np.asarray(v)} for k, v in task.items()},
+                **(extra or {}))
     write_json(out / "run.json", info)
-
-
-@dataclass
-class SavedRun:
-    """A run read back from its output folder by :func:`load_run`; the attributes shared with :class:`RunResult`
-    mean the same.
-
-    Attributes:
-        path: the folder.
-        config: the settings (``run.json``).
-        history: the recorded columns of ``loss.csv`` (``snapshots`` empty; ``wall_time`` from ``run.json``).
-        info: the whole of ``run.json`` (settings, versions, git commit, timings).
-        engine, device, wall_time: as recorded in ``run.json``.
-        datasets: from ``data.npz``; None without it (a run written without ``--save-data``).
-        init: the initial weights from ``init.npz``; None without it.
-        weights: the final weights from ``weights.npz``; None without it (and for runs written before linattn
-            saved them).
-        model: the trained model rebuilt from ``weights`` (float64, CPU); None without them.
-    """
-
-    path: Path
-    config: RunConfig
-    history: History
-    info: dict
-    engine: str
-    device: str
-    wall_time: float
-    datasets: data_mod.Datasets | None = None
-    init: dict[str, np.ndarray] | None = None
-    weights: dict[str, np.ndarray] | None = None
-    model: torch.nn.Module | None = None
 
 
 def _read_history(path: Path, wall_time: float) -> History:
@@ -378,19 +427,29 @@ def _read_history(path: Path, wall_time: float) -> History:
                    wall_time=wall_time)
 
 
-def _read_datasets(path: Path) -> data_mod.Datasets:
-    with np.load(path) as d:
-        a = dict(d)
-    seqs = {k: data_mod.Sequences(a[f"{p}X"], a[f"{p}y"]) if f"{p}X" in a else None
-            for k, p in (("train", ""), ("test_iwl", "test_iwl_"), ("test_icl", "test_icl_"))}
-    return data_mod.Datasets(cov=a["cov"], w_fix=a.get("w_fix"), **seqs)
+def _read_snapshots(path: Path) -> list:
+    """``[(step, {name: array})]`` from ``snapshots.npz``: each array read once, every snapshot a view of it (an
+    npz reads a member on every access; a copy per snapshot would make memory grow with their square)."""
+    with np.load(path) as f:
+        arrays = {n: f[n] for n in f.files if n != "steps"}
+        steps = f["steps"]
+    return [(int(s), {n: a[i] for n, a in arrays.items()}) for i, s in enumerate(steps)]
 
 
-def load_run(out_dir) -> SavedRun:
-    """Read the folder written by ``linattn train`` (or :func:`write_outputs`) back into a :class:`SavedRun`.
+def _arrays(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    with np.load(path) as f:
+        return dict(f)
 
-    ``loss.csv`` and ``run.json`` must be there (FileNotFoundError otherwise); ``data.npz``, ``init.npz`` and
-    ``weights.npz`` (written with ``--save-data``) are read when present, and their attributes are None when not.
+
+def load_run(out_dir) -> RunResult:
+    """Read a run folder back into a :class:`RunResult`: what ``linattn train --out``, :func:`write_outputs`, a
+    sweep's run or a run-store entry holds (:func:`write_outputs` says what each file is).
+
+    ``loss.csv`` and ``run.json`` must be there (FileNotFoundError otherwise); the weights, snapshots and
+    ``data.npz`` are read when present (``init``, ``weights`` None when not). ``datasets`` come from ``data.npz``,
+    or are drawn again on first use where the run drew them; ``model`` is rebuilt from ``weights`` when asked for.
     """
     out = Path(out_dir)
     for name in ("loss.csv", "run.json"):
@@ -399,16 +458,112 @@ def load_run(out_dir) -> SavedRun:
     info = json.loads((out / "run.json").read_text(encoding="utf-8"))
     cfg = RunConfig.from_dict(info["settings"])
     history = _read_history(out / "loss.csv", info.get("train_time_s", 0.0))
+    if (out / "snapshots.npz").is_file():
+        history.snapshots = _read_snapshots(out / "snapshots.npz")
+    task = {k: np.asarray(v["values"], dtype=v["dtype"]) for k, v in info.get("task", {}).items()}
+    given = tuple(info.get("given", ()))
+    if (out / "data.npz").is_file():
+        datasets = data_mod.Datasets.from_arrays(_arrays(out / "data.npz"))
+    elif "data" in given:
+        datasets = None  # given data that were not saved
+    elif info.get("engine") == "population":  # no data sets: the task alone
+        datasets = data_mod.Datasets(train=None, test_iwl=None, test_icl=None, cov=task.get("cov"),
+                                     w_fix=task.get("w_fix"))
+    else:
+        datasets = _DrawnOnUse(cfg, task.get("cov"), task.get("w_fix"))
+    return RunResult(config=cfg, history=history, init=_arrays(out / "init.npz"),
+                     weights=_arrays(out / "weights.npz"), engine=info.get("engine"), device=info.get("device"),
+                     setup_time=info.get("setup_time_s", 0.0), wall_time=info.get("wall_time_s", 0.0),
+                     datasets=datasets, given=given, snapshot_every=info.get("snapshot_every", 0),
+                     key=info.get("key"), path=out, info=info)
 
-    def arrays(name):
-        if not (out / name).is_file():
-            return None
-        with np.load(out / name) as f:
-            return dict(f)
 
-    datasets = _read_datasets(out / "data.npz") if (out / "data.npz").is_file() else None
-    weights = arrays("weights.npz")
-    model = None if weights is None else build_model(cfg.model, weights, softmax=cfg.softmax)
-    return SavedRun(path=out, config=cfg, history=history, info=info, engine=info.get("engine"),
-                    device=info.get("device"), wall_time=info.get("wall_time_s"), datasets=datasets,
-                    init=arrays("init.npz"), weights=weights, model=model)
+# ── the key of a run ─────────────────────────────────────────────────────────────────────────────────────────────
+
+#: The code that computes a trajectory, relative to the package: whole modules, or (after a colon) the top-level
+#: definitions of one that decide a run. Diagnostics, theory, events, validation and the companion are not in it.
+TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "models.py", "objectives/__init__.py",
+                   "objectives/base.py", "objectives/exact.py", "objectives/population.py", "objectives/softmax.py",
+                   "objectives/autograd.py", "train.py", "flow.py",
+                   "config.py:RunConfig.__post_init__,RunConfig.to_dict",
+                   "experiment.py:_draw,_population_datasets,_given_data,plan,Plan,run,run_key,EVERYTHING")
+#: The libraries whose versions can change a trajectory's numbers.
+NUMERICAL_LIBRARIES = ("torch", "numpy", "scipy")
+
+
+def code_digest(source: str, names=None) -> str:
+    """SHA-256 of Python ``source`` as the interpreter reads it: its syntax tree without docstrings (comments and
+    layout never reach the tree), so only a change of code changes it. ``names``: only these top-level definitions
+    (``"f"``, ``"Class"``, a method ``"Class.f"``, or an assignment's first target)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) and \
+                isinstance(node.body[0].value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
+    nodes = tree.body
+    if names is not None:
+        def named_nodes(body, prefix=""):
+            for node in body:
+                name = getattr(node, "name", None)
+                if name is None and isinstance(node, ast.Assign):
+                    target = node.targets[0]
+                    name = (target.elts[0] if isinstance(target, ast.Tuple) else target).id
+                if name is not None:
+                    yield prefix + name, node
+                if isinstance(node, ast.ClassDef):
+                    yield from named_nodes(node.body, f"{node.name}.")
+        found = dict(named_nodes(tree.body))
+        missing = [n for n in names if n not in found]
+        if missing:
+            raise KeyError(f"no definition {', '.join(missing)} in the source")
+        nodes = [found[n] for n in names]
+    return hashlib.sha256("\n".join(ast.dump(n) for n in nodes).encode()).hexdigest()
+
+
+@functools.cache
+def trajectory_code_hash(package_root: Path | None = None) -> str:
+    """One hash of :data:`TRAJECTORY_CODE` (each by :func:`code_digest`) of the package at ``package_root``
+    (default: this one)."""
+    root = Path(package_root) if package_root is not None else Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for entry in TRAJECTORY_CODE:
+        path, _, names = entry.partition(":")
+        digest = code_digest((root / path).read_text(encoding="utf-8"), names.split(",") if names else None)
+        h.update(f"{entry}\0{digest}\0".encode())
+    return h.hexdigest()
+
+
+def _hash_arrays(h, arrays: dict) -> None:
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}\0".encode() + a.tobytes() + b"\0")
+
+
+def run_key(cfg: RunConfig, *, length: bool = True, snapshot_every: int = 0, init: dict | None = None,
+            data=None) -> str:
+    """The address of the run of ``cfg`` (64 hex digits): a hash of what decides its numbers — the settings
+    (``to_dict``), the snapshot interval, the arrays of initial weights or data given in place of drawn ones, the
+    versions of :data:`NUMERICAL_LIBRARIES` and the code that computes a trajectory (:func:`trajectory_code_hash`).
+
+    ``length=False`` leaves out what only says how much of a trajectory is recorded: ``track_value`` and, for
+    gradient descent, ``epoch`` (a run of E steps is the first E steps of any longer one): the run store's key,
+    one trajectory per key. A sweep's run folder and ``linattn train``'s default folder use the whole key."""
+    settings = cfg.to_dict()
+    if not length:
+        settings.pop("track_value")
+        if cfg.dynamics == "gd":
+            settings.pop("epoch")
+    h = hashlib.sha256(json.dumps({"settings": settings, "snapshot_every": snapshot_every,
+                                   "code": trajectory_code_hash(),
+                                   "libraries": library_versions(NUMERICAL_LIBRARIES)},
+                                  sort_keys=True, default=str).encode())
+    if init is not None:
+        h.update(b"init\0")
+        _hash_arrays(h, init)
+    if data is not None:
+        if isinstance(data, (tuple, list)) and len(data) == 2:
+            data = data_mod.Sequences(*data)
+        h.update(b"data\0")
+        _hash_arrays(h, data.arrays() if isinstance(data, data_mod.Datasets) else {"X": data.X, "y": data.y})
+    return h.hexdigest()

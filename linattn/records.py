@@ -12,6 +12,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -27,13 +28,15 @@ os.umask(_UMASK)
 LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "tqdm", "papermill", "jupytext", "nbformat", "ipykernel")
 
 
-def atomic_write(path, write, *, binary: bool = False) -> None:
-    """Call ``write(file)`` on a temporary file beside ``path`` and rename it into place only if it succeeded."""
+@contextmanager
+def atomic_path(path):
+    """A temporary path beside ``path`` to write to, renamed to ``path`` only if the block succeeds (else removed):
+    for writers that take a file name (``xarray.Dataset.to_netcdf``)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
+        yield tmp
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
@@ -41,16 +44,29 @@ def atomic_write(path, write, *, binary: bool = False) -> None:
         raise
 
 
+def atomic_write(path, write, *, binary: bool = False) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path`` and rename it into place only if it succeeded."""
+    with atomic_path(path) as tmp, open(tmp, "wb" if binary else "w") as f:
+        write(f)
+
+
 def write_json(path, obj) -> None:
     atomic_write(path, lambda f: json.dump(obj, f, indent=2, sort_keys=False, default=_jsonable))
 
 
-def write_csv(path, columns: dict[str, np.ndarray]) -> None:
-    """A CSV with a header row; integer-valued columns are written as integers, the rest with 10 significant digits."""
+def write_csv(path, columns: dict[str, np.ndarray], *, exact: bool = False) -> None:
+    """A CSV with a header row; the ``step`` column is written as integers, the rest with 10 significant digits,
+    or with ``exact`` as the shortest text that reads back to the same float64 (``repr``)."""
     names = list(columns)
     table = np.column_stack([np.asarray(columns[k], dtype=np.float64) for k in names])
-    fmt = ["%d" if k == "step" else "%.10g" for k in names]
-    atomic_write(path, lambda f: np.savetxt(f, table, delimiter=",", header=",".join(names), comments="", fmt=fmt))
+    if not exact:
+        fmt = ["%d" if k == "step" else "%.10g" for k in names]
+        atomic_write(path, lambda f: np.savetxt(f, table, delimiter=",", header=",".join(names), comments="",
+                                                fmt=fmt))
+        return
+    step = names.index("step") if "step" in names else None
+    rows = (",".join(str(int(x)) if j == step else repr(x) for j, x in enumerate(row)) for row in table.tolist())
+    atomic_write(path, lambda f: f.write(",".join(names) + "\n" + "".join(line + "\n" for line in rows)))
 
 
 def _jsonable(x):
@@ -77,10 +93,10 @@ def git_commit(where: Path = PACKAGE_ROOT) -> str | None:
         return None
 
 
-def library_versions() -> dict[str, str | None]:
-    """The installed version of each of :data:`LIBRARIES` (None when absent)."""
+def library_versions(libraries=LIBRARIES) -> dict[str, str | None]:
+    """The installed version of each of ``libraries`` (default :data:`LIBRARIES`; None when absent)."""
     out = {}
-    for lib in LIBRARIES:
+    for lib in libraries:
         try:
             out[lib] = metadata.version(lib)
         except metadata.PackageNotFoundError:

@@ -181,7 +181,7 @@ def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):
     assert main(["train", *FAST, "--init", "1", "--lr", "1e3", "--out", str(out), "--overwrite"]) == 1
     assert sorted(p.name for p in out.iterdir()) == ["old.txt"] and list(tmp_path.iterdir()) == [out]
     assert main(["train", *FAST, "--out", str(out), "--overwrite"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["loss.csv", "run.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["init.npz", "loss.csv", "run.json", "weights.npz"]
     assert list(tmp_path.iterdir()) == [out]
     # an existing empty folder is simply filled
     empty = tmp_path / "empty"

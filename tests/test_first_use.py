@@ -13,7 +13,7 @@ import torch
 
 import linattn
 from linattn import experiment
-from linattn.cli import main
+from linattn.cli import cli_message, main
 from linattn.config import ConfigError, RunConfig, check_memory, memory_estimate, parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +54,20 @@ def test_invalid_settings_raise_one_config_error_in_python_terms(settings, messa
     with pytest.raises(ConfigError, match=message) as info:
         RunConfig(**settings).validate()
     assert "--" not in str(info.value)  # no CLI flag in a Python message
+
+
+def test_a_config_error_names_its_field_and_value():
+    with pytest.raises(ConfigError) as info:
+        RunConfig(lr="fast").validate()
+    assert (info.value.field, info.value.value) == ("lr", "fast")
+    with pytest.raises(ConfigError) as info:
+        RunConfig(rank=7).validate()
+    assert info.value.field == "rank" and str(info.value) == "rank must be an integer between 1 and in_dim = 4, got 7"
+    # another caller words the settings its own way: the CLI by their flags
+    assert cli_message(info.value) == "--rank must be an integer between 1 and --in_dim = 4, got 7"
+    with pytest.raises(ConfigError) as info:
+        RunConfig(model="mlp").validate()
+    assert info.value.field == "model" and cli_message(info.value).startswith("--model mlp needs --cubic_feat")
 
 
 def test_run_and_draw_refuse_a_wrong_type_before_any_work(monkeypatch):

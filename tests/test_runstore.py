@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import linattn
-from linattn.companion import runstore
+from linattn import experiment
 from linattn.companion.runstore import RunStore
+from linattn.experiment import run_key
 
 CFG = linattn.RunConfig(model="attnS", head_num=3, rank=1, in_dim=3, seq_len=8, trainset_size=200, epoch=300,
                         lr=0.05, init=0.1, seed=1, draws="streams")
@@ -64,20 +67,81 @@ def test_a_new_store_reads_what_an_old_one_wrote(tmp_path):
     assert sizes[-1][1] == pytest.approx(np.abs(again.weights["W_V"][:, -1]).sum(), rel=1e-12)
 
 
+def _key(cfg, **kwargs):
+    """The run store's key of ``cfg``: the run's key without its length."""
+    return run_key(cfg, length=False, **kwargs)
+
+
 def test_what_changes_the_trajectory_changes_the_key(monkeypatch):
-    key = runstore.run_key(CFG)
-    assert runstore.run_key(replace(CFG, epoch=10, track_value=True)) == key  # same trajectory, other length
+    key = _key(CFG)
+    assert _key(replace(CFG, epoch=10, track_value=True)) == key  # same trajectory, other length
+    assert run_key(replace(CFG, epoch=10)) != run_key(CFG)  # a run folder's key: one finished run of that length
     for changed in (dict(lr=0.06), dict(seed=2), dict(init_scheme="jan2025"), dict(engine="autograd")):
-        assert runstore.run_key(replace(CFG, **changed)) != key, changed
-    assert runstore.run_key(CFG, snapshot_every=5) != key
+        assert _key(replace(CFG, **changed)) != key, changed
+    assert _key(CFG, snapshot_every=5) != key
     datasets, init = linattn.draw(CFG)
-    assert runstore.run_key(CFG, init=init) != key
+    assert _key(CFG, init=init) != key
     other = linattn.Sequences(datasets.train.X, -datasets.train.y)
-    assert runstore.run_key(CFG, data=datasets.train) != runstore.run_key(CFG, data=other)
+    assert _key(CFG, data=datasets.train) != _key(CFG, data=other)
     flow = replace(CFG, dynamics="flow")
-    assert runstore.run_key(flow) != runstore.run_key(replace(flow, epoch=10))  # an integrator is kept whole
-    monkeypatch.setattr(runstore, "core_hash", lambda: "other science core")
-    assert runstore.run_key(CFG) != key
+    assert _key(flow) != _key(replace(flow, epoch=10))  # an integrator is kept whole
+    with monkeypatch.context() as m:
+        m.setattr(experiment, "trajectory_code_hash", lambda: "other code")
+        assert _key(CFG) != key
+    with monkeypatch.context() as m:
+        m.setattr(experiment, "library_versions", lambda libraries: dict.fromkeys(libraries, "0.0"))
+        assert _key(CFG) != key
+
+
+def _package_copy(tmp_path) -> Path:
+    root = Path(linattn.__file__).parent
+    copy = tmp_path / "linattn"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def test_comments_and_what_only_measures_a_run_leave_the_key_unchanged(tmp_path):
+    """A comment in events.py, diagnostics.py, models.py and theory.py, a docstring edited in models.py, and code
+    changed in diagnostics.py, theory.py, events.py, the companion or the CLI retrain no run; code changed in
+    models.py, train.py or the run's part of experiment.py does."""
+    code = experiment.trajectory_code_hash
+    original = code(_package_copy(tmp_path / "a"))
+    assert original == code()
+    edited = _package_copy(tmp_path / "b")
+    for name in ("events.py", "diagnostics.py", "models.py", "theory.py"):
+        with open(edited / name, "a", encoding="utf-8") as f:
+            f.write("\n# a comment appended by the test\n")
+    models = (edited / "models.py").read_text(encoding="utf-8")
+    (edited / "models.py").write_text(models.replace('"""The paper\'s models', '"""The models of the paper', 1),
+                                      encoding="utf-8")
+    for name in ("diagnostics.py", "theory.py", "events.py", "cli.py", "companion/runstore.py"):
+        with open(edited / name, "a", encoding="utf-8") as f:
+            f.write("\n\ndef _added_by_the_test():\n    return 1\n")
+    with open(edited / "experiment.py", "a", encoding="utf-8") as f:  # outside the run's part of experiment.py
+        f.write("\n\ndef _added_by_the_test():\n    return 1\n")
+    assert models != (edited / "models.py").read_text(encoding="utf-8")
+    assert code(edited) == original
+    for name, change in (("models.py", "\n_ADDED_BY_THE_TEST = 1\n"), ("train.py", "\n_ADDED_BY_THE_TEST = 1\n")):
+        other = _package_copy(tmp_path / name)
+        with open(other / name, "a", encoding="utf-8") as f:
+            f.write(change)
+        assert code(other) != original, name
+    run_part = _package_copy(tmp_path / "run")
+    source = (run_part / "experiment.py").read_text(encoding="utf-8")
+    (run_part / "experiment.py").write_text(source.replace("    setup = time.perf_counter() - start\n",
+                                                           "    setup = time.perf_counter() - start + 0\n", 1),
+                                            encoding="utf-8")
+    assert code(run_part) != original
+
+
+def test_load_run_reads_a_store_entry(tmp_path):
+    stored = RunStore(tmp_path).get(CFG, snapshot_every=EVERY)
+    loaded = linattn.load_run(tmp_path / stored.key)
+    assert loaded.key == stored.key and loaded.config == replace(CFG, track_value=True)
+    _same_run(replace(loaded, history=replace(loaded.history, values=None)), stored)
+    assert np.array_equal(loaded.history.values, linattn.run(replace(CFG, track_value=True),
+                                                             progress=False).history.values)
+    assert np.array_equal(loaded.datasets.train.X, stored.datasets.train.X)  # drawn again from the settings
 
 
 def test_given_weights_and_data_are_part_of_the_run(tmp_path):
@@ -114,11 +178,9 @@ def test_a_stored_run_is_read_once_per_array(tmp_path):
     """Reading an entry back reads each snapshot array once: every snapshot is a view of the same array (a fresh
     read per snapshot made memory grow with the square of the snapshots: Figure 3a's six runs took 23 GB)."""
     store = RunStore(tmp_path)
-    store.get(CFG, snapshot_every=1)
-    folder = next(p for p in tmp_path.iterdir() if (p / "entry.json").is_file())
-    entry = runstore._Entry.load(folder)
-    steps = sorted(entry.snapshots)
-    assert len(steps) > 10
-    for name in entry.snapshots[steps[0]]:
-        bases = {id(entry.snapshots[s][name].base) for s in steps}
+    key = store.get(CFG, snapshot_every=1).key
+    snapshots = linattn.load_run(tmp_path / key).history.snapshots
+    assert len(snapshots) > 10
+    for name in snapshots[0][1]:
+        bases = {id(w[name].base) for _, w in snapshots}
         assert len(bases) == 1, name

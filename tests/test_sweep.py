@@ -18,6 +18,7 @@ import pytest
 import linattn
 from linattn import ConfigError, RunConfig
 from linattn.cli import main
+from linattn.experiment import run_key
 
 pytest.importorskip("dask.distributed")
 xr = pytest.importorskip("xarray")
@@ -107,6 +108,21 @@ def test_dry_run_lists_every_cell_and_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_cell_is_a_run_folder_that_load_run_reads(tmp_path):
+    """The task a worker runs writes the one format of a run under the run's key; linattn.load_run reads it."""
+    cfg = RunConfig(**TINY, epoch=20, testset_size=10)
+    key = run_key(cfg)
+    result = cells.train_cell(cfg.to_dict(), str(tmp_path), key)
+    assert result["status"] == "done" and result["outcome"] == "trained"
+    saved = linattn.load_run(cells.run_folder(tmp_path, key))
+    plain = linattn.run(cfg, progress=False)
+    assert saved.config == cfg and saved.key == key and saved.engine == plain.engine
+    for name, col in plain.history.columns().items():
+        assert np.array_equal(saved.history.columns()[name], col), name
+    assert all(np.array_equal(saved.weights[k], plain.weights[k]) for k in plain.weights)
+    assert np.array_equal(saved.datasets.test_icl.X, plain.datasets.test_icl.X)
+
+
 # ── sweeps that run (a local cluster or a real scheduler) ─────────────────────────────────────────────────────────
 
 @pytest.mark.slow
@@ -123,7 +139,7 @@ def test_the_dataset_holds_every_cell_as_its_run_folder_says(tmp_path, capsys):
     assert np.isnan(ds.train_loss.sel(lr=1e4)).all()
     for seed in (0, 1):
         cfg = RunConfig(**dict(TINY, seed=seed, lr=0.05), epoch=300, testset_size=50, icl=0.5)
-        saved = linattn.load_run(cells.run_folder(out, cells.cell_key(cfg)))
+        saved = linattn.load_run(cells.run_folder(out, run_key(cfg)))
         for name in ("train_loss", "test_iwl", "test_icl"):
             assert np.array_equal(ds[name].sel(seed=seed, lr=0.05).values, getattr(saved.history, name))
         # the summary keeps the run's float64; loss.csv has 10 significant digits
@@ -194,7 +210,7 @@ def test_a_killed_worker_loses_nothing_and_the_numbers_equal_a_plain_run(tmp_pat
         for seed in grid["seed"]:
             cfg = RunConfig(**dict(TINY, seed=seed), epoch=3000)
             plain = linattn.run(cfg, progress=False)
-            folder = cells.run_folder(out, cells.cell_key(cfg))
+            folder = cells.run_folder(out, run_key(cfg))
             linattn.write_outputs(plain, tmp_path / f"plain{seed}", save_data=True)
             assert (folder / "loss.csv").read_bytes() == (tmp_path / f"plain{seed}" / "loss.csv").read_bytes()
             saved = linattn.load_run(folder)

@@ -1,33 +1,34 @@
 """The run store: every training run of a build, content-addressed under ``_build/runs/`` and trained once.
 
-A run's key is a hash of what decides its trajectory:
-
-* its settings (``RunConfig.to_dict()``) except ``epoch`` and ``track_value``, and its snapshot interval;
-* the identity of initial weights or data given in place of drawn ones (a hash of their arrays);
-* the science core's source (every module ``linattn.experiment`` imports, :mod:`linattn.companion.sources`) and the
-  versions of the libraries that compute (``records.LIBRARIES``).
+A run's key is :func:`linattn.experiment.run_key` without the run's length: a hash of what decides its trajectory —
+its settings except ``epoch`` and ``track_value``, its snapshot interval, the identity of initial weights or data
+given in place of drawn ones, the versions of torch, numpy and scipy, and the code that computes a trajectory
+(data and draws, models, objectives, training and flow), without comments and docstrings. Diagnostics, theory,
+events, plotting and the companion are not in it: editing them retrains no run.
 
 The number of steps is not in it. Gradient descent is a function of the weights alone, so a run of E steps is the
 first E steps of any longer run from the same start: the store keeps one trajectory per key, the weights at every
 step count ever asked for (checkpoints), and serves a new count by continuing from the nearest earlier checkpoint
-(:func:`linattn.run <linattn.experiment.run>` with ``init`` and ``start_step``). Value weights are always recorded (they cost a copy of H
-numbers a step), so a run asked for with and without ``track_value`` is one run. Gradient-flow runs are kept whole
-(their ``epoch`` is in the key: an adaptive integrator restarted does not give the same numbers).
+(:func:`linattn.run <linattn.experiment.run>` of the run's :class:`~linattn.experiment.Plan` continued). Value weights
+are always recorded (they cost a copy of H numbers a step), so a run asked for with and without ``track_value`` is
+one run. Gradient-flow runs are kept whole (their ``epoch`` is in the key: an adaptive integrator restarted does not
+give the same numbers).
 
-Each entry is written into a temporary folder and renamed into place; a lock file per key makes notebooks that
-execute at the same time wait for each other rather than train the same run twice. ``trainings.jsonl`` in the store
-logs every request and whether it trained, so a build can say how many runs it trained.
+An entry is a run folder (:func:`linattn.experiment.write_outputs`: ``loss.csv``, ``run.json``, ``init.npz``,
+``weights.npz``, ``snapshots.npz``) of the whole trajectory, which :func:`linattn.load_run` reads, plus
+``checkpoints.npz``: the weights at every earlier checkpoint (``run.json`` lists them all). Each entry is written
+into a temporary folder and renamed into place; a lock file per key makes notebooks that execute at the same time
+wait for each other rather than train the same run twice. ``trainings.jsonl`` in the store logs every request and
+whether it trained, so a build can say how many runs it trained.
 
     from linattn.companion.runstore import stored_run
-    res = stored_run(RunConfig(...), snapshot_every=10)   # a RunResult-like view: history, weights, model, …
+    res = stored_run(RunConfig(...), snapshot_every=10)   # a linattn.RunResult: history, weights, model, …
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fcntl
-import functools
-import hashlib
 import json
 import os
 import shutil
@@ -38,16 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import records
 from ..config import RunConfig
-from ..data import Datasets, Sequences
-from ..experiment import draw, run
-from ..models import build_model
+from ..data import Datasets
+from ..experiment import RunResult, load_run, plan, run, run_key, write_outputs
 from ..train import History
 from .paths import ENV_FIGURE, ENV_RUNS_DIR, runs_dir
-from .sources import source_hash
 
-COLUMNS = ("train_loss", "test_iwl", "test_icl")
+CHECKPOINTS = "checkpoints.npz"
 
 
 def default_root() -> Path:
@@ -56,202 +54,72 @@ def default_root() -> Path:
     return Path(os.environ.get(ENV_RUNS_DIR) or runs_dir())
 
 
-@functools.cache
-def core_hash() -> str:
-    """The hash of the science core's sources (what ``linattn.experiment`` imports, transitively)."""
-    return source_hash(["import linattn.experiment"])
-
-
-def _hash_arrays(h, arrays: dict) -> None:
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}:{a.dtype.str}:{a.shape}\0".encode() + a.tobytes() + b"\0")
-
-
-def _data_arrays(data) -> dict:
-    if data is None:
-        return {}
-    if isinstance(data, Datasets):
-        out = {"cov": data.cov} if data.w_fix is None else {"cov": data.cov, "w_fix": data.w_fix}
-        for key in ("train", "test_iwl", "test_icl"):
-            s = getattr(data, key)
-            if s is not None:
-                out.update({f"{key}_X": s.X, f"{key}_y": s.y})
-        return out
-    if isinstance(data, (tuple, list)) and len(data) == 2:
-        data = Sequences(*data)
-    return {"X": data.X, "y": data.y}
-
-
-def run_key(cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None) -> str:
-    """The store's address of the run of ``cfg`` (see the module docstring for what it covers)."""
-    settings = cfg.to_dict()
-    settings.pop("track_value")
-    if cfg.dynamics == "gd":
-        settings.pop("epoch")
-    h = hashlib.sha256(json.dumps({"settings": settings, "snapshot_every": snapshot_every, "core": core_hash(),
-                                   "libraries": records.library_versions()}, sort_keys=True, default=str).encode())
-    if init is not None:
-        h.update(b"init\0")
-        _hash_arrays(h, init)
-    if data is not None:
-        h.update(b"data\0")
-        _hash_arrays(h, _data_arrays(data))
-    return h.hexdigest()
-
-
-class StoredDatasets(Datasets):
-    """The data of a stored run: ``cov`` and ``w_fix`` at once, the sequences drawn again on first use."""
-
-    def __init__(self, cov, w_fix, load):
-        self.cov, self.w_fix, self._load = cov, w_fix, load
-
-    def __getattr__(self, name):
-        if name in ("train", "test_iwl", "test_icl"):
-            drawn = self._load()
-            for key in ("train", "test_iwl", "test_icl"):
-                setattr(self, key, getattr(drawn, key))
-            return getattr(drawn, name)
-        raise AttributeError(name)
-
-
-@dataclasses.dataclass
-class StoredRun:
-    """A run served by the store; its attributes mean what :class:`~linattn.experiment.RunResult`'s do.
-
-    ``trained_steps``: how many steps this request trained (0: all served from the store); ``key``: its address.
-    """
-
-    config: RunConfig
-    history: History
-    init: dict
-    weights: dict
-    engine: str
-    device: str
-    setup_time: float
-    wall_time: float
-    datasets: Datasets
-    key: str
-    trained_steps: int
-    snapshot_every: int = 0
-
-    def extended(self, epoch: int) -> "StoredRun":
-        """The same run carried on to ``epoch`` steps (never shorter than it is), from the store: gradient descent
-        depends on the weights alone, so its first steps are this run's."""
-        if epoch <= self.config.epoch:
-            return self
-        return stored_run(dataclasses.replace(self.config, epoch=epoch), snapshot_every=self.snapshot_every)
-
-    @functools.cached_property
-    def model(self):
-        """The trained model, rebuilt from ``weights`` (float64, CPU)."""
-        return build_model(self.config.model, self.weights, softmax=self.config.softmax)
-
-    def snapshots_of(self, fn, **kwargs) -> list:
-        """``[(step, fn(model, **kwargs))]`` for each weight snapshot, the model rebuilt from it: what
-        ``linattn.run(..., snapshot=fn)`` would have recorded."""
-        return [(s, fn(build_model(self.config.model, w, softmax=self.config.softmax), **kwargs))
-                for s, w in self.history.snapshots]
-
-
-def _columns(history: History) -> dict:
-    """step, the losses and ``values`` (steps, H) of a history: what an entry keeps of every step."""
-    cols = {k: v for k, v in history.columns().items() if not k.startswith("value_")}
-    cols["values"] = history.values
-    return cols
-
-
 class _Entry:
-    """One key's trajectory: the settings, losses and values of every step up to ``last``, the snapshots (at multiples
-    of the interval, and at every checkpoint: a run's last snapshot), and the weights at every checkpoint."""
+    """One key's trajectory: the run of every step up to ``last`` (its history, the snapshots at multiples of the
+    interval and at every checkpoint, its initial and last weights) and the weights at every checkpoint."""
 
-    def __init__(self, info: dict, columns: dict, snapshots: dict, checkpoints: dict, init: dict, task: dict):
-        self.info, self.columns, self.snapshots = info, columns, snapshots
-        self.checkpoints, self.init, self.task = checkpoints, init, task
+    def __init__(self, run: RunResult, checkpoints: dict[int, dict]):
+        self.run, self.checkpoints = run, checkpoints
 
     @property
     def last(self) -> int:
         return max(self.checkpoints)
 
     @classmethod
-    def from_result(cls, res, snapshot_every: int) -> "_Entry":
-        cfg = res.config
-        info = {"settings": cfg.to_dict(), "snapshot_every": snapshot_every, "engine": res.engine,
-                "device": res.device, "setup_time": res.setup_time, "train_time": res.history.wall_time}
-        columns = _columns(res.history)
-        snaps = dict(res.history.snapshots)
-        ds = res.datasets
-        task = {"cov": ds.cov} if ds.w_fix is None else {"cov": ds.cov, "w_fix": ds.w_fix}
-        return cls(info, columns, snaps, {cfg.epoch: res.weights}, res.init, task)
+    def from_result(cls, res: RunResult) -> "_Entry":
+        return cls(res, {res.config.epoch: res.weights})
 
-    def extend(self, res, start: int) -> None:
+    def extend(self, res: RunResult, start: int) -> None:
         """Add the continuation ``res`` (steps ``start`` … ``start + epoch``): its rows past ``last``, its snapshots
         and its end weights as a checkpoint."""
-        end = start + res.config.epoch
+        end, h = start + res.config.epoch, self.run.history
         if end > self.last:
             new = res.history.step >= self.last
-            for k, v in _columns(res.history).items():
-                if v is not None:
-                    self.columns[k] = np.concatenate([self.columns[k], v[new]])
-        self.snapshots.update(res.history.snapshots)
+            for name in ("step", "train_loss", "test_iwl", "test_icl", "values"):
+                mine, more = getattr(h, name), getattr(res.history, name)
+                if mine is not None and more is not None:
+                    setattr(h, name, np.concatenate([mine, more[new]]))
+            self.run.config = dataclasses.replace(self.run.config, epoch=end)
+            self.run.weights = res.weights
+        h.snapshots = sorted(dict(h.snapshots + res.history.snapshots).items())
+        h.wall_time += res.history.wall_time
+        self.run.wall_time += res.history.wall_time
         self.checkpoints[end] = res.weights
-        self.info["train_time"] += res.history.wall_time
 
-    def view(self, cfg: RunConfig, key: str, trained: int, load_data) -> StoredRun:
-        E, k = cfg.epoch, self.info["snapshot_every"]
-        cols = {n: (None if v is None else np.asarray(v)[:E]) for n, v in self.columns.items()}
-        snaps = [(s, self.snapshots[s]) for s in sorted(self.snapshots) if s < E and s % k == 0] + (
-            [(E, self.snapshots[E])] if k else [])
-        history = History(step=cols["step"].astype(np.int64), train_loss=cols["train_loss"],
-                          test_iwl=cols.get("test_iwl"), test_icl=cols.get("test_icl"),
-                          values=cols["values"] if cfg.track_value else None, snapshots=snaps,
-                          wall_time=self.info["train_time"] * E / self.last)
-        stored = RunConfig.from_dict(self.info["settings"])
-        config = dataclasses.replace(stored, epoch=E, track_value=cfg.track_value)
-        datasets = StoredDatasets(self.task["cov"], self.task.get("w_fix"), load_data)
-        return StoredRun(config=config, history=history, init=self.init, weights=self.checkpoints[E],
-                         engine=self.info["engine"], device=self.info["device"], setup_time=self.info["setup_time"],
-                         wall_time=self.info["setup_time"] + history.wall_time, datasets=datasets, key=key,
-                         trained_steps=trained, snapshot_every=k)
-
-    # ------------------------------------------------------------------ files
+    def view(self, cfg: RunConfig, key: str, trained: int, given: Datasets | None, more) -> RunResult:
+        """The run of ``cfg`` (its first ``cfg.epoch`` steps) as :func:`linattn.run` would have returned it
+        (``given``: the data given in place of drawn ones, as the run's plan holds them)."""
+        E, k, h = cfg.epoch, self.run.snapshot_every, self.run.history
+        cut = {name: None if getattr(h, name) is None else getattr(h, name)[:E]
+               for name in ("step", "train_loss", "test_iwl", "test_icl", "values")}
+        snaps = dict(h.snapshots)
+        history = History(**{**cut, "values": cut["values"] if cfg.track_value else None},
+                          snapshots=[(s, snaps[s]) for s in sorted(snaps) if s < E and s % k == 0] + (
+                              [(E, snaps[E])] if k else []),
+                          wall_time=h.wall_time * E / self.last)
+        config = dataclasses.replace(self.run.config, epoch=E, track_value=cfg.track_value)
+        return dataclasses.replace(self.run, config=config, history=history, weights=self.checkpoints[E],
+                                   wall_time=self.run.setup_time + history.wall_time,
+                                   datasets=self.run.datasets if given is None else given, key=key,
+                                   trained_steps=trained, _model=None, _more=more)
 
     def save(self, folder: Path) -> None:
-        folder.mkdir(parents=True)
-        info = dict(self.info, checkpoints=sorted(self.checkpoints), provenance=records.provenance())
-        records.write_json(folder / "entry.json", info)
-        np.savez(folder / "history.npz", **{k: v for k, v in self.columns.items() if v is not None})
-        steps = sorted(self.snapshots)
-        snaps = {"steps": np.array(steps, dtype=np.int64)}
-        if steps:
-            snaps.update({n: np.stack([self.snapshots[s][n] for s in steps]) for n in self.snapshots[steps[0]]})
-        np.savez(folder / "snapshots.npz", **snaps)
-        weights = {f"init/{n}": a for n, a in self.init.items()}
-        weights.update({f"{E}/{n}": a for E, w in self.checkpoints.items() for n, a in w.items()})
-        np.savez(folder / "weights.npz", **weights)
-        np.savez(folder / "task.npz", **self.task)
+        write_outputs(self.run, folder, extra={"checkpoints": sorted(self.checkpoints)})
+        earlier = {f"{E}/{n}": a for E, w in self.checkpoints.items() if E != self.last for n, a in w.items()}
+        np.savez(folder / CHECKPOINTS, **earlier)
 
     @classmethod
     def load(cls, folder: Path) -> "_Entry | None":
-        if not (folder / "entry.json").is_file():
+        if not (folder / "run.json").is_file():
             return None
-        info = json.loads((folder / "entry.json").read_text())
-        with np.load(folder / "history.npz") as f:
-            columns = {k: f[k] for k in f.files}
-        columns.setdefault("values", None)
-        with np.load(folder / "snapshots.npz") as f:
-            # each array read once (an npz reads a member on every access; a view per snapshot would keep every
-            # read alive: memory quadratic in the number of snapshots)
-            arrays = {n: f[n] for n in f.files if n != "steps"}
-            snaps = {int(s): {n: a[i] for n, a in arrays.items()} for i, s in enumerate(f["steps"])}
-        init, checkpoints = {}, {int(E): {} for E in info["checkpoints"]}
-        with np.load(folder / "weights.npz") as f:
+        res = load_run(folder)
+        checkpoints = {int(E): {} for E in res.info["checkpoints"]}
+        with np.load(folder / CHECKPOINTS) as f:
             for name in f.files:
-                which, _, n = name.partition("/")
-                (init if which == "init" else checkpoints[int(which)])[n] = f[name]
-        with np.load(folder / "task.npz") as f:
-            task = {k: f[k] for k in f.files}
-        return cls(info, columns, snaps, checkpoints, init, task)
+                step, _, n = name.partition("/")
+                checkpoints[int(step)][n] = f[name]
+        checkpoints[res.config.epoch] = res.weights
+        return cls(res, checkpoints)
 
 
 class RunStore:
@@ -288,47 +156,47 @@ class RunStore:
             f.write(json.dumps(row) + "\n")
 
     def get(self, cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None,
-            progress: bool = False) -> StoredRun:
-        """The run of ``cfg`` (with ``init``/``data`` given as for :func:`linattn.run <linattn.experiment.run>`, snapshots of the weights every
-        ``snapshot_every`` steps), from the store, trained and stored first where needed."""
-        cfg.validate()
-        key = run_key(cfg, snapshot_every=snapshot_every, init=init, data=data)
+            progress: bool = False) -> RunResult:
+        """The run of ``cfg`` (with ``init``/``data`` given as for :func:`linattn.run <linattn.experiment.run>`,
+        snapshots of the weights every ``snapshot_every`` steps), from the store, trained and stored first where
+        needed; its ``trained_steps`` says how many steps this request trained, ``extended(epoch)`` carries it on."""
+        checked = plan(cfg, init=init, data=data)  # the one check; every run below carries out this plan
+        checked = dataclasses.replace(checked, config=dataclasses.replace(checked.config, track_value=True))
+        key = run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
         E, started = cfg.epoch, time.perf_counter()
 
-        def load_data():
-            if data is None:
-                return draw(cfg)[0]
-            return data if isinstance(data, Datasets) else Datasets(
-                Sequences(*data) if isinstance(data, (tuple, list)) else data, None, None, entry.task["cov"], None)
+        def more(epoch: int) -> RunResult:
+            return self.get(dataclasses.replace(cfg, epoch=epoch), snapshot_every=snapshot_every, init=init,
+                            data=data, progress=progress)
 
         with self._locked(key):
             entry = _Entry.load(self.root / key)
             trained = 0
             if entry is None:
-                res = run(dataclasses.replace(cfg, track_value=True), init=init, data=data, progress=progress,
-                          snapshot_every=snapshot_every)
-                entry, trained = _Entry.from_result(res, snapshot_every), E
+                res = run(checked, progress=progress, snapshot_every=snapshot_every)
+                res.key = key
+                entry, trained = _Entry.from_result(res), E
             elif E not in entry.checkpoints:
                 start = max((c for c in entry.checkpoints if c < E), default=0)
-                begin = entry.init if start == 0 else entry.checkpoints[start]
-                res = run(dataclasses.replace(cfg, epoch=E - start, track_value=True), init=begin, data=data,
-                          progress=progress, snapshot_every=snapshot_every, start_step=start)
+                begin = entry.run.init if start == 0 else entry.checkpoints[start]
+                res = run(checked.continued(begin, start, E - start), progress=progress,
+                          snapshot_every=snapshot_every)
                 entry.extend(res, start)
                 trained = E - start
             if trained:
                 self._write(key, entry)
             self._log(key=key, model=cfg.model, seed=cfg.seed, epoch=E, trained_steps=trained,
                       seconds=round(time.perf_counter() - started, 3))
-            return entry.view(cfg, key, trained, load_data)
+            return entry.view(cfg, key, trained, checked.data, more)
 
 
 def stored_run(cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None,
-               root=None) -> StoredRun:
+               root=None) -> RunResult:
     """:meth:`RunStore.get` on the default store (or ``root``)."""
     return RunStore(root).get(cfg, snapshot_every=snapshot_every, init=init, data=data)
 
 
-def figure_runs(s: dict, run: str | None = None) -> list[StoredRun]:
+def figure_runs(s: dict, run: str | None = None) -> list[RunResult]:
     """Every run a figure's settings ``s`` make (:func:`linattn.companion.presets.configs`, in its order; ``run``:
     only the nested run of that key, e.g. ``"attn_m"``), from the run store, recorded every ``s["snapshot_every"]``
     steps where ``s`` sets it: the one call with which a figure notebook trains."""

@@ -2,16 +2,16 @@
 
 A sweep folder ``DIR`` holds::
 
-    runs/<key>/      one finished run: what ``linattn train --out`` writes (loss.csv, run.json), the initial and
-                     final weights (init.npz, weights.npz; with save_data also data.npz) and summary.json
+    runs/<key>/      one finished run: what ``linattn train --out`` writes (loss.csv, run.json, init.npz,
+                     weights.npz; with save_data also data.npz) and summary.json
     failed/<key>.json  a cell that diverged or failed: its settings, status and message
     sweep.json       the grid last swept into DIR (what ``linattn sweep --collect`` rebuilds)
     sweep.log        one JSON line per cell and sweep: trained, skipped (already finished) or failed
     sweep.nc         the dataset (:mod:`linattn.companion.sweeps.dataset`)
 
-``<key>`` (:func:`cell_key`) is the run store's address of the run (:func:`linattn.companion.runstore.run_key`:
-the settings, the science core's source and the library versions) together with the run's length, which the store
-leaves out because it continues a trajectory, while a run folder holds one finished run of exactly ``epoch`` steps.
+``<key>`` is the run's key (:func:`linattn.experiment.run_key`: the settings, its length included, the numerical
+libraries and the code that computes a trajectory): a run folder holds one finished run of exactly ``epoch`` steps.
+It is the one format of a run (:func:`linattn.experiment.write_outputs`), so :func:`linattn.load_run` reads it.
 
 :func:`train_cell` is the task a Dask worker runs: a pure function of the cell's settings and folder that returns a
 small summary. It checks for a finished run before training (a cell finished meanwhile is skipped), writes into a
@@ -21,7 +21,6 @@ folder and a second writer of the same cell loses the rename harmlessly.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -35,18 +34,11 @@ import numpy as np
 from ... import diagnostics, theory
 from ...config import RunConfig
 from ...experiment import run, write_outputs
-from ...records import atomic_write, write_json
+from ...records import write_json
 from ...train import TrainingDiverged
-from ..runstore import run_key
 
 RUNS, FAILED, LOG = "runs", "failed", "sweep.log"
 DONE, DIVERGED, ERROR, MISSING = "done", "diverged", "failed", "missing"
-
-
-def cell_key(cfg: RunConfig) -> str:
-    """The folder name of the run of ``cfg``: 24 hex digits of sha256(run store key, epoch, track_value)."""
-    text = f"{run_key(cfg)}|epoch={cfg.epoch}|track_value={cfg.track_value}"
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def run_folder(root, key: str) -> Path:
@@ -183,10 +175,8 @@ def _train_cell(settings: dict, root: str, key: str, *, save_data: bool, threads
         result = run(cfg, progress=False)
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_tmp_prefix(key), suffix=".tmp"))
+        result.key = key
         write_outputs(result, tmp, save_data=save_data)
-        if not save_data:  # the weights, as `linattn train --save-data` writes them (without the data)
-            atomic_write(tmp / "init.npz", lambda f: np.savez(f, **result.init), binary=True)
-            atomic_write(tmp / "weights.npz", lambda f: np.savez(f, **result.weights), binary=True)
         summary = summarise(result.history, result.datasets.cov, cfg)
         write_json(tmp / "summary.json", summary)
         tmp.chmod(0o755)

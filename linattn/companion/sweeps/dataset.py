@@ -24,15 +24,14 @@ Zarr's chunked parallel writes would buy nothing here.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ..._version import __version__
-from ...experiment import load_run
-from .cells import DONE, MISSING, failure_file, is_finished, run_folder, cell_key
+from ...experiment import load_run, run_key
+from ...records import atomic_path
+from .cells import DONE, MISSING, failure_file, is_finished, run_folder
 from .grid import Grid
 
 DATASET, SPEC = "sweep.nc", "sweep.json"
@@ -54,7 +53,7 @@ def build_dataset(grid: Grid, root, keys: list[str] | None = None):
     import xarray as xr
 
     cells = grid.cells()
-    keys = keys or [cell_key(c.config) for c in cells]
+    keys = keys or [run_key(c.config) for c in cells]
     shape, dims = grid.shape, grid.dims
     D = max(c.config.in_dim for c in cells)
     status = np.full(shape, MISSING, dtype=object)
@@ -104,15 +103,8 @@ def build_dataset(grid: Grid, root, keys: list[str] | None = None):
 def save_dataset(ds, root) -> Path:
     """Write ``ds`` as ``root/sweep.nc`` (NetCDF-4 via h5netcdf), atomically: a temporary file renamed into place."""
     path = Path(root) / DATASET
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine="h5netcdf")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

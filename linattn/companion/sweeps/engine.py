@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ...config import ConfigError, RunConfig
 from ...data import named
+from ...experiment import run_key
 from ...records import write_json
 from .. import extras
 from . import cells as cells_mod
@@ -54,7 +55,7 @@ def plan(grid: Grid, out=None, *, max_memory=None) -> list[tuple[Cell, str, str]
     again) or ``"to run"``."""
     rows = []
     for cell in grid.validate(max_memory=max_memory):
-        key = cells_mod.cell_key(cell.config)
+        key = run_key(cell.config)
         if out is not None and cells_mod.is_finished(cells_mod.run_folder(out, key)):
             state = "finished"
         elif out is not None and cells_mod.recorded_divergence(out, key) is not None:
