@@ -385,9 +385,39 @@ class SaddlePlateaus:
         return max((m for m, _ in self.complete), default=0)
 
 
+def _saddles_of(loss, levels, plateaus: Plateaus, tol: float, steps=None) -> list:
+    """The saddle m each flat stretch of ``plateaus`` sits at, or None: the one rule of the package.
+
+    A curve visits the saddles in order, M_0, M_1, …, and is at M_m between drop m and drop m + 1: so a stretch sits
+    at the m given by the drops it has made (:func:`drop_steps` passed by the stretch's middle), and only if its level
+    lies within ``tol`` of L(M_m). Matching a level to the nearest L(M_m) alone would give a stretch at M_5 to M_6
+    where the two levels lie close together; counting drops cannot.
+    """
+    passed = drop_steps(loss, levels, steps)  # NaN (never) compares False
+    m_of = []
+    for start, end, level in zip(plateaus.starts, plateaus.ends, plateaus.levels):
+        m = int(np.sum(passed <= (start + end) / 2))
+        m_of.append(m if abs(levels[m] - level) <= tol else None)
+    return m_of
+
+
+def saddle_levels(loss, levels, *, tol: float = 0.02, steps=None) -> np.ndarray:
+    """For each saddle M_0 … M_D (``levels``: L(M_0) … L(M_D), ``theory.plateau_losses``), the level of the first
+    flat stretch of ``loss`` that sits there (:func:`_saddles_of`: the drops made, then ``tol``), NaN where the curve
+    never rests there. Figures and sweeps put the plateaus they found beside the theory with this."""
+    loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
+    p = detect_plateaus(loss, steps)
+    out = np.full(len(levels), np.nan)
+    for m, level in zip(_saddles_of(loss, levels, p, tol, steps), p.levels):
+        if m is not None and np.isnan(out[m]):
+            out[m] = level
+    return out
+
+
 def saddle_plateaus(loss, levels, *, tol: float = 0.02, long_fraction: float = 0.1) -> SaddlePlateaus:
-    """The flat stretches of ``loss`` (:func:`detect_plateaus`) matched to the saddle levels ``levels``
-    (``theory.plateau_losses``: L(M_0) … L(M_D)) within ``tol``, and which of them are *long*.
+    """The flat stretches of ``loss`` (:func:`detect_plateaus`), each named by the saddle it sits at among ``levels``
+    (``theory.plateau_losses``: L(M_0) … L(M_D); by the drops made before it, within ``tol``: :func:`_saddles_of`),
+    and which of them are *long*.
 
     A stretch is complete if it ends before the curve does (the last one is cut by the end of the run and is not
     classified); a complete stretch is long if it lasts at least ``long_fraction`` of the longest complete one. The
@@ -395,8 +425,7 @@ def saddle_plateaus(loss, levels, *, tol: float = 0.02, long_fraction: float = 0
     """
     loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
     p = detect_plateaus(loss)
-    m_of = [int(np.argmin(np.abs(levels - lev))) for lev in p.levels]
-    m_of = [m if abs(levels[m] - lev) <= tol else None for m, lev in zip(m_of, p.levels)]
+    m_of = _saddles_of(loss, levels, p, tol)
     end = loss.size - 1
     complete = [(m, int(b - a)) for m, a, b in zip(m_of, p.starts, p.ends) if m is not None and b < end]
     longest = max((d for _, d in complete), default=0)
@@ -448,23 +477,6 @@ def directions_learned(loss, levels, steps=None) -> int:
     """How many eigen-directions a curve has learned: the drops between consecutive saddle levels ``levels``
     (L(M_0) … L(M_D)) whose midpoint it has passed (:func:`drop_steps`)."""
     return int(np.sum(np.isfinite(drop_steps(loss, levels, steps))))
-
-
-def match_levels(found, theory_levels, tol: float) -> np.ndarray:
-    """For each theory level, the detected plateau level nearest to it if within ``tol``, else NaN.
-
-    Used to put detected plateaus (``detect_plateaus(...).levels``) beside ``theory.plateau_losses``: a plateau that
-    is too short to be detected, or not reached within the run, shows as NaN.
-    """
-    found = np.asarray(found, dtype=np.float64)
-    out = np.full(len(theory_levels), np.nan)
-    if found.size == 0:
-        return out
-    for i, level in enumerate(theory_levels):
-        j = int(np.argmin(np.abs(found - level)))
-        if abs(found[j] - level) <= tol:
-            out[i] = found[j]
-    return out
 
 
 def scalar_ode_overlay(loss, lr: float, cov, N: int, m: int, *, level: float | None = None,

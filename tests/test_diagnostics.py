@@ -344,6 +344,44 @@ def test_saddle_plateaus_names_each_flat_stretch_by_its_saddle_and_finds_the_lon
     assert off.m[-1] is None and 3 not in off.visited
 
 
+def _staircase(rests):
+    loss = np.concatenate([np.full(n, level) for level, n in rests])
+    return np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")
+
+
+def test_a_plateau_belongs_to_the_saddle_of_the_drops_made_not_to_the_nearest_level():
+    """Saddle levels that lie close together (L(M_2) = 0.2, L(M_3) = 0.1772, as at D = 6 between M_5 and M_6): a run
+    resting a little above L(M_2) that never makes a third drop has no plateau at M_3, although its level lies within
+    the tolerance of L(M_3) too."""
+    levels = np.array([1.0, 0.5, 0.2, 0.1772])
+    loss = _staircase([(1.0, 500), (0.5, 500), (0.205, 800)])
+    got = dg.saddle_levels(loss, levels, tol=0.03)
+    assert np.isclose(got[0], 1.0) and np.isclose(got[1], 0.5) and np.isclose(got[2], 0.205) and np.isnan(got[3])
+    sp = dg.saddle_plateaus(loss, levels, tol=0.03)
+    assert sp.visited == [0, 1, 2]
+    # once the third drop is made, the rest after it is M_3's, even slightly above L(M_3)
+    later = dg.saddle_levels(_staircase([(1.0, 500), (0.5, 500), (0.205, 800), (0.18, 600)]), levels, tol=0.03)
+    assert np.isclose(later[2], 0.205) and np.isclose(later[3], 0.18)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_saddle_level_found_lies_nearest_its_own_theory_level(seed):
+    """On random staircases (random levels, rest lengths, offsets within a quarter of the gap to the next level and
+    noise), each plateau found at M_m lies nearer L(M_m) than any other saddle level, and none is found at a saddle
+    the curve never reached."""
+    rng = np.random.default_rng(seed)
+    levels = np.sort(rng.uniform(0.1, 1.0, 6))[::-1]
+    reached = int(rng.integers(2, 6))
+    gaps = np.abs(np.diff(levels))
+    rests = [(levels[m] + rng.uniform(-0.25, 0.25) * min(gaps[max(m - 1, 0)], gaps[min(m, len(gaps) - 1)]),
+              int(rng.integers(300, 900))) for m in range(reached)]
+    loss = _staircase(rests) + 1e-4 * rng.standard_normal(sum(n for _, n in rests))
+    got = dg.saddle_levels(loss, levels, tol=0.05)
+    for m, level in enumerate(got):
+        if np.isfinite(level):
+            assert m < reached and int(np.argmin(np.abs(levels - level))) == m
+
+
 def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theory():
     """A synthetic rank-two curve on D = 4 saddles: long rests at M_0 and M_2, a blip at M_1, ending on M_3."""
     levels = np.array([1.0, 0.8, 0.6, 0.4, 0.2])

@@ -1,5 +1,5 @@
 """The length-averaged (--vary_len) plateau losses of ``theory.vary_len_plateau_losses`` against a direct Monte Carlo
-fit, and ``diagnostics.match_levels``."""
+fit."""
 
 import numpy as np
 import pytest
@@ -45,10 +45,3 @@ def test_vary_len_single_length_reduces_to_fixed_length():
     # seq_len 2: only N = 1; with the paper's normalisation the average is the fixed-length value
     np.testing.assert_allclose(theory.vary_len_plateau_losses(lam, 2, normalize="mean"), theory.plateau_losses(lam, 1))
 
-
-def test_match_levels():
-    th = np.array([1.0, 0.64, 0.38, 0.21, 0.136])
-    found = np.array([0.99, 0.379, 0.5, 0.137])
-    got = diagnostics.match_levels(found, th, tol=0.02)
-    np.testing.assert_allclose(got, [0.99, np.nan, 0.379, np.nan, 0.137])
-    assert np.all(np.isnan(diagnostics.match_levels([], th, tol=0.1)))
