@@ -85,6 +85,8 @@ class RunResult:
 
     @property
     def model(self) -> torch.nn.Module | None:
+        """The trained model: the module that trained (on ``device``), else rebuilt from ``weights`` on first use
+        (float64, CPU); None without weights."""
         if self._model is None and self.weights is not None:
             self._model = build_model(self.config.model, self.weights, softmax=self.config.softmax)
         return self._model
