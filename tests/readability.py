@@ -210,8 +210,10 @@ def problems(svg, content_px: float = CONTENT_WIDTH_PX, min_px: float = MIN_TEXT
 
 
 def figure_svgs(root) -> list[Path]:
-    """``<root>/<name>/<name>.svg`` for every figure folder under the output ``root`` of ``linattn figures``."""
+    """Every SVG of every figure folder under the output ``root`` of ``linattn figures``: ``<root>/<name>/<name>.svg``
+    and a page's further figures beside it (``<root>/<name>/<stem>.svg``), in the folders that hold the first."""
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(p / f"{p.name}.svg" for p in root.iterdir() if p.is_dir() and (p / f"{p.name}.svg").is_file())
+    return sorted(svg for p in root.iterdir() if p.is_dir() and (p / f"{p.name}.svg").is_file()
+                  for svg in p.glob("*.svg"))

@@ -538,3 +538,45 @@ def test_no_page_shows_a_path_of_the_machine_that_built_it():
         if hits:
             found[str(page.relative_to(HTML))] = hits
     assert not found, f"machine paths in the book: {found}"
+
+
+# ------------------------------------------------------------------------------------ the paper's figure names
+
+# The paper's appendix figures are 6–13; its text confirms the numbers of two of them, and our pages for those two.
+CONFIRMED_APPENDIX = {"figA_inside_head": "Figure 11", "figA_ranks": "Figure 12"}
+UNNUMBERED = "an appendix figure of the paper (its number is not confirmed)"
+
+
+def _figure_numbers(text: str) -> set[int]:
+    """Every figure number the text names: "Figure 4", "Figures 11 and 12", "Figures 6–13", "Figure 1b"."""
+    found = set()
+    for m in re.finditer(r"\bFigures?\s+(\d+[a-z]?(?:\s*(?:,|and|–|-)\s*\d+[a-z]?)*)", text):
+        found |= {int(n) for n in re.findall(r"\d+", m.group(1))}
+    return found
+
+
+def test_only_figures_11_and_12_of_the_appendix_are_named_by_number():
+    """A page names an appendix figure by its number only where the paper's text confirms it (Figures 11 and 12),
+    never with a guess ("probably"); every other appendix page says its number is not confirmed. The cite block
+    names the two confirmed figures from their pages' titles."""
+    from linattn.companion import published, runner
+
+    sources = notebooks.discover()
+    texts = {path: path.read_text(encoding="utf-8") for path in
+             [*sources.values(), *sorted((ROOT / "book").glob("*.md")), ROOT / "_toc.yml", ROOT / "README.md"]}
+    for path, text in texts.items():
+        guessed = {n for n in _figure_numbers(text) if 6 <= n <= 13} - {11, 12}
+        assert not guessed, f"{path.name} names appendix figure(s) {sorted(guessed)}, whose numbers are not confirmed"
+        assert not re.search(r"probably[^.]*\bFigure|\bFigure[^.]*probably|probably \(?\d", text), path.name
+    for name, path in sources.items():
+        if not name.startswith("figA_"):
+            continue
+        text = texts[path]
+        if name in CONFIRMED_APPENDIX:
+            paper = CONFIRMED_APPENDIX[name]
+            assert published.page_name(path) == paper
+            assert f"reproduces **{paper}**" in runner.cite_block(name, text)
+            assert UNNUMBERED not in text
+        else:
+            assert published.page_name(path) == name and UNNUMBERED in text, name
+    assert _figure_numbers("Figures 11 and 12, Figure 1b, Figures 6–13") == {1, 6, 11, 12, 13}

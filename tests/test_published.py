@@ -9,7 +9,7 @@ import pytest
 from linattn.cli import build_parser, config_from_args
 from linattn.companion import published
 from linattn.companion.commands import train_command
-from linattn.companion.output import AGREES, DIFFERS
+from linattn.companion.output import AGREES, DIFFERS, number_row
 from linattn.config import RunConfig
 
 
@@ -194,3 +194,127 @@ def test_train_command_runs_the_same_configuration(cfg):
     words = train_command(cfg).split()
     assert words[:2] == ["linattn", "train"]
     assert config_from_args(build_parser().parse_args(words[1:])) == cfg
+
+
+# ------------------------------------------------------------------------- Figure 14's landmarks, drawn on our panels
+
+def test_figure_14_landmarks_are_the_readings_that_name_a_step_and_a_loss():
+    """Every crossing, value at a step and final value of a published panel becomes one point of that panel, in the
+    reading's own step and loss; an extreme becomes one only where its step is known (at the middle of its range)."""
+    marks = published.fig14_landmarks()
+    assert sorted(marks) == sorted(published.FIG14)
+    for c, readings in published.FIG14.items():
+        points = {(m["curve"], m["step"], m["loss"]) for m in marks[c]}
+        for r in readings:
+            kind = r.how[0]
+            if kind in ("below", "above"):
+                assert (r.curve, r.value, r.how[1]) in points
+            elif kind == "at":
+                assert (r.curve, r.how[1], r.value) in points
+            elif kind == "final":
+                assert (r.curve, published.FIG14_LAST_STEP, r.value) in points
+            elif kind == "argmin":
+                low = next(x for x in readings if x.curve == r.curve and x.how[0] == "min")
+                assert (r.curve, sum(r.value) / 2, low.value) in points
+        for m in marks[c]:
+            assert m["curve"] in ("train", "iwl", "icl") and 0 <= m["step"] <= 5000 and 0 <= m["loss"] <= 2.29
+            assert 0 <= m["step_pm"] <= 200
+
+
+# ----------------------------------------------------------------------------- claims of the paper's text
+
+def _fig4_escape():
+    """The theory's escape-time estimates for Figure 4's rank-one run at the published settings (D = 8)."""
+    from linattn import theory
+
+    cov = np.diag(np.arange(8, 0, -1) / 36)
+    return theory.attn_s_drop_steps(cov, 31, lr=0.02, init=5e-3, rank=1, head_num=9, init_scheme="jan2025",
+                                    normalize="sum")
+
+
+def test_figure_4_claim_counts_the_plateaus_reached_in_the_window():
+    window = 20001
+    escape = _fig4_escape()
+    every = published.fig4_plateau_claim(np.linspace(1000, 19000, 8), window, escape)
+    assert (every.paper, every.ours, every.verdict) == (8, 8, AGREES)
+    drops = np.array([3000, 5000, 7000, 9000, 18000, 30000, 90000, np.nan])
+    five = published.fig4_plateau_claim(drops, window, escape)
+    assert (five.ours, five.verdict) == (6, DIFFERS)  # L(M_0) … L(M_5)
+    for d in (6, 7, 8):  # the directions not learned in the window, with the theory's estimate of each
+        assert f"drop {d} ≈ step {escape[d - 1]:.0f}" in five.reason
+    assert "drop 5 ≈" not in five.reason and "30000 and 90000" in five.reason
+    beyond = int(np.sum(escape[5:] >= window))
+    assert f"({beyond} of 3 beyond the window)" in five.reason
+    row = number_row(**five.row())
+    assert row["quantity"].startswith(five.counted) and row["verdict"] == DIFFERS and "tolerance" not in row
+
+
+def _two_stage(shoulder: bool):
+    step = np.arange(6000)
+    first = 1 / (1 + np.exp((step - 1000) / 30))
+    if not shoulder:
+        return 0.13 + 0.87 * first
+    second = 1 / (1 + np.exp((step - 2500) / 30))
+    return 0.13 + 0.5 * first + 0.37 * second
+
+
+def test_figure_5_claim_is_one_drop_and_names_the_shoulder():
+    from linattn import diagnostics
+
+    one = published.fig5_single_drop_claim(diagnostics.detect_plateaus(_two_stage(False)))
+    assert (one.paper, one.ours, one.verdict) == (1, 1, AGREES) and "one drop" in one.reason
+    found = diagnostics.detect_plateaus(_two_stage(True))
+    two = published.fig5_single_drop_claim(found)
+    assert (two.ours, two.verdict) == (2, DIFFERS)
+    assert f"a shoulder at {found.levels[1]:.3f}" in two.reason
+    assert all(f"step {s:.0f}" in two.reason for s in found.drop_steps)
+    assert number_row(**two.row())["quantity"].startswith("softmax ATTN_M: drops detected")
+
+
+def test_the_report_counts_claims_apart_from_readings_and_estimates():
+    """A claim (a verdict, no tolerance), a reading (a verdict and its tolerance), an estimate and a plain number
+    each fall in their own group of the report, and the two claims count among its verdicts."""
+    from linattn import diagnostics
+    from linattn.companion.output import ESTIMATE, compare_row
+
+    claims = [published.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
+              published.fig5_single_drop_claim(diagnostics.detect_plateaus(_two_stage(True)))]
+    readings = published.number_rows(published.fig1b_comparison(np.linspace(1, 0.1, 7000),
+                                                                 np.linspace(1, 0.1, 7000), 0.136))
+    rows = [number_row(**r) for r in [c.row() for c in claims] + readings
+            + [dict(quantity="escape", theory=900.0, reproduced=1000.0, verdict=ESTIMATE),
+               dict(quantity="plain", theory=1.0, reproduced=1.1)]]
+    groups = [published.report_group({**r, **compare_row(r)}) for r in rows]
+    assert groups == ["claim"] * 2 + ["reading"] * len(readings) + ["estimate", "other"]
+    assert set(groups) == set(published.REPORT_GROUPS)
+
+
+@pytest.mark.slow
+def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
+    """The reproduction report (figures_src/beyond_error_table.md), run on the numbers of Figures 4 and 5 at the
+    published settings, files their two claims as claims and counts them among its verdicts."""
+    import csv
+    import json
+
+    import nbformat
+
+    from linattn import diagnostics
+    from linattn.companion import runner
+
+    claims = {"fig04_low_rank": published.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
+              "fig05_softmax": published.fig5_single_drop_claim(diagnostics.detect_plateaus(_two_stage(True)))}
+    for name, claim in claims.items():
+        (tmp_path / name).mkdir()
+        rows = [number_row(**claim.row()), number_row("a plain number", theory=1.0, reproduced=1.1)]
+        (tmp_path / name / "numbers.json").write_text(json.dumps(rows))
+    (result,) = runner.run_figures(preset="paper", only=["beyond_error_table"], out=tmp_path, jobs=1, progress=False)
+    assert result.status == "ran", result.error
+    with open(tmp_path / "beyond_error_table" / "beyond_error_table.csv", encoding="utf-8") as f:
+        report = list(csv.DictReader(f))
+    filed = {r["page"]: r for r in report if r["group"] == "claim"}
+    assert sorted(filed) == ["Figure 4", "Figure 5"]
+    assert all(filed[f"Figure {n}"]["verdict"] == DIFFERS for n in (4, 5))
+    shown = " ".join(o.get("data", {}).get("text/markdown", "") for c in
+                     nbformat.read(tmp_path / "beyond_error_table.ipynb", as_version=4).cells
+                     for o in c.get("outputs", []))
+    assert "In all, 0 of 2 verdicts agree" in shown and "claims of the paper's text that differ | 2" in shown

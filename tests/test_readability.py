@@ -179,6 +179,36 @@ def test_every_theory_level_stays_in_view():
     plt.close("all")
 
 
+@pytest.mark.parametrize("count", [6, 3, 8, 1])
+def test_figure_14_draws_one_readable_panel_per_c(count):
+    """Figure 14 as the paper draws it, at any number of in-context fractions: one visible panel per c, titled with
+    its c, holding the three curves in the paper's colours (black training loss over its start, blue in-weight and
+    red in-context test loss), in a grid at most three wide, every label legible at the book's width."""
+    from matplotlib.colors import to_rgba
+
+    from linattn.companion import published
+
+    step = np.arange(0, 5000, 10)
+    cs = [round(c, 3) for c in np.linspace(0.0, 1.0, count)] if count > 1 else [0.5]
+    curves = {c: {"train": np.linspace(1, 0.1 + c / 10, step.size), "iwl": np.linspace(1.04, 0.07 + c, step.size),
+                  "icl": np.linspace(0.96, 2.2 - 2 * c, step.size)} for c in cs}
+    marks = published.fig14_landmarks() if count == 6 else None
+    fig, axes = plotting.plot_icl_panels(step, curves, landmarks=marks, L_star=0.1389)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == len(visible) == count
+    assert [ax.get_title() for ax in axes] == [f"$c = {c:.3g}$" for c in cs]
+    rows, cols = plotting.panel_grid(count)
+    assert cols <= 3 and rows * cols >= count > (rows - 1) * cols
+    colours = {to_rgba(plotting.ICL_CURVES[k]["color"]) for k in ("train", "iwl", "icl")}
+    for ax in axes:
+        assert {to_rgba(line.get_color()) for line in ax.get_lines()} >= colours
+        assert ax.get_xlabel() in ("", "step")
+    assert sum(ax.get_xlabel() == "step" for ax in axes) == cols  # the lowest panel of each column carries the axis
+    drawn = sum(len(ax.containers) for ax in axes)  # one error-bar container per published landmark
+    assert drawn == (sum(len(v) for v in marks.values()) if marks else 0)
+    assert not readability.problems(_svg(fig))
+
+
 # ------------------------------------------------------------------------------------------- the built figures
 
 @pytest.mark.book
@@ -187,6 +217,6 @@ def test_built_figures_are_readable(root):
     svgs = readability.figure_svgs(root)
     if not svgs:
         require_built(f"no figures built under {root} (run `linattn figures --out DIR` and set {ENV_ROOT}=DIR)")
-    found = {p.parent.name: readability.problems(p) for p in svgs}
+    found = {f"{p.parent.name}/{p.name}": readability.problems(p) for p in svgs}
     bad = {name: msgs for name, msgs in found.items() if msgs}
     assert not bad, "\n".join(m for msgs in bad.values() for m in msgs)

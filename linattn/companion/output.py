@@ -2,7 +2,7 @@
 
 A figure ``name`` owns the folder ``<root>/<name>/``::
 
-    <name>.png  <name>.svg  <name>.pdf   the figure (PNG at 150 dpi)
+    <name>.png  <name>.svg  <name>.pdf   the figure (PNG at 150 dpi; a second figure: ``<stem>.*``)
     <name>.csv                           the curves drawn (extra CSVs: ``<stem>.csv``)
     numbers.json                         rows {quantity, paper, theory, reproduced, abs_error[, tolerance, verdict]}
     provenance.json                      parameters, seeds, engine, wall time, versions, git commit, date
@@ -179,10 +179,11 @@ class FigureOutput:
         self.dir.mkdir(parents=True, exist_ok=True)
         return self.dir / filename
 
-    def save_figure(self, fig) -> list[Path]:
-        """``<name>.png`` (150 dpi), ``.svg`` and ``.pdf``; dates left out of the metadata so reruns are stable. The
-        SVG (the image the book shows) always keeps its text as ``<text>`` elements (``svg.fonttype: none``), so
-        the page shows real text at its font size (``tests/readability.py`` checks those sizes)."""
+    def save_figure(self, fig, stem: str | None = None) -> list[Path]:
+        """``<name>.png`` (150 dpi), ``.svg`` and ``.pdf`` (a page's second figure: ``<stem>.*``); dates left out of
+        the metadata so reruns are stable. The SVG (the image the book shows) always keeps its text as ``<text>``
+        elements (``svg.fonttype: none``), so the page shows real text at its font size (``tests/readability.py``
+        checks those sizes)."""
         import matplotlib as mpl
 
         metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
@@ -191,7 +192,7 @@ class FigureOutput:
             buf = io.BytesIO()
             with mpl.rc_context({"svg.fonttype": "none"}):
                 fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata[fmt])
-            path = self.path(f"{self.name}.{fmt}")
+            path = self.path(f"{stem or self.name}.{fmt}")
             atomic_write(path, lambda f, b=buf: f.write(b.getvalue()), binary=True)
             paths.append(path)
         return paths

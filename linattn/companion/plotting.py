@@ -360,3 +360,76 @@ def log_thin(n: int, points: int = 4000) -> np.ndarray:
         return np.arange(n)
     idx = np.unique(np.round(np.geomspace(1, n, points)).astype(int) - 1)
     return np.union1d(idx, [0, n - 1])
+
+
+# ------------------------------------------------------------------------ Figure 14: one panel per in-context fraction
+
+# The paper's Figure 14 draws each panel's three curves in these colours, black over red over blue.
+ICL_CURVES = {
+    "iwl": dict(color="tab:blue", label="in-weight test loss", zorder=2.0),
+    "icl": dict(color="tab:red", label="in-context test loss", zorder=2.1),
+    "train": dict(color="black", label="training loss / its start", zorder=2.2),
+}
+
+
+def panel_grid(count: int, max_cols: int = 3) -> tuple[int, int]:
+    """(rows, columns) for ``count`` panels: at most ``max_cols`` columns, as few rows as that allows, and the
+    columns then spread evenly over those rows (6 → 2 × 3, 4 → 2 × 2, 8 → 3 × 3 with one slot left empty)."""
+    if count < 1:
+        raise ValueError(f"need at least one panel, got {count}")
+    rows = -(-count // max_cols)
+    return rows, -(-count // rows)
+
+
+def plot_icl_panels(step, curves: dict, *, landmarks: dict | None = None, L_star: float | None = None,
+                    ylim=(0.0, 2.3), width: float = 6.6, panel_height: float = 1.7, max_cols: int = 3):
+    """Figure 14 as the paper draws it: one panel per in-context fraction c (``curves``: {c: {"train": training loss
+    divided by its first value, "iwl": in-weight test loss, "icl": in-context test loss}}, in the order given), each
+    with its three curves in the paper's colours (:data:`ICL_CURVES`), laid out in a grid that adapts to the number
+    of panels (:func:`panel_grid`). ``landmarks`` ({c: [{"curve", "step", "loss", "step_pm"}]}, e.g. the published
+    readings of a panel) are drawn as open circles in their curve's colour, with ``step_pm`` as a horizontal bar
+    (those outside the panel's axes are left out); ``L_star`` adds a dotted line in every panel. Returns (fig, axes):
+    ``axes`` holds one panel per c, in order."""
+    import matplotlib.pyplot as plt
+
+    cs = list(curves)
+    nrows, ncols = panel_grid(len(cs), max_cols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(width, 0.75 + panel_height * nrows), sharex=True, sharey=True,
+                             squeeze=False, layout="constrained")
+    slots = list(grid.flat)
+    axes = slots[:len(cs)]
+    for ax in slots[len(cs):]:
+        ax.set_visible(False)
+    step = np.asarray(step, dtype=np.float64)
+    for ax, c in zip(axes, cs):
+        for key, style in ICL_CURVES.items():
+            ax.plot(step, curves[c][key], color=style["color"], zorder=style["zorder"], linewidth=1.2)
+        if L_star is not None:
+            theory_lines(ax, [L_star], text=False)
+            dotted = ax.get_lines()[-1]
+        for mark in (landmarks or {}).get(c, []):
+            if not (step[0] <= mark["step"] <= step[-1] and ylim[0] <= mark["loss"] <= ylim[1]):
+                continue  # outside the panel (a shorter run): drawn unclipped, it would stretch the figure
+            colour = ICL_CURVES[mark["curve"]]["color"]
+            ax.errorbar(mark["step"], mark["loss"], xerr=mark.get("step_pm") or None, fmt="o", markersize=4.5,
+                        markerfacecolor="white", markeredgecolor=colour, markeredgewidth=1.1, ecolor=colour,
+                        elinewidth=1.0, capsize=0, zorder=3, clip_on=False)
+        ax.set_title(f"$c = {c:.3g}$")
+        ax.set_xlim(step[0], step[-1])
+        ax.set_ylim(*ylim)
+    for i, ax in enumerate(axes):
+        if i + ncols >= len(cs):  # the lowest panel of its column: it carries the step axis
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("step")
+        if i % ncols == 0:
+            ax.set_ylabel("loss")
+    handles = [plt.Line2D([], [], color=ICL_CURVES[k]["color"], linewidth=1.2, label=ICL_CURVES[k]["label"])
+               for k in ("train", "iwl", "icl")]
+    if L_star is not None:
+        handles.append(plt.Line2D([], [], color=dotted.get_color(), linestyle=dotted.get_linestyle(),
+                                  linewidth=dotted.get_linewidth(), label="$L^*$ (theory)"))
+    if any((landmarks or {}).get(c) for c in cs):
+        handles.append(plt.Line2D([], [], color="0.3", marker="o", markerfacecolor="white", linestyle="none",
+                                  markersize=4.5, label="published reading"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=3)
+    return fig, axes

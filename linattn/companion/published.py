@@ -30,7 +30,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from ..diagnostics import first_step_below
-from .output import AGREES, DIFFERS, MarkdownTable, verdict
+from .output import AGREES, DIFFERS, ESTIMATE, MarkdownTable, verdict, words
 
 
 @dataclass(frozen=True)
@@ -225,6 +225,41 @@ FIG14 = {
     ]),
 }
 
+FIG14_LAST_STEP = 4983  # where the published curves end (the axis runs to 5000)
+# Where a published extreme lies, for the readings that give its value only (the step of an in-weight minimum has a
+# reading of its own): the steps over which the curve stays within a pixel of it (its start: step 0).
+_FIG14_EXTREME_STEPS = {
+    (0.2, "icl", "max"): (900, 933), (0.4, "icl", "max"): (1117, 1183), (0.6, "icl", "max"): (0, 0),
+    (0.6, "icl", "min"): (1370, 1370), (0.8, "icl", "max"): (0, 0), (1.0, "icl", "max"): (0, 0),
+}
+
+
+def fig14_landmarks() -> dict:
+    """The published readings of Figure 14 as points to draw on our panels: {c: [{"curve", "step", "loss",
+    "step_pm"}]}, one per reading that names both a step and a loss: a crossing of a level (± its stated
+    uncertainty), a value at a step, a final value (at the published curves' last step), and an extreme whose step
+    is known (at the middle of its range, ± half of it). Extremes held over a long stretch (the flat end of c = 0)
+    are left out: the final value marks them."""
+    points = {}
+    for c, readings in FIG14.items():
+        steps_of = {(r.curve, "min"): r.value for r in readings if r.how[0] == "argmin"}
+        steps_of.update({(curve, kind): span for (cc, curve, kind), span in _FIG14_EXTREME_STEPS.items() if cc == c})
+        marks = []
+        for r in readings:
+            kind = r.how[0]
+            if kind in ("below", "above"):
+                marks.append(dict(curve=r.curve, step=float(r.value), loss=float(r.how[1]), step_pm=float(r.stated)))
+            elif kind == "at":
+                marks.append(dict(curve=r.curve, step=float(r.how[1]), loss=float(r.value), step_pm=0.0))
+            elif kind == "final":
+                marks.append(dict(curve=r.curve, step=float(FIG14_LAST_STEP), loss=float(r.value), step_pm=0.0))
+            elif kind in ("min", "max") and (r.curve, kind) in steps_of:
+                lo, hi = steps_of[(r.curve, kind)]
+                marks.append(dict(curve=r.curve, step=(lo + hi) / 2, loss=float(r.value), step_pm=(hi - lo) / 2))
+        points[c] = marks
+    return points
+
+
 # Numbers the paper states in its text (not read off a plot), for other figures' rows.
 FIG1B_PLATEAU, FIG1B_FINAL = 1.0, 0.136  # ATTN_M: the plateau at tr Λ and the minimum L* (D = 4, N = 31)
 FIG3A_PLATEAUS = (1.000, 0.641, 0.377, 0.210, 0.136)  # L(M_0) … L(M_4), eigenvalues 0.4, 0.3, 0.2, 0.1, N = 31
@@ -392,6 +427,114 @@ def fig14_comparison(curves: dict, steps=None) -> list[dict]:
         if match:
             rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps)
     return rows
+
+
+# ------------------------------------------------------------------------------- claims of the paper's text
+# Figures 4 and 5 have no published image to read; what the paper's text says of them is set beside our run as a
+# claim: a count, ours, a verdict (agrees or differs, no tolerance: a count agrees only when it is met) and why,
+# with numbers from the run.
+
+FIG4_R1_PLATEAUS = 8  # rank one: plateaus at L(M_0) … L(M_7) within the published window (D = 8)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the paper's text beside our run: the ``figure`` it is about, the ``claim`` in brief, what is
+    ``counted`` (the quantity of our run's row of that count), the number the paper states (``paper``) and ours,
+    the ``verdict`` and the ``reason``, a sentence with numbers from the run."""
+
+    figure: str
+    claim: str
+    counted: str
+    paper: float
+    ours: float
+    verdict: str
+    reason: str
+
+    @property
+    def quantity(self) -> str:
+        return f"{self.counted} (the paper's text: {self.claim})"
+
+    def row(self) -> dict:
+        """The claim as a ``numbers.json`` row: a verdict and no tolerance, which the report counts as a claim. Its
+        quantity starts with ``counted``, so it takes the place of a plain row of the same count."""
+        return dict(quantity=self.quantity, paper=self.paper, reproduced=self.ours, verdict=self.verdict)
+
+
+def fig4_plateau_claim(drops, window: int, escape_steps) -> Claim:
+    """Figure 4's rank-one claim: the loss rests on the :data:`FIG4_R1_PLATEAUS` plateaus L(M_0) … L(M_7) within
+    the published ``window``. ``drops``: the step of each drop d = 1 … D of our rank-one run (NaN: not made; it may
+    run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``).
+    Ours counts the levels L(M_0) … L(M_{D−1}) the loss reaches inside the window; the reason gives the estimates for
+    the directions not learned inside it, and when our run learned them."""
+    drops, escape = np.asarray(drops, dtype=np.float64), np.asarray(escape_steps, dtype=np.float64)
+    made = drops < window
+    inside = int(made.sum())
+    reached = min(inside + 1, len(drops))
+    paper = FIG4_R1_PLATEAUS
+    claim = f"plateaus at the {paper} values L(M_0) … L(M_{paper - 1})"
+    counted = f"R=1: plateaus reached within the published window ({window} steps)"
+    reason = (f"{inside} of the {len(drops)} drops come inside the {window}-step window"
+              + (f" (at step{'s' if inside > 1 else ''} {words(np.round(drops[made]))})" if inside else "")
+              + f", so the loss reaches L(M_0) … L(M_{reached - 1}) there.")
+    missing = np.flatnonzero(~made)
+    if missing.size:
+        beyond = [d for d in missing if escape[d] >= window]
+        reason += (" The theory's escape-time estimates τ/(λ_d² v₀) for the directions not learned inside it: "
+                   + ", ".join(f"drop {d + 1} ≈ step {escape[d]:.0f}" for d in missing)
+                   + f" ({len(beyond)} of {missing.size} beyond the window).")
+        late = [d for d in missing if np.isfinite(drops[d])]
+        if late:
+            reason += (f" Carried on, our run made {'it' if len(late) == 1 else 'them'} at "
+                       f"step{'s' if len(late) > 1 else ''} {words(np.round(drops[late]))}.")
+    return Claim("Figure 4", claim, counted, paper, reached, AGREES if reached >= paper else DIFFERS, reason)
+
+
+def fig5_single_drop_claim(plateaus) -> Claim:
+    """Figure 5's claim for softmax ATTN_M: its loss falls in a single drop. ``plateaus``: what
+    ``diagnostics.detect_plateaus`` found in our training loss (levels, their first and last steps, the drop steps).
+    The reason gives each drop's step and, where there are several, the shoulder between them: its level, its
+    steps and how much of the whole fall each drop makes."""
+    levels, drops = np.asarray(plateaus.levels, dtype=np.float64), np.asarray(plateaus.drop_steps, dtype=np.float64)
+    paper, ours = FIG5_ATTN_M_DROPS, len(drops)
+    claim, counted = "a single drop", "softmax ATTN_M: drops detected"
+    if ours == 0:
+        reason = "The detector finds no drop: the loss stays on its first plateau to the end of the run."
+    elif ours == 1:
+        reason = f"The detector finds one drop, at step {drops[0]:.0f}, from {levels[0]:.3f} to {levels[1]:.3f}."
+    else:
+        fall = levels[0] - levels[-1]
+        shoulders = "; ".join(
+            f"a shoulder at {levels[k]:.3f} from step {plateaus.starts[k]:.0f} to {plateaus.ends[k]:.0f}"
+            for k in range(1, ours))
+        shares = ", ".join(f"step {s:.0f} ({(levels[k] - levels[k + 1]) / fall:.0%} of the fall)"
+                           for k, s in enumerate(drops))
+        reason = (f"The fall from {levels[0]:.3f} to {levels[-1]:.3f} pauses on {shoulders}, so the detector "
+                  f"counts {ours} drops: at {shares}.")
+    return Claim("Figure 5", claim, counted, paper, ours, AGREES if ours == paper else DIFFERS, reason)
+
+
+def claims_table(claims: list[Claim]) -> MarkdownTable:
+    """The claims as the page's table: the paper's text, what is counted, the paper's count, ours, the verdict and
+    why."""
+    return MarkdownTable([dict(claim=c.claim, counted=c.counted, paper=c.paper, ours=c.ours, verdict=c.verdict,
+                               reason=c.reason) for c in claims],
+                         {"claim": "the paper's text", "counted": "counted", "paper": "paper", "ours": "ours",
+                          "verdict": "verdict", "reason": "why"}, {"paper": "g", "ours": "g"})
+
+
+REPORT_GROUPS = ("reading", "claim", "estimate", "other")
+
+
+def report_group(row: dict) -> str:
+    """How the reproduction report files a ``numbers.json`` row (its verdict as :func:`output.compare_row` gives
+    it): *reading* (a value read off a published image, judged within its tolerance), *claim* (a claim of the
+    paper's text, judged without a tolerance), *estimate* (an order-of-magnitude theory value, not judged) or
+    *other*."""
+    judged = row.get("verdict")
+    if judged in (AGREES, DIFFERS):
+        return "reading" if row.get("tolerance") is not None else "claim"
+    return "estimate" if judged == ESTIMATE else "other"
 
 
 # ---------------------------------------------------------------------------------- what the page shows and says
