@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..records import atomic_write, provenance, write_csv, write_json
+from ..records import atomic_path, atomic_write, provenance, write_csv, write_json
 ENV_ROOT = "LINATTN_FIGURES_DIR"
 NUMBER_FIELDS = ("quantity", "paper", "theory", "reproduced", "abs_error")
 
@@ -54,14 +54,18 @@ def verdict(difference, tolerance) -> str:
     return AGREES if d is not None and abs(d) <= float(tolerance) else DIFFERS
 
 
-def number_row(quantity: str, *, paper=None, theory=None, reproduced=None, abs_error=None, tolerance=None,
-               verdict=None) -> dict:
+def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None, reproduced=None, abs_error=None,
+               tolerance=None, verdict=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
     there is no theory value), or None when neither is a number. A row that is a check may carry its
     ``tolerance`` and ``verdict`` (one of ``_VERDICTS``; ``ESTIMATE`` for a theory value that is an
-    order-of-magnitude estimate, such as an escape time); the two keys are present only when given."""
+    order-of-magnitude estimate, such as an escape time); the two keys are present only when given. ``key``: the
+    row's stable name (e.g. ``"final_loss.attn_m"``), by which the report, the README and the tests find it
+    whatever its wording."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
            "reproduced": _number(reproduced), "abs_error": _number(abs_error)}
+    if key is not None:
+        row = {"key": str(key), **row}
     if row["abs_error"] is None and isinstance(row["reproduced"], float):
         ref = row["theory"] if isinstance(row["theory"], float) else row["paper"]
         if isinstance(ref, float):
@@ -226,9 +230,27 @@ class FigureOutput:
         write_csv(path, columns)
         return path
 
+    def save_dataset(self, ds, stem: str | None = None) -> Path:
+        """The figure's labelled data: ``ds`` as NetCDF (``<name>.nc``, or ``<stem>.nc``; ``xarray.open_dataset``
+        reads it back) and its curves, the variables along ``step`` (all variables when none is), as a tidy CSV
+        beside it (``<name>.csv``: a column per dimension and one per variable, a row per point)."""
+        stem = stem or self.name
+        with atomic_path(self.path(f"{stem}.nc")) as tmp:
+            ds.to_netcdf(tmp, engine="h5netcdf")
+        curves = [v for v in ds.data_vars if "step" in ds[v].dims] or list(ds.data_vars)
+        table = ds[curves].to_dataframe().reset_index()
+        path = self.path(f"{stem}.csv")
+        atomic_write(path, lambda f: table.to_csv(f, index=False, float_format="%.8g", lineterminator="\n"))
+        return path
+
     def save_numbers(self, rows: list[dict]) -> NumbersTable:
-        """Write ``numbers.json`` (rows completed by :func:`number_row`) and return the table for display."""
+        """Write ``numbers.json`` (rows completed by :func:`number_row`) and return the table for display. Rows that
+        carry a ``key`` must carry distinct ones (the report, the README and the tests find rows by key)."""
         full = [number_row(**r) for r in rows]
+        keys = [r["key"] for r in full if "key" in r]
+        if len(set(keys)) < len(keys):
+            raise ValueError(f"numbers.json keys must be unique; repeated: "
+                             f"{sorted({k for k in keys if keys.count(k) > 1})}")
         write_json(self.path("numbers.json"), full)
         return NumbersTable(full)
 

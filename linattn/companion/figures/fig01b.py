@@ -1,0 +1,130 @@
+"""Figure 1b: ATTN_M and the MLP on the cubic feature learn with one abrupt drop (paper Section 4.1).
+
+Three runs on the same settings: ATTN_M; the MLP on the cubic feature z from its own random weights (the
+reference's ``mlp`` command); and the same MLP started from the weights that compute exactly what ATTN_M computes
+at step 0 (``linattn.mlp_from_attn_m``), on ATTN_M's data. The theory: a plateau at tr Λ (the loss of the zero
+predictor), one sigmoidal drop, and the end at L* (``theory.loss_star``, Eq. 8); the drop's step from the
+logistic growth along the top direction of E[y z] (``diagnostics.attn_m_drop_step``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import diagnostics, mlp_from_attn_m, theory
+from ...config import RunConfig
+from ...models import build_model
+from .. import presets, published
+from ..commands import train_command
+from ..output import ESTIMATE
+from ..runstore import stored_run
+from .frame import settings_attrs
+
+NAME = "fig01b_attnm_loss"
+MODELS = ("attn_m", "mlp_own_init", "mlp_matched_init")
+LABELS = {"attn_m": "ATTN_M", "mlp_own_init": "MLP, own init (reference)", "mlp_matched_init": "MLP, matched to ATTN_M"}
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """The three runs' training losses (``train_loss``: model × step) with what is measured on them — the first
+    plateau's level, the half-drop step (where the loss passes halfway from its first plateau to the next:
+    ``diagnostics.detect_plateaus``), the final loss,
+    the theory's half-drop step for each model's initial weights — and the theory's levels ``plateau_theory``
+    (tr Λ) and ``loss_star`` (L*); the settings, seed, engine and each run's settings as attributes."""
+    import xarray as xr
+
+    attn = stored_run(RunConfig(**S))
+    mlp_cfg = RunConfig(**dict(S, model="mlp", cubic_feat=True))
+    runs = {"attn_m": attn, "mlp_own_init": stored_run(mlp_cfg),
+            "mlp_matched_init": stored_run(mlp_cfg, init=mlp_from_attn_m(attn.init), data=attn.datasets.train)}
+    cov, N = attn.datasets.cov, attn.config.N
+    loss = np.stack([r.history.train_loss for r in runs.values()])
+    found = [diagnostics.detect_plateaus(L) for L in loss]
+    theory_drop = [diagnostics.attn_m_drop_step(build_model(r.config.model, r.init), cov, N, lr=S["lr"],
+                                                normalize=attn.config.normalize) for r in runs.values()]
+    theory_drop[MODELS.index("mlp_matched_init")] = theory_drop[0]  # the same function of the same start
+    ds = xr.Dataset(
+        {"train_loss": (("model", "step"), loss),
+         "plateau_level": ("model", [p.levels[0] for p in found]),
+         "half_drop_step": ("model", [p.drop_steps[0] if len(p.drop_steps) else np.nan for p in found]),
+         "half_drop_step_theory": ("model", theory_drop),
+         "final_loss": ("model", loss[:, -1]),
+         "plateau_theory": float(np.trace(cov)), "loss_star": theory.loss_star(cov, N)},
+        coords={"model": list(MODELS), "step": attn.history.step},
+        attrs=settings_attrs(S, engine=attn.engine, seeds=S["seed"],
+                             runs={k: r.config.to_dict() for k, r in runs.items()}))
+    ds.attrs["commands"] = "\n".join(train_command(runs[k].config) for k in ("attn_m", "mlp_own_init"))
+    ds.attrs["published"] = int(presets.is_published(NAME, S))
+    return ds
+
+
+def comparison(ds) -> list[dict]:
+    """ATTN_M and the MLP (own initialisation) beside the landmarks read off the published image (only at the
+    published settings: [] otherwise)."""
+    if not ds.attrs["published"]:
+        return []
+    loss = ds.train_loss
+    return published.fig1b_comparison(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
+                                      float(ds.loss_star), ds.step.values)
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: plateau, final losses and half-drop steps beside the theory (and the paper's values at
+    the published settings), the largest gap between ATTN_M and the matched MLP, and the published landmarks."""
+    paper = bool(ds.attrs["published"])
+    m = ds.sel(model="attn_m")
+    rows = [dict(key="plateau.attn_m", quantity="plateau loss (ATTN_M)", theory=ds.plateau_theory,
+                 paper=published.FIG1B_PLATEAU if paper else None, reproduced=m.plateau_level),
+            dict(key="final_loss.attn_m", quantity="final loss (ATTN_M)", theory=ds.loss_star,
+                 paper=published.FIG1B_FINAL if paper else None, reproduced=m.final_loss),
+            dict(key="final_loss.mlp_own_init", quantity="final loss (MLP, own init)", theory=ds.loss_star,
+                 paper=published.FIG1B_FINAL if paper else None, reproduced=ds.final_loss.sel(model="mlp_own_init"))]
+    for model, label in (("attn_m", "ATTN_M"), ("mlp_own_init", "MLP, own init")):
+        step = float(ds.half_drop_step.sel(model=model))
+        rows.append(dict(key=f"half_drop_step.{model}", quantity=f"half-drop step ({label})", verdict=ESTIMATE,
+                         theory=ds.half_drop_step_theory.sel(model=model),
+                         reproduced=step if np.isfinite(step) else None))
+    gap = np.abs(ds.train_loss.sel(model="attn_m") - ds.train_loss.sel(model="mlp_matched_init")).max()
+    rows.append(dict(key="max_gap.mlp_matched_init", quantity="max |ATTN_M − matched MLP| over training", theory=0.0,
+                     reproduced=gap))
+    return rows + published.number_rows(comparison(ds))
+
+
+def words(ds) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``)."""
+    runs = _runs(ds)
+    attn = runs["attn_m"]
+    return dict(head_num=attn["head_num"], init=f"{attn['init']:g}", in_dim=attn["in_dim"],
+                trainset_size=attn["trainset_size"], epoch=attn["epoch"], seed=attn["seed"],
+                half_drop_attn_m=float(ds.half_drop_step.sel(model="attn_m")),
+                gap_matched=float(np.abs(ds.train_loss.sel(model="attn_m")
+                                         - ds.train_loss.sel(model="mlp_matched_init")).max()))
+
+
+def _runs(ds) -> dict:
+    import json
+
+    return json.loads(ds.attrs["runs"])
+
+
+def plot(ds):
+    """Training loss of the three runs with the theory's plateau tr Λ and minimum L* (dotted)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import plot_loss_with_theory
+
+    styles = {"attn_m": dict(color="black", linewidth=2.0), "mlp_own_init": dict(color="tab:blue", linestyle="--",
+                                                                                 linewidth=1.2),
+              "mlp_matched_init": dict(color="tab:orange", linestyle=":", linewidth=2.0)}
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    plot_loss_with_theory(ax, ds.step.values,
+                          [(ds.train_loss.sel(model=m).values, LABELS[m], styles[m]) for m in MODELS],
+                          levels=[float(ds.plateau_theory), float(ds.loss_star)],
+                          level_labels=["$\\mathrm{tr}\\,\\Lambda$", "$L^*$"], legend="center right")
+    ax.set_ylim(0, 1.1 * max(float(ds.train_loss.sel(model="attn_m").max()), float(ds.plateau_theory)))
+    return fig

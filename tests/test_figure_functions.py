@@ -1,0 +1,74 @@
+"""Each figure's computation (``linattn.companion.figures``) at tiny sizes, beside the published settings: labelled
+data, keyed numbers, and the properties its page states, at settings the paper never used."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+xr = pytest.importorskip("xarray")
+
+from linattn.companion import presets  # noqa: E402
+from linattn.companion.figures import fig01b  # noqa: E402
+from linattn.companion.figures.frame import figure  # noqa: E402
+from linattn.companion.output import number_row  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def own_run_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "runs"))
+
+
+def keyed(rows):
+    """The rows as numbers.json holds them, by key: every row has one, and no two the same."""
+    rows = [number_row(**r) for r in rows]
+    keys = [r.get("key") for r in rows]
+    assert all(keys) and len(set(keys)) == len(keys), keys
+    return {r["key"]: r for r in rows}
+
+
+@pytest.mark.parametrize("overrides", [dict(head_num=3, in_dim=3), dict(head_num=5, in_dim=2, seq_len=9)])
+def test_fig01b_at_settings_the_paper_never_used(overrides):
+    S = fig01b.settings("quick", trainset_size=300, epoch=400, init=0.05, lr=0.004, **overrides)
+    assert not presets.is_published(fig01b.NAME, S)
+    ds = fig01b.compute(S)
+    assert ds.train_loss.dims == ("model", "step") and list(ds.model.values) == list(fig01b.MODELS)
+    assert ds.sizes["step"] == S["epoch"]
+    assert json.loads(ds.attrs["runs"])["attn_m"]["head_num"] == overrides["head_num"]
+    rows = keyed(fig01b.numbers(ds))
+    # no paper column and no published landmarks away from the published settings
+    assert all(r["paper"] is None for r in rows.values()) and fig01b.comparison(ds) == []
+    # small weights start at the zero predictor's loss tr Λ (a finite set: near it); the matched MLP starts exactly
+    # where ATTN_M does and follows it; every run ends below where it started
+    start = ds.train_loss.isel(step=0)
+    assert float(start.sel(model="attn_m")) == pytest.approx(float(ds.plateau_theory), rel=0.25)
+    assert float(start.sel(model="mlp_matched_init")) == pytest.approx(float(start.sel(model="attn_m")), rel=1e-9)
+    assert rows["max_gap.mlp_matched_init"]["reproduced"] < 0.1 * float(ds.plateau_theory)
+    assert (ds.final_loss < start).all()
+    assert fig01b.words(ds)["head_num"] == overrides["head_num"]
+
+
+def test_the_frame_writes_labelled_data_numbers_and_provenance(tmp_path):
+    S = fig01b.settings("quick", trainset_size=200, epoch=200, init=0.05, lr=0.004, head_num=2, in_dim=2)
+    with figure(fig01b.NAME, S, tmp_path) as page:
+        ds = fig01b.compute(S)
+        page.save(ds, fig01b.plot(ds), fig01b.numbers(ds))
+    folder = tmp_path / fig01b.NAME
+    back = xr.open_dataset(folder / f"{fig01b.NAME}.nc")
+    assert back.train_loss.dims == ("model", "step")
+    np.testing.assert_array_equal(back.train_loss.values, ds.train_loss.values)
+    header = (folder / f"{fig01b.NAME}.csv").read_text().splitlines()[0]
+    assert header == "model,step,train_loss"
+    keyed(json.loads((folder / "numbers.json").read_text()))
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert provenance["seeds"] == [S["seed"]] and provenance["engine"] == "exact" and "attn_m" in provenance["runs"]
+    assert {p.suffix for p in folder.iterdir()} >= {".png", ".svg", ".pdf"}
+
+
+def test_the_frame_leaves_nothing_when_the_page_fails(tmp_path):
+    with pytest.raises(RuntimeError):
+        with figure(fig01b.NAME, fig01b.settings("quick"), tmp_path):
+            raise RuntimeError("the computation failed")
+    assert not (tmp_path / fig01b.NAME).exists()
