@@ -446,18 +446,26 @@ class RankSummary:
     final_loss: float
     final_theory: float  # L(M_learned)
 
-    def rows(self, label: str = "", *, paper_learned: int | None = None) -> list[dict]:
+    def rows(self, label: str = "", *, key: str = "", paper_learned: int | None = None) -> list[dict]:
         """``numbers.json`` rows: long plateaus (found vs theory, as text), directions learned (beside
         ``paper_learned`` where the paper states it), each plateau level at a saddle, and the final loss; ``label``
-        is appended to each quantity (e.g. ", published window")."""
+        is appended to each quantity (e.g. ", published window") and ``key`` to each row's key
+        (``R1.<key>.learned``, ``R1.<key>.plateau.M2``, …)."""
         R, D = self.rank, len(self.levels) - 1
-        out = [dict(quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
+        k = f"R{R}" + (f".{key}" if key else "")
+        out = [dict(key=f"{k}.long_plateaus",
+                    quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
                     theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
-               dict(quantity=f"R={R}: directions learned{label}", paper=paper_learned, theory=D,
+               dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}", paper=paper_learned, theory=D,
                     reproduced=self.learned)]
-        out += [dict(quantity=f"R={R}: plateau L(M_{m}){label}", theory=self.levels[m], reproduced=lev)
-                for m, lev in zip(self.plateaus.m, self.plateaus.plateaus.levels) if m is not None]
-        out.append(dict(quantity=f"R={R}: final loss{label}", theory=self.final_theory, reproduced=self.final_loss))
+        firsts = {}
+        for m, level in zip(self.plateaus.m, self.plateaus.plateaus.levels):
+            if m is not None:
+                firsts.setdefault(m, level)  # a saddle's first rest (a curve may come back near it)
+        out += [dict(key=f"{k}.plateau.M{m}", quantity=f"R={R}: plateau L(M_{m}){label}", theory=self.levels[m],
+                     reproduced=level) for m, level in firsts.items()]
+        out.append(dict(key=f"{k}.final_loss", quantity=f"R={R}: final loss{label}", theory=self.final_theory,
+                        reproduced=self.final_loss))
         return out
 
 

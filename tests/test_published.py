@@ -318,3 +318,14 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
                      nbformat.read(tmp_path / "beyond_error_table.ipynb", as_version=4).cells
                      for o in c.get("outputs", []))
     assert "In all, 0 of 2 verdicts agree" in shown and "claims of the paper's text that differ | 2" in shown
+
+
+def test_every_published_row_has_its_own_key():
+    """Each comparison row of Figures 1b, 3a and 14 becomes a numbers.json row with a key of its own (the report,
+    the README and the tests find rows by key)."""
+    t = np.linspace(1, 0.1, 7000)
+    fig3a = published.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, 5000.0 + s]) for s in range(6)})
+    fig14 = published.fig14_comparison({c: {"train": t, "iwl": t, "icl": t} for c in published.FIG14})
+    for rows in (published.fig1b_comparison(t, t, 0.136), fig3a, fig14):
+        keys = [r["key"] for r in published.number_rows(rows)]
+        assert len(rows) > 3 and len(set(keys)) == len(keys) and all(k.startswith("published.") for k in keys)

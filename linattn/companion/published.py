@@ -23,6 +23,7 @@ used once.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -458,7 +459,8 @@ class Claim:
     def row(self) -> dict:
         """The claim as a ``numbers.json`` row: a verdict and no tolerance, which the report counts as a claim. Its
         quantity starts with ``counted``, so it takes the place of a plain row of the same count."""
-        return dict(quantity=self.quantity, paper=self.paper, reproduced=self.ours, verdict=self.verdict)
+        return dict(key=f"claim.{slug(self.figure)}", quantity=self.quantity, paper=self.paper, reproduced=self.ours,
+                    verdict=self.verdict)
 
 
 def fig4_plateau_claim(drops, window: int, escape_steps) -> Claim:
@@ -597,9 +599,17 @@ def _where(r: dict) -> str:
     return f"{r['panel']}, {r['what']}" if r["panel"] else r["what"]
 
 
+def slug(text: str) -> str:
+    """``text`` as a part of a ``numbers.json`` key: lower case, runs of other characters as one ``_``
+    ("Figure 1b" → ``figure_1b``, "c = 0.2" → ``c_0_2``)."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
 def number_rows(rows: list[dict]) -> list[dict]:
-    """The comparison rows as ``numbers.json`` rows (quantity, paper, reproduced, abs_error, tolerance, verdict)."""
-    return [dict(quantity=f"published {r['figure']}" + (f", {r['panel']}" if r["panel"] else "") + f": {r['what']}",
+    """The comparison rows as ``numbers.json`` rows (key, quantity, paper, reproduced, abs_error, tolerance,
+    verdict); the key names the published reading: ``published.<panel>.<what>``."""
+    return [dict(key=".".join(["published"] + [slug(t) for t in (r["panel"], r["what"]) if t]),
+                 quantity=f"published {r['figure']}" + (f", {r['panel']}" if r["panel"] else "") + f": {r['what']}",
                  paper=r["paper"], reproduced=r["reproduced"],
                  abs_error=abs(r["difference"]) if math.isfinite(r["difference"]) else None,
                  tolerance=r["tolerance"], verdict=r["verdict"]) for r in rows]
