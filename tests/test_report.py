@@ -62,3 +62,26 @@ def test_a_check_carries_its_tolerance_and_verdict_into_the_report():
     assert compare_row(estimate)["verdict"] == ESTIMATE and compare_row(plain)["verdict"] is None
     with pytest.raises(ValueError, match="verdict must be one of"):
         row(theory=1.0, reproduced=1.0, verdict="close enough")
+
+
+def test_the_report_files_rows_by_what_they_carry_and_keys_them_by_figure(tmp_path):
+    """linattn.companion.figures.report reads every figure's numbers.json: a reading, a claim, an estimate and a
+    plain number land in their own groups whatever their wording, and the report's own rows are keyed
+    <figure>.<key>, unique across figures that use the same keys."""
+    import json
+
+    from linattn.companion.figures import report
+
+    rows = [row(key="a", paper=751.0, reproduced=760.0, tolerance=17.0), row(key="b", paper=8, reproduced=5,
+                                                                              verdict=DIFFERS),
+            row(key="c", theory=8064.5, reproduced=5064.0, verdict=ESTIMATE), row(key="d", theory=1.0, reproduced=1.1)]
+    for name in ("fig01b_attnm_loss", "fig04_low_rank"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "numbers.json").write_text(json.dumps(rows))
+    found = report.collect(tmp_path)
+    assert {g: len(v) for g, v in found["groups"].items()} == {"reading": 2, "claim": 2, "estimate": 2, "other": 2}
+    assert "fig03a_attns_loss" in found["missing"] and found["pages_read"] == 2
+    keys = [r["key"] for r in report.numbers(found)]
+    assert len(set(keys)) == len(keys) == 8 and "fig04_low_rank.b" in keys
+    assert "1 of 2 readings agree" not in report.summary(found, "quick")  # one reading per page, each agrees
+    assert "Figure 1b: 1 of 1 readings agree" in report.summary(found, "quick")

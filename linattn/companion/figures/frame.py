@@ -37,18 +37,20 @@ class FigurePage:
         self.name, self.settings = name, dict(S)
         self.out = FigureOutput(name, out_dir)
         self.dataset = None
+        self.provenance: dict = {}  # more keys for provenance.json (a page that trains nothing says what it read)
         self._start = time.perf_counter()
 
     def save(self, ds, fig=None, numbers=(), *, stem: str | None = None) -> NumbersTable:
-        """Write ``ds`` (``<stem>.nc`` and the tidy ``<stem>.csv`` of its curves along ``step``), the figure ``fig``
-        and the ``numbers`` rows; ``stem`` defaults to the figure's name (a second dataset of the page gets its own).
-        Returns the numbers as a table."""
+        """Write ``ds`` (``<stem>.nc`` and the tidy ``<stem>.csv`` of its curves along ``step``; None: a page with
+        no dataset), the figure ``fig`` and the ``numbers`` rows; ``stem`` defaults to the figure's name (a second
+        dataset or figure of the page gets its own). Returns the numbers as a table."""
         import matplotlib.pyplot as plt
 
         stem = stem or self.name
         if stem == self.name:
             self.dataset = ds
-        self.out.save_dataset(ds, stem=stem)
+        if ds is not None:
+            self.out.save_dataset(ds, stem=stem)
         if fig is not None:
             self.out.save_figure(fig, stem=None if stem == self.name else stem)
             plt.close(fig)
@@ -57,9 +59,10 @@ class FigurePage:
     def _finish(self) -> None:
         attrs = self.dataset.attrs if self.dataset is not None else {}
         extra = {"runs": json.loads(attrs["runs"])} if "runs" in attrs else {}
+        extra.update(self.provenance)
         if "commands" in attrs:
             extra["commands"] = attrs["commands"].splitlines()
-        self.out.write_provenance(self.settings, seeds=attrs.get("seeds", []), engine=attrs.get("engine"),
+        self.out.write_provenance(self.settings, seeds=attrs.get("seeds", []), engine=attrs.get("engine", "none"),
                                   wall_time=time.perf_counter() - self._start, **extra)
 
 

@@ -1,0 +1,159 @@
+"""The reproduction report: every figure page's ``numbers.json`` gathered and sorted by kind of comparison.
+
+Each row is filed by what it carries, never by its wording (:func:`linattn.companion.published.report_group`):
+a *reading* of a published image (a verdict and a tolerance), a *claim* of the paper's text (a verdict, no
+tolerance), an *estimate* (an order-of-magnitude theory value, not judged) or *other*; every row gets an error
+(:func:`linattn.companion.output.compare_row`). The report's own rows are keyed ``<figure>.<the row's key>``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from .. import published
+from ..notebooks import discover
+from ..output import AGREES, DIFFERS, NOT_COMPARABLE, NUMBER_FIELDS, MarkdownTable, compare_row
+
+NAME = "beyond_error_table"
+COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error"]
+
+
+def collect(root) -> dict:
+    """Every row of the other figures' ``numbers.json`` under ``root`` (one preset's figures), each with its
+    figure, page name, error and group; ``{"rows", "missing", "pages_read", "groups"}``."""
+    sources = {n: p for n, p in discover().items() if n != NAME}
+    rows, missing = [], []
+    for name, source in sources.items():
+        path = Path(root) / name / "numbers.json"
+        if not path.exists():
+            missing.append(name)
+            continue
+        page = published.page_name(source)
+        for r in json.loads(path.read_text(encoding="utf-8")):
+            row = {"figure": name, "page": page, "key": r.get("key"), "tolerance": r.get("tolerance"),
+                   "verdict": r.get("verdict"), **{k: r.get(k) for k in NUMBER_FIELDS}}
+            row.update(compare_row(row))
+            row.update(abs_error=row["error"], relative_error=row["relative"], group=published.report_group(row),
+                       quantity=published.short_quantity(row["quantity"], page))
+            rows.append(row)
+    groups = {g: [r for r in rows if r["group"] == g] for g in published.REPORT_GROUPS}
+    return {"rows": rows, "missing": missing, "pages_read": len(sources) - len(missing), "groups": groups}
+
+
+def numbers(report: dict) -> list[dict]:
+    """The report's own ``numbers.json``: every collected row, keyed by its figure and its own key."""
+    return [dict(key=f"{r['figure']}.{r['key']}" if r["key"] else None, quantity=f"{r['page']}: {r['quantity']}", tolerance=r["tolerance"],
+                 verdict=r["verdict"], **{k: r[k] for k in NUMBER_FIELDS if k != "quantity"})
+            for r in report["rows"]]
+
+
+def reading_pages(report: dict) -> list[str]:
+    return list(dict.fromkeys(r["page"] for r in report["groups"]["reading"]))
+
+
+def summary(report: dict, preset: str) -> str:
+    """The page's opening: readings per published figure, each claim, all verdicts, estimates and the rest."""
+    groups, lines = report["groups"], []
+    for page in reading_pages(report):
+        agree, total = published.counts([r for r in groups["reading"] if r["page"] == page])
+        lines.append(f"* **{page}: {agree} of {total} readings agree** with ours within a pixel (or the reading's own "
+                     f"±); {total - agree} differ.")
+    if not groups["reading"]:
+        lines.append("* No figure ran at the published settings of Figures 1b, 3a and 14, so no published reading is "
+                     "compared at this preset.")
+    for r in groups["claim"]:
+        outcome = "agrees with ours" if r["verdict"] == AGREES else "differs from ours"
+        lines.append(f"* **{r['page']}: the paper's claim {outcome}**: {r['quantity']}; the paper {r['paper']:g}, ours "
+                     f"{r['reproduced']:g}.")
+    if not groups["claim"]:
+        lines.append("* No figure ran at the published settings of Figures 4 and 5, so no claim of the paper's text is "
+                     "judged at this preset.")
+    judged = groups["reading"] + groups["claim"]
+    if judged:
+        lines.append(f"* **In all, {sum(r['verdict'] == AGREES for r in judged)} of {len(judged)} verdicts agree** "
+                     f"({len(groups['reading'])} readings and {len(groups['claim'])} claims).")
+    other = [r for r in groups["other"] if r["kind"] != NOT_COMPARABLE]
+    lines.append(f"* {len(groups['estimate'])} estimates (order of magnitude only) are listed apart, not judged.")
+    lines.append(f"* {len(other)} other numbers have a theory or paper value without a stated tolerance (their "
+                 f"relative errors: right panel of the figure); {len(groups['other']) - len(other)} more are "
+                 "reported for information only.")
+    return (f"At the `{preset}` preset, {len(report['rows'])} numbers from {report['pages_read']} pages:\n\n"
+            + "\n".join(lines))
+
+
+def tables(report: dict) -> dict:
+    """The page's tables by section: ``readings`` (one per published figure), ``claims``, ``estimates``,
+    ``other`` and ``counts`` (how many rows of each kind, and why the rest are not comparable)."""
+    groups = report["groups"]
+    reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
+                       "error": "difference (size)", "tolerance": "tolerance", "verdict": "verdict"}
+    readings = {page: MarkdownTable([r for r in groups["reading"] if r["page"] == page], reading_columns)
+                for page in reading_pages(report)}
+    claims = MarkdownTable(groups["claim"], {"page": "page", "quantity": "quantity", "paper": "paper",
+                                             "reproduced": "ours", "verdict": "verdict"},
+                           {"paper": "g", "reproduced": "g"})
+    estimates = MarkdownTable([dict(r, ratio=r["reproduced"] / r["theory"] if r["reproduced"] and r["theory"] else None)
+                               for r in groups["estimate"]],
+                              {"page": "page", "quantity": "quantity", "theory": "estimate", "reproduced": "ours",
+                               "ratio": "ours / estimate"}, {"ratio": ".2f"})
+    other = MarkdownTable(groups["other"], {"page": "page", "quantity": "quantity", "paper": "paper",
+                                            "theory": "theory", "reproduced": "ours", "error": "error",
+                                            "relative": "relative"}, {"relative": ".2g"})
+    return {"readings": readings, "claims": claims if groups["claim"] else None, "estimates": estimates,
+            "other": other, "counts": _counts(report)}
+
+
+def _counts(report: dict) -> MarkdownTable:
+    groups, rows = report["groups"], report["rows"]
+    reasons = Counter(r["error"].split(" (")[0] for r in groups["other"] if r["kind"] == NOT_COMPARABLE)
+    counted = [("readings that agree", sum(r["verdict"] == AGREES for r in groups["reading"])),
+               ("readings that differ", sum(r["verdict"] == DIFFERS for r in groups["reading"])),
+               ("claims of the paper's text that agree", sum(r["verdict"] == AGREES for r in groups["claim"])),
+               ("claims of the paper's text that differ", sum(r["verdict"] == DIFFERS for r in groups["claim"])),
+               ("estimates (not judged)", len(groups["estimate"])),
+               ("other numbers with a relative error", sum(r["kind"] == "relative" for r in groups["other"])),
+               ("other numbers with an absolute error only", sum(r["kind"] == "absolute" for r in groups["other"]))]
+    counted += reasons.most_common()
+    assert sum(n for _, n in counted) == len(rows), "every row is counted once"
+    counted.append((f"**all rows** ({len({r['figure'] for r in rows})} pages; missing: "
+                    f"{', '.join(report['missing']) or 'none'})", len(rows)))
+    return MarkdownTable([dict(what=w, n=n) for w, n in counted], {"what": "rows of the report", "n": "count"})
+
+
+def plot(report: dict):
+    """Left: each reading's difference in units of its tolerance, per published figure; right: the relative error
+    of every other number with a non-zero theory (else paper) value, per page. Fixed axes at every preset."""
+    import matplotlib.pyplot as plt
+
+    groups = report["groups"]
+    pages = reading_pages(report)
+    readings = {p: np.array([published.in_tolerances(r["error"], r["tolerance"]) for r in groups["reading"]
+                             if r["page"] == p]) for p in pages}
+    others = [r for r in groups["other"] if r["kind"] == "relative"]
+    other_pages = list(dict.fromkeys(r["page"] for r in others))
+    relative = {p: np.array([max(r["relative"], 1e-7) for r in others if r["page"] == p]) for p in other_pages}
+    height = 0.3 * max(len(pages), len(other_pages), 1) + 1.6
+    fig, (ax_r, ax_o) = plt.subplots(1, 2, figsize=(6.6, height), gridspec_kw={"width_ratios": [1, 1.3]})
+    jitter = np.random.default_rng(0)  # fixed: only spreads overlapping dots vertically
+    for ax, data, floor, cap in ((ax_r, readings, 1e-2, 1e2), (ax_o, relative, 1e-7, 1e2)):
+        labels = list(data)[::-1]
+        for i, key in enumerate(labels):
+            x = np.clip(data[key], floor, cap)
+            ax.scatter(x, i + jitter.uniform(-0.18, 0.18, x.size), s=12, color="black", alpha=0.6, linewidths=0)
+            ax.plot([np.median(x)] * 2, [i - 0.3, i + 0.3], color="tab:red", linewidth=1.6)
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_ylim(-0.6, max(len(labels), 1) - 0.4)
+        ax.set_xscale("log")
+        ax.set_xlim(floor / 2, cap * 2)
+    ax_r.axvline(1.0, color="0.6", linestyle=":", linewidth=1.0, zorder=0)
+    ax_r.set_xlabel("|ours − published| / tolerance")
+    ax_r.set_title("readings of the published images")
+    ax_o.axvline(0.01, color="0.6", linestyle=":", linewidth=1.0, zorder=0)
+    ax_o.set_xlabel("relative error vs theory (else paper)")
+    ax_o.set_title("other numbers")
+    fig.tight_layout()
+    return fig
