@@ -72,3 +72,36 @@ def test_the_frame_leaves_nothing_when_the_page_fails(tmp_path):
         with figure(fig01b.NAME, fig01b.settings("quick"), tmp_path):
             raise RuntimeError("the computation failed")
     assert not (tmp_path / fig01b.NAME).exists()
+
+
+# ---------------------------------------------------------------- the schematics (Figures 1a and 2): nothing trained
+
+from linattn.companion.figures import fig01a, fig02  # noqa: E402
+
+
+@pytest.mark.parametrize("D, H", [(3, 4), (2, 1), (5, 3)])
+def test_the_schematics_count_the_network_they_draw(D, H):
+    for module in (fig01a, fig02):
+        S = module.settings(in_dim=D, head_num=H)
+        ds = module.compute(S)
+        assert ds.sizes == {"layer": len(module.LAYERS)} and list(ds.layer.values) == list(module.LAYERS)
+        rows = keyed(module.numbers(ds))
+        assert all(r["reproduced"] == r["theory"] and r["paper"] is None for r in rows.values())
+        said = module.words(ds)
+        assert (said["D"], said["H"]) == (D, H)
+        assert ("not the size" in said["size"]) == (not presets.is_published(module.NAME, S)), said["size"]
+    assert int(fig01a.compute(fig01a.settings(in_dim=D, head_num=H)).units.sel(layer="hidden")) == H
+
+
+def test_a_schematic_page_writes_its_layers_and_numbers(tmp_path):
+    S = fig02.settings(in_dim=2, head_num=1)
+    with figure(fig02.NAME, S, tmp_path) as page:
+        ds = fig02.compute(S)
+        page.save(ds, None, fig02.numbers(ds))  # the frame's figure files are tested with Figure 1b
+    assert len(fig02.plot(ds).axes) == 1
+    folder = tmp_path / fig02.NAME
+    assert (folder / f"{fig02.NAME}.csv").read_text().splitlines()[0] == "layer,units_per_head,free_weights_in"
+    assert xr.open_dataset(folder / f"{fig02.NAME}.nc").units_per_head.dims == ("layer",)
+    assert set(keyed(json.loads((folder / "numbers.json").read_text()))) == {"weights_per_head.first_layer",
+                                                                            "weights_per_head"}
+    assert json.loads((folder / "provenance.json").read_text())["seeds"] == []  # nothing trained

@@ -1,0 +1,74 @@
+"""Figure 2: ATTN_S with rank-one heads is a sum of H three-layer linear networks on the cubic feature z, each
+convolutional in its first layer (paper Section 5).
+
+A schematic: nothing is trained. The drawing is the network at the figure's ``in_dim`` D and ``head_num`` H; the
+numbers count one head's free weights — the query q_h, shared across the D blocks of z, then the key k_h and the
+value v_h — in the layout of ``linattn.init_weights("attnS", rank=1)`` (the x-parts of W_Q[h] and W_K[h] and the
+label's entry of W_V[h], the only entries that enter the prediction while the theory's zero blocks stay zero),
+beside D and 2D + 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ... import init_weights
+from .. import presets
+
+NAME = "fig02_attns_schematic"
+LAYERS = ("z", "blocks", "head", "output")
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (``in_dim``, ``head_num``)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """One head's network, layer by layer (``layer``: z, blocks, head, output): its ``units_per_head`` and the
+    ``free_weights_in`` entering each layer (the query q_h once, shared by the D blocks; the key k_h; the value
+    v_h), taken from rank-one ATTN_S weights with D = ``in_dim`` and H = ``head_num``; the settings as attributes."""
+    import xarray as xr
+
+    D, H = S["in_dim"], S["head_num"]
+    w = init_weights("attnS", head_num=H, in_dim=D, rank=1, rng=np.random.default_rng(0))
+    q, k, v = w["W_Q"][0, 0, :D], w["W_K"][0, 0, :D], w["W_V"][0, D, D:]
+    return xr.Dataset({"units_per_head": ("layer", [D * D, D, 1, 1]),
+                       "free_weights_in": ("layer", [0, q.size, k.size, v.size])},
+                      coords={"layer": list(LAYERS)},
+                      attrs={"settings": json.dumps(S, sort_keys=True), "in_dim": D, "head_num": H,
+                             "published": int(presets.is_published(NAME, S))})
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: a head's free first-layer weights and all its free weights, counted, beside D and 2D + 1."""
+    D = ds.attrs["in_dim"]
+    return [dict(key="weights_per_head.first_layer", quantity="free first-layer weights per head (shared q_h)",
+                 theory=D, reproduced=int(ds.free_weights_in.sel(layer="blocks"))),
+            dict(key="weights_per_head", quantity="weights per head (q_h, k_h, v_h)", theory=2 * D + 1,
+                 reproduced=int(ds.free_weights_in.sum()))]
+
+
+def words(ds) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``), and how the drawing's size compares with
+    the published diagram's (the paper preset's D and H)."""
+    D, H = ds.attrs["in_dim"], ds.attrs["head_num"]
+    paper = presets.PRESETS[NAME]["paper"]
+    size = ("the size of the published diagram" if ds.attrs["published"] else
+            f"not the size of the published diagram, which has D = {paper['in_dim']} and {paper['head_num']} heads")
+    return dict(D=D, H=H, D2=D * D, per_head=int(ds.free_weights_in.sum()), size=size)
+
+
+def plot(ds):
+    """The schematic: H heads, each a three-layer network on z whose first layer shares the query's weights."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import draw_attn_s_schematic
+
+    H = ds.attrs["head_num"]
+    fig = plt.figure(figsize=(6.4, 3.6 * H))  # the drawing fills the width; the saved figure is cropped
+    ax = fig.add_axes((0, 0, 1, 1))
+    draw_attn_s_schematic(ax, in_dim=ds.attrs["in_dim"], head_num=H)
+    return fig
