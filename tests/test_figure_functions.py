@@ -105,3 +105,49 @@ def test_a_schematic_page_writes_its_layers_and_numbers(tmp_path):
     assert set(keyed(json.loads((folder / "numbers.json").read_text()))) == {"weights_per_head.first_layer",
                                                                             "weights_per_head"}
     assert json.loads((folder / "provenance.json").read_text())["seeds"] == []  # nothing trained
+
+
+# ---------------------------------------------------------------- beyond the paper: the population loss and the flow
+
+from linattn.companion.figures import population  # noqa: E402
+
+
+def nearest_own_level(rows, levels):
+    """Every plateau row (key ``….M<m>``) lies nearer L(M_m) than any other saddle's level."""
+    plateaus = {k: r for k, r in rows.items() if ".M" in k}
+    for key, r in plateaus.items():
+        m = int(key.rsplit(".M", 1)[1])
+        assert r["theory"] == pytest.approx(levels[m])
+        assert int(np.argmin(np.abs(np.asarray(levels) - r["reproduced"]))) == m, (key, r, levels)
+    return plateaus
+
+
+def test_population_beside_finite_sets_at_settings_the_paper_never_used():
+    # D = 3, H = 2, N + 1 = 9 tokens, exact population moments, large steps: a drop or two in 300 steps
+    S = population.settings("quick", in_dim=3, head_num=2, seq_len=9, init=0.2, lr=0.05, epoch=300,
+                            trainset_sizes=[None, 200], population_samples=0)
+    assert not presets.is_published(population.NAME, S)
+    ds = population.compute(S)
+    assert ds.train_loss.dims == ("curve", "step") and ds.plateau_level.dims == ("curve", "m")
+    assert list(ds.curve.values) == [population.GD, "P = 200", population.FLOW] and ds.sizes["m"] == 4
+    assert list(ds.trainset_size.values) == [np.inf, 200, np.inf] and list(ds.dynamics.values) == ["gd", "gd", "flow"]
+    rows = keyed(population.numbers(ds))
+    levels = ds.plateau_theory.values
+    plateaus = nearest_own_level(rows, levels)
+    # the population curves rest on the theory's levels; gradient descent with small steps stays near the flow
+    assert any(k.startswith("plateau.population_gd.") for k in plateaus)
+    for key, r in plateaus.items():
+        if key.startswith("plateau.population_"):
+            assert r["abs_error"] <= population.TOL
+    assert 0 < rows["max_gap.population_gd_flow"]["reproduced"] < 0.1 * levels[0]
+    assert float(ds.final_loss.sel(curve=population.GD)) == pytest.approx(
+        float(ds.final_loss.sel(curve=population.FLOW)), abs=0.01)
+    said = population.words(ds)
+    assert said["finite_P"] == "200" and "gradient flow" in said["trained"] and "P = 200" in said["caption"]
+    # without the flow and without a finite set: no flow row, and the page says only what was trained
+    alone = population.compute(dict(S, flow=False, trainset_sizes=[None]))
+    assert list(alone.curve.values) == [population.GD]
+    assert "max_gap.population_gd_flow" not in keyed(population.numbers(alone))
+    said = population.words(alone)
+    assert said["trained"] == "by gradient descent" and said["finite_P"] == "none" and "flow" not in said["caption"]
+    np.testing.assert_array_equal(alone.train_loss.sel(curve=population.GD), ds.train_loss.sel(curve=population.GD))

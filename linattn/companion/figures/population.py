@@ -1,0 +1,169 @@
+"""Beyond the paper: infinite data (the population loss, by gradient descent and by gradient flow) beside finite
+training sets, from the same initial weights.
+
+The paper's theory is derived for the population loss under gradient flow; its simulations use gradient descent on
+P training sequences. One run per value of ``trainset_sizes`` (None: the population loss, ``RunConfig(
+trainset_size=None)``, its moments exact or estimated from ``population_samples`` fresh sequences), and, with
+``flow``, the population run again as a gradient flow (``dynamics="flow"``, read at t/τ = 2·lr·step so it shares
+the step axis). Measured: the level of the first flat stretch at each saddle M_0 … M_D
+(``diagnostics.saddle_levels``, the one rule), beside the theory's population levels L(M_m)
+(``theory.plateau_losses``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ... import diagnostics, theory
+from .. import presets
+from ..commands import train_command
+from ..output import words as list_words
+from ..runstore import figure_runs, stored_run
+from .frame import settings_attrs
+
+NAME = "beyond_population"
+TOL = 0.03  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_levels)
+GD, FLOW = "population GD", "population flow"
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The page's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def _label(P) -> str:
+    return GD if P is None else f"P = {P}"
+
+
+def _slug(curve: str) -> str:
+    """A curve's name in a numbers key: ``population_gd``, ``population_flow``, ``P1000``."""
+    return curve.replace("P = ", "P").replace(" ", "_").replace("GD", "gd")
+
+
+def compute(S: dict):
+    """Every curve's training loss (``train_loss``: curve × step; ``curve``: "population GD", "P = 1000", …,
+    "population flow", with its ``trainset_size`` (inf: the population) and ``dynamics`` as coordinates), the level
+    of the first flat stretch at each saddle (``plateau_level``: curve × m, NaN where the curve never rests there),
+    the final loss and each run's training time (``wall_time``, seconds, as the run store recorded it); the theory's
+    population levels (``plateau_theory``: m). The settings, the engines and the runs' settings as attributes."""
+    import xarray as xr
+
+    if None not in S["trainset_sizes"]:
+        raise ValueError("trainset_sizes must hold None (the population loss): the other curves are set beside it")
+    runs = dict(zip(S["trainset_sizes"], figure_runs(S)))
+    pop = runs[None]
+    curves = {_label(P): r for P, r in runs.items()}
+    if S["flow"]:  # the same population run from the same weights, by gradient flow
+        curves[FLOW] = stored_run(dataclasses.replace(pop.config, dynamics="flow"), init=pop.init)
+    levels = theory.plateau_losses(pop.datasets.cov, pop.config.N)
+    loss = np.stack([r.history.train_loss for r in curves.values()])
+    engines = list(dict.fromkeys("flow" if r.config.dynamics == "flow" else r.engine for r in curves.values()))
+    ds = xr.Dataset(
+        {"train_loss": (("curve", "step"), loss),
+         "plateau_level": (("curve", "m"), [diagnostics.saddle_levels(L, levels, tol=TOL) for L in loss]),
+         "final_loss": ("curve", loss[:, -1]),
+         "wall_time": ("curve", [float(r.wall_time) for r in curves.values()]),
+         "plateau_theory": ("m", levels)},
+        coords={"curve": list(curves), "step": pop.history.step, "m": np.arange(len(levels)),
+                "trainset_size": ("curve", [np.inf if r.config.trainset_size is None else r.config.trainset_size
+                                            for r in curves.values()]),
+                "dynamics": ("curve", [r.config.dynamics for r in curves.values()])},
+        attrs=settings_attrs(S, engine=", ".join(engines), seeds=S["seed"],
+                             runs={k: r.config.to_dict() for k, r in curves.items()}))
+    ds.attrs.update(tol=TOL, published=int(presets.is_published(NAME, S)),
+                    commands="\n".join(train_command(r.config) for r in curves.values()))
+    ds.wall_time.attrs["units"] = "s"
+    ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
+                                             f"(diagnostics.saddle_levels, tol {TOL})")
+    return ds
+
+
+def flow_gap(ds) -> float | None:
+    """The largest |population GD − population flow| over the run (None when the flow was not integrated)."""
+    if FLOW not in ds.curve.values:
+        return None
+    return float(np.abs(ds.train_loss.sel(curve=GD) - ds.train_loss.sel(curve=FLOW)).max())
+
+
+def plateau_gaps(ds) -> dict:
+    """For each curve that rested at a saddle, the largest |plateau level − L(M_m)| over its plateaus."""
+    gaps = np.abs(ds.plateau_level - ds.plateau_theory)
+    return {str(c): float(gaps.sel(curve=c).max()) for c in ds.curve.values
+            if np.isfinite(gaps.sel(curve=c)).any()}
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: each curve's plateau at each saddle it rested at beside the theory's level, and the largest
+    gap between population gradient descent and the flow (with ``flow``)."""
+    rows = []
+    for c in ds.curve.values:
+        for m in ds.m.values:
+            level = float(ds.plateau_level.sel(curve=c, m=m))
+            if np.isfinite(level):
+                rows.append(dict(key=f"plateau.{_slug(str(c))}.M{m}", quantity=f"{c}: plateau L(M_{m})",
+                                 theory=float(ds.plateau_theory.sel(m=m)), reproduced=level))
+    gap = flow_gap(ds)
+    if gap is not None:
+        rows.append(dict(key="max_gap.population_gd_flow", quantity="max |population GD − population flow| (loss)",
+                         theory=0.0, reproduced=gap))
+    return rows
+
+
+def summary(ds) -> str:
+    """The page's sentence on the plateaus' distance from the theory (and on the flow, where it was integrated)."""
+    gaps = plateau_gaps(ds)
+    text = "; ".join(f"{k}: {v:.3f}" for k, v in gaps.items())
+    gap = flow_gap(ds)
+    return ("This run, largest gap between a plateau and the theory's level: " + (text or "no plateau detected") + "."
+            + (f" Largest gap between population GD and the flow over the run: {gap:.2g}." if gap is not None else ""))
+
+
+def words(ds) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``)."""
+    import json
+
+    S = json.loads(ds.attrs["settings"])
+    run = json.loads(ds.attrs["runs"])[GD]
+    finite = [int(P) for P in ds.trainset_size.values if np.isfinite(P)]
+    flow = FLOW in ds.curve.values
+    sets = (f"on finite training sets of {len(finite)} sizes, P = {list_words(finite)}" if len(finite) > 1 else
+            f"on a finite training set of P = {finite[0]} sequences" if finite else "")
+    lead = "by gradient descent and by gradient flow" if flow else "by gradient descent"
+    trained = f"{lead}, and {sets}" if sets else lead
+    caption = ["gradient descent on the population loss (black)"]
+    if flow:
+        caption.append("gradient flow on the same loss (orange, dashed)")
+    if finite:
+        caption.append(f"gradient descent on P training sequences (P = {list_words(finite)})")
+    samples = S["population_samples"]
+    return dict(rank=run["rank"], seed=run["seed"], H=run["head_num"], D=run["in_dim"], init=f"{run['init']:g}",
+                lr=f"{run['lr']:g}", epoch=run["epoch"], trained=trained, n_ways=ds.sizes["curve"],
+                caption=", ".join(caption[:-1]) + (" and " if len(caption) > 1 else "") + caption[-1],
+                ways=", ".join(str(c) for c in ds.curve.values), finite_P=list_words(finite) if finite else "none",
+                tol=ds.attrs["tol"], summary=summary(ds),
+                samples=f"estimated from {samples} fresh sequences" if samples else "exact",
+                timings=", ".join(f"{c} {t:.1f} s" for c, t in zip(ds.curve.values, ds.wall_time.values)))
+
+
+def plot(ds):
+    """Every curve's training loss with the theory's population plateaus on a second axis."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import plateau_labels, theory_axis
+
+    styles = {GD: dict(color="black", linewidth=2.2), FLOW: dict(color="tab:orange", linestyle="--", linewidth=1.3)}
+    finite = iter(["tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown", "tab:pink"])
+    step, levels = ds.step.values, ds.plateau_theory.values
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+    for c in ds.curve.values:
+        style = styles.get(str(c)) or dict(color=next(finite, "0.4"), linewidth=1.1)
+        ax.plot(step, ds.train_loss.sel(curve=c).values, label=str(c), **style)
+    ax.set_xlim(step[0], step[-1])
+    ax.set_ylim(0, 1.08 * levels[0])
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    fig.legend(loc="outside lower center", ncols=3)
+    theory_axis(ax, levels, plateau_labels(len(levels)))
+    return fig
