@@ -151,3 +151,29 @@ def test_population_beside_finite_sets_at_settings_the_paper_never_used():
     said = population.words(alone)
     assert said["trained"] == "by gradient descent" and said["finite_P"] == "none" and "flow" not in said["caption"]
     np.testing.assert_array_equal(alone.train_loss.sel(curve=population.GD), ds.train_loss.sel(curve=population.GD))
+
+
+# ---------------------------------------------------------------- beyond the paper: a reader's own experiment
+
+from linattn.companion.figures import own_experiment  # noqa: E402
+
+
+def test_own_experiment_on_a_spectrum_of_two_from_given_weights():
+    # D = 2 (the spectrum's length), H = 2, N + 1 = 17: the first run ends on M_1, the continued one makes the last drop
+    S = own_experiment.settings("quick", spectrum=[0.6, 0.3], head_num=2, trainset_size=20000, seq_len=17, init=0.01,
+                                lr=0.1, epoch=180, epoch_more=240)
+    assert not presets.is_published(own_experiment.NAME, S)
+    ds = own_experiment.compute(S, weights=own_experiment.example_weights(S))
+    assert ds.train_loss.dims == ("step",) and ds.sizes == {"step": 420, "m": 3, "direction": 2}
+    assert int((ds.run == "first").sum()) == 180 and ds.attrs["weights"] == "given"
+    rows = keyed(own_experiment.numbers(ds))
+    levels = ds.plateau_theory.values
+    assert levels[0] == pytest.approx(0.9)  # L(M_0) = tr Λ of the spectrum given
+    assert set(nearest_own_level(rows, levels)) == {"plateau.M0", "plateau.M1", "plateau.M2"}
+    assert rows["final_loss.continued"]["abs_error"] < own_experiment.TOL
+    # the continued run starts from the weights the first returned: one more step of the same descent
+    first_end, start = float(ds.first_end_loss), float(ds.continued_start_loss)
+    assert start <= first_end and first_end - start < 1e-3
+    said = own_experiment.words(ds)
+    assert (said["spectrum"], said["epoch"], said["epoch_more"], said["H"]) == ("0.6 and 0.3", 180, 240, 2)
+    assert "Plateaus found" in own_experiment.summary(ds) and "linattn.run(" in own_experiment.recipe()
