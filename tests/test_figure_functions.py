@@ -177,3 +177,139 @@ def test_own_experiment_on_a_spectrum_of_two_from_given_weights():
     said = own_experiment.words(ds)
     assert (said["spectrum"], said["epoch"], said["epoch_more"], said["H"]) == ("0.6 and 0.3", 180, 240, 2)
     assert "Plateaus found" in own_experiment.summary(ds) and "linattn.run(" in own_experiment.recipe()
+
+
+# ---------------------------------------------------------------- Figures 3a, 3b, 3c and the diagnostics and PCR pages
+
+from linattn.companion.figures import diagnostics_page, fig03a, fig03b, fig03c, pcr  # noqa: E402
+
+# One tiny rank-one ATTN_S run at settings the paper never used (D = 3, H = 4, P = 300, a large start and steps: its
+# drops come within 300 steps), which the five pages share through one run store, as their presets share seed 0.
+TINY_3A = dict(in_dim=3, head_num=4, trainset_size=300, init=0.05, lr=0.05, epoch=300, snapshot_every=10)
+
+
+@pytest.fixture(scope="module")
+def fig03_store(tmp_path_factory):
+    return tmp_path_factory.mktemp("fig03_runs")
+
+
+@pytest.fixture
+def fig03_runs(fig03_store, monkeypatch):
+    """The run store the five pages share in these tests (a temporary folder of this module's own)."""
+    monkeypatch.setenv("LINATTN_RUNS_DIR", str(fig03_store))
+    return fig03_store
+
+
+def seed0(module):
+    """``module``'s dataset on the shared tiny run (seed 0)."""
+    S = module.settings("quick", seed=0, **TINY_3A)
+    assert not presets.is_published(module.NAME, S)
+    ds = module.compute(S)
+    assert ds.attrs["run_key"] and json.loads(ds.attrs["settings"]) == S
+    return ds
+
+
+def test_fig03a_at_settings_the_paper_never_used(fig03_runs):
+    S = fig03a.settings("quick", seeds=[0], epoch_extended=350, epoch_streams=300, **TINY_3A)
+    assert not presets.is_published(fig03a.NAME, S)
+    ds = fig03a.compute(S)
+    assert ds.train_loss.dims == ("seed", "step") and ds.sizes["step"] == 350 and ds.attrs["window"] == 300
+    assert ds.drop_step.dims == ds.drop_step_streams.dims == ("seed", "direction")
+    assert ds.plateau_level.dims == ("seed", "m") and (ds.sizes["direction"], ds.sizes["m"]) == (3, 4)
+    rows = keyed(fig03a.numbers(ds))
+    assert all(r["paper"] is None for r in rows.values()) and fig03a.comparison(ds) == []
+    found = {k: r for k, r in rows.items() if k.startswith("plateau.") and r["reproduced"] is not None}
+    assert found, rows
+    nearest_own_level(found, ds.plateau_theory.values)
+    # drops counted never exceed the directions, come in order, and the window's count is the drop steps' own
+    drops = ds.drop_step.sel(seed=0).values
+    assert np.isfinite(drops).sum() <= 3 and np.all(np.diff(drops[np.isfinite(drops)]) >= 0)
+    assert (ds.directions_learned <= ds.sizes["direction"]).all()
+    assert int(ds.directions_learned.sel(seed=0)) == int((drops < ds.attrs["window"]).sum())
+    assert rows["seeds_with_every_drop.window"]["quantity"].startswith("seeds showing all 3 drops")
+    assert set(rows) >= {"final_loss.extended", "drop_step.median.d3"} and "drop_step.median.d4" not in rows
+    said = fig03a.words(ds)
+    assert "H = 4 heads" in said["settings"] and "D = 3" in said["settings"] and said["D"] == 3
+    assert said["streams"].startswith(("the drop steps", "no drop"))
+    assert len(fig03a.drop_table(ds).rows) == 3
+    fig03a.plot(ds)
+
+
+def test_fig03b_value_weights_on_the_shared_run(fig03_runs):
+    ds = seed0(fig03b)
+    assert ds.value.dims == ds.value_ode.dims == ("step", "head") and ds.learner.dims == ("direction",)
+    assert dict(ds.sizes) == {"step": 300, "head": 4, "direction": 3}
+    rows = keyed(fig03b.numbers(ds))
+    assert all(r["paper"] is None for r in rows.values()) and "paper" not in fig03b.table(ds).columns
+    heads = [int(h) for h in ds.learner.values if h > 0]
+    assert len(set(heads)) == len(heads) <= 3  # one direction per learning head, never more than the directions
+    learned = [int(d) for d, h in zip(ds.direction.values, ds.learner.values) if h > 0]
+    assert {k for k in rows if k.startswith("final_value.")} == {f"final_value.e{d}" for d in learned}
+    for d in learned:  # a learning head ends above half its direction's final value, and its ODE is drawn
+        assert float(ds.final_value.sel(direction=d)) > 0.5 * float(ds.final_value_theory.sel(direction=d))
+        assert np.isfinite(ds.value_ode.sel(head=int(ds.learner.sel(direction=d)))).any()
+    for h in set(range(1, 5)) - set(heads):
+        assert np.isnan(ds.value_ode.sel(head=h)).all()
+    said = fig03b.words(ds)
+    assert "H = 4 heads" in said["settings"] and "of the 4 heads" in said["heads"]
+
+
+def test_fig03c_alignment_on_the_shared_run(fig03_runs):
+    ds = seed0(fig03c)
+    assert ds.key_alignment.dims == ("step", "head", "direction") and ds.drop_step.dims == ("direction",)
+    assert list(ds.step.values) == list(range(0, 301, 10))  # every snapshot, the last step included
+    assert float(ds.key_alignment.min()) >= 0 and float(ds.query_alignment.max()) <= 1 + 1e-12
+    rows = keyed(fig03c.numbers(ds))
+    order = [int(rows[f"learned.{i}"]["reproduced"]) for i in range(1, 4) if f"learned.{i}" in rows]
+    assert len(set(order)) == len(order) <= 3 and set(order) <= {1, 2, 3}
+    aligned_at_drops = sum(k.startswith("aligned_minus_drop.") for k in rows)
+    assert aligned_at_drops <= min(len(order), int(np.isfinite(ds.drop_step).sum()))
+    assert {k for k in rows if k.startswith("final_alignment.")} == {"final_alignment.e1", "final_alignment.e2",
+                                                                     "final_alignment.e3"}
+    assert fig03c.words(ds)["spare"] == "while the one spare head stays unaligned"  # H = 4 for D = 3
+    assert "run out" in fig03c.words(ds.isel(head=slice(0, 2)))["spare"]  # fewer heads than directions
+    fig03c.plot(ds)
+
+
+def test_the_diagnostics_page_on_the_shared_run(fig03_runs):
+    ds = seed0(diagnostics_page)
+    assert ds.eff_rank.dims == ("step",) and ds.train_loss.dims == ("loss_step",)
+    assert ds.plateau_m.dims == ("plateau",) and ds.eff_rank_theory.dims == ("m",)
+    rows = keyed(diagnostics_page.numbers(ds))
+    levels = ds.plateau_theory.values
+    for p in ds.plateau.values:  # each flat stretch named by a saddle sits nearest that saddle's loss
+        m = int(ds.plateau_m.sel(plateau=p))
+        if m >= 0:
+            assert int(np.argmin(np.abs(levels - float(ds.plateau_level.sel(plateau=p))))) == m
+    for key, r in rows.items():
+        if key.startswith("numerical_rank.M"):
+            m = int(key.split(".M")[1].split(".")[0])
+            assert 1 <= m <= 3 and r["theory"] == m
+    assert rows["drift_max"]["reproduced"] >= 0 and "subspace_dist.final" in rows
+    diagnostics_page.plot(ds)
+
+
+def test_the_pcr_page_on_the_shared_run(fig03_runs):
+    ds = seed0(pcr)
+    assert ds.gap.dims == ("step", "m") and ds.A_learned.dims == ds.A_theory.dims == ("m", "row", "col")
+    rows = keyed(pcr.numbers(ds))
+    rested = [int(m) for m in ds.m.values if np.isfinite(float(ds.mid_step.sel(m=m)))]
+    assert {k for k in rows if k.startswith("gap.")} == {f"gap.M{m}" for m in rested}
+    for m in rested:  # m diagonal entries on M_m; the theory's A_m holds exactly the top m directions
+        assert sum(k.startswith(f"diagonal.M{m}.") for k in rows) == m
+        np.testing.assert_allclose(np.diag(ds.A_theory.sel(m=m)),
+                                   np.where(np.arange(1, 4) <= m, ds.diagonal_theory.values, 0.0), atol=1e-12)
+    assert pcr.summary(ds).startswith("This run: ")
+    pcr.plot(ds)
+
+
+def test_the_five_pages_read_one_run_of_the_store(fig03_runs):
+    from linattn.companion.figures.attn_s_run import seed_run
+    from linattn.companion.runstore import figure_runs
+
+    first = figure_runs(fig03a.settings("quick", seeds=[0], epoch_streams=300, **TINY_3A))[0]
+    pages = {seed_run(m.settings("quick", seed=0, **TINY_3A)).key for m in (fig03b, fig03c, diagnostics_page, pcr)}
+    assert pages == {first.key}
+    log = [json.loads(line) for line in (fig03_runs / "trainings.jsonl").read_text().splitlines()]
+    trained = sum(e["trained_steps"] for e in log if e["key"] == first.key)
+    assert 300 <= trained <= 350  # trained once (and carried on by Figure 3a's extended run), never again

@@ -1,0 +1,157 @@
+"""Beyond the paper: the effective rank of the in-context matrix A(t), the stability of its top singular subspace and
+the drift of the quantities gradient flow conserves, over the seed-0 ATTN_S run of Figure 3a.
+
+The run is Figure 3a's seed 0 from the run store (:func:`~linattn.companion.figures.attn_s_run.seed_run`), with the
+weights recorded every ``snapshot_every`` steps. The measures are those of Mainali & Teixeira (2025), computed on
+each snapshot by ``diagnostics.snapshot_fn`` and ``diagnostics.tidy`` from A(t) = Σ_i v_i k_i q_iᵀ (paper
+normalisation) and the weights. What the theory implies for them: on the plateau after m drops the model sits near
+the saddle M_m, where A has exactly m non-zero singular values (numerical rank m; effective rank that of the PCR
+matrix, ``theory.pcr_weights``); a learned subspace never moves again; gradient flow conserves v_i² − ‖k_i‖² and
+‖k_i‖² − ‖q_i‖² exactly. Each flat stretch of the loss is named by the saddle it sits at
+(``diagnostics.saddle_plateaus``, the one rule), and the measures are taken as their median over it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import diagnostics, theory
+from .. import presets
+from .attn_s_run import describe, seed_run
+from .frame import settings_attrs
+
+NAME = "beyond_diagnostics"
+TOL = 0.03  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_plateaus)
+MEASURES = ("time", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist", "drift_max", "loss_theory")
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The page's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """The measures at every snapshot (``eff_rank``, ``numerical_rank``, ``subspace_dist``, ``drift_max``, …:
+    along ``step``), the training loss at every step (``train_loss`` along ``loss_step``), the theory's effective
+    rank and loss at each saddle (``eff_rank_theory``, ``plateau_theory``: m), and each flat stretch of the loss
+    (``plateau``: its saddle ``plateau_m``, -1 where it sits at none, its first and last step, and the medians of
+    the numerical and effective rank over the snapshots inside it)."""
+    import xarray as xr
+
+    res = seed_run(S)
+    cfg, cov = res.config, res.datasets.cov
+    N, D = cfg.N, cov.shape[0]
+    snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize))
+    tab = diagnostics.tidy(snapshots, cov, N, lr=cfg.lr, normalize=cfg.normalize, model=cfg.model)
+    levels = theory.plateau_losses(cov, N)
+    loss = res.history.train_loss
+    sp = diagnostics.saddle_plateaus(loss, levels, tol=TOL)
+    medians = {"numerical_rank": [], "eff_rank": []}
+    for a, b in zip(sp.plateaus.starts, sp.plateaus.ends):
+        inside = (tab["step"] >= a) & (tab["step"] <= b)
+        for k in medians:
+            medians[k].append(float(np.median(tab[k][inside])) if inside.any() else np.nan)
+    ds = xr.Dataset(
+        {**{k: ("step", np.asarray(tab[k], dtype=float)) for k in MEASURES},
+         "train_loss": ("loss_step", loss),
+         "eff_rank_theory": ("m", [diagnostics.effective_rank(theory.pcr_weights(cov, N, m, normalize="mean"))
+                                   for m in range(D + 1)]),
+         "plateau_theory": ("m", levels),
+         "plateau_m": ("plateau", [-1 if m is None else m for m in sp.m]),
+         "plateau_start": ("plateau", sp.plateaus.starts), "plateau_end": ("plateau", sp.plateaus.ends),
+         "plateau_level": ("plateau", sp.plateaus.levels),
+         "numerical_rank_on_plateau": ("plateau", medians["numerical_rank"]),
+         "eff_rank_on_plateau": ("plateau", medians["eff_rank"])},
+        coords={"step": tab["step"], "loss_step": res.history.step, "m": np.arange(D + 1),
+                "plateau": np.arange(len(sp.m))},
+        attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
+    ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
+    ds.attrs.update(tol=TOL, snapshot_every=int(S["snapshot_every"]))
+    ds.eff_rank.attrs["description"] = "exp of the entropy of the normalised singular values of A(t)"
+    ds.numerical_rank.attrs["description"] = "singular values of A(t) above 5 % of the largest"
+    ds.subspace_dist.attrs["description"] = "distance of A(t)'s top singular subspace to the final A's"
+    ds.drift_max.attrs["description"] = "largest relative drift of the conserved quantities over heads"
+    ds.plateau_m.attrs["description"] = "the saddle M_m the stretch sits at (diagnostics.saddle_plateaus), -1: none"
+    return ds
+
+
+def _plateaus(ds) -> list[tuple[int, int]]:
+    """(plateau index, m) of the flat stretches at a saddle after the first drop with snapshots inside them (on
+    M_0, A is the tiny random start: its rank says nothing)."""
+    return [(int(p), int(m)) for p, m in zip(ds.plateau.values, ds.plateau_m.values)
+            if m > 0 and np.isfinite(float(ds.numerical_rank_on_plateau.sel(plateau=p)))]
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: the numerical and effective rank of A on each plateau beside the theory's at its saddle,
+    the final distance of the top subspace to the final one and the largest conservation drift."""
+    rows, seen = [], {}
+    for p, m in _plateaus(ds):
+        seen[m] = seen.get(m, 0) + 1
+        again = "" if seen[m] == 1 else f".{seen[m]}"  # a saddle the curve rests at twice (a stretch cut in two)
+        rows.append(dict(key=f"numerical_rank.M{m}{again}", quantity=f"numerical rank of A on plateau M_{m}",
+                         theory=m, reproduced=ds.numerical_rank_on_plateau.sel(plateau=p)))
+        rows.append(dict(key=f"eff_rank.M{m}{again}", quantity=f"effective rank of A on plateau M_{m}",
+                         theory=ds.eff_rank_theory.sel(m=m), reproduced=ds.eff_rank_on_plateau.sel(plateau=p)))
+    rows.append(dict(key="subspace_dist.final", quantity="subspace distance to final, last snapshot", theory=0.0,
+                     reproduced=float(ds.subspace_dist[-1])))
+    rows.append(dict(key="drift_max", quantity="max relative conservation drift over the run (gradient flow: 0)",
+                     theory=0.0, reproduced=float(ds.drift_max.max())))
+    return rows
+
+
+def summary(ds) -> str:
+    """The page's sentence on this run: the numerical rank on each plateau it settled on, the final subspace
+    distance and the largest drift."""
+    found = "; ".join(f"$\\mathcal{{M}}_{{{m}}}$: {float(ds.numerical_rank_on_plateau.sel(plateau=p)):g} (theory {m})"
+                      for p, m in _plateaus(ds))
+    last, drift = float(ds.subspace_dist[-1]), float(ds.drift_max.max())
+    return ("This run: numerical rank of $A$ on the plateaus it settled on: "
+            + (found or "no plateau after the first was detected")
+            + f". Distance of the top subspace to the final one at the last snapshot: {last:.2g}; "
+            f"largest relative conservation drift over the run: {drift:.2g}.")
+
+
+def words(ds) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``)."""
+    import json
+
+    run = json.loads(ds.attrs["runs"])["attn_s"]
+    return dict(rank=run["rank"], seed=run["seed"], snapshot_every=ds.attrs["snapshot_every"],
+                settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
+
+
+def plot(ds):
+    """(a) effective and numerical rank of A(t) with the loss behind and the theory's effective rank at each saddle
+    (dotted); (b) distance of the top subspace to the final one; (c) the largest relative conservation drift."""
+    import matplotlib.pyplot as plt
+
+    s, L = ds.loss_step.values, ds.train_loss.values
+    step = ds.step.values
+    fig, axes = plt.subplots(3, 1, figsize=(6.4, 6.6), sharex=True)
+    ax = axes[0]
+    ax.plot(step, ds.eff_rank, color="black", label="effective rank of $A$")
+    ax.plot(step, ds.numerical_rank, color="tab:orange", linestyle="--", label="numerical rank")
+    for e in ds.eff_rank_theory.values:
+        ax.axhline(e, color="0.45", linestyle=":", linewidth=1.0, zorder=0)
+    ax.set_ylabel("rank")
+    ax.set_title("(a) spectral rank of $A(t)$")
+    ax.legend(loc="lower right")
+    ax2 = ax.twinx()
+    ax2.plot(s, L, color="tab:blue", alpha=0.35, linewidth=1.0)
+    ax2.set_ylabel("loss", color="tab:blue")
+    ax2.spines["right"].set_visible(True)
+    ax = axes[1]
+    ax.plot(step, ds.subspace_dist, color="black")
+    ax.set_ylabel("distance to final\ntop subspace")
+    ax.set_title("(b) subspace stability")
+    ax = axes[2]
+    ax.semilogy(step, np.maximum(ds.drift_max.values, 1e-8), color="black")
+    ax.set_ylim(bottom=1e-8)
+    ax.set_ylabel("max relative\nconservation drift")
+    ax.set_title("(c) conservation-law drift")
+    for ax in axes:
+        ax.set_xlim(s[0], s[-1])
+    axes[-1].set_xlabel("step")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,213 @@
+"""Figure 3a: rank-one ATTN_S steps down through the saddles M_0 → M_1 → … → M_D, one eigen-direction of the input
+covariance per drop, largest eigenvalue first (paper Section 5).
+
+One run per seed over the published window (the settings' ``epoch``), carried on to ``epoch_extended`` steps
+through the run store (the first ``epoch`` losses of the longer run are the window run's: gradient descent depends
+on the weights alone; seed 0 is the run Figures 3b, 3c and the diagnostics and PCR pages read). The theory: the
+saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``) and an escape-time estimate of each drop's step
+(``theory.attn_s_drop_steps``). Measured: the step of each drop (``diagnostics.drop_steps``: the first step below
+the midpoint of two consecutive saddle losses), the flat stretches named by the saddle they sit at
+(``diagnostics.saddle_levels``, the one rule), and, for comparison, the drop steps of the same settings drawn from
+linattn's own random streams.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ... import diagnostics, theory
+from ...config import RunConfig
+from .. import presets, published
+from ..commands import train_command
+from ..output import ESTIMATE, MarkdownTable, median_and_range, words as list_words
+from ..runstore import figure_runs, stored_run
+from .attn_s_run import describe
+from .frame import settings_attrs
+
+NAME = "fig03a_attns_loss"
+TOL = 0.03  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_levels)
+_HORIZONS = ("seeds", "epoch_extended", "epoch_streams", "snapshot_every")  # settings that are not a run's
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """Every seed's training loss over the extended run (``train_loss``: seed × step; the published window is its
+    first ``window`` steps) with what is measured on it: the step of each drop (``drop_step``: seed × direction,
+    NaN where it never comes), the same for the runs drawn from linattn's streams (``drop_step_streams``), the
+    level of the flat stretch at each saddle within the window (``plateau_level``: seed × m, NaN where none sits
+    there), the directions learned within the window and the final loss; the theory's saddle losses
+    (``plateau_theory``: m), eigenvalues and escape-time estimates (``drop_step_theory``: direction)."""
+    import xarray as xr
+
+    window, horizon = S["epoch"], presets.horizons(S)
+    runs = [r.extended(horizon) for r in figure_runs(S)]
+    step, loss = runs[0].history.step, np.array([r.history.train_loss for r in runs])
+    cfg, cov = runs[0].config, runs[0].datasets.cov
+    levels = theory.plateau_losses(cov, cfg.N)
+    D = len(levels) - 1
+    base = {k: v for k, v in S.items() if k not in _HORIZONS}
+    streams = [stored_run(RunConfig(seed=s, **dict(base, draws="streams", epoch=max(window, S["epoch_streams"]))))
+               for s in S["seeds"]]
+    estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=cfg.rank, head_num=cfg.head_num,
+                                        init_scheme=cfg.init_scheme, normalize=cfg.normalize)
+    in_window = [dataclasses.replace(r.config, epoch=window) for r in runs]  # the commands of the window
+    ds = xr.Dataset(
+        {"train_loss": (("seed", "step"), loss),
+         "drop_step": (("seed", "direction"), [diagnostics.drop_steps(L, levels, step) for L in loss]),
+         "drop_step_streams": (("seed", "direction"),
+                               [diagnostics.drop_steps(r.history.train_loss, levels) for r in streams]),
+         "plateau_level": (("seed", "m"), [diagnostics.saddle_levels(L[:window], levels, tol=TOL) for L in loss]),
+         "directions_learned": ("seed", [diagnostics.directions_learned(L[:window], levels, step[:window])
+                                         for L in loss]),
+         "final_loss": ("seed", loss[:, -1]),
+         "plateau_theory": ("m", levels),
+         "eigenvalue": ("direction", theory.spectrum(cov)[0]),
+         "drop_step_theory": ("direction", estimate)},
+        coords={"seed": list(S["seeds"]), "step": step, "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
+        attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seeds"],
+                             runs={str(c.seed): c.to_dict() for c in in_window}))
+    ds.attrs.update(window=int(window), horizon=int(horizon), tol=TOL, published=int(presets.is_published(NAME, S)),
+                    commands="\n".join(train_command(c) for c in in_window),
+                    run_keys="\n".join(r.key for r in runs))  # the run store's entries, by seed
+    ds.train_loss.attrs["description"] = "training loss; the published window is the first `window` steps"
+    ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
+    ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m within the window "
+                                             f"(diagnostics.saddle_levels, tol {TOL})")
+    return ds
+
+
+def _mean(values) -> float:
+    """The mean of the finite ``values``, NaN where none is (without numpy's warning on an empty slice)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else float("nan")
+
+
+def comparison(ds) -> list[dict]:
+    """Our drops paired one to one with the crossings of the published curves, the count still on M_3 at the
+    window's end and the plateau levels read off the image (only at the published settings: [] otherwise)."""
+    if not ds.attrs["published"]:
+        return []
+    drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}
+    return published.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values])
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: each saddle's plateau level (mean over the seeds where one was found) and the final loss of
+    the extended run beside the theory (and the paper's values at the published settings), the seeds that made
+    every drop within the window, each drop's median step beside its escape-time estimate, and the comparison with
+    the published curves."""
+    paper = bool(ds.attrs["published"])
+    D, window, n = ds.sizes["direction"], ds.attrs["window"], ds.sizes["seed"]
+    rows = []
+    for m in ds.m.values:
+        vals = ds.plateau_level.sel(m=m).values
+        seen = int(np.isfinite(vals).sum())
+        rows.append(dict(key=f"plateau.M{m}",
+                         quantity=f"plateau L(M_{m}) (published window; mean over {seen}/{n} seeds where detected)",
+                         paper=published.FIG3A_PLATEAUS[m] if paper else None, theory=ds.plateau_theory.sel(m=m),
+                         reproduced=_mean(vals) if seen else None))
+    rows.append(dict(key="seeds_with_every_drop.window",
+                     quantity=f"seeds showing all {D} drops within the published window ({window} steps)",
+                     paper=n - published.FIG3A_STILL_ON_M3 if paper else None,
+                     reproduced=int((ds.directions_learned == D).sum())))
+    rows.append(dict(key="final_loss.extended", quantity="final loss, extended run (mean over all seeds)",
+                     paper=published.FIG3A_PLATEAUS[-1] if paper else None, theory=ds.plateau_theory.isel(m=-1),
+                     reproduced=float(ds.final_loss.mean())))
+    for d in ds.direction.values:
+        t = ds.drop_step.sel(direction=d).values
+        t = t[np.isfinite(t)]
+        rows.append(dict(key=f"drop_step.median.d{d}",
+                         quantity=f"step of drop {d}, median over {t.size} seeds (theory: escape-time estimate "
+                                  f"τ/(λ_{d}² v₀), an order of magnitude only)",
+                         theory=ds.drop_step_theory.sel(direction=d),
+                         reproduced=float(np.median(t)) if t.size else None, verdict=ESTIMATE))
+    return rows + published.number_rows(comparison(ds))
+
+
+def summary(ds) -> str:
+    """The page's sentences on how the run compares with the published curves (at the published settings) or that
+    it is not compared."""
+    compared = comparison(ds)
+    text = published.summary(compared, published.FIG3A_IMAGE)
+    if compared:
+        text += ("\n\nOne source of difference is known: numpy draws the tokens through an SVD of $\\Lambda$ whose "
+                 "singular-vector signs depend on the LAPACK library, and the first two drops, which learn the two "
+                 "largest directions, depend on those signs least.")
+    return text
+
+
+def drop_table(ds) -> MarkdownTable:
+    """Each drop's median step and range over the seeds, with the authors' draws and with linattn's streams,
+    beside the escape-time estimate."""
+    return MarkdownTable(
+        [dict(drop=int(d), reference=median_and_range(ds.drop_step.sel(direction=d)),
+              streams=median_and_range(ds.drop_step_streams.sel(direction=d)),
+              estimate=float(ds.drop_step_theory.sel(direction=d))) for d in ds.direction.values],
+        {"drop": "drop", "reference": "reference draws: median (range)", "streams": "own streams: median (range)",
+         "estimate": "escape-time estimate"}, {"estimate": ".0f"})
+
+
+def _streams_words(ds) -> str:
+    """Which drop moves most between the authors' draws and linattn's streams, in words."""
+    ref = np.array([np.nanmedian(v) if np.isfinite(v).any() else np.nan for v in ds.drop_step.values.T])
+    own = np.array([np.nanmedian(v) if np.isfinite(v).any() else np.nan for v in ds.drop_step_streams.values.T])
+    with np.errstate(divide="ignore", invalid="ignore"):  # a drop at step 0 or never: no relative move
+        moved = np.abs(own - ref) / ref
+    if not np.isfinite(moved).any():
+        return "no drop is made with both kinds of draws within the runs, so their steps cannot be compared"
+    if np.nanmax(moved) == 0:
+        return "the drop steps are the same (these runs draw from linattn's streams already)"
+    d = int(np.nanargmax(moved))
+    lam = float(ds.eigenvalue.isel(direction=d))
+    median = f"median step {ref[d]:.0f} with the authors' draws, {own[d]:.0f} with linattn's streams"
+    if d == ds.sizes["direction"] - 1:
+        return (f"the drop steps move, most of all the last ({median}): how long a free head takes to pick up the "
+                f"smallest direction (λ = {lam:g}) depends on how much of its small random initial weight happens "
+                "to lie along it")
+    return (f"the drop steps move, most of all drop {d + 1} ({median}; the direction of λ = {lam:g}): how long a "
+            "free head takes to pick up a direction depends on how much of its small random initial weight happens "
+            "to lie along it")
+
+
+def words(ds) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``)."""
+    run = next(iter(_runs(ds).values()))
+    estimate = ds.drop_step_theory.values
+    return dict(H=run["head_num"], D=ds.sizes["direction"], n_seeds=ds.sizes["seed"],
+                eigenvalues=list_words(np.round(ds.eigenvalue.values, 4)),
+                settings=describe(run, seeds=[int(s) for s in ds.seed.values]),
+                window=ds.attrs["window"], horizon=ds.attrs["horizon"], tol=ds.attrs["tol"],
+                escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds))
+
+
+def _runs(ds) -> dict:
+    import json
+
+    return json.loads(ds.attrs["runs"])
+
+
+def plot(ds):
+    """Left: the training loss of every seed in the published window; right: the same runs carried on, on a
+    logarithmic step axis (dashed red: the window's end); dotted: the saddle losses L(M_0) … L(M_D)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import log_axis_start, log_thin, loss_panel
+
+    window, step, loss = ds.attrs["window"], ds.step.values, ds.train_loss.values
+    levels = ds.plateau_theory.values
+    fig, (ax, ax_ext) = plt.subplots(1, 2, figsize=(6.6, 3.4))
+    loss_panel(ax, step[:window], loss[:, :window], levels, title=f"published window ({window} steps)")
+    thin = log_thin(len(step))  # a log axis resolves a few thousand samples; this keeps the SVG/PDF small
+    loss_panel(ax_ext, step[thin], loss[:, thin], levels, log_steps=True, mark_step=window - 1,
+               title=f"extended run ({len(step)} steps)")
+    ax_ext.set_xlim(left=log_axis_start(ds.drop_step.isel(direction=0).values, len(step)))
+    ax.set_ylabel("training loss")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,160 @@
+"""Figure 3c: in the seed-0 ATTN_S run of Figure 3a each head's key and query turn to one eigenvector of the input
+covariance, largest eigenvalue first, each at a drop of the loss (paper Section 5).
+
+The run is Figure 3a's seed 0 from the run store (:func:`~linattn.companion.figures.attn_s_run.seed_run`), with the
+weights recorded every ``snapshot_every`` steps. Measured on each snapshot: the overlap of every head's key and query
+with each eigenvector, |e_dᵀ k_h| / ‖k_h‖ (``events.vector_alignment``); a direction counts as learned at the first
+snapshot where some head's key and query both overlap it by more than :data:`ALIGNED`
+(``events.first_crossings``, ``events.first_learner``), and is set beside the step of the loss's drop
+(``diagnostics.drop_steps``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import diagnostics, events, theory
+from .. import presets
+from ..output import MarkdownTable
+from .attn_s_run import describe, seed_run
+from .frame import settings_attrs
+
+NAME = "fig03c_attns_alignment"
+ALIGNED = 0.9  # a head has learned e_d when its key's and its query's overlaps with e_d both exceed this
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """The overlaps of every head's key and query with each eigenvector (``key_alignment``, ``query_alignment``:
+    step × head × direction, at the snapshots), and per direction: the step of the loss's drop that learns it
+    (``drop_step``, NaN where it never comes), the head that first aligned with it and when (``aligned_head``: 0
+    where none did; ``aligned_step``), the order in which it was learned (``learned_order``: 1 for the first; 0:
+    never) and its best final alignment over heads (``final_alignment``: the smaller of key and query)."""
+    import xarray as xr
+
+    res = seed_run(S)
+    cfg, cov = res.config, res.datasets.cov
+    D = cov.shape[0]
+    levels = theory.plateau_losses(cov, cfg.N)
+    snaps = res.history.snapshots
+    step = np.array([s for s, _ in snaps])
+    key = np.array([events.vector_alignment(w["W_K"], cov) for _, w in snaps])  # (snapshots, H, D)
+    query = np.array([events.vector_alignment(w["W_Q"], cov) for _, w in snaps])
+    both = np.minimum(key, query)  # a head is aligned with e_d when its key and its query are
+    first = events.first_learner(events.first_crossings(both, ALIGNED, step))  # {direction: (head, step)}
+    order = [d for _, d in sorted((s, d) for d, (_, s) in first.items())]  # by the step aligned
+    aligned_head, aligned_step, learned_order = np.zeros(D, dtype=int), np.full(D, np.nan), np.zeros(D, dtype=int)
+    for i, d in enumerate(order):
+        aligned_head[d], aligned_step[d], learned_order[d] = first[d][0] + 1, first[d][1], i + 1
+    H = key.shape[1]
+    ds = xr.Dataset(
+        {"key_alignment": (("step", "head", "direction"), key),
+         "query_alignment": (("step", "head", "direction"), query),
+         "drop_step": ("direction", diagnostics.drop_steps(res.history.train_loss, levels)),
+         "aligned_head": ("direction", aligned_head), "aligned_step": ("direction", aligned_step),
+         "learned_order": ("direction", learned_order), "final_alignment": ("direction", both[-1].max(axis=0)),
+         "eigenvalue": ("direction", theory.spectrum(cov)[0])},
+        coords={"step": step, "head": np.arange(1, H + 1), "direction": np.arange(1, D + 1)},
+        attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
+    ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
+    ds.attrs.update(aligned=ALIGNED, snapshot_every=int(S["snapshot_every"]))
+    ds.key_alignment.attrs["description"] = "|e_d^T k_h| / |k_h|: the key of head h against eigenvector e_d"
+    ds.query_alignment.attrs["description"] = "|e_d^T q_h| / |q_h|: the query of head h against eigenvector e_d"
+    ds.drop_step.attrs["description"] = "drop d of the loss: first step below the midpoint of L(M_{d-1}), L(M_d)"
+    return ds
+
+
+def _order(ds) -> list[int]:
+    """The directions (from 1) in the order they were learned."""
+    learned = [(int(o), int(d)) for d, o in zip(ds.direction.values, ds.learned_order.values) if o > 0]
+    return [d for _, d in sorted(learned)]
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: which direction was learned i-th (theory: the i-th largest), how far each alignment lies
+    from the matching drop of the loss, and each direction's best final alignment."""
+    rows = []
+    drops = ds.drop_step.values
+    for i, d in enumerate(_order(ds)):
+        h, s = int(ds.aligned_head.sel(direction=d)), float(ds.aligned_step.sel(direction=d))
+        rows.append(dict(key=f"learned.{i + 1}", quantity=f"direction learned {i + 1}. (1 = largest eigenvalue)",
+                         theory=i + 1, reproduced=d))
+        if i < len(drops) and np.isfinite(drops[i]):
+            rows.append(dict(key=f"aligned_minus_drop.{i + 1}",
+                             quantity=f"step head {h} aligns with e_{d} − step of drop {i + 1}",
+                             theory=0.0, reproduced=s - int(drops[i])))
+    for d in ds.direction.values:
+        rows.append(dict(key=f"final_alignment.e{d}",
+                         quantity=f"final alignment with e_{d}, best head (min of key, query)", theory=1.0,
+                         reproduced=float(ds.final_alignment.sel(direction=d))))
+    return rows
+
+
+def table(ds):
+    """The order in which the directions were learned, the head that took each, the step it aligned and the step
+    of the matching drop of the loss (a sentence where none aligned)."""
+    from IPython.display import Markdown
+
+    order, drops = _order(ds), ds.drop_step.values
+    if not order:
+        return Markdown(f"*(No direction reached an overlap of {ds.attrs['aligned']:g} in this run.)*")
+    return MarkdownTable(
+        [dict(order=f"{i + 1}.", direction=f"$e_{d}$", head=int(ds.aligned_head.sel(direction=d)),
+              aligned=float(ds.aligned_step.sel(direction=d)),
+              drop=float(drops[i]) if i < len(drops) and np.isfinite(drops[i]) else None)
+         for i, d in enumerate(order)],
+        {"order": "learned", "direction": "direction", "head": "head", "aligned": "step aligned",
+         "drop": "step of the loss drop"}, {"aligned": ".0f", "drop": ".0f"})
+
+
+def words(ds) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``): the settings, and what the heads beyond
+    the directions do, as a clause that says only what applies at these H and D."""
+    import json
+
+    run = json.loads(ds.attrs["runs"])["attn_s"]
+    H, D = ds.sizes["head"], ds.sizes["direction"]
+    spare = H - D
+    if spare == 1:
+        heads = "while the one spare head stays unaligned"
+    elif spare > 1:
+        heads = f"while the {spare} spare heads stay unaligned"
+    elif spare == 0:
+        heads = "one head for each direction"
+    else:
+        heads = f"until the heads run out: {H} heads can learn only the first {H} of the {D} directions"
+    return dict(rank=run["rank"], seed=run["seed"], H=H, D=D, spare=heads, aligned=ds.attrs["aligned"],
+                settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
+
+
+def plot(ds):
+    """One row per head: the overlaps of its key (left) and query (right) with each eigenvector over the steps;
+    dotted vertical lines at the drops of the loss."""
+    import matplotlib.pyplot as plt
+
+    step, H, D = ds.step.values, ds.sizes["head"], ds.sizes["direction"]
+    colors = plt.cm.viridis(np.linspace(0.0, 0.85, D))
+    drops = [s for s in ds.drop_step.values if np.isfinite(s)]
+    fig, axes = plt.subplots(H, 2, figsize=(6.4, 0.9 + 1.2 * H), sharex=True, sharey=True, squeeze=False,
+                             layout="constrained")
+    for i, h in enumerate(ds["head"].values):
+        for col, (var, name) in enumerate((("key_alignment", "key: $|e_d^\\top k_i| / \\|k_i\\|$"),
+                                           ("query_alignment", "query: $|e_d^\\top q_i| / \\|q_i\\|$"))):
+            ax = axes[i, col]
+            for j, d in enumerate(ds.direction.values):
+                ax.plot(step, ds[var].sel(head=h, direction=d), color=colors[j], linewidth=1.2, label=f"$e_{d}$")
+            for s in drops:
+                ax.axvline(s, color="0.6", linestyle=":", linewidth=0.8, zorder=0)
+            ax.set_ylim(0, 1.05)
+            if i == 0:
+                ax.set_title(name)
+            if col == 0:
+                ax.set_ylabel(f"head {h}")
+            if i == H - 1:
+                ax.set_xlabel("step")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=D)
+    return fig
