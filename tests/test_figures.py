@@ -95,8 +95,13 @@ def test_figure_files(quick_set, name):
     # the numbered figure: one directive, in a markdown cell (figure-first pages put it right after the lead)
     assert sum(f":name: fig-{name}" in c.source for c in nb.cells if c.cell_type == "markdown") == 1
     rows = json.loads((root / name / "numbers.json").read_text())
-    fields = {"quantity", "paper", "theory", "reproduced", "abs_error"}
+    fields = {"key", "quantity", "paper", "theory", "reproduced", "abs_error"}
     assert rows and all(fields <= set(r) <= fields | {"tolerance", "verdict"} for r in rows)
+    keys = [r["key"] for r in rows]
+    assert all(keys) and len(set(keys)) == len(keys), f"{name}: every numbers.json row needs a key of its own"
+    if name != "beyond_error_table" and any(c.cell_type == "code" and "figure(" in c.source for c in nb.cells):
+        # a page computed by a figure module writes its labelled data, and links it under Cite this figure
+        assert (root / name / f"{name}.nc").is_file() and f"{name}.nc>" in nb.cells[-1].source
     prov = json.loads((root / name / "provenance.json").read_text())
     assert prov["figure"] == name and prov["parameters"] and prov["wall_time_s"] >= 0
     # injected parameters reached the notebook: it wrote into the quick root, and the page says so

@@ -541,6 +541,8 @@ def test_cite_block_links_every_file():
     for ext in ("pdf", "png", "csv"):
         assert f"<fig01b_attnm_loss/fig01b_attnm_loss.{ext}>" in text
     assert "<fig01b_attnm_loss/provenance.json>" in text
+    assert ".nc>" not in text  # the labelled dataset is linked where the figure wrote one
+    assert "<fig01b_attnm_loss/fig01b_attnm_loss.nc>" in figures.cite_block("fig01b_attnm_loss", netcdf=True)
     assert "fig-fig01b_attnm_loss" in text and "zhang2025training" in text and "2501.16265" in text
     from linattn import __version__
     assert f"version {__version__}" in text

@@ -160,11 +160,11 @@ def expected_key(name: str, root: Path, src=None) -> str | None:
 
 # ---------------------------------------------------------------- the cite cell
 
-def cite_block(name: str, text: str = "") -> str:
+def cite_block(name: str, text: str = "", *, netcdf: bool = False) -> str:
     """The "Cite this figure" markdown cell appended to every executed figure notebook (paths relative to
     ``<root>``, where the executed notebook lies). A page whose title names a figure of the paper ("# Figure 1b —
     …", the notebook's MyST ``text``) cites that figure by the paper's name."""
-    files = [("PDF", "pdf"), ("PNG", "png"), ("SVG", "svg"), ("CSV", "csv")]
+    files = [("PDF", "pdf"), ("PNG", "png"), ("SVG", "svg"), ("CSV", "csv")] + [("NetCDF", "nc")] * netcdf
     links = [f"{{download}}`{label} <{name}/{name}.{ext}>`" for label, ext in files]
     links.append(f"{{download}}`provenance.json <{name}/provenance.json>`")
     links.append(f"{{download}}`runnable notebook <{name}/{name}.ipynb>`")
@@ -317,7 +317,8 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
         date = datetime.date.today().isoformat()
         at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
         nb.cells.insert(at, nbformat.v4.new_markdown_cell(_badge(params["preset"], overrides, date)))
-        nb.cells.append(nbformat.v4.new_markdown_cell(cite_block(name, text)))
+        nb.cells.append(nbformat.v4.new_markdown_cell(
+            cite_block(name, text, netcdf=(root_p / name / f"{name}.nc").is_file())))
         standalone = nbformat.writes(notebooks.runnable(text, values))
         (root_p / name).mkdir(exist_ok=True)  # a notebook that wrote nothing still gets its runnable copy
         atomic_write(root_p / name / f"{name}.ipynb", lambda f: f.write(standalone))
