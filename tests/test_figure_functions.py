@@ -313,3 +313,39 @@ def test_the_five_pages_read_one_run_of_the_store(fig03_runs):
     log = [json.loads(line) for line in (fig03_runs / "trainings.jsonl").read_text().splitlines()]
     trained = sum(e["trained_steps"] for e in log if e["key"] == first.key)
     assert 300 <= trained <= 350  # trained once (and carried on by Figure 3a's extended run), never again
+
+
+# ---------------------------------------------------------------- Figure 5: softmax ATTN_M and ATTN_S
+
+from linattn.companion.figures import fig05  # noqa: E402
+
+
+def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_ones():
+    # tiny P (the softmax engine runs eagerly below its compile threshold), D = 3, fewer heads, short sequences
+    tiny = dict(in_dim=3, seq_len=9, trainset_size=60, epoch=60)
+    S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100))
+    assert not presets.is_published(fig05.NAME, S)
+    ds = fig05.compute(S)
+    assert ds.train_loss.dims == ("model", "step") and list(ds.model.values) == list(fig05.MODELS)
+    assert ds.sizes["step"] == 100 and ds.sizes["m"] == 4  # the longer run's steps; L(M_0) … L(M_3)
+    assert np.isnan(ds.train_loss.sel(model="attn_m").values[60:]).all()  # the shorter run stops at its end
+    rows = keyed(fig05.numbers(ds))
+    assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s"}
+    assert all(r["paper"] is None for r in rows.values()) and fig05.claims(ds) == []
+    assert "paper" not in fig05.table(ds).columns
+    assert rows["final_loss.attn_m"]["quantity"] == "softmax ATTN_M: final loss (P = 60)"
+    assert rows["final_loss.attn_s"]["theory"] == pytest.approx(float(ds.plateau_theory.sel(model="attn_s", m=3)))
+    for key in fig05.MODELS:  # the rows are what was found; a drop joins two plateaus (a short run may have none)
+        assert rows[f"drops.{key}"]["reproduced"] == int(np.isfinite(ds.drop_step.sel(model=key)).sum())
+        assert max(int(np.isfinite(ds.plateau_level.sel(model=key)).sum()) - 1, 0) == int(ds.drops.sel(model=key))
+    said = fig05.words(ds)
+    assert said["reading"] == "" and "published" not in said["lead_result"]
+    assert said["n"] == 9 and "H = 3 heads" in said["settings_m"] and "D = 3" in said["settings_s"]
+    fig05.plot(ds)
+    # at the published settings (whose runs take minutes: here a tiny run marked so) ATTN_M's count is the claim
+    ds.attrs["published"] = 1
+    rows = keyed(fig05.numbers(ds))
+    assert "drops.attn_m" not in rows
+    assert rows["claim.figure_5"]["quantity"].startswith("softmax ATTN_M: drops detected")
+    assert (rows["claim.figure_5"]["paper"], rows["claim.figure_5"]["reproduced"]) == (1, int(ds.drops[0]))
+    assert "paper" in fig05.table(ds).columns
