@@ -349,3 +349,38 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert rows["claim.figure_5"]["quantity"].startswith("softmax ATTN_M: drops detected")
     assert (rows["claim.figure_5"]["paper"], rows["claim.figure_5"]["reproduced"]) == (1, int(ds.drops[0]))
     assert "paper" in fig05.table(ds).columns
+
+
+# ---------------------------------------------------------------- Figure 14: in-context versus in-weight learning
+
+from linattn.companion.figures import fig14  # noqa: E402
+
+
+def test_fig14_at_settings_the_paper_never_used_draws_one_panel_per_c():
+    S = fig14.settings("quick", in_dim=3, head_num=3, seq_len=9, trainset_size=60, testset_size=60, epoch=80,
+                       lr=0.01, init=0.01, icl_values=[0.0, 0.3, 1.0])
+    assert not presets.is_published(fig14.NAME, S)
+    ds = fig14.compute(S)
+    assert ds.test_icl.dims == ("icl", "step") and list(ds.icl.values) == S["icl_values"]
+    assert ds.sizes["step"] == S["epoch"] and (ds.train_loss_over_start.isel(step=0) == 1).all()
+    D, N = 3, 8  # white covariance: L* = (D + 1)/(N + D + 1)
+    assert float(ds.loss_star) == pytest.approx((D + 1) / (N + D + 1), rel=1e-9)
+    rows = keyed(fig14.numbers(ds))
+    assert len(rows) == 3 * len(S["icl_values"]) and fig14.comparison(ds) == []
+    assert all(r["paper"] is None for r in rows.values())
+    # only c = 1 has a theory value, L*; the README's row is found by its wording
+    assert [k for k, r in rows.items() if r["theory"] is not None] == ["final_test_icl.c_1"]
+    assert rows["final_test_icl.c_1"]["quantity"] == "c=1: final in-context test loss"
+    assert rows["final_test_icl.c_0_3"]["reproduced"] == pytest.approx(float(ds.test_icl.sel(icl=0.3)[-1]))
+    said = fig14.words(ds)
+    assert said["n_panels"] == 3 and "not at the published settings" in said["landmark_note"]
+    assert "H = 3 heads" in said["settings"] and "D = 3" in said["settings"]
+    fig = fig14.plot(ds)
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == [f"$c = {c:.3g}$" for c in S["icl_values"]]
+    assert len(fig14.plot_condensed(ds).axes) == 3
+    # marked as the published settings (their runs take half an hour each): the panels we ran get their readings
+    ds.attrs["published"] = 1
+    rows = keyed(fig14.numbers(ds))
+    published_rows = [k for k in rows if k.startswith("published.")]
+    assert published_rows and {k.split(".")[1] for k in published_rows} == {"c_0", "c_1"}  # no c = 0.3 published
+    assert "Open circles" in fig14.words(ds)["landmark_note"]

@@ -1,0 +1,162 @@
+"""Figure 14: in-context versus in-weight learning (paper appendix).
+
+One ATTN_M run per in-context fraction c (``icl_values``): a fraction c of the training sequences carry a fresh random
+task vector (solvable only in context), the rest share one fixed task vector (solvable from the weights alone). Each
+run records its training loss and two test losses, on held-out sequences with the fixed task vector (in-weight) and
+with fresh ones (in-context). The theory: the minimum L* (``theory.loss_star``; with white covariance
+(D+1)/(N+D+1)), which the in-context test loss reaches when every sequence is in-context (c = 1). At the published
+settings the landmarks read off the published panels are set beside ours (``published.fig14_comparison``) and drawn
+on the panels (``published.fig14_landmarks``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import theory
+from .. import presets, published
+from ..commands import train_command
+from ..output import MarkdownTable, words as list_words
+from ..runstore import figure_runs
+from .attn_s_run import describe
+from .frame import settings_attrs
+
+NAME = "fig14_icl_iwl"
+CURVES = {"train": "train_loss_over_start", "iwl": "test_iwl", "icl": "test_icl"}  # plotting's names → variables
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """Every run's curves over ``icl`` (the in-context fraction c) × ``step``: the training loss (``train_loss``) and
+    the same divided by its first value (``train_loss_over_start``, what the figure draws), the in-weight and the
+    in-context test loss (``test_iwl``, ``test_icl``); the theory's minimum ``loss_star``; the settings, seed, engine
+    and each run's settings (by ``icl=<c>``) and command as attributes."""
+    import xarray as xr
+
+    runs = figure_runs(S)  # one per c, in the order of icl_values
+    train = np.array([r.history.train_loss for r in runs])
+    first = runs[0]
+    ds = xr.Dataset(
+        {"train_loss": (("icl", "step"), train),
+         "train_loss_over_start": (("icl", "step"), train / train[:, :1]),
+         "test_iwl": (("icl", "step"), np.array([r.history.test_iwl for r in runs])),
+         "test_icl": (("icl", "step"), np.array([r.history.test_icl for r in runs])),
+         "loss_star": theory.loss_star(first.datasets.cov, first.config.N)},
+        coords={"icl": [float(c) for c in S["icl_values"]], "step": first.history.step},
+        attrs=settings_attrs(S, engine=first.engine, seeds=S["seed"],
+                             runs={f"icl={r.config.icl:g}": r.config.to_dict() for r in runs}))
+    ds.attrs.update(published=int(presets.is_published(NAME, S)),
+                    commands="\n".join(train_command(r.config) for r in runs))
+    ds.icl.attrs["description"] = "in-context fraction c: the share of training sequences with a fresh task vector"
+    ds.test_iwl.attrs["description"] = "loss on held-out sequences with the fixed task vector (in-weight)"
+    ds.test_icl.attrs["description"] = "loss on held-out sequences with fresh task vectors (in-context)"
+    return ds
+
+
+def curves(ds) -> dict:
+    """The curves by c as the plotting and the published comparison take them: {c: {"train", "iwl", "icl"}}."""
+    return {float(c): {k: ds[v].sel(icl=c).values for k, v in CURVES.items()} for c in ds.icl.values}
+
+
+def _slug(c: float) -> str:
+    return published.slug(f"c={c:g}")
+
+
+def comparison(ds) -> list[dict]:
+    """Each published panel's landmarks beside ours (only at the published settings: [] otherwise)."""
+    return published.fig14_comparison(curves(ds), ds.step.values) if ds.attrs["published"] else []
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: per c the final training loss over its start and the final in-weight and in-context test
+    losses (at c = 1 beside L*), then the comparison with the published panels."""
+    rows = []
+    for c in ds.icl.values:
+        at, c = ds.sel(icl=c), float(c)
+        rows += [dict(key=f"final_train_over_start.{_slug(c)}", quantity=f"c={c:g}: final training loss / start",
+                      reproduced=at.train_loss_over_start[-1]),
+                 dict(key=f"final_test_iwl.{_slug(c)}", quantity=f"c={c:g}: final in-weight test loss",
+                      reproduced=at.test_iwl[-1]),
+                 dict(key=f"final_test_icl.{_slug(c)}", quantity=f"c={c:g}: final in-context test loss",
+                      theory=ds.loss_star if c == 1 else None, reproduced=at.test_icl[-1])]
+    return rows + published.number_rows(comparison(ds))
+
+
+def run_table(ds) -> MarkdownTable:
+    """Our run, panel by panel: the lowest in-weight test loss and where each curve ends."""
+    return MarkdownTable(
+        [dict(c=float(c), train=float(ds.train_loss_over_start.sel(icl=c)[-1]),
+              iwl_low=float(ds.test_iwl.sel(icl=c).min()), iwl_end=float(ds.test_iwl.sel(icl=c)[-1]),
+              icl_end=float(ds.test_icl.sel(icl=c)[-1])) for c in ds.icl.values],
+        {"c": "c", "train": "training loss / start, final", "iwl_low": "in-weight test loss, lowest",
+         "iwl_end": "in-weight test loss, final", "icl_end": "in-context test loss, final"},
+        {"c": "g", "train": ".3f", "iwl_low": ".3f", "iwl_end": ".3f", "icl_end": ".3f"})
+
+
+def _runs(ds) -> dict:
+    import json
+
+    return json.loads(ds.attrs["runs"])
+
+
+def words(ds) -> dict:
+    """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
+    run = next(iter(_runs(ds).values()))
+    cs = [float(c) for c in ds.icl.values]
+    landmark_note = ("Open circles: the landmarks read off the published panels (where a curve crosses a level, its "
+                     "value at a step, its extremes and its end), with their ± or the range of steps they span as "
+                     "horizontal bars; where our line passes through a circle, the reading agrees."
+                     if ds.attrs["published"] else
+                     "This run is not at the published settings, so no published reading is drawn.")
+    return dict(n_panels=len(cs), landmark_note=landmark_note, L_star=float(ds.loss_star), epoch=run["epoch"],
+                paper_epoch=presets.PRESETS[NAME]["paper"]["epoch"], c_values=list_words(cs),
+                settings=describe(run) + (", white input covariance" if run["white_cov"] else "")
+                + f", test sets of {run['testset_size']} sequences each")
+
+
+def commands(ds) -> str:
+    """The commands that trained the curves, as Markdown: a sentence on the initialisation era, then one line each."""
+    era = next(iter(_runs(ds).values()))["init_scheme"]
+    note = ("`--init_scheme jan2025`: the authors' initialisation of January 2025, whose merged-model draws equal "
+            "those of December 2024; the data recipe with `--icl` exists from January 2025 on" if era == "jan2025"
+            else f"`--init_scheme {era}`")
+    return (f"Every curve was trained with one of these commands ({note}):\n\n"
+            + "\n".join(f"* `{c}`" for c in ds.attrs["commands"].splitlines()))
+
+
+def plot(ds):
+    """Figure 14 as the paper draws it: one panel per c with the training loss over its start (black), the
+    in-weight (blue) and in-context (red) test losses and L* (dotted); at the published settings the published
+    readings as open circles (``plotting.plot_icl_panels``)."""
+    from ..plotting import plot_icl_panels
+
+    landmarks = published.fig14_landmarks() if ds.attrs["published"] else None
+    fig, _ = plot_icl_panels(ds.step.values, curves(ds), landmarks=landmarks, L_star=float(ds.loss_star))
+    return fig
+
+
+def plot_condensed(ds):
+    """The same runs laid over each other, one panel per loss (training loss over its start, in-weight and
+    in-context test loss), c as colour, L* dotted on the in-context panel."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import theory_lines
+
+    step = ds.step.values
+    fig, axes = plt.subplots(1, 3, figsize=(6.6, 3.3), sharex=True, sharey=True, layout="constrained")
+    colours = plt.cm.viridis(np.linspace(0.0, 0.9, ds.sizes["icl"]))
+    for colour, c in zip(colours, ds.icl.values):
+        for ax, var in zip(axes, CURVES.values()):
+            ax.plot(step, ds[var].sel(icl=c).values, color=colour, label=f"c = {float(c):g}")
+    theory_lines(axes[2], [float(ds.loss_star)], ["$L^*$"])
+    for ax, title in zip(axes, ["training loss / start", "in-weight test loss", "in-context test loss"]):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_xlim(step[0], step[-1])
+        ax.set_ylim(0, 2.3)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(ds.sizes["icl"], 6))
+    return fig
