@@ -384,3 +384,37 @@ def test_fig14_at_settings_the_paper_never_used_draws_one_panel_per_c():
     published_rows = [k for k in rows if k.startswith("published.")]
     assert published_rows and {k.split(".")[1] for k in published_rows} == {"c_0", "c_1"}  # no c = 0.3 published
     assert "Open circles" in fig14.words(ds)["landmark_note"]
+
+
+# ---------------------------------------------------------------- appendix: white covariance, the analytic course
+
+from linattn.companion.figures import figA_white_cov  # noqa: E402
+
+
+def test_figA_white_cov_at_settings_the_paper_never_used_follows_the_closed_form():
+    S = figA_white_cov.settings("quick", in_dim=3, head_num=3, seq_len=9, trainset_size=200, epoch=300, lr=0.01,
+                                init=0.01, seeds=[1, 2], snapshot_every=7)
+    assert not presets.is_published(figA_white_cov.NAME, S)
+    ds = figA_white_cov.compute(S)
+    assert ds.train_loss.dims == ("seed", "step") and list(ds.seed.values) == [1, 2]
+    # the losses of steps 0 … 299, and the last snapshot: the weights after the last step (no loss recorded there)
+    assert list(ds.step.values) == list(range(301)) and ds.t_over_tau.dims == ("step",)
+    assert np.isnan(ds.train_loss.values[:, -1]).all() and np.isfinite(ds.train_loss.values[:, :-1]).all()
+    recorded = ds.step.values[np.isfinite(ds.sigma.values).all(axis=0)]
+    assert list(recorded) == list(range(0, 300, 7)) + [300]
+    np.testing.assert_array_equal(ds.final_sigma.values, ds.sigma.values[:, -1])
+    D, N = 3, 8
+    c = 1 + (1 + D) / N
+    assert float(ds.sigma_final_theory) == pytest.approx(D / c) and float(ds.loss_star) == pytest.approx(1 - 1 / c)
+    assert ds.loss_theory.isel(step=0).values == pytest.approx(1.0, abs=1e-2)  # near tr Λ = 1 from a small start
+    rows = keyed(figA_white_cov.numbers(ds))
+    assert len(rows) == 8 and all(r["paper"] is None for r in rows.values())
+    for s in (1, 2):  # the drop comes near the time its own start predicts (an estimate: within 30 %)
+        row = rows[f"half_drop_step.seed{s}"]
+        assert row["reproduced"] == pytest.approx(row["theory"], rel=0.3)
+        assert rows[f"max_gap.seed{s}"]["reproduced"] == pytest.approx(
+            float(np.nanmax(np.abs(ds.train_loss - ds.loss_theory).sel(seed=s))))
+    assert "final_paper" not in figA_white_cov.seed_table(ds).columns
+    said = figA_white_cov.words(ds)
+    assert "seeds 1 and 2" in said["settings"] and "earlier" in said["drop_shift"] and said["N"] == N
+    figA_white_cov.plot(ds)

@@ -1,0 +1,181 @@
+"""Appendix: ATTN_M with white input covariance follows the analytic time course (an appendix figure of the paper;
+its number is not confirmed).
+
+With Λ = I/D the theory gives ATTN_M's whole learning curve in closed form: ŷ = σ(t) βᵀx_q with a logistic σ(t)
+rising to σ(∞) = D/c, c = 1 + (1+D)/N (``theory.white_sigma``), and the loss L(σ) = 1 − 2σ/D + cσ²/D²
+(``theory.white_loss``). A random small start is mapped onto the closed form's balanced start through its effective
+initial size a₀ (``diagnostics.attn_m_effective_a0``), with nothing fitted. One run per seed; σ = tr A / D is measured
+on the recorded weight snapshots (``diagnostics.white_sigma``), time in the paper's units t/τ
+(``theory.steps_to_time``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import diagnostics, theory
+from ...models import build_model
+from .. import presets, published
+from ..commands import train_command
+from ..output import MarkdownTable
+from ..runstore import figure_runs
+from .attn_s_run import describe
+from .frame import settings_attrs
+
+NAME = "figA_white_cov"
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """Every seed's training loss and the analytic loss from its own start (``train_loss``, ``loss_theory``: seed ×
+    step), σ = tr A / D at the recorded snapshots (``sigma``: NaN between them) and the analytic σ
+    (``sigma_theory``), with t/τ as a coordinate along ``step``; per seed the effective initial size ``a0``, the
+    half-drop step found and predicted (``half_drop_step``, ``half_drop_step_theory``), the final σ and loss and the
+    largest gap between the simulated and the analytic loss; the theory's levels ``plateau_theory`` (tr Λ = 1),
+    ``loss_star`` (1 − 1/c) and ``sigma_final_theory`` (D/c)."""
+    import xarray as xr
+
+    runs = figure_runs(S)  # one per seed
+    D, N = S["in_dim"], runs[0].config.N
+    kappa, c = 1.0 / D, theory.white_c(D, N)
+    # the losses' steps and the snapshots' (the last snapshot holds the weights after the last step, whose loss is
+    # not recorded: NaN there)
+    snapshots = [r.snapshots_of(diagnostics.white_sigma, N=N, normalize=r.config.normalize) for r in runs]  # tr A/D
+    trained = runs[0].history.step
+    step = np.union1d(trained, [s for snaps in snapshots for s, _ in snaps]).astype(trained.dtype)
+    t = theory.steps_to_time(step, S["lr"], normalize="sum", model="attnM", N=N)
+    at = {int(s): i for i, s in enumerate(step)}
+    per_seed = {k: [] for k in ("loss", "loss_theory", "sigma_theory", "sigma", "a0", "final_sigma", "drop",
+                                "drop_theory")}
+    for r, snaps in zip(runs, snapshots):
+        cov, model = r.datasets.cov, build_model("attnM", r.init)
+        a0 = diagnostics.attn_m_effective_a0(model, cov, N, normalize="sum")
+        sigma_theory = theory.white_sigma(t, D, N, np.sqrt(a0), kappa=kappa)
+        loss, sigma = np.full(len(step), np.nan), np.full(len(step), np.nan)
+        loss[[at[int(s)] for s in r.history.step]] = r.history.train_loss
+        sigma[[at[int(s)] for s, _ in snaps]] = [v for _, v in snaps]
+        drops = diagnostics.detect_plateaus(r.history.train_loss).drop_steps
+        per_seed["loss"].append(loss)
+        per_seed["loss_theory"].append(theory.white_loss(sigma_theory, D, N, kappa=kappa))
+        per_seed["sigma_theory"].append(sigma_theory)
+        per_seed["sigma"].append(sigma)
+        per_seed["a0"].append(a0)
+        per_seed["final_sigma"].append(snaps[-1][1])
+        per_seed["drop"].append(drops[0] if len(drops) else np.nan)
+        per_seed["drop_theory"].append(diagnostics.attn_m_drop_step(model, cov, N, lr=S["lr"],
+                                                                    normalize=r.config.normalize))
+    loss, loss_theory = np.array(per_seed["loss"]), np.array(per_seed["loss_theory"])
+    ds = xr.Dataset(
+        {"train_loss": (("seed", "step"), loss),
+         "loss_theory": (("seed", "step"), loss_theory),
+         "sigma": (("seed", "step"), np.array(per_seed["sigma"])),
+         "sigma_theory": (("seed", "step"), np.array(per_seed["sigma_theory"])),
+         "a0": ("seed", per_seed["a0"]),
+         "half_drop_step": ("seed", per_seed["drop"]),
+         "half_drop_step_theory": ("seed", per_seed["drop_theory"]),
+         "final_sigma": ("seed", per_seed["final_sigma"]),
+         "final_loss": ("seed", [r.history.train_loss[-1] for r in runs]),
+         "max_gap": ("seed", np.nanmax(np.abs(loss - loss_theory), axis=1)),
+         "plateau_theory": 1.0, "loss_star": 1 - 1 / c, "sigma_final_theory": D / c},
+        coords={"seed": [r.config.seed for r in runs], "step": step, "t_over_tau": ("step", t)},
+        attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seeds"],
+                             runs={str(r.config.seed): r.config.to_dict() for r in runs}))
+    ds.attrs.update(published=int(presets.is_published(NAME, S)), snapshot_every=int(S["snapshot_every"]),
+                    in_dim=int(D), N=int(N), commands="\n".join(train_command(r.config) for r in runs))
+    ds.train_loss.attrs["description"] = "training loss (NaN at the last snapshot: the weights after the last step)"
+    ds.sigma.attrs["description"] = "tr A / D of the combined in-context matrix, at the recorded weight snapshots"
+    ds.t_over_tau.attrs["description"] = "gradient-flow time in the paper's units (theory.steps_to_time)"
+    return ds
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``, per seed: the half-drop step beside the one its start predicts, the final σ beside D/c, the
+    final loss beside L* = 1 − 1/c (and the paper's value at the published settings), and the largest gap between the
+    simulated and the analytic loss."""
+    paper, rows = bool(ds.attrs["published"]), []
+    for s in ds.seed.values:
+        at, label = ds.sel(seed=s), f"seed {s}"
+        drop = float(at.half_drop_step)
+        rows += [dict(key=f"half_drop_step.seed{s}", quantity=f"{label}: half-drop step",
+                      theory=float(at.half_drop_step_theory), reproduced=drop if np.isfinite(drop) else None),
+                 dict(key=f"final_sigma.seed{s}", quantity=f"{label}: final σ (σ(∞) = D/c)",
+                      theory=ds.sigma_final_theory, reproduced=at.final_sigma),
+                 dict(key=f"final_loss.seed{s}", quantity=f"{label}: final loss (L* = 1 − 1/c)",
+                      paper=published.WHITE_L_STAR if paper else None, theory=ds.loss_star,
+                      reproduced=at.final_loss),
+                 dict(key=f"max_gap.seed{s}", quantity=f"{label}: max |L_sim(t) − L_theory(t)|", theory=0.0,
+                      reproduced=at.max_gap)]
+    return rows
+
+
+def seed_table(ds) -> MarkdownTable:
+    """Per seed: the half-drop step predicted and found, the final loss (and the paper's, at the published
+    settings), and the largest gap to the analytic loss."""
+    rows = [dict(seed=int(s), drop_theory=float(ds.half_drop_step_theory.sel(seed=s)),
+                 drop_run=float(ds.half_drop_step.sel(seed=s)), final_paper=published.WHITE_L_STAR,
+                 final_run=float(ds.final_loss.sel(seed=s)), gap=float(ds.max_gap.sel(seed=s)))
+            for s in ds.seed.values]
+    columns = {"seed": "seed", "drop_theory": "half-drop step, theory", "drop_run": "half-drop step, run",
+               "final_paper": "final loss, paper", "final_run": "final loss, run",
+               "gap": "max gap to the analytic loss"}
+    if not ds.attrs["published"]:
+        del columns["final_paper"]
+    return MarkdownTable(rows, columns, {"drop_theory": ".0f", "drop_run": ".0f", "final_paper": "g",
+                                         "final_run": ".4f", "gap": ".4f"})
+
+
+def _runs(ds) -> dict:
+    import json
+
+    return json.loads(ds.attrs["runs"])
+
+
+def words(ds) -> dict:
+    """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
+    early = 100 * (1 - ds.half_drop_step / ds.half_drop_step_theory)
+    shifts = [f"{abs(float(e)):.0f} % {'earlier' if e >= 0 else 'later'} (seed {s})"
+              for s, e in zip(ds.seed.values, early) if np.isfinite(e)]
+    paper_final = (f"the paper states this value, {published.WHITE_L_STAR}, for its own settings, which are this "
+                   "run's" if ds.attrs["published"] else
+                   "the paper's value is for its own settings, so the table does not set it beside this run")
+    run = next(iter(_runs(ds).values()))
+    return dict(drop_shift=", ".join(shifts) or "– (no drop found)",
+                final_gap=f"{float(np.abs(ds.final_loss - ds.loss_star).max()):.2g}",
+                max_gap=f"{float(ds.max_gap.max()):.2g}", paper_final=paper_final, D=ds.attrs["in_dim"],
+                N=ds.attrs["N"], L_star=float(ds.loss_star),
+                settings=describe(run, seeds=[int(s) for s in ds.seed.values],
+                                  snapshot_every=ds.attrs["snapshot_every"])
+                + (", white input covariance" if run["white_cov"] else ""))
+
+
+def plot(ds):
+    """Left: each seed's training loss (black) against the analytic loss from its own start (red, dashed), with tr Λ
+    and L* dotted; right: σ = tr A / D at the snapshots against the analytic σ, rising to D/c; time in t/τ."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import theory_lines
+
+    trained = np.isfinite(ds.train_loss.values).all(axis=0)  # the steps whose loss is recorded
+    t = ds.t_over_tau.values[trained]
+    fig, (ax_l, ax_s) = plt.subplots(1, 2, figsize=(6.6, 3.3))
+    for i, s in enumerate(ds.seed.values):
+        at = ds.sel(seed=s)
+        sim, th = ("simulation", "theory") if i == 0 else (None, None)
+        recorded = np.isfinite(at.sigma.values)
+        ax_l.plot(t, at.train_loss.values[trained], color="black", alpha=0.8, label=sim)
+        ax_l.plot(t, at.loss_theory.values[trained], color="tab:red", linestyle="--", linewidth=1.2, label=th)
+        ax_s.plot(ds.t_over_tau.values[recorded], at.sigma.values[recorded], color="black", alpha=0.8, label=sim)
+        ax_s.plot(t, at.sigma_theory.values[trained], color="tab:red", linestyle="--", linewidth=1.2, label=th)
+    theory_lines(ax_l, [float(ds.plateau_theory), float(ds.loss_star)], ["$\\mathrm{tr}\\,\\Lambda$", "$L^*$"])
+    theory_lines(ax_s, [float(ds.sigma_final_theory)], ["$D/c$"])
+    for ax, ylabel in ((ax_l, "training loss"), (ax_s, "$\\sigma = \\mathrm{tr}\\,A / D$")):
+        ax.set_xlabel("$t / \\tau$")
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(t[0], t[-1])
+        ax.legend(loc="center left")  # the curves stay flat there until the drop
+    fig.tight_layout()
+    return fig
