@@ -21,8 +21,9 @@ def test_table_shows_the_built_numbers(tmp_path):
     a number changed in numbers.json changes the table."""
     for i, g in enumerate(readme.GLANCE):
         existing = json.loads((tmp_path / g.name / "numbers.json").read_text()) if (tmp_path / g.name).exists() else []
-        _numbers(tmp_path, g.name, existing + [dict(quantity=q + " (any suffix)", paper=None, theory=0.5,
-                                                    reproduced=100 + i + k / 8) for k, q in enumerate(g.quantities)])
+        _numbers(tmp_path, g.name, existing + [dict(key=k.split("|")[-1], quantity="whatever the page says", paper=None,
+                                                    theory=0.5, reproduced=100 + i + j / 8)
+                                               for j, k in enumerate(g.keys)])
     table = readme.glance_table(tmp_path).splitlines()
     assert len(table) == 2 + len(readme.GLANCE)
     first = readme.GLANCE[0]
@@ -47,14 +48,14 @@ def test_readme_has_the_markers():
 
 @pytest.mark.book
 def test_every_glance_row_names_rows_the_figures_write():
-    """Every numbers.json row a README row names exists in the built (quick) figures: renaming a quantity in a
+    """Every numbers.json row a README row names exists in the built (quick) figures: renaming a key in a
     notebook without updating GLANCE fails here, not at the next paper build."""
     root = figures_dir("quick")
     for g in readme.GLANCE:
         path = root / g.name / "numbers.json"
         if not path.is_file():
             require_built(f"{path} is missing: run `make test` (or linattn figures --preset quick)")
-        readme.find_rows(json.loads(path.read_text()), g.quantities)
+        readme.find_rows(json.loads(path.read_text()), g.keys)
 
 
 def test_agreement_allows_what_may_differ_between_machines():
@@ -84,3 +85,11 @@ def test_the_committed_table_agrees_with_a_paper_build():
         pytest.skip("no paper build here (make book)")
     text = (readme.REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert readme.differences(text, readme.glance_table(root)) == []
+
+
+def test_rows_are_found_by_key_whatever_their_wording():
+    rows = [dict(key="drops.attn_m", quantity="x"), dict(key="claim.figure_5", quantity="y"), dict(key="z")]
+    assert readme.find_rows(rows, ["claim.figure_5|drops.attn_m"])[0]["quantity"] == "y"
+    assert readme.find_rows(rows[:1], ["claim.figure_5|drops.attn_m"])[0]["quantity"] == "x"
+    with pytest.raises(KeyError, match="plateau.M0"):
+        readme.find_rows(rows, ["plateau.M0"])

@@ -8,8 +8,9 @@ by between machines: see the README), and rewritten only on request::
     python -m linattn.companion.readme            # compare with _build/figures/paper; exit 1 if they disagree
     python -m linattn.companion.readme --write    # rewrite the table from the built numbers
 
-Each row of :data:`GLANCE` names a figure and the ``numbers.json`` rows it shows (by the start of their
-``quantity``); several rows are shown side by side, separated by commas.
+Each row of :data:`GLANCE` names a figure and the ``numbers.json`` rows it shows, by their ``key`` (``a|b``: the
+row ``a``, else ``b``: at the published settings a count the paper's text states is written as its claim); several
+rows are shown side by side, separated by commas.
 """
 
 from __future__ import annotations
@@ -29,27 +30,27 @@ END = "<!-- reproduction-at-a-glance: end -->"
 
 
 class GlanceRow(NamedTuple):
-    """One README row: the paper's figure, what is shown, the figure notebook and its ``numbers.json`` rows."""
+    """One README row: the paper's figure, what is shown, the figure notebook and the keys of its ``numbers.json``
+    rows."""
 
     figure: str
     what: str
     name: str
-    quantities: tuple[str, ...]
+    keys: tuple[str, ...]
 
 
 GLANCE = (
-    GlanceRow("1b", "plateau, final loss (ATTN_M)", "fig01b_attnm_loss",
-              ("plateau loss (ATTN_M)", "final loss (ATTN_M)")),
-    GlanceRow("1b", "half-drop step (ATTN_M)", "fig01b_attnm_loss", ("half-drop step (ATTN_M)",)),
+    GlanceRow("1b", "plateau, final loss (ATTN_M)", "fig01b_attnm_loss", ("plateau.attn_m", "final_loss.attn_m")),
+    GlanceRow("1b", "half-drop step (ATTN_M)", "fig01b_attnm_loss", ("half_drop_step.attn_m",)),
     GlanceRow("3a", "plateaus L(M_0), …, L(M_3)", "fig03a_attns_loss",
-              ("plateau L(M_0)", "plateau L(M_1)", "plateau L(M_2)", "plateau L(M_3)")),
-    GlanceRow("3a", "final loss (mean over seeds, extended run)", "fig03a_attns_loss", ("final loss, extended run",)),
+              ("plateau.M0", "plateau.M1", "plateau.M2", "plateau.M3")),
+    GlanceRow("3a", "final loss (mean over seeds, extended run)", "fig03a_attns_loss", ("final_loss.extended",)),
     GlanceRow("4", "R = 1: directions learned in the published window", "fig04_low_rank",
-              ("R=1: directions learned within the published window",)),
-    GlanceRow("4", "R = 1: step of the last drop (extended run)", "fig04_low_rank", ("R=1: step of the last drop",)),
+              ("claim.figure_4|R1.window.learned",)),
+    GlanceRow("4", "R = 1: step of the last drop (extended run)", "fig04_low_rank", ("R1.extended.last_drop",)),
     GlanceRow("5", "softmax ATTN_M, ATTN_S: drops detected", "fig05_softmax",
-              ("softmax ATTN_M: drops detected", "softmax ATTN_S: drops detected")),
-    GlanceRow("14, c = 1", "final in-context test loss", "fig14_icl_iwl", ("c=1: final in-context test loss",)),
+              ("claim.figure_5|drops.attn_m", "drops.attn_s")),
+    GlanceRow("14, c = 1", "final in-context test loss", "fig14_icl_iwl", ("final_test_icl.c_1",)),
 )
 _COLUMNS = ("paper", "theory", "reproduced")
 
@@ -62,13 +63,15 @@ def _number(x) -> str | None:
     return str(int(x)) if float(x).is_integer() else f"{x:.4g}"
 
 
-def find_rows(numbers: list[dict], quantities) -> list[dict]:
-    """The first row of ``numbers`` whose quantity starts with each of ``quantities``; KeyError naming a missing one."""
+def find_rows(numbers: list[dict], keys) -> list[dict]:
+    """The row of ``numbers`` with each of ``keys`` (``a|b``: ``a`` if there is one, else ``b``); KeyError naming a
+    missing one."""
+    by_key = {r.get("key"): r for r in numbers}
     out = []
-    for q in quantities:
-        row = next((r for r in numbers if r["quantity"].startswith(q)), None)
+    for wanted in keys:
+        row = next((by_key[k] for k in wanted.split("|") if k in by_key), None)
         if row is None:
-            raise KeyError(f"no numbers.json row starts with {q!r}")
+            raise KeyError(f"no numbers.json row has the key {wanted!r}")
         out.append(row)
     return out
 
@@ -81,7 +84,7 @@ def glance_table(figures: Path) -> str:
     for g in GLANCE:
         if g.name not in cache:
             cache[g.name] = json.loads((Path(figures) / g.name / "numbers.json").read_text(encoding="utf-8"))
-        rows = find_rows(cache[g.name], g.quantities)
+        rows = find_rows(cache[g.name], g.keys)
         cells = []
         for col in _COLUMNS:
             values = [_number(r.get(col)) for r in rows]
