@@ -75,14 +75,19 @@ def summary(report: dict, preset: str) -> str:
     judged = groups["reading"] + groups["claim"]
     if judged:
         lines.append(f"* **In all, {sum(r['verdict'] == AGREES for r in judged)} of {len(judged)} verdicts agree** "
-                     f"({len(groups['reading'])} readings and {len(groups['claim'])} claims).")
+                     f"({_count(len(groups['reading']), 'reading')} and {_count(len(groups['claim']), 'claim')}).")
     other = [r for r in groups["other"] if r["kind"] != NOT_COMPARABLE]
-    lines.append(f"* {len(groups['estimate'])} estimates (order of magnitude only) are listed apart, not judged.")
+    lines.append(f"* {_count(len(groups['estimate']), 'estimate')} (order of magnitude only) listed apart, not "
+                 "judged.")
     lines.append(f"* {len(other)} other numbers have a theory or paper value without a stated tolerance (their "
                  f"relative errors: right panel of the figure); {len(groups['other']) - len(other)} more are "
                  "reported for information only.")
     return (f"At the `{preset}` preset, {len(report['rows'])} numbers from {report['pages_read']} pages:\n\n"
             + "\n".join(lines))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def tables(report: dict) -> dict:
