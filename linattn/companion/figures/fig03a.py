@@ -169,9 +169,9 @@ def _streams_words(ds) -> str:
     median = f"median step {ref[d]:.0f} with the authors' draws, {own[d]:.0f} with linattn's streams"
     if d == ds.sizes["direction"] - 1:
         return (f"the drop steps move, most of all the last ({median}): how long a free head takes to pick up the "
-                f"smallest direction (λ = {lam:g}) depends on how much of its small random initial weight happens "
+                f"smallest direction (λ = {lam:.3g}) depends on how much of its small random initial weight happens "
                 "to lie along it")
-    return (f"the drop steps move, most of all drop {d + 1} ({median}; the direction of λ = {lam:g}): how long a "
+    return (f"the drop steps move, most of all drop {d + 1} ({median}; the direction of λ = {lam:.3g}): how long a "
             "free head takes to pick up a direction depends on how much of its small random initial weight happens "
             "to lie along it")
 
