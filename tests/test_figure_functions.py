@@ -418,3 +418,35 @@ def test_figA_white_cov_at_settings_the_paper_never_used_follows_the_closed_form
     said = figA_white_cov.words(ds)
     assert "seeds 1 and 2" in said["settings"] and "earlier" in said["drop_shift"] and said["N"] == N
     figA_white_cov.plot(ds)
+
+
+# ---------------------------------------------------------------- appendix: every context length at once (vary_len)
+
+from linattn.companion.figures import figA_vary_len  # noqa: E402
+
+
+def test_figA_vary_len_at_settings_the_paper_never_used_rests_at_its_own_levels():
+    tiny = dict(in_dim=3, seq_len=9, trainset_size=1500)
+    S = figA_vary_len.settings("quick", attn_m=dict(tiny, head_num=2, epoch=400, lr=0.1, init=1e-3),
+                               attn_s=dict(tiny, head_num=3, epoch=700, lr=0.4, init=0.05))
+    assert not presets.is_published(figA_vary_len.NAME, S)
+    ds = figA_vary_len.compute(S)
+    assert ds.train_loss.dims == ("model", "step") and ds.plateau_level.dims == ("model", "m")
+    assert ds.sizes["step"] == 700 and ds.sizes["m"] == 4  # the longer run's steps; M_0 … M_3
+    assert np.isnan(ds.train_loss.sel(model="attn_m").values[400:]).all()
+    # averaging over short contexts lifts every saddle above its fixed-length level (M_0 = tr Λ is the same)
+    assert (ds.plateau_theory.isel(m=slice(1, None)) > ds.plateau_theory_fixed.isel(m=slice(1, None))).all()
+    rows = keyed(figA_vary_len.numbers(ds))
+    for key in figA_vary_len.MODELS:  # every plateau row lies nearest its own length-averaged level
+        levels = ds.plateau_theory.sel(model=key).values
+        for k, r in rows.items():
+            if k.startswith(f"plateau.{key}.M"):
+                assert np.argmin(np.abs(levels - r["reproduced"])) == int(k.rsplit("M", 1)[1]), (k, r, levels)
+    assert not any(k.startswith("plateau.attn_m.M") and k[-1] in "12" for k in rows)  # no saddles between for ATTN_M
+    assert {"plateau.attn_s.M1", "plateau.attn_s.M2"} <= set(rows)  # ATTN_S steps through its saddles
+    assert rows["final_loss.attn_m"]["abs_error"] < 0.03 and rows["final_loss.attn_s"]["theory"] is None
+    said = figA_vary_len.words(ds)
+    assert (said["N_max"], said["rank_s"]) == (8, 1) and "H = 3 heads" in said["settings_s"]
+    assert said["rests"] == ("In this run ATTN_M rests at the levels of M_0 and M_3; ATTN_S rests at the levels of "
+                             "M_0, M_1 and M_2.")
+    figA_vary_len.plot(ds)

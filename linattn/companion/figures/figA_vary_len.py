@@ -1,0 +1,169 @@
+"""Appendix: training on every context length at once (the reference's ``--vary_len``; an appendix figure of the
+paper, its number and settings unconfirmed).
+
+ATTN_M and ATTN_S trained with the loss averaged over every prefix of each sequence, so that one model predicts from
+contexts of every length. The theory: the saddle losses L(M_0) … L(M_D) of the length-averaged loss
+(``theory.vary_len_plateau_losses``), beside the fixed-length ones of Figures 1b and 3a (``theory.plateau_losses``)
+for contrast. Measured: the flat stretch at each saddle (``diagnostics.saddle_levels``, the one rule: the drops made
+before a stretch, then ``TOL``) and the final loss. ATTN_M has no saddles between M_0 and M_D, so only those two are
+reported for it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import diagnostics, theory
+from .. import presets
+from ..commands import train_command
+from ..output import MarkdownTable, words as list_words
+from ..runstore import figure_runs
+from .attn_s_run import describe, join
+from .frame import settings_attrs
+
+NAME = "figA_vary_len"
+MODELS = ("attn_m", "attn_s")
+LABELS = {"attn_m": "ATTN_M", "attn_s": "ATTN_S"}
+TOL = 0.02  # how far a flat stretch may lie from its saddle's length-averaged loss (diagnostics.saddle_levels)
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (``attn_m``/``attn_s``: a partial dict sets only
+    those keys of that run; ``seed``)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def _padded(rows, width: int) -> np.ndarray:
+    """Ragged 1-d ``rows`` as one (len(rows), width) float array, NaN past each row's end."""
+    out = np.full((len(rows), width), np.nan)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
+
+
+def compute(S: dict):
+    """Both runs' training losses, averaged over context lengths (``train_loss``: model × step; the shorter run NaN
+    past its end), the theory's length-averaged saddle losses (``plateau_theory``: model × m) and the fixed-length
+    ones (``plateau_theory_fixed``), the level of the flat stretch at each saddle (``plateau_level``: NaN where the
+    run does not rest there), the final loss, and each run's eigenvalues (``eigenvalue``: model × direction)."""
+    import xarray as xr
+
+    runs = {key: run for key in MODELS for run in figure_runs(S, run=key)}
+    losses = [runs[k].history.train_loss for k in MODELS]
+    averaged = [theory.vary_len_plateau_losses(r.datasets.cov, r.config.seq_len, normalize=r.config.normalize)
+                for r in runs.values()]
+    fixed = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in runs.values()]
+    found = [diagnostics.saddle_levels(L, lv, tol=TOL) for L, lv in zip(losses, averaged)]
+    steps = max((r.history.step for r in runs.values()), key=len)
+    M = max(len(v) for v in averaged)
+    ds = xr.Dataset(
+        {"train_loss": (("model", "step"), _padded(losses, len(steps))),
+         "plateau_theory": (("model", "m"), _padded(averaged, M)),
+         "plateau_theory_fixed": (("model", "m"), _padded(fixed, M)),
+         "plateau_level": (("model", "m"), _padded(found, M)),
+         "final_loss": ("model", [float(L[-1]) for L in losses]),
+         "eigenvalue": (("model", "direction"),
+                        _padded([theory.spectrum(r.datasets.cov)[0] for r in runs.values()], M - 1))},
+        coords={"model": list(MODELS), "step": steps, "m": np.arange(M), "direction": np.arange(1, M)},
+        attrs=settings_attrs(S, engine=runs["attn_s"].engine, seeds=S["seed"],
+                             runs={k: r.config.to_dict() for k, r in runs.items()}))
+    ds.attrs.update(tol=TOL, published=int(presets.is_published(NAME, S)),
+                    commands="\n".join(train_command(runs[k].config) for k in MODELS))
+    ds.train_loss.attrs["description"] = "training loss averaged over prefix lengths (NaN past the shorter run's end)"
+    ds.plateau_theory.attrs["description"] = "saddle losses L(M_m) of the length-averaged loss"
+    ds.plateau_theory_fixed.attrs["description"] = "saddle losses L(M_m) at the full length (Figures 1b and 3a)"
+    ds.plateau_level.attrs["description"] = f"level of the first flat stretch at saddle M_m (saddle_levels, tol {TOL})"
+    return ds
+
+
+def _shown(ds, key: str) -> list[int]:
+    """The saddles reported for ``key``: every m for ATTN_S, only M_0 and M_D for ATTN_M (no saddles between)."""
+    D = int(np.isfinite(ds.plateau_theory.sel(model=key)).sum()) - 1
+    return [0, D] if key == "attn_m" else list(range(D + 1))
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: each plateau the run rests on beside its length-averaged level, and each final loss (ATTN_M's
+    beside its minimum; ATTN_S's alone, as it need not have learned every direction)."""
+    rows = []
+    for key in MODELS:
+        at, label = ds.sel(model=key), f"{LABELS[key]} vary_len"
+        for m in _shown(ds, key):
+            got = float(at.plateau_level.sel(m=m))
+            if np.isfinite(got):
+                rows.append(dict(key=f"plateau.{key}.M{m}", quantity=f"{label}: plateau L(M_{m})",
+                                 theory=at.plateau_theory.sel(m=m), reproduced=got))
+        D = _shown(ds, key)[-1]
+        rows.append(dict(key=f"final_loss.{key}", quantity=f"{label}: final loss",
+                         theory=at.plateau_theory.sel(m=D) if key == "attn_m" else None, reproduced=at.final_loss))
+    return rows
+
+
+def table(ds) -> MarkdownTable:
+    """Per model and saddle: the length-averaged and the fixed-length level, and the plateau this run settled on."""
+    return MarkdownTable(
+        [dict(model=LABELS[key], level=f"$L(\\mathcal{{M}}_{{{m}}})$",
+              averaged=float(ds.plateau_theory.sel(model=key, m=m)),
+              fixed=float(ds.plateau_theory_fixed.sel(model=key, m=m)),
+              ours=float(ds.plateau_level.sel(model=key, m=m))) for key in MODELS for m in _shown(ds, key)],
+        {"model": "model", "level": "level", "averaged": "theory, averaged over lengths",
+         "fixed": "theory, fixed length", "ours": "this run"},
+        {"averaged": ".4f", "fixed": ".4f", "ours": ".4f"})
+
+
+def _runs(ds) -> dict:
+    import json
+
+    return json.loads(ds.attrs["runs"])
+
+
+def _rests(ds) -> str:
+    """Where each run rests, in words: the saddles whose length-averaged level a flat stretch of the run sits at."""
+    parts = []
+    for key in MODELS:
+        seen = [f"M_{m}" for m in _shown(ds, key) if np.isfinite(float(ds.plateau_level.sel(model=key, m=m)))]
+        level = "the level" if len(seen) == 1 else "the levels"
+        parts.append(f"{LABELS[key]} rests at {level} of {join(seen)}" if seen else
+                     f"{LABELS[key]} rests at none of its levels (within {ds.attrs['tol']:g})")
+    return "In this run " + "; ".join(parts) + "."
+
+
+def words(ds) -> dict:
+    """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
+    runs = _runs(ds)
+    m, s = runs["attn_m"], runs["attn_s"]
+    return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1, tol=float(ds.attrs["tol"]),
+                eigenvalues=list_words(np.round(ds.eigenvalue.sel(model="attn_s").dropna("direction").values, 4)),
+                settings_m=describe(m), settings_s=describe(s), rests=_rests(ds))
+
+
+def plot(ds):
+    """The training loss of each model (left ATTN_M, right ATTN_S) with the theory's length-averaged levels (grey,
+    dotted, labelled on the right: tr Λ and L* for ATTN_M, every saddle for ATTN_S) and the fixed-length levels
+    (faint blue) for comparison."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import plateau_labels, theory_axis
+
+    runs = _runs(ds)
+    fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.3), sharey=True)
+    titles = {"attn_m": "ATTN$_\\mathrm{M}$, vary_len",
+              "attn_s": f"ATTN$_\\mathrm{{S}}$ (rank {runs['attn_s']['rank']}), vary_len"}
+    for ax, key in zip(axes, MODELS):
+        loss = ds.train_loss.sel(model=key).dropna("step")
+        averaged = ds.plateau_theory.sel(model=key).dropna("m").values
+        fixed = ds.plateau_theory_fixed.sel(model=key).dropna("m").values
+        ax.plot(loss.step.values, loss.values, color="black", linewidth=1.4)
+        ax.set_xlim(loss.step.values[0], loss.step.values[-1])
+        ax.set_ylim(0, 1.08)
+        ax.set_title(titles[key])
+        ax.set_xlabel("step")
+        for level in (fixed[1:] if key == "attn_s" else fixed[-1:]):
+            ax.axhline(level, color="tab:blue", alpha=0.25, linewidth=0.8, zorder=0)
+        if key == "attn_s":
+            theory_axis(ax, averaged, plateau_labels(len(averaged)))
+        else:
+            theory_axis(ax, averaged[[0, -1]], ["$\\mathrm{tr}\\,\\Lambda$", "$L^*$"])
+    axes[0].set_ylabel("training loss\n(mean over lengths)")
+    fig.tight_layout()
+    return fig
