@@ -51,8 +51,9 @@ TOLERANCES = {
     "beyond_pcr": [(r"relative predictor gap to PCR", "abs", 0.05), (r"e_\dᵀ A e_\d", "rel", 0.05)],
     "beyond_population": [PLATEAUS, (r"max \|population GD − population flow\|", "abs", 0.1)],
     "beyond_own_experiment": [PLATEAUS],
-    # the largest quick P: a finite training set leaves the in-context test loss a little above the population L*
-    "beyond_phase_diagram": [(r"P=1000, c=1: final in-context test loss", "abs", PLATEAU_TOLERANCE)],
+    # the population column at c = 1 ends at L* (measured on finite test sets), and every cell has settled
+    "beyond_phase_diagram": [(r"P=∞, c=1: final in-context test loss", "abs", PLATEAU_TOLERANCE),
+                             (r"largest relative change of a test loss over the last", "below", 0.02)],
 }
 UNCHECKED = ("fig05_softmax", "beyond_error_table")
 

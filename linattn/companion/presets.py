@@ -182,19 +182,24 @@ PRESETS: dict[str, dict[str, dict]] = {
                       epoch=1000, epoch_more=3000, trainset_size=80000, seq_len=32, seed=0, draws="streams"),
     },
     "beyond_phase_diagram": {
-        # attn_m: Figure 14's run (its trainset_size is replaced by each swept P); attn_s: the drop-step-vs-init panel,
-        # whose init is each swept inits_s value and whose seeds are ``seeds``
-        "quick": dict(attn_m=dict(_WHITE_ATTN_M, lr=1e-3, epoch=1500, trainset_size=500, testset_size=500, seed=10),
+        # attn_m: Figure 14's model, learning rate and horizon (epoch: the published 5000 steps), with linattn's own
+        # streams, so that every cell of the c × P grid shares its initial weights, test sets and fixed task and P = ∞
+        # exists; its icl and trainset_size are each cell's. Every cell is trained by gradient flow to epoch_extended
+        # (steps at that learning rate), where all have settled. attn_s: the drop-step-vs-init figure, whose init is
+        # each swept inits_s value and whose seeds are ``seeds``
+        "quick": dict(attn_m=dict(_WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=2000, testset_size=500, seed=10,
+                                  draws="streams"),
                       attn_s=_run(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02, epoch=3001,
                                   trainset_size=1000, init_scheme="jan2025"),
-                      icl_values=[0.0, 0.5, 1.0], trainset_sizes=[200, 1000], inits_s=[0.08, 0.16], seeds=[0, 1],
-                      workers=2),
-        "paper": dict(attn_m=dict(_WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000, seed=10),
+                      icl_values=[0.0, 0.02, 0.2, 1.0], trainset_sizes=[200, 2000], epoch_extended=10**8,
+                      inits_s=[0.08, 0.16], seeds=[0, 1], workers=2),
+        "paper": dict(attn_m=dict(_WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000, seed=10,
+                                  draws="streams"),
                       attn_s=_run(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02, epoch=20001,
                                   trainset_size=4000, init_scheme="jan2025"),
-                      icl_values=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
-                      trainset_sizes=[500, 2000, 5000, 20000], inits_s=[0.02, 0.04, 0.08, 0.16], seeds=[0, 1, 2, 3],
-                      workers=2),
+                      icl_values=[0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
+                      trainset_sizes=[200, 1000, 5000, 20000], epoch_extended=10**9,
+                      inits_s=[0.02, 0.04, 0.08, 0.16], seeds=[0, 1, 2, 3], workers=2),
     },
     "beyond_error_table": {
         "quick": dict(),

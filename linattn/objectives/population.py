@@ -82,6 +82,61 @@ def _attention_population(cov: np.ndarray, N: int, scale: float):
     return float(tr), yT * scale, TT * scale**2
 
 
+def _given_task_population(cov: np.ndarray, N: int, scale: float, w: np.ndarray, noise_labels: bool):
+    """:func:`_attention_population`'s three moments for sequences that all carry one known task vector ``w``.
+
+    Given the task, a context token x̃ = (x, label) is Gaussian with covariance Σ: Σ(w) (above) when the label is
+    wᵀx, or Λ̄ + e eᵀ when it is N(0, 1) noise independent of x (``noise_labels``: the in-weight-only sequences of
+    icl = 0). The query's target is y = wᵀx_q in both. The same sums as there, with K = Σ⊗Σ and EΣ = Σ, and
+
+        E[y T_abc] / s = N (Λw)_a Σ_bc + Σ_i w_i X4_{iabc},     E[y²] = wᵀΛw
+
+    (the second term, the query with itself, vanishes only on average over a fresh w).
+    """
+    D = cov.shape[0]
+    w = np.asarray(w, dtype=np.float64)
+    e = np.zeros(D + 1)
+    e[D] = 1.0
+    if noise_labels:
+        Sigma = _pad(cov, 2) + np.outer(e, e)
+    else:
+        u = np.append(cov @ w, w @ cov @ w)  # (Λw, wᵀΛw): the label's covariance with each coordinate
+        Sigma = _pad(cov, 2) + np.outer(e, u) + np.outer(u, e) - u[D] * np.outer(e, e)
+    K = np.einsum("bc,de->bcde", Sigma, Sigma)
+    M4 = K + K.transpose(0, 2, 1, 3) + K.transpose(0, 3, 2, 1)
+    X4 = _pad(_isserlis(cov, 4), 4)[:D, :D]
+    X6 = _pad(_isserlis(cov, 6), 6)[:D, :D]
+    TT = (np.einsum("ax,bcde->abcxde", cov, N * M4 + N * (N - 1) * K)
+          + N * (np.einsum("axde,bc->abcxde", X4, Sigma) + np.einsum("axbc,de->abcxde", X4, Sigma))
+          + X6.transpose(0, 2, 3, 1, 4, 5))
+    yT = N * np.einsum("a,bc->abc", cov @ w, Sigma) + np.einsum("i,iabc->abc", w, X4)
+    return float(w @ cov @ w), yT * scale, TT * scale**2
+
+
+def _selection(kind: str, D: int):
+    """The entries (a, b, c) of the full (D, D+1, D+1) moment arrays that make up feature ``kind``."""
+    if kind == "attention":
+        b, c = _triangle(D)
+        a = np.repeat(np.arange(D), b.numel())
+        return a, np.tile(b.numpy(), D), np.tile(c.numpy(), D)
+    if kind == "cubic":
+        i, j = np.divmod(np.arange(D * D), D)  # z[i·D + j] = b_i x_q,j = T[j, i, D]
+        return j, i, np.full(D * D, D)
+    raise ValueError(f"kind must be 'attention' or 'cubic', got {kind!r}")
+
+
+def _averaged(parts, kind: str, D: int, seq_len: int, normalize: str, vary_len: bool) -> Moments:
+    """The moments of feature ``kind`` averaged over the prefix lengths, from ``parts(N, scale)`` (full arrays)."""
+    sel = _selection(kind, D)
+    yy, yT, TT = 0.0, 0.0, 0.0
+    ns = lengths(seq_len, vary_len)
+    for n in ns:
+        yy_n, yT_n, TT_n = parts(n - 1, token_scale(n, normalize, vary_len))
+        yy, yT, TT = yy + yy_n, yT + yT_n[sel], TT + TT_n[sel][:, sel[0], sel[1], sel[2]]
+    k = len(ns)
+    return Moments(yy / k, torch.as_tensor(yT / k), torch.as_tensor(TT / k), count=0)
+
+
 def population_moments(kind: str, cov: np.ndarray, seq_len: int, *, normalize: str, vary_len=False) -> Moments:
     """The exact P → ∞ moments of the icl = 1 task (x ~ N(0, Λ), w ~ N(0, I), no centring) for one feature map.
 
@@ -91,23 +146,29 @@ def population_moments(kind: str, cov: np.ndarray, seq_len: int, *, normalize: s
     (``normalization.token_scale``: 1/N for ``normalize="mean"``, 1 or 1/n for "sum"). See :func:`_attention_population`.
     """
     cov = np.asarray(cov, dtype=np.float64)
-    D = cov.shape[0]
-    if kind == "attention":
-        b, c = _triangle(D)
-        a = np.repeat(np.arange(D), b.numel())
-        sel = (a, np.tile(b.numpy(), D), np.tile(c.numpy(), D))
-    elif kind == "cubic":
-        i, j = np.divmod(np.arange(D * D), D)  # z[i·D + j] = b_i x_q,j = T[j, i, D]
-        sel = (j, i, np.full(D * D, D))
-    else:
-        raise ValueError(f"kind must be 'attention' or 'cubic', got {kind!r}")
-    yy, yT, TT = 0.0, 0.0, 0.0
-    ns = lengths(seq_len, vary_len)
-    for n in ns:
-        yy_n, yT_n, TT_n = _attention_population(cov, n - 1, token_scale(n, normalize, vary_len))
-        yy, yT, TT = yy + yy_n, yT + yT_n[sel], TT + TT_n[sel][:, sel[0], sel[1], sel[2]]
-    k = len(ns)
-    return Moments(yy / k, torch.as_tensor(yT / k), torch.as_tensor(TT / k), count=0)
+    return _averaged(lambda N, scale: _attention_population(cov, N, scale), kind, cov.shape[0], seq_len, normalize,
+                     vary_len)
+
+
+def mixture_moments(kind: str, cov: np.ndarray, seq_len: int, *, icl: float, w_fix, normalize: str,
+                    vary_len=False) -> Moments:
+    """The exact P → ∞ moments of the mixed task of a run with ``icl`` = c < 1 (Figure 14's training sets).
+
+    A fraction c of the sequences carries a fresh task w ~ N(0, I) (the moments of :func:`population_moments`), the
+    rest the fixed task ``w_fix`` with labels w_fixᵀx in the context too; for c = 0 the context labels are N(0, 1)
+    noise, as in a drawn training set (``data.sample_sequences``). No centring (it vanishes as P → ∞). The
+    moments are linear in c between the two kinds of sequence, so the mixture is c · fresh + (1 − c) · fixed.
+    """
+    cov = np.asarray(cov, dtype=np.float64)
+    if not 0.0 <= icl <= 1.0:
+        raise ValueError(f"icl must be in [0, 1], got {icl!r}")
+    args = (kind, cov.shape[0], seq_len, normalize, vary_len)
+    fixed = _averaged(lambda N, scale: _given_task_population(cov, N, scale, w_fix, icl == 0.0), *args)
+    if icl == 0.0:
+        return fixed
+    fresh = _averaged(lambda N, scale: _attention_population(cov, N, scale), *args)
+    return Moments(icl * fresh.yy + (1 - icl) * fixed.yy, icl * fresh.yT + (1 - icl) * fixed.yT,
+                   icl * fresh.TT + (1 - icl) * fixed.TT, count=0)
 
 
 class Population(Exact):

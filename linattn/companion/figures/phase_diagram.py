@@ -1,0 +1,728 @@
+"""Beyond the paper: where in-context learning wins once training has finished — ATTN_M's final test losses over the
+in-context fraction c and the number of training sequences P — and ATTN_S's escape times across initialisations and
+seeds.
+
+    from linattn.companion.figures import phase_diagram
+    ds = phase_diagram.compute(phase_diagram.settings("quick"))
+    ds.final_test_icl.sel(trainset_size=np.inf)       # the population column
+    ds.switch.sel(step=5000)                           # where in-context learning wins after Figure 14's 5000 steps
+
+**How the cells are trained.** Every cell trains ATTN_M by gradient flow on its exact training loss (the quadratic
+form of ``objectives/exact.py``: ŷ = ⟨m, T⟩ with m = fold(Σ_h W_KQ[h] ⊗ v_h), ``models.AttnM.combined``), from the
+same initial weights, on the step axis of gradient descent at the run's learning rate (dθ/dk = −lr ∇L, as
+``linattn.flow``; GD at that rate follows the flow, as ``linattn.flow`` measures and a test checks here). Linattn's
+streams give every cell the same initial weights, test sets and fixed task. With the gradient and the Hessian written
+out, a stiff integrator reaches 10⁹ steps in about a second a cell. P = ∞ trains on the exact population moments of
+the mixed task (``objectives.population.mixture_moments``).
+
+**When is a cell finished?** It is *settled* when its test losses moved less than ``tolerance`` (relative to their
+final value) over the last ``window`` of its training. The theory's t → ∞ end point checks it: from a small start the
+flow of this two-layer linear network ends at the least-squares solution of its training loss over the features (H
+heads carry any rank the features need), which needs no training. Where the training loss is flat in some direction
+(E[TTᵀ] singular: few sequences with a fresh task make the features of the fixed task's sequences redundant) the
+minima form a valley, that end point is not unique, and the flow stops where its initial weights lead.
+
+**Where does in-context learning win?** Where the in-context test loss is below the midpoint between the loss at the
+origin, tr Λ, and the population minimum L* (``theory.loss_star``); the in-weight solution wins where the in-weight
+test loss is below the same midpoint. :func:`switch_point` finds the c of each crossing per P and horizon, by linear
+interpolation between the grid's values of c; at P = ∞ the theory's crossing is solved exactly in c.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import torch
+from scipy.integrate import solve_ivp
+
+from ... import diagnostics, theory
+from ...config import RunConfig
+from ...experiment import draw
+from ...models import build_model, fold_combined
+from ...objectives import Exact
+from ...objectives.population import mixture_moments
+from .. import presets
+from .frame import settings_attrs
+
+NAME = "beyond_phase_diagram"
+
+#: The settled criterion's defaults: a test loss moved less than TOLERANCE (relative to its final value) over the last
+#: WINDOW of the training.
+TOLERANCE, WINDOW = 0.02, 0.1
+
+#: E[TTᵀ]'s smallest eigenvalue relative to its largest below which the training loss counts as flat in some
+#: direction: its minima then form a valley and the least-squares end point is not unique. (Measured on Figure 14's
+#: setting: such cells sit at 1e-16, the others above 1e-9.)
+FLAT = 1e-12
+
+#: The maps' colour scale ends at this multiple of tr Λ (the loss of predicting 0); a loss above it shows in the top
+#: colour (the colour bar's arrow).
+CAP = 10.0
+
+
+def _triple(moments) -> tuple[np.ndarray, np.ndarray, float]:
+    """(E[TTᵀ], E[yT], E[y²]) of ``objectives.Moments`` as float64 numpy arrays (small, and picklable)."""
+    return (moments.TT.detach().cpu().numpy().astype(np.float64),
+            moments.yT.detach().cpu().numpy().astype(np.float64), float(moments.yy))
+
+
+def quadratic_loss(m: np.ndarray, moments: tuple) -> float:
+    """L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ for the moments (E[TTᵀ], E[yT], E[y²])."""
+    A, b, c = moments
+    return float(c - 2 * b @ m + m @ A @ m)
+
+
+class AttnMFlow:
+    """Gradient flow of ATTN_M's loss L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ in its weights, with the gradient and
+    the Hessian written out (numpy, float64): what a stiff integrator needs to reach long times cheaply.
+
+    The state θ holds K = W_KQ[:, :D, :] (H, D·(D+1)) and v (H, D+1), the last row of each value matrix; the query's
+    label row W_KQ[:, D, :] meets the zeroed label and never changes. M = Kᵀ v ((D·(D+1)) × (D+1)) and m = Φ vec(M),
+    Φ the fold of ``models.fold_combined``, so that m is ``AttnM.combined()`` (a test checks it, and the gradient and
+    Hessian against autograd).
+    """
+
+    def __init__(self, moments: tuple, lr: float, head_num: int, in_dim: int):
+        self.moments = moments
+        self.A, self.b, _ = moments
+        self.lr, self.H, self.D = float(lr), head_num, in_dim
+        E = in_dim + 1
+        basis = torch.eye(in_dim * E * E, dtype=torch.float64).reshape(-1, in_dim, E, E)
+        # Φ as an array (F, D·E, E): the fold applied to each unit matrix M (the core's own definition)
+        self.Phi = torch.stack([fold_combined(M) for M in basis], dim=1).numpy().reshape(-1, in_dim * E, E)
+        self.F = self.Phi.shape[0]
+
+    @staticmethod
+    def state(weights: dict) -> np.ndarray:
+        """θ of ``weights`` (the layout of ``init.npz``: W_KQ (H, E, E), W_V (H, E, E))."""
+        D = weights["W_KQ"].shape[1] - 1
+        return np.concatenate([np.asarray(weights["W_KQ"])[:, :D, :].reshape(-1),
+                               np.asarray(weights["W_V"])[:, -1].reshape(-1)]).astype(np.float64)
+
+    def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = self.H * self.D * (self.D + 1)
+        return theta[:n].reshape(self.H, -1), theta[n:].reshape(self.H, self.D + 1)
+
+    def combined(self, theta: np.ndarray) -> np.ndarray:
+        """m(θ): the model's combined weight, ŷ = ⟨m, T⟩."""
+        K, v = self.split(theta)
+        return np.einsum("fij,ij->f", self.Phi, K.T @ v)
+
+    def loss(self, m: np.ndarray, moments: tuple | None = None) -> float:
+        """L(m) on the training moments (or on ``moments``, e.g. a test set's)."""
+        return quadratic_loss(m, self.moments if moments is None else moments)
+
+    def _parts(self, theta):
+        K, v = self.split(theta)
+        g_m = 2.0 * (self.A @ self.combined(theta) - self.b)
+        return K, v, np.einsum("f,fij->ij", g_m, self.Phi)  # G = ∂L/∂M
+
+    def gradient(self, theta: np.ndarray) -> np.ndarray:
+        """∇L(θ): ∂L/∂K_h = G v_h, ∂L/∂v_h = Gᵀ K_h with G = ∂L/∂M."""
+        K, v, G = self._parts(theta)
+        return np.concatenate([(v @ G.T).reshape(-1), (K @ G).reshape(-1)])
+
+    def hessian(self, theta: np.ndarray) -> np.ndarray:
+        """∇²L(θ) = 2 Bᵀ E[TTᵀ] B, B = ∂m/∂θ, plus G between each head's K_h and v_h."""
+        K, v, G = self._parts(theta)
+        H, DE, E = self.H, self.D * (self.D + 1), self.D + 1
+        B = np.concatenate([np.einsum("fij,hj->fhi", self.Phi, v).reshape(self.F, H * DE),
+                            np.einsum("fij,hi->fhj", self.Phi, K).reshape(self.F, H * E)], axis=1)
+        out = 2.0 * B.T @ self.A @ B
+        cross = np.kron(np.eye(H), G)  # (H·DE, H·E): the block of K_h and v_h of the same head
+        out[:H * DE, H * DE:] += cross
+        out[H * DE:, :H * DE] += cross.T
+        return out
+
+    def run(self, theta0: np.ndarray, steps, *, rtol: float = 1e-4, atol: float = 1e-12) -> np.ndarray:
+        """θ at each of ``steps`` (increasing, > 0) of dθ/dk = −lr ∇L(θ) from ``theta0`` at k = 0: (len(steps), n).
+
+        BDF with the exact Jacobian (stiff: the curvatures of E[TTᵀ] span several decades). ``atol`` is absolute on
+        the weights: keep it well below the initialisation scale. (Measured on Figure 14's model: rtol 1e-4 moves the
+        test losses by < 0.05 % from rtol 1e-5, at two thirds of the cost.)"""
+        steps = np.asarray(steps, dtype=np.float64)
+        sol = solve_ivp(lambda _k, th: -self.lr * self.gradient(th), (0.0, steps[-1]), theta0, method="BDF",
+                        t_eval=steps, rtol=rtol, atol=atol, jac=lambda _k, th: -self.lr * self.hessian(th))
+        if not sol.success:
+            raise RuntimeError(f"gradient flow integration failed: {sol.message}")
+        return sol.y.T
+
+    def least_squares(self) -> np.ndarray:
+        """The t → ∞ end point m* = E[TTᵀ]⁺ E[yT] (least squares on the features; the minimum-norm one when E[TTᵀ]
+        is singular, which is then only one of the minima)."""
+        return np.linalg.lstsq(self.A, self.b, rcond=1e-12)[0]
+
+
+def record_steps(first: int, horizon: int, per_decade: int = 4) -> np.ndarray:
+    """The steps a cell's losses are kept at: ``first`` × 10^(k/``per_decade``) from ``first``/10 up to ``horizon``,
+    and ``horizon`` itself (``first``, the published horizon, is one of them)."""
+    top = int(np.floor(per_decade * np.log10(horizon / first) + 1e-9))
+    grid = np.round(first * 10.0 ** (np.arange(-per_decade, top + 1) / per_decade))
+    return np.unique(np.concatenate([grid[(grid >= 1) & (grid <= horizon)], [horizon]])).astype(np.int64)
+
+
+def switch_point(loss, icl, level: float) -> float:
+    """The smallest c at which ``loss`` (over the increasing in-context fractions ``icl``) is below ``level``,
+    interpolated linearly between the two grid values around the crossing: the grid's first c if the loss starts
+    below it, NaN if it never gets below it."""
+    loss, icl = np.asarray(loss, dtype=np.float64), np.asarray(icl, dtype=np.float64)
+    below = np.flatnonzero(loss < level)
+    if below.size == 0:
+        return float("nan")
+    j = below[0]
+    if j == 0:
+        return float(icl[0])
+    f = (loss[j - 1] - level) / (loss[j - 1] - loss[j])
+    return float(icl[j - 1] + f * (icl[j] - icl[j - 1]))
+
+
+def train_cell(settings: dict, icl: float, trainset_size: float, at, init: dict, tests: dict,
+               population: dict) -> dict:
+    """One cell: ATTN_M of ``settings`` (``RunConfig.to_dict()``) with ``icl`` and ``trainset_size`` (inf: the
+    population moments of the mixture, from ``population`` = {cov, w_fix}), its flow from the weights ``init``
+    evaluated at the steps ``at``:
+    the training loss and the test losses on ``tests`` ({name: moments triple}) at each, their least-squares end
+    points (None where the training loss is flat) and E[TTᵀ]'s smallest eigenvalue relative to its largest. A pure
+    function of its arguments, so a Dask worker can run it."""
+    start, threads = time.perf_counter(), torch.get_num_threads()
+    torch.set_num_threads(1)  # a step is a few small products: one thread is fastest on shared cores
+    try:
+        base = RunConfig.from_dict(settings)
+        if np.isfinite(trainset_size):
+            cfg = RunConfig(**{**settings, "trainset_size": int(trainset_size), "icl": float(icl),
+                               "testset_size": 0})
+            model = build_model("attnM", init, dtype=torch.float64)
+            train = _triple(Exact.from_data(model, draw(cfg)[0].train, normalize=base.normalize).moments)
+        else:
+            train = _triple(mixture_moments("attention", np.asarray(population["cov"]), base.seq_len,
+                                            icl=float(icl), w_fix=np.asarray(population["w_fix"]),
+                                            normalize=base.normalize))
+        flow = AttnMFlow(train, base.lr, base.head_num, base.in_dim)
+        ms = [flow.combined(th) for th in flow.run(AttnMFlow.state(init), at, atol=1e-5 * base.init)]
+        curvature = np.linalg.eigvalsh(flow.A)
+        ratio = float(curvature[0] / curvature[-1])
+        m_star = flow.least_squares() if ratio >= FLAT else None
+        out = {"curvature": ratio, "seconds": time.perf_counter() - start}
+        for name, mom in (("train_loss", train), *tests.items()):
+            out[name] = [quadratic_loss(m, mom) for m in ms]
+            out[f"limit_{name}"] = None if m_star is None else quadratic_loss(m_star, mom)
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check_base(base: RunConfig) -> RunConfig:
+    base.validate()
+    if base.model != "attnM" or base.softmax or base.vary_len:
+        raise ValueError("the phase diagram trains linear ATTN_M (model='attnM', no softmax, no vary_len)")
+    if base.draws != "streams":
+        raise ValueError("the phase diagram needs draws='streams': every cell then shares its initial weights, test "
+                         "sets and fixed task, and P = ∞ exists (the reference's draws change all three with P and c)")
+    if not base.testset_size:
+        raise ValueError("the phase diagram needs test sets: give testset_size > 0")
+    return base
+
+
+def population_switch(base: RunConfig, cov, w_fix, test_icl: tuple, level: float, bracket) -> float:
+    """The c at which the least-squares end point of the population (P = ∞) training loss has the in-context test
+    loss ``level`` (on the moments ``test_icl``), by Brent's method in ``bracket`` (NaN without a sign change there).
+    The mixture's moments are linear in c, so each trial is one least-squares solve."""
+    from scipy.optimize import brentq
+
+    fresh, half = (_triple(mixture_moments("attention", cov, base.seq_len, icl=c, w_fix=w_fix,
+                                           normalize=base.normalize)) for c in (1.0, 0.5))
+    fixed = [2 * h - f for h, f in zip(half, fresh)]  # the fixed task's moments (context labels w_fixᵀx)
+
+    def gap(c):
+        A, b = c * fresh[0] + (1 - c) * fixed[0], c * fresh[1] + (1 - c) * fixed[1]
+        return quadratic_loss(np.linalg.lstsq(A, b, rcond=None)[0], test_icl) - level
+
+    lo, hi = bracket
+    if not (0 < lo < hi) or gap(lo) * gap(hi) > 0:
+        return float("nan")
+    return float(brentq(gap, lo, hi, xtol=1e-7))
+
+
+def phase_diagram(base: RunConfig, icl_values, trainset_sizes, *, horizon: int, population: bool = True,
+                  per_decade: int = 4, tolerance: float = TOLERANCE, window: float = WINDOW, client=None):
+    """ATTN_M's test losses over c = ``icl_values`` × P = ``trainset_sizes`` (and P = ∞ with ``population``, or where
+    ``trainset_sizes`` holds None or inf), every
+    cell trained by gradient flow from ``base``'s initial weights to step ``horizon`` (GD's steps at ``base.lr``),
+    as an xarray Dataset. ``client``: a ``dask.distributed.Client`` to train the cells on (None: one after another
+    here).
+
+    Dimensions ``icl``, ``trainset_size`` (float; inf for the population) and ``step`` (:func:`record_steps` from
+    ``base.epoch``/10 to ``horizon``; ``base.epoch``, the published horizon, is one of them). Variables:
+
+    ========================================  ======================  =============================================
+    train_loss, test_iwl, test_icl            icl, trainset_size,     the losses along the flow
+                                              step
+    final_train_loss, final_test_*            icl, trainset_size      at ``horizon``
+    limit_train_loss, limit_test_*            icl, trainset_size      at the least-squares end point (t → ∞); NaN
+                                                                      where it is not unique (``flat``)
+    settle_iwl, settle_icl                    icl, trainset_size      the largest change of that test loss over the
+                                                                      last ``window`` of the training, relative to
+                                                                      its final value
+    settled                                   icl, trainset_size      both below ``tolerance``
+    flat                                      icl, trainset_size      E[TTᵀ] singular (to :data:`FLAT`)
+    fresh                                     icl, trainset_size      training sequences with a fresh task
+    cell_seconds                              icl, trainset_size      the wall time of the cell's training
+    switch                                    trainset_size, step     :func:`switch_point` of ``test_icl``
+    iwl_edge                                  trainset_size           the c at which the final in-weight test loss
+                                                                      first exceeds the midpoint
+    theory_switch                             trainset_size           :func:`switch_point` of the end point's
+                                                                      in-context loss (NaN where a cell it needs is
+                                                                      flat)
+    population_switch                         (scalar)                the same at P = ∞ solved exactly in c
+                                                                      (:func:`population_switch`; NaN without P = ∞)
+    ========================================  ======================  =============================================
+
+    The crossings are taken at ``midpoint`` = (tr Λ + L*)/2. Attributes: ``L_origin`` (tr Λ), ``L_star``,
+    ``midpoint``, ``tolerance``, ``window``, ``horizon``, ``epoch`` (the published horizon), ``lr`` (the time
+    unit), ``seconds`` and ``cpu_seconds`` (what it took here; with a ``client`` the workers' time is not in
+    ``cpu_seconds``) and ``base`` (the run settings, JSON). It is fastest with one BLAS thread (the figure runner
+    sets one): several threads on these 200 × 200 systems made it ~10× slower on two busy cores.
+    """
+    import xarray as xr
+
+    start, cpu = time.perf_counter(), time.process_time()
+    base = _check_base(base)
+    icl = np.array(sorted(float(c) for c in icl_values))
+    population = population or any(P is None or not np.isfinite(P) for P in trainset_sizes)  # None: P = ∞ too
+    finite_sizes = sorted(int(P) for P in trainset_sizes if P is not None and np.isfinite(P))
+    sizes = [float(P) for P in finite_sizes] + ([np.inf] if population else [])
+    steps = record_steps(base.epoch, int(horizon), per_decade)
+    tail = np.linspace((1 - window) * horizon, horizon, 11)[:-1]  # the last `window` of the training, before its end
+    at = np.unique(np.concatenate([steps, tail]))
+    settings = base.to_dict()
+    datasets, init = draw(RunConfig(**{**settings, "trainset_size": 2}))  # the test sets, Λ and w_fix of every cell
+    model = build_model("attnM", init, dtype=torch.float64)
+    tests = {k: _triple(Exact.from_data(model, getattr(datasets, k), normalize=base.normalize).moments)
+             for k in ("test_iwl", "test_icl")}
+    pop = {"cov": datasets.cov, "w_fix": datasets.w_fix}
+    tasks = [(settings, c, P, at, init, tests, pop) for c in icl for P in sizes]
+    if client is None:
+        results = [train_cell(*t) for t in tasks]
+    else:
+        results = client.gather(client.map(train_cell, *zip(*tasks), pure=False))
+    shape = (len(icl), len(sizes))
+    keep, last = np.searchsorted(at, steps), np.searchsorted(at, tail)
+
+    def grid(key):
+        values = [np.nan if r[key] is None else r[key] for r in results]
+        return np.array(values, dtype=np.float64).reshape(shape + (-1,))
+
+    cells = ("icl", "trainset_size")
+    data = {}
+    for k in ("train_loss", "test_iwl", "test_icl"):
+        curve = grid(k)
+        data[k] = (cells + ("step",), curve[..., keep])
+        data[f"final_{k}"] = (cells, curve[..., -1])
+        data[f"limit_{k}"] = (cells, grid(f"limit_{k}")[..., 0])
+        if k != "train_loss":
+            change = np.abs(curve[..., last] - curve[..., -1:]).max(axis=-1) / np.abs(curve[..., -1])
+            data["settle_" + k.split("_")[1]] = (cells, change)
+    flat = grid("curvature")[..., 0] < FLAT
+    finite = np.isfinite(sizes)
+    data.update(flat=(cells, flat), cell_seconds=(cells, grid("seconds")[..., 0]),
+                fresh=(cells, np.where(finite, np.floor(np.outer(icl, np.where(finite, sizes, 0.0)) + 1e-9), np.inf)))
+    ds = xr.Dataset(data, coords={"icl": icl, "trainset_size": np.array(sizes), "step": steps})
+    L_origin = float(np.trace(datasets.cov))
+    L_star = theory.loss_star(datasets.cov, base.N)
+    midpoint = (L_origin + L_star) / 2
+    ds["settled"] = (ds.settle_iwl < tolerance) & (ds.settle_icl < tolerance)
+    crossing = dict(input_core_dims=[["icl"], ["icl"], []], vectorize=True)
+    ds["switch"] = xr.apply_ufunc(switch_point, ds.test_icl, ds.icl, midpoint, **crossing)
+    ds["iwl_edge"] = xr.apply_ufunc(switch_point, -ds.final_test_iwl, ds.icl, -midpoint, **crossing)
+    ds["theory_switch"] = xr.apply_ufunc(switch_point, ds.limit_test_icl, ds.icl, midpoint, **crossing)
+    exact = np.nan
+    if population:  # at P = ∞ also exactly in c, between the grid's values around the crossing
+        below = np.flatnonzero(ds.limit_test_icl.isel(trainset_size=-1).values < midpoint)
+        if below.size and below[0] > 0:
+            j = below[0]
+            lo = icl[j - 1] if icl[j - 1] > 0 else icl[j] / 1e3  # c = 0 has noise context labels: not the limit
+            exact = population_switch(base, datasets.cov, datasets.w_fix, tests["test_icl"], midpoint, (lo, icl[j]))
+    ds["population_switch"] = exact
+    ds.attrs.update(L_origin=L_origin, L_star=L_star, midpoint=midpoint, tolerance=tolerance, window=window,
+                    horizon=int(horizon), epoch=int(base.epoch), lr=float(base.lr),
+                    seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu,
+                    base=json.dumps({k: v for k, v in settings.items() if k not in ("icl", "trainset_size")}))
+    return ds
+
+
+# ---------------------------------------------------------------- the page: settings, computations, numbers, words
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict, client=None):
+    """The phase diagram of the page (:func:`phase_diagram`) at the settings ``S``: ``attn_m`` the base run (its
+    ``epoch`` the published horizon), ``icl_values`` × ``trainset_sizes`` and the population, trained to
+    ``epoch_extended``; the figure's settings as attributes."""
+    ds = phase_diagram(RunConfig(**S["attn_m"]), S["icl_values"], S["trainset_sizes"], horizon=S["epoch_extended"],
+                       client=client)
+    ds.attrs.update(settings_attrs(S, engine="exact (gradient flow)", seeds=S["attn_m"]["seed"]))
+    ds.attrs["published"] = int(presets.is_published(NAME, S))
+    return ds
+
+
+def compute_escape(S: dict, client=None, *, out=None):
+    """ATTN_S's drops across the initialisation scales ``inits_s`` and ``seeds`` (``attn_s``), trained through
+    ``linattn sweep``'s engine (``sweeps.sweep``, on ``client`` or a local cluster of ``workers`` processes; ``out``:
+    its folder, by default in the run store), with the
+    theory's escape time of each drop (``law``: init × direction, ``theory.attn_s_drop_steps``), the fitted
+    exponent of each drop's step in the initialisation scale and the median ratio of simulated to theory's step."""
+    from ..runstore import default_root
+    from ..sweeps import sweep
+
+    base = RunConfig(**S["attn_s"])
+    inits = [float(i) for i in S["inits_s"]]
+    escape = sweep(base, {"init": inits, "seed": list(S["seeds"])}, client=client, workers=S["workers"],
+                   progress=False, out=out or default_root() / "sweeps" / f"{NAME}-escape")
+    if not (escape.status == "done").all():
+        raise RuntimeError(f"a cell of the escape-time sweep failed: {escape.message.values.ravel().tolist()}")
+    cov = draw(base)[0].cov  # the spectrum of the covariance is the same for every seed
+    law = np.array([theory.attn_s_drop_steps(cov, base.N, lr=base.lr, init=i, rank=base.rank,
+                                             head_num=base.head_num, init_scheme=base.init_scheme,
+                                             normalize=base.normalize) for i in inits])
+    escape["law"] = (("init", "direction"), law[:, :escape.sizes["direction"]])
+    exponent, ratio = [], []
+    for d in escape.direction.values:
+        steps = escape.drop_step.sel(direction=d)
+        x = steps.init.broadcast_like(steps).values.ravel()
+        ok = np.isfinite(steps.values.ravel())
+        exponent.append(diagnostics.escape_law("attnS", x, steps.values.ravel()) if len(set(x[ok])) >= 2 else np.nan)
+        median = steps.median("seed") / escape.law.sel(direction=d)
+        ratio.append(float(np.nanmedian(median.values)) if np.isfinite(median.values).any() else np.nan)
+    escape["exponent"] = ("direction", exponent)
+    escape["ratio"] = ("direction", ratio)
+    return escape
+
+
+def escape_command(S: dict) -> str:
+    """``linattn sweep`` of the escape-time runs: the fixed settings' flags and one ``--grid`` per swept setting."""
+    from ..commands import train_command
+
+    flags = train_command(RunConfig(**S["attn_s"])).split(" ", 2)[2]
+    grid = " ".join(f"--grid {k}={','.join(f'{v:g}' for v in S[key])}" for k, key in (("init", "inits_s"),
+                                                                                       ("seed", "seeds")))
+    return f"linattn sweep {flags} {grid} --out sweeps/escape"
+
+
+def switch_table(ds) -> list[dict]:
+    """One row per P: where each solution wins after the training, the theory's switch, the switch at the published
+    horizon, and how settled the cells are."""
+    rows = []
+    for P in ds.trainset_size.values:
+        cell = ds.sel(trainset_size=P)
+        rows.append(dict(P=size_label(P), iwl=float(cell.iwl_edge), icl=float(cell.switch.isel(step=-1)),
+                         theory=float(cell.theory_switch), published=float(cell.switch.sel(step=ds.epoch)),
+                         settle=float(max(cell.settle_iwl.max(), cell.settle_icl.max()))))
+    return rows
+
+
+TABLE_COLUMNS = {"P": "P", "iwl": "in-weight wins below c", "icl": "in-context wins from c",
+                 "theory": "theory (t → ∞)", "published": "in-context wins from c, at the published horizon",
+                 "settle": "largest change over the last 10 %"}
+
+
+def numbers(ds, escape=None) -> list[dict]:
+    """``numbers.json``: the settled criterion, the in-context test loss at c = 1 in the population column beside
+    L*, each P's switch beside the theory's end point, and the escape-time exponents and ratios."""
+    rows = [dict(key="settle.max", quantity="largest relative change of a test loss over the last "
+                 f"{ds.window:.0%} of training (settled below {ds.tolerance:g})",
+                 reproduced=float(max(ds.settle_iwl.max(), ds.settle_icl.max())), tolerance=ds.tolerance,
+                 verdict="agrees" if bool(ds.settled.all()) else "differs")]
+    for P in ds.trainset_size.values:
+        c = float(ds.switch.sel(trainset_size=P).isel(step=-1))
+        slug = f"{int(P)}" if np.isfinite(P) else "inf"
+        rows.append(dict(key=f"switch.P{slug}", quantity=f"P={size_label(P)}: smallest c with the in-context test loss "
+                         "below the midpoint, finished", theory=float(ds.theory_switch.sel(trainset_size=P)),
+                         reproduced=c if np.isfinite(c) else None))
+    if np.isfinite(float(ds.population_switch)):
+        rows.append(dict(key="switch.Pinf.exact", quantity="P=∞: the theory's switch c, solved exactly in c",
+                         reproduced=float(ds.population_switch)))
+    if np.isinf(ds.trainset_size.values[-1]) and ds.icl.values[-1] == 1.0:
+        rows.append(dict(key="final_test_icl.Pinf.c1", quantity="P=∞, c=1: final in-context test loss",
+                         theory=ds.L_star, reproduced=float(ds.final_test_icl.isel(trainset_size=-1, icl=-1))))
+    for d in ([] if escape is None else escape.direction.values):
+        rows.append(dict(key=f"escape.exponent.drop{d}", quantity=f"drop {d}: exponent of the drop step in the "
+                         "initialisation scale", theory=-1.0, reproduced=_finite(escape.exponent.sel(direction=d))))
+        rows.append(dict(key=f"escape.ratio.drop{d}", quantity=f"drop {d}: median simulated step / theory's escape "
+                         "time", reproduced=_finite(escape.ratio.sel(direction=d))))
+    return rows
+
+
+def _finite(x):
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def words(ds, escape=None) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``); ``findings`` is its generated Markdown."""
+    base = json.loads(ds.attrs["base"])
+    out = dict(n_cells=int(ds.settled.size), n_icl=int(ds.sizes["icl"]), n_P=int(ds.sizes["trainset_size"]),
+               sizes=_list([size_label(P) for P in ds.trainset_size.values]), horizon=_steps(ds.horizon),
+               epoch=f"{ds.epoch:,}", lr=f"{ds.lr:g}", head_num=base["head_num"], init=f"{base['init']:g}",
+               in_dim=base["in_dim"], tolerance=f"{ds.tolerance:.0%}", window=f"{ds.window:.0%}",
+               midpoint=float(ds.midpoint), L_star=float(ds.L_star), L_origin=float(ds.L_origin), cap=f"{CAP:g}",
+               phase_seconds=f"{ds.seconds:.0f} s", per_cell=f"{float(ds.cell_seconds.median()):.1f} s")
+    if escape is not None:
+        out.update(n_escape=int(escape.status.size),
+                   exponents=_list([f"{x:.2f}" for x in escape.exponent.values if np.isfinite(x)]) or "–",
+                   ratios=_list([f"{x:.1f}" for x in escape.ratio.values if np.isfinite(x)]) or "–")
+    return out
+
+
+def size_label(P) -> str:
+    """P as the page writes it: a whole number, or ∞ for the population."""
+    return "∞" if not np.isfinite(P) else f"{int(P)}"
+
+
+def _c(c) -> str:
+    return f"{c:.2g}"
+
+
+def _list(items, last="and") -> str:
+    items = list(items)
+    if not items:
+        return ""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def _steps(n) -> str:
+    """A step count as prose: a power of ten as 10ᵏ, else with thousands separators."""
+    k = np.log10(n)
+    return "10" + str(int(round(k))).translate(_SUPERSCRIPT) if abs(k - round(k)) < 1e-12 else f"{int(n):,}"
+
+
+def _at(pairs) -> str:
+    """"0.01 at $P$ = 200, 0.02 at $P$ = 1000 and …"."""
+    return _list(f"{_c(c)} at $P$ = {size_label(P)}" for P, c in pairs)
+
+
+def settling_step(ds, rel: float = 0.01) -> dict:
+    """Per P whose final switch exists, the first recorded step from which the switch stays within ``rel``
+    (relative) of its final value."""
+    out = {}
+    for P in ds.trainset_size.values:
+        c = ds.switch.sel(trainset_size=P).values
+        if not np.isfinite(c[-1]):
+            continue
+        far = np.flatnonzero(~(np.abs(c - c[-1]) <= rel * abs(c[-1])))
+        out[float(P)] = int(ds.step.values[far[-1] + 1 if far.size else 0])
+    return out
+
+
+def findings(ds) -> str:
+    """What the dataset shows, as the page's Markdown: one sentence per case that occurs, none for one that does
+    not."""
+    out, sizes, first = [], ds.trainset_size.values, float(ds.icl[0])
+    n, settled = int(ds.settled.size), int(ds.settled.sum())
+    worst = float(max(ds.settle_iwl.max(), ds.settle_icl.max()))
+    if settled == n:
+        out.append(f"Every one of the {n} cells has settled: over the last {ds.window:.0%} of its {_steps(ds.horizon)} "
+                   f"steps no test loss moved by more than {worst:.1e} of its final value (the criterion: "
+                   f"{ds.tolerance:.0%}).")
+    else:
+        bad = [f"$c$ = {_c(c)}, $P$ = {size_label(P)}" for c in ds.icl.values for P in sizes
+               if not bool(ds.settled.sel(icl=c, trainset_size=P))]
+        moving = float(np.fmax(ds.settle_iwl, ds.settle_icl).where(~ds.settled).max())
+        out.append(f"{n - settled} of the {n} cells had not settled by step {_steps(ds.horizon)} ({_list(bad)}): a "
+                   f"test loss still moved by up to {moving:.1%} of its final value over the last {ds.window:.0%} of "
+                   "the training.")
+    final = ds.switch.isel(step=-1).values
+    later = [(P, c) for P, c in zip(sizes, final) if np.isfinite(c) and c > first]
+    everywhere = [P for P, c in zip(sizes, final) if c == first]
+    never = [P for P, c in zip(sizes, final) if not np.isfinite(c)]
+    if later:
+        out.append("After the training, in-context learning wins (the in-context test loss below the midpoint "
+                   f"{ds.midpoint:.3f}) from $c$ = {_at(later)}.")
+    if everywhere:
+        out.append("At $P$ = " + _list(size_label(P) for P in everywhere) + " it wins at every $c$ of the grid.")
+    if never:
+        out.append("At $P$ = " + _list(size_label(P) for P in never) + " the in-context test loss stays above the "
+                   "midpoint at every $c$ of the grid.")
+    edges = ds.iwl_edge.values
+    below = [(P, e) for P, e in zip(sizes, edges) if np.isfinite(e) and e > first]
+    nowhere = [P for P, e in zip(sizes, edges) if e == first]
+    always = [P for P, e in zip(sizes, edges) if not np.isfinite(e)]
+    if below:
+        out.append(f"The in-weight solution wins (its test loss below the same midpoint) only below $c$ = "
+                   f"{_at(below)}.")
+    if nowhere:
+        out.append("At $P$ = " + _list(size_label(P) for P in nowhere) + " the in-weight test loss is above the "
+                   "midpoint at every $c$ of the grid.")
+    if always:
+        out.append("At $P$ = " + _list(size_label(P) for P in always) + " the in-weight test loss stays below the "
+                   "midpoint at every $c$ of the grid.")
+    neither = (ds.final_test_iwl > ds.midpoint) & (ds.final_test_icl > ds.midpoint)
+    if bool(neither.any()):
+        k = int(neither.sum())
+        widest = float(ds.trainset_size[int(np.argmax(neither.sum("icl").values))])
+        span = ds.icl.where(neither.sel(trainset_size=widest), drop=True).values
+        low = float(ds.final_train_loss.sel(trainset_size=widest).where(neither.sel(trainset_size=widest)).min())
+        stretch = f"$c$ = {_c(span.min())} to {_c(span.max())}" if span.size > 1 else f"$c$ = {_c(span[0])}"
+        out.append(f"Neither test loss is below the midpoint in {k} cell{'s' if k > 1 else ''}; the most at "
+                   f"$P$ = {size_label(widest)}, {stretch}, where the training loss ends as low as {low:.3f}.")
+    both = (ds.final_test_iwl < ds.midpoint) & (ds.final_test_icl < ds.midpoint)
+    if bool(both.any()):
+        k = int(both.sum())
+        where = [P for P in sizes if bool(both.sel(trainset_size=P).any())]
+        out.append(f"Both test losses are below the midpoint in {k} cell{'s' if k > 1 else ''}, at $P$ = "
+                   + _list(size_label(P) for P in where) + ": there one predictor serves both kinds of sequence.")
+    derived = [(P, t, c) for P, t, c in zip(sizes, ds.theory_switch.values, final) if np.isfinite(t)]
+    if derived:
+        out.append("The theory's end point, least squares on ATTN_M's features, puts the switch at $c$ = "
+                   + _at((P, t) for P, t, _ in derived) + "; the runs' switch differs from it by at most "
+                   f"{max(abs(t - c) for _, t, c in derived):.2g}.")
+    exact = float(ds.population_switch)
+    if np.isfinite(exact):
+        out.append(f"In the population limit the theory's switch, solved exactly in $c$ rather than read between the "
+                   f"grid's values, is at $c$ = {exact:.2g}.")
+    missing = [P for P, t in zip(sizes, ds.theory_switch.values) if not np.isfinite(t)]
+    if missing:
+        out.append("At $P$ = " + _list(size_label(P) for P in missing) + " the theory predicts no switch: a cell the "
+                   "crossing needs has no single end point, or the end point's loss never crosses the midpoint.")
+    flat = ds.flat
+    if bool(flat.any()):
+        k = int(flat.sum())
+        out.append(f"In {k} cell{'s' if k > 1 else ''} (at most {int(ds.fresh.where(flat).max())} training "
+                   "sequences with a fresh task) the training loss has flat directions: its minima form a valley, the "
+                   "least-squares end point is not unique, and the flow stops at the minimum its initial weights "
+                   "lead to.")
+    if bool((~flat).any()):
+        rel = max(float((abs(ds[f"final_{k}"] - ds[f"limit_{k}"]) / ds[f"limit_{k}"]).where(~flat).max())
+                  for k in ("test_iwl", "test_icl"))
+        out.append(f"Where the end point is unique, the finished runs' test losses lie within {rel:.1e} (relative) "
+                   "of it.")
+    at_epoch = [(P, float(ds.switch.sel(trainset_size=P, step=ds.epoch))) for P in sizes]
+    shown = [(P, c) for P, c in at_epoch if np.isfinite(c)]
+    not_yet = [P for P, c in at_epoch if not np.isfinite(c)]
+    if shown:
+        out.append(f"After the published {ds.epoch:,} steps the switch sits at $c$ = {_at(shown)}.")
+    if not_yet:
+        out.append(f"After the published {ds.epoch:,} steps the in-context test loss is above the midpoint at every "
+                   "$c$ at $P$ = " + _list(size_label(P) for P in not_yet) + ".")
+    moved = [(P, c, float(ds.switch.sel(trainset_size=P).isel(step=-1))) for P, c in shown]
+    smaller = [P for P, c, end in moved if np.isfinite(end) and end < c]
+    if moved and len(smaller) == len(moved):
+        out.append("At every $P$ the finished runs switch at a smaller $c$ than the runs stopped at the published "
+                   "horizon: the boundary drawn there is the horizon's, and the in-weight solution it shows is a "
+                   "stage of training that later gives way.")
+    elif smaller:
+        out.append("At $P$ = " + _list(size_label(P) for P in smaller) + " the finished runs switch at a smaller $c$ "
+                   "than the runs stopped at the published horizon.")
+    larger = [P for P, c, end in moved if np.isfinite(end) and end > c]
+    if larger:
+        out.append("At $P$ = " + _list(size_label(P) for P in larger) + " the finished runs switch at a larger $c$ "
+                   "than at the published horizon: training goes on fitting the training set (its loss only falls), "
+                   "and there the in-context test loss rises back above the midpoint.")
+    steps = settling_step(ds)
+    if steps:
+        out.append("The switch stays within 1 % of its final value from step "
+                   + _list(f"{_steps(s)} at $P$ = {size_label(P)}" for P, s in steps.items()) + " on.")
+    return " ".join(out)
+
+
+# ---------------------------------------------------------------- the figures
+
+def _index_of(c, icl) -> float:
+    """Where c sits on the maps' axis, whose columns are the grid's values of c at 0, 1, 2, …: linear in c between
+    two columns, as :func:`switch_point` interpolates."""
+    return float(np.interp(c, icl, np.arange(len(icl)))) if np.isfinite(c) else np.nan
+
+
+def _plain_numbers(axis) -> None:
+    """Tick labels of a logarithmic axis as plain numbers (0.02, not 2×10⁻²): every power of ten, and 2× and 5× one
+    between them."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(x, _):
+        mantissa = x / 10 ** np.floor(np.log10(x) + 1e-9)
+        return f"{x:g}" if np.isclose(mantissa, 2) or np.isclose(mantissa, 5) else ""
+
+    axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    axis.set_minor_formatter(FuncFormatter(minor))
+
+
+def plot(ds):
+    """The final in-weight and in-context test losses over (c, P) on one logarithmic colour scale, with where each
+    solution wins (circles: the runs; crosses: the theory's end point), and the switch against the horizon."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    fig = plt.figure(figsize=(6.6, 6.6), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 0.85])
+    axes = dict(zip(("iwl", "icl"), top.subplots(1, 2, sharey=True)), horizon=bottom.subplots())
+    icl, sizes = ds.icl.values, ds.trainset_size.values
+    maps = (ds.final_test_iwl, ds.final_test_icl)
+    highest = max(float(m.max()) for m in maps)
+    norm = LogNorm(vmin=min(float(m.min()) for m in maps), vmax=min(highest, CAP * ds.L_origin))
+    rows, cols = np.arange(len(sizes)), np.arange(len(icl))
+    for key, loss, edge, title in (("iwl", ds.final_test_iwl, ds.iwl_edge, "in-weight test loss"),
+                                   ("icl", ds.final_test_icl, ds.switch.isel(step=-1), "in-context test loss")):
+        ax = axes[key]
+        mesh = ax.pcolormesh(cols, rows, loss.transpose("trainset_size", "icl"), shading="nearest", cmap="viridis",
+                             norm=norm)
+        ax.plot([_index_of(c, icl) for c in edge.values], rows, "o", color="white", markeredgecolor="black",
+                markersize=6)
+        if key == "icl":
+            ax.plot([_index_of(c, icl) for c in ds.theory_switch.values], rows, "x", color="tab:red", markersize=8,
+                    markeredgewidth=2)
+        ax.set_title(title)
+        ax.set_xticks(cols, [f"{c:g}" for c in icl], rotation=90)
+        ax.set_yticks(rows, [size_label(P) for P in sizes])
+        ax.set_xlabel("in-context fraction c")
+    axes["iwl"].set_ylabel("training sequences P")
+    bar = top.colorbar(mesh, ax=[axes["iwl"], axes["icl"]], shrink=0.9, label="final test loss",
+                       extend="max" if highest > norm.vmax else "neither")
+    for level, style in ((ds.L_origin, "-"), (ds.midpoint, "--"), (ds.L_star, ":")):
+        if norm.vmin <= level <= norm.vmax:
+            bar.ax.axhline(level, color="tab:red", linestyle=style, linewidth=1.5)
+
+    ax = axes["horizon"]
+    colours = plt.cm.viridis(np.linspace(0.0, 0.85, len(sizes)))
+    for colour, P in zip(colours, sizes):
+        ax.plot(ds.step, ds.switch.sel(trainset_size=P), "-", color=colour, label=f"P = {size_label(P)}")
+        theory_c = float(ds.theory_switch.sel(trainset_size=P))
+        if np.isfinite(theory_c):
+            ax.axhline(theory_c, color=colour, linestyle="--", linewidth=1.0)
+    ax.axvline(ds.epoch, color="0.4", linestyle=":", linewidth=1.1, label="published horizon")
+    ax.plot([], [], "--", color="0.4", linewidth=1.0, label="theory, t → ∞")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"training horizon (steps at learning rate {ds.lr:g})")
+    ax.set_ylabel("switch c")
+    _plain_numbers(ax.yaxis)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), handlelength=1.6)
+    return fig
+
+
+def plot_escape(escape):
+    """ATTN_S: the step of each drop (dots, one per seed) against the initialisation scale, and the theory's escape
+    time of each direction (dashed), on log–log axes."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.4), layout="constrained")
+    colours = plt.cm.plasma(np.linspace(0.0, 0.8, escape.sizes["direction"]))
+    for colour, d in zip(colours, escape.direction.values):
+        steps = escape.drop_step.sel(direction=d)
+        ax.plot(steps.init.broadcast_like(steps).values.ravel(), steps.values.ravel(), "o", color=colour, alpha=0.7,
+                markersize=4, label=f"drop {d}")
+        ax.plot(escape.init, escape.law.sel(direction=d), "--", color=colour)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("initialisation scale (ATTN_S)")
+    ax.set_ylabel("drop step")
+    ax.set_xticks(escape.init.values, [f"{i:g}" for i in escape.init.values])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.legend(loc="lower left", ncols=4, handlelength=1.0)
+    return fig
