@@ -450,3 +450,71 @@ def test_figA_vary_len_at_settings_the_paper_never_used_rests_at_its_own_levels(
     assert said["rests"] == ("In this run ATTN_M rests at the levels of M_0 and M_3; ATTN_S rests at the levels of "
                              "M_0, M_1 and M_2.")
     figA_vary_len.plot(ds)
+
+
+# ---------------------------------------------------------------- Figure 4 and the paper's Figures 11 and 12: rank R
+
+from linattn.companion.figures import fig04  # noqa: E402
+
+# D = 3, H = 3, N + 1 = 17, P = 1000, a larger start and steps than the paper's: rank one makes its first drop inside
+# 400 steps and its second soon after. Figures 4 and 12 share their runs of a rank through one store.
+TINY_RANKS = dict(in_dim=3, head_num=3, seq_len=17, trainset_size=1000, init=0.02, lr=0.05, epoch=400)
+
+
+@pytest.fixture(scope="module")
+def rank_store(tmp_path_factory):
+    return tmp_path_factory.mktemp("rank_runs")
+
+
+@pytest.fixture
+def rank_runs(rank_store, monkeypatch):
+    """The run store the rank-R pages share in these tests (a temporary folder of this module's own)."""
+    monkeypatch.setenv("LINATTN_RUNS_DIR", str(rank_store))
+    return rank_store
+
+
+def test_fig04_at_settings_the_paper_never_used(rank_runs):
+    S = fig04.settings("quick", ranks=[1, 2], **TINY_RANKS)
+    S["epoch_extended"] = {1: 800, 2: 500}
+    assert not presets.is_published(fig04.NAME, S)
+    assert not presets.is_published(fig04.NAME, fig04.settings("paper", head_num=12))
+    # the horizons a notebook is given (JSON: text keys) are the same as Python's
+    assert presets.horizons(dict(S, epoch_extended={"1": 800, "2": 500})) == presets.horizons(S) == {1: 800, 2: 500}
+    ds = fig04.compute(S)
+    assert ds.train_loss.dims == ("rank", "step") and ds.sizes["step"] == 400 and list(ds["rank"].values) == [1, 2]
+    assert ds.train_loss_extended.dims == ("rank", "step_log") and ds.drop_step.dims == ("rank", "direction")
+    assert ds.plateau_level.dims == ds.plateau_long.dims == ("rank", "m") and (ds.sizes["direction"], ds.sizes["m"]) \
+        == (3, 4)
+    assert list(ds.horizon.values) == [800, 500]
+    # the window is the start of the extended run; past a rank's own horizon its extended curve is NaN
+    ext, early = ds.train_loss_extended, ds.step_log.values[ds.step_log.values < 400]
+    np.testing.assert_array_equal(ext.sel(rank=1, step_log=early), ds.train_loss.sel(rank=1, step=early))
+    assert np.isnan(ext.sel(rank=2).values[ds.step_log.values >= 500]).all()
+    assert np.isfinite(ext.sel(rank=1).values).all()
+    rows = keyed(fig04.numbers(ds))
+    # no paper column and no claim away from the published settings
+    assert all(r["paper"] is None for r in rows.values()) and fig04.claims(ds) == []
+    nearest_own_level({k: r for k, r in rows.items() if ".plateau.M" in k}, ds.plateau_theory.values)
+    for R in (1, 2):  # drops counted never exceed the directions, and each count is the drop steps' own
+        drops = ds.drop_step.sel(rank=R).values
+        made = drops[np.isfinite(drops)]
+        assert made.size <= 3 and np.all(np.diff(made) >= 0)
+        assert rows[f"R{R}.extended.learned"]["reproduced"] == int(ds.directions_learned_extended.sel(rank=R)) \
+            == made.size
+        assert rows[f"R{R}.window.learned"]["reproduced"] == int((made < 400).sum())
+        assert (f"R{R}.extended.last_drop" in rows) == (made.size == 3)
+        assert f"({int(ds.horizon.sel(rank=R))} steps)" in rows[f"R{R}.extended.learned"]["quantity"]
+    assert {k for k in rows if ".drop" in k} == {"R1.extended.drop1", "R1.extended.drop2", "R1.extended.drop3"}
+    assert rows["R1.extended.drop1"]["verdict"] == "estimate only"
+    said = fig04.words(ds)
+    assert "H = 3 heads of rank R = 1 and 2, D = 3" in said["settings"] and said["horizons"] == (
+        "800 steps for R = 1 and 500 steps for R = 2") and "not the published" in said["setting_note"]
+    assert said["r1_in_window"] == str(int(rows["R1.window.learned"]["reproduced"]))
+    assert len(fig04.rank_table(ds).rows) == 2 and "published settings" not in fig04.drops_text(ds)
+    fig04.plot(ds)
+    # as at the published settings: the paper's count for rank one and its claim come in
+    ds.attrs["published"] = 1
+    rows = keyed(fig04.numbers(ds))
+    assert rows["R1.extended.learned"]["paper"] == 3 and rows["R2.extended.learned"]["paper"] is None
+    assert rows["claim.figure_4"]["verdict"] in ("agrees", "differs")
+    assert "These are the published settings" in fig04.drops_text(ds)
