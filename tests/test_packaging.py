@@ -61,3 +61,10 @@ def test_the_figure_notebooks_are_package_data():
     folder = ROOT / tool["package-dir"]["linattn.figures_src"]
     assert folder == ROOT / "figures_src" and sorted(folder.glob("*.md"))
     assert "*.md" in tool["package-data"]["linattn.figures_src"]
+
+
+def test_every_package_of_the_source_is_in_the_wheel():
+    """pyproject lists its packages by hand: a new subpackage left out would be missing from an installed copy."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "linattn").rglob("__init__.py")}
+    assert found <= set(tool["packages"]), f"not in pyproject's packages: {sorted(found - set(tool['packages']))}"
