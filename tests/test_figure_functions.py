@@ -518,3 +518,25 @@ def test_fig04_at_settings_the_paper_never_used(rank_runs):
     assert rows["R1.extended.learned"]["paper"] == 3 and rows["R2.extended.learned"]["paper"] is None
     assert rows["claim.figure_4"]["verdict"] in ("agrees", "differs")
     assert "These are the published settings" in fig04.drops_text(ds)
+
+
+from linattn.companion.figures import figA_ranks  # noqa: E402
+
+
+def test_figA_ranks_at_settings_the_paper_never_used(rank_runs):
+    S = figA_ranks.settings("quick", ranks=[2, 3], **TINY_RANKS)
+    assert not presets.is_published(figA_ranks.NAME, S)
+    ds = figA_ranks.compute(S)
+    assert ds.train_loss.dims == ("rank", "step") and dict(ds.sizes) == {"rank": 2, "step": 400, "m": 4}
+    assert ds.plateau_long_theory.dims == ("rank", "m")
+    rows = keyed(figA_ranks.numbers(ds))
+    assert all(r["paper"] is None for r in rows.values())
+    nearest_own_level({k: r for k, r in rows.items() if ".plateau.M" in k}, ds.plateau_theory.values)
+    for R in (2, 3):  # the theory's long plateaus at multiples of R below D; found ones only at complete plateaus
+        assert rows[f"R{R}.learned"]["reproduced"] == int(ds.directions_learned.sel(rank=R)) <= 3
+        expected = [int(m) for m in ds.m.values if ds.plateau_long_theory.sel(rank=R, m=m)]
+        assert set(expected) <= set(range(0, 3, R))
+        assert rows[f"R{R}.long_plateaus"]["theory"] == " ".join(map(str, expected))
+    assert "H = 3 heads of rank R = 2 and 3" in figA_ranks.words(ds)["settings"]
+    assert len(figA_ranks.rank_table(ds).rows) == 2 and figA_ranks.verdict(ds).startswith("In this run")
+    figA_ranks.plot(ds)
