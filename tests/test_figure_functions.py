@@ -540,3 +540,31 @@ def test_figA_ranks_at_settings_the_paper_never_used(rank_runs):
     assert "H = 3 heads of rank R = 2 and 3" in figA_ranks.words(ds)["settings"]
     assert len(figA_ranks.rank_table(ds).rows) == 2 and figA_ranks.verdict(ds).startswith("In this run")
     figA_ranks.plot(ds)
+
+
+from linattn.companion.figures import figA_inside_head  # noqa: E402
+
+
+def test_figA_inside_head_at_settings_the_paper_never_used(rank_runs):
+    S = figA_inside_head.settings("quick", rank=2, snapshot_every=10, **dict(TINY_RANKS, epoch=300))
+    assert not presets.is_published(figA_inside_head.NAME, S)
+    ds = figA_inside_head.compute(S)
+    assert ds.value.dims == ("step", "head") and ds.fraction.dims == ("snapshot", "head", "direction")
+    assert ds.learn_step.dims == ("head", "direction") and list(ds.snapshot.values) == list(range(0, 300, 10)) + [300]
+    rows = keyed(figA_inside_head.numbers(ds))
+    found = figA_inside_head.learners(ds)
+    assert found, "a head learns a direction in 300 steps"
+    for h, dirs, steps in found:  # a learned direction is one the head carries more than half of, from that step on
+        assert rows[f"head{h}.directions"]["reproduced"] == " ".join(map(str, dirs))
+        assert steps == sorted(steps) and len(dirs) <= 3
+        for d, s in zip(dirs, steps):
+            f = ds.fraction.sel(head=h, direction=d)
+            assert float(f.sel(snapshot=s)) > 0.5 and (f.sel(snapshot=slice(None, s - 1)) <= 0.5).all()
+    # every direction is counted for one head at most here (D = 3 directions, H = 3 heads)
+    assert sum(len(d) for _, d, _ in found) <= 3
+    learned = int(ds.directions_learned)
+    assert rows["final_loss"]["theory"] == pytest.approx(float(ds.plateau_theory.sel(m=learned)))
+    said = figA_inside_head.words(ds)
+    assert (said["R"], said["H"], said["D"]) == (2, 3, 3) and "not Figure 4's published" in said["setting_note"]
+    assert figA_inside_head.summary(ds).startswith(f"In this run {len(found)} of the 3 heads")
+    figA_inside_head.plot(ds)

@@ -1,0 +1,182 @@
+"""The paper's Figure 11 (appendix F.4): inside a rank-R ATTN_S head whose value weight has grown, the next
+key-query directions are learned quickly, which is why only the plateaus at multiples of the rank are long.
+
+Figure 4's run of one rank (``rank``) through the run store, with its value weights at every step and its weights
+every ``snapshot_every`` steps. For every head h and eigen-direction e_d of the input covariance, the fraction of the
+fixed point's weight on e_d the head carries, f_{h,d} = λ_d c_d · e_dᵀ A_h e_d (``events.direction_fractions``,
+paper normalisation; rotation-free, so meaningful for any rank); a head has learned a direction when it carries more
+than half of it (``events.first_crossings``, ``events.heads_in_order``). Values in the paper's normalisation
+(``theory.weight_scale_to_paper``), each head's sign so that its final value is positive.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import diagnostics, events, theory
+from .. import presets
+from ..output import MarkdownTable, words as list_words
+from ..runstore import figure_runs
+from .frame import settings_attrs
+from .low_rank import describe
+
+NAME = "figA_inside_head"
+THRESHOLD = 0.5  # a head has learned a direction when it carries more than this fraction of it
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """The run's training loss (``train_loss``: step), every head's value weight (``value``: step × head), the
+    fraction of each direction every head carries at each weight snapshot (``fraction``: snapshot × head ×
+    direction; the ``snapshot`` coordinate is the step), the step at which each head first carries more than half
+    of each direction (``learn_step``: head × direction, NaN where it never does), the directions learned by the
+    end (from the loss) and the theory's saddle losses (``plateau_theory``: m) and eigenvalues."""
+    import xarray as xr
+
+    res, = figure_runs(S)
+    cfg, step, loss = res.config, res.history.step, res.history.train_loss
+    cov, N = res.datasets.cov, cfg.N
+    snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize))
+    snap_steps = np.array([s for s, _ in snapshots])
+    heads = np.array([v["heads"] for _, v in snapshots])  # (snapshots, H, D, D), paper normalisation
+    fraction = events.direction_fractions(heads, cov, N)
+    values = res.history.values * theory.weight_scale_to_paper(cfg.model, N, normalize=cfg.normalize)
+    values = values * np.sign(values[-1])  # final value positive (v k qᵀ is unchanged when v and k both flip)
+    H, D = fraction.shape[1], fraction.shape[2]
+    learn_step = np.full((H, D), np.nan)
+    for (h, d), s in events.first_crossings(fraction, THRESHOLD, snap_steps).items():
+        learn_step[h, d] = s
+    levels = theory.plateau_losses(cov, N)
+    ds = xr.Dataset(
+        {"train_loss": ("step", loss), "value": (("step", "head"), values),
+         "fraction": (("snapshot", "head", "direction"), fraction),
+         "learn_step": (("head", "direction"), learn_step),
+         "directions_learned": diagnostics.directions_learned(loss, levels),
+         "plateau_theory": ("m", levels), "eigenvalue": ("direction", theory.spectrum(cov)[0])},
+        coords={"step": step, "snapshot": snap_steps, "head": np.arange(1, H + 1), "direction": np.arange(1, D + 1),
+                "m": np.arange(len(levels))},
+        attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
+    ds.attrs.update(threshold=THRESHOLD, published=int(presets.is_published(NAME, S)))
+    ds.value.attrs["description"] = "value weight of each head, paper normalisation, sign so the final value is > 0"
+    ds.fraction.attrs["description"] = "f_{h,d} = λ_d c_d e_dᵀ A_h e_d: the share of direction d head h carries"
+    ds.snapshot.attrs["description"] = "the step of each weight snapshot"
+    ds.learn_step.attrs["description"] = f"first snapshot step at which the head carries more than {THRESHOLD} of it"
+    return ds
+
+
+def learners(ds) -> list[tuple[int, list[int], list[int]]]:
+    """Every head that learned a direction: (head, its directions in the order it learned them, the step of each),
+    heads in the order of their first one; heads and directions counted from 1 as in the dataset."""
+    crossings = {(int(h), int(d)): int(ds.learn_step.sel(head=h, direction=d))
+                 for h in ds["head"].values for d in ds.direction.values
+                 if np.isfinite(ds.learn_step.sel(head=h, direction=d))}
+    return events.heads_in_order(crossings)
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: per learning head, its directions in order, the step of its first and how long its later
+    ones took relative to the first wait; the final loss beside the saddle of the directions learned."""
+    rows = []
+    for h, dirs, s in learners(ds):
+        rows.append(dict(key=f"head{h}.directions", quantity=f"head {h}: directions learned (in order)",
+                         reproduced=" ".join(str(d) for d in dirs)))
+        rows.append(dict(key=f"head{h}.first_step", quantity=f"head {h}: step its first direction is learned",
+                         reproduced=s[0]))
+        if len(s) > 1:
+            rows.append(dict(key=f"head{h}.later_span",
+                             quantity=f"head {h}: steps from its first to its last direction "
+                                      f"(relative to the first delay; theory: short)",
+                             reproduced=(s[-1] - s[0]) / max(s[0], 1)))
+    learned = int(ds.directions_learned)
+    rows.append(dict(key="final_loss",
+                     quantity=f"final loss (theory: L(M_{learned}), the saddle after the {learned} directions learned)",
+                     theory=ds.plateau_theory.sel(m=learned), reproduced=ds.train_loss.isel(step=-1)))
+    return rows
+
+
+def head_table(ds):
+    """Per learning head: its directions in order, the step of the first and the steps from the first to the last
+    (None when it learned no direction: the page says so instead)."""
+    found = learners(ds)
+    if not found:
+        return None
+    return MarkdownTable([dict(head=h, dirs=", ".join(f"$e_{d}$" for d in dirs), first=steps[0],
+                               span=steps[-1] - steps[0] if len(steps) > 1 else None) for h, dirs, steps in found],
+                         {"head": "head", "dirs": "directions learned, in order", "first": "step of the first",
+                          "span": "steps from the first to the last"}, {"first": ".0f", "span": ".0f"})
+
+
+def summary(ds) -> str:
+    """The page's sentences on the claim: how many heads learned something, which learned more than one direction
+    quickly after their first, and which did not (with, at the published settings, our reading of why)."""
+    found, H = learners(ds), ds.sizes["head"]
+    several = [(h, dirs, steps) for h, dirs, steps in found if len(steps) > 1]
+    fast = [h for h, _, steps in several if steps[-1] - steps[0] < steps[0]]
+    slow = [(h, dirs, steps) for h, dirs, steps in several if steps[-1] - steps[0] >= steps[0]]
+    text = (f"In this run {len(found)} of the {H} heads {'carries' if len(found) == 1 else 'carry'} more than half "
+            f"of some direction, and {len(several)} {'learns' if len(several) == 1 else 'learn'} more than one. ")
+    if fast:
+        text += (f"The claim holds for head{'s' if len(fast) > 1 else ''} {list_words(fast)}: "
+                 f"{'their' if len(fast) > 1 else 'its'} later directions all follow within less than the wait for "
+                 f"{'their' if len(fast) > 1 else 'its'} first. ")
+    text += "".join(f"Head {h}'s last direction, $e_{dirs[-1]}$, comes {steps[-1] - steps[0]} steps after its first, "
+                    f"not sooner than its first wait of {steps[0]} steps. " for h, dirs, steps in slow)
+    if slow and ds.attrs["published"]:
+        text += ("Such a late direction is one of small eigenvalue: a grown value weight removes the saddle, not the "
+                 "slowness of learning a direction of small eigenvalue.")
+    return text.strip()
+
+
+def words(ds) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``)."""
+    import json
+
+    S = json.loads(ds.attrs["settings"])
+    return dict(R=S["rank"], H=ds.sizes["head"], D=ds.sizes["direction"], settings=describe(S),
+                snapshot_every=S["snapshot_every"],
+                setting_note=("These are Figure 4's published settings for this rank." if ds.attrs["published"]
+                              else "These are not Figure 4's published settings."))
+
+
+def plot(ds):
+    """Top: the training loss with the saddle losses. Below, one row per head that learned a direction: the
+    fraction of each direction it carries (those it ever carries more than a fifth of) and its value weight
+    (dashed, scaled to its maximum)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import plateau_labels, theory_axis
+
+    R, H, D = words(ds)["R"], ds.sizes["head"], ds.sizes["direction"]
+    levels, step = ds.plateau_theory.values, ds.step.values
+    active = [h for h, _, _ in learners(ds)]
+    colors = plt.cm.viridis(np.linspace(0.0, 0.9, D))
+    n = max(1, len(active))
+    fig, axes = plt.subplots(1 + n, 1, figsize=(6.2, 2.4 + 1.3 * n), sharex=True, layout="constrained",
+                             gridspec_kw=dict(height_ratios=[1.6] + [1] * n))
+    ax = axes[0]
+    ax.plot(step, ds.train_loss.values, color="black", linewidth=1.3)
+    ax.set_ylim(0, 1.08 * levels[0])
+    ax.set_ylabel("loss")
+    ax.set_title(f"ATTN$_\\mathrm{{S}}$, rank $R = {R}$, $H = {H}$, $D = {D}$")
+    theory_axis(ax, levels, plateau_labels(len(levels)))
+    for ax, h in zip(axes[1:], active):
+        for i, d in enumerate(ds.direction.values):
+            f = ds.fraction.sel(head=h, direction=d).values
+            if f.max() > 0.2:
+                ax.plot(ds.snapshot.values, f, color=colors[i], linewidth=1.3, label=f"$e_{d}$")
+        v = ds.value.sel(head=h).values
+        ax.plot(step, v / v.max(), color="0.3", linestyle="--", linewidth=0.9, label="$v_h$ / max")
+        ax.set_ylim(-0.05, 1.15)
+        ax.set_ylabel(f"head {h}")
+    axes[-1].set_xlabel("step")
+    axes[-1].set_xlim(step[0], step[-1])
+    # one legend for all heads: a direction has the same colour in every row
+    handles = [plt.Line2D([], [], color=colors[i], linewidth=1.3, label=f"$e_{d}$")
+               for i, d in enumerate(ds.direction.values)]
+    handles.append(plt.Line2D([], [], color="0.3", linestyle="--", linewidth=0.9, label="$v_h$ / max"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5))
+    return fig
