@@ -568,3 +568,33 @@ def test_figA_inside_head_at_settings_the_paper_never_used(rank_runs):
     assert (said["R"], said["H"], said["D"]) == (2, 3, 3) and "not Figure 4's published" in said["setting_note"]
     assert figA_inside_head.summary(ds).startswith(f"In this run {len(found)} of the 3 heads")
     figA_inside_head.plot(ds)
+
+
+# ---------------------------------------------------------------- appendix: the initialisation scale
+
+from linattn.companion.figures import figA_init_scale  # noqa: E402
+
+
+def test_figA_init_scale_at_settings_the_paper_never_used():
+    tiny = dict(in_dim=2, seq_len=9, trainset_size=200, epoch=400)
+    S = figA_init_scale.settings("quick", attn_m=dict(tiny, head_num=2, lr=0.01), attn_s=dict(tiny, lr=0.1),
+                                 inits_m=[1e-6, 1e-3, 0.3], inits_s=[0.02, 0.04, 0.3])
+    assert not presets.is_published(figA_init_scale.NAME, S)
+    ds = figA_init_scale.compute(S)
+    assert ds.train_loss.dims == ("model", "init", "step") and list(ds.model.values) == ["attn_m", "attn_s"]
+    assert list(ds.init.values) == [1e-6, 1e-3, 0.02, 0.04, 0.3] and ds.sizes["step"] == 400
+    # a model not run at a scale has no curve there
+    assert not bool(ds.trained.sel(model="attn_m", init=0.02)) and np.isnan(ds.train_loss.sel(model="attn_m",
+                                                                                               init=0.02)).all()
+    rows = keyed(figA_init_scale.numbers(ds))
+    assert len([k for k in rows if k.startswith("drop_step.")]) == 6 and all(r["paper"] is None for r in rows.values())
+    # a small start leaves the saddle later: the drop step falls with the scale, for both models
+    for k, small in (("attn_m", [1e-6, 1e-3]), ("attn_s", [0.02, 0.04])):
+        steps = [float(ds.drop_step.sel(model=k, init=i)) for i in small]
+        assert np.all(np.isfinite(steps)) and steps[0] > steps[1]
+    assert rows["law.attn_s"]["reproduced"] == pytest.approx(-1.0, abs=0.2)
+    assert rows["law.attn_m"]["reproduced"] == pytest.approx(rows["law.attn_m"]["theory"], rel=0.3)
+    said = figA_init_scale.words(ds)
+    assert (said["D"], said["P"], said["heads_s"], said["inits_s"]) == (2, "200", "1 head", "0.02, 0.04 and 0.3")
+    assert len(figA_init_scale.claims_table(ds).rows) == 4 and "power law" in figA_init_scale.summary(ds)
+    figA_init_scale.plot(ds)

@@ -1,0 +1,221 @@
+"""An appendix figure of the paper (its number is not confirmed): how long the first plateau lasts depends on the
+initialisation scale, logarithmically for ATTN_M and as a power law for ATTN_S; a large scale shows no plateau.
+
+One run per initialisation scale of each model (``inits_m`` for the ``attn_m`` run settings, ``inits_s`` for
+``attn_s``) through the run store. Measured: the step of each curve's first drop (``diagnostics.first_drop_step``:
+the first step below the midpoint of its start and end; none where it falls at once), and the law fitted to the
+small scales (``diagnostics.escape_law``: steps per unit of ln(1/init) for ATTN_M, the exponent for ATTN_S). The
+theory: ATTN_M's half-drop step from each run's initial weights (``diagnostics.attn_m_drop_step``) and its slope
+τ/s (``theory.attn_m_mode``); ATTN_S's escape time τ/(λ₁² v₀) (``theory.attn_s_escape_time``), exponent −1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import build_model, diagnostics, theory
+from .. import presets
+from ..output import ESTIMATE, MarkdownTable, words as list_words
+from ..published import slug
+from ..runstore import figure_runs
+from .frame import settings_attrs
+
+NAME = "figA_init_scale"
+SMALL = 0.1  # scales below this are "small" (the regime of the escape-time laws); larger ones are not fitted
+MODELS = {"attn_m": "attnM", "attn_s": "attnS"}  # the settings' run → the model it trains
+LABELS = {"attn_m": "ATTN_M", "attn_s": "ATTN_S"}
+_INITS = {"attn_m": "inits_m", "attn_s": "inits_s"}
+
+
+def settings(preset: str = "paper", **overrides) -> dict:
+    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
+    return presets.settings(NAME, preset, **overrides)
+
+
+def compute(S: dict):
+    """Every run's training loss (``train_loss``: model × init × step, over the scales of both models and the
+    longer run's steps; NaN where a model was not run at a scale, and past a shorter run's end), which runs were
+    trained (``trained``), each run's first-drop step (``drop_step``: NaN where it has no plateau) beside the
+    theory's (``drop_step_theory``), and per model the law fitted to the small scales (``law``: NaN when fewer than
+    two have a plateau) beside the theory's (``law_theory``)."""
+    import xarray as xr
+
+    runs = {k: dict(zip(S[_INITS[k]], figure_runs(S, run=k))) for k in MODELS}
+    some = next(iter(runs["attn_m"].values()))
+    cov, N = some.datasets.cov, some.config.N
+    lam1 = theory.spectrum(cov)[0][0]
+    inits = sorted({float(i) for k in MODELS for i in S[_INITS[k]]})
+    steps = max(len(r.history.train_loss) for k in MODELS for r in runs[k].values())
+    loss = np.full((len(MODELS), len(inits), steps), np.nan)
+    trained = np.zeros((len(MODELS), len(inits)), dtype=bool)
+    drop, drop_theory = np.full(trained.shape, np.nan), np.full(trained.shape, np.nan)
+    law, law_theory = np.full(len(MODELS), np.nan), np.zeros(len(MODELS))
+    for i, (k, model) in enumerate(MODELS.items()):
+        lr = S[k]["lr"]
+        for init, r in runs[k].items():
+            j = inits.index(float(init))
+            L = r.history.train_loss
+            loss[i, j, :len(L)], trained[i, j] = L, True
+            sim = diagnostics.first_drop_step(L)
+            drop[i, j] = np.nan if sim is None else sim
+            if model == "attnM":
+                th = diagnostics.attn_m_drop_step(build_model("attnM", r.init), cov, N, lr=lr,
+                                                  normalize=r.config.normalize)
+            else:
+                _, v0 = theory.to_paper_normalisation("attnS", N, lr=lr, init=init)
+                th = theory.time_to_steps(theory.attn_s_escape_time(lam1, v0), lr, normalize="sum", model="attnS",
+                                          N=N)
+            drop_theory[i, j] = np.nan if th is None else float(th)
+        x = np.array(inits)
+        ok = trained[i] & np.isfinite(drop[i]) & (x < SMALL)  # only the small-scale regime the theory describes
+        if ok.sum() >= 2:
+            law[i] = diagnostics.escape_law(model, x[ok], drop[i, ok])
+        law_theory[i] = (float(theory.time_to_steps(1.0 / theory.attn_m_mode(cov, N)[0], lr, normalize="sum",
+                                                    model="attnM", N=N)) if model == "attnM" else -1.0)
+    ds = xr.Dataset(
+        {"train_loss": (("model", "init", "step"), loss), "trained": (("model", "init"), trained),
+         "drop_step": (("model", "init"), drop), "drop_step_theory": (("model", "init"), drop_theory),
+         "law": ("model", law), "law_theory": ("model", law_theory)},
+        coords={"model": list(MODELS), "init": inits, "step": np.arange(steps)},
+        attrs=settings_attrs(S, engine=some.engine, seeds=S["seed"],
+                             runs={f"{k}_init{init:g}": r.config.to_dict() for k in MODELS
+                                   for init, r in runs[k].items()}))
+    ds.attrs.update(small=SMALL, published=int(presets.is_published(NAME, S)))
+    ds.drop_step.attrs["description"] = "first step below the midpoint of the curve's start and end (NaN: no plateau)"
+    ds.law.attrs["description"] = ("fitted to the scales below `small`: ATTN_M, steps per unit of ln(1/init); "
+                                   "ATTN_S, the exponent of the drop step in the scale")
+    return ds
+
+
+def _scales(ds, k: str) -> list[float]:
+    """The scales model ``k`` was run at, in the order of its settings."""
+    import json
+
+    return [float(i) for i in json.loads(ds.attrs["settings"])[_INITS[k]]]
+
+
+def numbers(ds) -> list[dict]:
+    """``numbers.json``: each run's first-drop step beside the theory's estimate, and each model's fitted law beside
+    the theory's."""
+    rows = []
+    for k, model in MODELS.items():
+        for init in _scales(ds, k):
+            cell = ds.sel(model=k, init=init)
+            sim, th = float(cell.drop_step), float(cell.drop_step_theory)
+            rows.append(dict(key=f"drop_step.{k}.init_{slug(f'{init:g}')}",
+                             quantity=f"{model} init {init:g}: drop step" + (" (no plateau)" if np.isnan(sim) else ""),
+                             theory=th, reproduced=None if np.isnan(sim) else sim,
+                             verdict=ESTIMATE if np.isfinite(th) else None))
+    for k, quantity in (("attn_m", "attnM: steps per unit of ln(1/init)"),
+                        ("attn_s", "attnS: exponent of drop step vs init")):
+        if np.isfinite(ds.law.sel(model=k)):
+            rows.append(dict(key=f"law.{k}", quantity=quantity, theory=ds.law_theory.sel(model=k),
+                             reproduced=ds.law.sel(model=k)))
+    return rows
+
+
+def _no_plateau(ds, k: str) -> list[float]:
+    return [i for i in _scales(ds, k) if np.isnan(ds.drop_step.sel(model=k, init=i))]
+
+
+def claims_table(ds) -> MarkdownTable:
+    """The paper's claims beside the theory and this run: the fitted law of each model and the scales with no
+    plateau."""
+    rows = []
+    for k, what, claim, fmt in (("attn_m", "ATTN_M: drop step per unit of ln(1/init)", "logarithmic in the scale",
+                                 ".0f"),
+                                ("attn_s", "ATTN_S: exponent of the drop step in the scale", "power law", ".2f")):
+        law = float(ds.law.sel(model=k))
+        rows.append(dict(what=what, claim=claim, theory=f"{float(ds.law_theory.sel(model=k)):.0f}",
+                         ours=format(law, fmt) if np.isfinite(law) else None))
+    rows += [dict(what=f"{LABELS[k]}: scales with no plateau", claim="a large scale", theory=None,
+                  ours=", ".join(f"{i:g}" for i in _no_plateau(ds, k)) or "none") for k in MODELS]
+    return MarkdownTable(rows, {"what": "", "claim": "paper's claim", "theory": "theory", "ours": "this run"})
+
+
+def summary(ds) -> str:
+    """The page's sentence on how the run follows each law, and where ATTN_S's drop comes at its largest scale."""
+    parts = []
+    law_m, law_s = float(ds.law.sel(model="attn_m")), float(ds.law.sel(model="attn_s"))
+    if np.isfinite(law_m):
+        parts.append(f"In this run ATTN_M's drop steps follow the logarithmic law ({law_m:.0f} steps per unit of "
+                     f"$\\ln(1/\\mathrm{{init}})$ against the theory's {float(ds.law_theory.sel(model='attn_m')):.0f}).")
+    else:
+        parts.append("In this run fewer than two of ATTN_M's small scales have a plateau, so no law is fitted.")
+    s = ds.sel(model="attn_s")
+    scales = _scales(ds, "attn_s")
+    sim, th = (np.array([float(v.sel(init=i)) for i in scales]) for v in (s.drop_step, s.drop_step_theory))
+    small = (np.array(scales) < SMALL) & np.isfinite(sim)
+    last = (f"at its largest scale ({scales[-1]:g}) "
+            + ("it shows no plateau" if np.isnan(sim[-1]) else f"the first drop comes at step {sim[-1]:.0f}"))
+    if np.isfinite(law_s):
+        late = float(np.median(sim[small] / th[small]))
+        parts.append(f"ATTN_S's drops follow a power law (fitted exponent {law_s:.2f} against the theory's "
+                     f"{float(ds.law_theory.sel(model='attn_s')):.0f}) "
+                     + (f"but come about {late:.1f} times later than" if late > 1 else f"and come at {late:.1f} times")
+                     + f" the leading-order estimate $\\tau/(\\lambda_1^2 v_0)$ with $v_0$ = init; {last}.")
+    else:
+        parts.append(f"Fewer than two of ATTN_S's small scales have a plateau, so no law is fitted; {last}.")
+    return " ".join(parts)
+
+
+def words(ds) -> dict:
+    """The values the page's prose quotes, by name (for ``output.glue``)."""
+    import json
+
+    S = json.loads(ds.attrs["settings"])
+    run_m, run_s = S["attn_m"], S["attn_s"]
+
+    def both(key, none="–"):
+        m, s = (none if v is None else str(v) for v in (run_m[key], run_s[key]))
+        return m if m == s else f"{m} (ATTN_M), {s} (ATTN_S)"
+
+    largest = []
+    for k in MODELS:
+        i = _scales(ds, k)[-1]
+        sim = float(ds.drop_step.sel(model=k, init=i))
+        largest.append(f"{LABELS[k]} (init {i:g}) " + ("shows no plateau" if np.isnan(sim) else
+                                                       f"drops at step {sim:.0f}"))
+    return dict(small=ds.attrs["small"], H_m=run_m["head_num"], H_s=run_s["head_num"], R_s=run_s["rank"],
+                heads_s=f"{run_s['head_num']} head{'s' if run_s['head_num'] > 1 else ''}",
+                D=run_m["in_dim"], seq_len=run_m["seq_len"], lr_m=run_m["lr"], lr_s=run_s["lr"],
+                steps_m=run_m["epoch"], steps_s=run_s["epoch"], seed=S["seed"],
+                inits_m=list_words(_scales(ds, "attn_m")), inits_s=list_words(_scales(ds, "attn_s")),
+                era=both("init_scheme"),
+                P=both("trainset_size", none="∞ (the population loss)"),
+                largest=" and ".join(largest))
+
+
+def plot(ds):
+    """Top: the training loss of every scale (colour), ATTN_M left and ATTN_S right, on log–log axes. Bottom: the
+    first-drop step (dots) against the scale with the theory's (red, dashed)."""
+    import matplotlib.pyplot as plt
+
+    said = words(ds)
+    fig, axes = plt.subplots(2, 2, figsize=(6.6, 6.0))
+    for col, k in enumerate(MODELS):
+        ax = axes[0, col]
+        scales = _scales(ds, k)
+        for colour, init in zip(plt.cm.plasma(np.linspace(0.0, 0.85, len(scales))), scales):
+            L = ds.train_loss.sel(model=k, init=init).values
+            ran = np.isfinite(L)  # a shorter run's curve ends in NaN
+            ax.plot(ds.step.values[ran] + 1, L[ran], color=colour, label=f"init {init:g}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss")
+        ax.set_title("ATTN_M" if k == "attn_m" else f"ATTN_S ({said['H_s']} head{'s' if said['H_s'] > 1 else ''}, rank {said['R_s']})")
+        ax.legend(loc="upper right" if k == "attn_m" else "lower left", ncols=2, handlelength=1.2,
+                  columnspacing=0.8)
+        ax = axes[1, col]
+        cell = ds.sel(model=k, init=scales)
+        ax.plot(scales, cell.drop_step.values, "o", color="black", label="simulation")
+        ax.plot(scales, cell.drop_step_theory.values, "--", color="tab:red", label="theory")
+        ax.set_xscale("log")
+        if k == "attn_s":
+            ax.set_yscale("log")
+        ax.set_xlabel("initialisation scale")
+        ax.set_ylabel("drop step")
+        ax.legend(loc="upper right")
+    fig.tight_layout()
+    return fig
