@@ -136,8 +136,8 @@ def python_words(name: str, value=ALONE) -> str:
 class ConfigError(ValueError):
     """An invalid setting, before any work: ``field`` names the setting it is about (None: several at once),
     ``value`` is the value given. ``str(error)`` names settings as Python does (``lr must be a number, got 'fast'``);
-    :meth:`words` names them another way (``linattn train`` says ``--lr``). ``template`` is the message with the
-    settings marked (:func:`named`), to compose a longer message from."""
+    ``words()`` names them another way (``linattn train`` says ``--lr``). ``template`` is the message with the
+    settings marked (``named()``), to compose a longer message from."""
 
     def __init__(self, template: str, *, field: str | None = None, value=None):
         self.template, self.field, self.value = template, field, value
