@@ -1,10 +1,10 @@
 """One training run's settings, each declared once, and their validation.
 
-Every field of :class:`RunConfig` carries its :class:`Setting` (field metadata): its type, default, allowed values
+Every field of :class:`RunConfig` carries its ``Setting`` (field metadata): its type, default, allowed values
 or range, what it means, the paper's symbol and its ``linattn train`` flag (with the reference's alias). Validation
 (:meth:`RunConfig.validate`), the flags and ``--help`` of ``linattn train`` and ``linattn sweep``, and the figures'
 knob help (``linattn.companion.presets.HELP``, hence the notebooks' parameters cells) are all read from
-:data:`SETTINGS`.
+``SETTINGS``.
 
 :meth:`RunConfig.validate` raises :class:`ConfigError` with one sentence for any invalid setting; ``error.field``
 names the setting, and the message names it as Python writes it (``head_num must be a positive integer, got 0``) or,
@@ -98,7 +98,7 @@ _KINDS = {
 
 
 def _setting(default, kind: str, help: str, **declared):
-    """A RunConfig field with its :class:`Setting`."""
+    """A RunConfig field with its ``Setting``."""
     return field(default=default, repr=kind != "matrix", metadata={"setting": Setting(kind, help, **declared)})
 
 
@@ -125,7 +125,7 @@ def _device(name, value):
 @dataclass
 class RunConfig:
     """The settings of one run, with the reference's names and defaults, then linattn's own; each field's
-    :class:`Setting` (:data:`SETTINGS`) says what it means and what it may be (``linattn train --help`` lists them).
+    ``Setting`` (``SETTINGS``) says what it means and what it may be (``linattn train --help`` lists them).
     ``trainset_size=None`` is the CLI's ``inf`` (the population objective); ``trainset_size=float("inf")`` is
     turned into None on construction. Nothing else is checked on construction: :meth:`validate` checks everything,
     and :func:`linattn.experiment.plan` (which :func:`~linattn.experiment.run` calls) calls it.
@@ -236,7 +236,7 @@ class RunConfig:
         return cls(**d)
 
     def validate(self) -> "RunConfig":
-        """``self`` if every setting has its type (:attr:`Setting.kind`), is allowed (its range, choices and
+        """``self`` if every setting has its type (``Setting.kind``), is allowed (its range, choices and
         rule) and they fit together; else :class:`ConfigError` about the first problem, in one sentence, with
         ``.field`` the setting. Also refuses an unavailable CUDA ``device``. Whether the reference's draws exist for
         the settings is asked where something is drawn (:meth:`reference_draws_refusal`)."""

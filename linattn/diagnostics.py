@@ -403,7 +403,7 @@ def _saddles_of(loss, levels, plateaus: Plateaus, tol: float, steps=None) -> lis
 
 def saddle_levels(loss, levels, *, tol: float = 0.02, steps=None) -> np.ndarray:
     """For each saddle M_0 … M_D (``levels``: L(M_0) … L(M_D), ``theory.plateau_losses``), the level of the first
-    flat stretch of ``loss`` that sits there (:func:`_saddles_of`: the drops made, then ``tol``), NaN where the curve
+    flat stretch of ``loss`` that sits there (``_saddles_of``: the drops made, then ``tol``), NaN where the curve
     never rests there. Figures and sweeps put the plateaus they found beside the theory with this."""
     loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
     p = detect_plateaus(loss, steps)
@@ -416,7 +416,7 @@ def saddle_levels(loss, levels, *, tol: float = 0.02, steps=None) -> np.ndarray:
 
 def saddle_plateaus(loss, levels, *, tol: float = 0.02, long_fraction: float = 0.1) -> SaddlePlateaus:
     """The flat stretches of ``loss`` (:func:`detect_plateaus`), each named by the saddle it sits at among ``levels``
-    (``theory.plateau_losses``: L(M_0) … L(M_D); by the drops made before it, within ``tol``: :func:`_saddles_of`),
+    (``theory.plateau_losses``: L(M_0) … L(M_D); by the drops made before it, within ``tol``: ``_saddles_of``),
     and which of them are *long*.
 
     A stretch is complete if it ends before the curve does (the last one is cut by the end of the run and is not

@@ -85,7 +85,7 @@ class RunResult:
 
     @property
     def model(self) -> torch.nn.Module | None:
-        """The trained model: the module that trained (on ``device``), else rebuilt from ``weights`` on first use
+        """The model after training: the module that trained (on ``device``), else rebuilt from ``weights`` on first use
         (float64, CPU); None without weights."""
         if self._model is None and self.weights is not None:
             self._model = build_model(self.config.model, self.weights, softmax=self.config.softmax)
@@ -386,8 +386,7 @@ def write_outputs(result: RunResult, out_dir, *, save_data: bool = False, extra:
       ``extra``;
     * ``init.npz`` and ``weights.npz``: the initial and the final weights (layout of ``init.npz``);
     * ``snapshots.npz`` when weight snapshots were recorded (``steps`` and each weight stacked over them);
-    * with ``save_data``, ``data.npz``: the data sets and the task (:meth:`Datasets.arrays
-      <linattn.data.Datasets.arrays>`).
+    * with ``save_data``, ``data.npz``: the data sets and the task (``Datasets.arrays``).
 
     ``linattn train --out``, sweeps and the run store write through here; :func:`load_run` reads any of them.
     """
@@ -546,7 +545,7 @@ def run_key(cfg: RunConfig, *, length: bool = True, snapshot_every: int = 0, ini
             data=None) -> str:
     """The address of the run of ``cfg`` (64 hex digits): a hash of what decides its numbers — the settings
     (``to_dict``), the snapshot interval, the arrays of initial weights or data given in place of drawn ones, the
-    versions of :data:`NUMERICAL_LIBRARIES` and the code that computes a trajectory (:func:`trajectory_code_hash`).
+    versions of ``NUMERICAL_LIBRARIES`` and the code that computes a trajectory (``trajectory_code_hash``).
 
     ``length=False`` leaves out what only says how much of a trajectory is recorded: ``track_value`` and, for
     gradient descent, ``epoch`` (a run of E steps is the first E steps of any longer one): the run store's key,
