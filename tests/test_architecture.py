@@ -126,6 +126,7 @@ def test_a_registered_engine_is_accepted_everywhere(monkeypatch):
         cfg.validate()
 
 
+@pytest.mark.slow
 def test_import_linattn_installs_no_import_hook():
     """``import linattn`` leaves ``sys.meta_path`` as it found it, and no module path of another layout is served."""
     code = textwrap.dedent("""

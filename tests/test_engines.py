@@ -36,6 +36,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_exact_engine_follows_the_per_sample_trajectory(case):
     model, rank, normalize, vary_len, extras, lr, init = CASES[case]
@@ -61,6 +62,7 @@ def test_exact_engine_follows_the_per_sample_trajectory(case):
         assert np.ptp(ps.values) > 0.1  # the tracked values actually move
 
 
+@pytest.mark.slow
 def test_statistics_for_a_million_sequences_stay_chunk_sized():
     """P = 10⁶ sequences (one sequence broadcast, so the data cost no memory): every feature block the engine
     builds has at most ``chunk`` rows, numpy never allocates more than a few chunks, and the moments are those of

@@ -107,6 +107,42 @@ def test_a_schematic_page_writes_its_layers_and_numbers(tmp_path):
     assert json.loads((folder / "provenance.json").read_text())["seeds"] == []  # nothing trained
 
 
+# ---------------------------------------------------------------- Figure 5: softmax ATTN_M and ATTN_S
+
+from linattn.companion.figures import fig05  # noqa: E402
+
+
+def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_ones():
+    # tiny P (the softmax engine runs eagerly below its compile threshold), D = 3, fewer heads, short sequences
+    tiny = dict(in_dim=3, seq_len=9, trainset_size=60, epoch=60)
+    S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100))
+    assert not presets.is_published(fig05.NAME, S)
+    ds = fig05.compute(S)
+    assert ds.train_loss.dims == ("model", "step") and list(ds.model.values) == list(fig05.MODELS)
+    assert ds.sizes["step"] == 100 and ds.sizes["m"] == 4  # the longer run's steps; L(M_0) … L(M_3)
+    assert np.isnan(ds.train_loss.sel(model="attn_m").values[60:]).all()  # the shorter run stops at its end
+    rows = keyed(fig05.numbers(ds))
+    assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s"}
+    assert all(r["paper"] is None for r in rows.values()) and fig05.claims(ds) == []
+    assert "paper" not in fig05.table(ds).columns
+    assert rows["final_loss.attn_m"]["quantity"] == "softmax ATTN_M: final loss (P = 60)"
+    assert rows["final_loss.attn_s"]["theory"] == pytest.approx(float(ds.plateau_theory.sel(model="attn_s", m=3)))
+    for key in fig05.MODELS:  # the rows are what was found; a drop joins two plateaus (a short run may have none)
+        assert rows[f"drops.{key}"]["reproduced"] == int(np.isfinite(ds.drop_step.sel(model=key)).sum())
+        assert max(int(np.isfinite(ds.plateau_level.sel(model=key)).sum()) - 1, 0) == int(ds.drops.sel(model=key))
+    said = fig05.words(ds)
+    assert said["reading"] == "" and "published" not in said["lead_result"]
+    assert said["n"] == 9 and "H = 3 heads" in said["settings_m"] and "D = 3" in said["settings_s"]
+    fig05.plot(ds)
+    # at the published settings (whose runs take minutes: here a tiny run marked so) ATTN_M's count is the claim
+    ds.attrs["published"] = 1
+    rows = keyed(fig05.numbers(ds))
+    assert "drops.attn_m" not in rows
+    assert rows["claim.figure_5"]["quantity"].startswith("softmax ATTN_M: drops detected")
+    assert (rows["claim.figure_5"]["paper"], rows["claim.figure_5"]["reproduced"]) == (1, int(ds.drops[0]))
+    assert "paper" in fig05.table(ds).columns
+
+
 # ---------------------------------------------------------------- beyond the paper: the population loss and the flow
 
 from linattn.companion.figures import population  # noqa: E402
@@ -151,32 +187,6 @@ def test_population_beside_finite_sets_at_settings_the_paper_never_used():
     said = population.words(alone)
     assert said["trained"] == "by gradient descent" and said["finite_P"] == "none" and "flow" not in said["caption"]
     np.testing.assert_array_equal(alone.train_loss.sel(curve=population.GD), ds.train_loss.sel(curve=population.GD))
-
-
-# ---------------------------------------------------------------- beyond the paper: a reader's own experiment
-
-from linattn.companion.figures import own_experiment  # noqa: E402
-
-
-def test_own_experiment_on_a_spectrum_of_two_from_given_weights():
-    # D = 2 (the spectrum's length), H = 2, N + 1 = 17: the first run ends on M_1, the continued one makes the last drop
-    S = own_experiment.settings("quick", spectrum=[0.6, 0.3], head_num=2, trainset_size=20000, seq_len=17, init=0.01,
-                                lr=0.1, epoch=180, epoch_more=240)
-    assert not presets.is_published(own_experiment.NAME, S)
-    ds = own_experiment.compute(S, weights=own_experiment.example_weights(S))
-    assert ds.train_loss.dims == ("step",) and ds.sizes == {"step": 420, "m": 3, "direction": 2}
-    assert int((ds.run == "first").sum()) == 180 and ds.attrs["weights"] == "given"
-    rows = keyed(own_experiment.numbers(ds))
-    levels = ds.plateau_theory.values
-    assert levels[0] == pytest.approx(0.9)  # L(M_0) = tr Λ of the spectrum given
-    assert set(nearest_own_level(rows, levels)) == {"plateau.M0", "plateau.M1", "plateau.M2"}
-    assert rows["final_loss.continued"]["abs_error"] < own_experiment.TOL
-    # the continued run starts from the weights the first returned: one more step of the same descent
-    first_end, start = float(ds.first_end_loss), float(ds.continued_start_loss)
-    assert start <= first_end and first_end - start < 1e-3
-    said = own_experiment.words(ds)
-    assert (said["spectrum"], said["epoch"], said["epoch_more"], said["H"]) == ("0.6 and 0.3", 180, 240, 2)
-    assert "Plateaus found" in own_experiment.summary(ds) and "linattn.run(" in own_experiment.recipe()
 
 
 # ---------------------------------------------------------------- Figures 3a, 3b, 3c and the diagnostics and PCR pages
@@ -315,42 +325,6 @@ def test_the_five_pages_read_one_run_of_the_store(fig03_runs):
     assert 300 <= trained <= 350  # trained once (and carried on by Figure 3a's extended run), never again
 
 
-# ---------------------------------------------------------------- Figure 5: softmax ATTN_M and ATTN_S
-
-from linattn.companion.figures import fig05  # noqa: E402
-
-
-def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_ones():
-    # tiny P (the softmax engine runs eagerly below its compile threshold), D = 3, fewer heads, short sequences
-    tiny = dict(in_dim=3, seq_len=9, trainset_size=60, epoch=60)
-    S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100))
-    assert not presets.is_published(fig05.NAME, S)
-    ds = fig05.compute(S)
-    assert ds.train_loss.dims == ("model", "step") and list(ds.model.values) == list(fig05.MODELS)
-    assert ds.sizes["step"] == 100 and ds.sizes["m"] == 4  # the longer run's steps; L(M_0) … L(M_3)
-    assert np.isnan(ds.train_loss.sel(model="attn_m").values[60:]).all()  # the shorter run stops at its end
-    rows = keyed(fig05.numbers(ds))
-    assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s"}
-    assert all(r["paper"] is None for r in rows.values()) and fig05.claims(ds) == []
-    assert "paper" not in fig05.table(ds).columns
-    assert rows["final_loss.attn_m"]["quantity"] == "softmax ATTN_M: final loss (P = 60)"
-    assert rows["final_loss.attn_s"]["theory"] == pytest.approx(float(ds.plateau_theory.sel(model="attn_s", m=3)))
-    for key in fig05.MODELS:  # the rows are what was found; a drop joins two plateaus (a short run may have none)
-        assert rows[f"drops.{key}"]["reproduced"] == int(np.isfinite(ds.drop_step.sel(model=key)).sum())
-        assert max(int(np.isfinite(ds.plateau_level.sel(model=key)).sum()) - 1, 0) == int(ds.drops.sel(model=key))
-    said = fig05.words(ds)
-    assert said["reading"] == "" and "published" not in said["lead_result"]
-    assert said["n"] == 9 and "H = 3 heads" in said["settings_m"] and "D = 3" in said["settings_s"]
-    fig05.plot(ds)
-    # at the published settings (whose runs take minutes: here a tiny run marked so) ATTN_M's count is the claim
-    ds.attrs["published"] = 1
-    rows = keyed(fig05.numbers(ds))
-    assert "drops.attn_m" not in rows
-    assert rows["claim.figure_5"]["quantity"].startswith("softmax ATTN_M: drops detected")
-    assert (rows["claim.figure_5"]["paper"], rows["claim.figure_5"]["reproduced"]) == (1, int(ds.drops[0]))
-    assert "paper" in fig05.table(ds).columns
-
-
 # ---------------------------------------------------------------- Figure 14: in-context versus in-weight learning
 
 from linattn.companion.figures import fig14  # noqa: E402
@@ -384,6 +358,32 @@ def test_fig14_at_settings_the_paper_never_used_draws_one_panel_per_c():
     published_rows = [k for k in rows if k.startswith("published.")]
     assert published_rows and {k.split(".")[1] for k in published_rows} == {"c_0", "c_1"}  # no c = 0.3 published
     assert "Open circles" in fig14.words(ds)["landmark_note"]
+
+
+# ---------------------------------------------------------------- beyond the paper: a reader's own experiment
+
+from linattn.companion.figures import own_experiment  # noqa: E402
+
+
+def test_own_experiment_on_a_spectrum_of_two_from_given_weights():
+    # D = 2 (the spectrum's length), H = 2, N + 1 = 17: the first run ends on M_1, the continued one makes the last drop
+    S = own_experiment.settings("quick", spectrum=[0.6, 0.3], head_num=2, trainset_size=20000, seq_len=17, init=0.01,
+                                lr=0.1, epoch=180, epoch_more=240)
+    assert not presets.is_published(own_experiment.NAME, S)
+    ds = own_experiment.compute(S, weights=own_experiment.example_weights(S))
+    assert ds.train_loss.dims == ("step",) and ds.sizes == {"step": 420, "m": 3, "direction": 2}
+    assert int((ds.run == "first").sum()) == 180 and ds.attrs["weights"] == "given"
+    rows = keyed(own_experiment.numbers(ds))
+    levels = ds.plateau_theory.values
+    assert levels[0] == pytest.approx(0.9)  # L(M_0) = tr Λ of the spectrum given
+    assert set(nearest_own_level(rows, levels)) == {"plateau.M0", "plateau.M1", "plateau.M2"}
+    assert rows["final_loss.continued"]["abs_error"] < own_experiment.TOL
+    # the continued run starts from the weights the first returned: one more step of the same descent
+    first_end, start = float(ds.first_end_loss), float(ds.continued_start_loss)
+    assert start <= first_end and first_end - start < 1e-3
+    said = own_experiment.words(ds)
+    assert (said["spectrum"], said["epoch"], said["epoch_more"], said["H"]) == ("0.6 and 0.3", 180, 240, 2)
+    assert "Plateaus found" in own_experiment.summary(ds) and "linattn.run(" in own_experiment.recipe()
 
 
 # ---------------------------------------------------------------- appendix: white covariance, the analytic course

@@ -45,6 +45,7 @@ def test_time_axis_is_theory_steps_to_time():
     assert np.allclose(hist.train_loss, 1.25 * np.exp(-2 * t), rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_small_learning_rate_gd_converges_to_the_flow():
     """GD is forward Euler on the flow: its loss curve approaches the flow's as O(lr) at fixed t/τ."""
     ds, w, obj = _problem()

@@ -179,6 +179,7 @@ def test_every_theory_level_stays_in_view():
     plt.close("all")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [6, 3, 8, 1])
 def test_figure_14_draws_one_readable_panel_per_c(count):
     """Figure 14 as the paper draws it, at any number of in-context fractions: one visible panel per c, titled with

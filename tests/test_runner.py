@@ -161,6 +161,7 @@ def test_report_reruns_when_a_figure_it_reads_changes(tmp_path):
     assert run(only=["summary"]) == {"summary": "ran"}
 
 
+@pytest.mark.slow
 def test_source_hash_follows_what_a_notebook_imports(tmp_path):
     """A figure's key covers the modules it computes with (here theory, through linattn/__init__), and not the CLI,
     the runner or the book builder: editing those re-runs nothing."""

@@ -31,6 +31,7 @@ def _same_run(stored, direct):
     assert all(np.array_equal(stored.init[k], direct.init[k]) for k in direct.init)
 
 
+@pytest.mark.slow
 def test_any_step_count_is_served_exactly_and_trained_once(tmp_path):
     """300, then 500 (continues from 300), 500 again (nothing), 140 (from the start: no earlier checkpoint), 200
     (continues from 140): each equals a direct run of that many steps, bit for bit."""
@@ -100,6 +101,7 @@ def _package_copy(tmp_path) -> Path:
     return copy
 
 
+@pytest.mark.slow
 def test_comments_and_what_only_measures_a_run_leave_the_key_unchanged(tmp_path):
     """A comment in events.py, diagnostics.py, models.py and theory.py, a docstring edited in models.py, and code
     changed in diagnostics.py, theory.py, events.py, the companion or the CLI retrain no run; code changed in

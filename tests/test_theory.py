@@ -151,6 +151,7 @@ def _aligned_attn_m(w, D):
     return AttnM(torch.tensor(W_KQ), torch.tensor(W_V))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kappa,normalize", [(1.0, "mean"), (0.25, "sum")])
 def test_white_sigma_matches_population_gradient_flow(kappa, normalize):
     """Aligned balanced start, Λ = κI (κ = 1/D is the reference's white covariance), exact population flow."""
@@ -206,6 +207,7 @@ def test_attn_m_drop_time_from_random_small_start(seed):
     assert dg.attn_m_drop_step(twin, cov, N, lr=ref_lr, normalize="sum") == pytest.approx(step, rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainset_size", [None, 20000])
 def test_attn_m_converges_to_loss_star(trainset_size):
     """The Figure 1b command (reference normalisation); population and a large finite training set."""
