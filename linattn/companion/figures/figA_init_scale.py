@@ -138,8 +138,9 @@ def summary(ds) -> str:
     parts = []
     law_m, law_s = float(ds.law.sel(model="attn_m")), float(ds.law.sel(model="attn_s"))
     if np.isfinite(law_m):
+        theory_m = float(ds.law_theory.sel(model="attn_m"))
         parts.append(f"In this run ATTN_M's drop steps follow the logarithmic law ({law_m:.0f} steps per unit of "
-                     f"$\\ln(1/\\mathrm{{init}})$ against the theory's {float(ds.law_theory.sel(model='attn_m')):.0f}).")
+                     f"$\\ln(1/\\mathrm{{init}})$ against the theory's {theory_m:.0f}).")
     else:
         parts.append("In this run fewer than two of ATTN_M's small scales have a plateau, so no law is fitted.")
     s = ds.sel(model="attn_s")
@@ -204,7 +205,7 @@ def plot(ds):
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("training loss")
-        ax.set_title("ATTN_M" if k == "attn_m" else f"ATTN_S ({said['H_s']} head{'s' if said['H_s'] > 1 else ''}, rank {said['R_s']})")
+        ax.set_title("ATTN_M" if k == "attn_m" else f"ATTN_S ({said['heads_s']}, rank {said['R_s']})")
         ax.legend(loc="upper right" if k == "attn_m" else "lower left", ncols=2, handlelength=1.2,
                   columnspacing=0.8)
         ax = axes[1, col]
