@@ -76,6 +76,21 @@ def pinned_sources(monkeypatch):
 
 
 @pytest.mark.slow
+def test_each_figure_reports_the_cpu_its_kernel_used(tmp_path):
+    """The runner charges a figure the CPU of its kernel (and what the kernel started): a notebook that computes for
+    a second costs a second more than one that sleeps for a second, in the result and in the figure's run record."""
+    burn = WRITE + "t = time.process_time()\nwhile time.process_time() - t < 1.0:\n    pass\n"
+    sleep = WRITE + "time.sleep(1.0)\n"
+    src = make_src(tmp_path, {"burns": burn, "sleeps": sleep})
+    out = tmp_path / "out"
+    res = {r.name: r for r in figures.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)}
+    assert res["burns"].cpu_seconds - res["sleeps"].cpu_seconds > 0.8
+    assert res["sleeps"].seconds > 1.0 and res["sleeps"].cpu_seconds > 0  # the kernel's own start-up counts
+    recorded = json.loads((out / "burns" / figures.RUN_INFO).read_text())
+    assert recorded["cpu_seconds"] == pytest.approx(res["burns"].cpu_seconds, abs=0.06)
+
+
+@pytest.mark.slow
 def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypatch):
     src = make_src(tmp_path, {"one": WRITE})
     out = tmp_path / "out"

@@ -88,6 +88,7 @@ class FigureResult:
     name: str
     status: str  # "ran", "cached" or "failed"
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # user + system CPU of the notebook's kernel and everything it started
     error: str | None = None  # the exception line of a failed figure
     notebook: Path | None = None  # the executed notebook (<name>.ipynb, or <name>.failed.ipynb on failure)
 
@@ -269,10 +270,19 @@ def tag_code_cells(nb) -> None:
             tags.append(tag)
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children (a notebook's kernel, once shut down, and the
+    processes it waited for): the difference around one notebook is what that notebook cost."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None) -> dict:
     """Convert and execute one notebook (its MyST ``text``: the very text its cache key was computed from) with
     ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``); returns ``{"ok", "seconds",
-    "error", "notebook"}``. Never raises.
+    "cpu_seconds", "error", "notebook"}``. Never raises.
 
     papermill writes the notebook as it runs into a temporary folder, not into ``root``. On failure the executed
     notebook with the traceback becomes ``<root>/<name>.failed.ipynb`` only when the figure had written outputs into
@@ -300,7 +310,7 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
     # the kernel runs in the output root: tell it where the run store is from here (an installed copy's is under
     # the working directory the command was started in, not under --out)
     os.environ.setdefault(ENV_RUNS_DIR, str(runs_dir()))
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         nb = notebooks.from_text(text)
         values = notebook_values(name, params)
@@ -325,8 +335,8 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
         text = nbformat.writes(nb)
         atomic_write(root_p / f"{name}.ipynb", lambda f: f.write(text))
         shutil.rmtree(scratch, ignore_errors=True)
-        return {"ok": True, "seconds": time.perf_counter() - start, "error": None,
-                "notebook": str(root_p / f"{name}.ipynb")}
+        return {"ok": True, "seconds": time.perf_counter() - start, "cpu_seconds": _children_cpu() - cpu_start,
+                "error": None, "notebook": str(root_p / f"{name}.ipynb")}
     except Exception as exc:  # noqa: BLE001 — one failing figure must never stop the others
         failed = scratch / f"{name}.failed.ipynb"
         if running.exists():
@@ -342,8 +352,8 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
             failed = root_p / failed.name
         elif outputs.is_dir():
             outputs.rmdir()
-        return {"ok": False, "seconds": time.perf_counter() - start, "error": _error_line(exc),
-                "notebook": str(failed)}
+        return {"ok": False, "seconds": time.perf_counter() - start, "cpu_seconds": _children_cpu() - cpu_start,
+                "error": _error_line(exc), "notebook": str(failed)}
 
 
 # ---------------------------------------------------------------- the runner
@@ -434,13 +444,14 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
                           report=name in last)
 
     def finished(name, out_, bar):
-        res = FigureResult(name, "ran" if out_["ok"] else "failed", out_["seconds"], out_["error"],
-                           Path(out_["notebook"]) if out_["notebook"] else None)
+        res = FigureResult(name, "ran" if out_["ok"] else "failed", out_["seconds"], out_.get("cpu_seconds", 0.0),
+                           out_["error"], Path(out_["notebook"]) if out_["notebook"] else None)
         if out_["ok"]:
-            info = {"preset": preset, "overrides": overrides, "date": datetime.date.today().isoformat()}
+            info = {"preset": preset, "overrides": overrides, "date": datetime.date.today().isoformat(),
+                    "seconds": round(res.seconds, 1), "cpu_seconds": round(res.cpu_seconds, 1)}
             atomic_write(root / name / RUN_INFO, lambda f: f.write(json.dumps(info, indent=1) + "\n"))
             atomic_write(root / name / CACHE_KEY, lambda f: f.write(keys[name] + "\n"))
-            bar.write(f"  done    {name}  ({res.seconds:.1f} s)")
+            bar.write(f"  done    {name}  ({res.seconds:.1f} s, {res.cpu_seconds:.1f} s CPU)")
         else:
             where = f"; traceback in {res.notebook}" if res.notebook else ""
             bar.write(f"  FAILED  {name}  ({res.seconds:.1f} s): {res.error}{where}", file=sys.stderr)
