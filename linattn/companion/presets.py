@@ -216,10 +216,11 @@ FIGURE_HELP: dict[str, str] = {
     "icl_values": "in-context fractions c, one run each",
     "inits_m": "ATTN_M initialisation scales, one run each",
     "inits_s": "ATTN_S initialisation scales, one run each",
-    "trainset_sizes": "P of each run (None: the population loss, which must be in the list)",
+    "trainset_sizes": "P of each run or column (None: the population loss, P = ∞; the population page needs it)",
     "flow": "also integrate the gradient flow of the population loss",
     "snapshot_every": "record the weights every this many steps (shared runs share one interval)",
-    "epoch_extended": "the same runs carried on to this step (a dict: per rank; a rank left out takes the largest)",
+    "epoch_extended": ("the step the runs are carried on to (a dict: per rank, a rank left out taking the largest; "
+                       "the phase diagram: the gradient-flow horizon in steps)"),
     "epoch_streams": "horizon of the comparison runs drawn from the streams of linattn",
     "epoch_more": "steps of the continued run, from the final weights of the first run",
     "workers": "worker processes of the local Dask cluster the sweeps run on (make book runs a notebook beside it)",
