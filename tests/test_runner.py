@@ -369,6 +369,31 @@ def test_figures_param_refuses_runs_the_reference_draws_cannot_make(tmp_path, ca
     assert not out.exists()
 
 
+@pytest.mark.parametrize("figure, param, field, model", [
+    ("fig14_icl_iwl", "model=attnS", "model", "attnM"),
+    ("fig03a_attns_loss", "model=attnM", "model", "attnS"),
+    ("fig05_softmax", 'attn_s={"model": "attnM"}', "attn_s.model", "attnS"),
+])
+def test_a_page_keeps_the_model_it_is_about(figure, param, field, model, tmp_path, capsys):
+    """A page's theory and prose are one model's: another model is refused up front, on the CLI and in Python, and the
+    same model given again is no change."""
+    from linattn.cli import main
+    from linattn.config import ConfigError
+
+    out = tmp_path / "rerun"
+    assert main(["figures", "--only", figure, "--param", param, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{field} stays '{model}'" in err and f"{figure}: --param {field}=" in err
+    assert not out.exists()
+    key, _, value = param.partition("=")
+    value = yaml.safe_load(value)
+    with pytest.raises(ConfigError) as refused:
+        presets.settings(figure, "quick", **{key: value})
+    assert refused.value.field == field and str(refused.value).startswith(f"{field}=")
+    same = {key: {"model": model} if isinstance(value, dict) else model}
+    assert presets.settings(figure, "quick", **same) == presets.settings(figure, "quick")
+
+
 def test_run_configs_are_the_runs_a_figure_trains():
     """Sweeps reach the field they set (in the run they belong to), overrides reach every run, constants hold."""
     quick = presets.PRESETS

@@ -216,7 +216,7 @@ FIGURE_HELP: dict[str, str] = {
     "icl_values": "in-context fractions c, one run each",
     "inits_m": "ATTN_M initialisation scales, one run each",
     "inits_s": "ATTN_S initialisation scales, one run each",
-    "trainset_sizes": "P of each run or column (None: the population loss, P = ∞; the population page needs it)",
+    "trainset_sizes": "P of each run or column (None: the population loss, infinite P; the population page needs it)",
     "flow": "also integrate the gradient flow of the population loss",
     "snapshot_every": "record the weights every this many steps (shared runs share one interval)",
     "epoch_extended": ("the step the runs are carried on to (a dict: per rank, a rank left out taking the largest; "
@@ -253,7 +253,27 @@ def settings(name: str, preset: str = "quick", *, runs: dict | None = None, **ov
             out[key].update(copy.deepcopy(value))
         else:
             out[key] = copy.deepcopy(value)
-    return apply_to_runs(out, runs or {})
+    out = apply_to_runs(out, runs or {})
+    check_model(name, out)
+    return out
+
+
+def check_model(name: str, s: dict) -> None:
+    """Refuse settings ``s`` of figure ``name`` whose ``model`` (or a nested run's) is not the one its page is about:
+    a page's theory, plot and prose are of one model (ATTN_M's closed forms, ATTN_S's saddles), so the model is a
+    setting a reader sees but cannot change there (:class:`linattn.config.ConfigError` naming the setting)."""
+    from ..config import ConfigError
+    from ..data import named
+
+    paper = PRESETS[name]["paper"]
+    places = [(None, paper, s)] + [(k, v, s.get(k)) for k, v in paper.items() if isinstance(v, dict) and "model" in v]
+    for run, fixed, given in places:
+        if "model" in fixed and isinstance(given, dict) and given.get("model", fixed["model"]) != fixed["model"]:
+            field = "model" if run is None else f"{run}.model"
+            subject = f"figure {name}" if run is None else f"the {run} run of figure {name}"
+            raise ConfigError(f"{named(field, given['model'])}: {subject} is {fixed['model']} (the page's theory, "
+                              f"plot and text are that model's), so {named(field)} stays {fixed['model']!r}",
+                              field=field, value=given["model"])
 
 
 def apply_to_runs(s: dict, runs: dict) -> dict:
@@ -293,8 +313,11 @@ def resolve(name: str, preset: str, overrides: dict | None = None) -> dict:
 def parameters(name: str, namespace: dict) -> dict:
     """Figure ``name``'s settings as its notebook's parameters cell (and the runner's injected values) left them in
     ``namespace`` (the notebook's ``globals()``): ``{key: namespace[key]}`` for every setting of the figure, deep
-    copied. The one line a notebook calls after its parameters cell."""
-    return {k: copy.deepcopy(namespace[k]) for k in PRESETS[name]["paper"]}
+    copied, and checked like :func:`settings` (a page's model is fixed: :func:`check_model`). The one line a
+    notebook calls after its parameters cell."""
+    out = {k: copy.deepcopy(namespace[k]) for k in PRESETS[name]["paper"]}
+    check_model(name, out)
+    return out
 
 
 def horizons(s: dict):
@@ -400,6 +423,11 @@ def configs(s: dict, run: str | None = None) -> list:
     return out
 
 
+def _param_words(name: str, *value) -> str:
+    """A figure's setting as ``linattn figures`` names it: ``--param model='attnS'``, or the bare name."""
+    return f"--param {name}={value[0]!r}" if value else name
+
+
 def check_overrides(name: str, preset: str, overrides: dict) -> None:
     """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.experiment.plan`
     refuses (its settings, the reference's draws, its memory), before anything runs: :class:`linattn.config.ConfigError`
@@ -418,6 +446,8 @@ def check_overrides(name: str, preset: str, overrides: dict) -> None:
             for cfg in run_configs(name, preset, applied):
                 plan(cfg)
         except ConfigError as e:
+            if e.field in (key, f"{key}.model") and e.field.endswith("model"):  # check_model: the page's own model
+                raise ConfigError(f"{name}: {e.words(_param_words)}", field=e.field, value=e.value) from None
             raise ConfigError(f"{name}: --param {key}={value!r} gives an invalid run: {e}") from None
         except (TypeError, ValueError) as e:  # e.g. a seed that is not a number
             raise ConfigError(f"{name}: --param {key}={value!r} gives an invalid run: not a valid value ({e})"
