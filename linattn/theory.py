@@ -178,7 +178,7 @@ def logistic_half_time(s: float, lam_z: float, a0: float) -> float:
     (1/2s) ln(s/(λ_z a0) − 1). Its leading term for small a0 is (1/s) ln(1/√a0), the escape time above. NaN when a0
     is already past half the final value (there is no half-way point to reach)."""
     ratio = s / (lam_z * a0) - 1.0
-    return float(np.log(ratio) / (2.0 * s)) if ratio > 0 else float("nan")
+    return float(np.log(ratio) / (2.0 * s)) if ratio > 1 else float("nan")  # ratio ≤ 1: a0 ≥ s/(2 λ_z)
 
 
 def attn_m_drop_time(cov, N: int, a0: float) -> float:

@@ -263,4 +263,10 @@ def test_logistic_half_time_past_the_final_value_is_nan_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.isnan(theory.logistic_half_time(s, lam_z, 2 * s / lam_z))  # starts above the final value s/λ_z
+        assert np.isnan(theory.logistic_half_time(s, lam_z, 0.75 * s / lam_z))  # past half, below the final value
         assert theory.logistic_half_time(s, lam_z, 0.25 * s / lam_z) > 0  # below half: the half-way point is ahead
+    # the time it gives is where the closed-form logistic a(t) = (s/λ_z) / (1 + (s/(λ_z a0) − 1) e^{−2st}) is half-way
+    for a0 in (1e-8, 1e-3, 0.1 * s / lam_z, 0.49 * s / lam_z):
+        t = theory.logistic_half_time(s, lam_z, a0)
+        a = (s / lam_z) / (1 + (s / (lam_z * a0) - 1) * np.exp(-2 * s * t))
+        assert t > 0 and a == pytest.approx(0.5 * s / lam_z, rel=1e-12)
