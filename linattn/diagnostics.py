@@ -374,7 +374,9 @@ class SaddlePlateaus:
     """The plateaus of a curve named by the saddle M_m they sit at (:func:`saddle_plateaus`)."""
 
     plateaus: Plateaus  # every flat stretch found
-    m: list  # for each stretch, the index m of the nearest L(M_m), or None if none is within the tolerance
+    # for each stretch, the saddle m it sits at (the drops made by its middle, and its level within the tolerance of
+    # L(M_m): ``_saddles_of``), or None
+    m: list
     visited: list  # the m of every stretch that sits at a saddle, in order
     complete: list  # (m, length in steps) of the stretches at a saddle that end before the curve does
     long: list  # the m of the complete stretches lasting at least ``long_fraction`` of the longest one
