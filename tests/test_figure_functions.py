@@ -67,6 +67,22 @@ def test_the_frame_writes_labelled_data_numbers_and_provenance(tmp_path):
     assert {p.suffix for p in folder.iterdir()} >= {".png", ".svg", ".pdf"}
 
 
+def test_the_csv_leaves_out_points_no_curve_has(tmp_path):
+    """A shorter run is NaN past its end in the dataset (which keeps the full grid); its CSV rows there are left out,
+    and rows where any curve has a value stay."""
+    ds = xr.Dataset({"train_loss": (("model", "step"), [[1.0, 0.5, 0.25, 0.125], [2.0, 1.0, np.nan, np.nan]]),
+                     "test_loss": (("model", "step"), [[1.5, np.nan, np.nan, np.nan], [np.nan, 0.75, np.nan, np.nan]])},
+                    coords={"model": ["long", "short"], "step": [0, 1, 2, 3]})
+    with figure("toy", {}, tmp_path) as page:
+        page.save(ds)
+    rows = (tmp_path / "toy" / "toy.csv").read_text().splitlines()
+    assert rows[0] == "model,step,train_loss,test_loss"
+    assert [r.split(",")[:2] for r in rows[1:]] == [["long", "0"], ["long", "1"], ["long", "2"], ["long", "3"],
+                                                    ["short", "0"], ["short", "1"]]
+    assert rows[-1] == "short,1,1,0.75"
+    assert xr.open_dataset(tmp_path / "toy" / "toy.nc").sizes == {"model": 2, "step": 4}
+
+
 def test_the_frame_leaves_nothing_when_the_page_fails(tmp_path):
     with pytest.raises(RuntimeError):
         with figure(fig01b.NAME, fig01b.settings("quick"), tmp_path):

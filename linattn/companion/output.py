@@ -233,12 +233,14 @@ class FigureOutput:
     def save_dataset(self, ds, stem: str | None = None) -> Path:
         """The figure's labelled data: ``ds`` as NetCDF (``<name>.nc``, or ``<stem>.nc``; ``xarray.open_dataset``
         reads it back) and its curves, the variables along ``step`` (all variables when none is), as a tidy CSV
-        beside it (``<name>.csv``: a column per dimension and one per variable, a row per point)."""
+        beside it (``<name>.csv``: a column per dimension and one per variable, a row per point; points where every
+        variable is missing — a run shorter than the longest, a step axis another run does not share — are left
+        out)."""
         stem = stem or self.name
         with atomic_path(self.path(f"{stem}.nc")) as tmp:
             ds.to_netcdf(tmp, engine="h5netcdf")
         curves = [v for v in ds.data_vars if "step" in ds[v].dims] or list(ds.data_vars)
-        table = ds[curves].to_dataframe().reset_index()
+        table = ds[curves].to_dataframe().dropna(how="all").reset_index()
         path = self.path(f"{stem}.csv")
         atomic_write(path, lambda f: table.to_csv(f, index=False, float_format="%.8g", lineterminator="\n"))
         return path
