@@ -140,6 +140,25 @@ def fold_combined(M: torch.Tensor) -> torch.Tensor:
     return (M.reshape(D, -1) @ _fold_matrix(D, M.dtype, str(M.device))).reshape(-1)
 
 
+def unfold_combined(g: torch.Tensor) -> torch.Tensor:
+    """The adjoint of :func:`fold_combined`: ∂⟨g, fold(M)⟩/∂M for g of fold's shape, as (D, D+1, D+1) — each
+    triangle slot's value on both of its entries (b, c) and (c, b)."""
+    D = _dim_of_fold(g.numel())
+    F = _fold_matrix(D, g.dtype, str(g.device))
+    return (g.reshape(D, -1) @ F.T).reshape(D, D + 1, D + 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _dim_of_fold(size: int) -> int:
+    """D from the size D·(D+1)(D+2)/2 of a folded combined weight."""
+    D = 1
+    while D * (D + 1) * (D + 2) // 2 < size:
+        D += 1
+    if D * (D + 1) * (D + 2) // 2 != size:
+        raise ValueError(f"{size} is not the size D(D+1)(D+2)/2 of a folded combined weight")
+    return D
+
+
 def cubic_features(X: torch.Tensor, scale) -> torch.Tensor:
     """z = vec(b x_qᵀ) with b = scale · Σ_{n≤N} y_n x_n; z[i·D + j] = b_i x_q,j (paper Eq. 6)."""
     D = X.shape[-1] - 1
@@ -244,6 +263,27 @@ class _Attention(_Model):
         M = self.key_query()[:, :D].reshape(H, -1).T @ self.v  # rows (a, b), columns c: plain matmuls keep
         return fold_combined(M.reshape(D, D + 1, D + 1))       # the autograd graph (and the step) short
 
+    def combined_vjp(self, g: torch.Tensor) -> list[torch.Tensor]:
+        """∂⟨g, combined()⟩/∂θ for each parameter, in ``parameters()`` order, written out rather than recorded by
+        autograd (the exact engine's step: a few small products, no graph). With A[h] = W_KQ[h][:D] flattened,
+        M = Σ_h A[h] ⊗ v_h and G = unfold(g) (``unfold_combined``, as (D(D+1), D+1)):
+
+            ∂/∂v_h = A[h] G,   ∂/∂W_KQ[h][:D] = G v_h (reshaped),   ∂/∂W_KQ[h][D] = 0,
+
+        then through ``key_query()`` (:meth:`key_query_vjp`)."""
+        with torch.no_grad():
+            H, D = self.v.shape[0], self.v.shape[1] - 1
+            W = self.key_query()
+            G = unfold_combined(g).reshape(D * (D + 1), D + 1)
+            g_W = torch.zeros_like(W)
+            g_W[:, :D] = (self.v @ G.T).reshape(H, D, D + 1)
+            return self.key_query_vjp(g_W) + [W[:, :D].reshape(H, -1) @ G]
+
+    def key_query_vjp(self, g_W: torch.Tensor) -> list[torch.Tensor]:
+        """The gradients of the key-query parameters from ∂/∂W_KQ (``g_W``, (H, D+1, D+1)), in ``parameters()``
+        order."""
+        raise NotImplementedError
+
     def value_weights(self) -> torch.Tensor:
         """Each head's value weight on the label, v_h[D] (what ``--track_value`` records)."""
         return self.v[:, -1]
@@ -284,6 +324,9 @@ class AttnM(_Attention):
     def key_query(self):
         return self.W_KQ
 
+    def key_query_vjp(self, g_W):
+        return [g_W]
+
     def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W₁ (H, D²), w₂ (H,)): the MLP with the same in-context matrix while the vector blocks are zero."""
         return _attn_m_to_mlp(self.W_KQ, self.v[:, -1])
@@ -308,6 +351,10 @@ class AttnS(_Attention):
 
     def key_query(self):
         return self.W_Q.transpose(1, 2) @ self.W_K
+
+    def key_query_vjp(self, g_W):
+        """W_KQ[h] = W_Q[h]ᵀ W_K[h]: ∂/∂W_Q[h] = W_K[h] g_W[h]ᵀ, ∂/∂W_K[h] = W_Q[h] g_W[h]."""
+        return [self.W_K @ g_W.transpose(1, 2), self.W_Q @ g_W]
 
     def conserved_quantities(self) -> dict[str, torch.Tensor]:
         """Per head ‖v_h‖² − ‖W_K[h]‖² ("v_minus_k"), ‖W_K[h]‖² − ‖W_Q[h]‖² ("k_minus_q") and "scale"

@@ -113,3 +113,41 @@ def test_attn_m_and_cubic_mlp_share_the_loss_trajectory(engine):
     a, m = curves
     assert a[-1] < 0.5 * a[0]  # the run goes through the drop, not only the plateau
     assert np.max(np.abs(a - m) / a) < 1e-6
+
+
+@pytest.mark.parametrize("model, rank", [("attnM", 1), ("attnS", 1), ("attnS", R), ("attnS", D)])
+def test_combined_vjp_is_the_gradient_of_combined(model, rank):
+    """The hand-written backward of combined() (the exact engine's step) equals autograd's, for dense random
+    weights, including the label row of W_KQ that combined() leaves out (its gradient is zero)."""
+    rng = np.random.default_rng(3)
+    w = {k: rng.normal(0, 0.5, v.shape)
+         for k, v in init_weights(model, head_num=H, in_dim=D, rank=rank, init=0.5, rng=rng).items()}
+    net = build_model(model, w)
+    g = torch.as_tensor(rng.normal(size=net.combined().numel()))
+    (net.combined() @ g).backward()
+    expected = [p.grad.clone() for p in net.parameters()]
+    got = net.combined_vjp(g)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-13 * float(b.abs().max()))
+
+
+@pytest.mark.parametrize("model", ["attnM", "attnS"])
+def test_the_exact_step_without_autograd_matches_the_autograd_step(model, seqs):
+    """Exact.value_and_grad through combined_vjp and through autograd give the same loss and gradients, and add to
+    gradients already there as autograd does."""
+    rng = np.random.default_rng(4)
+    net = build_model(model, random_weights(model, rng))
+    engine = objectives.Exact.from_data(net, seqs, normalize="sum")
+    loss = engine.moments.loss(net.combined())
+    loss.backward()
+    expected = [p.grad.clone() for p in net.parameters()]
+    for p in net.parameters():
+        p.grad = None
+    assert engine.value_and_grad(net) == pytest.approx(loss.item(), rel=1e-14)
+    for p, b in zip(net.parameters(), expected):
+        np.testing.assert_allclose(p.grad.numpy(), b.numpy(), rtol=0, atol=1e-13 * float(b.abs().max()))
+    engine.value_and_grad(net)  # a second call accumulates, as backward() would
+    for p, b in zip(net.parameters(), expected):
+        np.testing.assert_allclose(p.grad.numpy(), 2 * b.numpy(), rtol=0, atol=1e-13 * float(b.abs().max()))

@@ -84,6 +84,13 @@ class Moments:
         """L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ (differentiable in m, ∂L/∂m = 2(E[TTᵀ] m − E[yT]))."""
         return _Quadratic.apply(m.to(self.TT.dtype), self.yy, self.yT, self.TT)
 
+    def loss_and_grad(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L(m), ∂L/∂m) without autograd: the same one F×F matrix-vector product as :meth:`loss`."""
+        with torch.no_grad():
+            m = m.to(self.TT.dtype)
+            r = torch.addmv(self.yT, self.TT, m, beta=-1.0)  # E[TTᵀ] m − E[yT]
+            return self.yy + m @ (r - self.yT), 2.0 * r
+
     def minimum(self) -> tuple[float, torch.Tensor]:
         """(min_m L(m), a minimiser): L* = E[y²] − E[yT]ᵀ E[TTᵀ]⁺ E[yT] (least squares on the features)."""
         m = torch.linalg.lstsq(self.TT.cpu(), self.yT.cpu()[:, None], rcond=1e-12).solution[:, 0]
