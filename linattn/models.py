@@ -141,7 +141,7 @@ def fold_combined(M: torch.Tensor) -> torch.Tensor:
 
 
 def unfold_combined(g: torch.Tensor) -> torch.Tensor:
-    """The adjoint of :func:`fold_combined`: ∂⟨g, fold(M)⟩/∂M for g of fold's shape, as (D, D+1, D+1) — each
+    """The adjoint of ``fold_combined``: ∂⟨g, fold(M)⟩/∂M for g of fold's shape, as (D, D+1, D+1) — each
     triangle slot's value on both of its entries (b, c) and (c, b)."""
     D = _dim_of_fold(g.numel())
     F = _fold_matrix(D, g.dtype, str(g.device))
@@ -270,7 +270,7 @@ class _Attention(_Model):
 
             ∂/∂v_h = A[h] G,   ∂/∂W_KQ[h][:D] = G v_h (reshaped),   ∂/∂W_KQ[h][D] = 0,
 
-        then through ``key_query()`` (:meth:`key_query_vjp`)."""
+        then through ``key_query()`` (``key_query_vjp``)."""
         with torch.no_grad():
             H, D = self.v.shape[0], self.v.shape[1] - 1
             W = self.key_query()

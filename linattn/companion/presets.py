@@ -313,7 +313,7 @@ def resolve(name: str, preset: str, overrides: dict | None = None) -> dict:
 def parameters(name: str, namespace: dict) -> dict:
     """Figure ``name``'s settings as its notebook's parameters cell (and the runner's injected values) left them in
     ``namespace`` (the notebook's ``globals()``): ``{key: namespace[key]}`` for every setting of the figure, deep
-    copied, and checked like :func:`settings` (a page's model is fixed: :func:`check_model`). The one line a
+    copied, and checked like ``settings`` (a page's model is fixed: ``check_model``). The one line a
     notebook calls after its parameters cell."""
     out = {k: copy.deepcopy(namespace[k]) for k in PRESETS[name]["paper"]}
     check_model(name, out)

@@ -85,7 +85,7 @@ class Moments:
         return _Quadratic.apply(m.to(self.TT.dtype), self.yy, self.yT, self.TT)
 
     def loss_and_grad(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(L(m), ∂L/∂m) without autograd: the same one F×F matrix-vector product as :meth:`loss`."""
+        """(L(m), ∂L/∂m) without autograd: the same one F×F matrix-vector product as ``loss``."""
         with torch.no_grad():
             m = m.to(self.TT.dtype)
             r = torch.addmv(self.yT, self.TT, m, beta=-1.0)  # E[TTᵀ] m − E[yT]
