@@ -8,6 +8,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 PRESET  ?= paper
 JOBS    ?= 2
+TEST_JOBS ?= 2
 STAMP   := $(VENV)/.installed
 
 .PHONY: setup figures book test test-fast test-setup linkcheck check-reproducible bench clean
@@ -45,13 +46,14 @@ test-setup: setup
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "note: chromium is not installed and this is not root; the browser tests will be skipped"; fi; }
 
+# The suite on TEST_JOBS processes (pytest-xdist), a test file to a process so that its module fixtures run once
 test: test-setup
 	$(MAKE) book PRESET=quick
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 # The fast subset (under a minute): no built figures or book, no browser, no test over about a second.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow and not book"
+	$(BIN)/python -m pytest -q -m "not slow and not book" -n $(TEST_JOBS) --dist loadfile
 
 bench: setup
 	$(BIN)/python benchmarks/bench_engines.py
