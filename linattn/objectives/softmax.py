@@ -33,15 +33,15 @@ sequences and a block (20 KB at D = 4, n = 32) stays in the L1 cache while all h
 before, put the 5 × 31 rows a head reads into 8 of the 64 L1 sets and read them from L2 again for every head and lane
 group; 32 halves the time of the score loop.) For sets large enough to repay it, the per-chunk function
 ``chunk_sums`` is compiled by ``torch.compile``: on the CPU, inductor makes it one C++ loop nest per block, head and
-8 sequences in which the scores, 2^z and the 12 running sums stay in registers (FMA contraction on); 2^z is written
+8 sequences in which the scores, 2^z and the 11 running sums stay in registers (FMA contraction on); 2^z is written
 in plain torch ops (:func:`pow2`: a degree-5 polynomial in the fraction of z and the exponent field, both read from
 one integer; 2e-7 relative) so that it is inlined, where ``torch.exp2`` is a call into Sleef that spills every
 register. Compile time grows with the size of the expression inductor inlines into each of the 11 sums over keys (it
 copies a shared subexpression once per use), so z enters :func:`pow2` once, the query's own score s_hq is a buffer
 of its own (a small reduction, as q_h (1) is), and the query's e_hq, a value per sequence and head, is
-``torch.exp2``: together these cut a cold compile from ~110 s to ~40 s of CPU time. q_h (1) comes from a small
-reduction in the same graph, and the loss and the sums of ∂L/∂v, ∂L/∂W_KQ over sequences are reduced there too, so a chunk is
-one call. On CUDA, triton, with ``torch.exp2``. The compiler falls back to eager execution when it does not work.
+``torch.exp2``: together these cut a cold compile from ~110 s to ~40 s of CPU time. The loss and the sums of ∂L/∂v,
+∂L/∂W_KQ over sequences are reduced in the same graph, so a chunk is one call. On CUDA, triton, with
+``torch.exp2``. The compiler falls back to eager execution when it does not work.
 Data and arithmetic are in ``dtype`` (float32 by default); the loss, ∂L/∂v and ∂L/∂W_KQ accumulate in float64.
 Timings, the memory floor and the float32-vs-float64 trajectories: ``benchmarks/README.md``.
 """
@@ -85,12 +85,14 @@ _POW2_COEFFS = (0.9999999268954141, 0.6931529698517229, 0.24015451529905935, 0.0
 def pow2(z):
     """2^z in float32 from plain torch ops that inductor inlines: 2^⌊z⌋ · 2^f with f = z − ⌊z⌋ ∈ [0, 1).
 
-    Both factors come from one integer, i = int(2²³ z) + 127 · 2²³, read as float32 bits: its exponent field holds
-    ⌊z⌋ + 127 and its 23 mantissa bits the fraction f (to 2⁻²³, finer than z's own rounding beyond |z| = 1). z enters
-    the expression once, which keeps inductor's inlined copies of the score few (the polynomial reads f five times).
+    Both factors come from one integer, i = round(2²³ z) + 127 · 2²³, read as float32 bits: its exponent field holds
+    ⌊z⌋ + 127 and its 23 mantissa bits the fraction f (to 2⁻²³, finer than z's own rounding beyond |z| = 1; rounded
+    to nearest, since truncation towards zero biases every small score towards 0, which took the float32 gradient at
+    Figure 5's ATTN_S start from 2e-7 to 2e-6 of autograd's). z enters the expression once, which keeps inductor's
+    inlined copies of the score few (the polynomial reads f five times).
     z is clamped to [−126, 126] first: below, e is < 2⁻¹²⁵ instead of 0 (the sums keep ≥ 1 from the query); above,
     e ≈ 2¹²⁶, which the caller's range check sees."""
-    i = (torch.clamp(z, -126.0, 126.0) * 8388608.0).to(torch.int32) + 1065353216   # 2²³ z + 127 · 2²³
+    i = torch.round(torch.clamp(z, -126.0, 126.0) * 8388608.0).to(torch.int32) + 1065353216  # 2²³z + 127·2²³
     f = torch.bitwise_or(torch.bitwise_and(i, 0x7FFFFF), 0x3F800000).view(torch.float32) - 1.0
     p = _POW2_COEFFS[-1]
     for c in _POW2_COEFFS[-2::-1]:
