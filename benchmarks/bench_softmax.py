@@ -18,6 +18,16 @@ measured in the same invocation. A whole published-scale Figure 5 (ATTN_M 6001 s
 projected as set-up + first step + (epochs − 1) × median step. ``--device cuda`` runs every engine on the GPU (steps
 are timed after a synchronisation); ``--large`` adds softmax ATTN_S at P = 10⁶ (the softmax and autograd engines
 only: full attention would need tens of GB), and each row also prints steps per second.
+
+Each softmax row is followed by the memory floor: the bytes a step reads (``Softmax.step_bytes``: every term's context
+tokens, queries and targets) and the time to stream as many bytes once (:func:`stream_floor`: the median of 7 numpy
+copies of an array of that size), printed as "x ms vs floor y ms = z× the floor".
+
+Measured (2 cores shared with other jobs, load 2.5–4.6; ``--quick``, fresh inductor cache; details and the whole
+table in ``benchmarks/README.md``): softmax ATTN_S 62.1 ms a step (min 38.1) against autograd's 727 ms, 11.7×, and
+62.1 ms vs floor 8.29 ms (51.5 MB a step) = 7.5× the floor; ATTN_M 5.5 ms against 123 ms, 22.5×, 26× its 0.21-ms
+floor (3.2 MB). A second ATTN_S pair at load 1.5: 48.1 ms against 608 ms, 12.6× (5.4× its 8.9-ms floor). The first
+softmax step, a cold compile, took 55 s there (~40 s of CPU time).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from linattn import data, models
@@ -65,6 +76,19 @@ def _objective(engine: str, seqs, device: str):
     return (Autograd if engine == "autograd" else FullAttention)(seqs, device=device).value_and_grad
 
 
+def stream_floor(n_bytes: int, repeats: int = 7) -> float:
+    """Seconds to stream ``n_bytes`` once: the median time of a numpy copy of an array of that size."""
+    src = np.ones(max(1, n_bytes // 8))
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # touch both once
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> dict:
     """Set-up, first-step and step times of one engine on one setting (meant to run in a fresh process)."""
     torch.set_num_threads(1)
@@ -89,9 +113,11 @@ def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> d
         sync()
         times.append(time.perf_counter() - t)
     from linattn.objectives import softmax as softmax_engine
+    step_bytes = getattr(step.__self__, "step_bytes", None)
+    floor = stream_floor(step_bytes) if step_bytes else None
     return dict(engine=engine, setup_s=setup, first_s=times[0], step_s=statistics.median(times[1:]),
                 step_min_s=min(times[1:]), loss=loss, grad=[p.grad.flatten().tolist() for p in net.parameters()],
-                device=device,
+                device=device, step_bytes=step_bytes, floor_s=floor,
                 peak_mb=_peak_mb(), data_mb=data_mb, epochs=s["epoch"], load=load,
                 compiled=engine.startswith("softmax") and engine != "softmax-eager"
                 and not softmax_engine._compile_failed)
@@ -148,6 +174,10 @@ def print_row(r):
           f"{r['device']}  peak RSS {r['peak_mb']:5.0f} MB "
           f"(data {r['data_mb']:4.0f})  {r['vs_autograd']:6.1f}× vs autograd{full}  "
           f"|Δloss| {r['loss_rel_diff']:.0e}  |Δgrad| {r['grad_rel_diff']:.0e}  load {r['load']:.1f}", flush=True)
+    if r.get("floor_s"):
+        print(f"{'':<42} {r['engine']:<14} reads {r['step_bytes'] / 1e6:.1f} MB a step: {r['step_s'] * 1e3:.1f} ms vs "
+              f"floor {r['floor_s'] * 1e3:.2f} ms (one numpy copy of as many bytes, median of 7) = "
+              f"{r['step_s'] / r['floor_s']:.1f}× the floor", flush=True)
 
 
 def main():
