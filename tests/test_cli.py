@@ -81,8 +81,8 @@ BAD = [
     (["--in_dim", "x"], "invalid int value"),
     (["--softmax", "--engine", "exact"], "--engine 'exact' covers linear attention only; --softmax needs --engine "
                                          "'autograd'"),
-    # objectives/softmax.py words its refusal as plain text, without named(): the CLI shows it as written
-    (["--engine", "softmax"], "'softmax' covers softmax attention only"),
+    (["--engine", "softmax"], "--engine 'softmax' covers softmax attention only (set --softmax, or use --engine "
+                              "'exact' or 'autograd')"),
     (["--trainset_size", "inf"], "--trainset_size inf has no reference draws"),
     (["--trainset_size", "inf", "--icl", "0.5", "--draws", "streams"],
      "the population engine (--trainset_size inf) supports --icl = 1 only"),

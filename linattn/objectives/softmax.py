@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from .. import data as data_mod
+from ..data import named
 from ..normalization import lengths, prefix_queries
 from .base import DEFAULT_CHUNK, Objective
 
@@ -215,8 +216,8 @@ class Softmax(Objective):
     def refuses(cfg) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if not cfg.softmax:
-            return ("engine 'softmax' covers softmax attention only (set softmax=True, or use engine 'exact' or "
-                    "'autograd')")
+            return (f"{named('engine')} 'softmax' covers softmax attention only (set {named('softmax', True)}, or use "
+                    f"{named('engine')} 'exact' or 'autograd')")
         return None
 
     def _check(self, model):
