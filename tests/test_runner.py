@@ -684,6 +684,19 @@ def test_every_notebook_has_presets_and_a_parameters_cell():
         assert f"{name}/{name}.png" in directive[0] or f"{name}/{name}.svg" in directive[0], name
 
 
+def test_notebooks_are_prose_around_library_calls():
+    """A figure's computation lives in its module (linattn.companion.figures): outside its parameters cell a
+    notebook holds at most 30 lines of code (blank lines and comments aside), and all of them at most 500."""
+    lines = {}
+    for name, path in figures.discover().items():
+        cells = [c for c in figures.read_notebook(path).cells
+                 if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])]
+        lines[name] = sum(1 for c in cells for line in c.source.splitlines()
+                          if line.strip() and not line.strip().startswith("#"))
+    assert max(lines.values()) <= 30, {n: k for n, k in lines.items() if k > 30}
+    assert sum(lines.values()) <= 500, sum(lines.values())
+
+
 def test_longest_figures_start_first(tmp_path):
     """A figure's expected time: its last run's wall time, else the notebook's own estimate for the preset, else 0."""
     src = make_src(tmp_path, {"slow": WRITE, "plain": WRITE}, extra={"slow": "linattn:\n  seconds: {paper: 400}\n"})
