@@ -21,7 +21,7 @@ from ..commands import train_command
 from ..output import MarkdownTable, words as list_words
 from ..runstore import figure_runs
 from .attn_s_run import describe
-from .frame import settings_attrs
+from .frame import padded, settings_attrs
 
 NAME = "fig05_softmax"
 MODELS = ("attn_m", "attn_s")
@@ -33,14 +33,6 @@ def settings(preset: str = "paper", **overrides) -> dict:
     """The figure's settings at ``preset`` with ``overrides`` (``attn_m``/``attn_s``: a partial dict sets only
     those keys of that run; ``seed``)."""
     return presets.settings(NAME, preset, **overrides)
-
-
-def _padded(rows, width: int) -> np.ndarray:
-    """Ragged 1-d ``rows`` as one (len(rows), width) float array, NaN past each row's end."""
-    out = np.full((len(rows), width), np.nan)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
-    return out
 
 
 def compute(S: dict):
@@ -58,15 +50,15 @@ def compute(S: dict):
     steps = max((r.history.step for r in runs.values()), key=len)
     n_plateaus = max(1, max(len(p.levels) for p in found))
     ds = xr.Dataset(
-        {"train_loss": (("model", "step"), _padded(losses, len(steps))),
-         "plateau_level": (("model", "plateau"), _padded([p.levels for p in found], n_plateaus)),
-         "plateau_start": (("model", "plateau"), _padded([p.starts for p in found], n_plateaus)),
-         "plateau_end": (("model", "plateau"), _padded([p.ends for p in found], n_plateaus)),
-         "drop_step": (("model", "drop"), _padded([p.drop_steps for p in found], n_plateaus - 1)),
+        {"train_loss": (("model", "step"), padded(losses, len(steps))),
+         "plateau_level": (("model", "plateau"), padded([p.levels for p in found], n_plateaus)),
+         "plateau_start": (("model", "plateau"), padded([p.starts for p in found], n_plateaus)),
+         "plateau_end": (("model", "plateau"), padded([p.ends for p in found], n_plateaus)),
+         "drop_step": (("model", "drop"), padded([p.drop_steps for p in found], n_plateaus - 1)),
          "drops": ("model", [len(p.drop_steps) for p in found]),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
          "wall_time": ("model", [float(r.wall_time) for r in runs.values()]),
-         "plateau_theory": (("model", "m"), _padded(levels, max(len(v) for v in levels))),
+         "plateau_theory": (("model", "m"), padded(levels, max(len(v) for v in levels))),
          "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in runs.values()])},
         coords={"model": list(MODELS), "step": steps, "plateau": np.arange(n_plateaus),
                 "drop": np.arange(1, n_plateaus), "m": np.arange(max(len(v) for v in levels))},

@@ -19,7 +19,7 @@ from ..commands import train_command
 from ..output import MarkdownTable, words as list_words
 from ..runstore import figure_runs
 from .attn_s_run import describe, join
-from .frame import settings_attrs
+from .frame import padded, settings_attrs
 
 NAME = "figA_vary_len"
 MODELS = ("attn_m", "attn_s")
@@ -31,14 +31,6 @@ def settings(preset: str = "paper", **overrides) -> dict:
     """The figure's settings at ``preset`` with ``overrides`` (``attn_m``/``attn_s``: a partial dict sets only
     those keys of that run; ``seed``)."""
     return presets.settings(NAME, preset, **overrides)
-
-
-def _padded(rows, width: int) -> np.ndarray:
-    """Ragged 1-d ``rows`` as one (len(rows), width) float array, NaN past each row's end."""
-    out = np.full((len(rows), width), np.nan)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
-    return out
 
 
 def compute(S: dict):
@@ -57,13 +49,13 @@ def compute(S: dict):
     steps = max((r.history.step for r in runs.values()), key=len)
     M = max(len(v) for v in averaged)
     ds = xr.Dataset(
-        {"train_loss": (("model", "step"), _padded(losses, len(steps))),
-         "plateau_theory": (("model", "m"), _padded(averaged, M)),
-         "plateau_theory_fixed": (("model", "m"), _padded(fixed, M)),
-         "plateau_level": (("model", "m"), _padded(found, M)),
+        {"train_loss": (("model", "step"), padded(losses, len(steps))),
+         "plateau_theory": (("model", "m"), padded(averaged, M)),
+         "plateau_theory_fixed": (("model", "m"), padded(fixed, M)),
+         "plateau_level": (("model", "m"), padded(found, M)),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
          "eigenvalue": (("model", "direction"),
-                        _padded([theory.spectrum(r.datasets.cov)[0] for r in runs.values()], M - 1))},
+                        padded([theory.spectrum(r.datasets.cov)[0] for r in runs.values()], M - 1))},
         coords={"model": list(MODELS), "step": steps, "m": np.arange(M), "direction": np.arange(1, M)},
         attrs=settings_attrs(S, engine=runs["attn_s"].engine, seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in runs.items()}))

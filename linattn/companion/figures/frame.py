@@ -16,6 +16,8 @@ import contextlib
 import json
 import time
 
+import numpy as np
+
 from ..output import FigureOutput, NumbersTable
 from ..plotting import use_style
 
@@ -28,6 +30,15 @@ def settings_attrs(S: dict, *, engine: str, seeds, runs: dict | None = None) -> 
     if runs:
         attrs["runs"] = json.dumps(runs, sort_keys=True, default=str)
     return attrs
+
+
+def padded(rows, width: int):
+    """Ragged 1-d ``rows`` (runs of different lengths, plateaus found per run) as one (len(rows), width) float
+    array, NaN past each row's end: a dataset variable over (run, position)."""
+    out = np.full((len(rows), width), np.nan)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
 
 
 class FigurePage:
