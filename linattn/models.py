@@ -123,7 +123,7 @@ def attention_features(X: torch.Tensor, scale) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=None)
-def _fold_matrix(D: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+def _fold_matrix(D: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """((D+1)², K) 0/1 matrix adding entry (b, c) and (c, b) of a flattened matrix into triangle slot (min, max)."""
     b, c = _triangle(D)
     k = torch.arange(b.numel())
@@ -137,15 +137,14 @@ def fold_combined(M: torch.Tensor) -> torch.Tensor:
     """Fold M (D, D+1, D+1) onto the upper triangle in its last two indices: ⟨M, x_q⊗S⟩ = ⟨fold(M), T⟩,
     fold(M)[a, (b, c)] = M[a, b, c] + M[a, c, b] for b < c and M[a, b, b] on the diagonal."""
     D = M.shape[0]
-    return (M.reshape(D, -1) @ _fold_matrix(D, M.dtype, str(M.device))).reshape(-1)
+    return torch.mm(M.reshape(D, -1), _fold_matrix(D, M.dtype, M.device)).reshape(-1)
 
 
 def unfold_combined(g: torch.Tensor) -> torch.Tensor:
     """The adjoint of ``fold_combined``: ∂⟨g, fold(M)⟩/∂M for g of fold's shape, as (D, D+1, D+1) — each
     triangle slot's value on both of its entries (b, c) and (c, b)."""
     D = _dim_of_fold(g.numel())
-    F = _fold_matrix(D, g.dtype, str(g.device))
-    return (g.reshape(D, -1) @ F.T).reshape(D, D + 1, D + 1)
+    return torch.mm(g.reshape(D, -1), _fold_matrix(D, g.dtype, g.device).T).reshape(D, D + 1, D + 1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -259,29 +258,35 @@ class _Attention(_Model):
 
     def combined(self) -> torch.Tensor:
         """fold(M), M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] for a < D: ŷ = ⟨combined(), features(X)⟩."""
-        H, D = self.v.shape[0], self.v.shape[1] - 1
-        M = self.key_query()[:, :D].reshape(H, -1).T @ self.v  # rows (a, b), columns c: plain matmuls keep
-        return fold_combined(M.reshape(D, D + 1, D + 1))       # the autograd graph (and the step) short
+        return self.combined_with_vjp()[0]
 
-    def combined_vjp(self, g: torch.Tensor) -> list[torch.Tensor]:
-        """∂⟨g, combined()⟩/∂θ for each parameter, in ``parameters()`` order, written out rather than recorded by
-        autograd (the exact engine's step: a few small products, no graph). With A[h] = W_KQ[h][:D] flattened,
-        M = Σ_h A[h] ⊗ v_h and G = unfold(g) (``unfold_combined``, as (D(D+1), D+1)):
+    def combined_with_vjp(self):
+        """(``combined()``, vjp): vjp(g) is ∂⟨g, combined()⟩/∂θ for each parameter, in ``parameters()`` order,
+        written out rather than recorded by autograd (the exact engine's step: a few small products, no graph, the
+        key-query product computed once for both). With A[h] = W_KQ[h][:D] flattened, M = Σ_h A[h] ⊗ v_h and
+        G = unfold(g) (``unfold_combined``, as (D(D+1), D+1)):
 
             ∂/∂v_h = A[h] G,   ∂/∂W_KQ[h][:D] = G v_h (reshaped),   ∂/∂W_KQ[h][D] = 0,
 
-        then through ``key_query()`` (``key_query_vjp``)."""
-        with torch.no_grad():
-            H, D = self.v.shape[0], self.v.shape[1] - 1
-            W = self.key_query()
-            G = unfold_combined(g).reshape(D * (D + 1), D + 1)
-            g_W = torch.zeros_like(W)
-            g_W[:, :D] = (self.v @ G.T).reshape(H, D, D + 1)
-            return self.key_query_vjp(g_W) + [W[:, :D].reshape(H, -1) @ G]
+        then through ``key_query()`` (``key_query_vjp``). Every product is called as ``torch.mm``/``torch.bmm``
+        (the kernels ``@`` dispatches to, without its reshaping): a step is some 25 products and additions of small
+        matrices, each a few microseconds of overhead. vjp records no graph; the value does unless called under
+        ``torch.no_grad()`` (as the exact engine does), and combined() keeps an autograd graph through these plain
+        products."""
+        H, D = self.v.shape[0], self.v.shape[1] - 1
+        v = self.v
+        A = self.key_query()[:, :D].reshape(H, -1)
+        m = fold_combined(torch.mm(A.T, v).reshape(D, D + 1, D + 1))  # M: rows (a, b), columns c
 
-    def key_query_vjp(self, g_W: torch.Tensor) -> list[torch.Tensor]:
-        """The gradients of the key-query parameters from ∂/∂W_KQ (``g_W``, (H, D+1, D+1)), in ``parameters()``
-        order."""
+        def vjp(g: torch.Tensor) -> list[torch.Tensor]:
+            with torch.no_grad():
+                G = unfold_combined(g).reshape(D * (D + 1), D + 1)
+                return self.key_query_vjp(torch.mm(v, G.T).reshape(H, D, D + 1)) + [torch.mm(A, G)]
+        return m, vjp
+
+    def key_query_vjp(self, g_rows: torch.Tensor) -> list[torch.Tensor]:
+        """The gradients of the key-query parameters, in ``parameters()`` order, from ∂/∂W_KQ[h][:D] (``g_rows``,
+        (H, D, D+1): the rows ``combined()`` reads; the label row's gradient is zero)."""
         raise NotImplementedError
 
     def value_weights(self) -> torch.Tensor:
@@ -324,8 +329,8 @@ class AttnM(_Attention):
     def key_query(self):
         return self.W_KQ
 
-    def key_query_vjp(self, g_W):
-        return [g_W]
+    def key_query_vjp(self, g_rows):
+        return [torch.nn.functional.pad(g_rows, (0, 0, 0, 1))]  # the label row: zero
 
     def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W₁ (H, D²), w₂ (H,)): the MLP with the same in-context matrix while the vector blocks are zero."""
@@ -350,11 +355,14 @@ class AttnS(_Attention):
         return torch.einsum("pa,hra,hrb->phb", xq, self.W_Q, self.W_K)
 
     def key_query(self):
-        return self.W_Q.transpose(1, 2) @ self.W_K
+        return torch.bmm(self.W_Q.transpose(1, 2), self.W_K)
 
-    def key_query_vjp(self, g_W):
-        """W_KQ[h] = W_Q[h]ᵀ W_K[h]: ∂/∂W_Q[h] = W_K[h] g_W[h]ᵀ, ∂/∂W_K[h] = W_Q[h] g_W[h]."""
-        return [self.W_K @ g_W.transpose(1, 2), self.W_Q @ g_W]
+    def key_query_vjp(self, g_rows):
+        """W_KQ[h] = W_Q[h]ᵀ W_K[h] with G = ∂/∂W_KQ[h] (its label row D zero): ∂/∂W_Q[h] = W_K[h] Gᵀ (zero in column
+        D), ∂/∂W_K[h] = W_Q[h] G = W_Q[h][:, :D] G[:D]."""
+        D = g_rows.shape[1]
+        return [torch.nn.functional.pad(torch.bmm(self.W_K, g_rows.transpose(1, 2)), (0, 1)),
+                torch.bmm(self.W_Q[:, :, :D], g_rows)]
 
     def conserved_quantities(self) -> dict[str, torch.Tensor]:
         """Per head ‖v_h‖² − ‖W_K[h]‖² ("v_minus_k"), ‖W_K[h]‖² − ‖W_Q[h]‖² ("k_minus_q") and "scale"

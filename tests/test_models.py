@@ -116,9 +116,10 @@ def test_attn_m_and_cubic_mlp_share_the_loss_trajectory(engine):
 
 
 @pytest.mark.parametrize("model, rank", [("attnM", 1), ("attnS", 1), ("attnS", R), ("attnS", D)])
-def test_combined_vjp_is_the_gradient_of_combined(model, rank):
+def test_combined_with_vjp_gives_combined_and_its_gradient(model, rank):
     """The hand-written backward of combined() (the exact engine's step) equals autograd's, for dense random
-    weights, including the label row of W_KQ that combined() leaves out (its gradient is zero)."""
+    weights, including the label row of W_KQ that combined() leaves out (its gradient is zero); the value beside it
+    is combined()."""
     rng = np.random.default_rng(3)
     w = {k: rng.normal(0, 0.5, v.shape)
          for k, v in init_weights(model, head_num=H, in_dim=D, rank=rank, init=0.5, rng=rng).items()}
@@ -126,7 +127,9 @@ def test_combined_vjp_is_the_gradient_of_combined(model, rank):
     g = torch.as_tensor(rng.normal(size=net.combined().numel()))
     (net.combined() @ g).backward()
     expected = [p.grad.clone() for p in net.parameters()]
-    got = net.combined_vjp(g)
+    m, vjp = net.combined_with_vjp()
+    assert torch.equal(m, net.combined())
+    got = vjp(g)
     assert len(got) == len(expected)
     for a, b in zip(got, expected):
         assert a.shape == b.shape
@@ -135,7 +138,7 @@ def test_combined_vjp_is_the_gradient_of_combined(model, rank):
 
 @pytest.mark.parametrize("model", ["attnM", "attnS"])
 def test_the_exact_step_without_autograd_matches_the_autograd_step(model, seqs):
-    """Exact.value_and_grad through combined_vjp and through autograd give the same loss and gradients, and add to
+    """Exact.value_and_grad through combined_with_vjp and through autograd give the same loss and gradients, and add to
     gradients already there as autograd does."""
     rng = np.random.default_rng(4)
     net = build_model(model, random_weights(model, rng))

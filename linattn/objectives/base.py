@@ -85,11 +85,11 @@ class Moments:
         return _Quadratic.apply(m.to(self.TT.dtype), self.yy, self.yT, self.TT)
 
     def loss_and_grad(self, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(L(m), ∂L/∂m) without autograd: the same one F×F matrix-vector product as ``loss``."""
-        with torch.no_grad():
-            m = m.to(self.TT.dtype)
-            r = torch.addmv(self.yT, self.TT, m, beta=-1.0)  # E[TTᵀ] m − E[yT]
-            return self.yy + m @ (r - self.yT), 2.0 * r
+        """(L(m), ∂L/∂m) written out: the same one F×F matrix-vector product as ``loss`` (call it under
+        ``torch.no_grad()``, as the exact engine does, to record no graph)."""
+        m = m.to(self.TT.dtype)
+        r = torch.addmv(self.yT, self.TT, m, beta=-1.0)  # E[TTᵀ] m − E[yT]
+        return self.yy + torch.dot(m, r - self.yT), 2.0 * r
 
     def minimum(self) -> tuple[float, torch.Tensor]:
         """(min_m L(m), a minimiser): L* = E[y²] − E[yT]ᵀ E[TTᵀ]⁺ E[yT] (least squares on the features)."""

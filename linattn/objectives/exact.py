@@ -6,7 +6,7 @@ combined, ŷ = ⟨m(θ), T⟩ (``models.py``: ``features()`` and ``combined()``)
     L(θ) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩,   m = m(θ).
 
 One chunked pass over the data builds the three moments (float64); a step afterwards costs O(F²) whatever P and N are,
-and its gradient goes back through ``combined()`` by the model's own ``combined_vjp`` (attention), else by autograd.
+and its gradient goes back through ``combined()`` by the model's own ``combined_with_vjp`` (attention), else by autograd.
 ``vary_len`` averages the prefixes' moments.
 """
 
@@ -26,7 +26,7 @@ class Exact(Objective):
     """The mean squared error through the data's moments: identical in exact arithmetic to :class:`~linattn.objectives.Autograd`.
 
     A step computes m = combined(θ) and L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ (one F×F matrix-vector
-    product); the gradient goes back through ``combined()`` by ``model.combined_vjp`` where the model has it, else
+    product); the gradient goes back through ``combined()`` by ``model.combined_with_vjp`` where the model has it, else
     by autograd, so every model and option shares this path.
     That is only the model's loss if ``features(X) @ combined()`` is its ``forward(X)``: :meth:`from_data` checks
     this once, on the first chunk (:func:`check_linear`).
@@ -96,15 +96,15 @@ class Exact(Objective):
 
     def value_and_grad(self, model) -> float:
         """The loss; its gradient is accumulated into the parameters' ``.grad``: through the model's own
-        ``combined_vjp`` where it has one (the attention models: no autograd graph, about three times faster a
+        ``combined_with_vjp`` where it has one (the attention models: no autograd graph, about three times faster a
         step), else by autograd through ``combined()``."""
-        vjp = getattr(model, "combined_vjp", None)
-        if vjp is None:
+        if not hasattr(model, "combined_with_vjp"):
             loss = self.moments.loss(model.combined())
             loss.backward()
             return loss.item()
         with torch.no_grad():
-            loss, g = self.moments.loss_and_grad(model.combined())
+            m, vjp = model.combined_with_vjp()
+            loss, g = self.moments.loss_and_grad(m)
             for p, grad in zip(model.parameters(), vjp(g)):
                 grad = grad.to(p.dtype)
                 p.grad = grad if p.grad is None else p.grad + grad

@@ -34,9 +34,10 @@ before, put the 5 × 31 rows a head reads into 8 of the 64 L1 sets and read them
 group; 32 halves the time of the score loop.) For sets large enough to repay it, the per-chunk function
 ``chunk_sums`` is compiled by ``torch.compile``: on the CPU, inductor makes it one C++ loop nest per block, head and
 8 sequences in which the scores, 2^z and the 11 running sums stay in registers (FMA contraction on); 2^z is written
-in plain torch ops (:func:`pow2`: a degree-5 polynomial in the fraction of z and the exponent field, both read from
-one integer; 2e-7 relative) so that it is inlined, where ``torch.exp2`` is a call into Sleef that spills every
-register. Compile time grows with the size of the expression inductor inlines into each of the 11 sums over keys (it
+in plain torch ops (:func:`pow2`: a degree-5 polynomial in z − round(z) times the exponent field built from
+round(z); 3e-7 relative) so that it is inlined, where ``torch.exp2`` is a call into Sleef that spills every
+register. The loop's time goes to the chain of dependent operations from a key's score to its sums, so the score is
+summed pairwise (:func:`_tree_sum`) and the polynomial evaluated in Estrin's form: ~10 % off a step. Compile time grows with the size of the expression inductor inlines into each of the 11 sums over keys (it
 copies a shared subexpression once per use), so z enters :func:`pow2` once, the query's own score s_hq is a buffer
 of its own (a small reduction, as q_h (1) is), and the query's e_hq, a value per sequence and head, is
 ``torch.exp2``: together these cut a cold compile from ~110 s to ~40 s of CPU time. The loss and the sums of ∂L/∂v,
@@ -77,28 +78,34 @@ _INDUCTOR_OPTIONS = {"realize_reads_threshold": 64, "realize_acc_reads_threshold
                      "realize_opcount_threshold": 400, "unroll_reductions_threshold": 1,
                      "cpp.enable_floating_point_contract_flag": "fast"}
 
-# 2^f on [0, 1): least squares on Chebyshev nodes, reweighted towards the minimax fit, relative to 2^f (7.7e-8
-# relative; 1.5e-7 in float32 arithmetic)
-_POW2_COEFFS = (0.9999999268954141, 0.6931529698517229, 0.24015451529905935, 0.055823647872902116,
-                0.008992532107004958, 0.0018762544600346154)
+# 2^f on [−½, ½]: relative error made near-minimax by Lawson's reweighted least squares on Chebyshev nodes (7.5e-8
+# relative; 2.6e-7 in float32 arithmetic)
+_POW2_COEFFS = (1.0000000716546729, 0.6931469670643613, 0.24022119723881574, 0.055507132741486956,
+                0.009675541332787224, 0.0013276471782291757)
 
 
 def pow2(z):
-    """2^z in float32 from plain torch ops that inductor inlines: 2^⌊z⌋ · 2^f with f = z − ⌊z⌋ ∈ [0, 1).
+    """2^z in float32 from plain torch ops that inductor inlines: 2^n · 2^f with n = round(z), f = z − n ∈ [−½, ½].
 
-    Both factors come from one integer, i = round(2²³ z) + 127 · 2²³, read as float32 bits: its exponent field holds
-    ⌊z⌋ + 127 and its 23 mantissa bits the fraction f (to 2⁻²³, finer than z's own rounding beyond |z| = 1; rounded
-    to nearest, since truncation towards zero biases every small score towards 0, which took the float32 gradient at
-    Figure 5's ATTN_S start from 2e-7 to 2e-6 of autograd's). z enters the expression once, which keeps inductor's
-    inlined copies of the score few (the polynomial reads f five times).
-    z is clamped to [−126, 126] first: below, e is < 2⁻¹²⁵ instead of 0 (the sums keep ≥ 1 from the query); above,
-    e ≈ 2¹²⁶, which the caller's range check sees."""
-    i = torch.round(torch.clamp(z, -126.0, 126.0) * 8388608.0).to(torch.int32) + 1065353216  # 2²³z + 127·2²³
-    f = torch.bitwise_or(torch.bitwise_and(i, 0x7FFFFF), 0x3F800000).view(torch.float32) - 1.0
-    p = _POW2_COEFFS[-1]
-    for c in _POW2_COEFFS[-2::-1]:
-        p = p * f + c
-    return p * torch.bitwise_and(i, 0x7F800000).view(torch.float32)
+    The kernel's time is the latency of the chain from a key's score to its sums, so the chain is kept short: f is
+    two operations from z, the polynomial is evaluated in Estrin's form (c₀ + c₁f) + f²((c₂ + c₃f) + f²(c₄ + c₅f))
+    (three multiply-adds deep instead of Horner's five), and 2^n, built as the float32 bits (n + 127)·2²³ from n
+    clamped to [−126, 126], is off the chain. Below z = −126 the result is < 2⁻¹²⁵ instead of 0 (the sums keep ≥ 1
+    from the query); above 126 it stays ≈ 2¹²⁶, which the caller's range check sees."""
+    n = torch.round(z)
+    f = z - n
+    c0, c1, c2, c3, c4, c5 = _POW2_COEFFS
+    f2 = f * f
+    p = (f * c1 + c0) + f2 * ((f * c3 + c2) + f2 * (f * c5 + c4))
+    bits = torch.bitwise_left_shift(torch.clamp(n, -126.0, 126.0).to(torch.int32) + 127, 23)
+    return p * bits.view(torch.float32)
+
+
+def _tree_sum(terms):
+    """Σ terms added pairwise: the same sum as left to right, half as deep a chain of dependent additions."""
+    while len(terms) > 1:
+        terms = [a + b for a, b in zip(terms[::2], terms[1::2])] + terms[len(terms) - len(terms) % 2:]
+    return terms[0]
 
 
 def _exp2(z):
@@ -131,7 +138,7 @@ def chunk_sums(X, xq, W, v, y, floor, grad: bool):
     q = [Q[:, :, b] for b in range(d)]
     s_q = (Q * xq[:, None]).sum(2)                                   # the query's score of itself (a buffer)
     shift = torch.maximum(s_q, floor)
-    z = _dot([qb[:, :, None] for qb in q], x, -shift[:, :, None])    # (K, H, N, B): z (3)
+    z = _tree_sum([qb[:, :, None] * xb for qb, xb in zip(q, x)] + [-shift[:, :, None]])  # (K, H, N, B): z (3)
     e = _exp2(z)
     e_q = torch.exp2(s_q - shift)                                    # 1 unless the shift is a key's score
     Z = e.sum(2) + e_q
