@@ -7,27 +7,29 @@
 
 For each setting (softmax ATTN_M: P = 5000, H = 8; softmax ATTN_S: P = 80000, H = 5, R = 1; D = 4, seq_len = 32)
 and engine, a fresh process builds the data and weights, then times the engine's steps with one torch thread (the
-CLI's default). Engines: ``softmax`` (the new objective, float32 arithmetic with float64 sums, compiled),
-``softmax-f64`` (the same in float64), ``softmax-eager`` (float32, not compiled: the fallback when no compiler
-works), ``autograd`` (``objectives.Autograd``: query row, autograd, float64) and ``full`` (the same through
-``full_attention``: every head's n×n matrix, as the reference computes it). Reported: set-up time, the first step
-(it includes torch.compile's compilation; the compiled kernels are cached on disk for later processes), the median
-and fastest of the other steps, and the process's peak resident memory (ru_maxrss; it includes the float64 data set,
-shown apart as "data"). Loss and gradient are compared with the autograd engine's; ratios are of median steps
-measured in the same invocation. A whole published-scale Figure 5 (ATTN_M 6001 steps + ATTN_S 10001 steps) is
-projected as set-up + first step + (epochs − 1) × median step. ``--device cuda`` runs every engine on the GPU (steps
-are timed after a synchronisation); ``--large`` adds softmax ATTN_S at P = 10⁶ (the softmax and autograd engines
-only: full attention would need tens of GB), and each row also prints steps per second.
+CLI's default). Engines: ``softmax`` (the softmax objective, float32 arithmetic with float64 sums: the native C
+kernel on the CPU, torch.compile on CUDA; the row names its ``kernel``), ``softmax-f64`` (the same in float64),
+``softmax-eager`` (float32, not compiled: the fallback when no compiler works), ``autograd``
+(``objectives.Autograd``: query row, autograd, float64) and ``full`` (the same through ``full_attention``: every
+head's n×n matrix, as the reference computes it); ``--engines`` picks some of them. Reported: set-up time, the
+first step (it includes compiling the kernel: the C compiler's fraction of a second on the CPU, torch.compile's
+seconds on CUDA, whose kernels are cached on disk for later processes), the median and fastest of the other steps,
+and the process's peak resident memory (ru_maxrss; it includes the float64 data set, shown apart as "data"). Loss
+and gradient are compared with the autograd engine's; ratios are of median steps measured in the same invocation.
+A whole published-scale Figure 5 (ATTN_M 6001 steps + ATTN_S 10001 steps) is projected as set-up + first step +
+(epochs − 1) × median step. ``--device cuda`` runs every engine on the GPU (steps are timed after a
+synchronisation); ``--large`` adds softmax ATTN_S at P = 10⁶ (the softmax and autograd engines only: full
+attention would need tens of GB), and each row also prints steps per second.
 
 Each softmax row is followed by the memory floor: the bytes a step reads (``Softmax.step_bytes``: every term's context
-tokens, queries and targets) and the time to stream as many bytes once (:func:`stream_floor`: the median of 7 numpy
-copies of an array of that size), printed as "x ms vs floor y ms = z× the floor".
+tokens, queries and targets) and the time to stream as many bytes once (:func:`stream_floor`: the median of 7 copies
+of an array of that size, numpy on the CPU, torch in GPU memory with ``--device cuda``), printed as "x ms vs floor
+y ms = z× the floor".
 
-Measured (2 cores shared with other jobs, load 2.5–4.6; ``--quick``, fresh inductor cache; details and the whole
-table in ``benchmarks/README.md``): softmax ATTN_S 62.1 ms a step (min 38.1) against autograd's 727 ms, 11.7×, and
-62.1 ms vs floor 8.29 ms (51.5 MB a step) = 7.5× the floor; ATTN_M 5.5 ms against 123 ms, 22.5×, 26× its 0.21-ms
-floor (3.2 MB). A second ATTN_S pair at load 1.5: 48.1 ms against 608 ms, 12.6× (5.4× its 8.9-ms floor). The first
-softmax step, a cold compile, took 55 s there (~40 s of CPU time).
+Measured (2 cores shared with another job, load 1.7–2.3; ``--quick``; the whole table, the H100's and the kernel
+before this one in ``benchmarks/README.md``): softmax ATTN_S 24.3 ms a step (min 23.4) against autograd's 404 ms,
+16.6×, and 24.3 ms vs floor 8.15 ms (51.5 MB a step) = 3.0× the floor; ATTN_M 3.3 ms against 50 ms, 15.2×. The first
+softmax step, the C compiler included, took 0.7–1.1 s.
 """
 
 from __future__ import annotations
@@ -76,15 +78,24 @@ def _objective(engine: str, seqs, device: str):
     return (Autograd if engine == "autograd" else FullAttention)(seqs, device=device).value_and_grad
 
 
-def stream_floor(n_bytes: int, repeats: int = 7) -> float:
-    """Seconds to stream ``n_bytes`` once: the median time of a numpy copy of an array of that size."""
-    src = np.ones(max(1, n_bytes // 8))
-    dst = np.empty_like(src)
-    np.copyto(dst, src)  # touch both once
+def stream_floor(n_bytes: int, repeats: int = 7, device: str = "cpu") -> float:
+    """Seconds to stream ``n_bytes`` once: the median time of a copy of an array of that size (numpy on the CPU; on
+    a GPU a torch copy in its memory, timed between synchronisations)."""
+    if device.startswith("cuda"):
+        src = torch.ones(max(1, n_bytes // 8), dtype=torch.float64, device=device)
+        dst = torch.empty_like(src)
+        copy, sync = dst.copy_, torch.cuda.synchronize
+    else:
+        src = np.ones(max(1, n_bytes // 8))
+        dst = np.empty_like(src)
+        copy, sync = (lambda a: np.copyto(dst, a)), (lambda: None)
+    copy(src)  # touch both once
     times = []
     for _ in range(repeats):
+        sync()
         t = time.perf_counter()
-        np.copyto(dst, src)
+        copy(src)
+        sync()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
@@ -112,15 +123,13 @@ def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> d
         loss = step(net)
         sync()
         times.append(time.perf_counter() - t)
-    from linattn.objectives import softmax as softmax_engine
     step_bytes = getattr(step.__self__, "step_bytes", None)
-    floor = stream_floor(step_bytes) if step_bytes else None
+    floor = stream_floor(step_bytes, device=device) if step_bytes else None
     return dict(engine=engine, setup_s=setup, first_s=times[0], step_s=statistics.median(times[1:]),
                 step_min_s=min(times[1:]), loss=loss, grad=[p.grad.flatten().tolist() for p in net.parameters()],
                 device=device, step_bytes=step_bytes, floor_s=floor,
                 peak_mb=_peak_mb(), data_mb=data_mb, epochs=s["epoch"], load=load,
-                compiled=engine.startswith("softmax") and engine != "softmax-eager"
-                and not softmax_engine._compile_failed)
+                kernel=getattr(step.__self__, "kernel", None))
 
 
 def _in_child(settings: dict, engine: str, n_steps: int, device: str) -> dict:
@@ -136,12 +145,12 @@ def _rel(a, b) -> float:
     return num / sum(y ** 2 for v in b for y in v) ** 0.5
 
 
-def bench(quick: bool, device: str = "cpu", large: bool = False) -> list[dict]:
+def bench(quick: bool, device: str = "cpu", large: bool = False, engines=ENGINES) -> list[dict]:
     rows = []
     for label, settings in CASES + ([LARGE] if large else []):
         res = {}
         for e in (LARGE_ENGINES if settings is LARGE[1] else ENGINES):
-            if quick and e == "full" and settings is FIG5_S:
+            if e not in engines or quick and e == "full" and settings is FIG5_S:
                 continue
             res[e] = _in_child(settings, e, STEPS[e], device)
         base = res["autograd"]
@@ -169,14 +178,15 @@ def _duration(s: float) -> str:
 
 def print_row(r):
     full = f"  {r['vs_full']:7.0f}× vs full" if r["vs_full"] else ""
-    print(f"{r['case']:<42} {r['engine']:<14} setup {r['setup_s']:5.2f} s  first {r['first_s']:6.2f} s  "
+    kernel = f" [{r['kernel']}]" if r.get("kernel") else ""
+    print(f"{r['case']:<42} {r['engine'] + kernel:<22} setup {r['setup_s']:5.2f} s  first {r['first_s']:6.2f} s  "
           f"step {r['step_s'] * 1e3:9.2f} ms (min {r['step_min_s'] * 1e3:8.2f}; {1 / r['step_s']:7.1f} steps/s)  "
           f"{r['device']}  peak RSS {r['peak_mb']:5.0f} MB "
           f"(data {r['data_mb']:4.0f})  {r['vs_autograd']:6.1f}× vs autograd{full}  "
           f"|Δloss| {r['loss_rel_diff']:.0e}  |Δgrad| {r['grad_rel_diff']:.0e}  load {r['load']:.1f}", flush=True)
     if r.get("floor_s"):
         print(f"{'':<42} {r['engine']:<14} reads {r['step_bytes'] / 1e6:.1f} MB a step: {r['step_s'] * 1e3:.1f} ms vs "
-              f"floor {r['floor_s'] * 1e3:.2f} ms (one numpy copy of as many bytes, median of 7) = "
+              f"floor {r['floor_s'] * 1e3:.2f} ms (one copy of as many bytes on {r['device']}, median of 7) = "
               f"{r['step_s'] / r['floor_s']:.1f}× the floor", flush=True)
 
 
@@ -186,10 +196,16 @@ def main():
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--device", default="cpu", help="torch device for every engine (cpu, cuda)")
     ap.add_argument("--large", action="store_true", help="add softmax ATTN_S at P = 10^6")
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help=f"comma-separated engines to time (default: all of {', '.join(ENGINES)}; autograd is always "
+                         "timed, as every ratio's base)")
     args = ap.parse_args()
+    engines = set(args.engines.split(",")) | {"autograd"}
+    if engines - set(ENGINES):
+        ap.error(f"--engines: unknown {', '.join(sorted(engines - set(ENGINES)))} (choose from {', '.join(ENGINES)})")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no CUDA device here")
-    rows = bench(args.quick, args.device, args.large)
+    rows = bench(args.quick, args.device, args.large, engines)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

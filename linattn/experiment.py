@@ -485,7 +485,7 @@ def load_run(out_dir) -> RunResult:
 #: definitions of one that decide a run. Diagnostics, theory, events, validation and the companion are not in it.
 TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "models.py", "objectives/__init__.py",
                    "objectives/base.py", "objectives/exact.py", "objectives/population.py", "objectives/softmax.py",
-                   "objectives/autograd.py", "train.py", "flow.py",
+                   "objectives/softmax_kernel.c", "objectives/autograd.py", "train.py", "flow.py",
                    "config.py:RunConfig.__post_init__,RunConfig.to_dict",
                    "experiment.py:_draw,_population_datasets,_given_data,plan,Plan,run,run_key,EVERYTHING")
 #: The libraries whose versions can change a trajectory's numbers.
@@ -524,13 +524,15 @@ def code_digest(source: str, names=None) -> str:
 
 @functools.cache
 def trajectory_code_hash(package_root: Path | None = None) -> str:
-    """One hash of :data:`TRAJECTORY_CODE` (each by :func:`code_digest`) of the package at ``package_root``
-    (default: this one)."""
+    """One hash of :data:`TRAJECTORY_CODE` (each Python entry by :func:`code_digest`, the C kernel by its bytes) of the
+    package at ``package_root`` (default: this one)."""
     root = Path(package_root) if package_root is not None else Path(__file__).resolve().parent
     h = hashlib.sha256()
     for entry in TRAJECTORY_CODE:
         path, _, names = entry.partition(":")
-        digest = code_digest((root / path).read_text(encoding="utf-8"), names.split(",") if names else None)
+        source = (root / path).read_text(encoding="utf-8")
+        digest = (code_digest(source, names.split(",") if names else None) if path.endswith(".py")
+                  else hashlib.sha256(source.encode()).hexdigest())
         h.update(f"{entry}\0{digest}\0".encode())
     return h.hexdigest()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from linattn.companion import notebooks, paths, runstore
+from linattn.objectives import softmax as se
 
 ROOT = Path(__file__).resolve().parents[1]
 # what a build must not see: the environment, build outputs, caches (the copy holds everything else of the checkout)
@@ -52,6 +53,8 @@ def test_the_wheel_carries_the_notebooks_and_runs_outside_a_checkout(tmp_path):
         inside = {n for n in z.namelist() if n.startswith("linattn/figures_src/")}
         assert inside == {f"linattn/figures_src/{n}.md" for n in names}
         assert z.read(f"linattn/figures_src/{names[0]}.md") == (ROOT / "figures_src" / f"{names[0]}.md").read_bytes()
+        # the softmax engine's C kernel, compiled where it runs
+        assert z.read("linattn/objectives/softmax_kernel.c") == se.KERNEL_SOURCE.read_bytes()
 
     site, cwd = tmp_path / "site", tmp_path / "work"
     cwd.mkdir()

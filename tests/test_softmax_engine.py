@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import linattn
 from linattn import data, models, objectives
 from linattn.objectives import softmax as se
 from linattn.config import ConfigError, RunConfig
-from linattn.experiment import run
+from linattn.experiment import run, trajectory_code_hash
 from linattn.objectives import Softmax
 from linattn.train import gradient_descent
 
-D, SEQ, H, R = 3, 6, 3, 2  # one D everywhere: D+1 is a static size of the compiled kernel (a new one compiles)
-P, CHUNK = 600, 256        # 5 blocks of 128 sequences (the last padded) in 2 chunks
-# A test that compiles the kernel is slow: torch.compile takes 5–15 s, once per process and dtype.
-COMPILED = pytest.param(True, id="compiled", marks=pytest.mark.slow)
+D, SEQ, H, R = 3, 6, 3, 2  # one D everywhere: D+1 is a static size of the native kernel (a new one compiles)
+P, CHUNK = 600, 256        # 19 blocks of 32 sequences (the last padded), in 2 chunks where the kernel takes chunks
 
 
 def _sequences(P=P, seed=0):
@@ -49,14 +50,14 @@ def _rel(a, b):
     return float((a - b).norm() / b.norm())
 
 
-@pytest.mark.parametrize("compile", [COMPILED, pytest.param(False, id="eager")])
+@pytest.mark.parametrize("kernel", ["native", "eager"])
 @pytest.mark.parametrize("vary_len", [False, True], ids=["full", "vary_len"])
 @pytest.mark.parametrize("model", ["attnM", "attnS"])
-def test_loss_and_gradient_equal_the_autograd_engine(model, vary_len, compile):
+def test_loss_and_gradient_equal_the_autograd_engine(model, vary_len, kernel):
     seqs = _sequences()
     ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs, vary_len=vary_len, chunk=100), _model(model))
-    fast = Softmax(seqs, vary_len=vary_len, chunk=CHUNK, dtype=torch.float64, compile=compile)
-    assert len(fast.chunks) > 1
+    fast = Softmax(seqs, vary_len=vary_len, chunk=CHUNK, dtype=torch.float64, compile=kernel == "native")
+    assert fast.kernel == kernel and len(fast.chunks) > 1
     net = _model(model)
     loss, grads = _loss_and_grads(fast, net)
     assert abs(loss - ref_loss) < 1e-10 * ref_loss
@@ -70,16 +71,20 @@ def test_loss_and_gradient_equal_the_autograd_engine(model, vary_len, compile):
         assert _rel(p.grad, 2 * ref) < 1e-12
 
 
-@pytest.mark.slow  # compiles
+@pytest.mark.parametrize("compile", [True, False], ids=["native", "eager"])
 @pytest.mark.parametrize("model", ["attnM", "attnS"])
-def test_large_scores_neither_overflow_nor_lose_accuracy(model):
-    """Scores in the hundreds (one key takes all the attention): the max is subtracted before exp."""
+def test_large_scores_neither_overflow_nor_lose_accuracy(model, compile):
+    """Scores in the hundreds (one key takes all the attention): the sums are computed again, shifted by the largest
+    score, where the query's own score would let 2^z overflow."""
     seqs = _sequences(P=200)
     net = _model(model, init=40.0)
     ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs), net)
     assert net.query_weights(torch.as_tensor(seqs.X)).max() > 0.999
+    W = net.key_query().detach()
+    scores = torch.einsum("pa,hab,pnb->hpn", torch.as_tensor(seqs.X[:, -1]), W, torch.as_tensor(seqs.X))
+    assert (scores - scores[..., -1:]).max() * se.LOG2E > se.SHIFT_LIMIT[torch.float64]  # the query's shift overflows
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-4)):
-        loss, grads = _loss_and_grads(Softmax(seqs, dtype=dtype, compile=True), _model(model, init=40.0))
+        loss, grads = _loss_and_grads(Softmax(seqs, dtype=dtype, compile=compile), _model(model, init=40.0))
         assert np.isfinite(loss) and abs(loss - ref_loss) < tol * ref_loss
         for g, ref in zip(grads, ref_grads):
             assert _rel(g, ref) < 10 * tol
@@ -105,7 +110,6 @@ def test_whole_run_follows_the_autograd_engine(model):
         assert np.max(np.abs(x - ref) / ref) < 1e-10
 
 
-@pytest.mark.slow  # compiles
 def test_float32_stays_close_to_float64():
     """float32 arithmetic with float64 sums. Measured here: loss 9e-9, gradient 6e-8 to 2e-7, 200-step loss curve
     4e-8 (asserted: 1e-7, 1e-6, 1e-6). Through the abrupt drops of a long run the difference peaks higher, up to a
@@ -143,19 +147,30 @@ def test_config_picks_the_softmax_engine():
         RunConfig(engine="softmax").validate()
 
 
-def test_falls_back_to_eager_when_compilation_fails(monkeypatch):
-    def broken():
-        def fail(*args):
-            raise RuntimeError("no C++ compiler")
-        return fail
+def test_falls_back_to_eager_when_no_compiler_works(monkeypatch):
+    def broken(dim, double):
+        raise RuntimeError("no C compiler")
 
-    monkeypatch.setattr(se, "_compiled", broken)
+    monkeypatch.setattr(se, "_native", broken)
     monkeypatch.setattr(se, "_compile_failed", set())
     seqs = _sequences(P=200)
     ref_loss, ref_grads = _loss_and_grads(Softmax(seqs, dtype=torch.float64, compile=False), _model("attnS"))
-    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
-        loss, grads = _loss_and_grads(Softmax(seqs, dtype=torch.float64, compile=True), _model("attnS"))
+    native = Softmax(seqs, dtype=torch.float64, compile=True)
+    with pytest.warns(RuntimeWarning, match="no C compiler"):
+        loss, grads = _loss_and_grads(native, _model("attnS"))
+    assert native.kernel == "eager" and Softmax(seqs, dtype=torch.float64).kernel == "native"
     assert loss == ref_loss and all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+
+
+def test_an_edit_of_the_native_kernel_changes_the_run_key(tmp_path):
+    """The run store would serve stale softmax runs otherwise."""
+    package = Path(linattn.__file__).parent
+    same, edited = (tmp_path / name / "linattn" for name in ("same", "edited"))  # (the hash is cached by folder)
+    for copy in (same, edited):
+        shutil.copytree(package, copy, ignore=shutil.ignore_patterns("companion", "__pycache__"))
+    kernel = edited / "objectives" / se.KERNEL_SOURCE.name
+    kernel.write_text(kernel.read_text().replace("#define LANES 8", "#define LANES 16"))
+    assert trajectory_code_hash(same) == trajectory_code_hash(package) != trajectory_code_hash(edited)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

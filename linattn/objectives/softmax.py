@@ -27,31 +27,34 @@ is exact; a chunk where some key outscores the query by more (one key takes almo
 in the hundreds) is computed again with c_h = max_m s_hm, the largest score, which that pass returned. This saves
 the separate max pass of the usual two-pass softmax.
 
-Layout and kernel. Sequences are stored in blocks of ``BLOCK`` = 32, the sequence index innermost — the context tokens
+Layout. Sequences are stored in blocks of ``BLOCK`` = 32, the sequence index innermost — the context tokens
 X (blocks, D+1, n−1, BLOCK), the queries (terms, blocks, D+1, BLOCK) — so every operation vectorises across
-sequences and a block (20 KB at D = 4, n = 32) stays in the L1 cache while all heads read it. (Blocks of 128, as
-before, put the 5 × 31 rows a head reads into 8 of the 64 L1 sets and read them from L2 again for every head and lane
-group; 32 halves the time of the score loop.) For sets large enough to repay it, the per-chunk function
-``chunk_sums`` is compiled by ``torch.compile``: on the CPU, inductor makes it one C++ loop nest per block, head and
-8 sequences in which the scores, 2^z and the 11 running sums stay in registers (FMA contraction on); 2^z is written
-in plain torch ops (:func:`pow2`: a degree-5 polynomial in z − round(z) times the exponent field built from
-round(z); 3e-7 relative) so that it is inlined, where ``torch.exp2`` is a call into Sleef that spills every
-register. The loop's time goes to the chain of dependent operations from a key's score to its sums, so the score is
-summed pairwise (:func:`_tree_sum`) and the polynomial evaluated in Estrin's form: ~10 % off a step. Compile time grows with the size of the expression inductor inlines into each of the 11 sums over keys (it
-copies a shared subexpression once per use), so z enters :func:`pow2` once, the query's own score s_hq is a buffer
-of its own (a small reduction, as q_h (1) is), and the query's e_hq, a value per sequence and head, is
-``torch.exp2``: together these cut a cold compile from ~110 s to ~40 s of CPU time. The loss and the sums of ∂L/∂v,
-∂L/∂W_KQ over sequences are reduced in the same graph, so a chunk is one call. On CUDA, triton, with
-``torch.exp2``. The compiler falls back to eager execution when it does not work.
+sequences and a block (20 KB at D = 4, n = 32) stays in the L1 cache while all heads read it.
+
+Kernels (``Softmax.kernel``). On the CPU, ``native``: ``softmax_kernel.c``, compiled on first use in each process
+by the system's C compiler for this CPU and the dimension D+1 (under a second; ``$CC`` picks the compiler) and
+called through ctypes, once per prefix length over the whole set. One SIMD instruction handles 8 sequences (float32;
+4 in float64), 2^z is a polynomial times exponent bits, and for each head two passes over the keys keep every live
+value in registers: scores, 2^z and e·u into a small buffer, then the 2(D+1) sums T, TU; a group of sequences
+where some key outscores the query by more than ``SHIFT_LIMIT`` is computed again in the kernel. On CUDA,
+``compiled``: ``chunk_sums`` through ``torch.compile`` (triton) chunk by chunk, for sets of at least
+``COMPILE_FROM`` sequence-terms. ``eager``: ``chunk_sums`` in plain torch (``compile=False``, the reference the
+tests hold the others to, and the fallback, with a warning, where no compiler works).
 Data and arithmetic are in ``dtype`` (float32 by default); the loss, ∂L/∂v and ∂L/∂W_KQ accumulate in float64.
 Timings, the memory floor and the float32-vs-float64 trajectories: ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
+import os
+import shutil
+import subprocess
+import tempfile
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -63,42 +66,22 @@ from .base import DEFAULT_CHUNK, Objective
 
 BLOCK = 32
 LOG2E = 1.0 / math.log(2.0)
-# compile=None compiles for sets of at least this many sequence-terms (P × prefixes): below, an eager step takes a
-# few ms and compiling (once per process and dtype; cached on disk for later processes) does not pay for itself
+# on CUDA compile=None compiles for sets of at least this many sequence-terms (P × prefixes): below, an eager step
+# takes a few ms and torch.compile (once per process and dtype; cached on disk for later processes) does not pay
 COMPILE_FROM = 4096
+KERNEL_SOURCE = Path(__file__).with_name("softmax_kernel.c")
 # largest z = log2(e)·(s − c) of a key allowed before a chunk is computed again with c = its largest score (3)
 SHIFT_LIMIT = {torch.float32: 64.0, torch.float64: 512.0}
+# on a GPU a chunk holds at least this many sequences: chunks of 4096 leave most of the card idle, and a step of
+# Figure 5's ATTN_S then goes to launching 20 chunks' kernels and waiting on each (about 90 MB of sums at H = 5)
+GPU_CHUNK = 2 ** 17
 
 # Inductor stores a pointwise value read by several consumers once it has more than a few ops or reads; raised
-# thresholds keep the scores and 2^z in registers inside the reduction loop (2^z of a score is ~300 nodes as inductor
-# traces it, inlined into 11 sums). unroll_reductions_threshold=1 keeps the 5-term reductions that give q_h and the
-# query's own score buffers of their own, computed once per sequence and head, instead of inlining them into the loop
-# over keys.
+# thresholds keep the scores and 2^z in registers inside the reduction over keys. unroll_reductions_threshold=1
+# keeps the 5-term reductions that give q_h and the query's own score buffers of their own, computed once per
+# sequence and head, instead of inlining them into the loop over keys.
 _INDUCTOR_OPTIONS = {"realize_reads_threshold": 64, "realize_acc_reads_threshold": 64,
-                     "realize_opcount_threshold": 400, "unroll_reductions_threshold": 1,
-                     "cpp.enable_floating_point_contract_flag": "fast"}
-
-# 2^f on [−½, ½]: relative error made near-minimax by Lawson's reweighted least squares on Chebyshev nodes (7.5e-8
-# relative; 2.6e-7 in float32 arithmetic)
-_POW2_COEFFS = (1.0000000716546729, 0.6931469670643613, 0.24022119723881574, 0.055507132741486956,
-                0.009675541332787224, 0.0013276471782291757)
-
-
-def pow2(z):
-    """2^z in float32 from plain torch ops that inductor inlines: 2^n · 2^f with n = round(z), f = z − n ∈ [−½, ½].
-
-    The kernel's time is the latency of the chain from a key's score to its sums, so the chain is kept short: f is
-    two operations from z, the polynomial is evaluated in Estrin's form (c₀ + c₁f) + f²((c₂ + c₃f) + f²(c₄ + c₅f))
-    (three multiply-adds deep instead of Horner's five), and 2^n, built as the float32 bits (n + 127)·2²³ from n
-    clamped to [−126, 126], is off the chain. Below z = −126 the result is < 2⁻¹²⁵ instead of 0 (the sums keep ≥ 1
-    from the query); above 126 it stays ≈ 2¹²⁶, which the caller's range check sees."""
-    n = torch.round(z)
-    f = z - n
-    c0, c1, c2, c3, c4, c5 = _POW2_COEFFS
-    f2 = f * f
-    p = (f * c1 + c0) + f2 * ((f * c3 + c2) + f2 * (f * c5 + c4))
-    bits = torch.bitwise_left_shift(torch.clamp(n, -126.0, 126.0).to(torch.int32) + 127, 23)
-    return p * bits.view(torch.float32)
+                     "realize_opcount_threshold": 400, "unroll_reductions_threshold": 1}
 
 
 def _tree_sum(terms):
@@ -106,11 +89,6 @@ def _tree_sum(terms):
     while len(terms) > 1:
         terms = [a + b for a, b in zip(terms[::2], terms[1::2])] + terms[len(terms) - len(terms) % 2:]
     return terms[0]
-
-
-def _exp2(z):
-    inline = z.dtype == torch.float32 and z.device.type == "cpu" and torch.compiler.is_compiling()
-    return pow2(z) if inline else torch.exp2(z)
 
 
 def _dot(a, b, start=None):
@@ -139,7 +117,7 @@ def chunk_sums(X, xq, W, v, y, floor, grad: bool):
     s_q = (Q * xq[:, None]).sum(2)                                   # the query's score of itself (a buffer)
     shift = torch.maximum(s_q, floor)
     z = _tree_sum([qb[:, :, None] * xb for qb, xb in zip(q, x)] + [-shift[:, :, None]])  # (K, H, N, B): z (3)
-    e = _exp2(z)
+    e = torch.exp2(z)
     e_q = torch.exp2(s_q - shift)                                    # 1 unless the shift is a key's score
     Z = e.sum(2) + e_q
     T = [(e * x[b]).sum(2) + e_q * x_q[b] for b in range(d)]         # (K, H, B) each
@@ -171,7 +149,36 @@ def _compiled():
     return torch.compile(chunk_sums, options=_INDUCTOR_OPTIONS)
 
 
-_compile_failed: set[str] = set()  # device types on which torch.compile raised once: eager from then on
+_P = ctypes.c_void_p
+
+
+@functools.cache
+def _native(dim: int, double: bool):
+    """``softmax_sums`` of ``softmax_kernel.c`` for D+1 = ``dim`` in float64 (``double``) or float32, compiled for
+    this CPU into a temporary folder and loaded (the loaded library outlives the folder). Raises where no C compiler
+    works."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        raise RuntimeError("no C compiler found (set $CC)")
+    with tempfile.TemporaryDirectory(prefix="linattn-softmax-", ignore_cleanup_errors=True) as tmp:
+        lib = Path(tmp) / "softmax_kernel.so"
+        base = [cc, "-O3", "-ffp-contract=fast", "-shared", "-fPIC", f"-DDIM={dim}", *(["-DUSE_DOUBLE"] * double),
+                str(KERNEL_SOURCE), "-o", str(lib)]
+        for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
+            done = subprocess.run(base[:1] + flags + base[1:], capture_output=True, text=True)
+            if done.returncode == 0:
+                break
+        else:
+            raise RuntimeError(f"{cc} could not compile {KERNEL_SOURCE.name}: {done.stderr.strip()[:300]}")
+        fn = ctypes.CDLL(str(lib)).softmax_sums
+    real = ctypes.c_double if double else ctypes.c_float
+    fn.argtypes = [_P, ctypes.c_long, ctypes.c_long, ctypes.c_int, _P, _P, _P, _P, ctypes.c_int, real, ctypes.c_int,
+                   _P, _P, _P]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_compile_failed: set[str] = set()  # device types whose compiler failed once: eager from then on
 
 
 class Softmax(Objective):
@@ -180,9 +187,11 @@ class Softmax(Objective):
     Same interface as :class:`~linattn.objectives.Autograd`: ``value_and_grad(model)`` returns the loss and accumulates the
     gradient into the parameters' ``.grad``; ``value(model)`` returns the loss. ``normalize`` is accepted and, as in
     the model, ignored (softmax has no scale). ``dtype`` is the arithmetic's (float64 accumulation either way).
-    ``compile``: True compiles ``chunk_sums``, False runs it eagerly, None (default) compiles for sets of at
-    least ``COMPILE_FROM`` sequence-terms. ``chunk``: sequences per call of ``chunk_sums`` (bounds the memory of
-    its intermediate sums, about 0.7 KB a sequence at H = 5).
+    ``compile``: False runs ``chunk_sums`` eagerly; True runs the native kernel on the CPU and compiles
+    ``chunk_sums`` on CUDA; None (default) is True, on CUDA only for sets of at least ``COMPILE_FROM`` sequence-terms.
+    ``kernel`` says which runs (``native``, ``compiled`` or ``eager``). ``chunk``: sequences per call of
+    ``chunk_sums`` (bounds the memory of its intermediate sums, about 0.7 KB a sequence at H = 5); on a GPU at least
+    ``GPU_CHUNK``. The native kernel needs no chunks: it keeps only a few KB of sums at a time.
     """
 
     name = "softmax"
@@ -195,7 +204,13 @@ class Softmax(Objective):
         self.P, self.vary_len, self.normalize = P, vary_len, normalize
         self.terms = list(lengths(n, vary_len))
         self.dtype, self.device = dtype, torch.device(device)
-        self.compile = P * len(self.terms) >= COMPILE_FROM if compile is None else compile
+        on_cpu = self.device.type == "cpu"
+        if compile is None:
+            compile = on_cpu or P * len(self.terms) >= COMPILE_FROM
+        native = on_cpu and dtype in (torch.float32, torch.float64)
+        self.kernel = ("native" if native else "compiled") if compile else "eager"
+        if self.device.type == "cuda":
+            chunk = max(chunk, GPU_CHUNK)
         # chunks of about `chunk` sequences and never a single block (torch.compile specialises a size-1 dimension)
         n_chunks = max(1, K // max(2, chunk // BLOCK))
         edges = np.linspace(0, K, n_chunks + 1).round().astype(int)
@@ -238,9 +253,46 @@ class Softmax(Objective):
             self._floor = torch.full((self.X.shape[0], H, BLOCK), -math.inf, dtype=self.dtype, device=self.device)
         return self._floor
 
+    def _failed(self, err: Exception):
+        """The compiler did not work: eager from now on, in this engine and every later one on this device type."""
+        _compile_failed.add(self.device.type)
+        warnings.warn(f"the softmax engine's {self.kernel} kernel failed on {self.device.type} ({type(err).__name__}: "
+                      f"{str(err)[:200]}); it runs eagerly (same result, slower)", RuntimeWarning, stacklevel=4)
+        self.kernel = "eager"
+
+    def _native_sums(self, m: int, t: int, W, v, grad: bool):
+        """One call of the native kernel: term ``t`` (sequence length ``m``) over the whole set."""
+        try:
+            fn = _native(W.shape[1], self.dtype == torch.float64)
+        except Exception as err:  # no C compiler
+            self._failed(err)
+            return None
+        loss = torch.zeros((), dtype=torch.float64)
+        dW = torch.zeros(W.shape, dtype=torch.float64)                         # [h, a, b]
+        dv = torch.zeros(v.shape, dtype=torch.float64)
+        X, xq, y = self.X, self.xq[t], self.y[t]
+        limit = 2.0 ** SHIFT_LIMIT[self.dtype]
+        if fn(X.data_ptr(), X.shape[0], X.shape[2], m - 1, xq.data_ptr(), y.data_ptr(), W.data_ptr(), v.data_ptr(),
+              W.shape[0], limit, int(grad), loss.data_ptr(), dW.data_ptr(), dv.data_ptr()) != 0:
+            raise MemoryError("the softmax kernel could not allocate its buffers")
+        return [(loss, dW, dv)]
+
+    def _chunk_sums(self, m: int, t: int, W, v, grad: bool):
+        """``chunk_sums`` of term ``t`` (sequence length ``m``), chunk by chunk, compiled or eager; a chunk where a key
+        outscores the query by more than the limit (3) is computed again with the largest scores as the shift."""
+        z_limit = 2.0 ** SHIFT_LIMIT.get(self.dtype, 64.0)
+        no_floor = self._no_floor(W.shape[0])
+        parts = []
+        for blocks in self.chunks:
+            args = (self.X[blocks, :, :m - 1], self.xq[t, blocks], W, v, self.y[t, blocks])
+            part, dW_part, dv_part, Z_max = self._sums(*args, no_floor[blocks], grad)
+            if not Z_max.item() <= z_limit:  # a key outscores the query by more than the limit (3), or NaN
+                part, dW_part, dv_part, _ = self._sums(*args, max_scores(*args[:3]), grad)
+            parts.append((part, dW_part, dv_part))
+        return parts
+
     def _sums(self, *args):
-        kind = self.device.type
-        if self.compile and kind not in _compile_failed:
+        if self.kernel == "compiled":
             X, xq, W, v, y, floor, _ = args
             # one graph for every chunk, prefix length and head count
             for t, dims in ((X, (0, 2)), (xq, (0,)), (W, (0,)), (v, (0,)), (y, (0,)), (floor, (0, 1))):
@@ -248,10 +300,8 @@ class Softmax(Objective):
                     torch._dynamo.maybe_mark_dynamic(t, dim)
             try:
                 return _compiled()(*args)
-            except Exception as err:  # no C++ compiler, no triton, …: same result, eagerly
-                _compile_failed.add(kind)
-                warnings.warn(f"torch.compile failed on {kind} ({type(err).__name__}: {str(err)[:200]}); the softmax "
-                              f"engine runs eagerly (same result, slower)", RuntimeWarning, stacklevel=3)
+            except Exception as err:  # no triton, …: same result, eagerly
+                self._failed(err)
         return chunk_sums(*args)
 
     def _run(self, model, grad: bool) -> float:
@@ -261,18 +311,14 @@ class Softmax(Objective):
         H, d = W.shape[0], W.shape[1]
         Wl = (W.detach().transpose(1, 2) * LOG2E).to(self.dtype).contiguous()   # [h, b, a] = log₂e · W_KQ[h][a, b]
         v = model.v.detach().to(self.dtype).contiguous()
-        z_limit = 2.0 ** SHIFT_LIMIT.get(self.dtype, 64.0)
         f64 = dict(dtype=torch.float64, device=self.device)
         loss, dW, dv = torch.zeros((), **f64), torch.zeros(H, d, d, **f64), torch.zeros(H, d, **f64)
-        no_floor = self._no_floor(H)
+        if self.device.type in _compile_failed:
+            self.kernel = "eager"
         with torch.no_grad():
-            for blocks in self.chunks:
-                for t, m in enumerate(self.terms):
-                    args = (self.X[blocks, :, :m - 1], self.xq[t, blocks], Wl, v, self.y[t, blocks])
-                    part, dW_part, dv_part, Z_max = self._sums(*args, no_floor[blocks], grad)
-                    if not Z_max.item() <= z_limit:  # a key outscores the query by more than the limit (3), or NaN
-                        floor = max_scores(*args[:3])
-                        part, dW_part, dv_part, _ = self._sums(*args, floor, grad)
+            for t, m in enumerate(self.terms):
+                parts = self._native_sums(m, t, Wl, v, grad) if self.kernel == "native" else None
+                for part, dW_part, dv_part in parts or self._chunk_sums(m, t, Wl, v, grad):
                     loss += part
                     if grad:
                         dW += dW_part

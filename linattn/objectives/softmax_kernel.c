@@ -1,0 +1,224 @@
+/* The softmax objective's pass over the tokens on the CPU: loss, dL/dW_KQ and dL/dv of one prefix length, summed
+ * over every block of sequences. linattn/objectives/softmax.py states the formulas (1)-(6) and the data layout and
+ * compiles this file once per process for its dimension and precision:
+ *
+ *     cc -O3 -march=native -ffp-contract=fast -shared -fPIC -DDIM=<D+1> [-DUSE_DOUBLE] softmax_kernel.c
+ *
+ * GCC/Clang vector extensions: a `vec` holds LANES sequences of a block of BLOCK (the sequence index is innermost in
+ * every array), so each line below is one SIMD instruction for LANES sequences at once.
+ *
+ * For one group of LANES sequences and one head, two passes over the n keys keep the live values within the 16
+ * vector registers of AVX2: pass 1 takes each key's score, e = 2^z (3) and e·u into a small buffer (plus Z); pass 2
+ * forms the 2·DIM sums T, TU (4)-(5) from the buffer and the tokens again (still in L1). A group where some key
+ * outscores the query by more than 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the
+ * shift.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef DIM
+#error "compile with -DDIM=<D+1>"
+#endif
+#define BLOCK 32
+
+#ifdef USE_DOUBLE
+typedef double real;
+typedef int64_t word;
+#define LANES 4
+#define MANTISSA 52
+#define EXP_BIAS 1023
+#define ROUNDER 6755399441055744.0 /* 1.5 * 2^52: x + ROUNDER - ROUNDER rounds x to an integer */
+#define EXP_MAX 1022.0
+/* 2^f = e^(f ln 2) on [-1/2, 1/2], Taylor to degree 13: below double rounding (4e-18) */
+static const real P2[] = {1.0, 0.6931471805599453, 0.2402265069591007, 0.05550410866482158, 0.009618129107628477,
+                          0.0013333558146428443, 0.00015403530393381608, 1.525273380405984e-05,
+                          1.3215486790144307e-06, 1.0178086009239699e-07, 7.054911620801123e-09,
+                          4.445538271870811e-10, 2.567843599348821e-11, 1.3691488853904124e-12};
+#define NP2 14
+#else
+typedef float real;
+typedef int32_t word;
+#define LANES 8
+#define MANTISSA 23
+#define EXP_BIAS 127
+#define ROUNDER 12582912.0f /* 1.5 * 2^23 */
+#define EXP_MAX 126.0f
+/* 2^f on [-1/2, 1/2], near-minimax relative error (7.5e-8; 2.6e-7 in float arithmetic) */
+static const real P2[] = {1.0000000716546729f, 0.6931469670643613f, 0.24022119723881574f, 0.055507132741486956f,
+                          0.009675541332787224f, 0.0013276471782291757f};
+#define NP2 6
+#endif
+
+typedef real vec __attribute__((vector_size(LANES * sizeof(real))));
+typedef word ivec __attribute__((vector_size(LANES * sizeof(real))));
+
+static inline vec load(const real *p) { vec v; memcpy(&v, p, sizeof v); return v; }
+static inline vec splat(real x) { return (vec){0} + x; }
+static inline vec blend(ivec mask, vec a, vec b) { return (vec)((mask & (ivec)a) | (~mask & (ivec)b)); }
+static inline vec vmax(vec a, vec b) { return blend(a > b, a, b); }
+
+/* 2^z = 2^n 2^f, n = round(z), f = z - n; z clamped to +-EXP_MAX, so that 2^n is a normal number (below, the term is
+ * 2^-EXP_MAX instead of 0: the sums hold at least 1 from the shift's own key; NaN stays NaN). 2^n is built from the
+ * bits of z + ROUNDER, whose low bits hold n. */
+static inline vec pow2(vec z) {
+    z = blend(z < -EXP_MAX, splat(-EXP_MAX), z);
+    z = blend(z > EXP_MAX, splat(EXP_MAX), z);
+    vec t = z + ROUNDER;
+    vec n = t - ROUNDER;
+    vec f = z - n;
+    ivec bits = ((ivec)t - (ivec)splat(ROUNDER) + EXP_BIAS) << MANTISSA;
+#ifdef USE_DOUBLE
+    vec p = splat(P2[NP2 - 1]);
+    for (int i = NP2 - 2; i >= 0; i--) p = p * f + P2[i];
+#else
+    /* Estrin's form: the chain from a score to its sums is what the loop waits on */
+    vec f2 = f * f;
+    vec p = (f * P2[1] + P2[0]) + f2 * ((f * P2[3] + P2[2]) + f2 * (f * P2[5] + P2[4]));
+#endif
+    return p * (vec)bits;
+}
+
+/* Score of a token with coordinates x (log2 units): q . x */
+static inline vec score(const vec q[DIM], const vec x[DIM]) {
+    vec s = q[0] * x[0];
+    for (int b = 1; b < DIM; b++) s += q[b] * x[b];
+    return s;
+}
+
+static inline void token(vec x[DIM], const real *X, long stride) {
+    for (int b = 0; b < DIM; b++) x[b] = load(X + b * stride);
+}
+
+/* What one head gives one group of sequences: Z, T_b, TU_b and y_h = v.T / Z (4) */
+typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
+
+/* X: the group's first key, coordinate b at X[b*xs + j*BLOCK]; xq: the query, coordinate b at xq[b*BLOCK]; shift:
+ * the scores' shift c_h (3); E: room for 2n vectors */
+static void sums(head_sums *out, const real *X, long xs, int n, const real *xq, const vec q[DIM], const vec v[DIM],
+                 vec shift, vec *E) {
+    vec x[DIM];
+    token(x, xq, BLOCK);
+    vec e_q = pow2(score(q, x) - shift);             /* 1 unless the shift is a key's score */
+    vec u_q = v[0] * x[0];
+    for (int b = 1; b < DIM; b++) u_q += v[b] * x[b];
+    vec Z = e_q;
+    for (int j = 0; j < n; j++) {                    /* pass 1: 2^z and e.u of each key */
+        token(x, X + j * BLOCK, xs);
+        vec e = pow2(score(q, x) - shift);
+        vec u = v[0] * x[0];
+        for (int b = 1; b < DIM; b++) u += v[b] * x[b];
+        E[2 * j] = e;
+        E[2 * j + 1] = e * u;
+        Z += e;
+    }
+    vec T[DIM], TU[DIM];
+    for (int b = 0; b < DIM; b++) {
+        vec xb = load(xq + b * BLOCK);
+        T[b] = e_q * xb;
+        TU[b] = e_q * u_q * xb;
+    }
+    for (int j = 0; j < n; j++) {                    /* pass 2: the sums over keys */
+        vec e = E[2 * j], eu = E[2 * j + 1];
+        for (int b = 0; b < DIM; b++) {
+            vec xb = load(X + b * xs + j * BLOCK);
+            T[b] += e * xb;
+            TU[b] += eu * xb;
+        }
+    }
+    vec y = v[0] * T[0];
+    for (int b = 1; b < DIM; b++) y += v[b] * T[b];
+    out->Z = Z;
+    out->y = y / Z;
+    memcpy(out->T, T, sizeof T);
+    memcpy(out->TU, TU, sizeof TU);
+}
+
+/* malloc aligns to 16 bytes, a vec needs its own size */
+static void *vec_alloc(size_t count) {
+    size_t bytes = (count > 0 ? count : 1) * sizeof(vec);
+    return aligned_alloc(sizeof(vec), bytes);
+}
+
+static inline int any_above(vec Z, real limit) {
+    for (int l = 0; l < LANES; l++)
+        if (!(Z[l] <= limit)) return 1;
+    return 0;
+}
+
+static inline double lane_sum(vec a) {
+    double s = 0.0;
+    for (int l = 0; l < LANES; l++) s += (double)a[l];
+    return s;
+}
+
+/* The sums of one prefix length over K blocks.
+ *   X  (K, DIM, n_all, BLOCK): context tokens; the first n of each sequence are this term's keys
+ *   xq (K, DIM, BLOCK): the queries; y (K, BLOCK): the targets
+ *   W  (H, DIM, DIM): W[h, b, a] = log2(e) W_KQ[h][a, b]; v (H, DIM)
+ * Adds to loss the sum of (y_hat - y)^2 and, when grad, to dW (H, DIM, DIM) [h, a, b] the sum of
+ * xq_a dL/dq_b (5)-(6) and to dv (H, DIM) the sum of dL/dv (6), with c = 2 (y_hat - y) (the caller divides by
+ * P * terms). Returns 0, or -1 when out of memory. */
+int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const real *y, const real *W,
+                 const real *v, int H, real limit, int grad, double *loss, double *dW, double *dv) {
+    vec *E = vec_alloc(2 * (size_t)n);
+    head_sums *hs = vec_alloc((size_t)H * sizeof(head_sums) / sizeof(vec));
+    vec *gW = vec_alloc((size_t)H * DIM * DIM);    /* dW and dv of one block, summed over its groups */
+    vec *gv = vec_alloc((size_t)H * DIM);
+    if (!E || !hs || !gW || !gv) {
+        free(E); free(hs); free(gW); free(gv);
+        return -1;
+    }
+    const long xs = n_all * BLOCK;                  /* from one coordinate of a token to the next */
+    double total = 0.0;
+    for (long k = 0; k < K; k++) {
+        if (grad) {
+            memset(gW, 0, sizeof(vec) * (size_t)H * DIM * DIM);
+            memset(gv, 0, sizeof(vec) * (size_t)H * DIM);
+        }
+        for (int g = 0; g < BLOCK; g += LANES) {
+            const real *Xg = X + k * DIM * xs + g, *xqg = xq + k * DIM * BLOCK + g;
+            vec x_q[DIM];
+            token(x_q, xqg, BLOCK);
+            vec r = -load(y + k * BLOCK + g);
+            for (int h = 0; h < H; h++) {
+                vec q[DIM], vh[DIM];                 /* q_h = W_KQ[h]^T x_q (1), log2 units */
+                for (int b = 0; b < DIM; b++) {
+                    const real *Wb = W + ((long)h * DIM + b) * DIM;
+                    vec acc = Wb[0] * x_q[0];
+                    for (int a = 1; a < DIM; a++) acc += Wb[a] * x_q[a];
+                    q[b] = acc;
+                    vh[b] = splat(v[h * DIM + b]);
+                }
+                vec shift = score(q, x_q);           /* c_h = s_hq, the query's own score */
+                sums(&hs[h], Xg, xs, n, xqg, q, vh, shift, E);
+                if (any_above(hs[h].Z, limit)) {     /* some key outscores the query by more: shift by the largest */
+                    vec x[DIM];
+                    for (int j = 0; j < n; j++) {
+                        token(x, Xg + j * BLOCK, xs);
+                        shift = vmax(shift, score(q, x));
+                    }
+                    sums(&hs[h], Xg, xs, n, xqg, q, vh, shift, E);
+                }
+                r += hs[h].y;
+            }
+            total += lane_sum(r * r);
+            if (!grad) continue;
+            for (int h = 0; h < H; h++) {
+                vec c = (real)2 * r / hs[h].Z;
+                for (int b = 0; b < DIM; b++) {
+                    vec dq = c * (hs[h].TU[b] - hs[h].y * hs[h].T[b]);   /* (5) */
+                    for (int a = 0; a < DIM; a++) gW[(h * DIM + a) * DIM + b] += x_q[a] * dq;
+                    gv[h * DIM + b] += c * hs[h].T[b];
+                }
+            }
+        }
+        if (grad) {
+            for (long i = 0; i < (long)H * DIM * DIM; i++) dW[i] += lane_sum(gW[i]);
+            for (long i = 0; i < (long)H * DIM; i++) dv[i] += lane_sum(gv[i]);
+        }
+    }
+    *loss += total;
+    free(E); free(hs); free(gW); free(gv);
+    return 0;
+}
