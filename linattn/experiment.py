@@ -242,6 +242,7 @@ class Plan:
             Λ: a population run from given weights) or ``"nothing"``.
         init: the given initial weights (checked), or None; data: the given data as a Datasets, or None.
         start_step: the step the run continues from (0: a new run).
+        drawn: the data sets a continued run drew before (:meth:`continued`), or None: used as drawn, not given.
     """
 
     config: RunConfig
@@ -252,13 +253,18 @@ class Plan:
     init: dict | None = None
     data: data_mod.Datasets | None = None
     start_step: int = 0
+    drawn: data_mod.Datasets | None = None
 
-    def continued(self, weights: dict, start_step: int, epoch: int) -> "Plan":
+    def continued(self, weights: dict, start_step: int, epoch: int,
+                  datasets: data_mod.Datasets | None = None) -> "Plan":
         """The plan of ``epoch`` more steps of this run from ``weights``, its weights at ``start_step`` (weights
-        that a run of these settings returned: not checked again)."""
-        draws = NOTHING if self.data is not None else COVARIANCE if self.engine == "population" else DATA
+        that a run of these settings returned: not checked again). ``datasets``: the data sets the run drew, where
+        the caller still holds them (``RunResult.datasets`` of a run of these settings): not drawn again."""
+        drawn = datasets if self.data is None else None
+        draws = NOTHING if self.data is not None or drawn is not None else \
+            COVARIANCE if self.engine == "population" else DATA
         return dataclasses.replace(self, config=dataclasses.replace(self.config, epoch=epoch), init=weights,
-                                   start_step=start_step, draws=draws)
+                                   start_step=start_step, draws=draws, drawn=drawn)
 
 
 def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None, start_step: int = 0) -> Plan:
@@ -346,7 +352,7 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
         p = plan(cfg, init=init, data=data, max_memory=max_memory, start_step=start_step)
     cfg, device = p.config, p.device
     start = time.perf_counter()
-    datasets, init = p.data, p.init
+    datasets, init = p.data if p.data is not None else p.drawn, p.init
     if p.draws == COVARIANCE:
         datasets = _population_datasets(cfg)
     elif p.draws != NOTHING:

@@ -47,6 +47,15 @@ def test_any_step_count_is_served_exactly_and_trained_once(tmp_path):
     assert len({row["key"] for row in log}) == 1
 
 
+def test_a_run_carried_on_is_not_drawn_again(tmp_path, monkeypatch):
+    """extended() continues with the data sets the run drew, bit for bit the run trained in one go."""
+    draws = []
+    monkeypatch.setattr(experiment, "_draw", lambda cfg, f=experiment._draw: draws.append(cfg) or f(cfg))
+    stored = RunStore(tmp_path).get(CFG, snapshot_every=EVERY).extended(500).extended(700)
+    assert len(draws) == 1 and stored.trained_steps == 200
+    _same_run(stored, linattn.run(replace(CFG, epoch=700), snapshot_every=EVERY, progress=False))
+
+
 def test_values_are_served_with_and_without_track_value(tmp_path):
     store = RunStore(tmp_path)
     plain = store.get(CFG)

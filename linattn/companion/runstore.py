@@ -160,14 +160,16 @@ class RunStore:
         """The run of ``cfg`` (with ``init``/``data`` given as for :func:`linattn.run <linattn.experiment.run>`,
         snapshots of the weights every ``snapshot_every`` steps), from the store, trained and stored first where
         needed; its ``trained_steps`` says how many steps this request trained, ``extended(epoch)`` carries it on."""
+        return self._get(cfg, snapshot_every=snapshot_every, init=init, data=data, progress=progress)
+
+    def _get(self, cfg: RunConfig, *, snapshot_every: int, init: dict | None, data, progress: bool,
+             drawn=None) -> RunResult:
+        """:meth:`get`; ``drawn``: the data sets this run drew when it was trained in this process (``extended``
+        hands them on), so that carrying it on does not draw them again."""
         checked = plan(cfg, init=init, data=data)  # the one check; every run below carries out this plan
         checked = dataclasses.replace(checked, config=dataclasses.replace(checked.config, track_value=True))
         key = run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
         E, started = cfg.epoch, time.perf_counter()
-
-        def more(epoch: int) -> RunResult:
-            return self.get(dataclasses.replace(cfg, epoch=epoch), snapshot_every=snapshot_every, init=init,
-                            data=data, progress=progress)
 
         with self._locked(key):
             entry = _Entry.load(self.root / key)
@@ -179,15 +181,21 @@ class RunStore:
             elif E not in entry.checkpoints:
                 start = max((c for c in entry.checkpoints if c < E), default=0)
                 begin = entry.run.init if start == 0 else entry.checkpoints[start]
-                res = run(checked.continued(begin, start, E - start), progress=progress,
+                res = run(checked.continued(begin, start, E - start, datasets=drawn), progress=progress,
                           snapshot_every=snapshot_every)
                 entry.extend(res, start)
                 trained = E - start
             if trained:
                 self._write(key, entry)
+                drawn = res.datasets
             self._log(key=key, model=cfg.model, seed=cfg.seed, epoch=E, trained_steps=trained,
                       seconds=round(time.perf_counter() - started, 3))
-            return entry.view(cfg, key, trained, checked.data, more)
+
+        def more(epoch: int) -> RunResult:
+            return self._get(dataclasses.replace(cfg, epoch=epoch), snapshot_every=snapshot_every, init=init,
+                             data=data, progress=progress, drawn=drawn)
+
+        return entry.view(cfg, key, trained, checked.data, more)
 
 
 def stored_run(cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None,
