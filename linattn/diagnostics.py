@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 from scipy.ndimage import median_filter
 
 from . import theory
@@ -123,9 +122,11 @@ def _marginal_effective_rank(heads) -> float:
 def _subspace_distance(A, B, k: int) -> float:
     """Distance between the top-k left singular subspaces of A and B: sqrt(mean sin²θ_i) over the k principal angles
     θ_i (scipy ``subspace_angles``), in [0, 1]; 0 when the subspaces coincide."""
+    from scipy.linalg import subspace_angles  # here: most pages never need scipy.linalg's import
+
     Ua = np.linalg.svd(np.asarray(A, float))[0][:, :k]
     Ub = np.linalg.svd(np.asarray(B, float))[0][:, :k]
-    theta = scipy.linalg.subspace_angles(Ua, Ub)
+    theta = subspace_angles(Ua, Ub)
     return float(np.sqrt(np.mean(np.sin(theta) ** 2)))
 
 

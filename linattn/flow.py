@@ -20,7 +20,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from scipy.integrate import solve_ivp
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .train import History, TrainingDiverged, weights_of
@@ -69,6 +68,8 @@ def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None
     ``scipy.integrate.solve_ivp`` (``atol`` is absolute on the weights, so keep it well below the
     initialisation scale).
     """
+    from scipy.integrate import solve_ivp  # here: importing scipy.integrate costs every run that never needs it
+
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     start = time.perf_counter()

@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.integrate import solve_ivp
 
 from .models import attn_s_scales
 from .normalization import (NORMALIZATIONS, N_FACTORS, check, feature_scale, to_paper_normalisation,  # noqa: F401
@@ -280,6 +279,8 @@ def final_value_weights(cov, N: int, *, normalize: str, model: str = "attnS") ->
 def scalar_ode(lam: float, c: float, v0: float, t) -> np.ndarray:
     """v(t) from τ v̇ = λ² v² − c λ³ v⁵, v(0) = v0 (the learning head of ATTN_S, R = 1), at the times ``t`` (t/τ,
     increasing, from 0). Solved with scipy's ``solve_ivp`` (LSODA: the approach to the fixed point is stiff)."""
+    from scipy.integrate import solve_ivp  # here: importing scipy.integrate costs every page that never needs it
+
     t = np.asarray(t, dtype=np.float64)
     if t.ndim != 1 or t.size == 0 or t[0] < 0 or np.any(np.diff(t) < 0):
         raise ValueError("t must be a non-empty increasing 1-D array starting at or after 0")

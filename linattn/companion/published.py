@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ..diagnostics import first_step_below
 from .output import AGREES, DIFFERS, ESTIMATE, MarkdownTable, verdict, words
@@ -373,6 +372,8 @@ def match_one_to_one(ours: dict, crossings) -> list[tuple]:
     one to one, minimising the total distance (:func:`crossing_distance`) with
     :func:`scipy.optimize.linear_sum_assignment`; every crossing is used at most once (exactly once when there are
     as many curves as crossings). Returns ``(key, step, crossing)`` in the order of ``ours``."""
+    from scipy.optimize import linear_sum_assignment  # here: most pages never need scipy.optimize's import
+
     keys = list(ours)
     big = 1e12  # a finite stand-in for "cannot pair": a step that never comes vs a crossing inside the window
     cost = np.array([[min(crossing_distance(ours[k], c), big) for c in crossings] for k in keys])
