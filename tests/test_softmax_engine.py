@@ -71,6 +71,20 @@ def test_loss_and_gradient_equal_the_autograd_engine(model, vary_len, kernel):
         assert _rel(p.grad, 2 * ref) < 1e-12
 
 
+@pytest.mark.parametrize("vary_len", [False, True], ids=["full", "vary_len"])
+@pytest.mark.parametrize("model", ["attnM", "attnS"])
+def test_float32_kernels_agree_with_the_float64_reference(model, vary_len):
+    """The float32 arithmetic the figures train with: the native kernel and the eager one each within float32
+    rounding of autograd in float64 (measured here: at most 3e-8 on the loss, 2.2e-7 on the gradient)."""
+    seqs = _sequences()
+    ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs, vary_len=vary_len, chunk=100), _model(model))
+    for compile in (True, False):
+        loss, grads = _loss_and_grads(Softmax(seqs, vary_len=vary_len, dtype=torch.float32, compile=compile),
+                                      _model(model))
+        assert abs(loss - ref_loss) < 1e-6 * ref_loss
+        assert all(_rel(g, ref) < 2e-6 for g, ref in zip(grads, ref_grads))
+
+
 @pytest.mark.parametrize("compile", [True, False], ids=["native", "eager"])
 @pytest.mark.parametrize("model", ["attnM", "attnS"])
 def test_large_scores_neither_overflow_nor_lose_accuracy(model, compile):
