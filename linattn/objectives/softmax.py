@@ -50,6 +50,7 @@ import ctypes
 import functools
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -158,14 +159,14 @@ def _native(dim: int, double: bool):
     this CPU into a temporary folder and loaded (the loaded library outlives the folder). Raises where no C compiler
     works."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
+    if not cc:
         raise RuntimeError("no C compiler found (set $CC)")
     with tempfile.TemporaryDirectory(prefix="linattn-softmax-", ignore_cleanup_errors=True) as tmp:
         lib = Path(tmp) / "softmax_kernel.so"
-        base = [cc, "-O3", "-ffp-contract=fast", "-shared", "-fPIC", f"-DDIM={dim}", *(["-DUSE_DOUBLE"] * double),
+        base = [*shlex.split(cc), "-O3", "-ffp-contract=fast", "-shared", "-fPIC", f"-DDIM={dim}", *(["-DUSE_DOUBLE"] * double),
                 str(KERNEL_SOURCE), "-o", str(lib)]
         for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
-            done = subprocess.run(base[:1] + flags + base[1:], capture_output=True, text=True)
+            done = subprocess.run(base + flags, capture_output=True, text=True)
             if done.returncode == 0:
                 break
         else:
