@@ -7,11 +7,9 @@
  * GCC/Clang vector extensions: a `vec` holds LANES sequences of a block of BLOCK (the sequence index is innermost in
  * every array), so each line below is one SIMD instruction for LANES sequences at once.
  *
- * For one group of LANES sequences and one head, two passes over the n keys keep the live values within the 16
- * vector registers of AVX2: pass 1 takes each key's score, e = 2^z (3) and e·u into a small buffer (plus Z); pass 2
- * forms the 2·DIM sums T, TU (4)-(5) from the buffer and the tokens again (still in L1). A group where some key
- * outscores the query by more than 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the
- * shift.
+ * For one group of LANES sequences and one head, one pass over the n keys forms the 2·DIM + 1 sums Z, T, TU
+ * (4)-(5). A group where some key outscores the query by more than 2^limit (Z > 2^limit, or NaN) is computed again
+ * with its largest score as the shift.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -94,36 +92,29 @@ static inline void token(vec x[DIM], const real *X, long stride) {
 typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
 
 /* X: the group's first key, coordinate b at X[b*xs + j*BLOCK]; xq: the query, coordinate b at xq[b*BLOCK]; shift:
- * the scores' shift c_h (3); E: room for 2n vectors */
+ * the scores' shift c_h (3). One pass over the keys: each key's score, e = 2^z and e.u, then its terms of Z, T, TU. */
 static void sums(head_sums *out, const real *X, long xs, int n, const real *xq, const vec q[DIM], const vec v[DIM],
-                 vec shift, vec *E) {
+                 vec shift) {
     vec x[DIM];
     token(x, xq, BLOCK);
-    vec e_q = pow2(score(q, x) - shift);             /* 1 unless the shift is a key's score */
-    vec u_q = v[0] * x[0];
-    for (int b = 1; b < DIM; b++) u_q += v[b] * x[b];
-    vec Z = e_q;
-    for (int j = 0; j < n; j++) {                    /* pass 1: 2^z and e.u of each key */
-        token(x, X + j * BLOCK, xs);
-        vec e = pow2(score(q, x) - shift);
-        vec u = v[0] * x[0];
-        for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-        E[2 * j] = e;
-        E[2 * j + 1] = e * u;
-        Z += e;
-    }
-    vec T[DIM], TU[DIM];
+    vec e = pow2(score(q, x) - shift);               /* the query's own term: 1 unless the shift is a key's score */
+    vec u = v[0] * x[0];
+    for (int b = 1; b < DIM; b++) u += v[b] * x[b];
+    vec Z = e, T[DIM], TU[DIM];
     for (int b = 0; b < DIM; b++) {
-        vec xb = load(xq + b * BLOCK);
-        T[b] = e_q * xb;
-        TU[b] = e_q * u_q * xb;
+        T[b] = e * x[b];
+        TU[b] = e * u * x[b];
     }
-    for (int j = 0; j < n; j++) {                    /* pass 2: the sums over keys */
-        vec e = E[2 * j], eu = E[2 * j + 1];
+    for (int j = 0; j < n; j++) {
+        token(x, X + j * BLOCK, xs);
+        e = pow2(score(q, x) - shift);
+        u = v[0] * x[0];
+        for (int b = 1; b < DIM; b++) u += v[b] * x[b];
+        vec eu = e * u;
+        Z += e;
         for (int b = 0; b < DIM; b++) {
-            vec xb = load(X + b * xs + j * BLOCK);
-            T[b] += e * xb;
-            TU[b] += eu * xb;
+            T[b] += e * x[b];
+            TU[b] += eu * x[b];
         }
     }
     vec y = v[0] * T[0];
@@ -161,12 +152,11 @@ static inline double lane_sum(vec a) {
  * P * terms). Returns 0, or -1 when out of memory. */
 int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const real *y, const real *W,
                  const real *v, int H, real limit, int grad, double *loss, double *dW, double *dv) {
-    vec *E = vec_alloc(2 * (size_t)n);
     head_sums *hs = vec_alloc((size_t)H * sizeof(head_sums) / sizeof(vec));
     vec *gW = vec_alloc((size_t)H * DIM * DIM);    /* dW and dv of one block, summed over its groups */
     vec *gv = vec_alloc((size_t)H * DIM);
-    if (!E || !hs || !gW || !gv) {
-        free(E); free(hs); free(gW); free(gv);
+    if (!hs || !gW || !gv) {
+        free(hs); free(gW); free(gv);
         return -1;
     }
     const long xs = n_all * BLOCK;                  /* from one coordinate of a token to the next */
@@ -191,14 +181,14 @@ int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const
                     vh[b] = splat(v[h * DIM + b]);
                 }
                 vec shift = score(q, x_q);           /* c_h = s_hq, the query's own score */
-                sums(&hs[h], Xg, xs, n, xqg, q, vh, shift, E);
+                sums(&hs[h], Xg, xs, n, xqg, q, vh, shift);
                 if (any_above(hs[h].Z, limit)) {     /* some key outscores the query by more: shift by the largest */
                     vec x[DIM];
                     for (int j = 0; j < n; j++) {
                         token(x, Xg + j * BLOCK, xs);
                         shift = vmax(shift, score(q, x));
                     }
-                    sums(&hs[h], Xg, xs, n, xqg, q, vh, shift, E);
+                    sums(&hs[h], Xg, xs, n, xqg, q, vh, shift);
                 }
                 r += hs[h].y;
             }
@@ -219,6 +209,6 @@ int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const
         }
     }
     *loss += total;
-    free(E); free(hs); free(gW); free(gv);
+    free(hs); free(gW); free(gv);
     return 0;
 }
