@@ -242,7 +242,7 @@ class Plan:
             Λ: a population run from given weights) or ``"nothing"``.
         init: the given initial weights (checked), or None; data: the given data as a Datasets, or None.
         start_step: the step the run continues from (0: a new run).
-        drawn: the data sets a continued run drew before (:meth:`continued`), or None: used as drawn, not given.
+        drawn: the data sets a continued run drew before (``continued()``), or None: used as drawn, not given.
     """
 
     config: RunConfig
