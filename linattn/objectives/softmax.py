@@ -163,8 +163,8 @@ def _native(dim: int, double: bool):
         raise RuntimeError("no C compiler found (set $CC)")
     with tempfile.TemporaryDirectory(prefix="linattn-softmax-", ignore_cleanup_errors=True) as tmp:
         lib = Path(tmp) / "softmax_kernel.so"
-        base = [*shlex.split(cc), "-O3", "-ffp-contract=fast", "-shared", "-fPIC", f"-DDIM={dim}", *(["-DUSE_DOUBLE"] * double),
-                str(KERNEL_SOURCE), "-o", str(lib)]
+        base = [*shlex.split(cc), "-O3", "-ffp-contract=fast", "-shared", "-fPIC", f"-DDIM={dim}",
+                *(["-DUSE_DOUBLE"] * double), str(KERNEL_SOURCE), "-o", str(lib)]
         for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
             done = subprocess.run(base + flags, capture_output=True, text=True)
             if done.returncode == 0:
