@@ -24,14 +24,33 @@ The library in one example (the API page of the book lists every name)::
     model = linattn.build_model("attnS", res.weights)
 """
 
-from . import diagnostics, events, objectives, theory
+import importlib
+
 from ._version import __version__
 from .config import ConfigError, RunConfig
 from .data import Datasets, Sequences, sample_tasks
-from .experiment import RunResult, draw, load_run, run, write_outputs
-from .models import build_model, init_weights, mlp_from_attn_m
-from .train import TrainingDiverged
+from .weights import init_weights, mlp_from_attn_m
+
+#: The names given on first use (PEP 562 module ``__getattr__``), each → the module it comes from: importing linattn
+#: (and checking a RunConfig) imports no torch, scipy or matplotlib; a run, a model or a draw imports torch then.
+_LAZY = {"run": "experiment", "RunResult": "experiment", "load_run": "experiment", "write_outputs": "experiment",
+         "draw": "experiment", "build_model": "models", "TrainingDiverged": "train"}
+_SUBMODULES = ("theory", "diagnostics", "events", "objectives")
 
 __all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "write_outputs", "draw",
            "build_model", "init_weights", "mlp_from_attn_m", "Sequences", "Datasets", "sample_tasks",
            "TrainingDiverged", "theory", "diagnostics", "events", "objectives", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")  # the import sets it as an attribute of the package
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -25,7 +25,7 @@ import numpy as np
 from . import objectives
 from .data import ConfigError, check_choice, check_covariance, check_int, check_positive, check_spectrum, is_int, \
     is_number, named
-from .models import INIT_SCHEMES, MODELS, check_weight_settings
+from .weights import INIT_SCHEMES, MODELS, check_weight_settings
 from .normalization import NORMALIZATIONS
 
 DYNAMICS = ("gd", "flow")
@@ -43,7 +43,7 @@ class Setting:
     they are registered elsewhere, e.g. the engines). ``check``: the rule for one valid-typed value,
     ``check(name, value)``, raising ConfigError; the range of an integer is ``low``, ``high`` and its wording
     ``what`` (:func:`~linattn.data.check_int`). The settings that shape the initial weights (model, head_num, in_dim,
-    rank, init, init_scheme) are checked by ``models.check_weight_settings``, the rule ``init_weights`` shares; rules
+    rank, init, init_scheme) are checked by ``weights.check_weight_settings``, the rule ``init_weights`` shares; rules
     across settings are in :meth:`RunConfig.validate`. ``help`` says what the setting means, with ``symbol`` the
     paper's name for it; ``flags`` are its ``linattn train`` flags, the first its name and the others the
     reference's aliases (none: not a flag); ``reference``: one of the reference's flags, with its name and default.

@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.ndimage import median_filter
 
 from . import theory
 
@@ -315,6 +314,8 @@ def detect_plateaus(loss, steps=None, *, rel_tol: float = 0.01, abs_tol: float |
         raise ValueError("need at least 3 loss values")
     x = np.arange(n) if steps is None else np.asarray(steps)
     if smooth > 1:
+        from scipy.ndimage import median_filter  # here: importing scipy costs every caller that never smooths
+
         y = median_filter(y, size=smooth, mode="nearest")
     tol = abs_tol if abs_tol is not None else rel_tol * (y.max() - y.min())
     h = window if window is not None else max(1, n // 400)

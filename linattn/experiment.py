@@ -25,16 +25,14 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import torch
 
 from . import data as data_mod
 from . import objectives
 from .config import ConfigError, RunConfig, check_memory
 from .data import named
 from .flow import gradient_flow
-from .models import build_model, check_weights, init_weights
+from .weights import check_weights, init_weights
 from .records import atomic_write, library_versions, provenance, write_csv, write_json
-from .reference_draws import reference_draws
 from .train import History, TrainingDiverged, gradient_descent, weights_of
 
 
@@ -87,6 +85,8 @@ class RunResult:
     def model(self) -> torch.nn.Module | None:
         """The model after training: the module that trained (on ``device``), else rebuilt from ``weights`` on first use
         (float64, CPU); None without weights."""
+        from .models import build_model  # torch: imported where a model is built, not with linattn
+
         if self._model is None and self.weights is not None:
             self._model = build_model(self.config.model, self.weights, softmax=self.config.softmax)
         return self._model
@@ -94,6 +94,8 @@ class RunResult:
     def snapshots_of(self, fn, **kwargs) -> list:
         """``[(step, fn(model, **kwargs))]`` for each weight snapshot, the model rebuilt from it: what
         ``linattn.run(..., snapshot=fn)`` would have recorded."""
+        from .models import build_model
+
         return [(s, fn(build_model(self.config.model, w, softmax=self.config.softmax), **kwargs))
                 for s, w in self.history.snapshots]
 
@@ -145,6 +147,8 @@ def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
 def _draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
     """:func:`draw` for settings already checked."""
     if cfg.draws == "reference":
+        from .reference_draws import reference_draws  # torch's generator
+
         return reference_draws(model=cfg.model, init_scheme=cfg.init_scheme, in_dim=cfg.in_dim, seq_len=cfg.seq_len,
                                trainset_size=cfg.trainset_size, testset_size=cfg.testset_size, icl=cfg.icl,
                                white_cov=cfg.white_cov, head_num=cfg.head_num, rank=cfg.rank, init=cfg.init,
@@ -210,6 +214,10 @@ def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, 
     """The first of lr/2, lr/4, … (at most ``max_halvings`` halvings) for which ``steps`` steps of gradient descent
     from ``init`` on ``objective`` keep the loss finite and end below the initial loss; ``(lr, halvings)``, or
     ``(None, max_halvings)`` when none does."""
+    import torch
+
+    from .models import build_model
+
     dtype = getattr(torch, cfg.dtype)
     for k in range(1, max_halvings + 1):
         trial = lr / 2**k
@@ -359,6 +367,10 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
         drawn_data, drawn_init = _draw(cfg)
         datasets = drawn_data if datasets is None else datasets
         init = drawn_init if init is None else init
+    import torch
+
+    from .models import build_model
+
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
     train, tests = objectives.build(cfg, model, datasets, device)
     setup = time.perf_counter() - start

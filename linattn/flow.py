@@ -19,8 +19,6 @@ import time
 from typing import Callable
 
 import numpy as np
-import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .train import History, TrainingDiverged, weights_of
 
@@ -36,14 +34,23 @@ class _Vectorised:
         self.evaluations = 0
 
     def get(self) -> np.ndarray:
+        import torch
+        from torch.nn.utils import parameters_to_vector
+
         return parameters_to_vector(self.params).detach().cpu().to(torch.float64).numpy().copy()
 
-    @torch.no_grad()
     def set(self, theta: np.ndarray) -> None:
+        import torch
+        from torch.nn.utils import vector_to_parameters
+
         ref = self.params[0]
-        vector_to_parameters(torch.as_tensor(theta, dtype=ref.dtype, device=ref.device), self.params)
+        with torch.no_grad():
+            vector_to_parameters(torch.as_tensor(theta, dtype=ref.dtype, device=ref.device), self.params)
 
     def rhs(self, _t, theta: np.ndarray) -> np.ndarray:
+        import torch
+        from torch.nn.utils import parameters_to_vector
+
         self.set(theta)
         for p in self.params:
             p.grad = None

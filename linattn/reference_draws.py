@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from .data import Datasets, Sequences
-from .models import INIT_SCHEMES
+from .weights import INIT_SCHEMES
 
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .models import attn_s_scales
+from .weights import attn_s_scales
 from .normalization import (NORMALIZATIONS, N_FACTORS, check, feature_scale, to_paper_normalisation,  # noqa: F401
                             to_reference_normalisation, weight_scale_to_paper)
 

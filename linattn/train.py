@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-import torch
-from tqdm import tqdm  # the text bar: tqdm.auto warns in a kernel without ipywidgets
 
 
 
@@ -75,6 +73,8 @@ def weights_of(model, like: dict | None = None) -> dict[str, np.ndarray]:
     W_V (H, D+1, D+1) with W_V[h][D] = v_h, the only row that enters the prediction. The other rows are taken from
     ``like["W_V"]`` when given (e.g. the initial weights, which training never changes there), else zero.
     """
+    import torch  # in the functions that use it: importing linattn (and checking settings) needs no torch
+
     out = {k: p.detach().to("cpu", torch.float64).numpy().copy() for k, p in model.named_parameters()}
     if "v" in out:
         v = out.pop("v")
@@ -97,6 +97,9 @@ def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | N
     step, for a run that continues another from its weights at that step (the history's ``step`` and the snapshots
     then line up with a run that never stopped: GD is a function of the weights alone).
     """
+    import torch
+    from tqdm import tqdm  # the text bar: tqdm.auto warns in a kernel without ipywidgets
+
     params = [p for p in model.parameters()]
     losses = np.empty(epoch)
     test_rows = {k: np.empty(epoch) for k in (tests or {})}

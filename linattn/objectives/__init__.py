@@ -5,26 +5,44 @@
 * ``softmax`` — softmax attention, query row, gradient written out; prefers a GPU when there is one.
 * ``autograd`` — the model's own forward pass on every sequence; every model, finite P; prefers a GPU.
 
-Each engine class declares ``name``, ``preferred_device``, ``linear_only``, ``refuses(cfg)`` (why it cannot train a
-run's settings, or None) and ``trial_steps(step)`` (how long the stable-rate trial runs after a divergence are).
+Each engine declares ``name``, ``preferred_device``, ``linear_only``, ``refuses(cfg)`` (why it cannot train a
+run's settings, or None) and ``trial_steps(step)`` (how long the stable-rate trial runs after a divergence are) in
+``declarations.py``, which needs no torch; its class (which does) inherits them.
 :class:`~linattn.config.RunConfig` validation, :func:`linattn.run <linattn.experiment.run>`, the CLI's ``--engine``
 choices and ``engine="auto"`` all ask this registry (:data:`ENGINES`, :func:`engine_choices`, :func:`resolve`,
-:func:`refusal`, :func:`device_for`, :func:`build`); a new objective is one class and one entry in :data:`ENGINES`.
+:func:`refusal`, :func:`device_for`, :func:`load`, :func:`build`); a new objective is one class and one entry in
+:data:`ENGINES`. Importing this package imports no torch: the classes (``Exact``, ``Moments``, …) are imported when
+first looked up (module ``__getattr__``), as :func:`load` and :func:`build` do.
 """
 
 from __future__ import annotations
 
-import torch
+import importlib
+import sys
 
 from ..data import named
-from .autograd import Autograd
-from .base import DEFAULT_CHUNK, Moments, NotLinearError, check_linear, feature_batches
-from .exact import Exact
-from .population import Population, population_moments
-from .softmax import Softmax
+from .declarations import AutogradEngine, Engine, ExactEngine, PopulationEngine, SoftmaxEngine
 
-#: The registered engines by name, each an :class:`~linattn.objectives.base.Objective` class.
-ENGINES = {cls.name: cls for cls in (Exact, Population, Softmax, Autograd)}
+#: The registered engines by name: each a declaration (:class:`~linattn.objectives.declarations.Engine`), or an
+#: engine class (a subclass of :class:`~linattn.objectives.base.Objective`) registered as it is.
+ENGINES = {cls.name: cls for cls in (ExactEngine, PopulationEngine, SoftmaxEngine, AutogradEngine)}
+
+#: The names this package gives from its modules on first use (module ``__getattr__``): name → module.
+_LAZY = {"Exact": "exact", "Population": "population", "population_moments": "population", "Softmax": "softmax",
+         "Autograd": "autograd", "Moments": "base", "NotLinearError": "base", "check_linear": "base",
+         "feature_batches": "base", "DEFAULT_CHUNK": "base"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def engine_choices() -> tuple[str, ...]:
@@ -33,7 +51,8 @@ def engine_choices() -> tuple[str, ...]:
 
 
 def get(name: str):
-    """The engine class registered as ``name``."""
+    """The engine registered as ``name`` (its declaration, or a registered class; :func:`load`: the class that
+    trains it)."""
     try:
         return ENGINES[name]
     except KeyError:
@@ -46,15 +65,15 @@ def resolve(cfg) -> str:
     if cfg.engine != "auto":
         return cfg.engine
     if cfg.trainset_size is None:
-        return Population.name
-    return Softmax.name if cfg.softmax else Exact.name
+        return PopulationEngine.name
+    return SoftmaxEngine.name if cfg.softmax else ExactEngine.name
 
 
 def refusal(cfg) -> str | None:
     """Why the engine of ``cfg`` (after :func:`resolve`) cannot train it, or None."""
     engine = get(resolve(cfg))
     reason = engine.refuses(cfg)
-    if reason is None and cfg.trainset_size is None and engine is not Population:
+    if reason is None and cfg.trainset_size is None and engine.name != PopulationEngine.name:
         reason = (f"{named('trainset_size', None)} (the population objective) needs {named('engine')} 'population', "
                   f"not {engine.name!r}")
     return reason
@@ -66,27 +85,40 @@ def device_for(device: str, engine: str) -> str:
     refuses unavailable CUDA devices)."""
     if device != "auto":
         return device
-    wants_gpu = get(engine).preferred_device == "accelerator"
-    return "cuda" if wants_gpu and torch.cuda.is_available() else "cpu"
+    if get(engine).preferred_device != "accelerator":
+        return "cpu"
+    import torch  # only here: asking for CUDA needs torch, choosing the CPU does not
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load(engine: str | type) -> type:
+    """The class that trains ``engine`` (a registered name, or its :data:`ENGINES` entry): the class a declaration
+    names, imported now (with torch), or the entry itself where an engine class was registered."""
+    entry = get(engine) if isinstance(engine, str) else engine
+    trains = vars(entry).get("trains")
+    return getattr(sys.modules[__name__], trains) if trains else entry
 
 
 def build(cfg, model, datasets, device: str):
     """(training objective, {"test_iwl"/"test_icl": test objective}) of a run of ``cfg`` on ``datasets``.
 
     Test sets are evaluated by the training engine, or by :class:`Exact` for the moment-based engines."""
-    engine = get(resolve(cfg))
+    import torch
+
+    engine = load(resolve(cfg))
     opts = dict(vary_len=cfg.vary_len, normalize=cfg.normalize, chunk=cfg.chunk, device=device,
                 dtype=getattr(torch, cfg.dtype))
     if hasattr(engine, "for_run"):
         train = engine.for_run(model, datasets, cfg, **opts)
     else:
         train = engine.for_data(model, datasets.train, **opts)
-    test_engine = Exact if engine.linear_only else engine
+    test_engine = load(ExactEngine) if engine.linear_only else engine
     tests = {key: test_engine.for_data(model, getattr(datasets, key), **opts)
              for key in ("test_iwl", "test_icl") if getattr(datasets, key) is not None}
     return train, tests
 
 
-__all__ = ["ENGINES", "engine_choices", "get", "resolve", "refusal", "device_for", "build", "Exact", "Population",
-           "Softmax", "Autograd", "Moments", "NotLinearError", "check_linear", "feature_batches", "population_moments",
-           "DEFAULT_CHUNK"]
+__all__ = ["ENGINES", "engine_choices", "get", "resolve", "refusal", "device_for", "load", "build", "Engine", "Exact",
+           "Population", "Softmax", "Autograd", "Moments", "NotLinearError", "check_linear", "feature_batches",
+           "population_moments", "DEFAULT_CHUNK"]

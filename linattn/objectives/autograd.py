@@ -12,17 +12,15 @@ import torch
 
 from ..normalization import lengths, prefix_terms
 from .base import DEFAULT_CHUNK, Objective
+from .declarations import AutogradEngine
 
 
-class Autograd(Objective):
+class Autograd(AutogradEngine, Objective):
     """Mean squared error from ``model(X, scale)`` on every sequence, chunked so memory stays bounded.
 
     The data are converted to ``dtype`` on ``device`` once; each step runs the model chunk by chunk and accumulates
     the gradient into the parameters' ``.grad``.
     """
-
-    name = "autograd"
-    preferred_device = "accelerator"  # CUDA when torch sees one: the per-sequence work parallelises
 
     def __init__(self, seqs, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK, dtype=torch.float64,
                  device="cpu"):

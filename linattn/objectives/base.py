@@ -20,31 +20,15 @@ import numpy as np
 import torch
 
 from ..normalization import prefix_terms
+from .declarations import Engine
 
 DEFAULT_CHUNK = 4096
 
 
-class Objective:
-    """What every objective declares for the registry (``linattn.objectives``), with the common defaults.
-
-    ``name``: the engine's name; ``preferred_device``: "cpu" or "accelerator" (CUDA when torch sees one);
-    ``linear_only``: trains only models whose prediction is linear in a fixed feature. A training set of infinitely
-    many sequences (``trainset_size=None``) is refused by the registry for every engine but ``population``.
+class Objective(Engine):
+    """An engine that trains: what it declares for the registry (``linattn.objectives``) is its
+    :class:`~linattn.objectives.declarations.Engine` (torch-free, in ``declarations.py``).
     """
-
-    name: str
-    preferred_device = "cpu"
-    linear_only = False
-
-    @staticmethod
-    def refuses(cfg) -> str | None:
-        """Why this objective cannot train a run of ``cfg`` (None: it can)."""
-        return None
-
-    @staticmethod
-    def trial_steps(diverged_at: int) -> int:
-        """Steps of the trial runs that look for a stable learning rate after a divergence at ``diverged_at``."""
-        return 20
 
     @classmethod
     def for_data(cls, model, seqs, **opts) -> "Objective":

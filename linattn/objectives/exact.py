@@ -16,13 +16,13 @@ import warnings
 
 import torch
 
-from ..data import named
 from ..normalization import prefix_terms
 from .autograd import Autograd
 from .base import DEFAULT_CHUNK, Moments, NotLinearError, Objective, check_linear, chunks
+from .declarations import ExactEngine
 
 
-class Exact(Objective):
+class Exact(ExactEngine, Objective):
     """The mean squared error through the data's moments: identical in exact arithmetic to :class:`~linattn.objectives.Autograd`.
 
     A step computes m = combined(θ) and L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ (one F×F matrix-vector
@@ -31,10 +31,6 @@ class Exact(Objective):
     That is only the model's loss if ``features(X) @ combined()`` is its ``forward(X)``: :meth:`from_data` checks
     this once, on the first chunk (:func:`check_linear`).
     """
-
-    name = "exact"
-    preferred_device = "cpu"  # a step is a few small matrix products: faster than a GPU kernel launch
-    linear_only = True
 
     def __init__(self, moments: Moments, dtype=torch.float64):
         self.moments = moments
@@ -74,20 +70,6 @@ class Exact(Objective):
             return Autograd(seqs, vary_len=vary_len, normalize=normalize, chunk=chunk, dtype=dtype, device=device)
         mom.yT, mom.TT = mom.yT.to(dtype), mom.TT.to(dtype)
         return cls(mom, dtype)
-
-    @staticmethod
-    def refuses(cfg) -> str | None:
-        """Why this objective cannot train ``cfg`` (None: it can)."""
-        if cfg.softmax:
-            return (f"{named('engine')} 'exact' covers linear attention only; {named('softmax')} needs {named('engine')} "
-                    "'autograd' or 'softmax'")
-        return None
-
-    @staticmethod
-    def trial_steps(diverged_at: int) -> int:
-        """Steps of the trial runs that look for a stable learning rate: a step costs microseconds, so as many as the
-        diverged run lasted (20 to 200)."""
-        return max(20, min(diverged_at + 1, 200))
 
     @classmethod
     def for_data(cls, model, seqs, **opts):

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from .. import data as data_mod
-from ..data import named
 from ..models import _triangle
 from ..normalization import lengths, token_scale
 from .base import DEFAULT_CHUNK, Moments, check_linear, feature_batches
+from .declarations import PopulationEngine
 from .exact import Exact
 
 
@@ -171,23 +171,8 @@ def mixture_moments(kind: str, cov: np.ndarray, seq_len: int, *, icl: float, w_f
                    icl * fresh.TT + (1 - icl) * fixed.TT, count=0)
 
 
-class Population(Exact):
+class Population(PopulationEngine, Exact):
     """The P → ∞ objective of the icl = 1 task: :class:`~linattn.objectives.Exact` on the population moments."""
-
-    name = "population"
-
-    @staticmethod
-    def refuses(cfg) -> str | None:
-        """Why this objective cannot train ``cfg`` (None: it can)."""
-        if cfg.softmax:
-            return (f"{named('engine')} 'population' covers linear attention only; {named('softmax')} needs "
-                    f"{named('engine')} 'autograd' or 'softmax'")
-        if cfg.icl != 1.0:
-            return f"the population engine ({named('trainset_size', None)}) supports {named('icl')} = 1 only"
-        if cfg.testset_size:
-            return (f"the population engine ({named('trainset_size', None)}) has no test sets: use "
-                    f"{named('testset_size', 0)}")
-        return None
 
     @classmethod
     def for_run(cls, model, datasets, cfg, **opts):

@@ -61,9 +61,9 @@ import numpy as np
 import torch
 
 from .. import data as data_mod
-from ..data import named
 from ..normalization import lengths, prefix_queries
 from .base import DEFAULT_CHUNK, Objective
+from .declarations import SoftmaxEngine
 
 BLOCK = 32
 LOG2E = 1.0 / math.log(2.0)
@@ -182,7 +182,7 @@ def _native(dim: int, double: bool):
 _compile_failed: set[str] = set()  # device types whose compiler failed once: eager from then on
 
 
-class Softmax(Objective):
+class Softmax(SoftmaxEngine, Objective):
     """Mean squared error of a softmax attention model (``AttnM``/``AttnS`` with ``softmax=True``) and its gradient.
 
     Same interface as :class:`~linattn.objectives.Autograd`: ``value_and_grad(model)`` returns the loss and accumulates the
@@ -194,9 +194,6 @@ class Softmax(Objective):
     ``chunk_sums`` (bounds the memory of its intermediate sums, about 0.7 KB a sequence at H = 5); on a GPU at least
     ``GPU_CHUNK``. The native kernel needs no chunks: it keeps only a few KB of sums at a time.
     """
-
-    name = "softmax"
-    preferred_device = "accelerator"
 
     def __init__(self, seqs: data_mod.Sequences, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK,
                  dtype=torch.float32, device="cpu", compile: bool | None = None):
@@ -234,14 +231,6 @@ class Softmax(Objective):
         item = self.X.element_size()
         context = sum(self.X[:, :, :m - 1].numel() for m in self.terms)
         return item * (context + self.xq.numel() + self.y.numel())
-
-    @staticmethod
-    def refuses(cfg) -> str | None:
-        """Why this objective cannot train ``cfg`` (None: it can)."""
-        if not cfg.softmax:
-            return (f"{named('engine')} 'softmax' covers softmax attention only (set {named('softmax', True)}, or use "
-                    f"{named('engine')} 'exact' or 'autograd')")
-        return None
 
     def _check(self, model):
         if not (getattr(model, "softmax", False) and hasattr(model, "key_query")):

@@ -1,0 +1,105 @@
+"""What each engine declares to the registry, without torch: its name, where it prefers to run, which models it
+trains, which settings it refuses and how long its stable-rate trials are.
+
+:class:`~linattn.config.RunConfig` validation and the CLI's ``--engine`` choices read these declarations only, so
+checking a run's settings never imports torch. Each engine class (``exact.py``, ``population.py``, ``softmax.py``,
+``autograd.py``, all of which import torch) inherits its declaration, so a rule is written once; the registry
+(``linattn.objectives.ENGINES``) holds the declarations and ``objectives.load`` imports the class that trains.
+"""
+
+from __future__ import annotations
+
+from ..data import named
+
+
+class Engine:
+    """What every engine declares, with the common defaults.
+
+    ``name``: the engine's name; ``preferred_device``: "cpu" or "accelerator" (CUDA when torch sees one);
+    ``linear_only``: trains only models whose prediction is linear in a fixed feature. A training set of infinitely
+    many sequences (``trainset_size=None``) is refused by the registry for every engine but ``population``.
+    ``trains``: the name in ``linattn.objectives`` of the class that trains this declaration (set on declarations
+    only: an engine class trains itself).
+    """
+
+    name: str
+    preferred_device = "cpu"
+    linear_only = False
+    trains: str | None = None
+
+    @staticmethod
+    def refuses(cfg) -> str | None:
+        """Why this engine cannot train a run of ``cfg`` (None: it can)."""
+        return None
+
+    @staticmethod
+    def trial_steps(diverged_at: int) -> int:
+        """Steps of the trial runs that look for a stable learning rate after a divergence at ``diverged_at``."""
+        return 20
+
+
+class ExactEngine(Engine):
+    """The exact objective's declaration (:class:`~linattn.objectives.Exact`)."""
+
+    name = "exact"
+    preferred_device = "cpu"  # a step is a few small matrix products: faster than a GPU kernel launch
+    linear_only = True
+    trains = "Exact"
+
+    @staticmethod
+    def refuses(cfg) -> str | None:
+        """Why this objective cannot train ``cfg`` (None: it can)."""
+        if cfg.softmax:
+            return (f"{named('engine')} 'exact' covers linear attention only; {named('softmax')} needs {named('engine')} "
+                    "'autograd' or 'softmax'")
+        return None
+
+    @staticmethod
+    def trial_steps(diverged_at: int) -> int:
+        """Steps of the trial runs that look for a stable learning rate: a step costs microseconds, so as many as the
+        diverged run lasted (20 to 200)."""
+        return max(20, min(diverged_at + 1, 200))
+
+
+class PopulationEngine(ExactEngine):
+    """The population objective's declaration (:class:`~linattn.objectives.Population`)."""
+
+    name = "population"
+    trains = "Population"
+
+    @staticmethod
+    def refuses(cfg) -> str | None:
+        """Why this objective cannot train ``cfg`` (None: it can)."""
+        if cfg.softmax:
+            return (f"{named('engine')} 'population' covers linear attention only; {named('softmax')} needs "
+                    f"{named('engine')} 'autograd' or 'softmax'")
+        if cfg.icl != 1.0:
+            return f"the population engine ({named('trainset_size', None)}) supports {named('icl')} = 1 only"
+        if cfg.testset_size:
+            return (f"the population engine ({named('trainset_size', None)}) has no test sets: use "
+                    f"{named('testset_size', 0)}")
+        return None
+
+
+class SoftmaxEngine(Engine):
+    """The softmax objective's declaration (:class:`~linattn.objectives.Softmax`)."""
+
+    name = "softmax"
+    preferred_device = "accelerator"
+    trains = "Softmax"
+
+    @staticmethod
+    def refuses(cfg) -> str | None:
+        """Why this objective cannot train ``cfg`` (None: it can)."""
+        if not cfg.softmax:
+            return (f"{named('engine')} 'softmax' covers softmax attention only (set {named('softmax', True)}, or use "
+                    f"{named('engine')} 'exact' or 'autograd')")
+        return None
+
+
+class AutogradEngine(Engine):
+    """The autograd objective's declaration (:class:`~linattn.objectives.Autograd`)."""
+
+    name = "autograd"
+    preferred_device = "accelerator"  # CUDA when torch sees one: the per-sequence work parallelises
+    trains = "Autograd"

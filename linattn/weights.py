@@ -1,0 +1,164 @@
+"""The models' weights as arrays, without torch: which models there are, the shapes of their weights (the layout of
+``init.npz``), their initial draws per initialisation era, the checks of both, and ATTN_M's weights as the MLP's.
+
+``RunConfig`` validation and the theory read these without importing torch; ``models.py`` builds the torch modules
+from such arrays (and gives these names too, ``linattn.models.init_weights`` and the rest).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .data import check_choice, check_int, check_positive, named
+
+MODELS = ("attnM", "attnS", "mlp")
+# The reference's three initialisation eras (its code at Dec 2024, Jan 2025 and Dec 2025).
+INIT_SCHEMES = ("dec2024", "jan2025", "dec2025")
+
+
+def attn_s_scales(init_scheme: str, init: float, *, head_num: int, in_dim: int, rank: int) -> tuple[float, float]:
+    """(key/query std, value scale) of ATTN_S at initialisation, per era (E = D + 1).
+
+    dec2024: (init, init) — the value weight starts at exactly init; jan2025: (init/√(R·E), init);
+    dec2025: (init/√(H·R·E), init/(√H·E)).
+    """
+    E = in_dim + 1
+    return {"dec2024": (init, init), "jan2025": (init / np.sqrt(rank * E), init),
+            "dec2025": (init / np.sqrt(head_num * rank * E), init / (np.sqrt(head_num) * E))}[init_scheme]
+
+
+def check_weight_settings(*, model, head_num, in_dim, rank, init, init_scheme) -> None:
+    """The rules for the settings that shape the initial weights (shared by :func:`init_weights` and
+    ``RunConfig.validate``): one ConfigError (a ValueError) naming the first invalid one."""
+    check_choice("model", model, MODELS)
+    check_int("head_num", head_num)
+    check_int("in_dim", in_dim)
+    check_int("rank", rank, high=in_dim + 1, what=f"an integer between 1 and {named('in_dim')} = {in_dim}")
+    check_positive("init", init)
+    check_choice("init_scheme", init_scheme, INIT_SCHEMES)
+
+
+def init_weights(model: str, *, head_num: int, in_dim: int, rank: int = 1, init: float = 0.01,
+                 init_scheme: str = "dec2025", rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Initial weights with the reference's distributions, as full arrays (the layout of ``init.npz``).
+
+    These are the distributions of the three eras with linattn's own random streams (``--draws streams``); the
+    reference's exact numbers come from ``linattn.reference_draws``. With E = D + 1:
+
+    * ATTN_M and MLP (every era): every entry N(0, init²).
+    * ATTN_S ``dec2024``: W_Q, W_K ~ N(0, init²) with nothing zeroed; W_V zero but W_V[h][D, D] = init.
+    * ATTN_S ``jan2025``: W_Q, W_K ~ N(0, init²/(R·E)), W_V ~ N(0, init²).
+    * ATTN_S ``dec2025``: W_Q, W_K ~ N(0, init²/(H·R·E)), W_V ~ N(0, init²/(H·E²)).
+
+    Then (except dec2024's ATTN_S keys) the blocks that the theory keeps at zero are zeroed; they stay trainable:
+    the first D entries of each v_h = W_V[h][D]; ATTN_M's query-x/key-label block W_KQ[h][:D, D]; ATTN_S's key
+    label column W_K[h][:, D].
+
+    The arguments are checked as :meth:`~linattn.config.RunConfig.validate` checks them (the same rules): ``model`` and
+    ``init_scheme`` among the choices, ``head_num`` and ``in_dim`` positive integers, ``rank`` an integer between 1
+    and ``in_dim``, ``init`` positive and finite; otherwise one ValueError naming the argument.
+    """
+    check_weight_settings(model=model, head_num=head_num, in_dim=in_dim, rank=rank, init=init, init_scheme=init_scheme)
+    H, D, R = head_num, in_dim, rank
+    if model == "mlp":
+        return {"W1": rng.normal(0.0, init, (H, D * D)), "w2": rng.normal(0.0, init, H)}
+    out = {}
+    if model == "attnM":
+        out["W_KQ"] = rng.normal(0.0, init, (H, D + 1, D + 1))
+        out["W_KQ"][:, :D, D] = 0.0
+        v_std = init
+    elif model == "attnS":
+        kq_std, v_std = attn_s_scales(init_scheme, init, head_num=H, in_dim=D, rank=R)
+        out["W_Q"] = rng.normal(0.0, kq_std, (H, R, D + 1))
+        out["W_K"] = rng.normal(0.0, kq_std, (H, R, D + 1))
+        if init_scheme == "dec2024":
+            out["W_V"] = np.zeros((H, D + 1, D + 1))
+            out["W_V"][:, D, D] = v_std
+            return out
+        out["W_K"][:, :, D] = 0.0
+    else:
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    out["W_V"] = rng.normal(0.0, v_std, (H, D + 1, D + 1))
+    out["W_V"][:, D, :D] = 0.0
+    return out
+
+
+def _attn_m_to_mlp(W_KQ, v_label):
+    """(W₁, w₂) of the MLP that computes what ATTN_M computes while its vector blocks W_KQ[h][:D, D] and v_h[:D] are
+    zero (paper Section 4.1): ŷ = Σ_h v_h[D] x_qᵀ U_h b with U_h = W_KQ[h][:D, :D], so W₁[h] = vec(U_hᵀ) and
+    w₂[h] = v_h[D] (``v_label``). Works on numpy arrays and torch tensors alike."""
+    D = W_KQ.shape[1] - 1
+    U = W_KQ[:, :D, :D]
+    return U.swapaxes(1, 2).reshape(U.shape[0], -1), v_label
+
+
+def weight_shapes(model: str, *, head_num: int, in_dim: int, rank: int = 1) -> dict[str, tuple[int, ...]]:
+    """The arrays of ``init.npz`` for ``model`` and their shapes, with E = D + 1.
+
+    ATTN_M: W_KQ (H, E, E), W_V (H, E, E). ATTN_S: W_Q (H, R, E), W_K (H, R, E), W_V (H, E, E).
+    MLP: W1 (H, D²), w2 (H,). Only the last row of each W_V[h] (v_h) enters the prediction.
+    """
+    H, E, R = head_num, in_dim + 1, rank
+    shapes = {"attnM": {"W_KQ": (H, E, E), "W_V": (H, E, E)},
+              "attnS": {"W_Q": (H, R, E), "W_K": (H, R, E), "W_V": (H, E, E)},
+              "mlp": {"W1": (H, in_dim * in_dim), "w2": (H,)}}
+    if model not in shapes:
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    return shapes[model]
+
+
+def _sizes_of(model: str, weights) -> dict:
+    """H, D and R read off the first array of ``weights`` (empty if it is missing or malformed)."""
+    first = {"attnM": "W_KQ", "attnS": "W_Q", "mlp": "W1"}.get(model)
+    shape = np.shape(weights[first]) if first in weights else ()
+    if model == "attnM" and len(shape) == 3:
+        return dict(head_num=shape[0], in_dim=shape[2] - 1)
+    if model == "attnS" and len(shape) == 3:
+        return dict(head_num=shape[0], rank=shape[1], in_dim=shape[2] - 1)
+    if model == "mlp" and len(shape) == 2 and round(np.sqrt(shape[1])) ** 2 == shape[1]:
+        return dict(head_num=shape[0], in_dim=round(np.sqrt(shape[1])))
+    return {}
+
+
+def check_weights(model: str, weights, *, head_num: int | None = None, in_dim: int | None = None,
+                  rank: int | None = None) -> dict[str, np.ndarray]:
+    """``weights`` as numpy arrays if they have exactly the keys and shapes of :func:`weight_shapes` and finite
+    values; otherwise one ValueError naming the expected keys and shapes. Sizes not given are read off the arrays."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    if not isinstance(weights, dict):
+        raise ValueError(f"weights must be a dict of arrays (the layout of init.npz), got {type(weights).__name__}")
+    w = {k: np.asarray(v) for k, v in weights.items()}
+    sizes = _sizes_of(model, w)
+    sizes.update({k: v for k, v in dict(head_num=head_num, in_dim=in_dim, rank=rank).items() if v is not None})
+    names = list(weight_shapes(model, head_num=1, in_dim=1))
+    problems = []
+    if missing := [k for k in names if k not in w]:
+        problems.append(f"missing {', '.join(missing)}")
+    if extra := [k for k in w if k not in names]:
+        problems.append(f"unexpected {', '.join(extra)}")
+    if "head_num" in sizes and "in_dim" in sizes:
+        want = weight_shapes(model, **sizes)
+        expected = ", ".join(f"{k} {v}" for k, v in want.items())
+        if wrong := [f"{k} {w[k].shape}" for k in want if k in w and w[k].shape != want[k]]:
+            problems.append(f"wrong shape {', '.join(wrong)}")
+    else:  # the first array is missing or malformed: give the shapes in symbols
+        expected = {"attnM": "W_KQ (H, D+1, D+1), W_V (H, D+1, D+1)",
+                    "attnS": "W_Q (H, R, D+1), W_K (H, R, D+1), W_V (H, D+1, D+1)",
+                    "mlp": "W1 (H, D*D), w2 (H,)"}[model]
+        problems = problems or [f"the sizes cannot be read off {names[0]} {w[names[0]].shape}"]
+    if not problems:
+        if bad := [k for k, v in w.items() if not (np.issubdtype(v.dtype, np.number) and np.isfinite(v).all())]:
+            problems.append(f"non-finite or non-numeric values in {', '.join(bad)}")
+    if problems:
+        got = ", ".join(f"{k} {v.shape}" for k, v in w.items()) or "nothing"
+        raise ValueError(f"weights for {model} must be exactly {expected} (the layout of init.npz); got {got}: "
+                         f"{'; '.join(problems)}")
+    return w
+
+
+def mlp_from_attn_m(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The MLP weights (arrays) that compute what ATTN_M's ``weights`` compute while the vector blocks are zero
+    (paper Section 4.1)."""
+    W1, w2 = _attn_m_to_mlp(weights["W_KQ"], weights["W_V"][:, -1, -1].copy())
+    return {"W1": W1, "w2": w2}
