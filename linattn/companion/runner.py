@@ -588,8 +588,6 @@ def cmd_notebook(args) -> int:
         extras.require("figures", "linattn notebook")
     except ImportError as e:
         return _usage(str(e), "notebook")
-    import nbformat
-
     found = discover(args.src)
     if args.name not in found:
         return _usage(f"unknown figure {args.name!r}; known: {', '.join(found)}", "notebook")
@@ -604,6 +602,8 @@ def cmd_notebook(args) -> int:
         return _usage(why, "notebook")
     text = found[args.name].read_text(encoding="utf-8")
     nb = notebooks.runnable(text, notebook_values(args.name, {"preset": args.preset}))
+    import nbformat  # here, after every refusal: a refused name answers without it
+
     atomic_write(out, lambda f: f.write(nbformat.writes(nb)))
     print(f"wrote {out} ({args.preset} preset; when run, it writes its figure into ./{args.name}/ of the working "
           "directory)")

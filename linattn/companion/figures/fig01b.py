@@ -13,7 +13,6 @@ import numpy as np
 
 from ... import diagnostics, mlp_from_attn_m, theory
 from ...config import RunConfig
-from ...models import build_model
 from .. import presets, published
 from ..commands import train_command
 from ..output import ESTIMATE
@@ -37,6 +36,8 @@ def compute(S: dict):
     the theory's half-drop step for each model's initial weights — and the theory's levels ``plateau_theory``
     (tr Λ) and ``loss_star`` (L*); the settings, seed, engine and each run's settings as attributes."""
     import xarray as xr
+
+    from ...models import build_model  # torch: imported by the function that builds a model
 
     attn = stored_run(RunConfig(**S))
     mlp_cfg = RunConfig(**dict(S, model="mlp", cubic_feat=True))

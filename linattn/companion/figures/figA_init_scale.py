@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import build_model, diagnostics, theory
+from ... import diagnostics, theory
 from .. import presets
 from ..output import ESTIMATE, MarkdownTable, words as list_words
 from ..published import slug
@@ -39,6 +39,8 @@ def compute(S: dict):
     theory's (``drop_step_theory``), and per model the law fitted to the small scales (``law``: NaN when fewer than
     two have a plateau) beside the theory's (``law_theory``)."""
     import xarray as xr
+
+    from ...models import build_model  # torch: imported by the function that builds a model
 
     runs = {k: dict(zip(S[_INITS[k]], figure_runs(S, run=k))) for k in MODELS}
     some = next(iter(runs["attn_m"].values()))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from ... import diagnostics, theory
-from ...models import build_model
 from .. import presets, published
 from ..commands import train_command
 from ..output import MarkdownTable
@@ -38,6 +37,8 @@ def compute(S: dict):
     largest gap between the simulated and the analytic loss; the theory's levels ``plateau_theory`` (tr Λ = 1),
     ``loss_star`` (1 − 1/c) and ``sigma_final_theory`` (D/c)."""
     import xarray as xr
+
+    from ...models import build_model  # torch: imported by the function that builds a model
 
     runs = figure_runs(S)  # one per seed
     D, N = S["in_dim"], runs[0].config.N

@@ -35,7 +35,6 @@ import time
 
 import numpy as np
 import torch
-from scipy.integrate import solve_ivp
 
 from ... import diagnostics, theory
 from ...config import RunConfig
@@ -142,6 +141,8 @@ class AttnMFlow:
         BDF with the exact Jacobian (stiff: the curvatures of E[TTᵀ] span several decades). ``atol`` is absolute on
         the weights: keep it well below the initialisation scale. (Measured on Figure 14's model: rtol 1e-4 moves the
         test losses by < 0.05 % from rtol 1e-5, at two thirds of the cost.)"""
+        from scipy.integrate import solve_ivp  # here: only the gradient-flow cells need scipy
+
         steps = np.asarray(steps, dtype=np.float64)
         sol = solve_ivp(lambda _k, th: -self.lr * self.gradient(th), (0.0, steps[-1]), theta0, method="BDF",
                         t_eval=steps, rtol=rtol, atol=atol, jac=lambda _k, th: -self.lr * self.hessian(th))
