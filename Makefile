@@ -58,6 +58,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_engines.py
 	$(BIN)/python benchmarks/bench_sweep.py
+	$(BIN)/python benchmarks/bench_startup.py
 
 clean:
 	rm -rf _build runs

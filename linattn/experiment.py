@@ -501,8 +501,8 @@ def load_run(out_dir) -> RunResult:
 
 #: The code that computes a trajectory, relative to the package: whole modules, or (after a colon) the top-level
 #: definitions of one that decide a run. Diagnostics, theory, events, validation and the companion are not in it.
-TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "models.py", "objectives/__init__.py",
-                   "objectives/base.py", "objectives/exact.py", "objectives/population.py", "objectives/softmax.py",
+TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "weights.py", "models.py",
+                   "objectives/__init__.py", "objectives/declarations.py", "objectives/base.py", "objectives/exact.py", "objectives/population.py", "objectives/softmax.py",
                    "objectives/softmax_kernel.c", "objectives/autograd.py", "train.py", "flow.py",
                    "config.py:RunConfig.__post_init__,RunConfig.to_dict",
                    "experiment.py:_draw,_population_datasets,_given_data,plan,Plan,run,run_key,EVERYTHING")

@@ -74,7 +74,9 @@ def test_run_and_draw_refuse_a_wrong_type_before_any_work(monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("drew data for an invalid config")
 
-    monkeypatch.setattr(experiment, "reference_draws", never)
+    import linattn.reference_draws  # experiment imports it where it draws
+
+    monkeypatch.setattr(linattn.reference_draws, "reference_draws", never)
     for call in (lambda c: linattn.run(c, progress=False), linattn.draw):
         with pytest.raises(ConfigError, match="^lr must be a number, got 'fast'$"):
             call(RunConfig(lr="fast"))

@@ -41,20 +41,18 @@ import contextlib
 import datetime
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import time
 import warnings
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._version import __version__
 from ..records import atomic_write, library_versions
-from . import extras, notebooks, presets, published
+from . import extras, notebooks, presets
 from .paths import ENV_FIGURE, ENV_RUNS_DIR, preset_root, runs_dir, unusable_output_dir
 from .sources import notebook_sources, source_hash
 
@@ -169,6 +167,8 @@ def cite_block(name: str, text: str = "", *, netcdf: bool = False) -> str:
     links = [f"{{download}}`{label} <{name}/{name}.{ext}>`" for label, ext in files]
     links.append(f"{{download}}`provenance.json <{name}/provenance.json>`")
     links.append(f"{{download}}`runnable notebook <{name}/{name}.ipynb>`")
+    from . import published
+
     title = next((line for line in text.splitlines() if line.startswith("# Figure ")), None)
     paper = published.paper_name(title) if title else None
     what = (f"It reproduces **{paper}** of Zhang, Singh, Latham and Saxe (ICML 2025); cite that figure by its name "
@@ -426,6 +426,9 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
 
 def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress):
     """The body of :func:`run_figures`, once its arguments are checked and ``root`` exists."""
+    import multiprocessing  # here, as every import of a run: the CLI's parser and refusals answer without them
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
     from tqdm.auto import tqdm
 
     params = {"preset": preset, **overrides}
