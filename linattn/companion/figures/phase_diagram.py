@@ -695,8 +695,8 @@ def findings(ds) -> str:
             for P, c in some) + ".")
     none = [P for P, c in wins if not c.size]
     if none:
-        out.append("At $P$ = " + _list(size_label(P) for P in none) + " it is above the midpoint at every trained "
-                   "$c$ > 0.")
+        out.append("At $P$ = " + _list(size_label(P) for P in none) + " the in-weight test loss is above the "
+                   "midpoint at every trained $c$ > 0.")
     loses = [(P, _between(float(ds.iwl_lo.sel(trainset_size=P)), float(ds.iwl_hi.sel(trainset_size=P)), P))
              for P, c in some if np.isfinite(float(ds.iwl_hi.sel(trainset_size=P)))]
     if loses:
