@@ -715,6 +715,7 @@ def findings(ds) -> str:
             + (", and every peak sits next to that count: the sample-wise double descent described below."
                if all(near_count(_grid_fresh(ds, P), _fresh(c, P), k) for P, c, _ in peaks) else "."))
     edge = [P for P in sizes if np.isfinite(P) and not np.isfinite(float(ds.peak_icl.sel(trainset_size=P)))
+            and (ds.icl.values > 0).sum() > 1
             and int(np.argmax(ds.final_test_icl.sel(trainset_size=P).values[ds.icl.values > 0])) == 0]
     if edge:
         first = float(ds.icl.values[ds.icl.values > 0][0])
