@@ -183,6 +183,16 @@ def test_one_colour_scale_for_both_maps_and_prose_only_for_what_occurs(tiny):
     assert "nan" not in text.lower() and "Every one of the 8 cells has settled" in text
     assert ("flat directions" in text) == bool(tiny.flat.any())
     assert "had not settled" not in text and "At $c$ = 0 the training sequences carry noise context labels" in text
+    assert "between $c$ = 0 and" not in text and "$c$ = 0 at $P$" not in text  # no verdict reaches across c = 0
+    # a constructed peak in the fresh sequences: at P = 40 the c > 0 cells hold 2, 8 and 40 of them, and the tiny
+    # model's fixed task leaves free_directions = 3 directions, which lies between 2 and 40
+    peaked = tiny.copy()
+    peaked["final_test_icl"] = peaked.final_test_icl.copy()
+    peaked.final_test_icl.loc[dict(trainset_size=40.0)] = [2.0, 5.0, 300.0, 0.1]
+    peaked["peak_icl"] = peaked.peak_icl.where(peaked.trainset_size != 40, 0.2)
+    assert int(peaked.free_directions) == 3
+    assert ("peaks at 8 fresh sequences at $P$ = 40 (300); the fixed task's sequences leave 3 directions of ATTN_M's "
+            "features to the fresh ones, and every peak sits next to that count") in pd_.findings(peaked)
     # a case that does not occur in this run gets its sentence once it does
     stalled = tiny.copy()
     stalled["settled"] = stalled.settled.where((stalled.icl != 0.2) | (stalled.trainset_size != 40), False)

@@ -194,7 +194,7 @@ def sample_wise_peak(loss) -> int | None:
     return j if 0 < j < loss.size - 1 else None
 
 
-def free_directions(TT: np.ndarray, tol: float = None) -> int:
+def free_directions(TT: np.ndarray, tol: float | None = None) -> int:
     """The number of directions of the features that E[TTᵀ] leaves flat: its eigenvalues below ``tol`` (default
     :data:`FLAT`) times its largest. For the fixed task's sequences (context labels w_fixᵀx), the directions that only
     sequences with a fresh task determine."""
@@ -600,11 +600,6 @@ def _steps(n) -> str:
     if abs(k - round(k)) < 1e-12:
         return "10" + str(int(round(k))).translate(_SUPERSCRIPT)
     return _loss(float(n)) if n >= 1e4 else f"{int(n)}"
-
-
-def _at(pairs) -> str:
-    """"0.01 at $P$ = 200, 0.02 at $P$ = 1000 and …"."""
-    return _list(f"{_c(c)} at $P$ = {size_label(P)}" for P, c in pairs)
 
 
 def settling_step(ds) -> dict:
