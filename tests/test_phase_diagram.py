@@ -133,29 +133,36 @@ def test_every_cell_settles_and_reaches_the_theorys_end_point(tiny):
     assert ds.step.values[0] == TINY["epoch"] // 10 and ds.epoch in ds.step.values and ds.step.values[-1] == 10**5
 
 
-def test_the_boundary_lies_where_the_losses_cross(tiny):
+def test_the_verdicts_are_brackets_on_the_c_positive_branch(tiny):
     ds = tiny
     for P in ds.trainset_size.values:
-        loss, c = ds.final_test_icl.sel(trainset_size=P).values, float(ds.switch.sel(trainset_size=P).isel(step=-1))
-        assert np.isfinite(c)
-        j = int(np.searchsorted(ds.icl.values, c))  # the first grid value at or above the switch
-        assert loss[j] < ds.midpoint and (j == 0 or loss[j - 1] >= ds.midpoint)
-        edge = float(ds.iwl_edge.sel(trainset_size=P))
-        iwl = ds.final_test_iwl.sel(trainset_size=P).values
-        k = int(np.searchsorted(ds.icl.values, edge))
-        assert iwl[k] > ds.midpoint and (k == 0 or iwl[k - 1] <= ds.midpoint)
-    # the theory's switch is the end point's: the same rule on limit_test_icl, and at P = ∞ a root in c
-    np.testing.assert_allclose(ds.switch.isel(step=-1), ds.theory_switch, atol=1e-6)
-    exact = float(ds.population_switch)
-    assert 0 < exact <= float(ds.theory_switch.sel(trainset_size=np.inf)) * 2
+        loss = ds.final_test_icl.sel(trainset_size=P).values
+        lo, hi = (float(ds[k].sel(trainset_size=P).isel(step=-1)) for k in ("switch_lo", "switch_hi"))
+        assert hi > 0 and np.all(loss[ds.icl.values >= hi] < ds.midpoint)  # wins from hi on, for good
+        assert np.isnan(lo) or (lo > 0 and loss[ds.icl.values == lo][0] >= ds.midpoint)  # c = 0 is never a bound
+        assert not bool(ds.iwl_wins.sel(trainset_size=P, icl=0.0))  # c = 0 is another recipe
+    assert bool((ds.iwl_wins == ((ds.final_test_iwl < ds.midpoint) & (ds.icl > 0))).all())
+    # the theory's bracket is the end point's: the same rule on limit_test_icl
+    np.testing.assert_array_equal(ds.switch_hi.isel(step=-1), ds.theory_hi)
+    # at P = ∞ both crossings are roots in c of the least-squares end point's test losses
     base = RunConfig(**TINY)
     datasets, init = draw(RunConfig(**dict(TINY, trainset_size=2)))
-    test_icl = pd_._triple(Exact.from_data(models.build_model("attnM", init), datasets.test_icl).moments)
-    for c, sign in ((exact * 0.9, 1), (exact * 1.1, -1)):  # the end point's loss crosses the midpoint at it
-        mom = pd_._triple(mixture_moments("attention", datasets.cov, base.seq_len, icl=c, w_fix=datasets.w_fix,
-                                          normalize="sum"))
-        m = np.linalg.lstsq(mom[0], mom[1], rcond=None)[0]
-        assert sign * (pd_.quadratic_loss(m, test_icl) - ds.midpoint) > 0
+    model = models.build_model("attnM", init)
+    fixed, fresh = pd_.task_moments(base, datasets.cov, datasets.w_fix)
+    assert int(ds.free_directions) == pd_.free_directions(fixed[0]) > 0
+    for key, test in (("population_switch", "test_icl"), ("population_edge", "test_iwl")):
+        c = float(ds[key])
+        if np.isnan(c):
+            continue
+        assert 0 < c <= 1
+        mom = pd_._triple(Exact.from_data(model, getattr(datasets, test)).moments)
+        gaps = [pd_.quadratic_loss(pd_.population_end_point(fixed, fresh, x), mom) - ds.midpoint
+                for x in (c * 0.95, c * 1.05)]
+        assert gaps[0] * gaps[1] < 0, key
+    # the c > 0 mixture's moments are (1 − c)·fixed + c·fresh: the sampled moments at c = 0.2 agree
+    mix = pd_._triple(mixture_moments("attention", datasets.cov, base.seq_len, icl=0.2, w_fix=datasets.w_fix,
+                                      normalize="sum"))
+    np.testing.assert_allclose(mix[0], 0.8 * fixed[0] + 0.2 * fresh[0], rtol=1e-10, atol=1e-12)
 
 
 def test_one_colour_scale_for_both_maps_and_prose_only_for_what_occurs(tiny):
@@ -175,22 +182,81 @@ def test_one_colour_scale_for_both_maps_and_prose_only_for_what_occurs(tiny):
     text = pd_.findings(tiny)
     assert "nan" not in text.lower() and "Every one of the 8 cells has settled" in text
     assert ("flat directions" in text) == bool(tiny.flat.any())
-    assert "had not settled" not in text and "predicts no switch" not in text
+    assert "had not settled" not in text and "At $c$ = 0 the training sequences carry noise context labels" in text
+    assert "between $c$ = 0 and" not in text and "$c$ = 0 at $P$" not in text  # no verdict reaches across c = 0
+    # a constructed peak in the fresh sequences: at P = 40 the c > 0 cells hold 2, 8 and 40 of them, and the tiny
+    # model's fixed task leaves free_directions = 3 directions, which lies between 2 and 40
+    peaked = tiny.copy()
+    peaked["final_test_icl"] = peaked.final_test_icl.copy()
+    peaked.final_test_icl.loc[dict(trainset_size=40.0)] = [2.0, 5.0, 300.0, 0.1]
+    peaked["peak_icl"] = peaked.peak_icl.where(peaked.trainset_size != 40, 0.2)
+    assert int(peaked.free_directions) == 3
+    assert ("peaks at 8 fresh sequences at $P$ = 40 (300); the fixed task's sequences leave 3 directions of ATTN_M's "
+            "features to the fresh ones, and every peak sits next to that count") in pd_.findings(peaked)
     # a case that does not occur in this run gets its sentence once it does
     stalled = tiny.copy()
     stalled["settled"] = stalled.settled.where((stalled.icl != 0.2) | (stalled.trainset_size != 40), False)
-    stalled["theory_switch"] = stalled.theory_switch.where(stalled.trainset_size != 40)
+    stalled["switch_hi"] = stalled.switch_hi.where(stalled.trainset_size != 40)
     other = pd_.findings(stalled)
-    assert "1 of the 8 cells had not settled" in other and "$P$ = 40 the theory predicts no switch" in other
+    assert "1 of the 8 cells had not settled" in other
+    assert "At $P$ = 40 the in-context test loss is above the midpoint at the largest $c$ trained" in other
 
 
-def test_record_steps_and_switch_point():
+def test_record_steps():
     steps = pd_.record_steps(5000, 10**9)
     assert steps[0] == 500 and 5000 in steps and steps[-1] == 10**9 and np.all(np.diff(steps) > 0)
-    icl = np.array([0.0, 0.1, 0.5, 1.0])
-    assert pd_.switch_point([2.0, 1.0, 0.2, 0.1], icl, 0.6) == pytest.approx(0.1 + 0.4 * 0.4 / 0.8)
-    assert pd_.switch_point([0.5, 0.4, 0.2, 0.1], icl, 0.6) == 0.0
-    assert np.isnan(pd_.switch_point([2.0, 1.0, 0.9, 0.8], icl, 0.6))
+
+
+def test_bracket_gives_the_grid_values_between_which_a_verdict_sets_in_for_good():
+    icl = [0.01, 0.1, 0.5, 1.0]
+    assert pd_.bracket([False, False, True, True], icl) == (0.1, 0.5)
+    assert pd_.bracket([True, False, True, True], icl) == (0.1, 0.5)  # an early win that does not last
+    lo, hi = pd_.bracket([True, True, True, True], icl)
+    assert np.isnan(lo) and hi == 0.01
+    assert all(np.isnan(pd_.bracket([True, True, True, False], icl)))
+
+
+def test_sample_wise_peak_and_the_count_it_sits_next_to():
+    assert pd_.sample_wise_peak([3.0, 5.0, 300.0, 2.0, 0.5]) == 2
+    assert pd_.sample_wise_peak([300.0, 5.0, 2.0]) is None  # largest at an end: the grid shows no peak
+    assert pd_.sample_wise_peak([1.0, 2.0, 3.0]) is None
+    assert pd_.sample_wise_peak([1.0, np.nan, 3.0, 1.0]) is None
+    fresh = [0, 1, 2, 4, 10, 20, 40]
+    assert pd_.near_count(fresh, 10, 10) and pd_.near_count(fresh, 10, 12)
+    assert not pd_.near_count(fresh, 10, 25) and not pd_.near_count(fresh, 40, 40)
+
+
+def test_free_directions_counts_the_flat_eigenvalues():
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(6, 6)))[0]
+    TT = basis @ np.diag([0, 0, 0, 1e-3, 1, 4.0]) @ basis.T  # rank 3 by construction
+    assert pd_.free_directions(TT) == 3
+    assert pd_.free_directions(np.eye(4)) == 0
+
+
+def test_solve_in_c_and_the_population_crossing_on_a_constructed_case():
+    assert pd_.solve_in_c(lambda c: c**2, 0.25, 0.1, 1.0) == pytest.approx(0.5, rel=1e-8)
+    assert np.isnan(pd_.solve_in_c(lambda c: c**2, 4.0, 0.1, 1.0))
+    with pytest.raises(ValueError, match="lo"):
+        pd_.solve_in_c(lambda c: c, 0.5, 0.0, 1.0)
+    # one feature: the fixed task's moments pull m to 1, the fresh ones to 0, so m*(c) = 1 − c, and on test moments
+    # (E[TTᵀ], E[yT], E[y²]) = (1, 0, 1) the loss is 1 + (1 − c)²: it equals 1.25 at c = 1/2
+    fixed, fresh, test = ((np.eye(1), np.ones(1), 1.0), (np.eye(1), np.zeros(1), 1.0), (np.eye(1), np.zeros(1), 1.0))
+    np.testing.assert_allclose(pd_.population_end_point(fixed, fresh, 0.3), [0.7])
+    assert pd_.population_crossing(fixed, fresh, test, 1.25, 0.01, 0.9) == pytest.approx(0.5, rel=1e-8)
+
+
+def test_prose_numbers_are_read_back_as_written():
+    """myst-nb reads glued text with ast.literal_eval: a step count must not come out as a tuple."""
+    import ast
+
+    for n, text in ((5000, "5000"), (10**9, "10⁹"), (158114, "1.6·10⁵")):
+        assert pd_._steps(n) == text
+        try:
+            back = ast.literal_eval(text)
+        except (SyntaxError, ValueError):
+            back = text
+        assert not isinstance(back, tuple)
 
 
 def test_the_phase_diagram_refuses_what_it_cannot_compare():

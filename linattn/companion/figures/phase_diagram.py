@@ -24,8 +24,14 @@ minima form a valley, that end point is not unique, and the flow stops where its
 
 **Where does in-context learning win?** Where the in-context test loss is below the midpoint between the loss at the
 origin, tr Λ, and the population minimum L* (``theory.loss_star``); the in-weight solution wins where the in-weight
-test loss is below the same midpoint. :func:`switch_point` finds the c of each crossing per P and horizon, by linear
-interpolation between the grid's values of c; at P = ∞ the theory's crossing is solved exactly in c.
+test loss is below the same midpoint. Only c > 0 is compared: at c = 0 the training sequences carry noise context
+labels (the in-weight test's recipe), at c > 0 the fixed task's sequences carry consistent labels w_fixᵀx — another
+task. :func:`bracket` gives the two grid values of c between which a verdict sets in for good (the grid says no
+more); at P = ∞ both crossings are solved in c on the least-squares end point (:func:`population_crossing`). At
+finite P the fresh sequences number cP, a whole number: the fixed task's sequences leave
+:func:`free_directions` directions of the features to them, and the in-context test loss peaks where cP is about that
+count (:func:`sample_wise_peak`), the sample-wise double descent of in-context regression (Lu et al. 2024,
+arXiv:2405.11751).
 """
 
 from __future__ import annotations
@@ -164,19 +170,50 @@ def record_steps(first: int, horizon: int, per_decade: int = 4) -> np.ndarray:
     return np.unique(np.concatenate([grid[(grid >= 1) & (grid <= horizon)], [horizon]])).astype(np.int64)
 
 
-def switch_point(loss, icl, level: float) -> float:
-    """The smallest c at which ``loss`` (over the increasing in-context fractions ``icl``) is below ``level``,
-    interpolated linearly between the two grid values around the crossing: the grid's first c if the loss starts
-    below it, NaN if it never gets below it."""
-    loss, icl = np.asarray(loss, dtype=np.float64), np.asarray(icl, dtype=np.float64)
-    below = np.flatnonzero(loss < level)
-    if below.size == 0:
+def bracket(holds, icl) -> tuple[float, float]:
+    """Where a condition sets in for good along the increasing grid ``icl``: (a, b) with b the smallest grid value
+    from which ``holds`` is true at every larger one and a the grid value just before b — the condition sets in
+    between a and b, and the grid says no more. a is NaN when it holds on the whole grid; (NaN, NaN) when it fails at
+    the grid's last value."""
+    holds, icl = np.asarray(holds, dtype=bool), np.asarray(icl, dtype=np.float64)
+    if holds.size == 0 or not holds[-1]:
+        return float("nan"), float("nan")
+    fails = np.flatnonzero(~holds)
+    if fails.size == 0:
+        return float("nan"), float(icl[0])
+    return float(icl[fails[-1]]), float(icl[fails[-1] + 1])
+
+
+def sample_wise_peak(loss) -> int | None:
+    """The index of the largest of ``loss`` (over increasing numbers of fresh sequences) where it is a peak: higher
+    than at the first and the last point, so the loss rises to it and falls after it; None where the largest sits
+    at an end of the grid (the grid does not show a peak)."""
+    loss = np.asarray(loss, dtype=np.float64)
+    if loss.size < 3 or not np.isfinite(loss).all():
+        return None
+    j = int(np.argmax(loss))
+    return j if 0 < j < loss.size - 1 else None
+
+
+def free_directions(TT: np.ndarray, tol: float | None = None) -> int:
+    """The number of directions of the features that E[TTᵀ] leaves flat: its eigenvalues below ``tol`` (default
+    :data:`FLAT`) times its largest. For the fixed task's sequences (context labels w_fixᵀx), the directions that only
+    sequences with a fresh task determine."""
+    ev = np.linalg.eigvalsh(np.asarray(TT, dtype=np.float64))
+    return int(np.sum(ev < (FLAT if tol is None else tol) * ev[-1]))
+
+
+def solve_in_c(loss_at, level: float, lo: float, hi: float) -> float:
+    """The c in (``lo``, ``hi``) at which ``loss_at(c)`` equals ``level`` (Brent's method to 1e-9 relative); NaN
+    without a sign change of loss_at − level between the ends."""
+    from scipy.optimize import brentq
+
+    if not 0 < lo < hi:
+        raise ValueError(f"the interval in c must satisfy 0 < lo < hi, got ({lo}, {hi})")
+    f_lo, f_hi = loss_at(lo) - level, loss_at(hi) - level
+    if not np.isfinite(f_lo * f_hi) or f_lo * f_hi > 0:
         return float("nan")
-    j = below[0]
-    if j == 0:
-        return float(icl[0])
-    f = (loss[j - 1] - level) / (loss[j - 1] - loss[j])
-    return float(icl[j - 1] + f * (icl[j] - icl[j - 1]))
+    return float(brentq(lambda c: loss_at(c) - level, lo, hi, xtol=1e-12, rtol=1e-9))
 
 
 def train_cell(settings: dict, icl: float, trainset_size: float, at, init: dict, tests: dict,
@@ -226,24 +263,27 @@ def _check_base(base: RunConfig) -> RunConfig:
     return base
 
 
-def population_switch(base: RunConfig, cov, w_fix, test_icl: tuple, level: float, bracket) -> float:
-    """The c at which the least-squares end point of the population (P = ∞) training loss has the in-context test
-    loss ``level`` (on the moments ``test_icl``), by Brent's method in ``bracket`` (NaN without a sign change there).
-    The mixture's moments are linear in c, so each trial is one least-squares solve."""
-    from scipy.optimize import brentq
-
+def task_moments(base: RunConfig, cov, w_fix) -> tuple[tuple, tuple]:
+    """The population moments (E[TTᵀ], E[yT], E[y²]) of the sequences with the fixed task (context labels w_fixᵀx)
+    and of those with a fresh task: the training mixture at any c > 0 is (1 − c)·fixed + c·fresh. (At c = 0 the
+    training sequences carry noise context labels instead, another recipe.)"""
     fresh, half = (_triple(mixture_moments("attention", cov, base.seq_len, icl=c, w_fix=w_fix,
                                            normalize=base.normalize)) for c in (1.0, 0.5))
-    fixed = [2 * h - f for h, f in zip(half, fresh)]  # the fixed task's moments (context labels w_fixᵀx)
+    fixed = tuple(2 * h - f for h, f in zip(half, fresh))  # the mixture's moments are linear in c
+    return fixed, fresh
 
-    def gap(c):
-        A, b = c * fresh[0] + (1 - c) * fixed[0], c * fresh[1] + (1 - c) * fixed[1]
-        return quadratic_loss(np.linalg.lstsq(A, b, rcond=None)[0], test_icl) - level
 
-    lo, hi = bracket
-    if not (0 < lo < hi) or gap(lo) * gap(hi) > 0:
-        return float("nan")
-    return float(brentq(gap, lo, hi, xtol=1e-7))
+def population_end_point(fixed: tuple, fresh: tuple, c: float) -> np.ndarray:
+    """The least-squares end point m*(c) = E_c[TTᵀ]⁺ E_c[yT] of the population training loss at in-context fraction
+    c > 0 (the mixture (1 − c)·``fixed`` + c·``fresh``)."""
+    A, b = (1 - c) * fixed[0] + c * fresh[0], (1 - c) * fixed[1] + c * fresh[1]
+    return np.linalg.lstsq(A, b, rcond=None)[0]
+
+
+def population_crossing(fixed: tuple, fresh: tuple, test: tuple, level: float, lo: float, hi: float) -> float:
+    """The c in (``lo``, ``hi``) at which the population end point's test loss (on the moments ``test``) equals
+    ``level``: :func:`solve_in_c` on c ↦ L_test(m*(c)), one least-squares solve per trial."""
+    return solve_in_c(lambda c: quadratic_loss(population_end_point(fixed, fresh, c), test), level, lo, hi)
 
 
 def phase_diagram(base: RunConfig, icl_values, trainset_sizes, *, horizon: int, population: bool = True,
@@ -270,14 +310,20 @@ def phase_diagram(base: RunConfig, icl_values, trainset_sizes, *, horizon: int, 
     flat                                      icl, trainset_size      E[TTᵀ] singular (to :data:`FLAT`)
     fresh                                     icl, trainset_size      training sequences with a fresh task
     cell_seconds                              icl, trainset_size      the wall time of the cell's training
-    switch                                    trainset_size, step     :func:`switch_point` of ``test_icl``
-    iwl_edge                                  trainset_size           the c at which the final in-weight test loss
-                                                                      first exceeds the midpoint
-    theory_switch                             trainset_size           :func:`switch_point` of the end point's
-                                                                      in-context loss (NaN where a cell it needs is
-                                                                      flat)
-    population_switch                         (scalar)                the same at P = ∞ solved exactly in c
-                                                                      (:func:`population_switch`; NaN without P = ∞)
+    iwl_wins                                  icl, trainset_size      c > 0 and the final in-weight test loss below
+                                                                      the midpoint
+    switch_lo, switch_hi                      trainset_size, step     :func:`bracket` over c > 0 of ``test_icl``
+                                                                      below the midpoint
+    theory_lo, theory_hi                      trainset_size           the same of the end point's (NaN where its
+                                                                      lower cell is flat)
+    iwl_lo, iwl_hi                            trainset_size           :func:`bracket` of the final in-weight test
+                                                                      loss above the midpoint
+    peak_icl                                  trainset_size           the c of :func:`sample_wise_peak` of the final
+                                                                      in-context test loss over c > 0 (NaN: none)
+    population_switch, population_edge        (scalar)                at P = ∞ the in-context and in-weight
+                                                                      crossings solved in c (NaN without P = ∞)
+    free_directions                           (scalar)                :func:`free_directions` of the fixed task's
+                                                                      population moments
     ========================================  ======================  =============================================
 
     The crossings are taken at ``midpoint`` = (tr Λ + L*)/2. Attributes: ``L_origin`` (tr Λ), ``L_star``,
@@ -334,23 +380,52 @@ def phase_diagram(base: RunConfig, icl_values, trainset_sizes, *, horizon: int, 
     L_star = theory.loss_star(datasets.cov, base.N)
     midpoint = (L_origin + L_star) / 2
     ds["settled"] = (ds.settle_iwl < tolerance) & (ds.settle_icl < tolerance)
-    crossing = dict(input_core_dims=[["icl"], ["icl"], []], vectorize=True)
-    ds["switch"] = xr.apply_ufunc(switch_point, ds.test_icl, ds.icl, midpoint, **crossing)
-    ds["iwl_edge"] = xr.apply_ufunc(switch_point, -ds.final_test_iwl, ds.icl, -midpoint, **crossing)
-    ds["theory_switch"] = xr.apply_ufunc(switch_point, ds.limit_test_icl, ds.icl, midpoint, **crossing)
-    exact = np.nan
-    if population:  # at P = ∞ also exactly in c, between the grid's values around the crossing
-        below = np.flatnonzero(ds.limit_test_icl.isel(trainset_size=-1).values < midpoint)
-        if below.size and below[0] > 0:
-            j = below[0]
-            lo = icl[j - 1] if icl[j - 1] > 0 else icl[j] / 1e3  # c = 0 has noise context labels: not the limit
-            exact = population_switch(base, datasets.cov, datasets.w_fix, tests["test_icl"], midpoint, (lo, icl[j]))
-    ds["population_switch"] = exact
+    fixed, fresh = task_moments(base, datasets.cov, datasets.w_fix)
+    ds = _verdicts(ds, midpoint, fixed, fresh, tests)
+    ds["free_directions"] = free_directions(fixed[0])
     ds.attrs.update(L_origin=L_origin, L_star=L_star, midpoint=midpoint, tolerance=tolerance, window=window,
                     horizon=int(horizon), epoch=int(base.epoch), lr=float(base.lr),
                     seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu,
                     base=json.dumps({k: v for k, v in settings.items() if k not in ("icl", "trainset_size")}))
     return ds
+
+
+def _brackets(holds):
+    """:func:`bracket` along ``icl`` for each other coordinate: two DataArrays (a, b)."""
+    import xarray as xr
+
+    return xr.apply_ufunc(lambda h, c: bracket(h, c), holds, holds.icl, input_core_dims=[["icl"], ["icl"]],
+                          output_core_dims=[[], []], vectorize=True)
+
+
+def _verdicts(ds, midpoint: float, fixed: tuple, fresh: tuple, tests: dict):
+    """Where each solution wins, on the c > 0 branch only (c = 0 trains on noise context labels, another recipe):
+    the brackets of :func:`bracket` (the in-context test loss below ``midpoint`` for good: ``switch_lo/hi`` per
+    step, ``theory_lo/hi`` of the end point; the in-weight test loss above it for good: ``iwl_lo/hi``), the cells
+    where the in-weight test loss is below it (``iwl_wins``), each finite P's :func:`sample_wise_peak` of the final
+    in-context test loss (``peak_icl``: its c, NaN without one), and at P = ∞ both crossings solved in c
+    (``population_switch``, ``population_edge``: :func:`population_crossing` inside the grid's bracket, or below its
+    first c > 0 down to a millionth of it)."""
+    pos = ds.sel(icl=ds.icl.values[ds.icl.values > 0])
+    ds["switch_lo"], ds["switch_hi"] = _brackets(pos.test_icl < midpoint)
+    lo, hi = _brackets(pos.limit_test_icl < midpoint)
+    unique = ~pos.flat.sel(icl=lo.fillna(pos.icl[0]))  # the theory claims no bracket whose lower cell is flat
+    ds["theory_lo"], ds["theory_hi"] = lo.where(unique), hi.where(unique)
+    ds["iwl_lo"], ds["iwl_hi"] = _brackets(pos.final_test_iwl > midpoint)
+    ds["iwl_wins"] = (ds.final_test_iwl < midpoint) & (ds.icl > 0)
+    peaks = [sample_wise_peak(pos.final_test_icl.sel(trainset_size=P).values) if np.isfinite(P) else None
+             for P in ds.trainset_size.values]
+    ds["peak_icl"] = ("trainset_size", [np.nan if j is None else float(pos.icl[j]) for j in peaks])
+    exact = {"population_switch": np.nan, "population_edge": np.nan}
+    if np.isinf(ds.trainset_size.values[-1]):
+        inf = ds.isel(trainset_size=-1)
+        for key, (a, b), test in (("population_switch", (inf.theory_lo, inf.theory_hi), "test_icl"),
+                                  ("population_edge", (inf.iwl_lo, inf.iwl_hi), "test_iwl")):
+            a, b = float(a), float(b)
+            if np.isfinite(b):
+                exact[key] = population_crossing(fixed, fresh, tests[test], midpoint, a if np.isfinite(a) else b / 1e6,
+                                                 b)
+    return ds.assign(exact)
 
 
 # ---------------------------------------------------------------- the page: settings, computations, numbers, words
@@ -401,6 +476,7 @@ def compute_escape(S: dict, client=None, *, out=None):
         ratio.append(float(np.nanmedian(median.values)) if np.isfinite(median.values).any() else np.nan)
     escape["exponent"] = ("direction", exponent)
     escape["ratio"] = ("direction", ratio)
+    escape.attrs["head_num"] = base.head_num  # the escape-time estimate is for one head
     return escape
 
 
@@ -414,47 +490,65 @@ def escape_command(S: dict) -> str:
     return f"linattn sweep {flags} {grid} --out sweeps/escape"
 
 
+def _bracket_text(lo, hi) -> str:
+    """A bracket as a table cell: "0.02–0.05", "≤ 0.02" (every trained c > 0 from the first), or "–" (none)."""
+    lo, hi = float(lo), float(hi)
+    if not np.isfinite(hi):
+        return "–"
+    return f"≤ {_c(hi)}" if not np.isfinite(lo) else f"{_c(lo)}–{_c(hi)}"
+
+
 def switch_table(ds) -> list[dict]:
-    """One row per P: where each solution wins after the training, the theory's switch, the switch at the published
-    horizon, and how settled the cells are."""
+    """One row per P (verdicts on c > 0 only): where the in-weight test loss is below the midpoint, the bracket from
+    which the in-context one is below it for good (finished, the theory's end point, at the published horizon), the
+    sample-wise peak of the in-context test loss in fresh sequences, and how settled the cells are."""
     rows = []
     for P in ds.trainset_size.values:
         cell = ds.sel(trainset_size=P)
-        rows.append(dict(P=size_label(P), iwl=float(cell.iwl_edge), icl=float(cell.switch.isel(step=-1)),
-                         theory=float(cell.theory_switch), published=float(cell.switch.sel(step=ds.epoch)),
+        wins = ds.icl.values[cell.iwl_wins.values]
+        peak = float(cell.peak_icl)
+        rows.append(dict(P=size_label(P), iwl=", ".join(_c(c) for c in wins) or "none",
+                         icl=_bracket_text(cell.switch_lo.isel(step=-1), cell.switch_hi.isel(step=-1)),
+                         theory=_bracket_text(cell.theory_lo, cell.theory_hi),
+                         published=_bracket_text(cell.switch_lo.sel(step=ds.epoch), cell.switch_hi.sel(step=ds.epoch)),
+                         peak="–" if not np.isfinite(peak) else
+                         f"{_fresh(peak, P)} ({_loss(float(cell.final_test_icl.sel(icl=peak)))})",
                          settle=float(max(cell.settle_iwl.max(), cell.settle_icl.max()))))
     return rows
 
 
-TABLE_COLUMNS = {"P": "P", "iwl": "in-weight wins below c", "icl": "in-context wins from c",
-                 "theory": "theory (t → ∞)", "published": "in-context wins from c, at the published horizon",
-                 "settle": "largest change over the last 10 %"}
+TABLE_COLUMNS = {"P": "P", "iwl": "in-weight wins at c > 0", "icl": "in-context wins from c between",
+                 "theory": "theory (t → ∞)", "published": "the same at the epoch",
+                 "peak": "in-context loss peaks at cP (loss)", "settle": "largest change over the last 10 %"}
 
 
 def numbers(ds, escape=None) -> list[dict]:
     """``numbers.json``: the settled criterion, the in-context test loss at c = 1 in the population column beside
-    L*, each P's switch beside the theory's end point, and the escape-time exponents and ratios."""
+    L*, each P's in-context bracket (its upper end: the smallest trained c from which in-context learning wins for
+    good) beside the theory's end point's, the population crossings solved in c, and the escape-time exponents and
+    ratios."""
     rows = [dict(key="settle.max", quantity="largest relative change of a test loss over the last "
                  f"{ds.window:.0%} of training (settled below {ds.tolerance:g})",
                  reproduced=float(max(ds.settle_iwl.max(), ds.settle_icl.max())), tolerance=ds.tolerance,
                  verdict="agrees" if bool(ds.settled.all()) else "differs")]
     for P in ds.trainset_size.values:
-        c = float(ds.switch.sel(trainset_size=P).isel(step=-1))
+        c = float(ds.switch_hi.sel(trainset_size=P).isel(step=-1))
         slug = f"{int(P)}" if np.isfinite(P) else "inf"
-        rows.append(dict(key=f"switch.P{slug}", quantity=f"P={size_label(P)}: smallest c with the in-context test loss "
-                         "below the midpoint, finished", theory=float(ds.theory_switch.sel(trainset_size=P)),
-                         reproduced=c if np.isfinite(c) else None))
-    if np.isfinite(float(ds.population_switch)):
-        rows.append(dict(key="switch.Pinf.exact", quantity="P=∞: the theory's switch c, solved exactly in c",
-                         reproduced=float(ds.population_switch)))
+        rows.append(dict(key=f"switch.P{slug}", quantity=f"P={size_label(P)}: smallest trained c > 0 from which the "
+                         "in-context test loss stays below the midpoint, finished",
+                         theory=_finite(ds.theory_hi.sel(trainset_size=P)), reproduced=_finite(c)))
+    for key, what in (("population_switch", "in-context"), ("population_edge", "in-weight")):
+        if np.isfinite(float(ds[key])):
+            rows.append(dict(key=f"{key}.Pinf", quantity=f"P=∞: c at which the least-squares end point's {what} "
+                             "test loss crosses the midpoint, solved in c", theory=float(ds[key])))
     if np.isinf(ds.trainset_size.values[-1]) and ds.icl.values[-1] == 1.0:
         rows.append(dict(key="final_test_icl.Pinf.c1", quantity="P=∞, c=1: final in-context test loss",
                          theory=ds.L_star, reproduced=float(ds.final_test_icl.isel(trainset_size=-1, icl=-1))))
     for d in ([] if escape is None else escape.direction.values):
         rows.append(dict(key=f"escape.exponent.drop{d}", quantity=f"drop {d}: exponent of the drop step in the "
                          "initialisation scale", theory=-1.0, reproduced=_finite(escape.exponent.sel(direction=d))))
-        rows.append(dict(key=f"escape.ratio.drop{d}", quantity=f"drop {d}: median simulated step / theory's escape "
-                         "time", reproduced=_finite(escape.ratio.sel(direction=d))))
+        rows.append(dict(key=f"escape.ratio.drop{d}", quantity=f"drop {d}: median simulated step / the one-head "
+                         "escape-time estimate", reproduced=_finite(escape.ratio.sel(direction=d))))
     return rows
 
 
@@ -468,14 +562,16 @@ def words(ds, escape=None) -> dict:
     base = json.loads(ds.attrs["base"])
     out = dict(n_cells=int(ds.settled.size), n_icl=int(ds.sizes["icl"]), n_P=int(ds.sizes["trainset_size"]),
                sizes=_list([size_label(P) for P in ds.trainset_size.values]), horizon=_steps(ds.horizon),
-               epoch=f"{ds.epoch:,}", lr=f"{ds.lr:g}", head_num=base["head_num"], init=f"{base['init']:g}",
+               epoch=int(ds.epoch), lr=f"{ds.lr:g}", head_num=base["head_num"], init=f"{base['init']:g}",
                in_dim=base["in_dim"], tolerance=f"{ds.tolerance:.0%}", window=f"{ds.window:.0%}",
                midpoint=float(ds.midpoint), L_star=float(ds.L_star), L_origin=float(ds.L_origin), cap=f"{CAP:g}",
                phase_seconds=f"{ds.seconds:.0f} s", per_cell=f"{float(ds.cell_seconds.median()):.1f} s")
     if escape is not None:
         out.update(n_escape=int(escape.status.size),
                    exponents=_list([f"{x:.2f}" for x in escape.exponent.values if np.isfinite(x)]) or "–",
-                   ratios=_list([f"{x:.1f}" for x in escape.ratio.values if np.isfinite(x)]) or "–")
+                   ratios=_list([f"{x:.1f}" for x in escape.ratio.values if np.isfinite(x)]) or "–",
+                   heads_s=int(escape.attrs.get("head_num", 1)))
+    out["free_directions"] = int(ds.free_directions)
     return out
 
 
@@ -499,33 +595,49 @@ _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
 
 def _steps(n) -> str:
-    """A step count as prose: a power of ten as 10ᵏ, else with thousands separators."""
+    """A step count as prose: a power of ten as 10ᵏ, a count from 10⁴ on as 1.6·10⁵, else the whole number (no
+    thousands separators: myst-nb reads a glued "5,000" as the tuple (5, 0))."""
     k = np.log10(n)
-    return "10" + str(int(round(k))).translate(_SUPERSCRIPT) if abs(k - round(k)) < 1e-12 else f"{int(n):,}"
+    if abs(k - round(k)) < 1e-12:
+        return "10" + str(int(round(k))).translate(_SUPERSCRIPT)
+    return _loss(float(n)) if n >= 1e4 else f"{int(n)}"
 
 
-def _at(pairs) -> str:
-    """"0.01 at $P$ = 200, 0.02 at $P$ = 1000 and …"."""
-    return _list(f"{_c(c)} at $P$ = {size_label(P)}" for P, c in pairs)
-
-
-def settling_step(ds, rel: float = 0.01) -> dict:
-    """Per P whose final switch exists, the first recorded step from which the switch stays within ``rel``
-    (relative) of its final value."""
+def settling_step(ds) -> dict:
+    """Per P whose final in-context bracket exists, the first recorded step from which the bracket (``switch_lo``,
+    ``switch_hi``) stays where it ends."""
     out = {}
     for P in ds.trainset_size.values:
-        c = ds.switch.sel(trainset_size=P).values
-        if not np.isfinite(c[-1]):
+        lo, hi = (ds[k].sel(trainset_size=P).values for k in ("switch_lo", "switch_hi"))
+        if not np.isfinite(hi[-1]):
             continue
-        far = np.flatnonzero(~(np.abs(c - c[-1]) <= rel * abs(c[-1])))
-        out[float(P)] = int(ds.step.values[far[-1] + 1 if far.size else 0])
+        same = (hi == hi[-1]) & ((lo == lo[-1]) | (np.isnan(lo) & np.isnan(lo[-1])))
+        moved = np.flatnonzero(~same)
+        out[float(P)] = int(ds.step.values[moved[-1] + 1 if moved.size else 0])
     return out
+
+
+def _fresh(c, P) -> int:
+    return int(np.floor(c * P + 1e-9))
+
+
+def _between(lo, hi, P) -> str:
+    """A bracket as prose: "between $c$ = 0.02 and 0.05 (4 to 10 fresh sequences)" at finite P."""
+    if not np.isfinite(lo):
+        return f"at every trained $c$ > 0 (from {_c(hi)})"
+    fresh = f" ({_fresh(lo, P)} to {_fresh(hi, P)} fresh sequences)" if np.isfinite(P) else ""
+    return f"between $c$ = {_c(lo)} and {_c(hi)}{fresh}"
+
+
+def _per_P(pairs) -> str:
+    """"between … at $P$ = 200 and between … at $P$ = ∞"."""
+    return _list(f"{text} at $P$ = {size_label(P)}" for P, text in pairs)
 
 
 def findings(ds) -> str:
     """What the dataset shows, as the page's Markdown: one sentence per case that occurs, none for one that does
     not."""
-    out, sizes, first = [], ds.trainset_size.values, float(ds.icl[0])
+    out, sizes = [], ds.trainset_size.values
     n, settled = int(ds.settled.size), int(ds.settled.sum())
     worst = float(max(ds.settle_iwl.max(), ds.settle_icl.max()))
     if settled == n:
@@ -539,59 +651,74 @@ def findings(ds) -> str:
         out.append(f"{n - settled} of the {n} cells had not settled by step {_steps(ds.horizon)} ({_list(bad)}): a "
                    f"test loss still moved by up to {moving:.1%} of its final value over the last {ds.window:.0%} of "
                    "the training.")
-    final = ds.switch.isel(step=-1).values
-    later = [(P, c) for P, c in zip(sizes, final) if np.isfinite(c) and c > first]
-    everywhere = [P for P, c in zip(sizes, final) if c == first]
-    never = [P for P, c in zip(sizes, final) if not np.isfinite(c)]
-    if later:
-        out.append("After the training, in-context learning wins (the in-context test loss below the midpoint "
-                   f"{ds.midpoint:.3f}) from $c$ = {_at(later)}.")
-    if everywhere:
-        out.append("At $P$ = " + _list(size_label(P) for P in everywhere) + " it wins at every $c$ of the grid.")
+    if 0.0 in ds.icl.values:
+        zero = ds.sel(icl=0.0)
+        out.append("At $c$ = 0 the training sequences carry noise context labels (the in-weight test's recipe), "
+                   "another task than at any $c$ > 0, so the verdicts below use $c$ > 0 only; at $c$ = 0 the "
+                   f"in-weight test loss ends at {_range(zero.final_test_iwl)} and the in-context one at "
+                   f"{_range(zero.final_test_icl)}.")
+    final = [(P, float(ds.switch_lo.sel(trainset_size=P).isel(step=-1)),
+              float(ds.switch_hi.sel(trainset_size=P).isel(step=-1))) for P in sizes]
+    found = [(P, _between(lo, hi, P)) for P, lo, hi in final if np.isfinite(hi)]
+    if found:
+        out.append(f"After the training, in-context learning wins for good (its test loss below the midpoint "
+                   f"{ds.midpoint:.3f} there and at every larger $c$ trained) from {_per_P(found)}.")
+    never = [P for P, _, hi in final if not np.isfinite(hi)]
     if never:
-        out.append("At $P$ = " + _list(size_label(P) for P in never) + " the in-context test loss stays above the "
-                   "midpoint at every $c$ of the grid.")
-    edges = ds.iwl_edge.values
-    below = [(P, e) for P, e in zip(sizes, edges) if np.isfinite(e) and e > first]
-    nowhere = [P for P, e in zip(sizes, edges) if e == first]
-    always = [P for P, e in zip(sizes, edges) if not np.isfinite(e)]
-    if below:
-        out.append(f"The in-weight solution wins (its test loss below the same midpoint) only below $c$ = "
-                   f"{_at(below)}.")
-    if nowhere:
-        out.append("At $P$ = " + _list(size_label(P) for P in nowhere) + " the in-weight test loss is above the "
-                   "midpoint at every $c$ of the grid.")
-    if always:
-        out.append("At $P$ = " + _list(size_label(P) for P in always) + " the in-weight test loss stays below the "
-                   "midpoint at every $c$ of the grid.")
-    neither = (ds.final_test_iwl > ds.midpoint) & (ds.final_test_icl > ds.midpoint)
-    if bool(neither.any()):
-        k = int(neither.sum())
-        widest = float(ds.trainset_size[int(np.argmax(neither.sum("icl").values))])
-        span = ds.icl.where(neither.sel(trainset_size=widest), drop=True).values
-        low = float(ds.final_train_loss.sel(trainset_size=widest).where(neither.sel(trainset_size=widest)).min())
-        stretch = f"$c$ = {_c(span.min())} to {_c(span.max())}" if span.size > 1 else f"$c$ = {_c(span[0])}"
-        out.append(f"Neither test loss is below the midpoint in {k} cell{'s' if k > 1 else ''}; the most at "
-                   f"$P$ = {size_label(widest)}, {stretch}, where the training loss ends as low as {low:.3f}.")
-    both = (ds.final_test_iwl < ds.midpoint) & (ds.final_test_icl < ds.midpoint)
-    if bool(both.any()):
-        k = int(both.sum())
-        where = [P for P in sizes if bool(both.sel(trainset_size=P).any())]
-        out.append(f"Both test losses are below the midpoint in {k} cell{'s' if k > 1 else ''}, at $P$ = "
-                   + _list(size_label(P) for P in where) + ": there one predictor serves both kinds of sequence.")
-    derived = [(P, t, c) for P, t, c in zip(sizes, ds.theory_switch.values, final) if np.isfinite(t)]
-    if derived:
-        out.append("The theory's end point, least squares on ATTN_M's features, puts the switch at $c$ = "
-                   + _at((P, t) for P, t, _ in derived) + "; the runs' switch differs from it by at most "
-                   f"{max(abs(t - c) for _, t, c in derived):.2g}.")
+        out.append("At $P$ = " + _list(size_label(P) for P in never) + " the in-context test loss is above the "
+                   "midpoint at the largest $c$ trained.")
     exact = float(ds.population_switch)
     if np.isfinite(exact):
-        out.append(f"In the population limit the theory's switch, solved exactly in $c$ rather than read between the "
-                   f"grid's values, is at $c$ = {exact:.2g}.")
-    missing = [P for P, t in zip(sizes, ds.theory_switch.values) if not np.isfinite(t)]
-    if missing:
-        out.append("At $P$ = " + _list(size_label(P) for P in missing) + " the theory predicts no switch: a cell the "
-                   "crossing needs has no single end point, or the end point's loss never crosses the midpoint.")
+        out.append(f"In the population limit the least-squares end point's in-context test loss crosses the midpoint "
+                   f"at $c$ = {exact:.2g}, solved in $c$.")
+    theory = [(P, float(ds.theory_lo.sel(trainset_size=P)), float(ds.theory_hi.sel(trainset_size=P)))
+              for P in sizes]
+    same = [P for (P, lo, hi), (_, rlo, rhi) in zip(theory, final) if np.isfinite(hi) and hi == rhi
+            and (lo == rlo or (np.isnan(lo) and np.isnan(rlo)))]
+    other = [(P, _between(lo, hi, P)) for (P, lo, hi), (_, _, rhi) in zip(theory, final)
+             if np.isfinite(hi) and hi != rhi]
+    if same:
+        out.append("The theory's end point, least squares on ATTN_M's features, gives the same bracket at $P$ = "
+                   + _list(size_label(P) for P in same) + ".")
+    if other:
+        out.append(f"It puts the switch {_per_P(other)} instead.")
+    wins = [(P, ds.icl.values[ds.iwl_wins.sel(trainset_size=P).values]) for P in sizes]
+    some = [(P, c) for P, c in wins if c.size]
+    if some:
+        out.append("Above $c$ = 0 the in-weight test loss is below the midpoint only at " + _list(
+            f"$c$ = {_list(_c(x) for x in c)} at $P$ = {size_label(P)}"
+            + (f" ({_list(str(_fresh(x, P)) for x in c)} fresh sequences)" if np.isfinite(P) else "")
+            for P, c in some) + ".")
+    none = [P for P, c in wins if not c.size]
+    if none:
+        out.append("At $P$ = " + _list(size_label(P) for P in none) + " the in-weight test loss is above the "
+                   "midpoint at every trained $c$ > 0.")
+    loses = [(P, _between(float(ds.iwl_lo.sel(trainset_size=P)), float(ds.iwl_hi.sel(trainset_size=P)), P))
+             for P, c in some if np.isfinite(float(ds.iwl_hi.sel(trainset_size=P)))]
+    if loses:
+        out.append(f"The in-weight solution loses for good from {_per_P(loses)}.")
+    edge = float(ds.population_edge)
+    if np.isfinite(edge):
+        out.append(f"In the population limit the end point's in-weight test loss rises above the midpoint at $c$ = "
+                   f"{edge:.2g}, solved in $c$.")
+    peaks = [(P, float(ds.peak_icl.sel(trainset_size=P))) for P in sizes]
+    peaks = [(P, c, float(ds.final_test_icl.sel(trainset_size=P, icl=c))) for P, c in peaks if np.isfinite(c)]
+    if peaks:
+        k = int(ds.free_directions)
+        out.append("The final in-context test loss peaks at " + _list(
+            f"{_fresh(c, P)} fresh sequences at $P$ = {size_label(P)} ({_loss(loss)})" for P, c, loss in peaks)
+            + f"; the fixed task's sequences leave {k} directions of ATTN_M's features to the fresh ones"
+            + (", and every peak sits next to that count: the sample-wise double descent described below."
+               if all(near_count(_grid_fresh(ds, P), _fresh(c, P), k) for P, c, _ in peaks) else "."))
+    edge = [P for P in sizes if np.isfinite(P) and not np.isfinite(float(ds.peak_icl.sel(trainset_size=P)))
+            and (ds.icl.values > 0).sum() > 1
+            and int(np.argmax(ds.final_test_icl.sel(trainset_size=P).values[ds.icl.values > 0])) == 0]
+    if edge:
+        first = float(ds.icl.values[ds.icl.values > 0][0])
+        out.append(f"At $P$ = {_list(size_label(P) for P in edge)} that loss is largest at the smallest $c$ > 0 "
+                   f"trained ({_list(str(_fresh(first, P)) for P in edge)} fresh sequences: "
+                   f"{_list(_loss(float(ds.final_test_icl.sel(trainset_size=P, icl=first))) for P in edge)}), so the "
+                   "grid shows no rise to a peak there.")
     flat = ds.flat
     if bool(flat.any()):
         k = int(flat.sum())
@@ -604,42 +731,59 @@ def findings(ds) -> str:
                   for k in ("test_iwl", "test_icl"))
         out.append(f"Where the end point is unique, the finished runs' test losses lie within {rel:.1e} (relative) "
                    "of it.")
-    at_epoch = [(P, float(ds.switch.sel(trainset_size=P, step=ds.epoch))) for P in sizes]
-    shown = [(P, c) for P, c in at_epoch if np.isfinite(c)]
-    not_yet = [P for P, c in at_epoch if not np.isfinite(c)]
+    at_epoch = [(P, float(ds.switch_lo.sel(trainset_size=P, step=ds.epoch)),
+                 float(ds.switch_hi.sel(trainset_size=P, step=ds.epoch))) for P in sizes]
+    shown = [(P, _between(lo, hi, P)) for P, lo, hi in at_epoch if np.isfinite(hi)]
     if shown:
-        out.append(f"After the published {ds.epoch:,} steps the switch sits at $c$ = {_at(shown)}.")
+        out.append(f"After {ds.epoch} steps (the run's epoch) in-context learning wins for good from {_per_P(shown)}.")
+    not_yet = [P for P, _, hi in at_epoch if not np.isfinite(hi)]
     if not_yet:
-        out.append(f"After the published {ds.epoch:,} steps the in-context test loss is above the midpoint at every "
-                   "$c$ at $P$ = " + _list(size_label(P) for P in not_yet) + ".")
-    moved = [(P, c, float(ds.switch.sel(trainset_size=P).isel(step=-1))) for P, c in shown]
-    smaller = [P for P, c, end in moved if np.isfinite(end) and end < c]
-    if moved and len(smaller) == len(moved):
-        out.append("At every $P$ the finished runs switch at a smaller $c$ than the runs stopped at the published "
-                   "horizon: the boundary drawn there is the horizon's, and the in-weight solution it shows is a "
-                   "stage of training that later gives way.")
-    elif smaller:
+        out.append(f"After {ds.epoch} steps (the run's epoch) the in-context test loss is above the midpoint at the "
+                   "largest $c$ at $P$ = " + _list(size_label(P) for P in not_yet) + ".")
+    moved = [(P, hi, end) for (P, _, hi), (_, _, end) in zip(at_epoch, final) if np.isfinite(hi) and np.isfinite(end)]
+    smaller = [P for P, hi, end in moved if end < hi]
+    larger = [P for P, hi, end in moved if end > hi]
+    if smaller:
         out.append("At $P$ = " + _list(size_label(P) for P in smaller) + " the finished runs switch at a smaller $c$ "
-                   "than the runs stopped at the published horizon.")
-    larger = [P for P, c, end in moved if np.isfinite(end) and end > c]
+                   "than the runs stopped at the epoch: the boundary drawn there is a stage of training.")
     if larger:
         out.append("At $P$ = " + _list(size_label(P) for P in larger) + " the finished runs switch at a larger $c$ "
-                   "than at the published horizon: training goes on fitting the training set (its loss only falls), "
-                   "and there the in-context test loss rises back above the midpoint.")
+                   "than at the epoch: training goes on fitting the training set, and the in-context test "
+                   "loss rises back above the midpoint.")
     steps = settling_step(ds)
     if steps:
-        out.append("The switch stays within 1 % of its final value from step "
-                   + _list(f"{_steps(s)} at $P$ = {size_label(P)}" for P, s in steps.items()) + " on.")
+        out.append("The in-context bracket reaches its final place at step "
+                   + _list(f"{_steps(s)} at $P$ = {size_label(P)}" for P, s in steps.items()) + ".")
     return " ".join(out)
 
 
+def near_count(fresh, peak: int, k: int) -> bool:
+    """Whether a peak at ``peak`` fresh sequences sits next to ``k``: k lies between the grid's fresh counts on
+    either side of the peak (``fresh``: the grid's counts at one P, increasing), so the grid cannot place the peak
+    any closer to k."""
+    fresh = np.asarray(fresh)
+    j = int(np.flatnonzero(fresh == peak)[0])
+    return 0 < j < fresh.size - 1 and fresh[j - 1] < k < fresh[j + 1]
+
+
+def _grid_fresh(ds, P) -> np.ndarray:
+    return np.array([_fresh(c, P) for c in ds.icl.values if c > 0])
+
+
+def _range(x) -> str:
+    lo, hi = float(x.min()), float(x.max())
+    return _loss(lo) if np.isclose(lo, hi, rtol=0.05) else f"{_loss(lo)} to {_loss(hi)}"
+
+
+def _loss(x: float) -> str:
+    """A loss in prose: 3 significant digits, powers of ten as ·10ᵏ beyond 10⁴."""
+    if abs(x) < 1e4:
+        return f"{x:.3g}"
+    k = int(np.floor(np.log10(abs(x))))
+    return f"{x / 10 ** k:.2g}·10" + str(k).translate(_SUPERSCRIPT)
+
+
 # ---------------------------------------------------------------- the figures
-
-def _index_of(c, icl) -> float:
-    """Where c sits on the maps' axis, whose columns are the grid's values of c at 0, 1, 2, …: linear in c between
-    two columns, as :func:`switch_point` interpolates."""
-    return float(np.interp(c, icl, np.arange(len(icl)))) if np.isfinite(c) else np.nan
-
 
 def _plain_numbers(axis) -> None:
     """Tick labels of a logarithmic axis as plain numbers (0.02, not 2×10⁻²): every power of ten, and 2× and 5× one
@@ -655,31 +799,33 @@ def _plain_numbers(axis) -> None:
 
 
 def plot(ds):
-    """The final in-weight and in-context test losses over (c, P) on one logarithmic colour scale, with where each
-    solution wins (circles: the runs; crosses: the theory's end point), and the switch against the horizon."""
+    """The final in-weight and in-context test losses over (c, P) on one logarithmic colour scale (the c = 0 column,
+    another recipe, set apart), with where each solution wins on c > 0; the in-context bracket against the horizon;
+    and the final in-context test loss against the number of fresh sequences cP."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
-    fig = plt.figure(figsize=(6.6, 6.6), layout="constrained")
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 0.85])
-    axes = dict(zip(("iwl", "icl"), top.subplots(1, 2, sharey=True)), horizon=bottom.subplots())
+    fig = plt.figure(figsize=(6.8, 7.0), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 0.8])
+    axes = dict(zip(("iwl", "icl"), top.subplots(1, 2, sharey=True)))
+    axes.update(zip(("horizon", "fresh"), bottom.subplots(1, 2)))
     icl, sizes = ds.icl.values, ds.trainset_size.values
     maps = (ds.final_test_iwl, ds.final_test_icl)
     highest = max(float(m.max()) for m in maps)
     norm = LogNorm(vmin=min(float(m.min()) for m in maps), vmax=min(highest, CAP * ds.L_origin))
     rows, cols = np.arange(len(sizes)), np.arange(len(icl))
-    for key, loss, edge, title in (("iwl", ds.final_test_iwl, ds.iwl_edge, "in-weight test loss"),
-                                   ("icl", ds.final_test_icl, ds.switch.isel(step=-1), "in-context test loss")):
+    won = {"iwl": ds.iwl_wins, "icl": (ds.final_test_icl < ds.midpoint) & (ds.icl > 0)}
+    for key, loss, title in (("iwl", ds.final_test_iwl, "in-weight test loss"),
+                             ("icl", ds.final_test_icl, "in-context test loss")):
         ax = axes[key]
         mesh = ax.pcolormesh(cols, rows, loss.transpose("trainset_size", "icl"), shading="nearest", cmap="viridis",
                              norm=norm)
-        ax.plot([_index_of(c, icl) for c in edge.values], rows, "o", color="white", markeredgecolor="black",
-                markersize=6)
-        if key == "icl":
-            ax.plot([_index_of(c, icl) for c in ds.theory_switch.values], rows, "x", color="tab:red", markersize=8,
-                    markeredgewidth=2)
+        i, j = np.nonzero(won[key].transpose("trainset_size", "icl").values)
+        ax.plot(j, i, "o", color="white", markeredgecolor="black", markersize=4)
+        if icl[0] == 0:  # c = 0: noise context labels, another recipe
+            ax.axvline(0.5, color="white", linewidth=3)
         ax.set_title(title)
-        ax.set_xticks(cols, [f"{c:g}" for c in icl], rotation=90)
+        ax.set_xticks(cols, [f"{c:g}" + ("*" if c == 0 else "") for c in icl], rotation=90)
         ax.set_yticks(rows, [size_label(P) for P in sizes])
         ax.set_xlabel("in-context fraction c")
     axes["iwl"].set_ylabel("training sequences P")
@@ -689,21 +835,29 @@ def plot(ds):
         if norm.vmin <= level <= norm.vmax:
             bar.ax.axhline(level, color="tab:red", linestyle=style, linewidth=1.5)
 
+    colours = dict(zip(sizes, plt.cm.viridis(np.linspace(0.0, 0.85, len(sizes)))))
     ax = axes["horizon"]
-    colours = plt.cm.viridis(np.linspace(0.0, 0.85, len(sizes)))
-    for colour, P in zip(colours, sizes):
-        ax.plot(ds.step, ds.switch.sel(trainset_size=P), "-", color=colour, label=f"P = {size_label(P)}")
-        theory_c = float(ds.theory_switch.sel(trainset_size=P))
-        if np.isfinite(theory_c):
-            ax.axhline(theory_c, color=colour, linestyle="--", linewidth=1.0)
-    ax.axvline(ds.epoch, color="0.4", linestyle=":", linewidth=1.1, label="published horizon")
-    ax.plot([], [], "--", color="0.4", linewidth=1.0, label="theory, t → ∞")
+    for P in sizes:
+        ax.step(ds.step, ds.switch_hi.sel(trainset_size=P), where="post", color=colours[P],
+                label=f"P = {size_label(P)}")
+    ax.axvline(ds.epoch, color="0.4", linestyle=":", linewidth=1.1, label=f"epoch ({ds.epoch} steps)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"training horizon (steps at learning rate {ds.lr:g})")
-    ax.set_ylabel("switch c")
+    ax.set_xlabel(f"training horizon (steps at lr {ds.lr:g})")
+    ax.set_ylabel("in-context wins from c ≤")
     _plain_numbers(ax.yaxis)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), handlelength=1.6)
+
+    ax = axes["fresh"]
+    for P in sizes[np.isfinite(sizes)]:
+        cell = ds.sel(trainset_size=P, icl=icl[icl > 0])
+        ax.plot(cell.fresh.clip(min=0.5), cell.final_test_icl, "o-", color=colours[P], markersize=3)
+    ax.axhline(ds.midpoint, color="tab:red", linestyle="--", linewidth=1.0)
+    ax.axvline(int(ds.free_directions), color="0.4", linestyle=":", linewidth=1.1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("fresh sequences cP (0 at 0.5)")
+    ax.set_ylabel("final in-context test loss")
+    bottom.legend(*axes["horizon"].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8)
     return fig
 
 
