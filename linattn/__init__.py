@@ -26,12 +26,13 @@ The library in one example (the API page of the book lists every name)::
 
 from . import diagnostics, events, objectives, theory
 from ._version import __version__
+from .batch import run_many
 from .config import ConfigError, RunConfig
 from .data import Datasets, Sequences, sample_tasks
 from .experiment import RunResult, draw, load_run, run, write_outputs
 from .models import build_model, init_weights, mlp_from_attn_m
 from .train import TrainingDiverged
 
-__all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "write_outputs", "draw",
+__all__ = ["RunConfig", "ConfigError", "run", "run_many", "RunResult", "load_run", "write_outputs", "draw",
            "build_model", "init_weights", "mlp_from_attn_m", "Sequences", "Datasets", "sample_tasks",
            "TrainingDiverged", "theory", "diagnostics", "events", "objectives", "__version__"]

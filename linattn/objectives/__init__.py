@@ -18,7 +18,7 @@ import torch
 
 from ..data import named
 from .autograd import Autograd
-from .base import DEFAULT_CHUNK, Moments, NotLinearError, check_linear, feature_batches
+from .base import DEFAULT_CHUNK, Moments, NotLinearError, check_linear, feature_batches, thread_count
 from .exact import Exact
 from .population import Population, population_moments
 from .softmax import Softmax
@@ -70,6 +70,12 @@ def device_for(device: str, engine: str) -> str:
     return "cuda" if wants_gpu and torch.cuda.is_available() else "cpu"
 
 
+def threads_for(engine: str, device: str) -> int | None:
+    """torch's intra-op threads for a run of ``engine`` on ``device`` (None: the caller's setting): the engine's
+    choice (``Objective.threads``) on the CPU; one on a GPU, where the host only launches kernels."""
+    return get(engine).threads if torch.device(device).type == "cpu" else 1
+
+
 def build(cfg, model, datasets, device: str):
     """(training objective, {"test_iwl"/"test_icl": test objective}) of a run of ``cfg`` on ``datasets``.
 
@@ -89,4 +95,4 @@ def build(cfg, model, datasets, device: str):
 
 __all__ = ["ENGINES", "engine_choices", "get", "resolve", "refusal", "device_for", "build", "Exact", "Population",
            "Softmax", "Autograd", "Moments", "NotLinearError", "check_linear", "feature_batches", "population_moments",
-           "DEFAULT_CHUNK"]
+           "DEFAULT_CHUNK", "thread_count", "threads_for"]
