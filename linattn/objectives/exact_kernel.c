@@ -26,6 +26,8 @@ static inline v4 load4(const double *p) {
     return x;
 }
 
+static inline double hsum(v4 s) { return (s[0] + s[1]) + (s[2] + s[3]); }
+
 /* Σ_j a_j b_j over F entries, in two vector accumulators (the order differs from a BLAS dot only in rounding) */
 static double dot(const double *a, const double *b, int F) {
     v4 s0 = {0, 0, 0, 0}, s1 = {0, 0, 0, 0};
@@ -36,18 +38,37 @@ static double dot(const double *a, const double *b, int F) {
     }
     for (; j + 4 <= F; j += 4)
         s0 += load4(a + j) * load4(b + j);
-    s0 += s1;
-    double s = (s0[0] + s0[1]) + (s0[2] + s0[3]);
+    double s = hsum(s0 + s1);
     for (; j < F; j++)
         s += a[j] * b[j];
     return s;
 }
 
-/* r = A m − b (A: F×F, row-major) and the quadratic form c + m·(r − b) = c − 2 m·b + mᵀ A m */
+/* r = A m − b (A: F×F, row-major) and the quadratic form c + m·(r − b) = c − 2 m·b + mᵀ A m. Four rows at a time,
+ * each in two vector accumulators: eight independent chains of fused multiply-adds, each load of m used four times */
 static double quadratic(const double *A, const double *b, double c, const double *m, double *r, int F) {
-    double mr = 0.0, mb = 0.0;
-    for (int i = 0; i < F; i++) {
+    int i = 0;
+    for (; i + 4 <= F; i += 4) {
+        const double *a0 = A + (long)i * F, *a1 = a0 + F, *a2 = a1 + F, *a3 = a2 + F;
+        v4 s[8] = {{0}};
+        int j = 0;
+        for (; j + 8 <= F; j += 8) {
+            v4 x0 = load4(m + j), x1 = load4(m + j + 4);
+            s[0] += load4(a0 + j) * x0, s[1] += load4(a0 + j + 4) * x1;
+            s[2] += load4(a1 + j) * x0, s[3] += load4(a1 + j + 4) * x1;
+            s[4] += load4(a2 + j) * x0, s[5] += load4(a2 + j + 4) * x1;
+            s[6] += load4(a3 + j) * x0, s[7] += load4(a3 + j + 4) * x1;
+        }
+        double t[4] = {hsum(s[0] + s[1]), hsum(s[2] + s[3]), hsum(s[4] + s[5]), hsum(s[6] + s[7])};
+        for (; j < F; j++)
+            t[0] += a0[j] * m[j], t[1] += a1[j] * m[j], t[2] += a2[j] * m[j], t[3] += a3[j] * m[j];
+        for (int k = 0; k < 4; k++)
+            r[i + k] = t[k] - b[i + k];
+    }
+    for (; i < F; i++)
         r[i] = dot(A + (long)i * F, m, F) - b[i];
+    double mr = 0.0, mb = 0.0;
+    for (i = 0; i < F; i++) {
         mr += m[i] * r[i];
         mb += m[i] * b[i];
     }
