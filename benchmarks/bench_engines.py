@@ -2,9 +2,15 @@
 
     .venv/bin/python benchmarks/bench_engines.py            # everything (about 10 min on 2 cores)
     .venv/bin/python benchmarks/bench_engines.py --quick    # about 1 min: fewer cases, steps, whole runs
-    .venv/bin/python benchmarks/bench_engines.py --only steps|runs|flow|population [--json out.json]
+    .venv/bin/python benchmarks/bench_engines.py --only floor|batch|threads|steps|runs|flow|population [--json out.json]
 
-Four parts:
+Seven parts:
+
+* ``floor``: the exact step's marginal CPU time (the compiled loop, and the torch step) at Figures 3a's and 4's
+  settings against one numpy F×F float64 matrix-vector product, the step's core, as a ratio (target ≤ 3×).
+* ``batch``: sixteen Figure-3a runs (P 2000, 3001 steps, seeds 0–15, draws included) through one
+  ``linattn.run_many`` against one ``linattn.run`` and sixteen (``bench_run_many.py``: runs a second on any device).
+* ``threads``: ``linattn.run`` called at torch's default thread count against one thread.
 
 * ``steps``: time per step (median over a few steps) of each engine on the same data and initial weights, its
   set-up time and the peak resident memory of a fresh process that ran only that measurement (ru_maxrss): the exact
@@ -262,21 +268,27 @@ def bench_floor(quick: bool) -> list[dict]:
     return rows
 
 
+def _wall_cpu(fn, repeats: int) -> tuple[float, float]:
+    """The shortest wall time and the shortest CPU time of this process over ``repeats`` calls of ``fn()``."""
+    return _best(fn, repeats), _best(fn, repeats, clock=time.process_time)
+
+
 def bench_batch(quick: bool) -> dict:
     """Sixteen Figure-3a runs (P = 2000, 3001 steps, seeds 0–15, draws included) through one run_many, against one
-    linattn.run and sixteen."""
+    linattn.run and sixteen: wall and CPU time (the CPU time is what a loaded machine does not blur)."""
     n = 4 if quick else 16
     cfgs = [RunConfig(**dict(FIG3A, trainset_size=2000, epoch=3001, seed=s)) for s in range(n)]
     run(cfgs[0], progress=False)  # compile the kernel, warm the caches
-    one = _best(lambda: run(cfgs[0], progress=False), repeats=3)
-    loop = _best(lambda: [run(c, progress=False) for c in cfgs], repeats=1)
-    many = _best(lambda: linattn.run_many(cfgs), repeats=3)
-    stacked = _best(lambda: linattn.run_many(cfgs, batched=True), repeats=1)
+    one = _wall_cpu(lambda: run(cfgs[0], progress=False), 3)
+    loop = _wall_cpu(lambda: [run(c, progress=False) for c in cfgs], 1)
+    many = _wall_cpu(lambda: linattn.run_many(cfgs), 2)
+    stacked = _wall_cpu(lambda: linattn.run_many(cfgs, batched=True), 1)
     out = dict(runs=n, one_run_s=one, loop_s=loop, run_many_s=many, run_many_batched_cpu_s=stacked,
-               ratio_to_one_run=many / one)
-    print(f"{n} Fig-3a runs (P 2000, 3001 steps): one linattn.run {one:.3f} s, {n} runs one by one {loop:.3f} s, "
-          f"run_many {many:.3f} s ({many / one:.1f}× one run; target ≤ 2×), run_many batched=True on the CPU "
-          f"{stacked:.3f} s", flush=True)
+               ratio_to_one_run=many[1] / one[1])
+    w = lambda t: f"{t[0]:.3f} s wall / {t[1]:.3f} s CPU"
+    print(f"{n} Fig-3a runs (P 2000, 3001 steps): one linattn.run {w(one)}; {n} runs one by one {w(loop)}; "
+          f"run_many {w(many)} ({many[1] / one[1]:.1f}× one run's CPU; target ≤ 2×); run_many batched=True on the "
+          f"CPU {w(stacked)}", flush=True)
     return out
 
 
@@ -287,15 +299,16 @@ def bench_threads(quick: bool) -> dict:
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(DEFAULT_THREADS)
-        default = _best(lambda: run(cfg, progress=False), repeats=3)
-        forced = _best(lambda: run(cfg, progress=False, threads=DEFAULT_THREADS), repeats=3)
+        default = _wall_cpu(lambda: run(cfg, progress=False), 5)
+        forced = _wall_cpu(lambda: run(cfg, progress=False, threads=DEFAULT_THREADS), 5)
         torch.set_num_threads(1)
-        single = _best(lambda: run(cfg, progress=False), repeats=3)
+        single = _wall_cpu(lambda: run(cfg, progress=False), 5)
     finally:
         torch.set_num_threads(before)
-    print(f"linattn.run, Fig 3a (P 2000, 3001 steps): caller at torch's default {DEFAULT_THREADS} threads "
-          f"{default:.3f} s, caller at 1 thread {single:.3f} s ({default / single:.2f}×; target ≤ 1.2×); "
-          f"{DEFAULT_THREADS} threads forced into the run {forced:.3f} s", flush=True)
+    w = lambda t: f"{t[0]:.3f} s wall / {t[1]:.3f} s CPU"
+    print(f"linattn.run, Fig 3a (P 2000, 3001 steps): caller at torch's default {DEFAULT_THREADS} threads {w(default)}, "
+          f"caller at 1 thread {w(single)} (wall {default[0] / single[0]:.2f}×, CPU {default[1] / single[1]:.2f}×; "
+          f"target ≤ 1.2×); {DEFAULT_THREADS} threads forced into the run {w(forced)}", flush=True)
     return dict(default_threads=DEFAULT_THREADS, default_s=default, one_thread_s=single, forced_default_s=forced)
 
 

@@ -24,7 +24,6 @@ raises it), every other place a :class:`~linattn.experiment.RunResult`.
 
 from __future__ import annotations
 
-from . import experiment, objectives
 from .data import ConfigError, named
 
 # settings every member must share (the shape of the stacked weights and what trains them)
@@ -46,6 +45,8 @@ def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, sna
     and the member, ``configs[i]``. Members must agree on ``SHARED`` (the engine and device after "auto" resolved)
     and, when batched, on whether they have test sets.
     """
+    from . import experiment, objectives  # torch, only once runs are asked for
+
     configs = list(configs)
     experiment.check_threads(threads)
     plans = _plans(configs, inits, datasets, max_memory)
@@ -71,6 +72,8 @@ def _per_member(name: str, given, n: int) -> list:
 
 def _plans(configs, inits, datasets, max_memory) -> list:
     """Each member's checked plan; a ConfigError names the member (``configs[i]``) and the setting."""
+    from . import experiment
+
     if not configs:
         raise ConfigError("run_many: configs is empty; give at least one RunConfig", field="configs")
     inits = _per_member("inits", inits, len(configs))
@@ -100,6 +103,8 @@ def _shared(p) -> dict:
 
 
 def _check_batchable(plans) -> None:
+    from . import objectives
+
     p = plans[0]
     if not objectives.get(p.engine).linear_only or p.config.dynamics != "gd":
         raise ConfigError(f"run_many: batched=True stacks gradient descent on the exact or population engine, not "
@@ -115,6 +120,8 @@ def _check_batchable(plans) -> None:
 
 def _alone(p, snapshot_every: int, snapshot):
     """One member through ``run``'s own path (the compiled loop where it applies); its divergence as a value."""
+    from . import experiment
+
     try:
         return experiment._carry_out(p, progress=False, snapshot_every=snapshot_every, snapshot=snapshot)
     except experiment.TrainingDiverged as e:
