@@ -14,7 +14,8 @@ Seven parts:
 
 * ``steps``: time per step (median over a few steps) of each engine on the same data and initial weights, its
   set-up time and the peak resident memory of a fresh process that ran only that measurement (ru_maxrss): the exact
-  engine against the autograd engine (query row only) for Figures 1b, 3a, 4; for softmax (Figure 5) the
+  engine (its torch step, ``value_and_grad``; the compiled loop of whole steps is ``floor``'s) against the autograd
+  engine (query row only) for Figures 1b, 3a, 4; for softmax (Figure 5) the
   query-row engine against the straightforward full-attention computation. Whole autograd runs would take hours to
   days, so their whole-run times are *extrapolated*: set-up + epochs × median step.
 * ``runs``: wall time of every linear-model figure at its published settings, all seeds, through ``linattn.run``
@@ -306,7 +307,8 @@ def bench_threads(quick: bool) -> dict:
     finally:
         torch.set_num_threads(before)
     w = lambda t: f"{t[0]:.3f} s wall / {t[1]:.3f} s CPU"
-    print(f"linattn.run, Fig 3a (P 2000, 3001 steps): caller at torch's default {DEFAULT_THREADS} threads {w(default)}, "
+    print(f"linattn.run, Fig 3a (P 2000, 3001 steps): caller at torch's default {DEFAULT_THREADS} threads "
+          f"{w(default)}, "
           f"caller at 1 thread {w(single)} (wall {default[0] / single[0]:.2f}×, CPU {default[1] / single[1]:.2f}×; "
           f"target ≤ 1.2×); {DEFAULT_THREADS} threads forced into the run {w(forced)}", flush=True)
     return dict(default_threads=DEFAULT_THREADS, default_s=default, one_thread_s=single, forced_default_s=forced)
@@ -330,7 +332,8 @@ def main(argv=None):
     for part in parts:
         print(f"\n== {part} ==")
         out[part] = {"floor": lambda: bench_floor(args.quick), "batch": lambda: bench_batch(args.quick),
-                     "threads": lambda: bench_threads(args.quick), "steps": lambda: bench_steps(args.quick), "runs": lambda: bench_runs(args.quick),
+                     "threads": lambda: bench_threads(args.quick), "steps": lambda: bench_steps(args.quick),
+                     "runs": lambda: bench_runs(args.quick),
                      "flow": lambda: bench_flow(args.quick), "population": bench_population}[part]()
     if args.json:
         with open(args.json, "w") as f:

@@ -146,8 +146,9 @@ def train_stacked(plans: list, *, snapshot_every: int = 0, snapshot=None) -> lis
     keys = list(members[0]["tests"])
     lengths = np.array([p.config.epoch for p in plans])
     f64 = dict(dtype=torch.float64, device=device)
+    tests_moments = {k: _moments([m["tests"][k] for m in members]) for k in keys}
     stack = _Stack(cfg0.model, [torch.stack(ps).clone() for ps in zip(*(_params(m["model"], R) for m in members))],
-                   _moments([m["train"] for m in members]), {k: _moments([m["tests"][k] for m in members]) for k in keys},
+                   _moments([m["train"] for m in members]), tests_moments,
                    torch.tensor([p.config.lr for p in plans], dtype=getattr(torch, cfg0.dtype), device=device),
                    torch.arange(len(plans), device=device))
     T = int(lengths.max())

@@ -42,8 +42,8 @@ from .base import DEFAULT_CHUNK, Moments, NotLinearError, Objective, check_linea
 KERNEL_SOURCE = Path(__file__).with_name("exact_kernel.c")
 # the model classes the compiled loop knows, by exact type, with its code for each
 _KINDS = {AttnM: 0, AttnS: 1, MLP: 2}
-_compile_failed = False
-CHECK_ROWS = 256  # sequences on which from_data compares features() @ combined() with forward()  # the compiler failed once in this process: the torch step from then on
+_compile_failed = False  # the compiler failed once in this process: the torch step from then on
+CHECK_ROWS = 256  # sequences on which from_data compares features() @ combined() with forward()
 
 
 @functools.cache
