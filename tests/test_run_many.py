@@ -66,6 +66,16 @@ def test_given_initial_weights_and_data_per_member():
         _same(got, linattn.run(cfg, init=init, data=ds, progress=False))
 
 
+def test_members_given_the_same_data_set_each_train_from_their_own_weights():
+    cfg = _members()[0]
+    ds, init = linattn.draw(cfg)
+    inits = [init, {k: v * 0.5 for k, v in init.items()}]
+    got = linattn.run_many([cfg, cfg], inits=inits, datasets=[ds, ds], batched=True)
+    for res, w in zip(got, inits):
+        _same(res, linattn.run(cfg, init=w, data=ds, progress=False))
+    assert not np.allclose(got[0].history.train_loss, got[1].history.train_loss)
+
+
 def test_every_member_is_checked_before_any_work():
     cfgs = _members()
     with pytest.raises(ConfigError, match=r"configs\[2\].*lr") as err:
