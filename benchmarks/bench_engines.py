@@ -2,13 +2,20 @@
 
     .venv/bin/python benchmarks/bench_engines.py            # everything (about 10 min on 2 cores)
     .venv/bin/python benchmarks/bench_engines.py --quick    # about 1 min: fewer cases, steps, whole runs
-    .venv/bin/python benchmarks/bench_engines.py --only steps|runs|flow|population [--json out.json]
+    .venv/bin/python benchmarks/bench_engines.py --only floor|batch|threads|steps|runs|flow|population [--json out.json]
 
-Four parts:
+Seven parts:
+
+* ``floor``: the exact step's marginal CPU time (the compiled loop, and the torch step) at Figures 3a's and 4's
+  settings against one numpy F×F float64 matrix-vector product, the step's core, as a ratio (target ≤ 3×).
+* ``batch``: sixteen Figure-3a runs (P 2000, 3001 steps, seeds 0–15, draws included) through one
+  ``linattn.run_many`` against one ``linattn.run`` and sixteen (``bench_run_many.py``: runs a second on any device).
+* ``threads``: ``linattn.run`` called at torch's default thread count against one thread.
 
 * ``steps``: time per step (median over a few steps) of each engine on the same data and initial weights, its
   set-up time and the peak resident memory of a fresh process that ran only that measurement (ru_maxrss): the exact
-  engine against the autograd engine (query row only) for Figures 1b, 3a, 4; for softmax (Figure 5) the
+  engine (its torch step, ``value_and_grad``; the compiled loop of whole steps is ``floor``'s) against the autograd
+  engine (query row only) for Figures 1b, 3a, 4; for softmax (Figure 5) the
   query-row engine against the straightforward full-attention computation. Whole autograd runs would take hours to
   days, so their whole-run times are *extrapolated*: set-up + epochs × median step.
 * ``runs``: wall time of every linear-model figure at its published settings, all seeds, through ``linattn.run``
@@ -32,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import linattn
 from linattn import RunConfig, draw, models, objectives, run, theory
 from linattn.diagnostics import drop_steps
 from linattn.flow import gradient_flow
@@ -211,10 +219,106 @@ def bench_population() -> dict:
     return out
 
 
+# ── the exact step against its arithmetic, runs in batches, threads ──────────────────────────────────────────────
+
+DEFAULT_THREADS = torch.get_num_threads()  # torch's own default, before main() sets --threads
+FLOOR_CASES = [("Fig 3a attnS R=1 (F = 60)", FIG3A), ("Fig 4 attnS R=1 (F = 360)", FIG4)]
+
+
+def _best(fn, repeats: int = 5, clock=time.perf_counter) -> float:
+    """The shortest of ``repeats`` timings of ``fn()`` on ``clock``."""
+    times = []
+    for _ in range(repeats):
+        t = clock()
+        fn()
+        times.append(clock() - t)
+    return min(times)
+
+
+def marginal_step(net_of, objective, lr: float, short: int, long: int) -> float:
+    """CPU seconds a step of ``gradient_descent``: (time of ``long`` steps − time of ``short``) / (long − short), each
+    the best of a few repeats from the same weights (fixed costs, the call and the bookkeeping, cancel). CPU time of
+    this process (one thread), so that other work on shared cores does not count."""
+    run_for = lambda n: gradient_descent(net_of(), objective, lr=lr, epoch=n, progress=False)
+    best = lambda n: _best(lambda: run_for(n), clock=time.process_time)
+    return (best(long) - best(short)) / (long - short)
+
+
+def matvec_floor(F: int) -> float:
+    """CPU seconds of one numpy F×F float64 matrix-vector product (the best of several batches of 10000)."""
+    A, x = np.random.default_rng(0).standard_normal((F, F)), np.ones(F)
+    return _best(lambda: [A @ x for _ in range(10000)], repeats=7, clock=time.process_time) / 10000
+
+
+def bench_floor(quick: bool) -> list[dict]:
+    """The exact step (compiled loop and torch step) against its floor, one F×F matrix-vector product."""
+    rows = []
+    for label, settings in FLOOR_CASES:
+        cfg = RunConfig(**dict(settings, trainset_size=2000)).validate()  # P sets the moments' cost, not a step's
+        ds, w = draw(cfg)
+        obj, _ = objectives.build(cfg, models.build_model(cfg.model, w), ds, "cpu")
+        net_of = lambda: models.build_model(cfg.model, w)
+        compiled = marginal_step(net_of, obj, cfg.lr, 2000, 12000)
+        obj.kernel = "torch"
+        eager = marginal_step(net_of, obj, cfg.lr, 200, 700 if quick else 1200)
+        F = obj.moments.TT.shape[0]
+        floor = matvec_floor(F)
+        rows.append(dict(case=label, F=F, step_s=compiled, torch_step_s=eager, matvec_s=floor, ratio=compiled / floor))
+        print(f"{label:<26} compiled step {compiled * 1e6:7.2f} µs, torch step {eager * 1e6:7.1f} µs, numpy F×F "
+              f"matvec {floor * 1e6:6.2f} µs: step = {compiled / floor:.2f}× the matvec (target ≤ 3×)", flush=True)
+    return rows
+
+
+def _wall_cpu(fn, repeats: int) -> tuple[float, float]:
+    """The shortest wall time and the shortest CPU time of this process over ``repeats`` calls of ``fn()``."""
+    return _best(fn, repeats), _best(fn, repeats, clock=time.process_time)
+
+
+def bench_batch(quick: bool) -> dict:
+    """Sixteen Figure-3a runs (P = 2000, 3001 steps, seeds 0–15, draws included) through one run_many, against one
+    linattn.run and sixteen: wall and CPU time (the CPU time is what a loaded machine does not blur)."""
+    n = 4 if quick else 16
+    cfgs = [RunConfig(**dict(FIG3A, trainset_size=2000, epoch=3001, seed=s)) for s in range(n)]
+    run(cfgs[0], progress=False)  # compile the kernel, warm the caches
+    one = _wall_cpu(lambda: run(cfgs[0], progress=False), 3)
+    loop = _wall_cpu(lambda: [run(c, progress=False) for c in cfgs], 1)
+    many = _wall_cpu(lambda: linattn.run_many(cfgs), 2)
+    stacked = _wall_cpu(lambda: linattn.run_many(cfgs, batched=True), 1)
+    out = dict(runs=n, one_run_s=one, loop_s=loop, run_many_s=many, run_many_batched_cpu_s=stacked,
+               ratio_to_one_run=many[1] / one[1])
+    w = lambda t: f"{t[0]:.3f} s wall / {t[1]:.3f} s CPU"
+    print(f"{n} Fig-3a runs (P 2000, 3001 steps): one linattn.run {w(one)}; {n} runs one by one {w(loop)}; "
+          f"run_many {w(many)} ({many[1] / one[1]:.1f}× one run's CPU; target ≤ 2×); run_many batched=True on the "
+          f"CPU {w(stacked)}", flush=True)
+    return out
+
+
+def bench_threads(quick: bool) -> dict:
+    """linattn.run of a Figure-3a run with torch's default thread count set by the caller, against one thread, and
+    against forcing the default count into the run (what run did before it chose the engine's threads)."""
+    cfg = RunConfig(**dict(FIG3A, trainset_size=2000, epoch=3001))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(DEFAULT_THREADS)
+        default = _wall_cpu(lambda: run(cfg, progress=False), 5)
+        forced = _wall_cpu(lambda: run(cfg, progress=False, threads=DEFAULT_THREADS), 5)
+        torch.set_num_threads(1)
+        single = _wall_cpu(lambda: run(cfg, progress=False), 5)
+    finally:
+        torch.set_num_threads(before)
+    w = lambda t: f"{t[0]:.3f} s wall / {t[1]:.3f} s CPU"
+    print(f"linattn.run, Fig 3a (P 2000, 3001 steps): caller at torch's default {DEFAULT_THREADS} threads "
+          f"{w(default)}, "
+          f"caller at 1 thread {w(single)} (wall {default[0] / single[0]:.2f}×, CPU {default[1] / single[1]:.2f}×; "
+          f"target ≤ 1.2×); {DEFAULT_THREADS} threads forced into the run {w(forced)}", flush=True)
+    return dict(default_threads=DEFAULT_THREADS, default_s=default, one_thread_s=single, forced_default_s=forced)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a 1–2 minute version")
-    p.add_argument("--only", choices=("steps", "runs", "flow", "population"), action="append")
+    p.add_argument("--only", choices=("floor", "batch", "threads", "steps", "runs", "flow", "population"),
+                   action="append")
     p.add_argument("--json", help="also write the measurements to this file")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads for every engine (default 1, as `linattn train`)")
@@ -222,12 +326,14 @@ def main(argv=None):
     global THREADS
     THREADS = args.threads
     torch.set_num_threads(args.threads)
-    parts = args.only or ["steps", "runs", "flow"] + ([] if args.quick else ["population"])
+    parts = args.only or ["floor", "batch", "threads", "steps", "runs", "flow"] + ([] if args.quick else ["population"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; quick={args.quick}")
     out = {}
     for part in parts:
         print(f"\n== {part} ==")
-        out[part] = {"steps": lambda: bench_steps(args.quick), "runs": lambda: bench_runs(args.quick),
+        out[part] = {"floor": lambda: bench_floor(args.quick), "batch": lambda: bench_batch(args.quick),
+                     "threads": lambda: bench_threads(args.quick), "steps": lambda: bench_steps(args.quick),
+                     "runs": lambda: bench_runs(args.quick),
                      "flow": lambda: bench_flow(args.quick), "population": bench_population}[part]()
     if args.json:
         with open(args.json, "w") as f:

@@ -27,6 +27,7 @@ The library in one example (the API page of the book lists every name)::
 import importlib
 
 from ._version import __version__
+from .batch import run_many
 from .config import ConfigError, RunConfig
 from .data import Datasets, Sequences, sample_tasks
 from .weights import init_weights, mlp_from_attn_m
@@ -37,7 +38,7 @@ _LAZY = {"run": "experiment", "RunResult": "experiment", "load_run": "experiment
          "draw": "experiment", "build_model": "models", "TrainingDiverged": "train"}
 _SUBMODULES = ("theory", "diagnostics", "events", "objectives")
 
-__all__ = ["RunConfig", "ConfigError", "run", "RunResult", "load_run", "write_outputs", "draw",
+__all__ = ["RunConfig", "ConfigError", "run", "run_many", "RunResult", "load_run", "write_outputs", "draw",
            "build_model", "init_weights", "mlp_from_attn_m", "Sequences", "Datasets", "sample_tasks",
            "TrainingDiverged", "theory", "diagnostics", "events", "objectives", "__version__"]
 

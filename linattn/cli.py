@@ -150,9 +150,9 @@ def add_train_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> N
     ours.add_argument("--max-memory", dest="max_memory", type=_memory, default=None,
                       help="the most memory the run may take, e.g. 8G or 500M (default: the memory available now); "
                            "a run estimated to need more is refused before it starts")
-    ours.add_argument("--threads", type=int, default=1,
-                      help="CPU threads for torch (default 1: on small per-step work more threads mostly spin-wait, "
-                           "up to 5x slower when the cores are shared)")
+    ours.add_argument("--threads", type=int, default=None,
+                      help="CPU threads for torch during the run (default: the engine's choice, one for the exact and "
+                           "population engines, whose steps are too small to share)")
     ours.add_argument("--save-data", dest="save_data", action="store_true",
                       help="also write the data sets and the task, data.npz")
     ours.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -244,16 +244,13 @@ def cmd_train(args) -> int:
         checked = plan(cfg, max_memory=args.max_memory)  # checked once, here; run() carries it out
     except ConfigError as e:
         raise UsageError(cli_message(e)) from None
-    if args.threads < 1:
+    if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)
     tmp, created = prepare_out(out, args.overwrite)
     try:
-        import torch
-
-        torch.set_num_threads(args.threads)
         try:
-            result = run(checked, progress=None if not args.quiet else False)
+            result = run(checked, progress=None if not args.quiet else False, threads=args.threads)
         except TrainingDiverged as e:
             print(f"linattn train: error: {e}", file=sys.stderr)
             return 1
@@ -389,7 +386,7 @@ def cmd_sweep(args) -> int:
         return 0
     grid = sweep_grid(args.grid, args.spec)
     base = config_from_args(args)
-    if args.threads < 1:
+    if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be a positive integer, got {args.workers}")
@@ -420,7 +417,7 @@ def cmd_sweep(args) -> int:
             except (OSError, TimeoutError, ValueError) as e:
                 raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answers there ({e})") from None
         ds = sweeps.sweep(base, grid, client=client, out=args.out, workers=args.workers, save_data=args.save_data,
-                          threads=args.threads, max_memory=args.max_memory,
+                          threads=args.threads or 1, max_memory=args.max_memory,
                           progress=False if args.quiet else None)
     except ImportError as e:
         raise UsageError(str(e)) from None

@@ -311,8 +311,16 @@ def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None
                 draws=draws, init=init, data=given, start_step=start_step)
 
 
+def check_threads(threads) -> None:
+    """``threads`` (of :func:`run`) is None or a positive integer, else a ConfigError naming it."""
+    if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
+        raise ConfigError(f"{named('threads')} must be None (the engine's choice) or a positive integer, got "
+                          f"{threads!r}", field="threads", value=threads)
+
+
 def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress: bool | None = None,
-        snapshot_every: int = 0, snapshot=None, start_step: int = 0, max_memory=None) -> RunResult:
+        snapshot_every: int = 0, snapshot=None, start_step: int = 0, max_memory=None,
+        threads: int | None = None) -> RunResult:
     """Check ``cfg`` (:func:`plan`), draw or take data and weights, build the engine, train, and return a
     :class:`RunResult`.
 
@@ -342,6 +350,9 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
         max_memory: the most memory the run may take, in bytes or as a size such as ``"8G"`` or ``"500M"``; None
             (default): the memory available now (``config.available_memory``). A run whose estimated peak
             (:func:`~linattn.config.memory_estimate`) exceeds it is refused before anything is drawn.
+        threads: torch's intra-op threads while the run trains; None (default): the engine's choice
+            (``objectives.threads_for``: one for the exact and population engines, the caller's setting for the
+            autograd and softmax engines). The caller's setting is restored afterwards, also on an exception.
 
     Raises:
         ConfigError: an invalid setting (a ValueError naming it), options the reference's draws do not have
@@ -352,12 +363,19 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
             rate that trial runs from the same initial weights found stable (:func:`stable_lr`): 20 steps, or as
             many as the diverged run lasted up to 200 for the exact and population engines.
     """
+    check_threads(threads)
     if isinstance(cfg, Plan):
         if init is not None or data is not None or start_step or max_memory is not None:
             raise TypeError("a Plan holds the run's init, data, start_step and memory check: give them to plan()")
         p = cfg
     else:
         p = plan(cfg, init=init, data=data, max_memory=max_memory, start_step=start_step)
+    with objectives.thread_count(objectives.threads_for(p.engine, p.device) if threads is None else threads):
+        return _carry_out(p, progress=progress, snapshot_every=snapshot_every, snapshot=snapshot)
+
+
+def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot) -> RunResult:
+    """:func:`run` of a checked plan: draw or take data and weights, build the engine, train."""
     cfg, device = p.config, p.device
     start = time.perf_counter()
     datasets, init = p.data if p.data is not None else p.drawn, p.init
@@ -502,10 +520,11 @@ def load_run(out_dir) -> RunResult:
 #: The code that computes a trajectory, relative to the package: whole modules, or (after a colon) the top-level
 #: definitions of one that decide a run. Diagnostics, theory, events, validation and the companion are not in it.
 TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "weights.py", "models.py",
-                   "objectives/__init__.py", "objectives/declarations.py", "objectives/base.py", "objectives/exact.py", "objectives/population.py", "objectives/softmax.py",
-                   "objectives/softmax_kernel.c", "objectives/autograd.py", "train.py", "flow.py",
+                   "objectives/__init__.py", "objectives/declarations.py", "objectives/base.py", "objectives/exact.py",
+                   "objectives/population.py", "objectives/softmax.py", "objectives/softmax_kernel.c",
+                   "objectives/native.py", "objectives/exact_kernel.c", "objectives/autograd.py", "train.py", "flow.py",
                    "config.py:RunConfig.__post_init__,RunConfig.to_dict",
-                   "experiment.py:_draw,_population_datasets,_given_data,plan,Plan,run,run_key,EVERYTHING")
+                   "experiment.py:_draw,_population_datasets,_given_data,plan,Plan,run,_carry_out,run_key,EVERYTHING")
 #: The libraries whose versions can change a trajectory's numbers.
 NUMERICAL_LIBRARIES = ("torch", "numpy", "scipy")
 

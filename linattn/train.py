@@ -96,38 +96,70 @@ def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | N
     ``progress``: a tqdm bar (None: only for runs that touch a terminal). ``start_step``: the number of the first
     step, for a run that continues another from its weights at that step (the history's ``step`` and the snapshots
     then line up with a run that never stopped: GD is a function of the weights alone).
+
+    Where the objective offers a compiled loop for this model and these tests (``objective.compiled_steps``: the
+    exact engine's C kernel), the steps between two snapshots run there in one call; otherwise one Python step at a
+    time through ``value_and_grad``. Both record the same rows.
     """
-    import torch
     from tqdm import tqdm  # the text bar: tqdm.auto warns in a kernel without ipywidgets
 
-    params = [p for p in model.parameters()]
-    losses = np.empty(epoch)
-    test_rows = {k: np.empty(epoch) for k in (tests or {})}
-    values = np.empty((epoch, len(model.value_weights()))) if track_value else None
-    snaps = []
+    tests = tests or {}
+    rec = _Records(epoch, tests, len(model.value_weights()) if track_value else 0)
     take = snapshot or weights_of
+    snaps = []
     start = time.perf_counter()
-    bar = tqdm(range(epoch), desc="training", unit="step", disable=(None if progress is None else not progress),
+    bar = tqdm(total=epoch, desc="training", unit="step", disable=(None if progress is None else not progress),
                mininterval=1.0, leave=False)
-    for t in bar:
+    compiled = getattr(objective, "compiled_steps", None)
+    steps = compiled(model, list(tests.values())) if compiled is not None else None
+    try:
+        t = 0
+        while t < epoch:
+            if snapshot_every and (start_step + t) % snapshot_every == 0:
+                snaps.append((start_step + t, take(model)))  # the weights before step t's update
+            n = epoch - t if not snapshot_every else min(epoch - t, snapshot_every - (start_step + t) % snapshot_every)
+            done = steps(t, n, lr, rec.losses, list(rec.tests.values()), rec.values) if steps is not None else \
+                _torch_steps(model, objective, tests, rec, t, n, lr)
+            bar.update(done)
+            if done < n:
+                raise TrainingDiverged(start_step + t + done, float(rec.losses[t + done]), lr)
+            t += n
+    finally:
+        bar.close()
+    if snapshot_every:
+        snaps.append((start_step + epoch, take(model)))
+    return History(step=np.arange(start_step, start_step + epoch), train_loss=rec.losses,
+                   test_iwl=rec.tests.get("test_iwl"), test_icl=rec.tests.get("test_icl"), values=rec.values,
+                   snapshots=snaps, wall_time=time.perf_counter() - start)
+
+
+class _Records:
+    """The rows a run records, one per step: the loss, each test loss, the value weights (``heads`` > 0)."""
+
+    def __init__(self, epoch: int, tests: dict, heads: int):
+        self.losses = np.empty(epoch)
+        self.tests = {k: np.empty(epoch) for k in tests}
+        self.values = np.empty((epoch, heads)) if heads else None
+
+
+def _torch_steps(model, objective, tests: dict, rec: _Records, first: int, n: int, lr: float) -> int:
+    """Steps ``first`` … ``first + n − 1`` one at a time through ``objective.value_and_grad``; how many were made
+    (fewer than ``n`` when a loss was not finite: that step's loss is recorded, its update not made)."""
+    import torch
+
+    params = list(model.parameters())
+    for t in range(first, first + n):
         for p in params:
             p.grad = None
         loss = objective.value_and_grad(model)
+        rec.losses[t] = loss
         if not math.isfinite(loss):
-            bar.close()
-            raise TrainingDiverged(start_step + t, loss, lr)
-        losses[t] = loss
-        for k, obj in (tests or {}).items():
-            test_rows[k][t] = obj.value(model)
-        if track_value:
-            values[t] = model.value_weights().detach().cpu().numpy()
-        if snapshot_every and (start_step + t) % snapshot_every == 0:
-            snaps.append((start_step + t, take(model)))
+            return t - first
+        for k, obj in tests.items():
+            rec.tests[k][t] = obj.value(model)
+        if rec.values is not None:
+            rec.values[t] = model.value_weights().detach().cpu().numpy()
         with torch.no_grad():
             for p in params:
                 p -= lr * p.grad
-    if snapshot_every:
-        snaps.append((start_step + epoch, take(model)))
-    return History(step=np.arange(start_step, start_step + epoch), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
-                   test_icl=test_rows.get("test_icl"), values=values, snapshots=snaps,
-                   wall_time=time.perf_counter() - start)
+    return n

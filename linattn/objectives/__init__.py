@@ -30,7 +30,8 @@ ENGINES = {cls.name: cls for cls in (ExactEngine, PopulationEngine, SoftmaxEngin
 #: The names this package gives from its modules on first use (module ``__getattr__``): name → module.
 _LAZY = {"Exact": "exact", "Population": "population", "population_moments": "population", "Softmax": "softmax",
          "Autograd": "autograd", "Moments": "base", "NotLinearError": "base", "check_linear": "base",
-         "feature_batches": "base", "DEFAULT_CHUNK": "base"}
+         "feature_batches": "base", "DEFAULT_CHUNK": "base",
+         "thread_count": "base"}
 
 
 def __getattr__(name: str):
@@ -100,6 +101,12 @@ def load(engine: str | type) -> type:
     return getattr(sys.modules[__name__], trains) if trains else entry
 
 
+def threads_for(engine: str, device: str) -> int | None:
+    """torch's intra-op threads for a run of ``engine`` on ``device`` (None: the caller's setting): the engine's
+    choice (``Objective.threads``) on the CPU; one on a GPU, where the host only launches kernels."""
+    return get(engine).threads if str(device).split(":")[0] == "cpu" else 1
+
+
 def build(cfg, model, datasets, device: str):
     """(training objective, {"test_iwl"/"test_icl": test objective}) of a run of ``cfg`` on ``datasets``.
 
@@ -121,4 +128,4 @@ def build(cfg, model, datasets, device: str):
 
 __all__ = ["ENGINES", "engine_choices", "get", "resolve", "refusal", "device_for", "load", "build", "Engine", "Exact",
            "Population", "Softmax", "Autograd", "Moments", "NotLinearError", "check_linear", "feature_batches",
-           "population_moments", "DEFAULT_CHUNK"]
+           "population_moments", "DEFAULT_CHUNK", "thread_count", "threads_for"]

@@ -4,15 +4,19 @@ Every objective is the mean squared error over a data set (over its prefixes und
 ``value_and_grad(model)`` (the loss; its gradient accumulated into the parameters' ``.grad``) and ``value(model)``.
 Data are read chunk by chunk, so no objective holds more than one chunk's prefixes or features at a time.
 
-The objectives leave torch's thread count alone: ``linattn train`` sets it once (``--threads``, default 1). An exact
-step is a few dozen microseconds of small operations, and with several OpenMP threads on busy cores each one pays a
-fork/join (measured 10–50× slower steps with the two cores busy), so from Python call ``torch.set_num_threads(1)``
-for small problems on a shared CPU.
+Each engine chooses torch's intra-op thread count for the runs it trains (``Objective.threads``):
+``linattn.run`` and ``run_many`` set it for the duration of the run and restore the caller's setting afterwards,
+exceptions included (:func:`thread_count`). An exact or population step is a few microseconds of arithmetic, and
+with several OpenMP threads on busy cores each small operation pays a fork/join (measured 10–50× slower steps with
+the two cores busy), so those engines take one thread. The autograd and softmax engines keep the caller's setting:
+their work is large products over the whole data set (autograd) or a C kernel that uses no torch threads (softmax
+on the CPU), so the thread count is the caller's to choose (``linattn train --threads``).
 """
 
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -34,6 +38,20 @@ class Objective(Engine):
     def for_data(cls, model, seqs, **opts) -> "Objective":
         """The objective on the sequences ``seqs`` (``opts``: vary_len, normalize, chunk, device, dtype)."""
         return cls(seqs, **opts)
+
+
+@contextmanager
+def thread_count(threads: int | None):
+    """torch's intra-op thread count set to ``threads`` for the block (None: left as it is), and the caller's
+    setting restored afterwards, also when the block raises."""
+    before = torch.get_num_threads()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def chunks(X, y, chunk, device, dtype) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -19,13 +19,15 @@ class Engine:
     ``linear_only``: trains only models whose prediction is linear in a fixed feature. A training set of infinitely
     many sequences (``trainset_size=None``) is refused by the registry for every engine but ``population``.
     ``trains``: the name in ``linattn.objectives`` of the class that trains this declaration (set on declarations
-    only: an engine class trains itself).
+    only: an engine class trains itself). ``threads``: torch's intra-op threads during a run on the CPU (None: the
+    caller's setting; ``objectives.threads_for``).
     """
 
     name: str
     preferred_device = "cpu"
     linear_only = False
     trains: str | None = None
+    threads: int | None = None
 
     @staticmethod
     def refuses(cfg) -> str | None:
@@ -45,6 +47,7 @@ class ExactEngine(Engine):
     preferred_device = "cpu"  # a step is a few small matrix products: faster than a GPU kernel launch
     linear_only = True
     trains = "Exact"
+    threads = 1  # a step is microseconds: more threads only add a fork/join to each small product
 
     @staticmethod
     def refuses(cfg) -> str | None:

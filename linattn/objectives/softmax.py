@@ -49,11 +49,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
-import shlex
-import shutil
-import subprocess
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -62,6 +57,7 @@ import torch
 
 from .. import data as data_mod
 from ..normalization import lengths, prefix_queries
+from . import native
 from .base import DEFAULT_CHUNK, Objective
 from .declarations import SoftmaxEngine
 
@@ -156,22 +152,8 @@ _P = ctypes.c_void_p
 @functools.cache
 def _native(dim: int, double: bool):
     """``softmax_sums`` of ``softmax_kernel.c`` for D+1 = ``dim`` in float64 (``double``) or float32, compiled for
-    this CPU into a temporary folder and loaded (the loaded library outlives the folder). Raises where no C compiler
-    works."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        raise RuntimeError("no C compiler found (set $CC)")
-    with tempfile.TemporaryDirectory(prefix="linattn-softmax-", ignore_cleanup_errors=True) as tmp:
-        lib = Path(tmp) / "softmax_kernel.so"
-        base = [*shlex.split(cc), "-O3", "-ffp-contract=fast", "-shared", "-fPIC", f"-DDIM={dim}",
-                *(["-DUSE_DOUBLE"] * double), str(KERNEL_SOURCE), "-o", str(lib)]
-        for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
-            done = subprocess.run(base + flags, capture_output=True, text=True)
-            if done.returncode == 0:
-                break
-        else:
-            raise RuntimeError(f"{cc} could not compile {KERNEL_SOURCE.name}: {done.stderr.strip()[:300]}")
-        fn = ctypes.CDLL(str(lib)).softmax_sums
+    this CPU and loaded (``native.load``). Raises where no C compiler works."""
+    fn = native.load(KERNEL_SOURCE.name, (f"DIM={dim}", *(["USE_DOUBLE"] * double))).softmax_sums
     real = ctypes.c_double if double else ctypes.c_float
     fn.argtypes = [_P, ctypes.c_long, ctypes.c_long, ctypes.c_int, _P, _P, _P, _P, ctypes.c_int, real, ctypes.c_int,
                    _P, _P, _P]

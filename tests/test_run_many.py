@@ -1,0 +1,131 @@
+"""linattn.run_many: many runs of one shape in one call, each equal to its linattn.run; threads chosen by the engine."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import linattn
+from linattn import ConfigError, RunConfig, TrainingDiverged
+
+BASE = dict(model="attnS", head_num=3, in_dim=3, seq_len=10, trainset_size=300, init=0.3, lr=0.02,
+            init_scheme="jan2025", draws="streams", epoch=400)
+
+
+def _members():
+    """Runs that differ in seed, learning rate, length, rank, in-context fraction and test sets."""
+    return [RunConfig(**dict(BASE, seed=0)),
+            RunConfig(**dict(BASE, seed=1, lr=0.03, epoch=250)),
+            RunConfig(**dict(BASE, seed=2, rank=3, testset_size=0)),
+            RunConfig(**dict(BASE, seed=3, icl=0.5, epoch=333))]
+
+
+def _same(a, b):
+    rel = lambda x, y: np.max(np.abs(x - y) / np.abs(y))
+    assert a.config == b.config and a.history.train_loss.shape == b.history.train_loss.shape
+    assert rel(a.history.train_loss, b.history.train_loss) <= 1e-8
+    assert [s for s, _ in a.history.snapshots] == [s for s, _ in b.history.snapshots]
+    for k in b.weights:
+        assert np.allclose(a.weights[k], b.weights[k], rtol=1e-8, atol=1e-13), k
+    if b.history.values is not None:
+        assert np.allclose(a.history.values, b.history.values, rtol=1e-8, atol=1e-13)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["member-by-member", "batched"])
+def test_each_member_equals_its_run_alone(batched):
+    cfgs = _members()
+    if batched:  # batched members share whether they have test sets
+        cfgs = [RunConfig(**dict(c.to_dict(), testset_size=50, track_value=True)) for c in cfgs]
+    results = linattn.run_many(cfgs, snapshot_every=100, batched=batched)
+    for cfg, got in zip(cfgs, results):
+        alone = linattn.run(cfg, snapshot_every=100, progress=False)
+        _same(got, alone)
+        if batched:
+            assert np.allclose(got.history.test_icl, alone.history.test_icl, rtol=1e-8)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["member-by-member", "batched"])
+def test_a_diverging_member_gets_its_error_and_the_others_go_on(batched):
+    cfgs = [RunConfig(**dict(BASE, seed=0)), RunConfig(**dict(BASE, seed=1, lr=60.0)), RunConfig(**dict(BASE, seed=2))]
+    results = linattn.run_many(cfgs, batched=batched)
+    with pytest.raises(TrainingDiverged) as alone:
+        linattn.run(cfgs[1], progress=False)
+    assert isinstance(results[1], TrainingDiverged) and results[1].step == alone.value.step
+    assert results[1].suggested_lr == alone.value.suggested_lr
+    _same(results[2], linattn.run(cfgs[2], progress=False))
+
+
+def test_given_initial_weights_and_data_per_member():
+    cfgs = _members()[:2]
+    drawn = [linattn.draw(c) for c in cfgs]
+    inits = [{k: v * 1.5 for k, v in w.items()} for _, w in drawn]
+    datasets = [ds for ds, _ in drawn]
+    for got, cfg, init, ds in zip(linattn.run_many(cfgs, inits=inits, datasets=datasets), cfgs, inits, datasets):
+        _same(got, linattn.run(cfg, init=init, data=ds, progress=False))
+
+
+def test_members_given_the_same_data_set_each_train_from_their_own_weights():
+    cfg = _members()[0]
+    ds, init = linattn.draw(cfg)
+    inits = [init, {k: v * 0.5 for k, v in init.items()}]
+    got = linattn.run_many([cfg, cfg], inits=inits, datasets=[ds, ds], batched=True)
+    for res, w in zip(got, inits):
+        _same(res, linattn.run(cfg, init=w, data=ds, progress=False))
+    assert not np.allclose(got[0].history.train_loss, got[1].history.train_loss)
+
+
+def test_every_member_is_checked_before_any_work():
+    cfgs = _members()
+    with pytest.raises(ConfigError, match=r"configs\[2\].*lr") as err:
+        linattn.run_many(cfgs[:2] + [RunConfig(**dict(BASE, lr=-1.0))])
+    assert err.value.field == "lr"
+    with pytest.raises(ConfigError, match=r"configs\[1\].*head_num") as err:
+        linattn.run_many([cfgs[0], RunConfig(**dict(BASE, head_num=4))])
+    assert err.value.field == "head_num"
+    with pytest.raises(ConfigError, match="inits"):
+        linattn.run_many(cfgs, inits=[None])
+    with pytest.raises(ConfigError, match="threads"):
+        linattn.run_many(cfgs, threads=0)
+    with pytest.raises(ConfigError, match="test sets"):
+        linattn.run_many([cfgs[0], RunConfig(**dict(BASE, testset_size=20))], batched=True)
+
+
+def _threads_seen():
+    seen = []
+    return seen, lambda model: seen.append(torch.get_num_threads())
+
+
+@pytest.mark.parametrize("engine,inside", [("exact", 1), ("autograd", 3)])
+def test_a_run_takes_its_engines_threads_and_gives_the_callers_back(engine, inside):
+    """Exact: one thread during the run; autograd: the caller's setting; afterwards the caller's, also after an
+    exception."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        cfg = RunConfig(**dict(BASE, engine=engine, epoch=5))
+        seen, snap = _threads_seen()
+        linattn.run(cfg, snapshot_every=2, snapshot=snap, progress=False)
+        assert set(seen) == {inside} and torch.get_num_threads() == 3
+        seen, snap = _threads_seen()
+        linattn.run_many([cfg, cfg], snapshot_every=2, snapshot=snap)
+        assert set(seen) == {inside} and torch.get_num_threads() == 3
+        linattn.run(cfg, snapshot_every=2, snapshot=_threads_seen()[1], progress=False, threads=2)
+
+        def fails(model):
+            raise KeyError("in the snapshot")
+        with pytest.raises(KeyError):
+            linattn.run(cfg, snapshot_every=2, snapshot=fails, progress=False)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_benchmark_script_runs_at_tiny_sizes(capsys):
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_run_many.py"
+    spec = importlib.util.spec_from_file_location("bench_run_many", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.measure([1, 3], device="cpu", trainset_size=100, epoch=20, batched=True)
+    assert [r["batch"] for r in rows] == [1, 3] and all(r["runs_per_s"] > 0 for r in rows)
