@@ -434,3 +434,36 @@ def test_first_drop_step_is_the_midpoint_crossing_and_none_without_a_plateau():
     falls_at_once = np.linspace(1.0, 0.2, 100)
     assert dg.first_drop_step(falls_at_once, min_step=60) is None
     assert dg.first_drop_step(np.full(10, 0.5)) is None  # never drops
+
+
+def _logistic_drop(step, centre, start=1.0, final=0.2, width=25.0):
+    """A loss that falls from ``start`` to ``final`` along a logistic: exactly at the midpoint at step ``centre``."""
+    return final + (start - final) / (1 + np.exp((step - centre) / width))
+
+
+def test_half_drop_step_is_the_first_step_past_the_loss_midpoint():
+    step = np.arange(3000)
+    loss = _logistic_drop(step, 700.0)
+    assert dg.half_drop_step(loss) == 701  # exactly 0.6 at 700, strictly below from 701
+    assert dg.half_drop_step(loss, 10 * step) == 7010  # the recorded step, not the index
+    # the same rule on a curve shifted in time moves the answer by the shift: run and theory are one quantity
+    assert dg.half_drop_step(_logistic_drop(step, 1234.0)) - dg.half_drop_step(loss) == 534
+    # given levels replace the curve's own first and last value
+    assert dg.half_drop_step(loss, start=1.0, final=0.6) == dg.first_step_below(loss, 0.8)
+
+
+def test_half_drop_step_of_a_noisy_curve_with_its_levels_given():
+    step = np.arange(3000)
+    noise = np.random.default_rng(0).normal(0.0, 0.005, step.size)  # slope at the midpoint: 0.008 per step
+    found = dg.half_drop_step(_logistic_drop(step, 700.0) + noise, start=1.0, final=0.2)
+    assert abs(found - 700) <= 5  # an earlier crossing would need a noise excursion of 8 standard deviations
+
+
+def test_half_drop_step_is_nan_without_a_drop_and_refuses_bad_input():
+    assert np.isnan(dg.half_drop_step(np.full(100, 0.5)))  # flat
+    assert np.isnan(dg.half_drop_step(np.linspace(0.2, 1.0, 100)))  # rises
+    assert np.isnan(dg.half_drop_step(np.full(100, 1.0), final=0.2))  # never reaches the midpoint
+    with pytest.raises(ValueError, match="loss"):
+        dg.half_drop_step(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="steps"):
+        dg.half_drop_step(np.ones(5), np.arange(4))
