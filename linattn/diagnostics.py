@@ -386,10 +386,10 @@ def half_drop_step(loss, steps=None, *, start: float | None = None, final: float
 
 
 def first_drop_step(loss, *, min_step: int = 10) -> int | None:
-    """The step of a curve's first drop, from its start to its end value (:func:`drop_steps` with the levels
-    ``loss[0]`` and ``loss[-1]``); None where it comes before ``min_step`` or never: a curve that falls at once has
-    no plateau to leave (a large initialisation)."""
-    k = drop_steps(loss, [loss[0], loss[-1]])[0]
+    """The step of a curve's first drop, from its start to its end value (:func:`half_drop_step` with its default
+    levels ``loss[0]`` and ``loss[-1]``, as an index); None where it comes before ``min_step`` or never: a curve that
+    falls at once has no plateau to leave (a large initialisation)."""
+    k = half_drop_step(loss)
     return int(k) if k >= min_step else None
 
 
