@@ -467,3 +467,22 @@ def test_half_drop_step_is_nan_without_a_drop_and_refuses_bad_input():
         dg.half_drop_step(np.ones((3, 3)))
     with pytest.raises(ValueError, match="steps"):
         dg.half_drop_step(np.ones(5), np.arange(4))
+
+
+def test_rise_verdict_compares_a_rise_time_with_the_odes_by_a_factor():
+    from linattn import events
+
+    v_inf = (0.4 * 1.1) ** (-1 / 3)
+    t = np.linspace(0.0, 2 * 3 / (0.4**2 * 1e-3 * v_inf), 40001)  # past twice the blow-up time τ/(λ² v₀)
+    v_ode = theory.scalar_ode(0.4, 1.1, 1e-3 * v_inf, t)
+    same = events.compare_rise(v_ode, v_ode, t, v_inf)
+    assert same.rise_steps == pytest.approx(same.rise_steps_ode) and same.max_gap == 0.0
+    stretched = np.interp(t / 2, t, v_ode)  # the same curve twice as slow: the rise takes twice as long
+    twice = events.compare_rise(stretched, v_ode, t, v_inf)
+    assert twice.rise_steps / twice.rise_steps_ode == pytest.approx(2.0, rel=0.01)
+    assert events.rise_verdict(same.rise_steps / same.rise_steps_ode) == "as fast as the ODE"
+    assert events.rise_verdict(twice.rise_steps / twice.rise_steps_ode) == "slower than the ODE"
+    assert events.rise_verdict(0.5) == "faster than the ODE"
+    edges = (events.RISE_FACTOR, 1 / events.RISE_FACTOR)
+    assert [events.rise_verdict(r) for r in edges] == ["as fast as the ODE"] * 2
+    assert events.rise_verdict(float("nan")) == "not measured"
