@@ -648,3 +648,11 @@ def test_figA_init_scale_at_settings_the_paper_never_used():
     assert (said["D"], said["P"], said["heads_s"], said["inits_s"]) == (2, "200", "1 head", "0.02, 0.04 and 0.3")
     assert len(figA_init_scale.claims_table(ds).rows) == 4 and "power law" in figA_init_scale.summary(ds)
     figA_init_scale.plot(ds)
+
+
+def test_fig01b_words_each_mlp_lag_behind_attn_m_by_its_sign():
+    ds = xr.Dataset({"half_drop_step": ("model", [100.0, 90.0, 106.0])}, coords={"model": list(fig01b.MODELS)})
+    assert fig01b.lag_behind_attn_m(ds, "mlp_matched_init") == "6 steps after"
+    assert fig01b.lag_behind_attn_m(ds, "mlp_own_init") == "10 steps before"
+    assert fig01b.lag_behind_attn_m(ds.assign(half_drop_step=("model", [5.0, 5.0, 5.0])),
+                                    "mlp_own_init") == "at the same step as"

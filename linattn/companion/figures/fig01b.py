@@ -19,6 +19,7 @@ from ...config import RunConfig
 from ...models import build_model
 from .. import presets, published
 from ..commands import train_command
+from ..output import by_sign
 from ..runstore import population_twin, stored_run
 from .frame import settings_attrs
 
@@ -116,8 +117,20 @@ def words(ds) -> dict:
                 half_drop_attn_m=float(ds.half_drop_step.sel(model="attn_m")),
                 half_drop_population=float(ds.half_drop_step_theory.sel(model="attn_m")),
                 half_drop_estimate=float(ds.half_drop_step_estimate.sel(model="attn_m")),
+                lag_matched=lag_behind_attn_m(ds, "mlp_matched_init"), lag_own=lag_behind_attn_m(ds, "mlp_own_init"),
+                caption_lead=("The paper's Figure 1b, reproduced" if ds.attrs["published"]
+                              else "Figure 1b's experiment at settings of our own"),
                 gap_matched=float(np.abs(ds.train_loss.sel(model="attn_m")
                                          - ds.train_loss.sel(model="mlp_matched_init")).max()))
+
+
+def lag_behind_attn_m(ds, model: str) -> str:
+    """How far ``model``'s half-drop lies from ATTN_M's, in words: "6 steps after", "19 steps before" or "at the
+    same step as" (``output.by_sign``)."""
+    lag = float(ds.half_drop_step.sel(model=model) - ds.half_drop_step.sel(model="attn_m"))
+    if not np.isfinite(lag):
+        return "– (no half-drop) relative to"
+    return (f"{abs(lag):.0f} steps " if lag else "") + by_sign(lag, "before", "after", "at the same step as")
 
 
 def _runs(ds) -> dict:
