@@ -385,6 +385,25 @@ def half_drop_step(loss, steps=None, *, start: float | None = None, final: float
     return float(drop_steps(y, [start, final], steps)[0])
 
 
+LEARNED_FALL, GIVEN_BACK = 0.25, 0.5  # our choices for :func:`learning_course`: a quarter off the start is learning
+# that shows on the page; giving back half of the fall is more than noise on a test set of thousands of sequences
+
+
+def learning_course(loss, *, learned: float = LEARNED_FALL, given_back: float = GIVEN_BACK) -> str:
+    """What a test loss says about the solution it measures: "not learned" when its lowest value L_low never comes
+    ``learned`` × L_start below its start (L_low > (1 − learned) L_start); "transient" when it is learned and the
+    loss then climbs back by at least ``given_back`` of the fall, L_end − L_low ≥ given_back (L_start − L_low);
+    "kept" otherwise. NaN values are ignored."""
+    y = np.asarray(loss, dtype=np.float64)
+    y = y[np.isfinite(y)]
+    if y.size < 2:
+        raise ValueError("need at least 2 finite loss values")
+    start, low, end = y[0], y.min(), y[-1]
+    if low > (1 - learned) * start:
+        return "not learned"
+    return "transient" if end - low >= given_back * (start - low) else "kept"
+
+
 def first_drop_step(loss, *, min_step: int = 10) -> int | None:
     """The step of a curve's first drop, from its start to its end value (:func:`half_drop_step` with its default
     levels ``loss[0]`` and ``loss[-1]``, as an index); None where it comes before ``min_step`` or never: a curve that

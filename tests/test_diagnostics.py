@@ -486,3 +486,16 @@ def test_rise_verdict_compares_a_rise_time_with_the_odes_by_a_factor():
     edges = (events.RISE_FACTOR, 1 / events.RISE_FACTOR)
     assert [events.rise_verdict(r) for r in edges] == ["as fast as the ODE"] * 2
     assert events.rise_verdict(float("nan")) == "not measured"
+
+
+def test_learning_course_tells_kept_transient_and_not_learned_apart():
+    step = np.arange(1000)
+    fall = 0.1 + 0.9 / (1 + np.exp((step - 300) / 20.0))  # from 1 to 0.1
+    assert dg.learning_course(fall) == "kept"
+    back = fall + 0.9 / (1 + np.exp(-(step - 700) / 20.0))  # falls to about 0.1, then climbs back to 1
+    assert dg.learning_course(back) == "transient"
+    assert dg.learning_course(1.0 - 0.02 * np.sin(step / 100.0)) == "not learned"  # wiggles, never a quarter down
+    half = np.concatenate([fall, np.full(10, 0.1 + 0.5 * 0.9)])  # gives back exactly half: transient
+    assert dg.learning_course(half) == "transient" and dg.learning_course(half[:-10]) == "kept"
+    with pytest.raises(ValueError, match="2 finite"):
+        dg.learning_course([np.nan, 1.0])

@@ -656,3 +656,12 @@ def test_fig01b_words_each_mlp_lag_behind_attn_m_by_its_sign():
     assert fig01b.lag_behind_attn_m(ds, "mlp_own_init") == "10 steps before"
     assert fig01b.lag_behind_attn_m(ds.assign(half_drop_step=("model", [5.0, 5.0, 5.0])),
                                     "mlp_own_init") == "at the same step as"
+
+
+def test_fig14_words_the_in_weight_course_of_each_c_by_one_rule():
+    step = np.arange(200)
+    fall = 0.1 + 0.9 / (1 + np.exp((step - 50) / 5.0))
+    curves = [fall, fall + 0.9 / (1 + np.exp(-(step - 150) / 5.0)), np.full(200, 1.0)]
+    ds = xr.Dataset({"test_iwl": (("icl", "step"), np.array(curves))}, coords={"icl": [0.0, 0.5, 1.0], "step": step})
+    assert fig14.in_weight_course(ds) == ("kept at c = 0 (1.00 → 0.10 → 0.10); transient at c = 0.5 "
+                                          "(1.00 → 0.10 → 1.00); not learned at c = 1 (1.00 → 1.00 → 1.00)")
