@@ -61,7 +61,7 @@ def test_the_frame_writes_labelled_data_numbers_and_provenance(tmp_path):
     assert back.train_loss.dims == ("model", "step")
     np.testing.assert_array_equal(back.train_loss.values, ds.train_loss.values)
     header = (folder / f"{fig01b.NAME}.csv").read_text().splitlines()[0]
-    assert header == "model,step,train_loss"
+    assert header == "model,step,train_loss,loss_population"  # the run and the theory curve from its start
     keyed(json.loads((folder / "numbers.json").read_text()))
     provenance = json.loads((folder / "provenance.json").read_text())
     assert provenance["seeds"] == [S["seed"]] and provenance["engine"] == "exact" and "attn_m" in provenance["runs"]
