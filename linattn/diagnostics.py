@@ -363,11 +363,53 @@ def drop_steps(loss, levels, steps=None) -> np.ndarray:
     return np.array([first_step_below(loss, mid, steps) for mid in (levels[:-1] + levels[1:]) / 2])
 
 
+def half_drop_step(loss, steps=None, *, start: float | None = None, final: float | None = None) -> float:
+    """The half-drop step of a curve that falls once: the first recorded step at which ``loss`` is strictly below
+    the midpoint (start + final)/2 of its level before the drop and its level after it (:func:`drop_steps` with
+    the two levels; no interpolation, so the answer is one of ``steps``).
+
+    ``start`` defaults to the first value, ``final`` to the last: a run from a small start sits on its plateau at
+    step 0, and a run or a theory curve that has finished its drop ends at its final level. Give the levels where
+    they are known better (a noisy curve: the plateau's median). The one half-drop rule for a simulated loss and a
+    theory loss alike, so that the two are the same quantity. NaN where the curve never gets below the midpoint,
+    or where it does not fall (final ≥ start).
+    """
+    y = np.asarray(loss, dtype=np.float64)
+    if y.ndim != 1 or y.size < 2:
+        raise ValueError(f"loss must be a 1-d curve of at least 2 values, got shape {y.shape}")
+    if steps is not None and np.shape(steps) != y.shape:
+        raise ValueError(f"steps must have the shape of loss {y.shape}, got {np.shape(steps)}")
+    start = float(y[0]) if start is None else float(start)
+    final = float(y[-1]) if final is None else float(final)
+    if not final < start:
+        return float("nan")
+    return float(drop_steps(y, [start, final], steps)[0])
+
+
+LEARNED_FALL, GIVEN_BACK = 0.25, 0.5  # our choices for :func:`learning_course`: a quarter off the start is learning
+# that shows on the page; giving back half of the fall is more than noise on a test set of thousands of sequences
+
+
+def learning_course(loss, *, learned: float = LEARNED_FALL, given_back: float = GIVEN_BACK) -> str:
+    """What a test loss says about the solution it measures: "not learned" when its lowest value L_low never comes
+    ``learned`` × L_start below its start (L_low > (1 − learned) L_start); "transient" when it is learned and the
+    loss then climbs back by at least ``given_back`` of the fall, L_end − L_low ≥ given_back (L_start − L_low);
+    "kept" otherwise. NaN values are ignored."""
+    y = np.asarray(loss, dtype=np.float64)
+    y = y[np.isfinite(y)]
+    if y.size < 2:
+        raise ValueError("need at least 2 finite loss values")
+    start, low, end = y[0], y.min(), y[-1]
+    if low > (1 - learned) * start:
+        return "not learned"
+    return "transient" if end - low >= given_back * (start - low) else "kept"
+
+
 def first_drop_step(loss, *, min_step: int = 10) -> int | None:
-    """The step of a curve's first drop, from its start to its end value (:func:`drop_steps` with the levels
-    ``loss[0]`` and ``loss[-1]``); None where it comes before ``min_step`` or never: a curve that falls at once has
-    no plateau to leave (a large initialisation)."""
-    k = drop_steps(loss, [loss[0], loss[-1]])[0]
+    """The step of a curve's first drop, from its start to its end value (:func:`half_drop_step` with its default
+    levels ``loss[0]`` and ``loss[-1]``, as an index); None where it comes before ``min_step`` or never: a curve that
+    falls at once has no plateau to leave (a large initialisation)."""
+    k = half_drop_step(loss)
     return int(k) if k >= min_step else None
 
 

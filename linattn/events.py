@@ -113,3 +113,17 @@ def compare_rise(v, v_ode, steps, v_inf: float) -> RiseComparison:
         max_gap=float(np.max(np.abs(v[rise] - v_ode[rise])) / v_inf) if rise.any() else None,
         rise_steps=float(np.ptp(np.interp(levels, v, steps))) if rise.any() else None,
         rise_steps_ode=float(np.ptp(np.interp(levels, np.nan_to_num(v_ode, nan=0.0), steps))))
+
+
+RISE_FACTOR = 1.25  # our choice: a rise a quarter longer or shorter than the ODE's is visibly another shape on the page
+
+
+def rise_verdict(ratio: float, factor: float = RISE_FACTOR) -> str:
+    """How a head's rise compares with the scalar ODE's, from ``ratio`` = the run's 10 → 90 % rise time over the
+    ODE's (:class:`RiseComparison`): "as fast as the ODE" when factor⁻¹ ≤ ratio ≤ factor, "slower than the ODE"
+    above, "faster than the ODE" below, "not measured" where the ratio is not a finite number."""
+    if not np.isfinite(ratio) or ratio <= 0:
+        return "not measured"
+    if ratio > factor:
+        return "slower than the ODE"
+    return "faster than the ODE" if ratio < 1 / factor else "as fast as the ODE"

@@ -544,7 +544,7 @@ def test_no_page_shows_a_path_of_the_machine_that_built_it():
 
 # The paper's appendix figures are 6–13; its text confirms the numbers of two of them, and our pages for those two.
 CONFIRMED_APPENDIX = {"figA_inside_head": "Figure 11", "figA_ranks": "Figure 12"}
-UNNUMBERED = "an appendix figure of the paper (its number is not confirmed)"
+UNNUMBERED = "an appendix figure of the paper"  # said without a number (a caveat about the number quotes nothing)
 
 
 def _figure_numbers(text: str) -> set[int]:
@@ -557,8 +557,8 @@ def _figure_numbers(text: str) -> set[int]:
 
 def test_only_figures_11_and_12_of_the_appendix_are_named_by_number():
     """A page names an appendix figure by its number only where the paper's text confirms it (Figures 11 and 12),
-    never with a guess ("probably"); every other appendix page says its number is not confirmed. The cite block
-    names the two confirmed figures from their pages' titles."""
+    never with a guess ("probably"); every other appendix page calls it an appendix figure, with no number. The cite
+    block names the two confirmed figures from their pages' titles."""
     from linattn.companion import published, runner
 
     sources = notebooks.discover()

@@ -434,3 +434,68 @@ def test_first_drop_step_is_the_midpoint_crossing_and_none_without_a_plateau():
     falls_at_once = np.linspace(1.0, 0.2, 100)
     assert dg.first_drop_step(falls_at_once, min_step=60) is None
     assert dg.first_drop_step(np.full(10, 0.5)) is None  # never drops
+
+
+def _logistic_drop(step, centre, start=1.0, final=0.2, width=25.0):
+    """A loss that falls from ``start`` to ``final`` along a logistic: exactly at the midpoint at step ``centre``."""
+    return final + (start - final) / (1 + np.exp((step - centre) / width))
+
+
+def test_half_drop_step_is_the_first_step_past_the_loss_midpoint():
+    step = np.arange(3000)
+    loss = _logistic_drop(step, 700.0)
+    assert dg.half_drop_step(loss) == 701  # exactly 0.6 at 700, strictly below from 701
+    assert dg.half_drop_step(loss, 10 * step) == 7010  # the recorded step, not the index
+    # the same rule on a curve shifted in time moves the answer by the shift: run and theory are one quantity
+    assert dg.half_drop_step(_logistic_drop(step, 1234.0)) - dg.half_drop_step(loss) == 534
+    # given levels replace the curve's own first and last value
+    assert dg.half_drop_step(loss, start=1.0, final=0.6) == dg.first_step_below(loss, 0.8)
+
+
+def test_half_drop_step_of_a_noisy_curve_with_its_levels_given():
+    step = np.arange(3000)
+    noise = np.random.default_rng(0).normal(0.0, 0.005, step.size)  # slope at the midpoint: 0.008 per step
+    found = dg.half_drop_step(_logistic_drop(step, 700.0) + noise, start=1.0, final=0.2)
+    assert abs(found - 700) <= 5  # an earlier crossing would need a noise excursion of 8 standard deviations
+
+
+def test_half_drop_step_is_nan_without_a_drop_and_refuses_bad_input():
+    assert np.isnan(dg.half_drop_step(np.full(100, 0.5)))  # flat
+    assert np.isnan(dg.half_drop_step(np.linspace(0.2, 1.0, 100)))  # rises
+    assert np.isnan(dg.half_drop_step(np.full(100, 1.0), final=0.2))  # never reaches the midpoint
+    with pytest.raises(ValueError, match="loss"):
+        dg.half_drop_step(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="steps"):
+        dg.half_drop_step(np.ones(5), np.arange(4))
+
+
+def test_rise_verdict_compares_a_rise_time_with_the_odes_by_a_factor():
+    from linattn import events
+
+    v_inf = (0.4 * 1.1) ** (-1 / 3)
+    t = np.linspace(0.0, 2 * 3 / (0.4**2 * 1e-3 * v_inf), 40001)  # past twice the blow-up time τ/(λ² v₀)
+    v_ode = theory.scalar_ode(0.4, 1.1, 1e-3 * v_inf, t)
+    same = events.compare_rise(v_ode, v_ode, t, v_inf)
+    assert same.rise_steps == pytest.approx(same.rise_steps_ode) and same.max_gap == 0.0
+    stretched = np.interp(t / 2, t, v_ode)  # the same curve twice as slow: the rise takes twice as long
+    twice = events.compare_rise(stretched, v_ode, t, v_inf)
+    assert twice.rise_steps / twice.rise_steps_ode == pytest.approx(2.0, rel=0.01)
+    assert events.rise_verdict(same.rise_steps / same.rise_steps_ode) == "as fast as the ODE"
+    assert events.rise_verdict(twice.rise_steps / twice.rise_steps_ode) == "slower than the ODE"
+    assert events.rise_verdict(0.5) == "faster than the ODE"
+    edges = (events.RISE_FACTOR, 1 / events.RISE_FACTOR)
+    assert [events.rise_verdict(r) for r in edges] == ["as fast as the ODE"] * 2
+    assert events.rise_verdict(float("nan")) == "not measured"
+
+
+def test_learning_course_tells_kept_transient_and_not_learned_apart():
+    step = np.arange(1000)
+    fall = 0.1 + 0.9 / (1 + np.exp((step - 300) / 20.0))  # from 1 to 0.1
+    assert dg.learning_course(fall) == "kept"
+    back = fall + 0.9 / (1 + np.exp(-(step - 700) / 20.0))  # falls to about 0.1, then climbs back to 1
+    assert dg.learning_course(back) == "transient"
+    assert dg.learning_course(1.0 - 0.02 * np.sin(step / 100.0)) == "not learned"  # wiggles, never a quarter down
+    half = np.concatenate([fall, np.full(10, 0.1 + 0.5 * 0.9)])  # gives back exactly half: transient
+    assert dg.learning_course(half) == "transient" and dg.learning_course(half[:-10]) == "kept"
+    with pytest.raises(ValueError, match="2 finite"):
+        dg.learning_course([np.nan, 1.0])

@@ -13,7 +13,8 @@ xr = pytest.importorskip("xarray")
 from linattn.companion import presets  # noqa: E402
 from linattn.companion.figures import fig01b  # noqa: E402
 from linattn.companion.figures.frame import figure  # noqa: E402
-from linattn.companion.output import number_row  # noqa: E402
+from linattn import diagnostics as dg  # noqa: E402
+from linattn.companion.output import by_sign, number_row  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +61,7 @@ def test_the_frame_writes_labelled_data_numbers_and_provenance(tmp_path):
     assert back.train_loss.dims == ("model", "step")
     np.testing.assert_array_equal(back.train_loss.values, ds.train_loss.values)
     header = (folder / f"{fig01b.NAME}.csv").read_text().splitlines()[0]
-    assert header == "model,step,train_loss"
+    assert header == "model,step,train_loss,loss_population"  # the run and the theory curve from its start
     keyed(json.loads((folder / "numbers.json").read_text()))
     provenance = json.loads((folder / "provenance.json").read_text())
     assert provenance["seeds"] == [S["seed"]] and provenance["engine"] == "exact" and "attn_m" in provenance["runs"]
@@ -294,7 +295,16 @@ def test_fig03c_alignment_on_the_shared_run(fig03_runs):
                                                                      "final_alignment.e3"}
     assert fig03c.words(ds)["spare"] == "while the one spare head stays unaligned"  # H = 4 for D = 3
     assert "run out" in fig03c.words(ds.isel(head=slice(0, 2)))["spare"]  # fewer heads than directions
+    assert all(r["theory"] is None for k, r in rows.items() if k.startswith("aligned_minus_drop."))  # no zero lag
     fig03c.plot(ds)
+
+
+def test_fig03c_words_the_lag_of_an_alignment_by_its_sign_and_the_snapshot_interval():
+    assert fig03c.alignment_timing(-345, 10) == "345 steps before the drop"
+    assert fig03c.alignment_timing(65, 10) == "65 steps after the drop"
+    within = "within the snapshot interval of the drop"
+    assert fig03c.alignment_timing(-5, 10) == fig03c.alignment_timing(0, 10) == within
+    assert fig03c.alignment_timing(float("nan"), 10) == "–"
 
 
 def test_the_diagnostics_page_on_the_shared_run(fig03_runs):
@@ -425,15 +435,34 @@ def test_figA_white_cov_at_settings_the_paper_never_used_follows_the_closed_form
     assert ds.loss_theory.isel(step=0).values == pytest.approx(1.0, abs=1e-2)  # near tr Λ = 1 from a small start
     rows = keyed(figA_white_cov.numbers(ds))
     assert len(rows) == 8 and all(r["paper"] is None for r in rows.values())
-    for s in (1, 2):  # the drop comes near the time its own start predicts (an estimate: within 30 %)
+    for s in (1, 2):  # the drop comes near the analytic curve's (within 30 %), both read by one rule
         row = rows[f"half_drop_step.seed{s}"]
         assert row["reproduced"] == pytest.approx(row["theory"], rel=0.3)
+        trained = ds.step.values[:-1]
+        assert row["theory"] == dg.half_drop_step(ds.loss_theory.sel(seed=s).values[:-1], trained)
+        assert row["reproduced"] == dg.half_drop_step(ds.train_loss.sel(seed=s).values[:-1], trained)
         assert rows[f"max_gap.seed{s}"]["reproduced"] == pytest.approx(
             float(np.nanmax(np.abs(ds.train_loss - ds.loss_theory).sel(seed=s))))
     assert "final_paper" not in figA_white_cov.seed_table(ds).columns
     said = figA_white_cov.words(ds)
     assert "seeds 1 and 2" in said["settings"] and "earlier" in said["drop_shift"] and said["N"] == N
     figA_white_cov.plot(ds)
+
+
+def test_figA_white_cov_words_the_shift_and_the_largest_gap_from_the_half_drops():
+    ds = xr.Dataset({"half_drop_step": ("seed", [90.0, 110.0, 100.0]),
+                     "half_drop_step_theory": ("seed", [100.0, 100.0, 100.0]),
+                     "max_gap": ("seed", [0.4, 0.1, 0.0]), "max_gap_step": ("seed", [95, 300, 0])},
+                    coords={"seed": [1, 2, 3]})
+    assert figA_white_cov.drop_shift(ds) == ("10 steps (10 %) earlier (seed 1), 10 steps (10 %) later (seed 2), "
+                                             "at the same step (seed 3)")
+    assert figA_white_cov.largest_gap(ds).startswith("0.4 (seed 1, step 95, on the drop")
+    assert "on the drop" not in figA_white_cov.largest_gap(ds.assign(max_gap_step=("seed", [300, 300, 0])))
+
+
+def test_by_sign_words_a_signed_difference():
+    words = ("before", "after", "at")
+    assert [by_sign(x, *words) for x in (-3, 2.5, 0.0, float("nan"))] == ["before", "after", "at", "at"]
 
 
 # ---------------------------------------------------------------- appendix: every context length at once (vary_len)
@@ -608,9 +637,31 @@ def test_figA_init_scale_at_settings_the_paper_never_used():
     for k, small in (("attn_m", [1e-6, 1e-3]), ("attn_s", [0.02, 0.04])):
         steps = [float(ds.drop_step.sel(model=k, init=i)) for i in small]
         assert np.all(np.isfinite(steps)) and steps[0] > steps[1]
+    # ATTN_M's theory drop is the same rule on its population loss from the same start; ATTN_S has only an estimate
+    assert np.isfinite(ds.drop_step_theory.sel(model="attn_m", init=[1e-6, 1e-3])).all()
+    assert np.isnan(ds.drop_step_theory.sel(model="attn_s")).all()
+    assert all(rows[f"drop_step.attn_s.init_{i}"].get("verdict") == "estimate only" for i in ("0_02", "0_04"))
+    assert all("verdict" not in rows[f"drop_step.attn_m.init_{i}"] for i in ("1e_06", "0_001"))
     assert rows["law.attn_s"]["reproduced"] == pytest.approx(-1.0, abs=0.2)
     assert rows["law.attn_m"]["reproduced"] == pytest.approx(rows["law.attn_m"]["theory"], rel=0.3)
     said = figA_init_scale.words(ds)
     assert (said["D"], said["P"], said["heads_s"], said["inits_s"]) == (2, "200", "1 head", "0.02, 0.04 and 0.3")
     assert len(figA_init_scale.claims_table(ds).rows) == 4 and "power law" in figA_init_scale.summary(ds)
     figA_init_scale.plot(ds)
+
+
+def test_fig01b_words_each_mlp_lag_behind_attn_m_by_its_sign():
+    ds = xr.Dataset({"half_drop_step": ("model", [100.0, 90.0, 106.0])}, coords={"model": list(fig01b.MODELS)})
+    assert fig01b.lag_behind_attn_m(ds, "mlp_matched_init") == "6 steps after"
+    assert fig01b.lag_behind_attn_m(ds, "mlp_own_init") == "10 steps before"
+    assert fig01b.lag_behind_attn_m(ds.assign(half_drop_step=("model", [5.0, 5.0, 5.0])),
+                                    "mlp_own_init") == "at the same step as"
+
+
+def test_fig14_words_the_in_weight_course_of_each_c_by_one_rule():
+    step = np.arange(200)
+    fall = 0.1 + 0.9 / (1 + np.exp((step - 50) / 5.0))
+    curves = [fall, fall + 0.9 / (1 + np.exp(-(step - 150) / 5.0)), np.full(200, 1.0)]
+    ds = xr.Dataset({"test_iwl": (("icl", "step"), np.array(curves))}, coords={"icl": [0.0, 0.5, 1.0], "step": step})
+    assert fig14.in_weight_course(ds) == ("kept at c = 0 (1.00 → 0.10 → 0.10); transient at c = 0.5 "
+                                          "(1.00 → 0.10 → 1.00); not learned at c = 1 (1.00 → 1.00 → 1.00)")

@@ -333,3 +333,10 @@ class MarkdownTable:
         return self._repr_markdown_()
 
     __repr__ = __str__
+
+
+def by_sign(value, negative: str, positive: str, zero: str) -> str:
+    """The word for the sign of ``value``: ``negative`` below 0, ``positive`` above, ``zero`` at 0 (and for NaN, which
+    has no sign). The one rule by which prose turns a signed difference into "before"/"after", "earlier"/"later"."""
+    x = float(value)
+    return negative if x < 0 else positive if x > 0 else zero

@@ -1,5 +1,5 @@
-"""Figure 3b: each head's value weight in the seed-0 ATTN_S run of Figure 3a rises one head at a time, and each rise
-follows the scalar ODE τ v̇ = λ² v² − c λ³ v⁵ of paper Section 5.
+"""Figure 3b: each head's value weight in the seed-0 ATTN_S run of Figure 3a rises one head at a time, beside the
+scalar ODE τ v̇ = λ² v² − c λ³ v⁵ of paper Section 5.
 
 The run is Figure 3a's seed 0 from the run store (:func:`~linattn.companion.figures.attn_s_run.seed_run`), with its
 value weights recorded at every step. Values are put in the paper's normalisation (``theory.weight_scale_to_paper``;
@@ -7,7 +7,7 @@ each head's sign so that its final value is positive) and steps in units of τ (
 head learned which direction is read off the trained weights (``diagnostics.head_direction``,
 ``events.value_learners``); each learning head's rise is set beside the ODE shifted to the head's own half-rise
 (``events.scalar_ode_rise``, ``events.compare_rise``), which leaves the shape of the rise a prediction with no free
-parameter.
+parameter; each rise's 10 → 90 % time over the ODE's is worded by ``events.rise_verdict``.
 """
 
 from __future__ import annotations
@@ -146,13 +146,17 @@ def words(ds) -> dict:
             heads += (", and they switch on in order of decreasing eigenvalue" if ds.attrs["in_order"]
                       else ", and they do not switch on in order of decreasing eigenvalue")
     if np.isfinite(gaps).any() and np.isfinite(ratios).any():
+        each = [f"{_e(d)}'s rise takes {r:.2g} times the ODE's time ({events.rise_verdict(r)})"
+                for d, r in ((d, ratios[d - 1]) for d, _ in learned) if np.isfinite(r)]
         ode = (f"started at each head's own rise, with no free parameter, its solution stays within "
-               f"{100 * np.nanmax(gaps):.0f} % of the final value of the run's curve through every rise, and the "
-               f"run's rises (10 % to 90 % of the final value) take {np.nanmin(ratios):.2g} to "
-               f"{np.nanmax(ratios):.2g} times as long as it predicts")
+               f"{100 * np.nanmax(gaps):.0f} % of the final value of the run's curve through every rise; from 10 % "
+               f"to 90 % of the final value, {join(each)}")
     else:
         ode = "no rise was measured in this run, so there is none to set beside it"
-    return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode,
+    lead = ("The paper's Figure 3b, reproduced" if ds.attrs["published"]
+            else "Figure 3b's measurement at settings of our own")
+    return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode, caption_lead=lead,
+                rise_factor=f"{events.RISE_FACTOR:g}",
                 settings=describe(run), final_values=list_words(np.round(ds.final_value_theory.values, 3)))
 
 

@@ -1,12 +1,14 @@
 """Figure 3c: in the seed-0 ATTN_S run of Figure 3a each head's key and query turn to one eigenvector of the input
-covariance, largest eigenvalue first, each at a drop of the loss (paper Section 5).
+covariance, largest eigenvalue first, one per drop of the loss (paper Section 5).
 
 The run is Figure 3a's seed 0 from the run store (:func:`~linattn.companion.figures.attn_s_run.seed_run`), with the
 weights recorded every ``snapshot_every`` steps. Measured on each snapshot: the overlap of every head's key and query
 with each eigenvector, |e_dᵀ k_h| / ‖k_h‖ (``events.vector_alignment``); a direction counts as learned at the first
 snapshot where some head's key and query both overlap it by more than :data:`ALIGNED`
 (``events.first_crossings``, ``events.first_learner``), and is set beside the step of the loss's drop
-(``diagnostics.drop_steps``).
+(``diagnostics.drop_steps``). The theory puts the alignment before the drop: in the scalar reduction the learning
+head already points along its direction during the plateau, while its size is still small (silent alignment), so
+the lag, step aligned − step of the drop, is negative (:func:`alignment_timing` words it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from ... import diagnostics, events, theory
 from .. import presets
-from ..output import MarkdownTable
+from ..output import MarkdownTable, by_sign
 from .attn_s_run import describe, seed_run
 from .frame import settings_attrs
 
@@ -61,7 +63,8 @@ def compute(S: dict):
         coords={"step": step, "head": np.arange(1, H + 1), "direction": np.arange(1, D + 1)},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(aligned=ALIGNED, snapshot_every=int(S["snapshot_every"]))
+    ds.attrs.update(aligned=ALIGNED, snapshot_every=int(S["snapshot_every"]),
+                    published=int(presets.is_published(NAME, S)))
     ds.key_alignment.attrs["description"] = "|e_d^T k_h| / |k_h|: the key of head h against eigenvector e_d"
     ds.query_alignment.attrs["description"] = "|e_d^T q_h| / |q_h|: the query of head h against eigenvector e_d"
     ds.drop_step.attrs["description"] = "drop d of the loss: first step below the midpoint of L(M_{d-1}), L(M_d)"
@@ -85,13 +88,32 @@ def numbers(ds) -> list[dict]:
                          theory=i + 1, reproduced=d))
         if i < len(drops) and np.isfinite(drops[i]):
             rows.append(dict(key=f"aligned_minus_drop.{i + 1}",
-                             quantity=f"step head {h} aligns with e_{d} − step of drop {i + 1}",
-                             theory=0.0, reproduced=s - int(drops[i])))
+                             quantity=f"step head {h} aligns with e_{d} − step of drop {i + 1} (theory: before, < 0)",
+                             reproduced=s - int(drops[i])))
     for d in ds.direction.values:
         rows.append(dict(key=f"final_alignment.e{d}",
                          quantity=f"final alignment with e_{d}, best head (min of key, query)", theory=1.0,
                          reproduced=float(ds.final_alignment.sel(direction=d))))
     return rows
+
+
+def alignment_timing(lag: float, resolution: int) -> str:
+    """A lag (step aligned − step of the drop) in words: "N steps before the drop" (the theory's order: the key and
+    query turn during the plateau, before the value weight grows), "N steps after the drop", or "within the snapshot
+    interval of the drop" when |lag| is below the ``resolution`` at which the weights were recorded."""
+    if not np.isfinite(lag):
+        return "–"
+    if abs(lag) < resolution:
+        return "within the snapshot interval of the drop"
+    return f"{abs(lag):.0f} steps {by_sign(lag, 'before', 'after', 'at')} the drop"
+
+
+def lags(ds) -> list[float]:
+    """Per direction in the order learned, step aligned − step of the matching drop (NaN where the drop never
+    comes)."""
+    drops = ds.drop_step.values
+    return [float(ds.aligned_step.sel(direction=d)) - float(drops[i]) if i < len(drops) else np.nan
+            for i, d in enumerate(_order(ds))]
 
 
 def table(ds):
@@ -105,10 +127,11 @@ def table(ds):
     return MarkdownTable(
         [dict(order=f"{i + 1}.", direction=f"$e_{d}$", head=int(ds.aligned_head.sel(direction=d)),
               aligned=float(ds.aligned_step.sel(direction=d)),
-              drop=float(drops[i]) if i < len(drops) and np.isfinite(drops[i]) else None)
-         for i, d in enumerate(order)],
+              drop=float(drops[i]) if i < len(drops) and np.isfinite(drops[i]) else None,
+              timing=alignment_timing(lag, ds.attrs["snapshot_every"]))
+         for i, (d, lag) in enumerate(zip(order, lags(ds)))],
         {"order": "learned", "direction": "direction", "head": "head", "aligned": "step aligned",
-         "drop": "step of the loss drop"}, {"aligned": ".0f", "drop": ".0f"})
+         "drop": "step of the loss drop", "timing": "aligned"}, {"aligned": ".0f", "drop": ".0f"})
 
 
 def words(ds) -> dict:
@@ -127,8 +150,23 @@ def words(ds) -> dict:
         heads = "one head for each direction"
     else:
         heads = f"until the heads run out: {H} heads can learn only the first {H} of the {D} directions"
+    lag = lags(ds)
+    timing = [alignment_timing(x, ds.attrs["snapshot_every"]) if np.isfinite(x) else
+              f"at step {float(ds.aligned_step.sel(direction=d)):.0f}, its drop not reached"
+              for x, d in zip(lag, _order(ds))]
+    lag_words = (", ".join(f"{t} ({_nth(i + 1)})" for i, t in enumerate(timing)) if timing
+                 else "at no step: no direction was aligned, so there is no lag to measure")
+    before = sum(t.endswith("before the drop") for t in timing)
     return dict(rank=run["rank"], seed=run["seed"], H=H, D=D, spare=heads, aligned=ds.attrs["aligned"],
+                lags=lag_words, before=f"{before} of the {int(np.isfinite(lag).sum())}",
+                caption_lead=("The paper's Figure 3c, reproduced" if ds.attrs.get("published")
+                              else "Figure 3c's measurement at settings of our own"),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
+
+
+def _nth(i: int) -> str:
+    """1 → "1st", 2 → "2nd", 3 → "3rd", 4 → "4th" (up to 20, enough for the directions of a page)."""
+    return f"{i}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(i if i < 20 else i % 10, 'th')}"
 
 
 def plot(ds):

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import theory
+from ... import diagnostics, theory
 from .. import presets, published
 from ..commands import train_command
 from ..output import MarkdownTable, words as list_words
 from ..runstore import figure_runs
-from .attn_s_run import describe
+from .attn_s_run import describe, join
 from .frame import settings_attrs
 
 NAME = "fig14_icl_iwl"
@@ -103,6 +103,18 @@ def _runs(ds) -> dict:
     return json.loads(ds.attrs["runs"])
 
 
+def in_weight_course(ds) -> str:
+    """What the in-weight test loss does at each c, by ``diagnostics.learning_course`` (kept, transient, not
+    learned), with its start, lowest and final value: "kept at c = 0 (1.04 → 0.06 → 0.06); transient at …"."""
+    groups: dict[str, list] = {}
+    for c in ds.icl.values:
+        curve = ds.test_iwl.sel(icl=c).values
+        groups.setdefault(diagnostics.learning_course(curve), []).append(
+            f"c = {float(c):g} ({curve[0]:.2f} → {np.nanmin(curve):.2f} → {curve[-1]:.2f})")
+    order = ("kept", "transient", "not learned")
+    return "; ".join(f"{what} at {join(groups[what])}" for what in order if what in groups)
+
+
 def words(ds) -> dict:
     """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
     run = next(iter(_runs(ds).values()))
@@ -113,6 +125,9 @@ def words(ds) -> dict:
                      if ds.attrs["published"] else
                      "This run is not at the published settings, so no published reading is drawn.")
     return dict(n_panels=len(cs), landmark_note=landmark_note, L_star=float(ds.loss_star), epoch=run["epoch"],
+                iwl_course=in_weight_course(ds),
+                caption_lead=("The paper's Figure 14, reproduced" if ds.attrs["published"]
+                              else "Figure 14's experiment at settings of our own"),
                 paper_epoch=presets.PRESETS[NAME]["paper"]["epoch"], c_values=list_words(cs),
                 settings=describe(run) + (", white input covariance" if run["white_cov"] else "")
                 + f", test sets of {run['testset_size']} sequences each")

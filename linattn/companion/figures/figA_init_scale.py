@@ -1,12 +1,14 @@
-"""An appendix figure of the paper (its number is not confirmed): how long the first plateau lasts depends on the
-initialisation scale, logarithmically for ATTN_M and as a power law for ATTN_S; a large scale shows no plateau.
+"""An appendix figure of the paper: how long the first plateau lasts depends on the initialisation scale,
+logarithmically for ATTN_M and as a power law for ATTN_S; a large scale shows no plateau.
 
 One run per initialisation scale of each model (``inits_m`` for the ``attn_m`` run settings, ``inits_s`` for
 ``attn_s``) through the run store. Measured: the step of each curve's first drop (``diagnostics.first_drop_step``:
 the first step below the midpoint of its start and end; none where it falls at once), and the law fitted to the
 small scales (``diagnostics.escape_law``: steps per unit of ln(1/init) for ATTN_M, the exponent for ATTN_S). The
-theory: ATTN_M's half-drop step from each run's initial weights (``diagnostics.attn_m_drop_step``) and its slope
-τ/s (``theory.attn_m_mode``); ATTN_S's escape time τ/(λ₁² v₀) (``theory.attn_s_escape_time``), exponent −1.
+theory: for ATTN_M the same rule on the population loss of the same model from each run's own initial weights
+(``runstore.population_twin``), and the slope τ/s (``theory.attn_m_mode``); for ATTN_S only an estimate, the
+one-head escape time τ/(λ₁² v₀) (``theory.attn_s_escape_time``, exponent −1), an order of magnitude: it knows
+neither the number of heads nor the random start's direction.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ... import diagnostics, theory
 from .. import presets
 from ..output import ESTIMATE, MarkdownTable, words as list_words
 from ..published import slug
-from ..runstore import figure_runs
+from ..runstore import figure_runs, population_twin
 from .frame import settings_attrs
 
 NAME = "figA_init_scale"
@@ -36,8 +38,10 @@ def compute(S: dict):
     """Every run's training loss (``train_loss``: model × init × step, over the scales of both models and the
     longer run's steps; NaN where a model was not run at a scale, and past a shorter run's end), which runs were
     trained (``trained``), each run's first-drop step (``drop_step``: NaN where it has no plateau) beside the
-    theory's (``drop_step_theory``), and per model the law fitted to the small scales (``law``: NaN when fewer than
-    two have a plateau) beside the theory's (``law_theory``)."""
+    theory's from the same start where the theory gives a loss curve (``drop_step_theory``: ATTN_M's population
+    loss, the same rule; NaN for ATTN_S) and the closed-form estimate (``drop_step_estimate``: ATTN_M's logistic
+    mode strength at half its final value, ATTN_S's one-head escape time), and per model the law fitted to the small
+    scales (``law``: NaN when fewer than two have a plateau) beside the theory's (``law_theory``)."""
     import xarray as xr
 
     from ...models import build_model  # torch: imported by the function that builds a model
@@ -50,7 +54,7 @@ def compute(S: dict):
     steps = max(len(r.history.train_loss) for k in MODELS for r in runs[k].values())
     loss = np.full((len(MODELS), len(inits), steps), np.nan)
     trained = np.zeros((len(MODELS), len(inits)), dtype=bool)
-    drop, drop_theory = np.full(trained.shape, np.nan), np.full(trained.shape, np.nan)
+    drop, drop_theory, estimate = (np.full(trained.shape, np.nan) for _ in range(3))
     law, law_theory = np.full(len(MODELS), np.nan), np.zeros(len(MODELS))
     for i, (k, model) in enumerate(MODELS.items()):
         lr = S[k]["lr"]
@@ -58,16 +62,16 @@ def compute(S: dict):
             j = inits.index(float(init))
             L = r.history.train_loss
             loss[i, j, :len(L)], trained[i, j] = L, True
-            sim = diagnostics.first_drop_step(L)
-            drop[i, j] = np.nan if sim is None else sim
+            drop[i, j] = _first_drop(L)
             if model == "attnM":
+                drop_theory[i, j] = _first_drop(population_twin(r).history.train_loss)
                 th = diagnostics.attn_m_drop_step(build_model("attnM", r.init), cov, N, lr=lr,
                                                   normalize=r.config.normalize)
             else:
                 _, v0 = theory.to_paper_normalisation("attnS", N, lr=lr, init=init)
                 th = theory.time_to_steps(theory.attn_s_escape_time(lam1, v0), lr, normalize="sum", model="attnS",
                                           N=N)
-            drop_theory[i, j] = np.nan if th is None else float(th)
+            estimate[i, j] = np.nan if th is None else float(th)
         x = np.array(inits)
         ok = trained[i] & np.isfinite(drop[i]) & (x < SMALL)  # only the small-scale regime the theory describes
         if ok.sum() >= 2:
@@ -77,6 +81,7 @@ def compute(S: dict):
     ds = xr.Dataset(
         {"train_loss": (("model", "init", "step"), loss), "trained": (("model", "init"), trained),
          "drop_step": (("model", "init"), drop), "drop_step_theory": (("model", "init"), drop_theory),
+         "drop_step_estimate": (("model", "init"), estimate),
          "law": ("model", law), "law_theory": ("model", law_theory)},
         coords={"model": list(MODELS), "init": inits, "step": np.arange(steps)},
         attrs=settings_attrs(S, engine=some.engine, seeds=S["seed"],
@@ -84,9 +89,18 @@ def compute(S: dict):
                                    for init, r in runs[k].items()}))
     ds.attrs.update(small=SMALL, published=int(presets.is_published(NAME, S)))
     ds.drop_step.attrs["description"] = "first step below the midpoint of the curve's start and end (NaN: no plateau)"
+    ds.drop_step_theory.attrs["description"] = "the same rule on the population loss from the same start (ATTN_M)"
+    ds.drop_step_estimate.attrs["description"] = ("closed-form estimate: ATTN_M's logistic mode strength at half its "
+                                                  "final value; ATTN_S's one-head escape time (order of magnitude)")
     ds.law.attrs["description"] = ("fitted to the scales below `small`: ATTN_M, steps per unit of ln(1/init); "
                                    "ATTN_S, the exponent of the drop step in the scale")
     return ds
+
+
+def _first_drop(loss) -> float:
+    """The first drop's step of a loss curve, ``diagnostics.first_drop_step`` (NaN where it has no plateau)."""
+    step = diagnostics.first_drop_step(loss)
+    return np.nan if step is None else float(step)
 
 
 def _scales(ds, k: str) -> list[float]:
@@ -97,17 +111,22 @@ def _scales(ds, k: str) -> list[float]:
 
 
 def numbers(ds) -> list[dict]:
-    """``numbers.json``: each run's first-drop step beside the theory's estimate, and each model's fitted law beside
+    """``numbers.json``: each run's first-drop step beside the theory's (ATTN_M: the same rule on the population
+    loss from the same start; ATTN_S: the one-head escape time, an estimate), and each model's fitted law beside
     the theory's."""
     rows = []
     for k, model in MODELS.items():
         for init in _scales(ds, k):
             cell = ds.sel(model=k, init=init)
-            sim, th = float(cell.drop_step), float(cell.drop_step_theory)
+            sim = float(cell.drop_step)
+            curve = model == "attnM"  # the theory gives a loss curve from the same start
+            th = float(cell.drop_step_theory if curve else cell.drop_step_estimate)
+            what = " (theory: population loss, same start)" if curve else " (theory: one-head escape estimate)"
+            what = what if np.isfinite(sim) else " (no plateau)"
             rows.append(dict(key=f"drop_step.{k}.init_{slug(f'{init:g}')}",
-                             quantity=f"{model} init {init:g}: drop step" + (" (no plateau)" if np.isnan(sim) else ""),
+                             quantity=f"{model} init {init:g}: drop step{what}",
                              theory=th, reproduced=None if np.isnan(sim) else sim,
-                             verdict=ESTIMATE if np.isfinite(th) else None))
+                             verdict=ESTIMATE if np.isfinite(th) and not curve else None))
     for k, quantity in (("attn_m", "attnM: steps per unit of ln(1/init)"),
                         ("attn_s", "attnS: exponent of drop step vs init")):
         if np.isfinite(ds.law.sel(model=k)):
@@ -143,11 +162,18 @@ def summary(ds) -> str:
         theory_m = float(ds.law_theory.sel(model="attn_m"))
         parts.append(f"In this run ATTN_M's drop steps follow the logarithmic law ({law_m:.0f} steps per unit of "
                      f"$\\ln(1/\\mathrm{{init}})$ against the theory's {theory_m:.0f}).")
+    m = ds.sel(model="attn_m", init=_scales(ds, "attn_m"))
+    both = np.isfinite(m.drop_step.values) & np.isfinite(m.drop_step_theory.values)
+    if both.any():
+        ratio = m.drop_step.values[both] / m.drop_step_theory.values[both]
+        parts.append(f"Each ATTN_M run drops at {ratio.min():.2f} to {ratio.max():.2f} times the step at which the "
+                     "population loss of the same model from the same initial weights crosses its own midpoint "
+                     "(the same rule on both curves).")
     else:
         parts.append("In this run fewer than two of ATTN_M's small scales have a plateau, so no law is fitted.")
     s = ds.sel(model="attn_s")
     scales = _scales(ds, "attn_s")
-    sim, th = (np.array([float(v.sel(init=i)) for i in scales]) for v in (s.drop_step, s.drop_step_theory))
+    sim, th = (np.array([float(v.sel(init=i)) for i in scales]) for v in (s.drop_step, s.drop_step_estimate))
     small = (np.array(scales) < SMALL) & np.isfinite(sim)
     last = (f"at its largest scale ({scales[-1]:g}) "
             + ("it shows no plateau" if np.isnan(sim[-1]) else f"the first drop comes at step {sim[-1]:.0f}"))
@@ -156,7 +182,9 @@ def summary(ds) -> str:
         parts.append(f"ATTN_S's drops follow a power law (fitted exponent {law_s:.2f} against the theory's "
                      f"{float(ds.law_theory.sel(model='attn_s')):.0f}) "
                      + (f"but come about {late:.1f} times later than" if late > 1 else f"and come at {late:.1f} times")
-                     + f" the leading-order estimate $\\tau/(\\lambda_1^2 v_0)$ with $v_0$ = init; {last}.")
+                     + f" the leading-order estimate $\\tau/(\\lambda_1^2 v_0)$ with $v_0$ = init, which is an order "
+                     "of magnitude only: it assumes one head started along $e_1$ with $v = \\lVert k\\rVert = "
+                     f"\\lVert q\\rVert = v_0$, which a random start is not; {last}.")
     else:
         parts.append(f"Fewer than two of ATTN_S's small scales have a plateau, so no law is fitted; {last}.")
     return " ".join(parts)
@@ -191,7 +219,8 @@ def words(ds) -> dict:
 
 def plot(ds):
     """Top: the training loss of every scale (colour), ATTN_M left and ATTN_S right, on log–log axes. Bottom: the
-    first-drop step (dots) against the scale with the theory's (red, dashed)."""
+    first-drop step (dots) against the scale with the theory's: ATTN_M's population loss from the same start (red,
+    dashed), ATTN_S's one-head escape-time estimate (red, dotted)."""
     import matplotlib.pyplot as plt
 
     said = words(ds)
@@ -213,12 +242,15 @@ def plot(ds):
         ax = axes[1, col]
         cell = ds.sel(model=k, init=scales)
         ax.plot(scales, cell.drop_step.values, "o", color="black", label="simulation")
-        ax.plot(scales, cell.drop_step_theory.values, "--", color="tab:red", label="theory")
+        if k == "attn_m":
+            ax.plot(scales, cell.drop_step_theory.values, "--", color="tab:red", label="population loss, same start")
+        else:
+            ax.plot(scales, cell.drop_step_estimate.values, ":", color="tab:red", label="escape-time estimate")
         ax.set_xscale("log")
         if k == "attn_s":
             ax.set_yscale("log")
         ax.set_xlabel("initialisation scale")
         ax.set_ylabel("drop step")
-        ax.legend(loc="upper right")
+        ax.legend(loc="lower left")  # the dots fall from upper left to lower right
     fig.tight_layout()
     return fig

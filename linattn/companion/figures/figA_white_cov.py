@@ -1,12 +1,12 @@
-"""Appendix: ATTN_M with white input covariance follows the analytic time course (an appendix figure of the paper;
-its number is not confirmed).
+"""Appendix: ATTN_M with white input covariance beside the analytic time course (an appendix figure of the paper).
 
 With Λ = I/D the theory gives ATTN_M's whole learning curve in closed form: ŷ = σ(t) βᵀx_q with a logistic σ(t)
 rising to σ(∞) = D/c, c = 1 + (1+D)/N (``theory.white_sigma``), and the loss L(σ) = 1 − 2σ/D + cσ²/D²
 (``theory.white_loss``). A random small start is mapped onto the closed form's balanced start through its effective
 initial size a₀ (``diagnostics.attn_m_effective_a0``), with nothing fitted. One run per seed; σ = tr A / D is measured
 on the recorded weight snapshots (``diagnostics.white_sigma``), time in the paper's units t/τ
-(``theory.steps_to_time``).
+(``theory.steps_to_time``). The half-drop of the run and of the analytic curve is one rule applied to each loss
+curve (``diagnostics.half_drop_step``: the first step below the midpoint of its first and last value).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from ... import diagnostics, theory
 from .. import presets, published
 from ..commands import train_command
-from ..output import MarkdownTable
+from ..output import MarkdownTable, by_sign
 from ..runstore import figure_runs
 from .attn_s_run import describe
 from .frame import settings_attrs
@@ -33,8 +33,10 @@ def compute(S: dict):
     """Every seed's training loss and the analytic loss from its own start (``train_loss``, ``loss_theory``: seed ×
     step), σ = tr A / D at the recorded snapshots (``sigma``: NaN between them) and the analytic σ
     (``sigma_theory``), with t/τ as a coordinate along ``step``; per seed the effective initial size ``a0``, the
-    half-drop step found and predicted (``half_drop_step``, ``half_drop_step_theory``), the final σ and loss and the
-    largest gap between the simulated and the analytic loss; the theory's levels ``plateau_theory`` (tr Λ = 1),
+    half-drop step of the run's loss and of the analytic loss (``half_drop_step``, ``half_drop_step_theory``: the
+    same rule, ``diagnostics.half_drop_step``, on each curve), the final σ and loss, and the largest gap between the
+    simulated and the analytic loss and its step (``max_gap``, ``max_gap_step``); the theory's levels
+    ``plateau_theory`` (tr Λ = 1),
     ``loss_star`` (1 − 1/c) and ``sigma_final_theory`` (D/c)."""
     import xarray as xr
 
@@ -59,17 +61,19 @@ def compute(S: dict):
         loss, sigma = np.full(len(step), np.nan), np.full(len(step), np.nan)
         loss[[at[int(s)] for s in r.history.step]] = r.history.train_loss
         sigma[[at[int(s)] for s, _ in snaps]] = [v for _, v in snaps]
-        drops = diagnostics.detect_plateaus(r.history.train_loss).drop_steps
+        loss_theory = theory.white_loss(sigma_theory, D, N, kappa=kappa)
+        trained_at = [at[int(s)] for s in r.history.step]
         per_seed["loss"].append(loss)
-        per_seed["loss_theory"].append(theory.white_loss(sigma_theory, D, N, kappa=kappa))
+        per_seed["loss_theory"].append(loss_theory)
         per_seed["sigma_theory"].append(sigma_theory)
         per_seed["sigma"].append(sigma)
         per_seed["a0"].append(a0)
         per_seed["final_sigma"].append(snaps[-1][1])
-        per_seed["drop"].append(drops[0] if len(drops) else np.nan)
-        per_seed["drop_theory"].append(diagnostics.attn_m_drop_step(model, cov, N, lr=S["lr"],
-                                                                    normalize=r.config.normalize))
+        per_seed["drop"].append(diagnostics.half_drop_step(r.history.train_loss, r.history.step))
+        per_seed["drop_theory"].append(diagnostics.half_drop_step(loss_theory[trained_at], r.history.step))
     loss, loss_theory = np.array(per_seed["loss"]), np.array(per_seed["loss_theory"])
+    gap = np.abs(loss - loss_theory)
+    worst = np.argmax(np.where(np.isfinite(gap), gap, -np.inf), axis=1)
     ds = xr.Dataset(
         {"train_loss": (("seed", "step"), loss),
          "loss_theory": (("seed", "step"), loss_theory),
@@ -80,7 +84,7 @@ def compute(S: dict):
          "half_drop_step_theory": ("seed", per_seed["drop_theory"]),
          "final_sigma": ("seed", per_seed["final_sigma"]),
          "final_loss": ("seed", [r.history.train_loss[-1] for r in runs]),
-         "max_gap": ("seed", np.nanmax(np.abs(loss - loss_theory), axis=1)),
+         "max_gap": ("seed", np.nanmax(gap, axis=1)), "max_gap_step": ("seed", step[worst]),
          "plateau_theory": 1.0, "loss_star": 1 - 1 / c, "sigma_final_theory": D / c},
         coords={"seed": [r.config.seed for r in runs], "step": step, "t_over_tau": ("step", t)},
         attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seeds"],
@@ -94,22 +98,22 @@ def compute(S: dict):
 
 
 def numbers(ds) -> list[dict]:
-    """``numbers.json``, per seed: the half-drop step beside the one its start predicts, the final σ beside D/c, the
-    final loss beside L* = 1 − 1/c (and the paper's value at the published settings), and the largest gap between the
-    simulated and the analytic loss."""
+    """``numbers.json``, per seed: the half-drop step of the run beside that of the analytic loss from its start, the
+    final σ beside D/c, the final loss beside L* = 1 − 1/c (and the paper's value at the published settings), and
+    the largest gap between the simulated and the analytic loss (for information: no theory value)."""
     paper, rows = bool(ds.attrs["published"]), []
     for s in ds.seed.values:
         at, label = ds.sel(seed=s), f"seed {s}"
         drop = float(at.half_drop_step)
-        rows += [dict(key=f"half_drop_step.seed{s}", quantity=f"{label}: half-drop step",
+        rows += [dict(key=f"half_drop_step.seed{s}", quantity=f"{label}: half-drop step (loss midpoint)",
                       theory=float(at.half_drop_step_theory), reproduced=drop if np.isfinite(drop) else None),
                  dict(key=f"final_sigma.seed{s}", quantity=f"{label}: final σ (σ(∞) = D/c)",
                       theory=ds.sigma_final_theory, reproduced=at.final_sigma),
                  dict(key=f"final_loss.seed{s}", quantity=f"{label}: final loss (L* = 1 − 1/c)",
                       paper=published.WHITE_L_STAR if paper else None, theory=ds.loss_star,
                       reproduced=at.final_loss),
-                 dict(key=f"max_gap.seed{s}", quantity=f"{label}: max |L_sim(t) − L_theory(t)|", theory=0.0,
-                      reproduced=at.max_gap)]
+                 dict(key=f"max_gap.seed{s}", quantity=f"{label}: max |L_sim(t) − L_theory(t)| (for information: "
+                      "from a random start the closed form is approximate)", reproduced=at.max_gap)]
     return rows
 
 
@@ -120,7 +124,7 @@ def seed_table(ds) -> MarkdownTable:
                  drop_run=float(ds.half_drop_step.sel(seed=s)), final_paper=published.WHITE_L_STAR,
                  final_run=float(ds.final_loss.sel(seed=s)), gap=float(ds.max_gap.sel(seed=s)))
             for s in ds.seed.values]
-    columns = {"seed": "seed", "drop_theory": "half-drop step, theory", "drop_run": "half-drop step, run",
+    columns = {"seed": "seed", "drop_theory": "half-drop step, analytic loss", "drop_run": "half-drop step, run",
                "final_paper": "final loss, paper", "final_run": "final loss, run",
                "gap": "max gap to the analytic loss"}
     if not ds.attrs["published"]:
@@ -135,18 +139,43 @@ def _runs(ds) -> dict:
     return json.loads(ds.attrs["runs"])
 
 
+def drop_shift(ds) -> str:
+    """Per seed, how far the run's half-drop lies from the analytic curve's (the same rule on both losses), in steps
+    and as a share of the analytic half-drop step, earlier or later (``output.by_sign``)."""
+    parts = []
+    for s in ds.seed.values:
+        run, th = float(ds.half_drop_step.sel(seed=s)), float(ds.half_drop_step_theory.sel(seed=s))
+        if not (np.isfinite(run) and np.isfinite(th)):
+            parts.append(f"– (seed {s}: no half-drop)")
+            continue
+        shift = run - th
+        size = f"{abs(shift):.0f} steps ({100 * abs(shift) / th:.2g} %) " if shift else ""
+        parts.append(f"{size}{by_sign(shift, 'earlier', 'later', 'at the same step')} (seed {s})")
+    return ", ".join(parts) or "–"
+
+
+def largest_gap(ds) -> str:
+    """Where the simulated and the analytic loss lie furthest apart: the gap, its seed and step, and whether that step
+    lies on the drop, between the run's and the analytic half-drop (then it is the time shift between two falling
+    curves, not a difference of level)."""
+    s = ds.seed.values[int(np.nanargmax(ds.max_gap.values))]
+    at = ds.sel(seed=s)
+    step, run, th = float(at.max_gap_step), float(at.half_drop_step), float(at.half_drop_step_theory)
+    on_drop = np.isfinite(run) and np.isfinite(th) and min(run, th) <= step <= max(run, th)
+    return (f"{float(at.max_gap):.2g} (seed {s}, step {step:.0f}"
+            + (", on the drop between the two half-drops: the shift in time of a steep curve" if on_drop else "")
+            + ")")
+
+
 def words(ds) -> dict:
     """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
-    early = 100 * (1 - ds.half_drop_step / ds.half_drop_step_theory)
-    shifts = [f"{abs(float(e)):.0f} % {'earlier' if e >= 0 else 'later'} (seed {s})"
-              for s, e in zip(ds.seed.values, early) if np.isfinite(e)]
     paper_final = (f"the paper states this value, {published.WHITE_L_STAR}, for its own settings, which are this "
                    "run's" if ds.attrs["published"] else
                    "the paper's value is for its own settings, so the table does not set it beside this run")
     run = next(iter(_runs(ds).values()))
-    return dict(drop_shift=", ".join(shifts) or "– (no drop found)",
+    return dict(drop_shift=drop_shift(ds),
                 final_gap=f"{float(np.abs(ds.final_loss - ds.loss_star).max()):.2g}",
-                max_gap=f"{float(ds.max_gap.max()):.2g}", paper_final=paper_final, D=ds.attrs["in_dim"],
+                max_gap=largest_gap(ds), paper_final=paper_final, D=ds.attrs["in_dim"],
                 N=ds.attrs["N"], L_star=float(ds.loss_star),
                 settings=describe(run, seeds=[int(s) for s in ds.seed.values],
                                   snapshot_every=ds.attrs["snapshot_every"])
