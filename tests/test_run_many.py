@@ -99,12 +99,12 @@ def _threads_seen():
 
 @pytest.mark.parametrize("engine,inside", [("exact", 1), ("autograd", 3)])
 def test_a_run_takes_its_engines_threads_and_gives_the_callers_back(engine, inside):
-    """Exact: one thread during the run; autograd: the caller's setting; afterwards the caller's, also after an
-    exception."""
+    """On the CPU, exact: one thread during the run; autograd: the caller's setting; afterwards the caller's, also
+    after an exception (pinned to the CPU: on a GPU machine autograd would choose CUDA, and one host thread)."""
     before = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
-        cfg = RunConfig(**dict(BASE, engine=engine, epoch=5))
+        cfg = RunConfig(**dict(BASE, engine=engine, epoch=5, device="cpu"))
         seen, snap = _threads_seen()
         linattn.run(cfg, snapshot_every=2, snapshot=snap, progress=False)
         assert set(seen) == {inside} and torch.get_num_threads() == 3
