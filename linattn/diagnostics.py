@@ -421,6 +421,13 @@ def first_drop_step(loss, *, min_step: int = 10) -> int | None:
 REST_BAND = 1 / 3
 
 
+def rest_band_words(band: float = REST_BAND) -> str:
+    """The band in words, for a page's prose: ``"1/3 of the gap to the neighbouring saddle level"``."""
+    from fractions import Fraction
+
+    return f"{Fraction(band).limit_denominator(12)} of the gap to the neighbouring saddle level"
+
+
 @dataclass
 class SaddlePlateaus:
     """The rests of a curve at the saddles M_m (:func:`saddle_plateaus`)."""
