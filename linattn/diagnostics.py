@@ -468,7 +468,7 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_lengt
     max(3, n/400); shorter runs are a drop passing through a band). Two runs at the same saddle with nothing but
     fewer than ``min_length`` unassigned samples between them are one rest (noise can leave a band for a moment).
     Adjacent levels are never merged, however close: a step lies in one band at most. A rest's level is the median
-    loss over it; the drops between rests are read as in :func:`detect_plateaus`.
+    loss over its slower half (:func:`_rest_level`); the drops between rests are read as in :func:`detect_plateaus`.
     """
     y = np.asarray(loss, dtype=np.float64)
     n = y.size
@@ -484,10 +484,18 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_lengt
     long_enough = [r for r in _join_runs(runs, min_len) if r[2] - r[1] + 1 >= min_len]  # else a drop passing by
     rests = [(int(m), a, b) for m, a, b in _join_runs(long_enough, min_len)]
     spans = [(a, b) for _, a, b in rests]
-    rest_levels = np.array([np.median(y[a:b + 1]) for a, b in spans])
+    rest_levels = np.array([_rest_level(y[a:b + 1]) for a, b in spans])
     return [m for m, _, _ in rests], Plateaus(levels=rest_levels, starts=np.array([x[a] for a, _ in spans]),
                                               ends=np.array([x[b] for _, b in spans]),
                                               drop_steps=_drops_between(y, x, spans, rest_levels))
+
+
+def _rest_level(y) -> float:
+    """A rest's level: the median loss over the slower half of its steps (|Δloss| at most its median), so that a
+    curve entering or leaving the band, or falling through it without a plateau, does not pull the level away from
+    where it moves slowest."""
+    speed = np.abs(np.gradient(y)) if y.size > 1 else np.zeros(1)
+    return float(np.median(y[speed <= np.median(speed)]))
 
 
 def _join_runs(runs, gap: int) -> list:
@@ -544,9 +552,11 @@ class RankSummary:
     final_loss: float
     final_theory: float  # L(M_learned)
 
-    def rows(self, label: str = "", *, key: str = "", paper_learned: int | None = None) -> list[dict]:
+    def rows(self, label: str = "", *, key: str = "", paper_learned: int | None = None,
+             predicted_learned: int | None = None) -> list[dict]:
         """``numbers.json`` rows: long plateaus (found vs theory, as text), directions learned (beside
-        ``paper_learned`` where the paper states it), each plateau level at a saddle, and the final loss; ``label``
+        ``paper_learned`` where the paper states it, and as theory ``predicted_learned``, the drops a prediction such as
+        :func:`predicted_drop_steps` makes in the same steps), each plateau level at a saddle, and the final loss; ``label``
         is appended to each quantity (e.g. ", published window") and ``key`` to each row's key
         (``R1.<key>.learned``, ``R1.<key>.plateau.M2``, …)."""
         R, D = self.rank, len(self.levels) - 1
@@ -554,7 +564,8 @@ class RankSummary:
         out = [dict(key=f"{k}.long_plateaus",
                     quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
                     theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
-               dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}", paper=paper_learned, theory=D,
+               dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}", paper=paper_learned,
+                    theory=predicted_learned,
                     reproduced=self.learned)]
         firsts = {}
         for m, level in zip(self.plateaus.m, self.plateaus.plateaus.levels):

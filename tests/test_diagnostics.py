@@ -390,7 +390,7 @@ def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theo
     s = dg.rank_summary(loss, levels, 2)
     assert s.learned == 3 and s.final_theory == 0.4 and s.final_loss == pytest.approx(0.4)
     assert s.plateaus.long == [0, 2] and s.expected_long == [0, 2]  # M_3 is cut by the end: not classified
-    rows = {r["quantity"]: r for r in s.rows(" (window)", paper_learned=4)}
+    rows = {r["quantity"]: r for r in s.rows(" (window)", paper_learned=4, predicted_learned=4)}
     assert rows["R=2: long plateaus m among the complete ones (window) (theory: multiples of R)"]["reproduced"] == "0 2"
     learned = rows["R=2: directions learned (window)"]
     assert (learned["paper"], learned["theory"], learned["reproduced"]) == (4, 4, 3)

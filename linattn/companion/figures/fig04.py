@@ -142,17 +142,21 @@ def numbers(ds) -> list[dict]:
     for R, s in summaries_of(ds).items():
         r, h = ds.sel(rank=R), int(ds.horizon.sel(rank=R))
         learned = int(r.directions_learned_extended)
-        rows += s.rows(f" within the published window ({window} steps), seed {seeds[0]}", key="window")
+        pred = r.drop_step_predicted.values
+        rows += s.rows(f" within {_window(ds)}, seed {seeds[0]}; theory: predicted from its "
+                       "initial weights", key="window", predicted_learned=int(np.sum(pred < window)))
         for sd in seeds[1:]:
             other = summaries_of(ds, seed=sd)[R]
             rows.append(dict(key=f"R{R}.window.seed{sd}.long_plateaus",
-                             quantity=f"R={R}: long plateaus m within the published window, seed {sd} (theory: "
+                             quantity=f"R={R}: long plateaus m within {_window(ds)}, seed {sd} (theory: "
                                       "multiples of R)",
                              theory=" ".join(map(str, other.expected_long)),
                              reproduced=" ".join(map(str, other.plateaus.long))))
         rows.append(dict(key=f"R{R}.extended.learned",
-                         quantity=f"R={R}: directions learned in the extended run ({h} steps)",
-                         paper=D if R == 1 and paper else None, theory=D, reproduced=learned))
+                         quantity=f"R={R}: directions learned in the extended run ({h} steps); theory: predicted "
+                                  "from its initial weights",
+                         paper=D if R == 1 and paper else None, theory=int(np.sum(np.isfinite(pred))),
+                         reproduced=learned))
         if learned == D:
             rows.append(dict(key=f"R{R}.extended.last_drop",
                              quantity=f"R={R}: step of the last drop (all {D} directions learned), extended run",
@@ -200,12 +204,18 @@ def rank_table(ds) -> MarkdownTable:
                          if np.isfinite(r.drop_step_predicted).any() else None,
                          long="; ".join(list_words(s.plateaus.long) or "none" for s in by_seed)
                          + f" ({list_words(by_seed[0].expected_long)})"))
-    return MarkdownTable(rows, {"rank": "rank", "window": f"directions learned in the published window "
+    return MarkdownTable(rows, {"rank": "rank", "window": f"directions learned in {_window(ds)} "
                                                          f"(seeds {list_words(seeds)})",
                                 "extended": f"in the extended run (seed {seeds[0]})", "last": "step of the last drop",
                                 "predicted": "predicted from its initial weights",
                                 "long": "long plateaus in the window, per seed (theory)"},
                          {"last": ".0f", "predicted": ".0f"})
+
+
+def _window(ds) -> str:
+    """The window in words: "the published window (20001 steps)" only at the published settings."""
+    n = ds.attrs["window"]
+    return f"the published window ({n} steps)" if ds.attrs["published"] else f"the first {n} steps"
 
 
 def _r1_last(ds) -> str:
@@ -226,7 +236,7 @@ def drops_text(ds) -> str:
     for R in ds["rank"].values:
         t, pred = ds.drop_step.sel(rank=R).values, ds.drop_step_predicted.sel(rank=R).values
         inside, later = t[t < window], t[(t >= window) & np.isfinite(t)]
-        line = f"* $R = {R}$: {inside.size} of {D} drops inside the published window"
+        line = f"* $R = {R}$: {inside.size} of {D} drops inside {_window(ds)}"
         line += (f", then {later.size} more in the extended run" if later.size else "")
         missing = int(np.sum(~np.isfinite(t)))
         line += f"; {missing} not reached by step {int(ds.horizon.sel(rank=R))}" if missing else ""
@@ -279,7 +289,8 @@ def _saddles(ms) -> str:
 
 def words(ds) -> dict:
     """The values the page's prose quotes, by name (for ``output.glue``); ``r1_in_window`` and ``r1_last_drop``
-    (quoted by the low-rank chapter) only when rank one is among the ranks."""
+    (quoted by the low-rank chapter) only when rank one is among the ranks, ``r<R>_after_first`` (the steps from a
+    rank's first drop to its last) only for a rank that made both."""
     S, D = _settings(ds), ds.sizes["direction"]
     ranks = [int(R) for R in ds["rank"].values]
     short = [R for R in ranks if int(ds.directions_learned_extended.sel(rank=R)) < D]
@@ -295,6 +306,10 @@ def words(ds) -> dict:
                setting_note=("These are the published settings (seed 10 is the reference's default seed; the paper "
                              "does not say which seed it used)." if ds.attrs["published"] else
                              "These are not the published settings, so the paper's claim is not set beside them."))
+    for R in ranks:  # how long after its first drop each rank makes its last (quoted by the low-rank chapter)
+        t = ds.drop_step.sel(rank=R).values
+        if np.isfinite(t[[0, -1]]).all():
+            out[f"r{R}_after_first"] = f"{t[-1] - t[0]:.0f}"
     if 1 in ranks:
         out.update(r1_in_window=str(int(np.sum(ds.drop_step.sel(rank=1).values < ds.attrs["window"]))),
                    r1_last_drop=_r1_last(ds))

@@ -66,7 +66,8 @@ def numbers(ds) -> list[dict]:
     step beside its prediction from the run's initial weights."""
     seeds, rows = [int(x) for x in ds.seed.values], []
     for R, s in summaries_of(ds).items():
-        rows += s.rows(f", seed {seeds[0]}")
+        pred = ds.drop_step_predicted.sel(rank=R).values
+        rows += s.rows(f", seed {seeds[0]}", predicted_learned=int(np.sum(np.isfinite(pred))))
         for sd in seeds[1:]:
             other = summaries_of(ds, seed=sd)[R]
             rows.append(dict(key=f"R{R}.seed{sd}.long_plateaus",
@@ -134,6 +135,8 @@ def words(ds) -> dict:
     return dict(H=S["head_num"], D=ds.sizes["m"] - 1, ranks=list_words(ranks),
                 band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
                 settings=describe(S, ranks=ranks),
+                caption=("The paper's Figure 12, an appendix figure, reproduced" if ds.attrs["published"] else
+                         "Rank-R ATTN_S at other than the published settings"),
                 setting_note=("These are Figure 4's published settings, with the paper's appendix ranks."
                               if ds.attrs["published"] else
                               "These are not the settings of the paper's figure."))
