@@ -555,16 +555,18 @@ class RankSummary:
     def rows(self, label: str = "", *, key: str = "", paper_learned: int | None = None,
              predicted_learned: int | None = None) -> list[dict]:
         """``numbers.json`` rows: long plateaus (found vs theory, as text), directions learned (beside
-        ``paper_learned`` where the paper states it, and as theory ``predicted_learned``, the drops a prediction such as
-        :func:`predicted_drop_steps` makes in the same steps), each plateau level at a saddle, and the final loss; ``label``
-        is appended to each quantity (e.g. ", published window") and ``key`` to each row's key
+        ``paper_learned`` where the paper states it, and as theory ``predicted_learned``, the drops a prediction
+        such as :func:`predicted_drop_steps` makes in the same steps), each plateau level at a saddle, and the final
+        loss; ``label`` is appended to each quantity (e.g. ", published window") and ``key`` to each row's key
         (``R1.<key>.learned``, ``R1.<key>.plateau.M2``, …)."""
         R, D = self.rank, len(self.levels) - 1
         k = f"R{R}" + (f".{key}" if key else "")
         out = [dict(key=f"{k}.long_plateaus",
                     quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
                     theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
-               dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}", paper=paper_learned,
+               dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}"
+                    + (" (theory: drops predicted from the initial weights)" if predicted_learned is not None else ""),
+                    paper=paper_learned,
                     theory=predicted_learned,
                     reproduced=self.learned)]
         firsts = {}

@@ -392,7 +392,7 @@ def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theo
     assert s.plateaus.long == [0, 2] and s.expected_long == [0, 2]  # M_3 is cut by the end: not classified
     rows = {r["quantity"]: r for r in s.rows(" (window)", paper_learned=4, predicted_learned=4)}
     assert rows["R=2: long plateaus m among the complete ones (window) (theory: multiples of R)"]["reproduced"] == "0 2"
-    learned = rows["R=2: directions learned (window)"]
+    learned = rows["R=2: directions learned (window) (theory: drops predicted from the initial weights)"]
     assert (learned["paper"], learned["theory"], learned["reproduced"]) == (4, 4, 3)
     assert {0, 2, 3} <= set(s.plateaus.visited)  # the 30-step blip at M_1 may be too short to count as flat
     assert {q for q in rows if "plateau L(M_" in q} == {f"R=2: plateau L(M_{m}) (window)" for m in s.plateaus.visited}

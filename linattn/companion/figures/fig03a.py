@@ -71,13 +71,14 @@ def compute(S: dict):
         coords={"seed": list(S["seeds"]), "step": step, "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
         attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seeds"],
                              runs={str(c.seed): c.to_dict() for c in in_window}))
-    ds.attrs.update(window=int(window), horizon=int(horizon), band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)),
+    ds.attrs.update(window=int(window), horizon=int(horizon), band=diagnostics.REST_BAND,
+                    published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(c) for c in in_window),
                     run_keys="\n".join(r.key for r in runs))  # the run store's entries, by seed
     ds.train_loss.attrs["description"] = "training loss; the published window is the first `window` steps"
     ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m within the window "
-                                             f"(diagnostics.saddle_levels, band {diagnostics.REST_BAND:.3g} of the gap)")
+                                             f"(diagnostics.saddle_levels, band {diagnostics.REST_BAND:.3g})")
     return ds
 
 
@@ -182,7 +183,8 @@ def words(ds) -> dict:
     return dict(H=run["head_num"], D=ds.sizes["direction"], n_seeds=ds.sizes["seed"],
                 eigenvalues=list_words(np.round(ds.eigenvalue.values, 4)),
                 settings=describe(run, seeds=[int(s) for s in ds.seed.values]),
-                window=ds.attrs["window"], horizon=ds.attrs["horizon"], tol=diagnostics.rest_band_words(ds.attrs["band"]),
+                window=ds.attrs["window"], horizon=ds.attrs["horizon"],
+                tol=diagnostics.rest_band_words(ds.attrs["band"]),
                 escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds))
 
 

@@ -89,7 +89,7 @@ def compute(S: dict):
     ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
     ds.drop_step_predicted.attrs["description"] = ("the same drop step of the population gradient descent from the "
                                                    "extended run's initial weights (diagnostics.predicted_drop_steps)")
-    ds.drop_step_theory.attrs["description"] = "one-head escape-time estimate τ/(λ_d² v₀), in steps (an order of magnitude)"
+    ds.drop_step_theory.attrs["description"] = "one-head escape time τ/(λ_d² v₀) in steps, an order of magnitude"
     ds.plateau_level.attrs["description"] = "level of the first rest at saddle M_m within the window (saddle_plateaus)"
     ds.rest_steps.attrs["description"] = "length in steps of the first complete rest at saddle M_m within the window"
     return ds
@@ -143,8 +143,8 @@ def numbers(ds) -> list[dict]:
         r, h = ds.sel(rank=R), int(ds.horizon.sel(rank=R))
         learned = int(r.directions_learned_extended)
         pred = r.drop_step_predicted.values
-        rows += s.rows(f" within {_window(ds)}, seed {seeds[0]}; theory: predicted from its "
-                       "initial weights", key="window", predicted_learned=int(np.sum(pred < window)))
+        rows += s.rows(f" within {_window(ds)}, seed {seeds[0]}", key="window",
+                       predicted_learned=int(np.sum(pred < window)))
         for sd in seeds[1:]:
             other = summaries_of(ds, seed=sd)[R]
             rows.append(dict(key=f"R{R}.window.seed{sd}.long_plateaus",

@@ -4,9 +4,9 @@ paper, its number and settings unconfirmed).
 ATTN_M and ATTN_S trained with the loss averaged over every prefix of each sequence, so that one model predicts from
 contexts of every length. The theory: the saddle losses L(M_0) … L(M_D) of the length-averaged loss
 (``theory.vary_len_plateau_losses``), beside the fixed-length ones of Figures 1b and 3a (``theory.plateau_losses``)
-for contrast. Measured: the flat stretch at each saddle (``diagnostics.saddle_levels``, the one rule: the saddle whose band,
-``diagnostics.REST_BAND`` of the gap to the neighbouring level, holds the rest) and the final loss. ATTN_M has no saddles between M_0 and M_D, so only those two are
-reported for it.
+for contrast. Measured: the rest at each saddle (``diagnostics.saddle_levels``, the one rule: the saddle
+whose band, ``diagnostics.REST_BAND`` of the gap to the neighbouring level, holds the rest) and the final loss.
+ATTN_M has no saddles between M_0 and M_D, so only those two are reported for it.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def compute(S: dict):
     ds.train_loss.attrs["description"] = "training loss averaged over prefix lengths (NaN past the shorter run's end)"
     ds.plateau_theory.attrs["description"] = "saddle losses L(M_m) of the length-averaged loss"
     ds.plateau_theory_fixed.attrs["description"] = "saddle losses L(M_m) at the full length (Figures 1b and 3a)"
-    ds.plateau_level.attrs["description"] = f"level of the first rest at saddle M_m (saddle_levels, band {diagnostics.REST_BAND:.3g} of the gap)"
+    ds.plateau_level.attrs["description"] = (f"level of the first rest at saddle M_m (saddle_levels, band "
+                                             f"{diagnostics.REST_BAND:.3g})")
     return ds
 
 
@@ -115,7 +116,8 @@ def _rests(ds) -> str:
         seen = [f"M_{m}" for m in _shown(ds, key) if np.isfinite(float(ds.plateau_level.sel(model=key, m=m)))]
         level = "the level" if len(seen) == 1 else "the levels"
         parts.append(f"{LABELS[key]} rests at {level} of {join(seen)}" if seen else
-                     f"{LABELS[key]} rests at none of its levels (within {diagnostics.rest_band_words(ds.attrs['band'])})")
+                     f"{LABELS[key]} rests at none of its levels "
+                     f"(within {diagnostics.rest_band_words(ds.attrs['band'])})")
     return "In this run " + "; ".join(parts) + "."
 
 
@@ -123,7 +125,8 @@ def words(ds) -> dict:
     """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
     runs = _runs(ds)
     m, s = runs["attn_m"], runs["attn_s"]
-    return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1, tol=diagnostics.rest_band_words(ds.attrs["band"]),
+    return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1,
+                tol=diagnostics.rest_band_words(ds.attrs["band"]),
                 eigenvalues=list_words(np.round(ds.eigenvalue.sel(model="attn_s").dropna("direction").values, 4)),
                 settings_m=describe(m), settings_s=describe(s), rests=_rests(ds))
 

@@ -2,7 +2,8 @@
 measured one way, as dataset variables, and a run's settings in words.
 
 A rank-R ATTN_S curve is summarised by ``diagnostics.rank_summary``: its rests at the saddles M_m (the steps whose
-loss lies in M_m's band, ``diagnostics.REST_BAND`` of the gap to the neighbouring level: ``diagnostics.saddle_plateaus``),
+loss lies in M_m's band, ``diagnostics.REST_BAND`` of the gap to the neighbouring level:
+``diagnostics.saddle_plateaus``),
 which complete ones are long (at least a tenth of the longest), the theory's long ones (m = 0, R, 2R, …:
 ``theory.long_plateaus``), the directions learned and the final loss. Several seeds per rank: the summaries are
 kept per seed (dimension ``seed``).

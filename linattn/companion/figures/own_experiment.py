@@ -95,9 +95,10 @@ def compute(S: dict, weights: dict | None = None):
         attrs=settings_attrs(S, engine=first.engine, seeds=S["seed"],
                              runs={"first": first.config.to_dict(), "continued": more.config.to_dict()}))
     ds.attrs.update(epoch=int(first.history.train_loss.size), band=linattn.diagnostics.REST_BAND,
-                    weights="given" if weights is not None else "example_weights", published=int(presets.is_published(NAME, S)))
+                    weights="given" if weights is not None else "example_weights",
+                    published=int(presets.is_published(NAME, S)))
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
-                                             f"(diagnostics.saddle_levels, band {linattn.diagnostics.REST_BAND:.3g} of the gap)")
+                                             f"(diagnostics.saddle_levels, band {linattn.diagnostics.REST_BAND:.3g})")
     return ds
 
 
@@ -128,7 +129,8 @@ def words(ds) -> dict:
 
     first = json.loads(ds.attrs["runs"])["first"]
     return dict(H=first["head_num"], R=first["rank"], spectrum=list_words(ds.spectrum.values),
-                epoch=ds.attrs["epoch"], epoch_more=int((ds.run == "continued").sum()), tol=linattn.diagnostics.rest_band_words(ds.attrs["band"]))
+                epoch=ds.attrs["epoch"], epoch_more=int((ds.run == "continued").sum()),
+                tol=linattn.diagnostics.rest_band_words(ds.attrs["band"]))
 
 
 def plot(ds):

@@ -75,7 +75,7 @@ def compute(S: dict):
                     commands="\n".join(train_command(r.config) for r in curves.values()))
     ds.wall_time.attrs["units"] = "s"
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
-                                             f"(diagnostics.saddle_levels, band {diagnostics.REST_BAND:.3g} of the gap)")
+                                             f"(diagnostics.saddle_levels, band {diagnostics.REST_BAND:.3g})")
     return ds
 
 
