@@ -334,13 +334,19 @@ def detect_plateaus(loss, steps=None, *, rel_tol: float = 0.01, abs_tol: float |
         else:
             merged.append([a, b])
     levels = np.array([np.median(y[a:b + 1]) for a, b in merged])
+    return Plateaus(levels=levels, starts=np.array([x[a] for a, _ in merged]),
+                    ends=np.array([x[b] for _, b in merged]), drop_steps=_drops_between(y, x, merged, levels))
+
+
+def _drops_between(y, x, spans, levels) -> np.ndarray:
+    """The step of each drop between consecutive flat stretches ``spans`` (sample ranges) at ``levels``: where the
+    curve crosses their midpoint (:func:`drop_steps`), else the middle of the gap between them."""
     drops = []
-    for (a0, b0), (a1, _), l0, l1 in zip(merged, merged[1:], levels, levels[1:]):
+    for (a0, b0), (a1, _), l0, l1 in zip(spans, spans[1:], levels, levels[1:]):
         sign = 1.0 if l1 < l0 else -1.0  # a rise between two plateaus is a drop of −loss
         step = drop_steps(sign * y[b0:a1 + 1], sign * np.array([l0, l1]), x[b0:a1 + 1])[0]
         drops.append(step if np.isfinite(step) else x[b0 + (a1 - b0) // 2])
-    return Plateaus(levels=levels, starts=np.array([x[a] for a, _ in merged]),
-                    ends=np.array([x[b] for _, b in merged]), drop_steps=np.array(drops))
+    return np.array(drops)
 
 
 def first_step_below(loss, level: float, steps=None) -> float:
@@ -405,6 +411,42 @@ def learning_course(loss, *, learned: float = LEARNED_FALL, given_back: float = 
     return "transient" if end - low >= given_back * (start - low) else "kept"
 
 
+def predicted_drop_steps(config, init: dict, cov, *, horizon: int | None = None, chunk: int = 20000) -> np.ndarray:
+    """The step of each drop d = 1 … D that a rank-R ATTN_S run should make, predicted from its own initial weights
+    with all its heads: the population (P = ∞) gradient descent of the same model from ``init`` at the same learning
+    rate, normalisation and precision, on inputs of covariance ``cov`` (the run's Λ), with its drops read by the
+    run's own rule (:func:`drop_steps` against ``theory.plateau_losses(cov, N)``). NaN where a drop is not made
+    within ``horizon`` steps (default ``config.epoch``).
+
+    Unlike the closed-form escape time ``theory.attn_s_drop_steps`` (one head, from a typical scale), this knows
+    which of the H heads starts with most weight along each direction: the first of H heads to escape is the fastest
+    of H. It differs from the finite-P run only by the training set's sampling error. Trained in chunks of ``chunk``
+    steps, stopping once all D drops are made; it costs what the same number of exact steps costs (the population
+    engine trains on moments of size D(D+1)² × D(D+1)², whatever P).
+    """
+    import dataclasses
+
+    from .experiment import run
+
+    if config.model != "attnS" or config.vary_len:
+        raise ValueError(f"predicted_drop_steps: the saddles L(M_m) are ATTN_S's without vary_len, not "
+                         f"model={config.model!r}, vary_len={config.vary_len}")
+    cov = np.asarray(cov, dtype=np.float64)
+    levels = theory.plateau_losses(cov, config.N)
+    horizon = config.epoch if horizon is None else int(horizon)
+    base = dataclasses.replace(config, trainset_size=None, testset_size=0, engine="population", dynamics="gd",
+                               cov_matrix=cov.tolist(), white_cov=False, spectrum=None, population_samples=0)
+    losses, weights, done = [], init, 0
+    while done < horizon:
+        part = run(dataclasses.replace(base, epoch=min(chunk, horizon - done)), init=weights, start_step=done,
+                   progress=False)
+        losses.append(part.history.train_loss)
+        weights, done = part.weights, done + part.config.epoch
+        if np.isfinite(drop_steps(losses[-1], levels[-2:])[0]):
+            break
+    return drop_steps(np.concatenate(losses), levels)
+
+
 def first_drop_step(loss, *, min_step: int = 10) -> int | None:
     """The step of a curve's first drop, from its start to its end value (:func:`half_drop_step` with its default
     levels ``loss[0]`` and ``loss[-1]``, as an index); None where it comes before ``min_step`` or never: a curve that
@@ -413,17 +455,31 @@ def first_drop_step(loss, *, min_step: int = 10) -> int | None:
     return int(k) if k >= min_step else None
 
 
+#: The band around a saddle level L(M_m) within which a loss counts as resting there, as a fraction of the gap to the
+#: neighbouring level on each side: L(M_m) − b·(L(M_m) − L(M_{m+1})) … L(M_m) + b·(L(M_{m−1}) − L(M_m)) (the
+#: outermost levels mirror their one gap). Why a third: any b < 1/2 keeps the bands of adjacent levels apart however
+#: close the levels lie (L(M_7) − L(M_8) is 0.0127 at D = 8, less than 1 % of the loss range), and a third leaves
+#: the middle third of every gap to no level, so the midpoint that the drop rule (:func:`drop_steps`) crosses always
+#: lies between two rests; a larger b would admit more of a finite-P offset but leave a drop less room.
+REST_BAND = 1 / 3
+
+
+def rest_band_words(band: float = REST_BAND) -> str:
+    """The band in words, for a page's prose: ``"1/3 of the gap to the neighbouring saddle level"``."""
+    from fractions import Fraction
+
+    return f"{Fraction(band).limit_denominator(12)} of the gap to the neighbouring saddle level"
+
+
 @dataclass
 class SaddlePlateaus:
-    """The plateaus of a curve named by the saddle M_m they sit at (:func:`saddle_plateaus`)."""
+    """The rests of a curve at the saddles M_m (:func:`saddle_plateaus`)."""
 
-    plateaus: Plateaus  # every flat stretch found
-    # for each stretch, the saddle m it sits at (the drops made by its middle, and its level within the tolerance of
-    # L(M_m): ``_saddles_of``), or None
-    m: list
-    visited: list  # the m of every stretch that sits at a saddle, in order
-    complete: list  # (m, length in steps) of the stretches at a saddle that end before the curve does
-    long: list  # the m of the complete stretches lasting at least ``long_fraction`` of the longest one
+    plateaus: Plateaus  # every rest, in order: its level (median loss), first and last step, the drops between rests
+    m: list  # for each rest, the saddle m it sits at
+    visited: list  # the m of every rest, in order
+    complete: list  # (m, length in steps) of the rests that end before the curve does
+    long: list  # the m of the complete rests lasting at least ``long_fraction`` of the longest one
 
     @property
     def last_complete(self) -> int:
@@ -431,53 +487,100 @@ class SaddlePlateaus:
         return max((m for m, _ in self.complete), default=0)
 
 
-def _saddles_of(loss, levels, plateaus: Plateaus, tol: float, steps=None) -> list:
-    """The saddle m each flat stretch of ``plateaus`` sits at, or None: the one rule of the package.
+def rest_bands(levels, band: float = REST_BAND) -> tuple[np.ndarray, np.ndarray]:
+    """The lower and upper edge of each saddle's band (:data:`REST_BAND`): L(M_m) − b·(L(M_m) − L(M_{m+1})) and
+    L(M_m) + b·(L(M_{m−1}) − L(M_m)), the first and last level mirroring their one gap. ``levels`` must fall
+    strictly (L(M_0) > L(M_1) > …) and 0 < ``band`` < 1/2, so that no two bands overlap."""
+    levels = np.asarray(levels, dtype=np.float64)
+    if levels.ndim != 1 or levels.size < 2 or not np.all(np.diff(levels) < 0):
+        raise ValueError(f"levels must be at least two strictly falling saddle losses, got {levels}")
+    if not 0 < band < 0.5:
+        raise ValueError(f"band must lie strictly between 0 and 1/2 (a fraction of the gap), got {band}")
+    gaps = -np.diff(levels)
+    below = np.concatenate([gaps, gaps[-1:]])  # gap to the next level down
+    above = np.concatenate([gaps[:1], gaps])  # gap to the level above
+    return levels - band * below, levels + band * above
 
-    A curve visits the saddles in order, M_0, M_1, …, and is at M_m between drop m and drop m + 1: so a stretch sits
-    at the m given by the drops it has made (:func:`drop_steps` passed by the stretch's middle), and only if its level
-    lies within ``tol`` of L(M_m). Matching a level to the nearest L(M_m) alone would give a stretch at M_5 to M_6
-    where the two levels lie close together; counting drops cannot.
+
+def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_length: int | None = None):
+    """The rests of ``loss`` at the saddles L(M_0) … L(M_D) (``levels``, ``theory.plateau_losses``): the one
+    plateau classifier of the package. Returns ``(m, Plateaus)``: the saddle of each rest and the rests.
+
+    Each step belongs to the saddle whose band (:func:`rest_bands`, :data:`REST_BAND`) holds its loss, or to none;
+    a rest is a maximal run of consecutive steps at one saddle lasting at least ``min_length`` samples (default
+    max(3, n/400); shorter runs are a drop passing through a band). Two runs at the same saddle with nothing but
+    fewer than ``min_length`` unassigned samples between them are one rest (noise can leave a band for a moment).
+    Adjacent levels are never merged, however close: a step lies in one band at most. A rest's level is the median
+    loss over its slower half (:func:`_rest_level`); the drops between rests are read as in :func:`detect_plateaus`.
     """
-    passed = drop_steps(loss, levels, steps)  # NaN (never) compares False
-    m_of = []
-    for start, end, level in zip(plateaus.starts, plateaus.ends, plateaus.levels):
-        m = int(np.sum(passed <= (start + end) / 2))
-        m_of.append(m if abs(levels[m] - level) <= tol else None)
-    return m_of
+    y = np.asarray(loss, dtype=np.float64)
+    n = y.size
+    if n < 3:
+        raise ValueError("need at least 3 loss values")
+    x = np.arange(n) if steps is None else np.asarray(steps)
+    lo, hi = rest_bands(levels, band)
+    min_len = min_length if min_length is not None else max(3, n // 400)
+    inside = (y[:, None] >= lo) & (y[:, None] <= hi)
+    label = np.where(inside.any(axis=1), inside.argmax(axis=1), -1)
+    change = np.flatnonzero(np.diff(label)) + 1
+    runs = [[label[a], a, b - 1] for a, b in zip(np.r_[0, change], np.r_[change, n]) if label[a] >= 0]
+    long_enough = [r for r in _join_runs(runs, min_len) if r[2] - r[1] + 1 >= min_len]  # else a drop passing by
+    rests = [(int(m), a, b) for m, a, b in _join_runs(long_enough, min_len)]
+    spans = [(a, b) for _, a, b in rests]
+    rest_levels = np.array([_rest_level(y[a:b + 1]) for a, b in spans])
+    return [m for m, _, _ in rests], Plateaus(levels=rest_levels, starts=np.array([x[a] for a, _ in spans]),
+                                              ends=np.array([x[b] for _, b in spans]),
+                                              drop_steps=_drops_between(y, x, spans, rest_levels))
 
 
-def saddle_levels(loss, levels, *, tol: float = 0.02, steps=None) -> np.ndarray:
+def _rest_level(y) -> float:
+    """A rest's level: the median loss over the slower half of its steps (|Δloss| at most its median), so that a
+    curve entering or leaving the band, or falling through it without a plateau, does not pull the level away from
+    where it moves slowest."""
+    speed = np.abs(np.gradient(y)) if y.size > 1 else np.zeros(1)
+    return float(np.median(y[speed <= np.median(speed)]))
+
+
+def _join_runs(runs, gap: int) -> list:
+    """Runs ``[m, first, last]`` with consecutive runs at the same m joined where fewer than ``gap`` samples lie
+    between them."""
+    out: list[list[int]] = []
+    for m, a, b in runs:
+        if out and out[-1][0] == m and a - out[-1][2] - 1 < gap:
+            out[-1][2] = b
+        else:
+            out.append([m, a, b])
+    return out
+
+
+def saddle_levels(loss, levels, *, band: float = REST_BAND, steps=None) -> np.ndarray:
     """For each saddle M_0 … M_D (``levels``: L(M_0) … L(M_D), ``theory.plateau_losses``), the level of the first
-    flat stretch of ``loss`` that sits there (``_saddles_of``: the drops made, then ``tol``), NaN where the curve
-    never rests there. Figures and sweeps put the plateaus they found beside the theory with this."""
-    loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
-    p = detect_plateaus(loss, steps)
+    rest of ``loss`` there (:func:`saddle_rests`), NaN where the curve never rests there. Figures and sweeps put the
+    plateaus they found beside the theory with this."""
+    m_of, p = saddle_rests(loss, levels, band=band, steps=steps)
     out = np.full(len(levels), np.nan)
-    for m, level in zip(_saddles_of(loss, levels, p, tol, steps), p.levels):
-        if m is not None and np.isnan(out[m]):
+    for m, level in zip(m_of, p.levels):
+        if np.isnan(out[m]):
             out[m] = level
     return out
 
 
-def saddle_plateaus(loss, levels, *, tol: float = 0.02, long_fraction: float = 0.1) -> SaddlePlateaus:
-    """The flat stretches of ``loss`` (:func:`detect_plateaus`), each named by the saddle it sits at among ``levels``
-    (``theory.plateau_losses``: L(M_0) … L(M_D); by the drops made before it, within ``tol``: ``_saddles_of``),
-    and which of them are *long*.
+def saddle_plateaus(loss, levels, *, band: float = REST_BAND, long_fraction: float = 0.1,
+                    steps=None) -> SaddlePlateaus:
+    """The rests of ``loss`` at the saddles among ``levels`` (``theory.plateau_losses``: L(M_0) … L(M_D);
+    :func:`saddle_rests`), and which of them are *long*.
 
-    A stretch is complete if it ends before the curve does (the last one is cut by the end of the run and is not
-    classified); a complete stretch is long if it lasts at least ``long_fraction`` of the longest complete one. The
-    theory's long plateaus for rank-R heads are ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
+    A rest is complete if it ends before the curve does (the last one is cut by the end of the run and is not
+    classified); a complete rest is long if it lasts at least ``long_fraction`` of the longest complete one, so every
+    complete rest at least half as long as the longest is long. The theory's long plateaus for rank-R heads are
+    ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
     """
-    loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
-    p = detect_plateaus(loss)
-    m_of = _saddles_of(loss, levels, p, tol)
-    end = loss.size - 1
-    complete = [(m, int(b - a)) for m, a, b in zip(m_of, p.starts, p.ends) if m is not None and b < end]
+    m_of, p = saddle_rests(loss, levels, band=band, steps=steps)
+    end = (np.arange(np.size(loss)) if steps is None else np.asarray(steps))[-1]
+    complete = [(m, int(b - a)) for m, a, b in zip(m_of, p.starts, p.ends) if b < end]
     longest = max((d for _, d in complete), default=0)
     long = sorted({m for m, d in complete if d >= long_fraction * longest})
-    return SaddlePlateaus(plateaus=p, m=m_of, visited=[m for m in m_of if m is not None], complete=complete,
-                          long=long)
+    return SaddlePlateaus(plateaus=p, m=m_of, visited=list(m_of), complete=complete, long=long)
 
 
 @dataclass
@@ -492,17 +595,22 @@ class RankSummary:
     final_loss: float
     final_theory: float  # L(M_learned)
 
-    def rows(self, label: str = "", *, key: str = "", paper_learned: int | None = None) -> list[dict]:
+    def rows(self, label: str = "", *, key: str = "", paper_learned: int | None = None,
+             predicted_learned: int | None = None) -> list[dict]:
         """``numbers.json`` rows: long plateaus (found vs theory, as text), directions learned (beside
-        ``paper_learned`` where the paper states it), each plateau level at a saddle, and the final loss; ``label``
-        is appended to each quantity (e.g. ", published window") and ``key`` to each row's key
+        ``paper_learned`` where the paper states it, and as theory ``predicted_learned``, the drops a prediction
+        such as :func:`predicted_drop_steps` makes in the same steps), each plateau level at a saddle, and the final
+        loss; ``label`` is appended to each quantity (e.g. ", published window") and ``key`` to each row's key
         (``R1.<key>.learned``, ``R1.<key>.plateau.M2``, …)."""
         R, D = self.rank, len(self.levels) - 1
         k = f"R{R}" + (f".{key}" if key else "")
         out = [dict(key=f"{k}.long_plateaus",
                     quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
                     theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
-               dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}", paper=paper_learned, theory=D,
+               dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}"
+                    + (" (theory: drops predicted from the initial weights)" if predicted_learned is not None else ""),
+                    paper=paper_learned,
+                    theory=predicted_learned,
                     reproduced=self.learned)]
         firsts = {}
         for m, level in zip(self.plateaus.m, self.plateaus.plateaus.levels):
@@ -515,12 +623,12 @@ class RankSummary:
         return out
 
 
-def rank_summary(loss, levels, rank: int, *, tol: float = 0.02) -> RankSummary:
+def rank_summary(loss, levels, rank: int, *, band: float = REST_BAND) -> RankSummary:
     """The long plateaus of a rank-``rank`` ATTN_S curve (:func:`saddle_plateaus`) beside the theory's
     (``theory.long_plateaus``, counted up to the last complete plateau the curve reached), the directions it learned
     (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
     loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
-    sp = saddle_plateaus(loss, levels, tol=tol)
+    sp = saddle_plateaus(loss, levels, band=band)
     learned = directions_learned(loss, levels)
     expected = [m for m in theory.long_plateaus(len(levels) - 1, rank) if m <= sp.last_complete]
     return RankSummary(rank=rank, levels=levels, plateaus=sp, expected_long=expected, learned=learned,

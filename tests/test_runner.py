@@ -483,7 +483,7 @@ def test_figure_settings_helpers():
     namespace = dict(s, unrelated=1)
     got = presets.parameters("fig04_low_rank", namespace)
     assert got == s and got["ranks"] is not namespace["ranks"]  # a copy
-    assert [c.rank for c in presets.configs(s)] == s["ranks"]
+    assert [(c.seed, c.rank) for c in presets.configs(s)] == [(sd, R) for sd in s["seeds"] for R in s["ranks"]]
     assert [c.model for c in presets.configs(presets.resolve("fig05_softmax", "quick"), run="attn_s")] == ["attnS"]
 
 

@@ -135,14 +135,15 @@ PRESETS: dict[str, dict[str, dict]] = {
         # epoch_extended: per rank, the step the one run goes on to (the published window is its first ``epoch``
         # steps); a rank not listed gets the largest value. The values of both presets let every rank learn all
         # eight directions (the page gives the steps; at the quick preset rank one's last drop comes near step 8500).
-        "quick": dict(_without(_LOW_RANK_QUICK, "rank"), ranks=[1, 2, 4, 8], seed=10,
+        # seeds: every rank in the published window at each (the spread); only the first is carried on
+        "quick": dict(_without(_LOW_RANK_QUICK, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
                       epoch_extended={1: 9001, 2: 9001, 4: 9001, 8: 5001}),
-        "paper": dict(_without(_LOW_RANK_PAPER, "rank"), ranks=[1, 2, 4, 8], seed=10,
+        "paper": dict(_without(_LOW_RANK_PAPER, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
                       epoch_extended={1: 150001, 2: 120001, 4: 35001, 8: 20001}),
     },
     "figA_ranks": {
-        "quick": dict(_without(_LOW_RANK_QUICK, "rank"), ranks=[3, 5, 6, 7], seed=10),
-        "paper": dict(_without(_LOW_RANK_PAPER, "rank"), ranks=[3, 5, 6, 7], seed=10),
+        "quick": dict(_without(_LOW_RANK_QUICK, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12]),
+        "paper": dict(_without(_LOW_RANK_PAPER, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12]),
     },
     "figA_inside_head": {
         "quick": dict(_LOW_RANK_QUICK, rank=4, track_value=True, snapshot_every=20, seed=10),

@@ -464,10 +464,12 @@ class Claim:
                     verdict=self.verdict)
 
 
-def fig4_plateau_claim(drops, window: int, escape_steps) -> Claim:
+def fig4_plateau_claim(drops, window: int, escape_steps, *,
+                       predicted: str = "The theory's escape-time estimates τ/(λ_d² v₀)") -> Claim:
     """Figure 4's rank-one claim: the loss rests on the :data:`FIG4_R1_PLATEAUS` plateaus L(M_0) … L(M_7) within
     the published ``window``. ``drops``: the step of each drop d = 1 … D of our rank-one run (NaN: not made; it may
-    run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``).
+    run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``),
+    or another prediction of the drop steps named by ``predicted`` (e.g. ``diagnostics.predicted_drop_steps``).
     Ours counts the levels L(M_0) … L(M_{D−1}) the loss reaches inside the window; the reason gives the estimates for
     the directions not learned inside it, and when our run learned them."""
     drops, escape = np.asarray(drops, dtype=np.float64), np.asarray(escape_steps, dtype=np.float64)
@@ -483,7 +485,7 @@ def fig4_plateau_claim(drops, window: int, escape_steps) -> Claim:
     missing = np.flatnonzero(~made)
     if missing.size:
         beyond = [d for d in missing if escape[d] >= window]
-        reason += (" The theory's escape-time estimates τ/(λ_d² v₀) for the directions not learned inside it: "
+        reason += (f" {predicted[0].upper()}{predicted[1:]} for the directions not learned inside it: "
                    + ", ".join(f"drop {d + 1} ≈ step {escape[d]:.0f}" for d in missing)
                    + f" ({len(beyond)} of {missing.size} beyond the window).")
         late = [d for d in missing if np.isfinite(drops[d])]

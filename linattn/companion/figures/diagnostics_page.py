@@ -21,7 +21,6 @@ from .attn_s_run import describe, seed_run
 from .frame import settings_attrs
 
 NAME = "beyond_diagnostics"
-TOL = 0.03  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_plateaus)
 MEASURES = ("time", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist", "drift_max", "loss_theory")
 
 
@@ -45,7 +44,7 @@ def compute(S: dict):
     tab = diagnostics.tidy(snapshots, cov, N, lr=cfg.lr, normalize=cfg.normalize, model=cfg.model)
     levels = theory.plateau_losses(cov, N)
     loss = res.history.train_loss
-    sp = diagnostics.saddle_plateaus(loss, levels, tol=TOL)
+    sp = diagnostics.saddle_plateaus(loss, levels)
     medians = {"numerical_rank": [], "eff_rank": []}
     for a, b in zip(sp.plateaus.starts, sp.plateaus.ends):
         inside = (tab["step"] >= a) & (tab["step"] <= b)
@@ -66,7 +65,7 @@ def compute(S: dict):
                 "plateau": np.arange(len(sp.m))},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(tol=TOL, snapshot_every=int(S["snapshot_every"]))
+    ds.attrs.update(band=diagnostics.REST_BAND, snapshot_every=int(S["snapshot_every"]))
     ds.eff_rank.attrs["description"] = "exp of the entropy of the normalised singular values of A(t)"
     ds.numerical_rank.attrs["description"] = "singular values of A(t) above 5 % of the largest"
     ds.subspace_dist.attrs["description"] = "distance of A(t)'s top singular subspace to the final A's"

@@ -27,7 +27,6 @@ from .attn_s_run import describe
 from .frame import settings_attrs
 
 NAME = "fig03a_attns_loss"
-TOL = 0.03  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_levels)
 _HORIZONS = ("seeds", "epoch_extended", "epoch_streams", "snapshot_every")  # settings that are not a run's
 
 
@@ -62,7 +61,7 @@ def compute(S: dict):
          "drop_step": (("seed", "direction"), [diagnostics.drop_steps(L, levels, step) for L in loss]),
          "drop_step_streams": (("seed", "direction"),
                                [diagnostics.drop_steps(r.history.train_loss, levels) for r in streams]),
-         "plateau_level": (("seed", "m"), [diagnostics.saddle_levels(L[:window], levels, tol=TOL) for L in loss]),
+         "plateau_level": (("seed", "m"), [diagnostics.saddle_levels(L[:window], levels) for L in loss]),
          "directions_learned": ("seed", [diagnostics.directions_learned(L[:window], levels, step[:window])
                                          for L in loss]),
          "final_loss": ("seed", loss[:, -1]),
@@ -72,13 +71,14 @@ def compute(S: dict):
         coords={"seed": list(S["seeds"]), "step": step, "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
         attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seeds"],
                              runs={str(c.seed): c.to_dict() for c in in_window}))
-    ds.attrs.update(window=int(window), horizon=int(horizon), tol=TOL, published=int(presets.is_published(NAME, S)),
+    ds.attrs.update(window=int(window), horizon=int(horizon), band=diagnostics.REST_BAND,
+                    published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(c) for c in in_window),
                     run_keys="\n".join(r.key for r in runs))  # the run store's entries, by seed
     ds.train_loss.attrs["description"] = "training loss; the published window is the first `window` steps"
     ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m within the window "
-                                             f"(diagnostics.saddle_levels, tol {TOL})")
+                                             f"(diagnostics.saddle_levels, band {diagnostics.REST_BAND:.3g})")
     return ds
 
 
@@ -183,7 +183,8 @@ def words(ds) -> dict:
     return dict(H=run["head_num"], D=ds.sizes["direction"], n_seeds=ds.sizes["seed"],
                 eigenvalues=list_words(np.round(ds.eigenvalue.values, 4)),
                 settings=describe(run, seeds=[int(s) for s in ds.seed.values]),
-                window=ds.attrs["window"], horizon=ds.attrs["horizon"], tol=ds.attrs["tol"],
+                window=ds.attrs["window"], horizon=ds.attrs["horizon"],
+                tol=diagnostics.rest_band_words(ds.attrs["band"]),
                 escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds))
 
 

@@ -1,14 +1,17 @@
 """Figure 4: ATTN_S with key-query rank R passes the saddles M_0 … M_D of rank one, but only the plateaus after
 0, R, 2R, … learned directions are long (paper Section 6).
 
-One run per rank, carried on to its own horizon (``epoch_extended``: a dict by rank) through the run store; the
+Every rank is trained at each of ``seeds`` in the published window (the spread between draws); the first seed's run
+of each rank is carried on to its own horizon (``epoch_extended``: a dict by rank) through the run store. The
 published window is the first ``epoch`` steps of each (gradient descent depends on the weights alone, and the loss
-is recorded before each step, so the window is exactly the published-length run). Measured in the window: each
-curve's plateaus named by their saddle and which are long (:mod:`~linattn.companion.figures.low_rank`); in the
-extended run: the step of each drop (``diagnostics.drop_steps``: the first step below the midpoint of two
-consecutive saddle losses) and the directions learned. The theory: the saddle losses L(M_0) … L(M_D)
-(``theory.plateau_losses``), the long plateaus m = 0, R, 2R, … (``theory.long_plateaus``) and, for rank one, an
-escape-time estimate of each drop's step (``theory.attn_s_drop_steps``).
+is recorded before each step, so the window is exactly the published-length run). Measured in the window, per seed:
+each curve's rests at the saddles, their lengths and which are long (:mod:`~linattn.companion.figures.low_rank`); in
+the extended run: the step of each drop (``diagnostics.drop_steps``: the first step below the midpoint of two
+consecutive saddle losses) and the directions learned. The prediction of each drop's step: the population gradient
+descent from the extended run's own initial weights, all heads included (``diagnostics.predicted_drop_steps``); the
+closed-form escape time of one rank-one head (``theory.attn_s_drop_steps``) is kept as an order of magnitude. The
+theory: the saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``) and the long plateaus m = 0, R, 2R, …
+(``theory.long_plateaus``).
 """
 
 from __future__ import annotations
@@ -20,9 +23,8 @@ import numpy as np
 from ... import diagnostics, theory
 from .. import presets, published
 from ..output import ESTIMATE, MarkdownTable, words as list_words
-from ..runstore import figure_runs
 from .frame import settings_attrs
-from .low_rank import TOL, describe, summaries, summaries_of, summary_variables
+from .low_rank import describe, gap_panel, seed_runs, summaries, summaries_of, summary_variables
 
 NAME = "fig04_low_rank"
 
@@ -33,65 +35,75 @@ def settings(preset: str = "paper", **overrides) -> dict:
 
 
 def compute(S: dict):
-    """Each rank's training loss in the published window (``train_loss``: rank × step) and over its extended run,
-    sampled evenly in log(step) (``train_loss_extended``: rank × step_log, NaN past the rank's ``horizon``), with
-    what is measured on them: in the window, each saddle's plateau level, which plateaus are long (and which the
-    theory expects long), the directions learned and the final loss; in the extended run, the step of each drop
-    (``drop_step``: rank × direction, NaN where it never comes), the directions learned and the final loss. The
-    theory: the saddle losses (``plateau_theory``: m), the eigenvalues and the rank-one escape-time estimate of each
-    drop (``drop_step_theory``: direction)."""
+    """Each rank's training loss in the published window at every seed (``train_loss``: seed × rank × step) and, for
+    the first seed, over its extended run sampled evenly in log(step) (``train_loss_extended``: rank × step_log, NaN
+    past the rank's ``horizon``), with what is measured on them: in the window, per seed, each saddle's rest level and
+    length, which rests are long (and which the theory expects long), the directions learned and the final loss; in
+    the extended run, the step of each drop (``drop_step``: rank × direction, NaN where it never comes), the
+    directions learned and the final loss. The prediction: each drop's step for the population gradient descent from
+    the extended run's initial weights (``drop_step_predicted``: rank × direction, NaN where it does not come within
+    the horizon). The theory: the saddle losses (``plateau_theory``: m), the eigenvalues and the one-head escape-time
+    estimate of each drop (``drop_step_theory``: direction, an order of magnitude)."""
     import xarray as xr
 
     from ..plotting import log_thin
 
     window, horizon, ranks = S["epoch"], presets.horizons(S), [int(R) for R in S["ranks"]]
-    runs = [r.extended(horizon[R]) for R, r in zip(ranks, figure_runs(S))]
+    grid = seed_runs(S)
+    runs = [r.extended(horizon[R]) for R, r in zip(ranks, grid[0])]
     cfg, cov = runs[0].config, runs[0].datasets.cov
     levels = theory.plateau_losses(cov, cfg.N)
     D = len(levels) - 1
     full = [r.history.train_loss for r in runs]
-    loss = np.array([L[:window] for L in full])
+    loss = np.array([[r.history.train_loss[:window] for r in by_rank] for by_rank in grid])
     # the extended curves on one log-spaced step axis: every step any rank's own log sampling keeps
     step_log = functools.reduce(np.union1d, [log_thin(len(L)) for L in full])
     extended = np.full((len(ranks), step_log.size), np.nan)
     for i, L in enumerate(full):
         inside = step_log < len(L)
         extended[i, inside] = L[step_log[inside]]
-    learned_ext = [diagnostics.directions_learned(L, levels) for L in full]
+    predicted = [diagnostics.predicted_drop_steps(r.config, r.init, cov, horizon=horizon[R])
+                 for R, r in zip(ranks, runs)]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=1, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
+    seeds = [int(x) for x in S["seeds"]]
     ds = xr.Dataset(
-        {"train_loss": (("rank", "step"), loss),
+        {"train_loss": (("seed", "rank", "step"), loss),
          "train_loss_extended": (("rank", "step_log"), extended),
          "horizon": ("rank", [len(L) for L in full]),
          "drop_step": (("rank", "direction"), [diagnostics.drop_steps(L, levels) for L in full]),
-         **summary_variables(summaries(loss, ranks, levels, tol=TOL), D),
-         "directions_learned_extended": ("rank", learned_ext),
+         "drop_step_predicted": (("rank", "direction"), predicted),
+         **summary_variables([summaries(by_seed, ranks, levels) for by_seed in loss], D),
+         "directions_learned_extended": ("rank", [diagnostics.directions_learned(L, levels) for L in full]),
          "final_loss_extended": ("rank", [L[-1] for L in full]),
          "plateau_theory": ("m", levels),
          "eigenvalue": ("direction", theory.spectrum(cov)[0]),
          "drop_step_theory": ("direction", estimate)},
-        coords={"rank": ranks, "step": np.arange(window), "step_log": step_log,
+        coords={"seed": seeds, "rank": ranks, "step": np.arange(window), "step_log": step_log,
                 "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
-        attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seed"],
+        attrs=settings_attrs(S, engine=runs[0].engine, seeds=seeds,
                              runs={str(R): r.config.to_dict() for R, r in zip(ranks, runs)}))
-    ds.attrs.update(window=int(window), tol=TOL, published=int(presets.is_published(NAME, S)))
+    ds.attrs.update(window=int(window), band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)))
     ds.train_loss.attrs["description"] = "training loss in the published window (the first `window` steps)"
-    ds.train_loss_extended.attrs["description"] = "training loss of the extended run at log-spaced steps"
+    ds.train_loss_extended.attrs["description"] = "training loss of the first seed's extended run at log-spaced steps"
     ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
-    ds.drop_step_theory.attrs["description"] = "escape-time estimate τ/(λ_d² v₀) for rank-one heads, in steps"
-    ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m within the window "
-                                             f"(diagnostics.saddle_plateaus, tol {TOL})")
+    ds.drop_step_predicted.attrs["description"] = ("the same drop step of the population gradient descent from the "
+                                                   "extended run's initial weights (diagnostics.predicted_drop_steps)")
+    ds.drop_step_theory.attrs["description"] = "one-head escape time τ/(λ_d² v₀) in steps, an order of magnitude"
+    ds.plateau_level.attrs["description"] = "level of the first rest at saddle M_m within the window (saddle_plateaus)"
+    ds.rest_steps.attrs["description"] = "length in steps of the first complete rest at saddle M_m within the window"
     return ds
 
 
 def claims(ds) -> list:
-    """The paper's rank-one claim (eight plateaus within the published window) beside the run, only at the
-    published settings ([] otherwise)."""
+    """The paper's rank-one claim (eight plateaus within the published window) beside the first seed's run, only at
+    the published settings ([] otherwise); the directions not learned inside the window are set beside the
+    prediction from the run's own initial weights."""
     if not ds.attrs["published"] or 1 not in ds["rank"].values:
         return []
     return [published.fig4_plateau_claim(ds.drop_step.sel(rank=1).values, ds.attrs["window"],
-                                         ds.drop_step_theory.values)]
+                                         ds.drop_step_predicted.sel(rank=1).values,
+                                         predicted="the drop steps predicted from the run's own initial weights")]
 
 
 def _plateau_durations(drops) -> np.ndarray:
@@ -99,32 +111,70 @@ def _plateau_durations(drops) -> np.ndarray:
     return np.diff(np.concatenate([[0.0], np.asarray(drops, dtype=float)]))
 
 
+def extra_long_rests(ds) -> dict:
+    """``{R: {seed: [m, …]}}``: the long rests in the window (``plateau_long``) that the theory does not expect long
+    (``plateau_long_theory``), per rank and seed."""
+    extra = ds.plateau_long & ~ds.plateau_long_theory
+    return {int(R): {int(sd): [int(m) for m in ds.m.values if extra.sel(rank=R, seed=sd, m=m)]
+                     for sd in ds.seed.values} for R in ds["rank"].values}
+
+
+def after_last_expected(ds, R: int) -> bool:
+    """Whether every extra long rest of rank ``R`` (:func:`extra_long_rests`, over the seeds) comes after the last
+    plateau the theory expects long, i.e. once a head's value weight has grown; False when there is none."""
+    extra = extra_long_rests(ds)[R]
+    found = [(sd, m) for sd, ms in extra.items() for m in ms]
+    if not found:
+        return False
+    last = {int(sd): max((int(m) for m in ds.m.values if ds.plateau_long_theory.sel(rank=R, seed=sd, m=m)),
+                         default=0) for sd in ds.seed.values}
+    return all(m > last[sd] for sd, m in found)
+
+
 def numbers(ds) -> list[dict]:
-    """``numbers.json``: per rank, the window's rows of its rank summary (long plateaus, directions learned, each
-    saddle's plateau level, final loss), the directions learned in the extended run, the step of its last drop
-    (when every direction was learned) and its final loss; for rank one, each drop's step beside its escape-time
+    """``numbers.json``: per rank, the window's rows of the first seed's rank summary (long plateaus, directions
+    learned, each saddle's plateau level, final loss) and every other seed's long plateaus, the directions learned in
+    the extended run, the step of its last drop (when every direction was learned) and its final loss, each drop's
+    step beside its prediction from the run's own initial weights; for rank one also beside the one-head escape-time
     estimate and how often a later plateau lasts longer; the paper's claim at the published settings."""
     paper, window, D = bool(ds.attrs["published"]), ds.attrs["window"], ds.sizes["direction"]
-    levels, rows = ds.plateau_theory.values, []
+    levels, rows, seeds = ds.plateau_theory.values, [], [int(x) for x in ds.seed.values]
     for R, s in summaries_of(ds).items():
         r, h = ds.sel(rank=R), int(ds.horizon.sel(rank=R))
         learned = int(r.directions_learned_extended)
-        rows += s.rows(f" within the published window ({window} steps)", key="window")
+        pred = r.drop_step_predicted.values
+        rows += s.rows(f" within {_window(ds)}, seed {seeds[0]}", key="window",
+                       predicted_learned=int(np.sum(pred < window)))
+        for sd in seeds[1:]:
+            other = summaries_of(ds, seed=sd)[R]
+            rows.append(dict(key=f"R{R}.window.seed{sd}.long_plateaus",
+                             quantity=f"R={R}: long plateaus m within {_window(ds)}, seed {sd} (theory: "
+                                      "multiples of R)",
+                             theory=" ".join(map(str, other.expected_long)),
+                             reproduced=" ".join(map(str, other.plateaus.long))))
         rows.append(dict(key=f"R{R}.extended.learned",
-                         quantity=f"R={R}: directions learned in the extended run ({h} steps)",
-                         paper=D if R == 1 and paper else None, theory=D, reproduced=learned))
+                         quantity=f"R={R}: directions learned in the extended run ({h} steps); theory: predicted "
+                                  "from its initial weights",
+                         paper=D if R == 1 and paper else None, theory=int(np.sum(np.isfinite(pred))),
+                         reproduced=learned))
         if learned == D:
             rows.append(dict(key=f"R{R}.extended.last_drop",
                              quantity=f"R={R}: step of the last drop (all {D} directions learned), extended run",
                              reproduced=float(r.drop_step.isel(direction=-1))))
         rows.append(dict(key=f"R{R}.extended.final_loss", quantity=f"R={R}: final loss, extended run",
                          reproduced=r.final_loss_extended, theory=levels[learned]))
+        for d, (run_d, pred_d) in enumerate(zip(r.drop_step.values, r.drop_step_predicted.values)):
+            rows.append(dict(key=f"R{R}.extended.drop{d + 1}.predicted",
+                             quantity=f"R={R}: step of drop {d + 1} (M_{d} → M_{d + 1}), extended run; theory: the "
+                                      "population gradient descent from the run's initial weights",
+                             theory=None if np.isnan(pred_d) else pred_d,
+                             reproduced=None if np.isnan(run_d) else run_d))
     if 1 in ds["rank"].values:
         t1, estimate = ds.drop_step.sel(rank=1).values, ds.drop_step_theory.values
         for d in range(D):
             rows.append(dict(key=f"R1.extended.drop{d + 1}",
-                             quantity=f"R=1: step of drop {d + 1} (M_{d} → M_{d + 1}), extended run; theory: escape "
-                                      f"time τ/(λ_{d + 1}² v₀)",
+                             quantity=f"R=1: step of drop {d + 1} (M_{d} → M_{d + 1}), extended run; theory: one-head "
+                                      f"escape time τ/(λ_{d + 1}² v₀), an order of magnitude",
                              theory=estimate[d], reproduced=None if np.isnan(t1[d]) else t1[d], verdict=ESTIMATE))
         dur, dur_th = _plateau_durations(t1), _plateau_durations(estimate)
         ok = np.isfinite(dur[1:]) & np.isfinite(dur[:-1])
@@ -139,19 +189,33 @@ def numbers(ds) -> list[dict]:
 
 
 def rank_table(ds) -> MarkdownTable:
-    """Per rank: the directions learned in the published window and in the extended run, the step of the last drop
-    and the long plateaus found in the window beside the theory's."""
-    D, rows = ds.sizes["direction"], []
-    for R, s in summaries_of(ds).items():
+    """Per rank: the directions learned in the published window (each seed) and in the first seed's extended run,
+    the step of its last drop beside the prediction, and the long plateaus found in the window at each seed beside
+    the theory's."""
+    D, rows, seeds = ds.sizes["direction"], [], [int(x) for x in ds.seed.values]
+    for R in ds["rank"].values:
         r = ds.sel(rank=R)
         learned = int(r.directions_learned_extended)
-        rows.append(dict(rank=f"$R = {R}$", window=f"{s.learned} of {D}",
+        by_seed = [summaries_of(ds, seed=sd)[int(R)] for sd in seeds]
+        rows.append(dict(rank=f"$R = {R}$", window=", ".join(str(s.learned) for s in by_seed) + f" of {D}",
                          extended=f"{learned} of {D} ({int(r.horizon)} steps)",
                          last=float(np.nanmax(r.drop_step)) if learned else None,
-                         long=f"{list_words(s.plateaus.long)} ({list_words(s.expected_long)})"))
-    return MarkdownTable(rows, {"rank": "rank", "window": "directions learned in the published window",
-                                "extended": "in the extended run", "last": "step of the last drop",
-                                "long": "long plateaus in the window: found (theory)"}, {"last": ".0f"})
+                         predicted=float(np.nanmax(r.drop_step_predicted))
+                         if np.isfinite(r.drop_step_predicted).any() else None,
+                         long="; ".join(list_words(s.plateaus.long) or "none" for s in by_seed)
+                         + f" ({list_words(by_seed[0].expected_long)})"))
+    return MarkdownTable(rows, {"rank": "rank", "window": f"directions learned in {_window(ds)} "
+                                                         f"(seeds {list_words(seeds)})",
+                                "extended": f"in the extended run (seed {seeds[0]})", "last": "step of the last drop",
+                                "predicted": "predicted from its initial weights",
+                                "long": "long plateaus in the window, per seed (theory)"},
+                         {"last": ".0f", "predicted": ".0f"})
+
+
+def _window(ds) -> str:
+    """The window in words: "the published window (20001 steps)" only at the published settings."""
+    n = ds.attrs["window"]
+    return f"the published window ({n} steps)" if ds.attrs["published"] else f"the first {n} steps"
 
 
 def _r1_last(ds) -> str:
@@ -159,28 +223,36 @@ def _r1_last(ds) -> str:
     return f"step {last:.0f}" if np.isfinite(last) else f"none by step {int(ds.horizon.sel(rank=1))}"
 
 
+def _steps(values) -> str:
+    return _join([f"{v:.0f}" if np.isfinite(v) else "–" for v in values])
+
+
 def drops_text(ds) -> str:
-    """The page's lines on where each rank's drops come: how many inside the published window, the later ones,
-    those never made; for rank one the escape-time estimate beside the run, and at the published settings what
-    other random draws do."""
+    """The page's lines on where each rank's drops come (the first seed's extended run): how many inside the
+    published window, the later ones, those never made, beside the steps predicted from the run's own initial
+    weights; for rank one the one-head escape-time estimate as an order of magnitude, and at the published settings
+    what other random draws do."""
     window, D, lines = ds.attrs["window"], ds.sizes["direction"], []
     for R in ds["rank"].values:
-        t = ds.drop_step.sel(rank=R).values
+        t, pred = ds.drop_step.sel(rank=R).values, ds.drop_step_predicted.sel(rank=R).values
         inside, later = t[t < window], t[(t >= window) & np.isfinite(t)]
-        line = f"* $R = {R}$: {inside.size} of {D} drops inside the published window"
-        line += f" (at step{'s' if inside.size > 1 else ''} {list_words(inside)})" if R == 1 and inside.size else ""
-        line += (f", then {later.size} more in the extended run, at step{'s' if later.size > 1 else ''} "
-                 f"{list_words(later)}" if later.size else "")
+        line = f"* $R = {R}$: {inside.size} of {D} drops inside {_window(ds)}"
+        line += (f", then {later.size} more in the extended run" if later.size else "")
         missing = int(np.sum(~np.isfinite(t)))
         line += f"; {missing} not reached by step {int(ds.horizon.sel(rank=R))}" if missing else ""
+        line += f". Drop steps {_steps(t)}; predicted {_steps(pred)}"
+        after = t[-1] - t[0] if np.isfinite(t[[0, -1]]).all() else np.nan
+        line += f" (the last comes {after:.0f} steps after the first)" if np.isfinite(after) and R > 1 else ""
         lines.append(line + ".")
     if 1 in ds["rank"].values:
         lam, estimate = ds.eigenvalue.values, ds.drop_step_theory.values
-        lines.append(f"\nThe theory's escape time $\\tau/(\\lambda_d^2 v_0)$ grows as $1/\\lambda_d^2$: the smallest "
-                     f"direction ($\\lambda$ = {lam[-1]:.4g}) needs {estimate[-1] / estimate[0]:.0f} times as long as "
-                     f"the largest ($\\lambda$ = {lam[0]:.4g}). For $R = 1$ the estimate puts the last drop at step ≈ "
-                     f"{estimate[-1]:.0f}, against {_r1_last(ds)} in this run: an order of magnitude only, since "
-                     "each direction is picked up by whichever free head happens to start with most weight along it.")
+        lines.append(f"\nThe one-head escape time $\\tau/(\\lambda_d^2 v_0)$ grows as $1/\\lambda_d^2$: the "
+                     f"smallest direction ($\\lambda$ = {lam[-1]:.3g}) needs {estimate[-1] / estimate[0]:.0f} times "
+                     f"as long as the largest ($\\lambda$ = {lam[0]:.3g}). It knows one head only, so it is an order "
+                     f"of magnitude: for $R = 1$ it puts the first drop at step ≈ {estimate[0]:.0f} and the last at "
+                     f"≈ {estimate[-1]:.0f}, against {_r1_last(ds)} in this run; each direction is picked up by "
+                     "whichever of the free heads starts with most weight along it, which the prediction from the "
+                     "run's own initial weights includes.")
     if ds.attrs["published"]:
         lines.append("\nThese are the published settings. The late drops depend strongly on the draw: with linattn's "
                      "own random streams (`draws='streams'`) the eighth drop of the same setting came only after "
@@ -188,20 +260,56 @@ def drops_text(ds) -> str:
     return "\n".join(lines)
 
 
+def rests_text(ds) -> str:
+    """The page's sentences on the long rests the theory does not expect, from :func:`extra_long_rests` and
+    :func:`after_last_expected`, with the longest such rest's length from the run."""
+    lines = []
+    for R, by_seed in extra_long_rests(ds).items():
+        found = sorted({m for ms in by_seed.values() for m in ms})
+        if not found:
+            continue
+        steps = ds.rest_steps.sel(rank=R).sel(m=found)
+        longest = float(steps.max())
+        m_long = int(found[int(np.nanargmax(steps.max("seed").values))])
+        line = (f"$R = {R}$ rests long at {_saddles(found)}, where the theory expects short plateaus (in "
+                f"{sum(bool(ms) for ms in by_seed.values())} of {len(by_seed)} seeds; the longest, at "
+                f"$\\mathcal{{M}}_{{{m_long}}}$, lasts {longest:.0f} steps)")
+        if after_last_expected(ds, R):
+            line += (": all of them after the last plateau the theory expects long, once a head's value weight has "
+                     "grown. There the next direction escapes a two-factor strict saddle, in a time that still grows "
+                     "as $1/\\lambda^2$, so the rests before the directions of smallest eigenvalue are long whatever "
+                     "$R$")
+        lines.append(line + ".")
+    return " ".join(lines) or "No rank rests long where the theory expects a short plateau."
+
+
+def _saddles(ms) -> str:
+    return _join([f"$\\mathcal{{M}}_{{{m}}}$" for m in ms])
+
+
 def words(ds) -> dict:
     """The values the page's prose quotes, by name (for ``output.glue``); ``r1_in_window`` and ``r1_last_drop``
-    (quoted by the low-rank chapter) only when rank one is among the ranks."""
+    (quoted by the low-rank chapter) only when rank one is among the ranks, ``r<R>_after_first`` (the steps from a
+    rank's first drop to its last) only for a rank that made both."""
     S, D = _settings(ds), ds.sizes["direction"]
     ranks = [int(R) for R in ds["rank"].values]
     short = [R for R in ranks if int(ds.directions_learned_extended.sel(rank=R)) < D]
-    out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"], tol=ds.attrs["tol"],
-               init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
+    out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"],
+               band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
+               seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
                horizons=_join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
                enough=(f"long enough for every rank to learn all {D} directions" if not short else
                        f"not long enough for R = {list_words(short)} to learn all {D} directions"),
+               caption=("The paper's Figure 4, reproduced" if ds.attrs["published"] else
+                        "Rank-R ATTN_S at other than the published settings"),
+               rests=rests_text(ds),
                setting_note=("These are the published settings (seed 10 is the reference's default seed; the paper "
                              "does not say which seed it used)." if ds.attrs["published"] else
                              "These are not the published settings, so the paper's claim is not set beside them."))
+    for R in ranks:  # how long after its first drop each rank makes its last (quoted by the low-rank chapter)
+        t = ds.drop_step.sel(rank=R).values
+        if np.isfinite(t[[0, -1]]).all():
+            out[f"r{R}_after_first"] = f"{t[-1] - t[0]:.0f}"
     if 1 in ranks:
         out.update(r1_in_window=str(int(np.sum(ds.drop_step.sel(rank=1).values < ds.attrs["window"]))),
                    r1_last_drop=_r1_last(ds))
@@ -219,31 +327,36 @@ def _settings(ds) -> dict:
 
 
 def plot(ds):
-    """One row per rank: the published window (left) and the extended run on a logarithmic step axis (right; the
-    dashed red line is the window's end), with the saddle losses L(M_0) … L(M_D) dotted."""
+    """One row per rank: the published window at every seed (left; linear), its distance to the last saddle
+    L − L(M_D) on a logarithmic axis (middle; the saddles' own distances dotted), and the first seed's extended run
+    on a logarithmic step axis (right; the dashed red line is the window's end)."""
     import matplotlib.pyplot as plt
 
     from ..plotting import log_axis_start, log_thin, loss_panel
 
     window, levels, ranks = ds.attrs["window"], ds.plateau_theory.values, list(ds["rank"].values)
     nrows = len(ranks)
-    fig = plt.figure(figsize=(6.6, 0.5 + 1.75 * nrows), layout="constrained")
-    left, right = fig.subfigures(1, 2, wspace=0.02)
-    left.suptitle(f"published window ({window} steps)", fontsize=10.5)
-    right.suptitle("extended runs (log step axis)", fontsize=10.5)
-    axes = left.subplots(nrows, 1, sharex=True, squeeze=False)
+    fig = plt.figure(figsize=(9.6, 0.5 + 1.75 * nrows), layout="constrained")
+    left, middle, right = fig.subfigures(1, 3, wspace=0.02)
+    left.suptitle(f"first {window} steps, seeds {list_words(list(ds.seed.values))}", fontsize=10)
+    middle.suptitle(r"$L - L(\mathcal{M}_D)$, log axis", fontsize=10)
+    right.suptitle(f"seed {int(ds.seed.values[0])} carried on (log step axis)", fontsize=10)
+    axes, axes_log = left.subplots(nrows, 1, sharex=True, squeeze=False), middle.subplots(nrows, 1, sharex=True,
+                                                                                         squeeze=False)
     axes_ext = right.subplots(nrows, 1, squeeze=False)
     x_from = log_axis_start(ds.drop_step.isel(direction=0).values, int(ds.horizon.max()))
-    for ax, ax_ext, R in zip(axes.flat, axes_ext.flat, ranks):
+    for ax, ax_log, ax_ext, R in zip(axes.flat, axes_log.flat, axes_ext.flat, ranks):
         r = ds.sel(rank=R)
         h = int(r.horizon)
-        loss_panel(ax, ds.step.values, [r.train_loss.values], levels, title=f"$R = {R}$", linewidth=1.2)
+        loss_panel(ax, ds.step.values, list(r.train_loss.values), levels, title=f"$R = {R}$", linewidth=0.9)
+        gap_panel(ax_log, ds.step.values, r.train_loss.values, levels, title=f"$R = {R}$")
         ext = r.train_loss_extended.sel(step_log=log_thin(h))  # this rank's own log sampling
         loss_panel(ax_ext, ext.step_log.values, [ext.values], levels, log_steps=True, mark_step=window - 1,
                    title=f"$R = {R}$ ({h} steps)", linewidth=1.2)
         ax_ext.set_xlim(left=x_from)
     for ax in list(axes[:-1].flat) + list(axes_ext[:-1].flat):
         ax.set_xlabel("")
+    axes_log[-1, 0].set_xlabel("step")
     for ax in axes[:, 0]:
         ax.set_ylabel("training loss")
     return fig

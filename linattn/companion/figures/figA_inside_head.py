@@ -126,8 +126,9 @@ def summary(ds) -> str:
     text += "".join(f"Head {h}'s last direction, $e_{dirs[-1]}$, comes {steps[-1] - steps[0]} steps after its first, "
                     f"not sooner than its first wait of {steps[0]} steps. " for h, dirs, steps in slow)
     if slow and ds.attrs["published"]:
-        text += ("Such a late direction is one of small eigenvalue: a grown value weight removes the saddle, not the "
-                 "slowness of learning a direction of small eigenvalue.")
+        text += ("Such a late direction is one of small eigenvalue: a grown value weight makes its saddle a strict one "
+                 "(two factors left to grow, not three), but the growth rate along a direction is still proportional "
+                 "to $\\lambda^2$, so a direction of small eigenvalue is learned slowly even by a grown head.")
     return text.strip()
 
 

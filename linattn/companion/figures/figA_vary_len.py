@@ -4,9 +4,9 @@ paper, its number and settings unconfirmed).
 ATTN_M and ATTN_S trained with the loss averaged over every prefix of each sequence, so that one model predicts from
 contexts of every length. The theory: the saddle losses L(M_0) … L(M_D) of the length-averaged loss
 (``theory.vary_len_plateau_losses``), beside the fixed-length ones of Figures 1b and 3a (``theory.plateau_losses``)
-for contrast. Measured: the flat stretch at each saddle (``diagnostics.saddle_levels``, the one rule: the drops made
-before a stretch, then ``TOL``) and the final loss. ATTN_M has no saddles between M_0 and M_D, so only those two are
-reported for it.
+for contrast. Measured: the rest at each saddle (``diagnostics.saddle_levels``, the one rule: the saddle
+whose band, ``diagnostics.REST_BAND`` of the gap to the neighbouring level, holds the rest) and the final loss.
+ATTN_M has no saddles between M_0 and M_D, so only those two are reported for it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from .frame import padded, settings_attrs
 NAME = "figA_vary_len"
 MODELS = ("attn_m", "attn_s")
 LABELS = {"attn_m": "ATTN_M", "attn_s": "ATTN_S"}
-TOL = 0.02  # how far a flat stretch may lie from its saddle's length-averaged loss (diagnostics.saddle_levels)
 
 
 def settings(preset: str = "paper", **overrides) -> dict:
@@ -45,7 +44,7 @@ def compute(S: dict):
     averaged = [theory.vary_len_plateau_losses(r.datasets.cov, r.config.seq_len, normalize=r.config.normalize)
                 for r in runs.values()]
     fixed = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in runs.values()]
-    found = [diagnostics.saddle_levels(L, lv, tol=TOL) for L, lv in zip(losses, averaged)]
+    found = [diagnostics.saddle_levels(L, lv) for L, lv in zip(losses, averaged)]
     steps = max((r.history.step for r in runs.values()), key=len)
     M = max(len(v) for v in averaged)
     ds = xr.Dataset(
@@ -59,12 +58,13 @@ def compute(S: dict):
         coords={"model": list(MODELS), "step": steps, "m": np.arange(M), "direction": np.arange(1, M)},
         attrs=settings_attrs(S, engine=runs["attn_s"].engine, seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in runs.items()}))
-    ds.attrs.update(tol=TOL, published=int(presets.is_published(NAME, S)),
+    ds.attrs.update(band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(runs[k].config) for k in MODELS))
     ds.train_loss.attrs["description"] = "training loss averaged over prefix lengths (NaN past the shorter run's end)"
     ds.plateau_theory.attrs["description"] = "saddle losses L(M_m) of the length-averaged loss"
     ds.plateau_theory_fixed.attrs["description"] = "saddle losses L(M_m) at the full length (Figures 1b and 3a)"
-    ds.plateau_level.attrs["description"] = f"level of the first flat stretch at saddle M_m (saddle_levels, tol {TOL})"
+    ds.plateau_level.attrs["description"] = (f"level of the first rest at saddle M_m (saddle_levels, band "
+                                             f"{diagnostics.REST_BAND:.3g})")
     return ds
 
 
@@ -116,7 +116,8 @@ def _rests(ds) -> str:
         seen = [f"M_{m}" for m in _shown(ds, key) if np.isfinite(float(ds.plateau_level.sel(model=key, m=m)))]
         level = "the level" if len(seen) == 1 else "the levels"
         parts.append(f"{LABELS[key]} rests at {level} of {join(seen)}" if seen else
-                     f"{LABELS[key]} rests at none of its levels (within {ds.attrs['tol']:g})")
+                     f"{LABELS[key]} rests at none of its levels "
+                     f"(within {diagnostics.rest_band_words(ds.attrs['band'])})")
     return "In this run " + "; ".join(parts) + "."
 
 
@@ -124,7 +125,8 @@ def words(ds) -> dict:
     """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
     runs = _runs(ds)
     m, s = runs["attn_m"], runs["attn_s"]
-    return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1, tol=float(ds.attrs["tol"]),
+    return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1,
+                tol=diagnostics.rest_band_words(ds.attrs["band"]),
                 eigenvalues=list_words(np.round(ds.eigenvalue.sel(model="attn_s").dropna("direction").values, 4)),
                 settings_m=describe(m), settings_s=describe(s), rests=_rests(ds))
 

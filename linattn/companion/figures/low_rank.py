@@ -1,10 +1,12 @@
 """What the low-rank pages share (Figure 4, the paper's Figures 11 and 12): the long plateaus of a rank-R curve
 measured one way, as dataset variables, and a run's settings in words.
 
-A rank-R ATTN_S curve is summarised by ``diagnostics.rank_summary``: its flat stretches named by the saddle M_m
-they sit at (the drops made before a stretch, then within ``tol`` of L(M_m): ``diagnostics.saddle_plateaus``),
+A rank-R ATTN_S curve is summarised by ``diagnostics.rank_summary``: its rests at the saddles M_m (the steps whose
+loss lies in M_m's band, ``diagnostics.REST_BAND`` of the gap to the neighbouring level:
+``diagnostics.saddle_plateaus``),
 which complete ones are long (at least a tenth of the longest), the theory's long ones (m = 0, R, 2R, …:
-``theory.long_plateaus``), the directions learned and the final loss.
+``theory.long_plateaus``), the directions learned and the final loss. Several seeds per rank: the summaries are
+kept per seed (dimension ``seed``).
 """
 
 from __future__ import annotations
@@ -14,42 +16,73 @@ import numpy as np
 from ... import diagnostics
 from ..output import words
 
-TOL = 0.02  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_plateaus)
 
 
-def summaries(losses, ranks, levels, *, tol: float = TOL) -> dict:
+def summaries(losses, ranks, levels) -> dict:
     """``{R: diagnostics.RankSummary}`` of each curve of ``losses`` (rank × step) against ``levels``."""
-    return {int(R): diagnostics.rank_summary(np.asarray(L), levels, int(R), tol=tol) for R, L in zip(ranks, losses)}
+    return {int(R): diagnostics.rank_summary(np.asarray(L), levels, int(R)) for R, L in zip(ranks, losses)}
 
 
-def summaries_of(ds, variable: str = "train_loss") -> dict:
-    """The same summaries, of the curves ``ds[variable]`` (rank × step) of a page's dataset."""
-    return summaries(ds[variable].values, ds["rank"].values, ds.plateau_theory.values, tol=ds.attrs["tol"])
+def summaries_of(ds, variable: str = "train_loss", seed=None) -> dict:
+    """The same summaries, of the curves ``ds[variable]`` (rank × step) of a page's dataset at ``seed`` (default:
+    the first, the seed of the extended runs)."""
+    curves = ds[variable].sel(seed=ds.seed.values[0] if seed is None else seed)
+    return summaries(curves.values, ds["rank"].values, ds.plateau_theory.values)
 
 
-def summary_variables(summary: dict, D: int) -> dict:
-    """Dataset variables of the summaries (dims ``rank`` and ``m``): the level of each saddle's first rest
-    (``plateau_level``, NaN where the curve never rests there), which plateaus are long (``plateau_long``) and which
-    the theory expects long (``plateau_long_theory``, up to the last complete one), the directions learned and the
-    final loss."""
-    level = np.full((len(summary), D + 1), np.nan)
-    long, expected = np.zeros(level.shape, dtype=bool), np.zeros(level.shape, dtype=bool)
-    for i, s in enumerate(summary.values()):
-        for m, lev in zip(s.plateaus.m, s.plateaus.plateaus.levels):
-            if m is not None and np.isnan(level[i, m]):
-                level[i, m] = lev
-        long[i, list(s.plateaus.long)] = True
-        expected[i, list(s.expected_long)] = True
-    return {"plateau_level": (("rank", "m"), level), "plateau_long": (("rank", "m"), long),
-            "plateau_long_theory": (("rank", "m"), expected),
-            "directions_learned": ("rank", [s.learned for s in summary.values()]),
-            "final_loss": ("rank", [s.final_loss for s in summary.values()])}
+def summary_variables(summary: list, D: int) -> dict:
+    """Dataset variables of the summaries (one ``{R: RankSummary}`` per seed; dims ``seed``, ``rank`` and ``m``): the
+    level of each saddle's first rest (``plateau_level``, NaN where the curve never rests there), its length in steps
+    (``rest_steps``, NaN where it is not complete), which rests are long (``plateau_long``) and which the theory
+    expects long (``plateau_long_theory``, up to the last complete one), the directions learned and the final loss."""
+    shape = (len(summary), len(summary[0]), D + 1)
+    level, length = np.full(shape, np.nan), np.full(shape, np.nan)
+    long, expected = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    for i, by_rank in enumerate(summary):
+        for j, s in enumerate(by_rank.values()):
+            for m, lev in zip(s.plateaus.m, s.plateaus.plateaus.levels):
+                if np.isnan(level[i, j, m]):
+                    level[i, j, m] = lev
+            for m, steps in s.plateaus.complete:
+                length[i, j, m] = steps if np.isnan(length[i, j, m]) else length[i, j, m]
+            long[i, j, list(s.plateaus.long)] = True
+            expected[i, j, list(s.expected_long)] = True
+    dims = ("seed", "rank", "m")
+    return {"plateau_level": (dims, level), "rest_steps": (dims, length), "plateau_long": (dims, long),
+            "plateau_long_theory": (dims, expected),
+            "directions_learned": (dims[:2], [[s.learned for s in r.values()] for r in summary]),
+            "final_loss": (dims[:2], [[s.final_loss for s in r.values()] for r in summary])}
+
+
+def seed_runs(S: dict) -> list:
+    """The runs of a low-rank page, ``runs[i][j]``: seed ``S["seeds"][i]``, rank ``S["ranks"][j]`` (the run store's
+    order: seeds outer, ranks inner)."""
+    from ..runstore import figure_runs
+
+    runs, n = figure_runs(S), len(S["ranks"])
+    return [runs[i:i + n] for i in range(0, len(runs), n)]
+
+
+def gap_panel(ax, step, curves, levels, *, title: str | None = None):
+    """The curves' distance to the last saddle level, L − L(M_D), on a log axis, with each saddle's own distance
+    L(M_m) − L(M_D) dotted: the late saddles, crowded on a linear axis, stand apart. A curve at or below L(M_D) (a
+    finite-P curve may end a little below it) leaves a gap."""
+    final, gaps = levels[-1], np.asarray(levels[:-1]) - levels[-1]
+    for curve in curves:
+        ax.plot(step, np.where(curve - final > 0, curve - final, np.nan), color="black", linewidth=0.9)
+    for g in gaps:
+        ax.axhline(g, color="grey", linestyle=":", linewidth=0.7)
+    ax.set_yscale("log")
+    ax.set_ylim(0.3 * gaps[-1], 1.5 * gaps[0])
+    ax.set_xlim(step[0], step[-1])
+    if title:
+        ax.set_title(title, fontsize=9)
 
 
 def describe(S: dict, *, ranks=None) -> str:
     """A low-rank run's settings in words, for a page's prose: ``"H = 9 heads of rank R = 1, 2, 4 and 8, D = 8,
     N + 1 = 32 tokens, P = 80000 training sequences, initialisation 0.005 (jan2025 scheme), learning rate 0.02,
-    20001 steps, the authors' random draws, seed 10"`` (``ranks``: the list, else ``S["rank"]``)."""
+    20001 steps, the authors' random draws, seeds 10, 11 and 12"`` (``ranks``: the list, else ``S["rank"]``)."""
     ranks = [S["rank"]] if ranks is None else list(ranks)
     P = S.get("trainset_size")
     parts = [f"H = {S['head_num']} heads of rank R = {words(ranks)}", f"D = {S['in_dim']}",
@@ -61,7 +94,8 @@ def describe(S: dict, *, ranks=None) -> str:
              else "linattn's own random streams"]
     if S.get("dtype", "float64") != "float64":
         parts.append(S["dtype"])
-    return ", ".join(parts + [f"seed {S['seed']}"])
+    seeds = S["seeds"] if "seeds" in S else [S["seed"]]
+    return ", ".join(parts + [f"seed{'s' if len(seeds) > 1 else ''} {words(seeds)}"])
 
 
 def long_words(ms) -> str:

@@ -20,7 +20,6 @@ from ..output import words as list_words
 from .frame import settings_attrs
 
 NAME = "beyond_own_experiment"
-TOL = 0.03  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_levels)
 
 
 def settings(preset: str = "paper", **overrides) -> dict:
@@ -84,7 +83,7 @@ def compute(S: dict, weights: dict | None = None):
     levels = linattn.theory.plateau_losses(datasets.cov, first.config.N)
     ds = xr.Dataset(
         {"train_loss": ("step", loss),
-         "plateau_level": ("m", linattn.diagnostics.saddle_levels(loss, levels, tol=TOL)),
+         "plateau_level": ("m", linattn.diagnostics.saddle_levels(loss, levels)),
          "plateau_theory": ("m", levels),
          "spectrum": ("direction", np.asarray(S["spectrum"], dtype=float)),
          "first_end_loss": float(first.history.train_loss[-1]),
@@ -95,10 +94,11 @@ def compute(S: dict, weights: dict | None = None):
                         + ["continued"] * more.history.train_loss.size)},
         attrs=settings_attrs(S, engine=first.engine, seeds=S["seed"],
                              runs={"first": first.config.to_dict(), "continued": more.config.to_dict()}))
-    ds.attrs.update(epoch=int(first.history.train_loss.size), tol=TOL, weights="given" if weights is not None
-                    else "example_weights", published=int(presets.is_published(NAME, S)))
+    ds.attrs.update(epoch=int(first.history.train_loss.size), band=linattn.diagnostics.REST_BAND,
+                    weights="given" if weights is not None else "example_weights",
+                    published=int(presets.is_published(NAME, S)))
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
-                                             f"(diagnostics.saddle_levels, tol {TOL})")
+                                             f"(diagnostics.saddle_levels, band {linattn.diagnostics.REST_BAND:.3g})")
     return ds
 
 
@@ -129,7 +129,8 @@ def words(ds) -> dict:
 
     first = json.loads(ds.attrs["runs"])["first"]
     return dict(H=first["head_num"], R=first["rank"], spectrum=list_words(ds.spectrum.values),
-                epoch=ds.attrs["epoch"], epoch_more=int((ds.run == "continued").sum()), tol=ds.attrs["tol"])
+                epoch=ds.attrs["epoch"], epoch_more=int((ds.run == "continued").sum()),
+                tol=linattn.diagnostics.rest_band_words(ds.attrs["band"]))
 
 
 def plot(ds):

@@ -21,7 +21,6 @@ from .attn_s_run import describe, seed_run
 from .frame import settings_attrs
 
 NAME = "beyond_pcr"
-TOL = 0.03  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_plateaus)
 
 
 def settings(preset: str = "paper", **overrides) -> dict:
@@ -51,7 +50,7 @@ def compute(S: dict):
     scale[0] = float(np.trace(cov))  # E[y_q²]: the scale for M_0, whose predictor is zero
     gap = np.array([[theory.predictor_distance(A, B, cov, N, normalize="mean") / scale[m]
                      for m, B in enumerate(A_pcr)] for A in A_t])
-    sp = diagnostics.saddle_plateaus(res.history.train_loss, theory.plateau_losses(cov, N), tol=TOL)
+    sp = diagnostics.saddle_plateaus(res.history.train_loss, theory.plateau_losses(cov, N))
     mid = np.full(D + 1, np.nan)
     for m, a, b in zip(sp.m, sp.plateaus.starts, sp.plateaus.ends):
         if m is not None and np.isnan(mid[m]):  # the first stretch at M_m; the snapshot nearest its middle
@@ -70,7 +69,7 @@ def compute(S: dict):
                 "direction": np.arange(1, D + 1)},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(tol=TOL, snapshot_every=int(S["snapshot_every"]))
+    ds.attrs.update(band=diagnostics.REST_BAND, snapshot_every=int(S["snapshot_every"]))
     ds.gap.attrs["description"] = ("E[(b^T(A - A_m) x_q)^2] relative to the mean square of A_m's predictor "
                                    "(M_0: relative to tr Lambda)")
     ds.A_learned.attrs["description"] = "E^T A E mid-plateau M_m, E the eigenvectors of Lambda (largest first)"

@@ -24,7 +24,6 @@ from ..runstore import figure_runs, stored_run
 from .frame import settings_attrs
 
 NAME = "beyond_population"
-TOL = 0.03  # how far a flat stretch may lie from its saddle's loss L(M_m) (diagnostics.saddle_levels)
 GD, FLOW = "population GD", "population flow"
 
 
@@ -62,7 +61,7 @@ def compute(S: dict):
     engines = list(dict.fromkeys("flow" if r.config.dynamics == "flow" else r.engine for r in curves.values()))
     ds = xr.Dataset(
         {"train_loss": (("curve", "step"), loss),
-         "plateau_level": (("curve", "m"), [diagnostics.saddle_levels(L, levels, tol=TOL) for L in loss]),
+         "plateau_level": (("curve", "m"), [diagnostics.saddle_levels(L, levels) for L in loss]),
          "final_loss": ("curve", loss[:, -1]),
          "wall_time": ("curve", [float(r.wall_time) for r in curves.values()]),
          "plateau_theory": ("m", levels)},
@@ -72,11 +71,11 @@ def compute(S: dict):
                 "dynamics": ("curve", [r.config.dynamics for r in curves.values()])},
         attrs=settings_attrs(S, engine=", ".join(engines), seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in curves.items()}))
-    ds.attrs.update(tol=TOL, published=int(presets.is_published(NAME, S)),
+    ds.attrs.update(band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(r.config) for r in curves.values()))
     ds.wall_time.attrs["units"] = "s"
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
-                                             f"(diagnostics.saddle_levels, tol {TOL})")
+                                             f"(diagnostics.saddle_levels, band {diagnostics.REST_BAND:.3g})")
     return ds
 
 
@@ -142,7 +141,7 @@ def words(ds) -> dict:
                 lr=f"{run['lr']:g}", epoch=run["epoch"], trained=trained, n_ways=ds.sizes["curve"],
                 caption=", ".join(caption[:-1]) + (" and " if len(caption) > 1 else "") + caption[-1],
                 ways=", ".join(str(c) for c in ds.curve.values), finite_P=list_words(finite) if finite else "none",
-                tol=ds.attrs["tol"], summary=summary(ds),
+                tol=diagnostics.rest_band_words(ds.attrs["band"]), summary=summary(ds),
                 samples=f"estimated from {samples} fresh sequences" if samples else "exact",
                 timings=", ".join(f"{c} {t:.1f} s" for c, t in zip(ds.curve.values, ds.wall_time.values)))
 
