@@ -5,10 +5,10 @@ One run per initialisation scale of each model (``inits_m`` for the ``attn_m`` r
 ``attn_s``) through the run store. Measured: the step of each curve's first drop (``diagnostics.first_drop_step``:
 the first step below the midpoint of its start and end; none where it falls at once), and the law fitted to the
 small scales (``diagnostics.escape_law``: steps per unit of ln(1/init) for ATTN_M, the exponent for ATTN_S). The
-theory: for ATTN_M the same rule on the population loss of the same model from each run's own initial weights
-(``runstore.population_twin``), and the slope τ/s (``theory.attn_m_mode``); for ATTN_S only an estimate, the
-one-head escape time τ/(λ₁² v₀) (``theory.attn_s_escape_time``, exponent −1), an order of magnitude: it knows
-neither the number of heads nor the random start's direction.
+theory, for both models: the same rule on the population loss of the same model from each run's own initial weights
+(``runstore.population_twin``, every head included); beside it for ATTN_M the slope τ/s (``theory.attn_m_mode``), for
+ATTN_S the one-head escape time τ/(λ₁² v₀) (``theory.attn_s_escape_time``, exponent −1), an order of magnitude: it
+knows neither the number of heads nor the random start's direction.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def compute(S: dict):
     """Every run's training loss (``train_loss``: model × init × step, over the scales of both models and the
     longer run's steps; NaN where a model was not run at a scale, and past a shorter run's end), which runs were
     trained (``trained``), each run's first-drop step (``drop_step``: NaN where it has no plateau) beside the
-    theory's from the same start where the theory gives a loss curve (``drop_step_theory``: ATTN_M's population
-    loss, the same rule; NaN for ATTN_S) and the closed-form estimate (``drop_step_estimate``: ATTN_M's logistic
+    theory's from the same start where the theory gives a loss curve (``drop_step_theory``: the population
+    loss, the same rule) and the closed-form estimate (``drop_step_estimate``: ATTN_M's logistic
     mode strength at half its final value, ATTN_S's one-head escape time), and per model the law fitted to the small
     scales (``law``: NaN when fewer than two have a plateau) beside the theory's (``law_theory``)."""
     import xarray as xr
@@ -63,8 +63,8 @@ def compute(S: dict):
             L = r.history.train_loss
             loss[i, j, :len(L)], trained[i, j] = L, True
             drop[i, j] = _first_drop(L)
+            drop_theory[i, j] = _first_drop(population_twin(r).history.train_loss)
             if model == "attnM":
-                drop_theory[i, j] = _first_drop(population_twin(r).history.train_loss)
                 th = diagnostics.attn_m_drop_step(build_model("attnM", r.init), cov, N, lr=lr,
                                                   normalize=r.config.normalize)
             else:
@@ -89,7 +89,7 @@ def compute(S: dict):
                                    for init, r in runs[k].items()}))
     ds.attrs.update(small=SMALL, published=int(presets.is_published(NAME, S)))
     ds.drop_step.attrs["description"] = "first step below the midpoint of the curve's start and end (NaN: no plateau)"
-    ds.drop_step_theory.attrs["description"] = "the same rule on the population loss from the same start (ATTN_M)"
+    ds.drop_step_theory.attrs["description"] = "the same rule on the population loss from the same start"
     ds.drop_step_estimate.attrs["description"] = ("closed-form estimate: ATTN_M's logistic mode strength at half its "
                                                   "final value; ATTN_S's one-head escape time (order of magnitude)")
     ds.law.attrs["description"] = ("fitted to the scales below `small`: ATTN_M, steps per unit of ln(1/init); "
@@ -119,14 +119,16 @@ def numbers(ds) -> list[dict]:
         for init in _scales(ds, k):
             cell = ds.sel(model=k, init=init)
             sim = float(cell.drop_step)
-            curve = model == "attnM"  # the theory gives a loss curve from the same start
-            th = float(cell.drop_step_theory if curve else cell.drop_step_estimate)
-            what = " (theory: population loss, same start)" if curve else " (theory: one-head escape estimate)"
-            what = what if np.isfinite(sim) else " (no plateau)"
+            th = float(cell.drop_step_theory)
+            what = " (theory: population loss, same start)" if np.isfinite(sim) else " (no plateau)"
             rows.append(dict(key=f"drop_step.{k}.init_{slug(f'{init:g}')}",
                              quantity=f"{model} init {init:g}: drop step{what}",
-                             theory=th, reproduced=None if np.isnan(sim) else sim,
-                             verdict=ESTIMATE if np.isfinite(th) and not curve else None))
+                             theory=None if np.isnan(th) else th, reproduced=None if np.isnan(sim) else sim))
+            if model == "attnS" and np.isfinite(float(cell.drop_step_estimate)):
+                rows.append(dict(key=f"drop_step_estimate.{k}.init_{slug(f'{init:g}')}",
+                                 quantity=f"{model} init {init:g}: drop step (one-head escape estimate)",
+                                 theory=float(cell.drop_step_estimate), reproduced=None if np.isnan(sim) else sim,
+                                 verdict=ESTIMATE))
     for k, quantity in (("attn_m", "attnM: steps per unit of ln(1/init)"),
                         ("attn_s", "attnS: exponent of drop step vs init")):
         if np.isfinite(ds.law.sel(model=k)):
@@ -162,15 +164,16 @@ def summary(ds) -> str:
         theory_m = float(ds.law_theory.sel(model="attn_m"))
         parts.append(f"In this run ATTN_M's drop steps follow the logarithmic law ({law_m:.0f} steps per unit of "
                      f"$\\ln(1/\\mathrm{{init}})$ against the theory's {theory_m:.0f}).")
-    m = ds.sel(model="attn_m", init=_scales(ds, "attn_m"))
-    both = np.isfinite(m.drop_step.values) & np.isfinite(m.drop_step_theory.values)
-    if both.any():
-        ratio = m.drop_step.values[both] / m.drop_step_theory.values[both]
-        parts.append(f"Each ATTN_M run drops at {ratio.min():.2f} to {ratio.max():.2f} times the step at which the "
-                     "population loss of the same model from the same initial weights crosses its own midpoint "
-                     "(the same rule on both curves).")
     else:
         parts.append("In this run fewer than two of ATTN_M's small scales have a plateau, so no law is fitted.")
+    for k in MODELS:
+        m = ds.sel(model=k, init=_scales(ds, k))
+        both = np.isfinite(m.drop_step.values) & np.isfinite(m.drop_step_theory.values)
+        if both.any():
+            ratio = m.drop_step.values[both] / m.drop_step_theory.values[both]
+            parts.append(f"Each {LABELS[k]} run with a plateau drops at {ratio.min():.2f} to {ratio.max():.2f} times "
+                         "the step at which the population loss of the same model from the same initial weights "
+                         "crosses its own midpoint (the same rule on both curves).")
     s = ds.sel(model="attn_s")
     scales = _scales(ds, "attn_s")
     sim, th = (np.array([float(v.sel(init=i)) for i in scales]) for v in (s.drop_step, s.drop_step_estimate))
@@ -220,7 +223,7 @@ def words(ds) -> dict:
 def plot(ds):
     """Top: the training loss of every scale (colour), ATTN_M left and ATTN_S right, on log–log axes. Bottom: the
     first-drop step (dots) against the scale with the theory's: ATTN_M's population loss from the same start (red,
-    dashed), ATTN_S's one-head escape-time estimate (red, dotted)."""
+    dashed, both models) and ATTN_S's one-head escape-time estimate (red, dotted)."""
     import matplotlib.pyplot as plt
 
     said = words(ds)
@@ -242,10 +245,9 @@ def plot(ds):
         ax = axes[1, col]
         cell = ds.sel(model=k, init=scales)
         ax.plot(scales, cell.drop_step.values, "o", color="black", label="simulation")
-        if k == "attn_m":
-            ax.plot(scales, cell.drop_step_theory.values, "--", color="tab:red", label="population loss, same start")
-        else:
-            ax.plot(scales, cell.drop_step_estimate.values, ":", color="tab:red", label="escape-time estimate")
+        ax.plot(scales, cell.drop_step_theory.values, "--", color="tab:red", label="population loss, same start")
+        if k == "attn_s":
+            ax.plot(scales, cell.drop_step_estimate.values, ":", color="tab:red", label="one-head estimate")
         ax.set_xscale("log")
         if k == "attn_s":
             ax.set_yscale("log")
