@@ -131,14 +131,23 @@ from linattn.companion.figures import fig05  # noqa: E402
 def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_ones():
     # tiny P (the softmax engine runs eagerly below its compile threshold), D = 3, fewer heads, short sequences
     tiny = dict(in_dim=3, seq_len=9, trainset_size=60, epoch=60)
-    S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100))
+    S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100),
+                       check_seeds=[11], check_epoch=30)
     assert not presets.is_published(fig05.NAME, S)
+    # ATTN_M's checks: another seed for check_epoch steps, half the learning rate for twice the steps (same t/τ)
+    (seed_label, at_seed), (half_label, half) = fig05.check_configs(S)
+    assert (seed_label, at_seed.seed, at_seed.epoch, at_seed.lr) == ("seed 11", 11, 30, 0.02)
+    assert (half_label, half.seed, half.epoch, half.lr) == (fig05.HALF_LR, 10, 59, 0.01)
     ds = fig05.compute(S)
     assert ds.train_loss.dims == ("model", "step") and list(ds.model.values) == list(fig05.MODELS)
     assert ds.sizes["step"] == 100 and ds.sizes["m"] == 4  # the longer run's steps; L(M_0) … L(M_3)
     assert np.isnan(ds.train_loss.sel(model="attn_m").values[60:]).all()  # the shorter run stops at its end
+    assert list(ds.check.values) == ["seed 11", fig05.HALF_LR] and ds.check_loss.dims == ("check", "step")
+    assert np.isfinite(ds.check_loss.sel(check=fig05.HALF_LR).values).sum() == 59
     rows = keyed(fig05.numbers(ds))
-    assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s"}
+    assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s",
+                         "drops.attn_m.check.seed_11", "drops.attn_m.check.half_the_learning_rate"}
+    assert len(fig05.table(ds).rows) == 4  # a row for each model and each check
     assert all(r["paper"] is None for r in rows.values()) and fig05.claims(ds) == []
     assert "paper" not in fig05.table(ds).columns
     assert rows["final_loss.attn_m"]["quantity"] == "softmax ATTN_M: final loss (P = 60)"
@@ -157,6 +166,30 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert rows["claim.figure_5"]["quantity"].startswith("softmax ATTN_M: drops detected")
     assert (rows["claim.figure_5"]["paper"], rows["claim.figure_5"]["reproduced"]) == (1, int(ds.drops[0]))
     assert "paper" in fig05.table(ds).columns
+    assert "Run again, ATTN_M shows: seed 11" in fig05.claims(ds)[0].reason
+    assert fig05.words(ds)["caption_lead"].startswith("The paper’s Figure 5, reproduced")
+
+
+def test_fig05_names_each_drop_by_the_directions_it_spans():
+    """Constructed plateaus: softmax ATTN_S's published-preset levels 1.0, 0.664, 0.231, 0.140 against linear
+    attention's L(M_0) … L(M_4) = 1.0, 0.641, 0.377, 0.210, 0.136 give three drops, e₁, then e₂ and e₃ together,
+    then e₄; a plateau named twice spans no direction."""
+    linear = [1.0, 0.641, 0.377, 0.210, 0.136]
+    assert fig05.directions_per_drop([1.0, 0.664, 0.231, 0.140], linear) == [[1], [2, 3], [4]]
+    assert fig05.directions_per_drop([1.0, 0.98, 0.62], linear) == [[], [1]]
+    assert fig05.directions_per_drop([0.9], linear) == []
+
+
+def test_a_drop_count_holds_only_when_every_check_finds_it():
+    from linattn.companion import published
+
+    same = [dict(label="seed 11", drops=2, drop_steps=[600, 1700], step_scale=1.0),
+            dict(label="half", drops=2, drop_steps=[1250, 3300], step_scale=0.5)]
+    assert published.drop_count_holds(2, same) and not published.drop_count_holds(2, same[:1] + [dict(same[1],
+                                                                                                      drops=1)])
+    text = published.check_words(2, same)
+    assert "625 and 1650 in the main run's steps" in text and "no accident" in text
+    assert published.fig3a_drop_span(4) == (3601.0, 6521.0, 1)  # one published curve still on M_3 at the end
 
 
 # ---------------------------------------------------------------- beyond the paper: the population loss and the flow
@@ -254,7 +287,19 @@ def test_fig03a_at_settings_the_paper_never_used(fig03_runs):
     assert int(ds.directions_learned.sel(seed=0)) == int((drops < ds.attrs["window"]).sum())
     assert rows["seeds_with_every_drop.window"]["quantity"].startswith("seeds showing all 3 drops")
     assert set(rows) >= {"final_loss.extended", "drop_step.median.d3"} and "drop_step.median.d4" not in rows
+    # the final loss is set beside the saddle each seed last reached, and no row names the published window
+    reached = ds.directions_extended.values.astype(int)
+    assert rows["final_loss.extended"]["theory"] == pytest.approx(float(ds.plateau_theory.values[reached].mean()))
+    assert not any("published" in r["quantity"] for r in rows.values())
+    # the scalar ODE is drawn only inside the window, and only from a drop the first seed makes there
+    ode = ds.ode_loss.values
+    assert np.isnan(ode[ds.attrs["window"]:]).all()
+    if np.isfinite(ode).any():
+        first = int(np.flatnonzero(np.isfinite(ode))[0])
+        assert first < drops[np.isfinite(drops)].max()
     said = fig03a.words(ds)
+    assert said["caption_lead"].startswith("Figure 3a’s experiment at other settings")
+    assert said["window_words"] == "first 300 steps"
     assert "H = 4 heads" in said["settings"] and "D = 3" in said["settings"] and said["D"] == 3
     assert said["streams"].startswith(("the drop steps", "no drop"))
     assert len(fig03a.drop_table(ds).rows) == 3

@@ -138,6 +138,15 @@ FIG3A_CROSSINGS = {
 }
 FIG3A_STILL_ON_M3 = 1  # published curves without the fourth drop inside the window
 
+
+def fig3a_drop_span(d: int) -> tuple:
+    """The published curves' drop ``d`` of Figure 3a: (earliest step, latest step inside the window, the number of
+    curves that make it only beyond the window)."""
+    crossings = FIG3A_CROSSINGS[d]
+    inside = [x for c in crossings for low, high in c.where if math.isfinite(high) for x in (low, high)]
+    beyond = sum(all(not math.isfinite(high) for _, high in c.where) for c in crossings)
+    return float(min(inside)), float(max(inside)), beyond
+
 # ------------------------------------------------------------------------- Figure 14 (ATTN_M, white covariance, P 5000)
 # Curves: "train" (training loss / its first value), "iwl" (in-weight test loss), "icl" (in-context test loss). The
 # black curve's first fall has a midpoint (between the plateau 1.002 and the level right after the fall); our curve
@@ -510,11 +519,14 @@ def fig4_plateau_claim(drops, window: int, escape_steps) -> Claim:
     return Claim("Figure 4", claim, counted, paper, reached, AGREES if reached >= paper else DIFFERS, reason)
 
 
-def fig5_single_drop_claim(plateaus) -> Claim:
+def fig5_single_drop_claim(plateaus, checks=()) -> Claim:
     """Figure 5's claim for softmax ATTN_M: its loss falls in a single drop. ``plateaus``: what
     ``diagnostics.detect_plateaus`` found in our training loss (levels, their first and last steps, the drop steps).
     The reason gives each drop's step and, where there are several, the shoulder between them: its level, its
-    steps and how much of the whole fall each drop makes."""
+    steps and how much of the whole fall each drop makes. ``checks``: the same model run again (other seeds, a
+    smaller learning rate), each ``{"label", "drops", "drop_steps", "step_scale"}`` (``step_scale``: the run's
+    learning rate over the main run's, so that step × scale is the same gradient-flow time); the reason then says
+    whether every check finds as many drops (:func:`drop_count_holds`)."""
     levels, drops = np.asarray(plateaus.levels, dtype=np.float64), np.asarray(plateaus.drop_steps, dtype=np.float64)
     paper, ours = FIG5_ATTN_M_DROPS, len(drops)
     claim, counted = "a single drop", "softmax ATTN_M: drops detected"
@@ -531,7 +543,34 @@ def fig5_single_drop_claim(plateaus) -> Claim:
                            for k, s in enumerate(drops))
         reason = (f"The fall from {levels[0]:.3f} to {levels[-1]:.3f} pauses on {shoulders}, so the detector "
                   f"counts {ours} drops: at {shares}.")
+    if checks:
+        reason += " " + check_words(ours, checks)
     return Claim("Figure 5", claim, counted, paper, ours, AGREES if ours == paper else DIFFERS, reason)
+
+
+def drop_count_holds(ours: int, checks) -> bool:
+    """Whether every check run finds the main run's count of drops (the count is then no accident of one draw or of
+    the step size)."""
+    return all(int(c["drops"]) == int(ours) for c in checks)
+
+
+def check_words(ours: int, checks) -> str:
+    """One or two sentences: the drops each check run finds, where (a run at another learning rate also in the main
+    run's steps, step × scale), and whether the main run's count holds in all of them."""
+    parts = []
+    for c in checks:
+        steps = np.asarray(c["drop_steps"], dtype=np.float64)
+        where = f" (step{'s' if steps.size > 1 else ''} {words(np.round(steps))}" if steps.size else ""
+        if steps.size and c["step_scale"] != 1:
+            where += f"; {words(np.round(steps * c['step_scale']))} in the main run's steps"
+        n = int(c["drops"])
+        parts.append(f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where + ')' if where else ''}")
+    holds = drop_count_holds(ours, checks)
+    return (f"Run again, ATTN_M shows: {'; '.join(parts)}. So "
+            + (f"every check shows the same {ours} drop{'s' if ours != 1 else ''}: the count is no accident of "
+               "one draw or of the step size." if holds else
+               f"not every check shows {ours} drop{'s' if ours != 1 else ''}: the count depends on the draw or "
+               "the step size."))
 
 
 def claims_table(claims: list[Claim]) -> MarkdownTable:
@@ -638,6 +677,14 @@ def number_rows(rows: list[dict]) -> list[dict]:
                  abs_error=abs(r["difference"]) if math.isfinite(r["difference"]) else None,
                  tolerance=r["tolerance"], standard_error=r.get("standard_error"), verdict=r["verdict"])
             for r in rows]
+
+
+def caption_lead(figure: str, at_published: bool) -> str:
+    """How a figure's caption begins: "The paper’s Figure 3a, reproduced:" only at the published settings
+    (``presets.is_published``), else "Figure 3a’s experiment at other settings than the paper’s:" (a re-run at other
+    knobs is not the paper's figure)."""
+    return (f"The paper’s {figure}, reproduced:" if at_published
+            else f"{figure}’s experiment at other settings than the paper’s:")
 
 
 def paper_name(title: str) -> str:
