@@ -122,11 +122,13 @@ def _mean(values) -> float:
 
 def comparison(ds) -> list[dict]:
     """Our drops paired one to one with the crossings of the published curves, the count still on M_3 at the
-    window's end and the plateau levels read off the image (only at the published settings: [] otherwise)."""
+    window's end and the plateau levels read off the image, judged with the sampling error of a level on the run's P
+    training sequences (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
     drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}
-    return published.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values])
+    P = next(iter(_runs(ds).values()))["trainset_size"]  # a plateau level's sampling error is that of P sequences
+    return published.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values], P=P)
 
 
 def numbers(ds) -> list[dict]:
