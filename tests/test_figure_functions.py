@@ -132,18 +132,18 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     # tiny P (the softmax engine runs eagerly below its compile threshold), D = 3, fewer heads, short sequences
     tiny = dict(in_dim=3, seq_len=9, trainset_size=60, epoch=60)
     S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100),
-                       check_seeds=[11], check_epoch=30)
+                       check_seeds=[11], half_lr_epoch=50)
     assert not presets.is_published(fig05.NAME, S)
-    # ATTN_M's checks: another seed for check_epoch steps, half the learning rate for twice the steps (same t/τ)
+    # ATTN_M's checks: another seed with the run's own steps, and half the learning rate for half_lr_epoch steps
     (seed_label, at_seed), (half_label, half) = fig05.check_configs(S)
-    assert (seed_label, at_seed.seed, at_seed.epoch, at_seed.lr) == ("seed 11", 11, 30, 0.02)
-    assert (half_label, half.seed, half.epoch, half.lr) == (fig05.HALF_LR, 10, 59, 0.01)
+    assert (seed_label, at_seed.seed, at_seed.epoch, at_seed.lr) == ("seed 11", 11, 60, 0.02)
+    assert (half_label, half.seed, half.epoch, half.lr) == (fig05.HALF_LR, 10, 50, 0.01)
     ds = fig05.compute(S)
     assert ds.train_loss.dims == ("model", "step") and list(ds.model.values) == list(fig05.MODELS)
     assert ds.sizes["step"] == 100 and ds.sizes["m"] == 4  # the longer run's steps; L(M_0) … L(M_3)
     assert np.isnan(ds.train_loss.sel(model="attn_m").values[60:]).all()  # the shorter run stops at its end
     assert list(ds.check.values) == ["seed 11", fig05.HALF_LR] and ds.check_loss.dims == ("check", "step")
-    assert np.isfinite(ds.check_loss.sel(check=fig05.HALF_LR).values).sum() == 59
+    assert np.isfinite(ds.check_loss.sel(check=fig05.HALF_LR).values).sum() == 50
     rows = keyed(fig05.numbers(ds))
     assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s",
                          "drops.attn_m.check.seed_11", "drops.attn_m.check.half_the_learning_rate"}
@@ -166,7 +166,7 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert rows["claim.figure_5"]["quantity"].startswith("softmax ATTN_M: drops detected")
     assert (rows["claim.figure_5"]["paper"], rows["claim.figure_5"]["reproduced"]) == (1, int(ds.drops[0]))
     assert "paper" in fig05.table(ds).columns
-    assert "Run again, ATTN_M shows: seed 11" in fig05.claims(ds)[0].reason
+    assert "Run again with other draws, ATTN_M shows: seed 11" in fig05.claims(ds)[0].reason
     assert fig05.words(ds)["caption_lead"].startswith("The paper’s Figure 5, reproduced")
 
 
@@ -188,7 +188,11 @@ def test_a_drop_count_holds_only_when_every_check_finds_it():
     assert published.drop_count_holds(2, same) and not published.drop_count_holds(2, same[:1] + [dict(same[1],
                                                                                                       drops=1)])
     text = published.check_words(2, same)
-    assert "625 and 1650 in the main run's steps" in text and "no accident" in text
+    assert "625 and 1650 in the main run's steps" in text
+    assert "holds with a smaller step" in text and "holds with other draws" in text
+    one_seed_differs = published.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
+    assert "holds with a smaller step" in one_seed_differs and "does not hold with other draws" in one_seed_differs
+    assert "ending at 0.290" in one_seed_differs
     assert published.fig3a_drop_span(4) == (3601.0, 6521.0, 1)  # one published curve still on M_3 at the end
 
 

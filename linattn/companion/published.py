@@ -524,9 +524,9 @@ def fig5_single_drop_claim(plateaus, checks=()) -> Claim:
     ``diagnostics.detect_plateaus`` found in our training loss (levels, their first and last steps, the drop steps).
     The reason gives each drop's step and, where there are several, the shoulder between them: its level, its
     steps and how much of the whole fall each drop makes. ``checks``: the same model run again (other seeds, a
-    smaller learning rate), each ``{"label", "drops", "drop_steps", "step_scale"}`` (``step_scale``: the run's
-    learning rate over the main run's, so that step × scale is the same gradient-flow time); the reason then says
-    whether every check finds as many drops (:func:`drop_count_holds`)."""
+    smaller learning rate), each ``{"label", "drops", "drop_steps", "step_scale"[, "final"]}`` (``step_scale``: the
+    run's learning rate over the main run's, so that step × scale is the same gradient-flow time; ``final``: its last
+    loss); the reason then says whether the checks find as many drops (:func:`check_words`)."""
     levels, drops = np.asarray(plateaus.levels, dtype=np.float64), np.asarray(plateaus.drop_steps, dtype=np.float64)
     paper, ours = FIG5_ATTN_M_DROPS, len(drops)
     claim, counted = "a single drop", "softmax ATTN_M: drops detected"
@@ -555,22 +555,29 @@ def drop_count_holds(ours: int, checks) -> bool:
 
 
 def check_words(ours: int, checks) -> str:
-    """One or two sentences: the drops each check run finds, where (a run at another learning rate also in the main
-    run's steps, step × scale), and whether the main run's count holds in all of them."""
-    parts = []
-    for c in checks:
-        steps = np.asarray(c["drop_steps"], dtype=np.float64)
-        where = f" (step{'s' if steps.size > 1 else ''} {words(np.round(steps))}" if steps.size else ""
+    """Sentences on the check runs: the drops each finds and where (a run at another learning rate also in the main
+    run's steps, step × scale, the same gradient-flow time), and whether the main run's count holds (:func:`drop_count_holds`),
+    said apart for another step size and for other draws."""
+    def one(c) -> str:
+        n, steps = int(c["drops"]), np.asarray(c["drop_steps"], dtype=np.float64)
+        where = f" at step{'s' if steps.size > 1 else ''} {words(np.round(steps))}" if steps.size else ""
         if steps.size and c["step_scale"] != 1:
-            where += f"; {words(np.round(steps * c['step_scale']))} in the main run's steps"
-        n = int(c["drops"])
-        parts.append(f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where + ')' if where else ''}")
-    holds = drop_count_holds(ours, checks)
-    return (f"Run again, ATTN_M shows: {'; '.join(parts)}. So "
-            + (f"every check shows the same {ours} drop{'s' if ours != 1 else ''}: the count is no accident of "
-               "one draw or of the step size." if holds else
-               f"not every check shows {ours} drop{'s' if ours != 1 else ''}: the count depends on the draw or "
-               "the step size."))
+            where += f" ({words(np.round(steps * c['step_scale']))} in the main run's steps)"
+        final = f", ending at {c['final']:.3f}" if c.get("final") is not None else ""
+        return f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where}{final}"
+
+    plural = "s" if ours != 1 else ""
+    text = []
+    for kind, group in (("step", [c for c in checks if c["step_scale"] != 1]),
+                        ("draw", [c for c in checks if c["step_scale"] == 1])):
+        if not group:
+            continue
+        holds = drop_count_holds(ours, group)
+        what = "a smaller step" if kind == "step" else "other draws"
+        text.append(f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)}. "
+                    + (f"So the count of {ours} drop{plural} holds with {what}." if holds else
+                       f"So the count of {ours} drop{plural} does not hold with {what}."))
+    return " ".join(text)
 
 
 def claims_table(claims: list[Claim]) -> MarkdownTable:

@@ -36,12 +36,11 @@ HALF_LR = "half the learning rate"  # the label of the check run at lr/2 (the ot
 
 def check_configs(S: dict) -> list[tuple]:
     """The ATTN_M check runs of the settings ``S``: ``(label, config)`` for each of ``S["check_seeds"]`` (the run's
-    settings at that seed, ``check_epoch`` steps), then the run's own seed at half the learning rate for twice the
-    steps (2·(check_epoch − 1) + 1: the same stretch of gradient-flow time t/τ = 2η·step)."""
+    settings, all its steps, at that seed), then the run's own seed at half the learning rate for
+    ``S["half_lr_epoch"]`` steps (gradient-flow time t/τ = 2η·step: 2k steps at η/2 are k steps at η)."""
     cfg, = presets.configs(S, run="attn_m")
-    short = dataclasses.replace(cfg, epoch=int(S["check_epoch"]))
-    out = [(f"seed {s}", dataclasses.replace(short, seed=int(s))) for s in S["check_seeds"]]
-    return out + [(HALF_LR, dataclasses.replace(short, lr=cfg.lr / 2, epoch=2 * (short.epoch - 1) + 1))]
+    out = [(f"seed {s}", dataclasses.replace(cfg, seed=int(s))) for s in S["check_seeds"]]
+    return out + [(HALF_LR, dataclasses.replace(cfg, lr=cfg.lr / 2, epoch=int(S["half_lr_epoch"])))]
 
 
 def directions_per_drop(found_levels, linear_levels) -> list[list[int]]:
@@ -126,12 +125,13 @@ def _found(ds, model: str):
 
 
 def checks(ds) -> list[dict]:
-    """ATTN_M's check runs as ``published.fig5_single_drop_claim`` takes them: label, drops found, their steps, and
-    the step scale (the run's learning rate over the main run's)."""
+    """ATTN_M's check runs as ``published.fig5_single_drop_claim`` takes them: label, drops found, their steps, the
+    step scale (the run's learning rate over the main run's) and the last loss."""
     lr = float(_runs(ds)["attn_m"]["lr"])
     return [dict(label=str(c), drops=int(ds.check_drops.sel(check=c)),
                  drop_steps=ds.check_drop_step.sel(check=c).values[:int(ds.check_drops.sel(check=c))],
-                 step_scale=float(ds.check_lr.sel(check=c)) / lr) for c in ds.check.values]
+                 step_scale=float(ds.check_lr.sel(check=c)) / lr,
+                 final=float(ds.check_loss.sel(check=c).dropna("step")[-1])) for c in ds.check.values]
 
 
 def claims(ds) -> list:
@@ -296,6 +296,10 @@ def words(ds) -> dict:
     if _shoulder(ds) and s > 1:
         lead += ("; at the published sizes ATTN_S learns in a staircase, as linear attention does, and ATTN_M in one "
                  "fall that pauses on a shoulder (the paper describes a single drop)")
+        draws = [c for c in checks(ds) if c["step_scale"] == 1]
+        if draws and all(c["drops"] == published.FIG5_ATTN_M_DROPS for c in draws):
+            lead += (f", but at the {_count(len(draws), 'other seed')} checked ATTN_M falls in a single drop, as the "
+                     "paper describes: the shoulder belongs to this draw")
     paper = presets.PRESETS[NAME]["paper"]
     return dict(lead_result=lead + ".", n=runs["attn_s"]["seq_len"], P_s=runs["attn_s"]["trainset_size"],
                 ms_per_step=f"{1e3 * float(ds.wall_time.sel(model='attn_s')) / runs['attn_s']['epoch']:.2g} ms",
