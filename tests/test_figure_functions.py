@@ -167,6 +167,8 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert (rows["claim.figure_5"]["paper"], rows["claim.figure_5"]["reproduced"]) == (1, int(ds.drops[0]))
     assert "paper" in fig05.table(ds).columns
     assert "Run again with other draws, ATTN_M shows: seed 11" in fig05.claims(ds)[0].reason
+    check = rows["drops.attn_m.check.seed_11"]  # each check is the claim again, judged on its own count
+    assert check["paper"] == 1 and check["verdict"] == ("agrees" if check["reproduced"] == 1 else "differs")
     assert fig05.words(ds)["caption_lead"].startswith("The paper’s Figure 5, reproduced")
 
 
