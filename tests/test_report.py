@@ -115,6 +115,8 @@ def test_the_standard_error_of_a_loss_on_p_sequences():
     assert loss_standard_error(1.0, None) is None and loss_standard_error(1.0, math.inf) is None
     assert task_kurtosis(np.diag([0.4, 0.3, 0.2, 0.1])) == pytest.approx(4.8)
     assert task_kurtosis(np.eye(3)) == pytest.approx(3 * (1 + 2 / 3))
+    assert task_kurtosis([0.4, 0.3, 0.2, 0.1], learned=2) == pytest.approx(3 * (1 + 2 * 0.05 / 0.09))  # M_2
+    assert task_kurtosis([0.4, 0.3], learned=1) == pytest.approx(9.0) and task_kurtosis([0.4], learned=1) == 3.0
     rng = np.random.default_rng(0)
     means = (rng.standard_normal((400, 2000)) ** 2).mean(axis=1)
     assert means.std() == pytest.approx(loss_standard_error(1.0, 2000), rel=0.1)

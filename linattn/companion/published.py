@@ -34,7 +34,7 @@ import numpy as np
 
 from ..diagnostics import first_step_below
 from .output import (AGREES, CONSISTENT, DIFFERS, ESTIMATE, WITHIN_NOISE, MarkdownTable, loss_standard_error,
-                     verdict, words)
+                     task_kurtosis, verdict, words)
 
 
 @dataclass(frozen=True)
@@ -346,11 +346,12 @@ def _check_row(image: Image, panel: str, what: str, published: str, paper, ours,
                 verdict=verdict(diff, tolerance, standard_error))
 
 
-def _loss_se(reading_value, unit: str, P) -> float | None:
-    """The sampling error of a loss reading on a curve of ``P`` sequences (None for steps and counts, or no P)."""
+def _loss_se(reading_value, unit: str, P, kurtosis: float = 3.0) -> float | None:
+    """The sampling error of a loss reading on a curve of ``P`` sequences, residuals of kurtosis ``kurtosis`` (None
+    for steps and counts, or no P)."""
     if unit != "loss" or P is None or isinstance(reading_value, tuple):
         return None
-    return loss_standard_error(reading_value, P)
+    return loss_standard_error(reading_value, P, kurtosis)
 
 
 def compare(readings: list[Reading], curves: dict, image: Image, steps=None, P=None) -> list[dict]:
@@ -405,12 +406,13 @@ def match_one_to_one(ours: dict, crossings) -> list[tuple]:
     return [(k, ours[k], pairs[k]) for k in keys if k in pairs]
 
 
-def fig3a_comparison(drops: dict, plateaus=None, P=None) -> list[dict]:
+def fig3a_comparison(drops: dict, plateaus=None, P=None, eigenvalues=None) -> list[dict]:
     """Figure 3a: our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
     the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
     the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: our plateau levels
     L(M_0)…L(M_4), NaN where none was found) the plateau levels read off the image, with the sampling error of a
-    level on ``P`` training sequences."""
+    level on ``P`` training sequences (residuals of :func:`output.task_kurtosis` on each plateau where the
+    ``eigenvalues`` are given, else Gaussian)."""
     rows = []
     for d, crossings in FIG3A_CROSSINGS.items():
         for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
@@ -427,7 +429,8 @@ def fig3a_comparison(drops: dict, plateaus=None, P=None) -> list[dict]:
         for m, (reading, ours) in enumerate(zip(FIG3A_PLATEAU_READINGS, plateaus)):
             rows.append(_check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
                                   f"{reading:.3f}", reading, ours, difference(ours, reading), "loss",
-                                  FIG3A_IMAGE.loss_per_px, _loss_se(reading, "loss", P)))
+                                  FIG3A_IMAGE.loss_per_px, _loss_se(reading, "loss", P, 3.0 if eigenvalues is None
+                                                                    else task_kurtosis(eigenvalues, m))))
     return rows
 
 

@@ -128,7 +128,8 @@ def comparison(ds) -> list[dict]:
         return []
     drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}
     P = next(iter(_runs(ds).values()))["trainset_size"]  # a plateau level's sampling error is that of P sequences
-    return published.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values], P=P)
+    return published.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values], P=P,
+                                      eigenvalues=ds.eigenvalue.values)
 
 
 def numbers(ds) -> list[dict]:
