@@ -132,14 +132,23 @@ from linattn.companion.figures import fig05  # noqa: E402
 def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_ones():
     # tiny P (the softmax engine runs eagerly below its compile threshold), D = 3, fewer heads, short sequences
     tiny = dict(in_dim=3, seq_len=9, trainset_size=60, epoch=60)
-    S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100))
+    S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100),
+                       check_seeds=[11], half_lr_epoch=50)
     assert not presets.is_published(fig05.NAME, S)
+    # ATTN_M's checks: another seed with the run's own steps, and half the learning rate for half_lr_epoch steps
+    (seed_label, at_seed), (half_label, half) = fig05.check_configs(S)
+    assert (seed_label, at_seed.seed, at_seed.epoch, at_seed.lr) == ("seed 11", 11, 60, 0.02)
+    assert (half_label, half.seed, half.epoch, half.lr) == (fig05.HALF_LR, 10, 50, 0.01)
     ds = fig05.compute(S)
     assert ds.train_loss.dims == ("model", "step") and list(ds.model.values) == list(fig05.MODELS)
     assert ds.sizes["step"] == 100 and ds.sizes["m"] == 4  # the longer run's steps; L(M_0) … L(M_3)
     assert np.isnan(ds.train_loss.sel(model="attn_m").values[60:]).all()  # the shorter run stops at its end
+    assert list(ds.check.values) == ["seed 11", fig05.HALF_LR] and ds.check_loss.dims == ("check", "step")
+    assert np.isfinite(ds.check_loss.sel(check=fig05.HALF_LR).values).sum() == 50
     rows = keyed(fig05.numbers(ds))
-    assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s"}
+    assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s",
+                         "drops.attn_m.check.seed_11", "drops.attn_m.check.half_the_learning_rate"}
+    assert len(fig05.table(ds).rows) == 4  # a row for each model and each check
     assert all(r["paper"] is None for r in rows.values()) and fig05.claims(ds) == []
     assert "paper" not in fig05.table(ds).columns
     assert rows["final_loss.attn_m"]["quantity"] == "softmax ATTN_M: final loss (P = 60)"
@@ -158,6 +167,36 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert rows["claim.figure_5"]["quantity"].startswith("softmax ATTN_M: drops detected")
     assert (rows["claim.figure_5"]["paper"], rows["claim.figure_5"]["reproduced"]) == (1, int(ds.drops[0]))
     assert "paper" in fig05.table(ds).columns
+    assert "Run again with other draws, ATTN_M shows: seed 11" in fig05.claims(ds)[0].reason
+    check = rows["drops.attn_m.check.seed_11"]  # each check is the claim again, judged on its own count
+    assert check["paper"] == 1 and check["verdict"] == ("agrees" if check["reproduced"] == 1 else "differs")
+    assert fig05.words(ds)["caption_lead"].startswith("The paper’s Figure 5, reproduced")
+
+
+def test_fig05_names_each_drop_by_the_directions_it_spans():
+    """Constructed plateaus: softmax ATTN_S's published-preset levels 1.0, 0.664, 0.231, 0.140 against linear
+    attention's L(M_0) … L(M_4) = 1.0, 0.641, 0.377, 0.210, 0.136 give three drops, e₁, then e₂ and e₃ together,
+    then e₄; a plateau named twice spans no direction."""
+    linear = [1.0, 0.641, 0.377, 0.210, 0.136]
+    assert fig05.directions_per_drop([1.0, 0.664, 0.231, 0.140], linear) == [[1], [2, 3], [4]]
+    assert fig05.directions_per_drop([1.0, 0.98, 0.62], linear) == [[], [1]]
+    assert fig05.directions_per_drop([0.9], linear) == []
+
+
+def test_a_drop_count_holds_only_when_every_check_finds_it():
+    from linattn.companion import published
+
+    same = [dict(label="seed 11", drops=2, drop_steps=[600, 1700], step_scale=1.0),
+            dict(label="half", drops=2, drop_steps=[1250, 3300], step_scale=0.5)]
+    assert published.drop_count_holds(2, same) and not published.drop_count_holds(2, same[:1] + [dict(same[1],
+                                                                                                      drops=1)])
+    text = published.check_words(2, same)
+    assert "625 and 1650 in the main run's steps" in text
+    assert "holds with a smaller step" in text and "holds with other draws" in text
+    one_seed_differs = published.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
+    assert "holds with a smaller step" in one_seed_differs and "does not hold with other draws" in one_seed_differs
+    assert "ending at 0.290" in one_seed_differs
+    assert published.fig3a_drop_span(4) == (3601.0, 6521.0, 1)  # one published curve still on M_3 at the end
 
 
 # ---------------------------------------------------------------- beyond the paper: the population loss and the flow
@@ -255,7 +294,19 @@ def test_fig03a_at_settings_the_paper_never_used(fig03_runs):
     assert int(ds.directions_learned.sel(seed=0)) == int((drops < ds.attrs["window"]).sum())
     assert rows["seeds_with_every_drop.window"]["quantity"].startswith("seeds showing all 3 drops")
     assert set(rows) >= {"final_loss.extended", "drop_step.median.d3"} and "drop_step.median.d4" not in rows
+    # the final loss is set beside the saddle each seed last reached, and no row names the published window
+    reached = ds.directions_extended.values.astype(int)
+    assert rows["final_loss.extended"]["theory"] == pytest.approx(float(ds.plateau_theory.values[reached].mean()))
+    assert not any("published" in r["quantity"] for r in rows.values())
+    # the scalar ODE is drawn only inside the window, and only from a drop the first seed makes there
+    ode = ds.ode_loss.values
+    assert np.isnan(ode[ds.attrs["window"]:]).all()
+    if np.isfinite(ode).any():
+        first = int(np.flatnonzero(np.isfinite(ode))[0])
+        assert first < drops[np.isfinite(drops)].max()
     said = fig03a.words(ds)
+    assert said["caption_lead"].startswith("Figure 3a’s experiment at other settings")
+    assert said["window_words"] == "first 300 steps"
     assert "H = 4 heads" in said["settings"] and "D = 3" in said["settings"] and said["D"] == 3
     assert said["streams"].startswith(("the drop steps", "no drop"))
     assert len(fig03a.drop_table(ds).rows) == 3
@@ -700,3 +751,32 @@ def test_fig04_names_the_long_rests_the_theory_does_not_expect_and_says_when_the
     assert "$R = 4$ rests long at $\\mathcal{M}_{6}$ and $\\mathcal{M}_{7}$" in text
     assert "the longest, at $\\mathcal{M}_{7}$, lasts 4100 steps" in text
     assert text.count("two-factor strict saddle") == 1  # rank 4's sentence only
+
+
+def test_fig03a_scalar_ode_overlay_recovers_a_curve_made_of_the_ode():
+    """A constructed loss that is the scalar reduction itself — drop 1 from a small head, then drop 2 — is overlaid
+    by the ODE of each drop where drawn; nothing is drawn on the first plateau before the drop starts,
+    and a run that makes only the first drop gets its curve alone."""
+    from types import SimpleNamespace
+
+    from linattn import diagnostics, theory
+
+    cov, N, lr = np.diag([0.4, 0.3, 0.2, 0.1]), 31, 0.05
+    cfg = SimpleNamespace(lr=lr, N=N, normalize="mean", model="attnS")
+    levels = theory.plateau_losses(cov, N)
+    t = theory.steps_to_time(np.arange(3000), lr, normalize="mean")
+    drop1, drop2 = (theory.scalar_loss_curve(cov, N, m, 0.1, t) for m in (0, 1))  # midpoints at steps 566, 1014
+    assert drop1[-1] == pytest.approx(levels[1], abs=1e-4) and drop2[-1] == pytest.approx(levels[2], abs=1e-4)
+    loss = np.concatenate([drop1, drop2])
+    plateaus = np.array([drop1[0], drop2[0], np.nan, np.nan, np.nan])  # the run's own plateau levels
+    ode = fig03a.scalar_ode_curve(loss, plateaus, cfg, cov, loss.size)
+    drawn = np.isfinite(ode)
+    assert drawn[[600, 2500, 3000 + 1014, 5999]].all() and not drawn[:100].any()
+    # the same drops, step for step: each midpoint crossed within 3 steps (the ODE is integrated afresh from each
+    # start, to LSODA's tolerance), and the loss within 5 % of the smaller drop everywhere it is drawn
+    curve = np.where(drawn, ode, loss)
+    assert np.abs(diagnostics.drop_steps(curve, levels[:3]) - diagnostics.drop_steps(loss, levels[:3])).max() <= 3
+    assert np.abs(ode[drawn] - loss[drawn]).max() < 0.05 * (levels[1] - levels[2])
+    # only the first drop made: its curve alone, up to the end of the run
+    ode1 = fig03a.scalar_ode_curve(drop1, plateaus, cfg, cov, drop1.size)
+    assert np.isfinite(ode1[-1]) and np.nanmin(ode1) > levels[1] - 1e-3

@@ -272,8 +272,9 @@ def test_figure_5_claim_is_one_drop_and_names_the_shoulder():
 
 
 def test_the_report_counts_claims_apart_from_readings_and_estimates():
-    """A claim (a verdict, no tolerance), a reading (a verdict and its tolerance), an estimate and a plain number
-    each fall in their own group of the report, and the two claims count among its verdicts."""
+    """A claim (a verdict, no tolerance), a reading (a verdict and its tolerance), an estimate, a plain number and a
+    check of our own run (a verdict with no published value: the phase diagram's settling criterion) each fall in
+    their own group of the report, and the two claims count among its verdicts."""
     from linattn import diagnostics
     from linattn.companion.output import ESTIMATE, compare_row
 
@@ -283,9 +284,10 @@ def test_the_report_counts_claims_apart_from_readings_and_estimates():
                                                                  np.linspace(1, 0.1, 7000), 0.136))
     rows = [number_row(**r) for r in [c.row() for c in claims] + readings
             + [dict(quantity="escape", theory=900.0, reproduced=1000.0, verdict=ESTIMATE),
-               dict(quantity="plain", theory=1.0, reproduced=1.1)]]
+               dict(quantity="plain", theory=1.0, reproduced=1.1),
+               dict(quantity="settled", reproduced=0.004, tolerance=0.01, verdict="agrees")]]  # our own criterion
     groups = [published.report_group({**r, **compare_row(r)}) for r in rows]
-    assert groups == ["claim"] * 2 + ["reading"] * len(readings) + ["estimate", "other"]
+    assert groups == ["claim"] * 2 + ["reading"] * len(readings) + ["estimate", "other", "check"]
     assert set(groups) == set(published.REPORT_GROUPS)
 
 
@@ -329,3 +331,28 @@ def test_every_published_row_has_its_own_key():
     for rows in (published.fig1b_comparison(t, t, 0.136), fig3a, fig14):
         keys = [r["key"] for r in published.number_rows(rows)]
         assert len(rows) > 3 and len(set(keys)) == len(keys) and all(k.startswith("published.") for k in keys)
+
+
+def test_a_loss_reading_off_by_sampling_error_is_said_to_be_so():
+    """Figure 3a's plateau reading L(M_1) = 0.641 against a constructed level 0.651: 2.6 pixels off, so it does not
+    agree; on P = 5000 sequences that is within twice the standard error (0.641·√(2/5000) = 0.0128), on P = 80000
+    (0.0032) it differs; the step readings carry no sampling error; the residual's heavier tails on a later plateau
+    widen the band."""
+    from linattn.companion.output import DIFFERS, WITHIN_NOISE
+
+    drops = {s: np.full(4, np.nan) for s in range(6)}
+    levels = [1.001, 0.651, 0.381, 0.210, 0.138]
+    def level_row(P):
+        rows = published.fig3a_comparison(drops, levels, P=P)
+        return next(r for r in rows if "L(M_1)" in r["what"])
+
+    assert level_row(5000)["verdict"] == WITHIN_NOISE and level_row(80000)["verdict"] == DIFFERS
+    assert level_row(None)["verdict"] == DIFFERS
+    steps = [r for r in published.fig3a_comparison(drops, levels, P=5000) if r["unit"] == "step"]
+    assert steps and all(r["standard_error"] is None for r in steps)
+    # L(M_2) read 0.381, ours 0.376 on P = 80000: beyond 2 Gaussian SEs (0.0038), within 2 SEs of the residual left on
+    # M_2 (eigenvalues 0.2 and 0.1 unlearned, kurtosis 6.33: 0.0062)
+    lowered = [1.001, 0.641, 0.376, 0.210, 0.138]
+    def m2(**kw):
+        return next(r for r in published.fig3a_comparison(drops, lowered, P=80000, **kw) if "L(M_2)" in r["what"])
+    assert m2()["verdict"] == DIFFERS and m2(eigenvalues=[0.4, 0.3, 0.2, 0.1])["verdict"] == WITHIN_NOISE

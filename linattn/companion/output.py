@@ -44,22 +44,65 @@ def _number(x):
 
 
 AGREES, DIFFERS, ESTIMATE = "agrees", "differs", "estimate only"
-_VERDICTS = (AGREES, DIFFERS, ESTIMATE)
+WITHIN_NOISE = "within sampling error"
+_VERDICTS = (AGREES, WITHIN_NOISE, DIFFERS, ESTIMATE)
+CONSISTENT = (AGREES, WITHIN_NOISE)  # the verdicts that do not contradict the reading
+
+#: How many standard errors a difference may reach and still be read as sampling error: 2, a two-sided 95 % band for
+#: a Gaussian estimate. A wider band (3) would call almost any plateau offset on P = 5000 noise (3 × 0.025); a
+#: narrower one would call one curve in three "differs" from noise alone.
+SAMPLING_FACTOR = 2.0
 
 
-def verdict(difference, tolerance) -> str:
-    """The verdict of one comparison: *agrees* when |difference| ≤ ``tolerance``, else *differs* (also when there
-    is no difference to judge: the event did not happen in our run)."""
+def loss_standard_error(level, P, kurtosis: float = 3.0) -> float | None:
+    """The standard error of a training loss at ``level`` read on ``P`` sequences: level · √((κ − 1)/P).
+
+    A loss is a mean over P sequences of squared residuals r²; with residuals of variance L, E[r⁴] = κ L² (κ = 3 for
+    Gaussian residuals), so Var(r²) = (κ − 1) L² and the mean carries L·√((κ − 1)/P): L·√(2/P) for Gaussian ones.
+    Where the task vector is drawn afresh for each sequence the residual is Gaussian only given the task, and its
+    tails are heavier (:func:`task_kurtosis`). None when ``P`` is not a finite number (the population loss: no
+    sampling error) or ``level`` is missing."""
+    L = _number(level)
+    if L is None or P is None or not math.isfinite(float(P)) or float(P) <= 0:
+        return None
+    return abs(L) * math.sqrt((float(kurtosis) - 1.0) / float(P))
+
+
+def task_kurtosis(cov, learned: int = 0) -> float:
+    """κ of the residual on the plateau M_m (``learned`` = m directions learned) over fresh tasks w ~ N(0, I) and
+    inputs x ~ N(0, Λ) (``cov``: Λ, or its eigenvalues), leaving out the in-context estimation error: the residual
+    is Σ_{d>m} w_d x_d, Gaussian given w with variance s = Σ_{d>m} λ_d w_d², so E[r⁴] = 3 E[s²] and
+    κ = 3(1 + 2 Σ λ_d²/(Σ λ_d)²) over the directions d > m (3, Gaussian, when none is left). On M_0 with the
+    eigenvalues 0.4, 0.3, 0.2, 0.1 it is 4.8, and at P = 5000 the standard error of L(M_0) = 1 is 0.028 (0.025
+    measured over 300 of the reference's centred, whitened training sets; the Gaussian value is 0.020); on M_2,
+    with 0.2 and 0.1 left, 6.3."""
+    c = np.asarray(cov, dtype=np.float64)
+    lam = np.sort(np.linalg.eigvalsh(c) if c.ndim == 2 else c)[::-1][int(learned):]
+    if lam.size == 0 or lam.sum() <= 0:
+        return 3.0
+    return float(3.0 * (1.0 + 2.0 * np.sum(lam**2) / np.sum(lam) ** 2))
+
+
+def verdict(difference, tolerance, standard_error=None) -> str:
+    """The verdict of one comparison: *agrees* when |difference| ≤ ``tolerance``; else *within sampling error*
+    when a ``standard_error`` of the compared quantity is given and |difference| ≤ :data:`SAMPLING_FACTOR` times
+    it; else *differs* (also when there is no difference to judge: the event did not happen in our run)."""
     d = _number(difference)
-    return AGREES if d is not None and abs(d) <= float(tolerance) else DIFFERS
+    if d is None:
+        return DIFFERS
+    if abs(d) <= float(tolerance):
+        return AGREES
+    se = _number(standard_error)
+    return WITHIN_NOISE if se is not None and abs(d) <= SAMPLING_FACTOR * se else DIFFERS
 
 
 def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None, reproduced=None, abs_error=None,
-               tolerance=None, verdict=None) -> dict:
+               tolerance=None, verdict=None, standard_error=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
     there is no theory value), or None when neither is a number. A row that is a check may carry its
     ``tolerance`` and ``verdict`` (one of ``_VERDICTS``; ``ESTIMATE`` for a theory value that is an
-    order-of-magnitude estimate, such as an escape time); the two keys are present only when given. ``key``: the
+    order-of-magnitude estimate, such as an escape time) and the ``standard_error`` of the compared quantity (its
+    sampling error, :func:`loss_standard_error`); these keys are present only when given. ``key``: the
     row's stable name (e.g. ``"final_loss.attn_m"``), by which the report, the README and the tests find it
     whatever its wording."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
@@ -74,6 +117,8 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
         raise ValueError(f"verdict must be one of {_VERDICTS}, got {verdict!r}")
     if tolerance is not None:
         row["tolerance"] = _number(tolerance)
+    if standard_error is not None:
+        row["standard_error"] = _number(standard_error)
     if verdict is not None:
         row["verdict"] = verdict
     return row
@@ -92,11 +137,13 @@ def compare_row(row: dict) -> dict:
     have error 0; lists that differ are not comparable as numbers, and the reason names both.
 
     ``verdict`` is the row's own (:func:`number_row`), else, where the row states a ``tolerance``, :func:`verdict`
-    of its error, else None (a number reported without a stated tolerance)."""
+    of its error (with the row's ``standard_error``, if any), else None (a number reported without a stated
+    tolerance)."""
     result = _compare(row)
     stated, tol = row.get("verdict"), row.get("tolerance")
     if stated is None and tol is not None:
-        stated = verdict(result["error"] if not isinstance(result["error"], str) else None, tol)
+        stated = verdict(result["error"] if not isinstance(result["error"], str) else None, tol,
+                         row.get("standard_error"))
     return {**result, "verdict": stated}
 
 
@@ -268,16 +315,43 @@ class FigureOutput:
         write_json(self.path("provenance.json"), info)
 
 
+PROSE_DIGITS = 3  # significant digits a number in prose keeps (more than a run's noise or a reading ever supports)
+
+
+def prose_number(x, digits: int = PROSE_DIGITS):
+    """``x`` rounded to the digits it means, as a plain Python number: ``digits`` significant digits, but never fewer
+    than the whole part (a step 1548.6 stays 1549), and a whole result as an ``int`` (16.00000000000002 → 16,
+    0.136123 → 0.136, 2.0e-4 stays 0.0002). None and non-finite values give None."""
+    if x is None:
+        return None
+    x = float(x)
+    if not math.isfinite(x):
+        return None
+    if x == 0:
+        return 0
+    places = max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))
+    r = round(x, places)
+    return int(r) if float(r).is_integer() else r
+
+
+def prose_text(x, digits: int = PROSE_DIGITS) -> str:
+    """``x`` as prose writes it (:func:`prose_number`; "–" when missing), ``1e-06`` style for tiny or huge values."""
+    v = prose_number(x, digits)
+    if v is None:
+        return "–"
+    return str(v) if isinstance(v, int) or 1e-4 <= abs(v) < 1e6 else f"{v:.{digits}g}"
+
+
 def prose_value(value):
-    """``value`` as a plain Python number or string, the form a page's prose shows: numpy scalars become ``int`` or
-    ``float``; None and non-finite numbers stay None. (numpy 2 writes ``np.float64(3.0)`` as its repr, which a
-    page cannot format.)"""
+    """``value`` as a plain Python value, the form a page's prose shows: text and booleans as they are, numbers
+    rounded to the digits they mean (:func:`prose_number`: numpy scalars become ``int`` or ``float``, whole numbers
+    ``int``); None and non-finite numbers give None. (numpy 2 writes ``np.float64(3.0)`` as its repr, which a page
+    cannot format.)"""
     if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, (int, np.integer)):
         return int(value)
-    x = float(value)
-    return x if math.isfinite(x) else None
+    return prose_number(value)
 
 
 class _Words(str):
@@ -299,9 +373,9 @@ def glue(**values) -> None:
 
 
 def words(values, last: str = "and") -> str:
-    """``[3034, 7297, 11979]`` → ``"3034, 7297 and 11979"`` (numbers as integers when whole); ``"–"`` when empty."""
-    items = [str(int(v)) if isinstance(v, (int, np.integer)) or float(v).is_integer() else f"{float(v):.4g}"
-             for v in values] if values is not None else []
+    """``[3034, 7297, 11979]`` → ``"3034, 7297 and 11979"`` (each number as :func:`prose_text` writes it: integers
+    as integers, others to the digits they mean); ``"–"`` when empty."""
+    items = [prose_text(v) for v in values] if values is not None else []
     if not items:
         return "–"
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"

@@ -85,14 +85,17 @@ PRESETS: dict[str, dict[str, dict]] = {
         # (the page's "published learning rates" runs show it). The paper preset keeps everything published (P,
         # init, steps, era, the authors' draws) and multiplies the learning rate by n, which undoes that factor; it
         # trains in float32, as the authors' code does (the softmax engine's fast path).
+        # check_seeds: ATTN_M again at each of these seeds (all its steps); half_lr_epoch: ATTN_M at half the learning
+        # rate for this many steps, twice the 3001 steps within which the paper preset's two drops lie (627, 1659).
+        # The three check runs: about 60 s of CPU at the paper preset (3.3 ms a step).
         "quick": dict(attn_m=_run(model="attnM", head_num=8, init=1e-2, lr=0.02, epoch=601, trainset_size=100,
                                   in_dim=4, seq_len=32, init_scheme="jan2025", softmax=True),
                       attn_s=_run(model="attnS", head_num=5, rank=1, init=0.05, lr=0.05, epoch=1201,
                                   trainset_size=100, in_dim=4, seq_len=32, init_scheme="jan2025", softmax=True),
-                      seed=10),
+                      seed=10, check_seeds=[11, 12], half_lr_epoch=1201),
         "paper": dict(attn_m=dict(_ATTN_M_PAPER, lr=32 * 1e-3, dtype="float32", softmax=True),
                       attn_s=dict(_ATTN_S_PAPER, lr=32 * 0.02, dtype="float32", softmax=True),
-                      seed=10),
+                      seed=10, check_seeds=[11, 12], half_lr_epoch=6001),
     },
     "fig14_icl_iwl": {
         "quick": dict(_WHITE_ATTN_M, lr=1e-3, epoch=2500, trainset_size=500, testset_size=500,
@@ -226,6 +229,8 @@ FIGURE_HELP: dict[str, str] = {
     "epoch_more": "steps of the continued run, from the final weights of the first run",
     "workers": "worker processes of the local Dask cluster the sweeps run on (make book runs a notebook beside it)",
     "attn_m": "the ATTN_M run settings (a partial dict sets only those keys)",
+    "check_seeds": "ATTN_M run again at each of these seeds, to check its drops",
+    "half_lr_epoch": "steps of the ATTN_M check run at half the learning rate",
     "attn_s": "the ATTN_S run settings (a partial dict sets only those keys)",
 }
 HELP: dict[str, str] = {**{name: s.describe() for name, s in SETTINGS.items()}, **FIGURE_HELP}

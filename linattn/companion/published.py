@@ -13,7 +13,10 @@ a shallow stretch of a curve, a line read from the edge another line leaves visi
 
 Every comparison row carries its difference (ours minus the reading, 0 inside a range), that difference in pixels of
 the image, its tolerance and a verdict (:func:`linattn.companion.output.verdict`): *agrees* when the difference is
-within the tolerance, else *differs*.
+within the tolerance; for a loss read on a curve of P sequences, *within sampling error* when it is within twice the
+loss's standard error on P sequences (:func:`linattn.companion.output.loss_standard_error`: ours and the published
+curve need not be trained on the same sample, since numpy's draw of the tokens goes through an SVD whose signs depend
+on the LAPACK library); else *differs*.
 
 Figure 3a draws six seeds in one colour (and seed 0 twice), so its published crossings cannot be tied to seeds: our
 curves are paired with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing
@@ -30,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from ..diagnostics import first_step_below
-from .output import AGREES, DIFFERS, ESTIMATE, MarkdownTable, verdict, words
+from .output import (AGREES, CONSISTENT, DIFFERS, ESTIMATE, WITHIN_NOISE, MarkdownTable, loss_standard_error,
+                     task_kurtosis, verdict, words)
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,15 @@ FIG3A_CROSSINGS = {
         Crossing((BEYOND,), f"still on M_3 at {_FIG3A_LAST_STEP}")),
 }
 FIG3A_STILL_ON_M3 = 1  # published curves without the fourth drop inside the window
+
+
+def fig3a_drop_span(d: int) -> tuple:
+    """The published curves' drop ``d`` of Figure 3a: (earliest step, latest step inside the window, the number of
+    curves that make it only beyond the window)."""
+    crossings = FIG3A_CROSSINGS[d]
+    inside = [x for c in crossings for low, high in c.where if math.isfinite(high) for x in (low, high)]
+    beyond = sum(all(not math.isfinite(high) for _, high in c.where) for c in crossings)
+    return float(min(inside)), float(max(inside)), beyond
 
 # ------------------------------------------------------------------------- Figure 14 (ATTN_M, white covariance, P 5000)
 # Curves: "train" (training loss / its first value), "iwl" (in-weight test loss), "icl" (in-context test loss). The
@@ -322,23 +335,34 @@ def difference(ours: float, value) -> float:
 
 
 def _check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
-              tolerance: float) -> dict:
+              tolerance: float, standard_error=None) -> dict:
     """One comparison row: the reading and ours, their difference in the unit and in pixels of ``image``, the
-    tolerance and the verdict. Rows of this shape feed the page's table, its prose (:func:`summary`) and
-    ``numbers.json`` (:func:`number_rows`)."""
+    tolerance, the sampling error of the quantity where it has one, and the verdict. Rows of this shape feed the
+    page's table, its prose (:func:`summary`) and ``numbers.json`` (:func:`number_rows`)."""
     pixels = diff / image.pixel(unit) if unit in ("step", "loss") and math.isfinite(diff) else math.nan
     return dict(figure=image.name, panel=panel, what=what, published=published, paper=paper,
                 reproduced=None if ours is None or not math.isfinite(ours) else float(ours),
-                difference=diff, pixels=pixels, unit=unit, tolerance=tolerance, verdict=verdict(diff, tolerance))
+                difference=diff, pixels=pixels, unit=unit, tolerance=tolerance, standard_error=standard_error,
+                verdict=verdict(diff, tolerance, standard_error))
 
 
-def compare(readings: list[Reading], curves: dict, image: Image, steps=None) -> list[dict]:
-    """Every reading beside ours, one ``_check_row`` each. ``curves`` maps each reading's ``curve`` to an array."""
+def _loss_se(reading_value, unit: str, P, kurtosis: float = 3.0) -> float | None:
+    """The sampling error of a loss reading on a curve of ``P`` sequences, residuals of kurtosis ``kurtosis`` (None
+    for steps and counts, or no P)."""
+    if unit != "loss" or P is None or isinstance(reading_value, tuple):
+        return None
+    return loss_standard_error(reading_value, P, kurtosis)
+
+
+def compare(readings: list[Reading], curves: dict, image: Image, steps=None, P=None) -> list[dict]:
+    """Every reading beside ours, one ``_check_row`` each. ``curves`` maps each reading's ``curve`` to an array;
+    ``P``: the sequences each loss is a mean over (the loss readings' sampling error; None: not judged by it)."""
     rows = []
     for r in readings:
         ours = measure(curves, r.how, r.curve, steps)
         rows.append(_check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
-                              else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image)))
+                              else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image),
+                              _loss_se(r.value, r.unit, P)))
     return rows
 
 
@@ -382,11 +406,13 @@ def match_one_to_one(ours: dict, crossings) -> list[tuple]:
     return [(k, ours[k], pairs[k]) for k in keys if k in pairs]
 
 
-def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
+def fig3a_comparison(drops: dict, plateaus=None, P=None, eigenvalues=None) -> list[dict]:
     """Figure 3a: our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
     the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
     the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: our plateau levels
-    L(M_0)…L(M_4), NaN where none was found) the plateau levels read off the image."""
+    L(M_0)…L(M_4), NaN where none was found) the plateau levels read off the image, with the sampling error of a
+    level on ``P`` training sequences (residuals of :func:`output.task_kurtosis` on each plateau where the
+    ``eigenvalues`` are given, else Gaussian)."""
     rows = []
     for d, crossings in FIG3A_CROSSINGS.items():
         for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
@@ -403,7 +429,8 @@ def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
         for m, (reading, ours) in enumerate(zip(FIG3A_PLATEAU_READINGS, plateaus)):
             rows.append(_check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
                                   f"{reading:.3f}", reading, ours, difference(ours, reading), "loss",
-                                  FIG3A_IMAGE.loss_per_px))
+                                  FIG3A_IMAGE.loss_per_px, _loss_se(reading, "loss", P, 3.0 if eigenvalues is None
+                                                                    else task_kurtosis(eigenvalues, m))))
     return rows
 
 
@@ -413,21 +440,23 @@ def _crossing_value(crossing: Crossing):
     return float(low) if low == high and not rest else crossing.text
 
 
-def fig1b_comparison(attn_m, mlp, L_star: float, steps=None) -> list[dict]:
+def fig1b_comparison(attn_m, mlp, L_star: float, steps=None, P=None) -> list[dict]:
     """Figure 1b: ATTN_M's plateau, crossings, late and final values, the theory's L* against the dotted line, and
-    the MLP's (own initialisation) lag behind ATTN_M on the drop."""
+    the MLP's (own initialisation) lag behind ATTN_M on the drop (``P``: the training-set size, for the loss
+    readings' sampling error)."""
     curves = {"attn_m": attn_m, "mlp": mlp, "reference": attn_m, "L_star": [L_star]}
-    return compare(FIG1B, curves, FIG1B_IMAGE, steps) if len(attn_m) else []
+    return compare(FIG1B, curves, FIG1B_IMAGE, steps, P) if len(attn_m) else []
 
 
-def fig14_comparison(curves: dict, steps=None) -> list[dict]:
+def fig14_comparison(curves: dict, steps=None, P=None) -> list[dict]:
     """Figure 14, panel by panel (``curves``: c → {"train": training loss / its first value, "iwl", "icl"});
-    panels we did not run are left out."""
+    panels we did not run are left out (``P``: the sequences of the training and test sets, for the loss readings'
+    sampling error)."""
     rows = []
     for c, readings in FIG14.items():
         match = [k for k in curves if math.isclose(float(k), c)]
         if match:
-            rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps)
+            rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps, P)
     return rows
 
 
@@ -495,11 +524,14 @@ def fig4_plateau_claim(drops, window: int, escape_steps, *,
     return Claim("Figure 4", claim, counted, paper, reached, AGREES if reached >= paper else DIFFERS, reason)
 
 
-def fig5_single_drop_claim(plateaus) -> Claim:
+def fig5_single_drop_claim(plateaus, checks=()) -> Claim:
     """Figure 5's claim for softmax ATTN_M: its loss falls in a single drop. ``plateaus``: what
     ``diagnostics.detect_plateaus`` found in our training loss (levels, their first and last steps, the drop steps).
     The reason gives each drop's step and, where there are several, the shoulder between them: its level, its
-    steps and how much of the whole fall each drop makes."""
+    steps and how much of the whole fall each drop makes. ``checks``: the same model run again (other seeds, a
+    smaller learning rate), each ``{"label", "drops", "drop_steps", "step_scale"[, "final"]}`` (``step_scale``: the
+    run's learning rate over the main run's, so that step × scale is the same gradient-flow time; ``final``: its last
+    loss); the reason then says whether the checks find as many drops (:func:`check_words`)."""
     levels, drops = np.asarray(plateaus.levels, dtype=np.float64), np.asarray(plateaus.drop_steps, dtype=np.float64)
     paper, ours = FIG5_ATTN_M_DROPS, len(drops)
     claim, counted = "a single drop", "softmax ATTN_M: drops detected"
@@ -516,7 +548,41 @@ def fig5_single_drop_claim(plateaus) -> Claim:
                            for k, s in enumerate(drops))
         reason = (f"The fall from {levels[0]:.3f} to {levels[-1]:.3f} pauses on {shoulders}, so the detector "
                   f"counts {ours} drops: at {shares}.")
+    if checks:
+        reason += " " + check_words(ours, checks)
     return Claim("Figure 5", claim, counted, paper, ours, AGREES if ours == paper else DIFFERS, reason)
+
+
+def drop_count_holds(ours: int, checks) -> bool:
+    """Whether every check run finds the main run's count of drops (the count is then no accident of one draw or of
+    the step size)."""
+    return all(int(c["drops"]) == int(ours) for c in checks)
+
+
+def check_words(ours: int, checks) -> str:
+    """Sentences on the check runs: the drops each finds and where (a run at another learning rate also in the main
+    run's steps, step × scale, the same gradient-flow time), and whether the main run's count holds (:func:`drop_count_holds`),
+    said apart for another step size and for other draws."""
+    def one(c) -> str:
+        n, steps = int(c["drops"]), np.asarray(c["drop_steps"], dtype=np.float64)
+        where = f" at step{'s' if steps.size > 1 else ''} {words(np.round(steps))}" if steps.size else ""
+        if steps.size and c["step_scale"] != 1:
+            where += f" ({words(np.round(steps * c['step_scale']))} in the main run's steps)"
+        final = f", ending at {c['final']:.3f}" if c.get("final") is not None else ""
+        return f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where}{final}"
+
+    plural = "s" if ours != 1 else ""
+    text = []
+    for kind, group in (("step", [c for c in checks if c["step_scale"] != 1]),
+                        ("draw", [c for c in checks if c["step_scale"] == 1])):
+        if not group:
+            continue
+        holds = drop_count_holds(ours, group)
+        what = "a smaller step" if kind == "step" else "other draws"
+        text.append(f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)}. "
+                    + (f"So the count of {ours} drop{plural} holds with {what}." if holds else
+                       f"So the count of {ours} drop{plural} does not hold with {what}."))
+    return " ".join(text)
 
 
 def claims_table(claims: list[Claim]) -> MarkdownTable:
@@ -528,16 +594,19 @@ def claims_table(claims: list[Claim]) -> MarkdownTable:
                           "verdict": "verdict", "reason": "why"}, {"paper": "g", "ours": "g"})
 
 
-REPORT_GROUPS = ("reading", "claim", "estimate", "other")
+REPORT_GROUPS = ("reading", "claim", "check", "estimate", "other")
 
 
 def report_group(row: dict) -> str:
     """How the reproduction report files a ``numbers.json`` row (its verdict as :func:`output.compare_row` gives
     it): *reading* (a value read off a published image, judged within its tolerance), *claim* (a claim of the
-    paper's text, judged without a tolerance), *estimate* (an order-of-magnitude theory value, not judged) or
-    *other*."""
+    paper's text, judged without a tolerance), *check* (a verdict on our own run with no published value beside
+    it, such as the phase diagram's settling criterion), *estimate* (an order-of-magnitude theory value, not
+    judged) or *other*."""
     judged = row.get("verdict")
-    if judged in (AGREES, DIFFERS):
+    if judged in (AGREES, WITHIN_NOISE, DIFFERS):
+        if row.get("paper") is None:
+            return "check"
         return "reading" if row.get("tolerance") is not None else "claim"
     return "estimate" if judged == ESTIMATE else "other"
 
@@ -568,9 +637,9 @@ def _signed(x, unit) -> str | None:
 
 
 def counts(rows: list[dict]) -> tuple[int, int]:
-    """(agreeing rows, rows with a verdict)."""
-    judged = [r for r in rows if r["verdict"] in (AGREES, DIFFERS)]
-    return sum(r["verdict"] == AGREES for r in judged), len(judged)
+    """(rows that agree or are within sampling error, rows with a verdict)."""
+    judged = [r for r in rows if r["verdict"] in (AGREES, WITHIN_NOISE, DIFFERS)]
+    return sum(r["verdict"] in CONSISTENT for r in judged), len(judged)
 
 
 def summary(rows: list[dict], image: Image) -> str:
@@ -580,9 +649,12 @@ def summary(rows: list[dict], image: Image) -> str:
         return ("These settings are not the published ones, so there is no published curve to set beside this "
                 "run.")
     agree, total = counts(rows)
+    noise = sum(r["verdict"] == WITHIN_NOISE for r in rows)
     head = (f"**{image.name}: {agree} of {total} readings agree** with ours within their tolerance (one pixel of the "
             f"published image, {image.steps_per_px:g} steps or {image.loss_per_px:g} in loss, or the reading's own ± "
-            "where it is larger).")
+            "where it is larger)"
+            + (f" or, {noise} of them, within the sampling error of a loss on the training set"
+               if noise else "") + ".")
     differ = [r for r in rows if r["verdict"] == DIFFERS]
     if not differ:
         return head + " None differs."
@@ -615,7 +687,16 @@ def number_rows(rows: list[dict]) -> list[dict]:
                  quantity=f"published {r['figure']}" + (f", {r['panel']}" if r["panel"] else "") + f": {r['what']}",
                  paper=r["paper"], reproduced=r["reproduced"],
                  abs_error=abs(r["difference"]) if math.isfinite(r["difference"]) else None,
-                 tolerance=r["tolerance"], verdict=r["verdict"]) for r in rows]
+                 tolerance=r["tolerance"], standard_error=r.get("standard_error"), verdict=r["verdict"])
+            for r in rows]
+
+
+def caption_lead(figure: str, at_published: bool) -> str:
+    """How a figure's caption begins: "The paper’s Figure 3a, reproduced:" only at the published settings
+    (``presets.is_published``), else "Figure 3a’s experiment at other settings than the paper’s:" (a re-run at other
+    knobs is not the paper's figure)."""
+    return (f"The paper’s {figure}, reproduced:" if at_published
+            else f"{figure}’s experiment at other settings than the paper’s:")
 
 
 def paper_name(title: str) -> str:

@@ -8,7 +8,9 @@ saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``) and an escape-time e
 (``theory.attn_s_drop_steps``). Measured: the step of each drop (``diagnostics.drop_steps``: the first step below
 the midpoint of two consecutive saddle losses), the flat stretches named by the saddle they sit at
 (``diagnostics.saddle_levels``, the one rule), and, for comparison, the drop steps of the same settings drawn from
-linattn's own random streams.
+linattn's own random streams. Overlaid on the first seed: the scalar reduction's loss curve for each drop
+(``diagnostics.scalar_ode_overlay``: one learning head, the others at zero), started where the run has made 5 % of the
+drop, drawn until the next drop's overlay starts.
 """
 
 from __future__ import annotations
@@ -56,15 +58,18 @@ def compute(S: dict):
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=cfg.rank, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
     in_window = [dataclasses.replace(r.config, epoch=window) for r in runs]  # the commands of the window
+    plateaus = [diagnostics.saddle_levels(L[:window], levels) for L in loss]
     ds = xr.Dataset(
         {"train_loss": (("seed", "step"), loss),
          "drop_step": (("seed", "direction"), [diagnostics.drop_steps(L, levels, step) for L in loss]),
          "drop_step_streams": (("seed", "direction"),
                                [diagnostics.drop_steps(r.history.train_loss, levels) for r in streams]),
-         "plateau_level": (("seed", "m"), [diagnostics.saddle_levels(L[:window], levels) for L in loss]),
+         "plateau_level": (("seed", "m"), plateaus),
+         "ode_loss": ("step", scalar_ode_curve(loss[0][:window], plateaus[0], cfg, cov, len(step))),
          "directions_learned": ("seed", [diagnostics.directions_learned(L[:window], levels, step[:window])
                                          for L in loss]),
          "final_loss": ("seed", loss[:, -1]),
+         "directions_extended": ("seed", [diagnostics.directions_learned(L, levels, step) for L in loss]),
          "plateau_theory": ("m", levels),
          "eigenvalue": ("direction", theory.spectrum(cov)[0]),
          "drop_step_theory": ("direction", estimate)},
@@ -82,6 +87,32 @@ def compute(S: dict):
     return ds
 
 
+def scalar_ode_curve(loss, plateau_levels, cfg, cov, n: int) -> np.ndarray:
+    """The scalar ODE's loss for each drop m → m+1 that one run's ``loss`` makes (``diagnostics.scalar_ode_overlay``,
+    started from the run's own plateau level ``plateau_levels[m]``), each drawn from its start until the next drop's
+    overlay starts or the run is halfway down its next drop; NaN elsewhere (length ``n``). A drop is left out where
+    the run has no plateau at M_m (a start 5 %
+    below the theory's level could lie on the plateau's own offset) or does not pass the drop's midpoint."""
+    out = np.full(n, np.nan)
+    levels = theory.plateau_losses(cov, cfg.N)
+    drops = np.append(diagnostics.drop_steps(loss, levels), np.nan)  # the run's midpoint crossings; none after M_D
+    made = int(np.isfinite(drops).sum())
+    pieces = [(m, *diagnostics.scalar_ode_overlay(loss, cfg.lr, cov, cfg.N, m, level=plateau_levels[m],
+                                                  normalize=cfg.normalize, model=cfg.model))
+              for m in range(made) if np.isfinite(plateau_levels[m])]
+    for k, (m, steps, pred) in enumerate(pieces):
+        stop = min(pieces[k + 1][1][0] if k + 1 < len(pieces) else np.inf,  # the next drop's curve starts
+                   drops[m + 1] if np.isfinite(drops[m + 1]) else np.inf)  # the run is halfway down the next drop
+        keep = steps < stop
+        out[steps[keep]] = pred[keep]
+    return out
+
+
+def _window_words(ds) -> str:
+    """The first ``window`` steps as the page names them: the published window only at the published settings."""
+    return "published window" if ds.attrs["published"] else f"first {ds.attrs['window']} steps"
+
+
 def _mean(values) -> float:
     """The mean of the finite ``values``, NaN where none is (without numpy's warning on an empty slice)."""
     v = np.asarray(values, dtype=float)
@@ -91,11 +122,14 @@ def _mean(values) -> float:
 
 def comparison(ds) -> list[dict]:
     """Our drops paired one to one with the crossings of the published curves, the count still on M_3 at the
-    window's end and the plateau levels read off the image (only at the published settings: [] otherwise)."""
+    window's end and the plateau levels read off the image, judged with the sampling error of a level on the run's P
+    training sequences (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
     drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}
-    return published.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values])
+    P = next(iter(_runs(ds).values()))["trainset_size"]  # a plateau level's sampling error is that of P sequences
+    return published.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values], P=P,
+                                      eigenvalues=ds.eigenvalue.values)
 
 
 def numbers(ds) -> list[dict]:
@@ -110,15 +144,21 @@ def numbers(ds) -> list[dict]:
         vals = ds.plateau_level.sel(m=m).values
         seen = int(np.isfinite(vals).sum())
         rows.append(dict(key=f"plateau.M{m}",
-                         quantity=f"plateau L(M_{m}) (published window; mean over {seen}/{n} seeds where detected)",
+                         quantity=f"plateau L(M_{m}) ({_window_words(ds)}; mean over {seen}/{n} seeds where detected)",
                          paper=published.FIG3A_PLATEAUS[m] if paper else None, theory=ds.plateau_theory.sel(m=m),
                          reproduced=_mean(vals) if seen else None))
     rows.append(dict(key="seeds_with_every_drop.window",
-                     quantity=f"seeds showing all {D} drops within the published window ({window} steps)",
+                     quantity=f"seeds showing all {D} drops within the {_window_words(ds)}"
+                              + (f" ({window} steps)" if paper else ""),
                      paper=n - published.FIG3A_STILL_ON_M3 if paper else None,
                      reproduced=int((ds.directions_learned == D).sum())))
-    rows.append(dict(key="final_loss.extended", quantity="final loss, extended run (mean over all seeds)",
-                     paper=published.FIG3A_PLATEAUS[-1] if paper else None, theory=ds.plateau_theory.isel(m=-1),
+    reached = ds.directions_extended.values.astype(int)
+    every = bool((reached == D).all())
+    rows.append(dict(key="final_loss.extended",
+                     quantity="final loss, extended run (mean over all seeds; theory: the mean of L(M_m) at the last "
+                              f"saddle each seed reached, m = {list_words(reached)})",
+                     paper=published.FIG3A_PLATEAUS[-1] if paper and every else None,
+                     theory=float(ds.plateau_theory.values[reached].mean()),
                      reproduced=float(ds.final_loss.mean())))
     for d in ds.direction.values:
         t = ds.drop_step.sel(direction=d).values
@@ -185,7 +225,30 @@ def words(ds) -> dict:
                 settings=describe(run, seeds=[int(s) for s in ds.seed.values]),
                 window=ds.attrs["window"], horizon=ds.attrs["horizon"],
                 tol=diagnostics.rest_band_words(ds.attrs["band"]),
-                escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds))
+                escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds),
+                caption_lead=published.caption_lead("Figure 3a", bool(ds.attrs["published"])),
+                window_words=_window_words(ds), reached=_reached_words(ds), ode=_ode_words(ds))
+
+
+def _reached_words(ds) -> str:
+    """How many seeds made every drop by the end of the extended run, and where the others stopped."""
+    D, reached = ds.sizes["direction"], ds.directions_extended.values.astype(int)
+    done = int((reached == D).sum())
+    text = f"{done} of {reached.size} seeds made all {D} drops by step {ds.attrs['horizon']}"
+    short = [f"seed {int(s)} rests at M_{int(m)}" for s, m in zip(ds.seed.values, reached) if m < D]
+    return text + (f" ({', '.join(short)})" if short else "")
+
+
+def _ode_words(ds) -> str:
+    """The largest gap between the first seed's loss and the scalar ODE overlaid on it, in words."""
+    ode = ds.ode_loss.values
+    run = ds.train_loss.isel(seed=0).values
+    drawn = np.isfinite(ode)
+    if not drawn.any():
+        return "the first seed makes no drop within the window, so no scalar-ODE curve is drawn"
+    gap = float(np.max(np.abs(ode[drawn] - run[drawn])))
+    return (f"over the stretches where it is drawn the largest gap between the ODE and seed {int(ds.seed.values[0])}"
+            f"'s loss is {gap:.3f}")
 
 
 def _runs(ds) -> dict:
@@ -195,7 +258,8 @@ def _runs(ds) -> dict:
 
 
 def plot(ds):
-    """Left: the training loss of every seed in the published window; right: the same runs carried on, on a
+    """Left: the training loss of every seed in the window (the published one at the published settings), with the
+    scalar ODE of each drop overlaid on the first seed (dashed red); right: the same runs carried on, on a
     logarithmic step axis (dashed red: the window's end); dotted: the saddle losses L(M_0) … L(M_D)."""
     import matplotlib.pyplot as plt
 
@@ -204,7 +268,9 @@ def plot(ds):
     window, step, loss = ds.attrs["window"], ds.step.values, ds.train_loss.values
     levels = ds.plateau_theory.values
     fig, (ax, ax_ext) = plt.subplots(1, 2, figsize=(6.6, 3.4))
-    loss_panel(ax, step[:window], loss[:, :window], levels, title=f"published window ({window} steps)")
+    loss_panel(ax, step[:window], loss[:, :window], levels, title=f"{_window_words(ds)} ({window} steps)"
+               if ds.attrs["published"] else _window_words(ds))
+    ax.plot(step[:window], ds.ode_loss.values[:window], color="tab:red", linestyle="--", linewidth=1.1)
     thin = log_thin(len(step))  # a log axis resolves a few thousand samples; this keeps the SVG/PDF small
     loss_panel(ax_ext, step[thin], loss[:, thin], levels, log_steps=True, mark_step=window - 1,
                title=f"extended run ({len(step)} steps)")

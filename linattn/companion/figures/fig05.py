@@ -5,12 +5,16 @@ Two runs, the settings of Figures 1b and 3a with a softmax over the attention sc
 companion's softmax engine, ``linattn.objectives.softmax``). There is no theory for softmax attention: the
 linear-attention saddle losses L(M_0) … L(M_D) of the same covariance (``theory.plateau_losses``) and its minimum L*
 are drawn for reference only. Measured: the flat stretches and drops of each curve (``diagnostics.detect_plateaus``)
-and where it ends. At the published settings the paper's text for ATTN_M, a single drop, is set beside the run as a
-claim (``published.fig5_single_drop_claim``).
+and where it ends; which linear-attention directions each of ATTN_S's drops spans (:func:`directions_per_drop`).
+ATTN_M is trained again at the ``check_seeds`` and at half the learning rate for twice the steps
+(:func:`check_configs`), so that the page can say whether its drops survive another draw and a smaller step. At the
+published settings the paper's text for ATTN_M, a single drop, is set beside the run as a claim
+(``published.fig5_single_drop_claim``, with the checks).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,8 +22,8 @@ import numpy as np
 from ... import diagnostics, theory
 from .. import presets, published
 from ..commands import train_command
-from ..output import MarkdownTable, words as list_words
-from ..runstore import figure_runs
+from ..output import AGREES, DIFFERS, MarkdownTable, prose_text, words as list_words
+from ..runstore import figure_runs, stored_run
 from .attn_s_run import describe
 from .frame import padded, settings_attrs
 
@@ -27,6 +31,26 @@ NAME = "fig05_softmax"
 MODELS = ("attn_m", "attn_s")
 TITLES = {"attn_m": "softmax ATTN_M", "attn_s": "softmax ATTN_S"}
 PAPER = {"attn_m": "one drop", "attn_s": "several drops"}  # what the paper's figure shows of each
+HALF_LR = "half the learning rate"  # the label of the check run at lr/2 (the others: "seed <s>")
+
+
+def check_configs(S: dict) -> list[tuple]:
+    """The ATTN_M check runs of the settings ``S``: ``(label, config)`` for each of ``S["check_seeds"]`` (the run's
+    settings, all its steps, at that seed), then the run's own seed at half the learning rate for
+    ``S["half_lr_epoch"]`` steps (gradient-flow time t/τ = 2η·step: 2k steps at η/2 are k steps at η)."""
+    cfg, = presets.configs(S, run="attn_m")
+    out = [(f"seed {s}", dataclasses.replace(cfg, seed=int(s))) for s in S["check_seeds"]]
+    return out + [(HALF_LR, dataclasses.replace(cfg, lr=cfg.lr / 2, epoch=int(S["half_lr_epoch"])))]
+
+
+def directions_per_drop(found_levels, linear_levels) -> list[list[int]]:
+    """Which eigen-directions each drop between consecutive detected plateaus spans, by linear attention's saddle
+    losses: each plateau is named by the nearest L(M_m) (``linear_levels``: L(M_0) … L(M_D)), and the drop from a
+    plateau named m to one named m' learns e_{m+1} … e_{m'} ([] where both get the same name). Softmax attention has
+    no saddle theory: the linear levels name the plateaus, they do not predict them."""
+    linear = np.asarray(linear_levels, dtype=np.float64)
+    m = [int(np.nanargmin(np.abs(linear - level))) for level in np.asarray(found_levels, dtype=np.float64)]
+    return [list(range(a + 1, b + 1)) for a, b in zip(m[:-1], m[1:])]
 
 
 def settings(preset: str = "paper", **overrides) -> dict:
@@ -44,10 +68,13 @@ def compute(S: dict):
     import xarray as xr
 
     runs = {key: run for key in MODELS for run in figure_runs(S, run=key)}
+    checks = [(label, stored_run(cfg)) for label, cfg in check_configs(S)]
     losses = [runs[k].history.train_loss for k in MODELS]
+    check_found = [diagnostics.detect_plateaus(r.history.train_loss) for _, r in checks]
+    n_check = max([1] + [len(p.levels) for p in check_found])
     found = [diagnostics.detect_plateaus(L) for L in losses]
     levels = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in runs.values()]
-    steps = max((r.history.step for r in runs.values()), key=len)
+    steps = max([r.history.step for r in runs.values()] + [r.history.step for _, r in checks], key=len)
     n_plateaus = max(1, max(len(p.levels) for p in found))
     ds = xr.Dataset(
         {"train_loss": (("model", "step"), padded(losses, len(steps))),
@@ -59,13 +86,25 @@ def compute(S: dict):
          "final_loss": ("model", [float(L[-1]) for L in losses]),
          "wall_time": ("model", [float(r.wall_time) for r in runs.values()]),
          "plateau_theory": (("model", "m"), padded(levels, max(len(v) for v in levels))),
-         "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in runs.values()])},
+         "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in runs.values()]),
+         "check_loss": (("check", "step"), padded([r.history.train_loss for _, r in checks], len(steps))),
+         "check_plateau_level": (("check", "check_plateau"), padded([p.levels for p in check_found], n_check)),
+         "check_drop_step": (("check", "check_drop"), padded([p.drop_steps for p in check_found], n_check - 1)),
+         "check_drops": ("check", [len(p.drop_steps) for p in check_found]),
+         "check_seed": ("check", [r.config.seed for _, r in checks]),
+         "check_lr": ("check", [r.config.lr for _, r in checks]),
+         "check_epoch": ("check", [r.config.epoch for _, r in checks]),
+         "check_wall_time": ("check", [float(r.wall_time) for _, r in checks])},
         coords={"model": list(MODELS), "step": steps, "plateau": np.arange(n_plateaus),
-                "drop": np.arange(1, n_plateaus), "m": np.arange(max(len(v) for v in levels))},
+                "drop": np.arange(1, n_plateaus), "m": np.arange(max(len(v) for v in levels)),
+                "check": [label for label, _ in checks], "check_plateau": np.arange(n_check),
+                "check_drop": np.arange(1, n_check)},
         attrs=settings_attrs(S, engine=runs["attn_m"].engine, seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in runs.items()}))
     ds.attrs.update(published=int(presets.is_published(NAME, S)),
-                    commands="\n".join(train_command(runs[k].config) for k in MODELS))
+                    commands="\n".join(train_command(runs[k].config) for k in MODELS),
+                    check_commands="\n".join(train_command(r.config) for _, r in checks))
+    ds.check_loss.attrs["description"] = "ATTN_M's check runs: other seeds, and half the learning rate"
     ds.train_loss.attrs["description"] = "training loss (NaN past the end of the shorter run)"
     ds.plateau_theory.attrs["description"] = "linear attention's saddle losses L(M_m), for reference only"
     return ds
@@ -85,15 +124,26 @@ def _found(ds, model: str):
                            ends=m.plateau_end.values[:n], drop_steps=m.drop_step.values[:int(m.drops)])
 
 
+def checks(ds) -> list[dict]:
+    """ATTN_M's check runs as ``published.fig5_single_drop_claim`` takes them: label, drops found, their steps, the
+    step scale (the run's learning rate over the main run's) and the last loss."""
+    lr = float(_runs(ds)["attn_m"]["lr"])
+    return [dict(label=str(c), drops=int(ds.check_drops.sel(check=c)),
+                 drop_steps=ds.check_drop_step.sel(check=c).values[:int(ds.check_drops.sel(check=c))],
+                 step_scale=float(ds.check_lr.sel(check=c)) / lr,
+                 final=float(ds.check_loss.sel(check=c).dropna("step")[-1])) for c in ds.check.values]
+
+
 def claims(ds) -> list:
     """The paper's text set beside the run — softmax ATTN_M falls in a single drop — with a verdict and the reason
-    in numbers from the run (only at the published settings: [] otherwise)."""
-    return [published.fig5_single_drop_claim(_found(ds, "attn_m"))] if ds.attrs["published"] else []
+    in numbers from the run and its checks (only at the published settings: [] otherwise)."""
+    return [published.fig5_single_drop_claim(_found(ds, "attn_m"), checks(ds))] if ds.attrs["published"] else []
 
 
 def numbers(ds) -> list[dict]:
-    """``numbers.json``: the drops detected and the final loss of each model (beside the linear-attention L*); at
-    the published settings ATTN_M's count is the paper's claim, with its verdict, in place of the plain row."""
+    """``numbers.json``: the drops detected and the final loss of each model (beside the linear-attention L*), and
+    the drops of each ATTN_M check run; at the published settings ATTN_M's count is the paper's claim, with its
+    verdict, in place of the plain row, and each check's count is the same claim at another seed or step size."""
     runs, rows = _runs(ds), []
     for key in MODELS:
         rows.append(dict(key=f"drops.{key}", quantity=f"{TITLES[key]}: drops detected",
@@ -101,21 +151,44 @@ def numbers(ds) -> list[dict]:
         rows.append(dict(key=f"final_loss.{key}",
                          quantity=f"{TITLES[key]}: final loss (P = {runs[key]['trainset_size']})",
                          theory=ds.loss_star.sel(model=key), reproduced=ds.final_loss.sel(model=key)))
+    paper = published.FIG5_ATTN_M_DROPS if ds.attrs["published"] else None
+    for c in ds.check.values:  # at the published settings each check is the paper's claim again, with its verdict
+        n = int(ds.check_drops.sel(check=c))
+        rows.append(dict(key=f"drops.attn_m.check.{published.slug(str(c))}",
+                         quantity=f"{TITLES['attn_m']}, {_check_words(ds, c)}: drops detected"
+                                  + (" (the paper's text: a single drop)" if paper else ""),
+                         paper=paper, reproduced=n,
+                         verdict=None if paper is None else AGREES if n == paper else DIFFERS))
     made = claims(ds)
     claimed = {c.counted for c in made}  # a count the paper's text states is written once: as its claim
     return [r for r in rows if r["quantity"] not in claimed] + [c.row() for c in made]
 
 
+def _check_words(ds, c) -> str:
+    """A check run in words: "seed 11, 3001 steps" or "half the learning rate (0.016), 6001 steps"."""
+    lr = float(ds.check_lr.sel(check=c))
+    what = f"{c} ({prose_text(lr)})" if str(c) == HALF_LR else str(c)
+    return f"{what}, {int(ds.check_epoch.sel(check=c))} steps"
+
+
 def table(ds) -> MarkdownTable:
     """Each model's drops and final loss beside the linear-attention L* (and, at the published settings, what the
-    paper's figure shows)."""
+    paper's figure shows), then a row for each ATTN_M check run (its drops, their steps)."""
     rows = []
     for key in MODELS:
         final, L_star = float(ds.final_loss.sel(model=key)), float(ds.loss_star.sel(model=key))
+        p = _found(ds, key)
         rows.append(dict(model=TITLES[key], paper=PAPER[key], drops=int(ds.drops.sel(model=key)), L_star=L_star,
+                         steps=list_words(np.round(p.drop_steps)),
                          final=f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"))
-    columns = {"model": "", "paper": "paper", "drops": "drops detected in this run", "final": "final loss, this run",
-               "L_star": "linear-attention $L^*$"}
+    for c in ds.check.values:
+        n = int(ds.check_drops.sel(check=c))
+        rows.append(dict(model=f"{TITLES['attn_m']}, {_check_words(ds, c)}", paper=PAPER["attn_m"], drops=n,
+                         steps=list_words(np.round(ds.check_drop_step.sel(check=c).values[:n])),
+                         final=f"{float(ds.check_loss.sel(check=c).dropna('step')[-1]):.4f}",
+                         L_star=float(ds.loss_star.sel(model="attn_m"))))
+    columns = {"model": "", "paper": "paper", "drops": "drops detected in this run", "steps": "at steps",
+               "final": "final loss, this run", "L_star": "linear-attention $L^*$"}
     if not ds.attrs["published"]:
         del columns["paper"]
     return MarkdownTable(rows, columns)
@@ -165,6 +238,55 @@ def _reading(ds) -> str:
     return text
 
 
+def _subscript(d: int) -> str:
+    return "e" + str(d).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+
+
+def _directions_words(ds) -> str:
+    """Softmax ATTN_S's drops, each with the linear-attention directions it spans (:func:`directions_per_drop`),
+    its step, and, where one drop spans several, its fall beside the sum of linear attention's drops
+    L(M_a) − L(M_b) = Σ λ_d/c_d over them; at the published settings, the step of the last direction beside the
+    published linear-attention curves of Figure 3a."""
+    p = _found(ds, "attn_s")
+    linear = ds.plateau_theory.sel(model="attn_s").dropna("m").values
+    spans = directions_per_drop(p.levels, linear)
+    if not spans:
+        return "The detector finds no drop in softmax ATTN_S's loss."
+    items = []
+    for k, (dirs, step) in enumerate(zip(spans, p.drop_steps)):
+        fall = p.levels[k] - p.levels[k + 1]
+        named = " and ".join(_subscript(d) for d in dirs) if dirs else "no new direction"
+        item = f"at step {step:.0f} {named}{' together' if len(dirs) > 1 else ''}"
+        if len(dirs) > 1:
+            item += (f" (it falls {fall:.3f}, from {p.levels[k]:.3f} to {p.levels[k + 1]:.3f}; linear attention's "
+                     + " + ".join(f"λ{d}/c{d}".translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")) for d in dirs)
+                     + f" = {linear[dirs[0] - 1] - linear[dirs[-1]]:.3f})")
+        items.append(item)
+    learned = sorted(d for dirs in spans for d in dirs)
+    D = len(linear) - 1
+    text = (f"Named by the nearest of linear attention's saddle losses, softmax ATTN_S's {_count(len(spans), 'drop')} "
+            f"learn {'; '.join(items)}: {_count(len(spans), 'drop')} for {_count(len(learned), 'direction')}, not "
+            f"one drop per direction.")
+    if ds.attrs["published"] and learned and learned[-1] == D and D == len(published.FIG3A_CROSSINGS):
+        last = next(step for dirs, step in zip(spans, p.drop_steps) if D in dirs)
+        low, high, beyond = published.fig3a_drop_span(D)
+        text += (f" The last direction, {_subscript(D)}, comes at step {last:.0f}; the published linear-attention "
+                 f"curves of Figure 3a (the same settings without the softmax, at the published learning rate) "
+                 f"learn it between steps {low:.0f} and {high:.0f}"
+                 + (f", {_count(beyond, 'curve')} not within the window" if beyond else "") + ".")
+    return text
+
+
+def _checks_words(ds) -> str:
+    """What ATTN_M's check runs show and what they cost, in words."""
+    if not ds.sizes["check"]:
+        return ""
+    claim = published.check_words(int(ds.drops.sel(model="attn_m")), checks(ds))
+    seconds = float(ds.check_wall_time.sum())
+    return (f"{claim} The {_count(ds.sizes['check'], 'check run')} trained in {prose_text(seconds)} s in all on the "
+            "machine that built this page.")
+
+
 def _describe(run: dict) -> str:
     return describe(run) + ("" if run["softmax"] else ", without the softmax (linear attention)")
 
@@ -178,25 +300,39 @@ def words(ds) -> dict:
     if _shoulder(ds) and s > 1:
         lead += ("; at the published sizes ATTN_S learns in a staircase, as linear attention does, and ATTN_M in one "
                  "fall that pauses on a shoulder (the paper describes a single drop)")
+        draws = [c for c in checks(ds) if c["step_scale"] == 1]
+        if draws and all(c["drops"] == published.FIG5_ATTN_M_DROPS for c in draws):
+            lead += (f", but at the {_count(len(draws), 'other seed')} checked ATTN_M falls in a single drop, as the "
+                     "paper describes: the shoulder belongs to this draw")
     paper = presets.PRESETS[NAME]["paper"]
     return dict(lead_result=lead + ".", n=runs["attn_s"]["seq_len"], P_s=runs["attn_s"]["trainset_size"],
                 ms_per_step=f"{1e3 * float(ds.wall_time.sel(model='attn_s')) / runs['attn_s']['epoch']:.2g} ms",
                 settings_m=_describe(runs["attn_m"]), settings_s=_describe(runs["attn_s"]),
                 paper_lrs=list_words([paper[k]["lr"] for k in MODELS]),
-                detected=" ".join(_detected(ds, k, k == MODELS[0]) for k in MODELS), reading=_reading(ds))
+                detected=" ".join(_detected(ds, k, k == MODELS[0]) for k in MODELS), reading=_reading(ds),
+                directions=_directions_words(ds), checks=_checks_words(ds),
+                caption_lead=published.caption_lead("Figure 5", bool(ds.attrs["published"])))
 
 
 def plot(ds):
     """The training loss of each model (left ATTN_M, right ATTN_S) with the linear-attention saddle losses of the
-    same covariance, dotted, for reference."""
+    same covariance, dotted, for reference; on the left, in grey, ATTN_M's check runs (other seeds solid, half the
+    learning rate dashed and drawn at half its step: the same gradient-flow time)."""
     import matplotlib.pyplot as plt
 
     from ..plotting import plateau_labels, plot_loss_with_theory
 
     fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.2))
+    lr = float(_runs(ds)["attn_m"]["lr"])
     for ax, key in zip(axes, MODELS):
         loss = ds.train_loss.sel(model=key).dropna("step")
         levels = ds.plateau_theory.sel(model=key).dropna("m").values
+        if key == "attn_m":
+            for c in ds.check.values:
+                check = ds.check_loss.sel(check=c).dropna("step")
+                scale = float(ds.check_lr.sel(check=c)) / lr
+                ax.plot(check.step.values * scale, check.values, color="0.6", linewidth=0.9,
+                        linestyle="--" if scale != 1 else "-")
         plot_loss_with_theory(ax, loss.step.values, [(loss.values, None, dict(color="black"))], levels=levels,
                               level_labels=plateau_labels(len(levels)), legend=False)
         ax.set_title(TITLES[key])

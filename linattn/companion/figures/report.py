@@ -2,7 +2,8 @@
 
 Each row is filed by what it carries, never by its wording (:func:`linattn.companion.published.report_group`):
 a *reading* of a published image (a verdict and a tolerance), a *claim* of the paper's text (a verdict, no
-tolerance), an *estimate* (an order-of-magnitude theory value, not judged) or *other*; every row gets an error
+tolerance), a *check* of our own run (a verdict with no published value beside it: the phase diagram's settling
+criterion), an *estimate* (an order-of-magnitude theory value, not judged) or *other*; every row gets an error
 (:func:`linattn.companion.output.compare_row`). The report's own rows are keyed ``<figure>.<the row's key>``.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from .. import published
 from ..notebooks import discover
-from ..output import AGREES, DIFFERS, NOT_COMPARABLE, NUMBER_FIELDS, MarkdownTable, compare_row
+from ..output import AGREES, DIFFERS, NOT_COMPARABLE, NUMBER_FIELDS, WITHIN_NOISE, MarkdownTable, compare_row
 
 NAME = "beyond_error_table"
 COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error"]
@@ -56,12 +57,16 @@ def reading_pages(report: dict) -> list[str]:
 
 
 def summary(report: dict, preset: str) -> str:
-    """The page's opening: readings per published figure, each claim, all verdicts, estimates and the rest."""
+    """The page's opening: readings per published figure, each claim, all verdicts, our own checks, estimates and
+    the rest."""
     groups, lines = report["groups"], []
     for page in reading_pages(report):
-        agree, total = published.counts([r for r in groups["reading"] if r["page"] == page])
+        rows = [r for r in groups["reading"] if r["page"] == page]
+        agree, total = published.counts(rows)
+        noise = sum(r["verdict"] == WITHIN_NOISE for r in rows)
         lines.append(f"* **{page}: {agree} of {total} readings agree** with ours within a pixel (or the reading's own "
-                     f"±); {total - agree} differ.")
+                     "±)" + (f", {noise} of them only within the sampling error of a loss" if noise else "")
+                     + f"; {total - agree} differ.")
     if not groups["reading"]:
         lines.append("* No figure ran at the published settings of Figures 1b, 3a and 14, so no published reading is "
                      "compared at this preset.")
@@ -74,8 +79,10 @@ def summary(report: dict, preset: str) -> str:
                      "judged at this preset.")
     judged = groups["reading"] + groups["claim"]
     if judged:
-        lines.append(f"* **In all, {sum(r['verdict'] == AGREES for r in judged)} of {len(judged)} verdicts agree** "
+        lines.append(f"* **In all, {published.counts(judged)[0]} of {len(judged)} verdicts agree** "
                      f"({_count(len(groups['reading']), 'reading')} and {_count(len(groups['claim']), 'claim')}).")
+    for r in groups["check"]:
+        lines.append(f"* {r['page']}, a check of our own run, not of the paper: {r['quantity']} — {r['verdict']}.")
     other = [r for r in groups["other"] if r["kind"] != NOT_COMPARABLE]
     lines.append(f"* {_count(len(groups['estimate']), 'estimate')} (order of magnitude only) listed apart, not "
                  "judged.")
@@ -91,8 +98,9 @@ def _count(n: int, noun: str) -> str:
 
 
 def tables(report: dict) -> dict:
-    """The page's tables by section: ``readings`` (one per published figure), ``claims``, ``estimates``,
-    ``other`` and ``counts`` (how many rows of each kind, and why the rest are not comparable)."""
+    """The page's tables by section: ``readings`` (one per published figure), ``claims``, ``checks`` (of our own
+    runs), ``estimates``, ``other`` and ``counts`` (how many rows of each kind, and why the rest are not
+    comparable)."""
     groups = report["groups"]
     reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
                        "error": "difference (size)", "tolerance": "tolerance", "verdict": "verdict"}
@@ -108,17 +116,22 @@ def tables(report: dict) -> dict:
     other = MarkdownTable(groups["other"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                             "theory": "theory", "reproduced": "ours", "error": "error",
                                             "relative": "relative"}, {"relative": ".2g"})
-    return {"readings": readings, "claims": claims if groups["claim"] else None, "estimates": estimates,
-            "other": other, "counts": _counts(report)}
+    checks = MarkdownTable(groups["check"], {"page": "page", "quantity": "quantity", "reproduced": "ours",
+                                             "tolerance": "tolerance", "verdict": "verdict"})
+    return {"readings": readings, "claims": claims if groups["claim"] else None,
+            "checks": checks if groups["check"] else None, "estimates": estimates, "other": other,
+            "counts": _counts(report)}
 
 
 def _counts(report: dict) -> MarkdownTable:
     groups, rows = report["groups"], report["rows"]
     reasons = Counter(r["error"].split(" (")[0] for r in groups["other"] if r["kind"] == NOT_COMPARABLE)
     counted = [("readings that agree", sum(r["verdict"] == AGREES for r in groups["reading"])),
+               ("readings within sampling error", sum(r["verdict"] == WITHIN_NOISE for r in groups["reading"])),
                ("readings that differ", sum(r["verdict"] == DIFFERS for r in groups["reading"])),
                ("claims of the paper's text that agree", sum(r["verdict"] == AGREES for r in groups["claim"])),
                ("claims of the paper's text that differ", sum(r["verdict"] == DIFFERS for r in groups["claim"])),
+               ("checks of our own runs (no published value)", len(groups["check"])),
                ("estimates (not judged)", len(groups["estimate"])),
                ("other numbers with a relative error", sum(r["kind"] == "relative" for r in groups["other"])),
                ("other numbers with an absolute error only", sum(r["kind"] == "absolute" for r in groups["other"]))]
