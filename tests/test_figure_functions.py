@@ -697,11 +697,14 @@ def test_figA_init_scale_at_settings_the_paper_never_used():
     for k, small in (("attn_m", [1e-6, 1e-3]), ("attn_s", [0.02, 0.04])):
         steps = [float(ds.drop_step.sel(model=k, init=i)) for i in small]
         assert np.all(np.isfinite(steps)) and steps[0] > steps[1]
-    # ATTN_M's theory drop is the same rule on its population loss from the same start; ATTN_S has only an estimate
-    assert np.isfinite(ds.drop_step_theory.sel(model="attn_m", init=[1e-6, 1e-3])).all()
-    assert np.isnan(ds.drop_step_theory.sel(model="attn_s")).all()
-    assert all(rows[f"drop_step.attn_s.init_{i}"].get("verdict") == "estimate only" for i in ("0_02", "0_04"))
-    assert all("verdict" not in rows[f"drop_step.attn_m.init_{i}"] for i in ("1e_06", "0_001"))
+    # both models' theory drop is the same rule on the population loss from the same start (P = 200 here, so the run
+    # may differ from it by its sampling error, but not by a factor); ATTN_S's one-head escape time is an estimate
+    for k, small in (("attn_m", [1e-6, 1e-3]), ("attn_s", [0.02, 0.04])):
+        ratio = ds.drop_step.sel(model=k, init=small) / ds.drop_step_theory.sel(model=k, init=small)
+        assert np.all((ratio > 0.5) & (ratio < 2.0))
+    assert all(rows[f"drop_step_estimate.attn_s.init_{i}"].get("verdict") == "estimate only" for i in ("0_02", "0_04"))
+    assert all("verdict" not in rows[f"drop_step.{k}.init_{i}"] for k, i in (("attn_m", "1e_06"), ("attn_m", "0_001"),
+                                                                              ("attn_s", "0_02")))
     assert rows["law.attn_s"]["reproduced"] == pytest.approx(-1.0, abs=0.2)
     assert rows["law.attn_m"]["reproduced"] == pytest.approx(rows["law.attn_m"]["theory"], rel=0.3)
     said = figA_init_scale.words(ds)
