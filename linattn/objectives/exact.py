@@ -106,6 +106,8 @@ class Exact(ExactEngine, Objective):
     """
 
     def __init__(self, moments: Moments, dtype=torch.float64, kernel: str = "native"):
+        # the compiled loop reads E[yT] and E[TTᵀ] as dense arrays (the population moments come as a transposed view)
+        moments.yT, moments.TT = moments.yT.contiguous(), moments.TT.contiguous()
         self.moments = moments
         self.dtype = dtype
         self.kernel = kernel  # "native": gradient descent may take compiled_steps(); "torch": value_and_grad only

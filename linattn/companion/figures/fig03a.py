@@ -23,7 +23,7 @@ from ... import diagnostics, theory
 from ...config import RunConfig
 from .. import presets, published
 from ..commands import train_command
-from ..output import ESTIMATE, MarkdownTable, median_and_range, words as list_words
+from ..output import ESTIMATE, MarkdownTable, median_and_range, prose_text, words as list_words
 from ..runstore import figure_runs, stored_run
 from .attn_s_run import describe
 from .frame import settings_attrs
@@ -43,7 +43,9 @@ def compute(S: dict):
     NaN where it never comes), the same for the runs drawn from linattn's streams (``drop_step_streams``), the
     level of the flat stretch at each saddle within the window (``plateau_level``: seed × m, NaN where none sits
     there), the directions learned within the window and the final loss; the theory's saddle losses
-    (``plateau_theory``: m), eigenvalues and escape-time estimates (``drop_step_theory``: direction)."""
+    (``plateau_theory``: m), eigenvalues, each seed's drop steps predicted by the population gradient descent from
+    its own initial weights (``drop_step_predicted``: seed × direction, ``diagnostics.predicted_drop_steps``) and the
+    closed-form escape-time estimates (``drop_step_theory``: direction, an order of magnitude)."""
     import xarray as xr
 
     window, horizon = S["epoch"], presets.horizons(S)
@@ -57,6 +59,7 @@ def compute(S: dict):
                for s in S["seeds"]]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=cfg.rank, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
+    predicted = [diagnostics.predicted_drop_steps(r.config, r.init, cov, horizon=horizon) for r in runs]
     in_window = [dataclasses.replace(r.config, epoch=window) for r in runs]  # the commands of the window
     plateaus = [diagnostics.saddle_levels(L[:window], levels) for L in loss]
     ds = xr.Dataset(
@@ -72,6 +75,7 @@ def compute(S: dict):
          "directions_extended": ("seed", [diagnostics.directions_learned(L, levels, step) for L in loss]),
          "plateau_theory": ("m", levels),
          "eigenvalue": ("direction", theory.spectrum(cov)[0]),
+         "drop_step_predicted": (("seed", "direction"), predicted),
          "drop_step_theory": ("direction", estimate)},
         coords={"seed": list(S["seeds"]), "step": step, "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
         attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seeds"],
@@ -163,6 +167,11 @@ def numbers(ds) -> list[dict]:
     for d in ds.direction.values:
         t = ds.drop_step.sel(direction=d).values
         t = t[np.isfinite(t)]
+        rows.append(dict(key=f"drop_step_predicted.median.d{d}",
+                         quantity=f"step of drop {d}, median over {t.size} seeds (theory: population gradient descent "
+                                  "from each seed's own initial weights, median)",
+                         theory=float(np.nanmedian(ds.drop_step_predicted.sel(direction=d))),
+                         reproduced=float(np.median(t)) if t.size else None))
         rows.append(dict(key=f"drop_step.median.d{d}",
                          quantity=f"step of drop {d}, median over {t.size} seeds (theory: escape-time estimate "
                                   f"τ/(λ_{d}² v₀), an order of magnitude only)",
@@ -185,12 +194,14 @@ def summary(ds) -> str:
 
 def drop_table(ds) -> MarkdownTable:
     """Each drop's median step and range over the seeds, with the authors' draws and with linattn's streams,
-    beside the escape-time estimate."""
+    beside the prediction from each seed's own initial weights and the closed-form escape-time estimate."""
     return MarkdownTable(
         [dict(drop=int(d), reference=median_and_range(ds.drop_step.sel(direction=d)),
+              predicted=median_and_range(ds.drop_step_predicted.sel(direction=d)),
               streams=median_and_range(ds.drop_step_streams.sel(direction=d)),
               estimate=float(ds.drop_step_theory.sel(direction=d))) for d in ds.direction.values],
-        {"drop": "drop", "reference": "reference draws: median (range)", "streams": "own streams: median (range)",
+        {"drop": "drop", "reference": "reference draws: median (range)",
+         "predicted": "predicted, same starts: median (range)", "streams": "own streams: median (range)",
          "estimate": "escape-time estimate"}, {"estimate": ".0f"})
 
 
@@ -226,8 +237,19 @@ def words(ds) -> dict:
                 window=ds.attrs["window"], horizon=ds.attrs["horizon"],
                 tol=diagnostics.rest_band_words(ds.attrs["band"]),
                 escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds),
+                predicted=_predicted_words(ds),
                 caption_lead=published.caption_lead("Figure 3a", bool(ds.attrs["published"])),
                 window_words=_window_words(ds), reached=_reached_words(ds), ode=_ode_words(ds))
+
+
+def _predicted_words(ds) -> str:
+    """How each seed's drop steps compare with those predicted from its own initial weights, in words."""
+    ratio = (ds.drop_step / ds.drop_step_predicted).values
+    ratio = ratio[np.isfinite(ratio)]
+    if not ratio.size:
+        return "no drop was both made and predicted within the extended run"
+    return (f"each seed's drops come at {prose_text(ratio.min(), 2)} to {prose_text(ratio.max(), 2)} times the steps "
+            "predicted from its own initial weights")
 
 
 def _reached_words(ds) -> str:
