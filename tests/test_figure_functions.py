@@ -170,7 +170,7 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert "Run again with other draws, ATTN_M shows: seed 11" in fig05.claims(ds)[0].reason
     check = rows["drops.attn_m.check.seed_11"]  # each check is the claim again, judged on its own count
     assert check["paper"] == 1 and check["verdict"] == ("agrees" if check["reproduced"] == 1 else "differs")
-    assert fig05.words(ds)["caption_lead"].startswith("The paper’s Figure 5, reproduced")
+    assert fig05.words(ds)["caption_lead"].startswith("The paper's Figure 5, reproduced")
 
 
 def test_fig05_names_each_drop_by_the_directions_it_spans():
@@ -305,7 +305,7 @@ def test_fig03a_at_settings_the_paper_never_used(fig03_runs):
         first = int(np.flatnonzero(np.isfinite(ode))[0])
         assert first < drops[np.isfinite(drops)].max()
     said = fig03a.words(ds)
-    assert said["caption_lead"].startswith("Figure 3a’s experiment at other settings")
+    assert said["caption_lead"].startswith("Figure 3a's experiment at settings of our own")
     assert said["window_words"] == "first 300 steps"
     assert "H = 4 heads" in said["settings"] and "D = 3" in said["settings"] and said["D"] == 3
     assert said["streams"].startswith(("the drop steps", "no drop"))

@@ -692,11 +692,10 @@ def number_rows(rows: list[dict]) -> list[dict]:
 
 
 def caption_lead(figure: str, at_published: bool) -> str:
-    """How a figure's caption begins: "The paper’s Figure 3a, reproduced:" only at the published settings
-    (``presets.is_published``), else "Figure 3a’s experiment at other settings than the paper’s:" (a re-run at other
+    """How a figure's caption begins, for every figure page: "The paper's Figure 3a, reproduced" only at the published
+    settings (``presets.is_published``), else "Figure 3a's experiment at settings of our own" (a re-run at other
     knobs is not the paper's figure)."""
-    return (f"The paper’s {figure}, reproduced:" if at_published
-            else f"{figure}’s experiment at other settings than the paper’s:")
+    return f"The paper's {figure}, reproduced" if at_published else f"{figure}'s experiment at settings of our own"
 
 
 def paper_name(title: str) -> str:

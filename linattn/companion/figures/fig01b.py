@@ -119,8 +119,7 @@ def words(ds) -> dict:
                 half_drop_population=float(ds.half_drop_step_theory.sel(model="attn_m")),
                 half_drop_estimate=float(ds.half_drop_step_estimate.sel(model="attn_m")),
                 lag_matched=lag_behind_attn_m(ds, "mlp_matched_init"), lag_own=lag_behind_attn_m(ds, "mlp_own_init"),
-                caption_lead=("The paper's Figure 1b, reproduced" if ds.attrs["published"]
-                              else "Figure 1b's experiment at settings of our own"),
+                caption_lead=published.caption_lead("Figure 1b", bool(ds.attrs["published"])),
                 gap_matched=float(np.abs(ds.train_loss.sel(model="attn_m")
                                          - ds.train_loss.sel(model="mlp_matched_init")).max()))
 

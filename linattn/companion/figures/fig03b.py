@@ -153,9 +153,7 @@ def words(ds) -> dict:
                f"to 90 % of the final value, {join(each)}")
     else:
         ode = "no rise was measured in this run, so there is none to set beside it"
-    lead = ("The paper's Figure 3b, reproduced" if ds.attrs["published"]
-            else "Figure 3b's measurement at settings of our own")
-    return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode, caption_lead=lead,
+    return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode, caption_lead=published.caption_lead("Figure 3b", bool(ds.attrs["published"])),
                 rise_factor=f"{events.RISE_FACTOR:g}",
                 settings=describe(run), final_values=list_words(np.round(ds.final_value_theory.values, 3)))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import diagnostics, events, theory
-from .. import presets
+from .. import presets, published
 from ..output import MarkdownTable, by_sign
 from .attn_s_run import describe, seed_run
 from .frame import settings_attrs
@@ -159,8 +159,7 @@ def words(ds) -> dict:
     before = sum(t.endswith("before the drop") for t in timing)
     return dict(rank=run["rank"], seed=run["seed"], H=H, D=D, spare=heads, aligned=ds.attrs["aligned"],
                 lags=lag_words, before=f"{before} of the {int(np.isfinite(lag).sum())}",
-                caption_lead=("The paper's Figure 3c, reproduced" if ds.attrs.get("published")
-                              else "Figure 3c's measurement at settings of our own"),
+                caption_lead=published.caption_lead("Figure 3c", bool(ds.attrs.get("published"))),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
 
 

@@ -300,8 +300,7 @@ def words(ds) -> dict:
                horizons=_join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
                enough=(f"long enough for every rank to learn all {D} directions" if not short else
                        f"not long enough for R = {list_words(short)} to learn all {D} directions"),
-               caption=("The paper's Figure 4, reproduced" if ds.attrs["published"] else
-                        "Rank-R ATTN_S at other than the published settings"),
+               caption=published.caption_lead("Figure 4", bool(ds.attrs["published"])),
                rests=rests_text(ds),
                setting_note=("These are the published settings (seed 10 is the reference's default seed; the paper "
                              "does not say which seed it used)." if ds.attrs["published"] else

@@ -126,8 +126,7 @@ def words(ds) -> dict:
                      "This run is not at the published settings, so no published reading is drawn.")
     return dict(n_panels=len(cs), landmark_note=landmark_note, L_star=float(ds.loss_star), epoch=run["epoch"],
                 iwl_course=in_weight_course(ds),
-                caption_lead=("The paper's Figure 14, reproduced" if ds.attrs["published"]
-                              else "Figure 14's experiment at settings of our own"),
+                caption_lead=published.caption_lead("Figure 14", bool(ds.attrs["published"])),
                 paper_epoch=presets.PRESETS[NAME]["paper"]["epoch"], c_values=list_words(cs),
                 settings=describe(run) + (", white input covariance" if run["white_cov"] else "")
                 + f", test sets of {run['testset_size']} sequences each")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import diagnostics, theory
-from .. import presets
+from .. import presets, published
 from ..output import MarkdownTable, words as list_words
 from .fig04 import extra_long_rests, rests_text
 from .frame import settings_attrs
@@ -135,8 +135,7 @@ def words(ds) -> dict:
     return dict(H=S["head_num"], D=ds.sizes["m"] - 1, ranks=list_words(ranks),
                 band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
                 settings=describe(S, ranks=ranks),
-                caption=("The paper's Figure 12, an appendix figure, reproduced" if ds.attrs["published"] else
-                         "Rank-R ATTN_S at other than the published settings"),
+                caption=published.caption_lead("Figure 12", bool(ds.attrs["published"])),
                 setting_note=("These are Figure 4's published settings, with the paper's appendix ranks."
                               if ds.attrs["published"] else
                               "These are not the settings of the paper's figure."))
