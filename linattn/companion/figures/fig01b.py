@@ -82,8 +82,9 @@ def comparison(ds) -> list[dict]:
     if not ds.attrs["published"]:
         return []
     loss = ds.train_loss
+    P = _runs(ds)["attn_m"]["trainset_size"]  # a loss reading's sampling error is that of P sequences
     return published.fig1b_comparison(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
-                                      float(ds.loss_star), ds.step.values)
+                                      float(ds.loss_star), ds.step.values, P=P)
 
 
 def numbers(ds) -> list[dict]:

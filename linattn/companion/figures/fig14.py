@@ -68,7 +68,10 @@ def _slug(c: float) -> str:
 
 def comparison(ds) -> list[dict]:
     """Each published panel's landmarks beside ours (only at the published settings: [] otherwise)."""
-    return published.fig14_comparison(curves(ds), ds.step.values) if ds.attrs["published"] else []
+    if not ds.attrs["published"]:
+        return []
+    run = next(iter(_runs(ds).values()))  # the readings' sampling error: that of the smaller of the two sets
+    return published.fig14_comparison(curves(ds), ds.step.values, P=min(run["trainset_size"], run["testset_size"]))
 
 
 def numbers(ds) -> list[dict]:
