@@ -36,6 +36,7 @@ arXiv:2405.11751).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -450,8 +451,11 @@ def compute_escape(S: dict, client=None, *, out=None):
     """ATTN_S's drops across the initialisation scales ``inits_s`` and ``seeds`` (``attn_s``), trained through
     ``linattn sweep``'s engine (``sweeps.sweep``, on ``client`` or a local cluster of ``workers`` processes; ``out``:
     its folder, by default in the run store), with the
-    theory's escape time of each drop (``law``: init × direction, ``theory.attn_s_drop_steps``), the fitted
-    exponent of each drop's step in the initialisation scale and the median ratio of simulated to theory's step."""
+    theory's escape time of each drop (``law``: init × direction, ``theory.attn_s_drop_steps``, one head: an order of
+    magnitude), the drops predicted for each cell from its own initial weights, every head included (``predicted``:
+    init × seed × direction, ``diagnostics.predicted_drop_steps``; ``predicted_ratio``: the median simulated over
+    predicted step of each drop), the fitted exponent of each drop's step in the initialisation scale and the median
+    ratio of simulated to the estimate's step."""
     from ..runstore import default_root
     from ..sweeps import sweep
 
@@ -465,7 +469,13 @@ def compute_escape(S: dict, client=None, *, out=None):
     law = np.array([theory.attn_s_drop_steps(cov, base.N, lr=base.lr, init=i, rank=base.rank,
                                              head_num=base.head_num, init_scheme=base.init_scheme,
                                              normalize=base.normalize) for i in inits])
-    escape["law"] = (("init", "direction"), law[:, :escape.sizes["direction"]])
+    D = escape.sizes["direction"]
+    escape["law"] = (("init", "direction"), law[:, :D])
+    escape["predicted"] = (("init", "seed", "direction"), [[_predicted(base, i, s)[:D] for s in escape.seed.values]
+                                                           for i in escape.init.values])
+    escape["predicted_ratio"] = ("direction", [float(np.nanmedian(r)) if np.isfinite(r).any() else np.nan for r in
+                                               (escape.drop_step / escape.predicted).transpose("direction", ...).values
+                                               .reshape(D, -1)])
     exponent, ratio = [], []
     for d in escape.direction.values:
         steps = escape.drop_step.sel(direction=d)
@@ -478,6 +488,13 @@ def compute_escape(S: dict, client=None, *, out=None):
     escape["ratio"] = ("direction", ratio)
     escape.attrs["head_num"] = base.head_num  # the escape-time estimate is for one head
     return escape
+
+
+def _predicted(base: RunConfig, init: float, seed: int) -> np.ndarray:
+    """The drops predicted for the escape sweep's cell (``init``, ``seed``) from its own initial weights."""
+    cfg = dataclasses.replace(base, init=float(init), seed=int(seed))
+    data, weights = draw(cfg)
+    return diagnostics.predicted_drop_steps(cfg, weights, data.cov)
 
 
 def escape_command(S: dict) -> str:
@@ -549,6 +566,9 @@ def numbers(ds, escape=None) -> list[dict]:
                          "initialisation scale", theory=-1.0, reproduced=_finite(escape.exponent.sel(direction=d))))
         rows.append(dict(key=f"escape.ratio.drop{d}", quantity=f"drop {d}: median simulated step / the one-head "
                          "escape-time estimate", reproduced=_finite(escape.ratio.sel(direction=d))))
+        rows.append(dict(key=f"escape.predicted_ratio.drop{d}", quantity=f"drop {d}: median simulated step / the "
+                         "step predicted from each run's own initial weights",
+                         reproduced=_finite(escape.predicted_ratio.sel(direction=d))))
     return rows
 
 
@@ -570,6 +590,8 @@ def words(ds, escape=None) -> dict:
         out.update(n_escape=int(escape.status.size),
                    exponents=_list([f"{x:.2f}" for x in escape.exponent.values if np.isfinite(x)]) or "–",
                    ratios=_list([f"{x:.1f}" for x in escape.ratio.values if np.isfinite(x)]) or "–",
+                   predicted_ratios=_list([f"{x:.2f}" for x in escape.predicted_ratio.values if np.isfinite(x)])
+                   or "–",
                    heads_s=int(escape.attrs.get("head_num", 1)))
     out["free_directions"] = int(ds.free_directions)
     return out
