@@ -561,8 +561,8 @@ def drop_count_holds(ours: int, checks) -> bool:
 
 def check_words(ours: int, checks) -> str:
     """Sentences on the check runs: the drops each finds and where (a run at another learning rate also in the main
-    run's steps, step × scale, the same gradient-flow time), and whether the main run's count holds (:func:`drop_count_holds`),
-    said apart for another step size and for other draws."""
+    run's steps, step × scale, the same gradient-flow time), and whether the main run's count holds
+    (:func:`drop_count_holds`), said apart for another step size and for other draws."""
     def one(c) -> str:
         n, steps = int(c["drops"]), np.asarray(c["drop_steps"], dtype=np.float64)
         where = f" at step{'s' if steps.size > 1 else ''} {words(np.round(steps))}" if steps.size else ""

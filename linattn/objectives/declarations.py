@@ -53,8 +53,8 @@ class ExactEngine(Engine):
     def refuses(cfg) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if cfg.softmax:
-            return (f"{named('engine')} 'exact' covers linear attention only; {named('softmax')} needs {named('engine')} "
-                    "'autograd' or 'softmax'")
+            return (f"{named('engine')} 'exact' covers linear attention only; {named('softmax')} needs "
+                    f"{named('engine')} 'autograd' or 'softmax'")
         return None
 
     @staticmethod

@@ -153,7 +153,8 @@ def words(ds) -> dict:
                f"to 90 % of the final value, {join(each)}")
     else:
         ode = "no rise was measured in this run, so there is none to set beside it"
-    return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode, caption_lead=published.caption_lead("Figure 3b", bool(ds.attrs["published"])),
+    return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode,
+                caption_lead=published.caption_lead("Figure 3b", bool(ds.attrs["published"])),
                 rise_factor=f"{events.RISE_FACTOR:g}",
                 settings=describe(run), final_values=list_words(np.round(ds.final_value_theory.values, 3)))
 

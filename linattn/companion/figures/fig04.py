@@ -24,7 +24,7 @@ from ... import diagnostics, theory
 from .. import presets, published
 from ..output import ESTIMATE, MarkdownTable, words as list_words
 from .frame import settings_attrs
-from .low_rank import describe, gap_panel, seed_runs, summaries, summaries_of, summary_variables
+from .low_rank import describe, gap_panel, predicted_rows, seed_runs, summaries, summaries_of, summary_variables
 
 NAME = "fig04_low_rank"
 
@@ -163,12 +163,7 @@ def numbers(ds) -> list[dict]:
                              reproduced=float(r.drop_step.isel(direction=-1))))
         rows.append(dict(key=f"R{R}.extended.final_loss", quantity=f"R={R}: final loss, extended run",
                          reproduced=r.final_loss_extended, theory=levels[learned]))
-        for d, (run_d, pred_d) in enumerate(zip(r.drop_step.values, r.drop_step_predicted.values)):
-            rows.append(dict(key=f"R{R}.extended.drop{d + 1}.predicted",
-                             quantity=f"R={R}: step of drop {d + 1} (M_{d} → M_{d + 1}), extended run; theory: the "
-                                      "population gradient descent from the run's initial weights",
-                             theory=None if np.isnan(pred_d) else pred_d,
-                             reproduced=None if np.isnan(run_d) else run_d))
+        rows += predicted_rows(r, R, f"R{R}.extended", "extended run")
     if 1 in ds["rank"].values:
         t1, estimate = ds.drop_step.sel(rank=1).values, ds.drop_step_theory.values
         for d in range(D):

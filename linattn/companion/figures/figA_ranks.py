@@ -17,7 +17,8 @@ from .. import presets, published
 from ..output import MarkdownTable, words as list_words
 from .fig04 import extra_long_rests, rests_text
 from .frame import settings_attrs
-from .low_rank import describe, gap_panel, long_words, seed_runs, summaries, summaries_of, summary_variables
+from .low_rank import (describe, gap_panel, long_words, predicted_rows, seed_runs, summaries, summaries_of,
+                       summary_variables)
 
 NAME = "figA_ranks"
 
@@ -75,12 +76,7 @@ def numbers(ds) -> list[dict]:
                              theory=" ".join(map(str, other.expected_long)),
                              reproduced=" ".join(map(str, other.plateaus.long))))
         r = ds.sel(rank=R)
-        for d, (run_d, pred_d) in enumerate(zip(r.drop_step.values, r.drop_step_predicted.values)):
-            rows.append(dict(key=f"R{R}.drop{d + 1}.predicted",
-                             quantity=f"R={R}: step of drop {d + 1}, seed {seeds[0]}; theory: the population gradient "
-                                      "descent from the run's initial weights",
-                             theory=None if np.isnan(pred_d) else pred_d,
-                             reproduced=None if np.isnan(run_d) else run_d))
+        rows += predicted_rows(r, R, f"R{R}", f"seed {seeds[0]}")
     return rows
 
 

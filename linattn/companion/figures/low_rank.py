@@ -63,6 +63,17 @@ def seed_runs(S: dict) -> list:
     return [runs[i:i + n] for i in range(0, len(runs), n)]
 
 
+def predicted_rows(r, R: int, key: str, which: str) -> list[dict]:
+    """``numbers.json`` rows of rank ``R``'s drops (``r``: the dataset at that rank, with ``drop_step`` and
+    ``drop_step_predicted`` over ``direction``) beside those predicted from the run's own initial weights; ``key``
+    prefixes each row's key, ``which`` names the run in the quantity."""
+    return [dict(key=f"{key}.drop{d + 1}.predicted",
+                 quantity=f"R={R}: step of drop {d + 1} (M_{d} → M_{d + 1}), {which}; theory: the population gradient "
+                          "descent from the run's initial weights",
+                 theory=None if np.isnan(pred_d) else pred_d, reproduced=None if np.isnan(run_d) else run_d)
+            for d, (run_d, pred_d) in enumerate(zip(r.drop_step.values, r.drop_step_predicted.values))]
+
+
 def gap_panel(ax, step, curves, levels, *, title: str | None = None):
     """The curves' distance to the last saddle level, L − L(M_D), on a log axis, with each saddle's own distance
     L(M_m) − L(M_D) dotted: the late saddles, crowded on a linear axis, stand apart. A curve at or below L(M_D) (a
