@@ -511,7 +511,7 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_lengt
     max(3, n/400); shorter runs are a drop passing through a band). Two runs at the same saddle with nothing but
     fewer than ``min_length`` unassigned samples between them are one rest (noise can leave a band for a moment).
     Adjacent levels are never merged, however close: a step lies in one band at most. A rest's level is the median
-    loss over its slower half (:func:`_rest_level`); the drops between rests are read as in :func:`detect_plateaus`.
+    loss over its slower half (``_rest_level``); the drops between rests are read as in :func:`detect_plateaus`.
     """
     y = np.asarray(loss, dtype=np.float64)
     n = y.size

@@ -10,9 +10,9 @@ run's settings, or None) and ``trial_steps(step)`` (how long the stable-rate tri
 ``declarations.py``, which needs no torch; its class (which does) inherits them.
 :class:`~linattn.config.RunConfig` validation, :func:`linattn.run <linattn.experiment.run>`, the CLI's ``--engine``
 choices and ``engine="auto"`` all ask this registry (:data:`ENGINES`, :func:`engine_choices`, :func:`resolve`,
-:func:`refusal`, :func:`device_for`, :func:`load`, :func:`build`); a new objective is one class and one entry in
+:func:`refusal`, :func:`device_for`, ``load``, :func:`build`); a new objective is one class and one entry in
 :data:`ENGINES`. Importing this package imports no torch: the classes (``Exact``, ``Moments``, …) are imported when
-first looked up (module ``__getattr__``), as :func:`load` and :func:`build` do.
+first looked up (module ``__getattr__``), as ``load`` and :func:`build` do.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 from ..data import named
 from .declarations import AutogradEngine, Engine, ExactEngine, PopulationEngine, SoftmaxEngine
 
-#: The registered engines by name: each a declaration (:class:`~linattn.objectives.declarations.Engine`), or an
+#: The registered engines by name, each a declaration (``linattn.objectives.declarations.Engine``), or an
 #: engine class (a subclass of :class:`~linattn.objectives.base.Objective`) registered as it is.
 ENGINES = {cls.name: cls for cls in (ExactEngine, PopulationEngine, SoftmaxEngine, AutogradEngine)}
 
@@ -52,7 +52,7 @@ def engine_choices() -> tuple[str, ...]:
 
 
 def get(name: str):
-    """The engine registered as ``name`` (its declaration, or a registered class; :func:`load`: the class that
+    """The engine registered as ``name`` (its declaration, or a registered class; ``load``: the class that
     trains it)."""
     try:
         return ENGINES[name]

@@ -31,7 +31,7 @@ DEFAULT_CHUNK = 4096
 
 class Objective(Engine):
     """An engine that trains: what it declares for the registry (``linattn.objectives``) is its
-    :class:`~linattn.objectives.declarations.Engine` (torch-free, in ``declarations.py``).
+    ``linattn.objectives.declarations.Engine`` (torch-free, in ``declarations.py``).
     """
 
     @classmethod
