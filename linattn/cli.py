@@ -332,6 +332,32 @@ def _grid_values(key: str, values, action: argparse.Action) -> list:
     return [_grid_value(key, v, action) for v in text.split(",")]
 
 
+class _RepeatedKey(ValueError):
+    """A YAML mapping that gives one key twice (YAML itself would keep the last value and drop the others)."""
+
+
+def _unique_keys_loader():
+    """A ``yaml.SafeLoader`` that refuses a mapping giving a key twice (:class:`_RepeatedKey`, naming the key and its
+    lines): ``seed: [0, 1]`` then ``seed: [2, 3]`` would otherwise silently sweep seeds 2 and 3 alone."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if not isinstance(key, (str, int, float, bool, type(None))):
+                    continue  # an unhashable key: SafeLoader's own error says so
+                if key in seen:
+                    raise _RepeatedKey(f"the key {key!r} is given twice (lines {seen[key]} and {line}); give each "
+                                       "setting once, with all its values")
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def sweep_grid(grid_args: list[str], spec: Path | None) -> dict:
     """``{RunConfig field: values}`` from ``--grid KEY=VALUES`` flags and a YAML ``--spec`` file (a mapping
     KEY: values, a list or a string as after ``--grid KEY=``); UsageError for a bad key or value."""
@@ -340,9 +366,11 @@ def sweep_grid(grid_args: list[str], spec: Path | None) -> dict:
         import yaml
 
         try:
-            content = yaml.safe_load(spec.read_text(encoding="utf-8"))
+            content = yaml.load(spec.read_text(encoding="utf-8"), Loader=_unique_keys_loader())
         except OSError as e:
             raise UsageError(f"--spec {spec}: cannot be read: {e.strerror or e}") from None
+        except _RepeatedKey as e:
+            raise UsageError(f"--spec {spec}: {e}") from None
         except yaml.YAMLError as e:
             raise UsageError(f"--spec {spec}: not valid YAML ({str(e).splitlines()[0]})") from None
         if not isinstance(content, dict) or not content:

@@ -53,7 +53,7 @@ from pathlib import Path
 from .._version import __version__
 from ..records import atomic_write, library_versions
 from . import extras, notebooks, presets
-from .paths import ENV_FIGURE, ENV_RUNS_DIR, preset_root, runs_dir, unusable_output_dir
+from .paths import ENV_FIGURE, ENV_RUNS_DIR, UnusableFolder, preset_root, run_store_dir, unusable_output_dir
 from .sources import notebook_sources, source_hash
 
 PRESET_CHOICES = ("paper", "quick")
@@ -279,9 +279,11 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None) -> dict:
+def _execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None,
+                 store: str | None = None) -> dict:
     """Convert and execute one notebook (its MyST ``text``: the very text its cache key was computed from) with
-    ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``); returns ``{"ok", "seconds",
+    ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``) and the run store at ``store`` (an
+    absolute path; None: :func:`~linattn.companion.paths.run_store_dir`); returns ``{"ok", "seconds",
     "cpu_seconds", "error", "notebook"}``. Never raises.
 
     papermill writes the notebook as it runs into a temporary folder, not into ``root``. On failure the executed
@@ -307,9 +309,9 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
         os.environ[var] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ[ENV_FIGURE] = name  # the run store's log says which figure asked for each run
-    # the kernel runs in the output root: tell it where the run store is from here (an installed copy's is under
-    # the working directory the command was started in, not under --out)
-    os.environ.setdefault(ENV_RUNS_DIR, str(runs_dir()))
+    # the kernel runs in the output root: tell it where the run store is, as resolved where the command ran (a
+    # relative $LINATTN_RUNS_DIR, or an installed copy's store, is under that folder, not under --out)
+    os.environ[ENV_RUNS_DIR] = store or str(run_store_dir())
     start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         nb = notebooks.from_text(text)
@@ -393,8 +395,10 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked first, before
     anything is written (:class:`linattn.companion.notebooks.ParameterError`): against every selected notebook's
     parameters cell (known key, right type), then every run the figure would train with them against
-    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.check_overrides`). A root this call
-    created is removed again if nothing was left in it (every figure failed before writing its first output)."""
+    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.check_overrides`); the run store,
+    resolved where the command runs, must be a usable folder (:class:`~linattn.companion.paths.UnusableFolder`).
+    A root this call created is removed again if nothing was left in it (every figure failed before writing its
+    first output)."""
     everything = discover(src)
     found = everything
     if only:
@@ -414,17 +418,20 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
                 presets.check_overrides(name, preset, overrides)
             except ConfigError as e:
                 raise notebooks.ParameterError(str(e)) from None
+    store = run_store_dir()  # resolved here, where the command runs: the kernels run in the output root
+    if (why := unusable_output_dir(store)) is not None:
+        raise UnusableFolder(f"the run store (${ENV_RUNS_DIR} or the default) {why}")
     root = Path(out if out is not None else preset_root(preset)).resolve()
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     try:
-        return _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress)
+        return _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, store)
     finally:
         if created and root.is_dir() and not any(root.iterdir()):
             root.rmdir()
 
 
-def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress):
+def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, store):
     """The body of :func:`run_figures`, once its arguments are checked and ``root`` exists."""
     import multiprocessing  # here, as every import of a run: the CLI's parser and refusals answer without them
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -482,7 +489,7 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
                 while queue and len(pending) < max(1, jobs):  # submit only what runs now: the bar names it
                     name = queue.pop(0)
                     _retire(root, name)
-                    pending[pool.submit(_execute_one, name, texts[name], str(root), params, timeout)] = name
+                    pending[pool.submit(_execute_one, name, texts[name], str(root), params, timeout, str(store))] = name
                 bar.set_postfix_str("running: " + ", ".join(sorted(pending.values())), refresh=True)
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
@@ -566,7 +573,7 @@ def cmd_figures(args) -> int:
     try:
         results = run_figures(preset=args.preset, only=args.only, jobs=args.jobs, force=args.force, out=args.out,
                               src=args.src, timeout=args.timeout, overrides=overrides)
-    except (KeyError, notebooks.ParameterError) as e:
+    except (KeyError, notebooks.ParameterError, UnusableFolder) as e:
         return _usage(e.args[0])
     root = root.resolve()
     ran = [r for r in results if r.status == "ran"]
