@@ -27,7 +27,10 @@ The key and ``.run.json`` (preset, overrides, date) are written only after succe
 executed notebook and output folder are moved to ``<root>/.previous/``, so a failed run never leaves old outputs
 looking current. A failed figure is reported once, when it fails; its executed notebook (with the traceback)
 goes to ``<root>/<name>.failed.ipynb`` beside the outputs it wrote, or, when it failed before writing any, stays
-in a temporary folder (the report names it) and the figure leaves nothing in ``<root>`` (``_execute_one``).
+in a temporary folder (the report names it) and the figure leaves nothing in ``<root>`` (``_execute_one``). A
+warning printed into a notebook's outputs fails its figure, except a known fallback (an engine's slower path with the
+same result, :class:`linattn.objectives.native.KnownFallback`): that is taken off the page and said once on the
+figure's line and in its ``provenance.json`` and ``.run.json``.
 
 Figures run in parallel (``--jobs``, one worker process and one kernel each, every kernel limited to one thread).
 Report notebooks (``beyond_error_table``, or any whose front matter says ``linattn: {report: true}``) read the
@@ -89,6 +92,7 @@ class FigureResult:
     cpu_seconds: float = 0.0  # user + system CPU of the notebook's kernel and everything it started
     error: str | None = None  # the exception line of a failed figure
     notebook: Path | None = None  # the executed notebook (<name>.ipynb, or <name>.failed.ipynb on failure)
+    fallbacks: tuple[str, ...] = ()  # known fallbacks the notebook's engines took (notebooks.take_known_fallbacks)
 
 
 # ---------------------------------------------------------------- discovery and cache keys
@@ -291,7 +295,9 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
     ``<root>/<name>/`` (they stay together, and neither looks current: no cache key); a figure that failed before
     writing its first output leaves nothing in ``root`` (not even an empty ``<name>/``), and its traceback notebook
     stays in the temporary folder, whose path ``"notebook"`` gives. A notebook that printed a warning into its
-    outputs (:func:`linattn.companion.notebooks.printed_warnings`) has failed: the warning is its error."""
+    outputs (:func:`linattn.companion.notebooks.printed_warnings`) has failed: the warning is its error, unless it
+    is a known fallback (:func:`linattn.companion.notebooks.take_known_fallbacks`): those are taken off the page and
+    returned as ``"fallbacks"``, and recorded in the figure's ``provenance.json``."""
     import logging
 
     import nbformat
@@ -322,8 +328,11 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
                                             kernel_name="python3", language="python", progress_bar=False,
                                             cwd=str(root_p), execution_timeout=timeout,
                                             start_timeout=KERNEL_START_TIMEOUT)
+        fallbacks = notebooks.take_known_fallbacks(nb)  # said on the runner's line, not on the page
         if printed := notebooks.printed_warnings(nb):  # it would show on the page: a failed figure, never cached
             raise PrintedWarning(printed[0])
+        if fallbacks:
+            _record_fallbacks(root_p / name / "provenance.json", fallbacks)
         tag_code_cells(nb)
         overrides = {k: v for k, v in params.items() if k != "preset"}
         date = datetime.date.today().isoformat()
@@ -338,7 +347,7 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
         atomic_write(root_p / f"{name}.ipynb", lambda f: f.write(text))
         shutil.rmtree(scratch, ignore_errors=True)
         return {"ok": True, "seconds": time.perf_counter() - start, "cpu_seconds": _children_cpu() - cpu_start,
-                "error": None, "notebook": str(root_p / f"{name}.ipynb")}
+                "error": None, "notebook": str(root_p / f"{name}.ipynb"), "fallbacks": fallbacks}
     except Exception as exc:  # noqa: BLE001 — one failing figure must never stop the others
         failed = scratch / f"{name}.failed.ipynb"
         if running.exists():
@@ -356,6 +365,22 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
             outputs.rmdir()
         return {"ok": False, "seconds": time.perf_counter() - start, "cpu_seconds": _children_cpu() - cpu_start,
                 "error": _error_line(exc), "notebook": str(failed)}
+
+
+def _record_fallbacks(path: Path, fallbacks: list[str]) -> None:
+    """Add ``"fallbacks"`` (the known fallbacks' messages) to a figure's ``provenance.json``, where it wrote one."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    info["fallbacks"] = list(fallbacks)
+    atomic_write(path, lambda f: f.write(json.dumps(info, indent=1) + "\n"))
+
+
+def done_line(res: FigureResult) -> str:
+    """The runner's line for a figure that ran: its time, and once each, the known fallbacks it took."""
+    line = f"  done    {res.name}  ({res.seconds:.1f} s, {res.cpu_seconds:.1f} s CPU)"
+    return line + "".join(f"; fallback: {f}" for f in res.fallbacks)
 
 
 # ---------------------------------------------------------------- the runner
@@ -455,13 +480,15 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
 
     def finished(name, out_, bar):
         res = FigureResult(name, "ran" if out_["ok"] else "failed", out_["seconds"], out_.get("cpu_seconds", 0.0),
-                           out_["error"], Path(out_["notebook"]) if out_["notebook"] else None)
+                           out_["error"], Path(out_["notebook"]) if out_["notebook"] else None,
+                           tuple(out_.get("fallbacks", ())))
         if out_["ok"]:
             info = {"preset": preset, "overrides": overrides, "date": datetime.date.today().isoformat(),
-                    "seconds": round(res.seconds, 1), "cpu_seconds": round(res.cpu_seconds, 1)}
+                    "seconds": round(res.seconds, 1), "cpu_seconds": round(res.cpu_seconds, 1),
+                    "fallbacks": list(res.fallbacks)}
             atomic_write(root / name / RUN_INFO, lambda f: f.write(json.dumps(info, indent=1) + "\n"))
             atomic_write(root / name / CACHE_KEY, lambda f: f.write(keys[name] + "\n"))
-            bar.write(f"  done    {name}  ({res.seconds:.1f} s, {res.cpu_seconds:.1f} s CPU)")
+            bar.write(done_line(res))
         else:
             where = f"; traceback in {res.notebook}" if res.notebook else ""
             bar.write(f"  FAILED  {name}  ({res.seconds:.1f} s): {res.error}{where}", file=sys.stderr)
