@@ -509,14 +509,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="rebuild DIR/sweep.nc from DIR's run folders, and nothing else")
     add_train_arguments(sw, sweep=True)
     sw.set_defaults(func=cmd_sweep)
-    from .companion import runner as figures
+    from .companion import figure_args  # the options alone: the runner is imported when its command runs
+
     figs = sub.add_parser("figures", help="execute the figure notebooks of figures_src/ (cached, in parallel)")
-    figures.add_arguments(figs)
-    figs.set_defaults(func=figures.cmd_figures)
+    figure_args.add_arguments(figs)
+    figs.set_defaults(func=_runner_command("cmd_figures"))
     nb = sub.add_parser("notebook", help="write a figure's notebook as a runnable .ipynb (Jupyter, papermill)")
-    figures.add_notebook_arguments(nb)
-    nb.set_defaults(func=figures.cmd_notebook)
+    figure_args.add_notebook_arguments(nb)
+    nb.set_defaults(func=_runner_command("cmd_notebook"))
     return parser
+
+
+def _runner_command(name: str):
+    """The figure runner's command ``name`` (``cmd_figures``, ``cmd_notebook``), imported only when it runs."""
+    def command(args) -> int:
+        from .companion import runner
+
+        return getattr(runner, name)(args)
+
+    return command
 
 
 def main(argv=None) -> int:

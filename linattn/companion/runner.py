@@ -39,7 +39,6 @@ other figures' outputs, so they start after all the others have finished.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import hashlib
@@ -56,10 +55,10 @@ from pathlib import Path
 from .._version import __version__
 from ..records import atomic_write, library_versions
 from . import extras, notebooks, presets
+from .figure_args import PRESET_CHOICES, add_arguments, add_notebook_arguments  # noqa: F401
 from .paths import ENV_FIGURE, ENV_RUNS_DIR, UnusableFolder, preset_root, run_store_dir, unusable_output_dir
 from .sources import notebook_sources, source_hash
 
-PRESET_CHOICES = ("paper", "quick")
 _REPORT_NAMES = ("beyond_error_table",)
 CACHE_KEY = ".cache-key"
 RUN_INFO = ".run.json"
@@ -546,24 +545,6 @@ def list_figures(*, preset: str = "paper", out=None, src=None) -> list[tuple[str
     return rows
 
 
-def add_arguments(p) -> None:
-    p.add_argument("--preset", choices=PRESET_CHOICES, default="paper",
-                   help="paper: the published settings (default, what `make book` shows); quick: CI-sized runs")
-    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these figures (names of figures_src/*.md)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one of the notebooks' parameters (repeatable; a Python literal, e.g. seed=3, "
-                        "init=1e-3, init_scheme=jan2025); needs --only and --out DIR (or --into-book)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output root (default _build/figures/<preset>, the folder the book of that preset reads)")
-    p.add_argument("--into-book", dest="into_book", action="store_true",
-                   help="with --param: write into the book's own figures (its pages then show the overrides)")
-    p.add_argument("--jobs", type=int, default=2, help="figures executed in parallel (default 2)")
-    p.add_argument("--force", action="store_true", help="re-run figures even when their cache key is unchanged")
-    p.add_argument("--src", type=Path, default=None, help="folder of the notebooks (default figures_src/)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds allowed per notebook cell")
-    p.add_argument("--list", action="store_true", help="list the figures and whether their outputs are current")
-
-
 def _usage(message: str, command: str = "figures") -> int:
     """One line on stderr and exit code 2: bad input, reported before any work."""
     print(f"linattn {command}: error: {message}", file=sys.stderr)
@@ -676,11 +657,3 @@ def _notebook_hints(path: Path, knobs: dict) -> list[str]:
     if knobs:
         lines.append(f"its parameters: {', '.join(knobs)}")
     return lines
-
-
-def add_notebook_arguments(p) -> None:
-    p.add_argument("name", help="a figure's name (a file of figures_src/ without .md)")
-    p.add_argument("--out", type=Path, default=None, help="where to write it (default ./NAME.ipynb)")
-    p.add_argument("--preset", choices=PRESET_CHOICES, default="paper", help="the preset its parameters cell sets")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing file")
-    p.add_argument("--src", type=Path, default=None, help=argparse.SUPPRESS)
