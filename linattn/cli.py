@@ -332,6 +332,32 @@ def _grid_values(key: str, values, action: argparse.Action) -> list:
     return [_grid_value(key, v, action) for v in text.split(",")]
 
 
+class _RepeatedKey(ValueError):
+    """A YAML mapping that gives one key twice (YAML itself would keep the last value and drop the others)."""
+
+
+def _unique_keys_loader():
+    """A ``yaml.SafeLoader`` that refuses a mapping giving a key twice (:class:`_RepeatedKey`, naming the key and its
+    lines): ``seed: [0, 1]`` then ``seed: [2, 3]`` would otherwise silently sweep seeds 2 and 3 alone."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if not isinstance(key, (str, int, float, bool, type(None))):
+                    continue  # an unhashable key: SafeLoader's own error says so
+                if key in seen:
+                    raise _RepeatedKey(f"the key {key!r} is given twice (lines {seen[key]} and {line}); give each "
+                                       "setting once, with all its values")
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def sweep_grid(grid_args: list[str], spec: Path | None) -> dict:
     """``{RunConfig field: values}`` from ``--grid KEY=VALUES`` flags and a YAML ``--spec`` file (a mapping
     KEY: values, a list or a string as after ``--grid KEY=``); UsageError for a bad key or value."""
@@ -340,9 +366,11 @@ def sweep_grid(grid_args: list[str], spec: Path | None) -> dict:
         import yaml
 
         try:
-            content = yaml.safe_load(spec.read_text(encoding="utf-8"))
+            content = yaml.load(spec.read_text(encoding="utf-8"), Loader=_unique_keys_loader())
         except OSError as e:
             raise UsageError(f"--spec {spec}: cannot be read: {e.strerror or e}") from None
+        except _RepeatedKey as e:
+            raise UsageError(f"--spec {spec}: {e}") from None
         except yaml.YAMLError as e:
             raise UsageError(f"--spec {spec}: not valid YAML ({str(e).splitlines()[0]})") from None
         if not isinstance(content, dict) or not content:
@@ -481,14 +509,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="rebuild DIR/sweep.nc from DIR's run folders, and nothing else")
     add_train_arguments(sw, sweep=True)
     sw.set_defaults(func=cmd_sweep)
-    from .companion import runner as figures
+    from .companion import figure_args  # the options alone: the runner is imported when its command runs
+
     figs = sub.add_parser("figures", help="execute the figure notebooks of figures_src/ (cached, in parallel)")
-    figures.add_arguments(figs)
-    figs.set_defaults(func=figures.cmd_figures)
+    figure_args.add_arguments(figs)
+    figs.set_defaults(func=_runner_command("cmd_figures"))
     nb = sub.add_parser("notebook", help="write a figure's notebook as a runnable .ipynb (Jupyter, papermill)")
-    figures.add_notebook_arguments(nb)
-    nb.set_defaults(func=figures.cmd_notebook)
+    figure_args.add_notebook_arguments(nb)
+    nb.set_defaults(func=_runner_command("cmd_notebook"))
     return parser
+
+
+def _runner_command(name: str):
+    """The figure runner's command ``name`` (``cmd_figures``, ``cmd_notebook``), imported only when it runs."""
+    def command(args) -> int:
+        from .companion import runner
+
+        return getattr(runner, name)(args)
+
+    return command
 
 
 def main(argv=None) -> int:

@@ -356,10 +356,11 @@ def available_memory() -> int | None:
         return None
 
 
-def memory_parts(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None) -> dict[str, int]:
-    """What holds the memory of a run of ``cfg`` (trained by ``engine``; None: ``objectives.resolve(cfg)``), in
-    bytes (rough; :func:`memory_estimate` adds them up). E = in_dim + 1 numbers per token, n = seq_len tokens per
-    sequence."""
+def memory_parts(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None,
+                 snapshot_every: int = 0) -> dict[str, int]:
+    """What holds the memory of a run of ``cfg`` (trained by ``engine``; None: ``objectives.resolve(cfg)``;
+    a weight snapshot every ``snapshot_every`` steps), in bytes (rough; :func:`memory_estimate` adds them up).
+    E = in_dim + 1 numbers per token, n = seq_len tokens per sequence."""
     D, n, E = cfg.in_dim, cfg.seq_len, cfg.in_dim + 1
     engine = engine or objectives.resolve(cfg)
     sets = [] if engine == "population" else [cfg.trainset_size] + [cfg.testset_size] * 2 * bool(cfg.testset_size)
@@ -385,35 +386,61 @@ def memory_parts(cfg: RunConfig, *, draws_data: bool = True, engine: str | None 
         copies = 1 if engine == "autograd" else 3
         parts["the engine's copy of the data"] = copies * (4 if cfg.dtype == "float32" else 8) * tokens * E
     shapes = {"attnM": 2 * E * E, "attnS": 2 * cfg.rank * E + E * E, "mlp": D * D + 1}
-    parts["the weights"] = 4 * 8 * cfg.head_num * shapes.get(cfg.model, 0)  # weights, gradient, initial, final
+    weights = 8 * cfg.head_num * shapes.get(cfg.model, 0)  # one copy of the weights in float64
+    parts["the weights"] = 4 * weights  # weights, gradient, initial, final
+    # one row a step, float64: the step, the loss, the two test losses, each head's value weight (train._Records)
+    row = 2 + 2 * bool(cfg.testset_size) + cfg.head_num * cfg.track_value
+    parts["the recorded history"] = 8 * row * cfg.epoch
+    if snapshot_every:
+        parts["the weight snapshots"] = weights * (cfg.epoch // snapshot_every + 2)
+    if cfg.dynamics == "flow":  # solve_ivp returns the weights at every step before the losses are evaluated
+        parts["the integrated trajectory"] = weights * (cfg.epoch + 1)
     return parts
 
 
-def memory_estimate(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None) -> int:
+def memory_estimate(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None,
+                    snapshot_every: int = 0) -> int:
     """The peak memory of a run of ``cfg`` in bytes, roughly (within a factor of ~2):
 
-        peak = data sets + weights + max(drawing the largest set, the engine's copy or moments)
+        peak = data sets + weights + history + snapshots + max(drawing the largest set, the engine's copy or
+               moments, gradient flow's trajectory)
 
     The drawn training and test sets hold P·seq_len·(in_dim+1) numbers each (float32 with ``draws="reference"``,
     float64 with ``"streams"``); drawing a set briefly holds its inputs in float64 and two more copies; the engine
     copies the data (autograd, softmax) or holds its moments (exact: two F×F float64 matrices, F the length of the
-    model's feature, and one chunk; population: no data, the moment tensors). ``draws_data=False``: the data are
-    given, nothing is drawn (they are counted where the engine copies them).
+    model's feature, and one chunk; population: no data, the moment tensors). The history holds one float64 row
+    a step (step, loss, test losses, value weights with ``track_value``), every ``snapshot_every`` steps a copy of
+    the weights is kept, and gradient flow holds the weights at every step while it evaluates the losses.
+    ``draws_data=False``: the data are given, nothing is drawn (they are counted where the engine copies them).
     """
-    return _peak(memory_parts(cfg, draws_data=draws_data, engine=engine))
+    return _peak(memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every))
+
+
+# what the run keeps from start to end; every other part is held for a while, the largest of them at the peak
+_KEPT = ("the drawn data sets", "the weights", "the recorded history", "the weight snapshots")
 
 
 def _peak(parts: dict[str, int]) -> int:
-    parts = dict(parts)
-    transient = parts.pop("drawing the largest set", 0)
-    kept = parts.pop("the drawn data sets", 0) + parts.pop("the weights")
-    return kept + max([transient, *parts.values()])
+    transient = [n for name, n in parts.items() if name not in _KEPT]
+    return sum(parts.get(name, 0) for name in _KEPT) + max(transient, default=0)
 
 
-def check_memory(cfg: RunConfig, max_memory=None, *, draws_data: bool = True, engine: str | None = None) -> int:
+def _smaller(part: str) -> str:
+    """The settings that make ``part`` of :func:`memory_parts` smaller."""
+    if part in ("the recorded history", "the weight snapshots", "the integrated trajectory"):
+        return f"a smaller {named('epoch')}"
+    if part == "the weights":
+        return f"a smaller {named('head_num')} or {named('in_dim')}"
+    return (f"a smaller {named('trainset_size')}, {named('testset_size')} or {named('seq_len')} (or "
+            f"{named('in_dim')})")
+
+
+def check_memory(cfg: RunConfig, max_memory=None, *, draws_data: bool = True, engine: str | None = None,
+                 snapshot_every: int = 0) -> int:
     """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``;
-    None: ``available_memory()``, no check where that is unknown), else :class:`ConfigError` naming it."""
-    parts = memory_parts(cfg, draws_data=draws_data, engine=engine)
+    None: ``available_memory()``, no check where that is unknown), else :class:`ConfigError` naming it, with the
+    settings that shrink its largest part."""
+    parts = memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every)
     need = _peak(parts)
     limit = available_memory() if max_memory is None else parse_size(max_memory)
     if limit is not None and need > limit:
@@ -421,7 +448,6 @@ def check_memory(cfg: RunConfig, max_memory=None, *, draws_data: bool = True, en
         what = "memory available now" if max_memory is None else "the limit given"
         raise ConfigError(f"this run needs about {format_size(need)} of memory (largest part: {largest}, "
                           f"{format_size(parts[largest])}), more than {named('max_memory')}: {format_size(limit)} "
-                          f"({what}); use a smaller {named('trainset_size')}, {named('testset_size')} or "
-                          f"{named('seq_len')} (or {named('in_dim')}), or a larger {named('max_memory')}",
+                          f"({what}); use {_smaller(largest)}, or a larger {named('max_memory')}",
                           field="max_memory", value=max_memory)
     return need

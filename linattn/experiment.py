@@ -275,11 +275,13 @@ class Plan:
                                    start_step=start_step, draws=draws, drawn=drawn)
 
 
-def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None, start_step: int = 0) -> Plan:
+def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None, start_step: int = 0,
+         snapshot_every: int = 0) -> Plan:
     """Check a run of ``cfg`` (with the initial weights ``init`` and the data ``data`` given in place of drawn ones,
     as for :func:`run`) once, before any work, and decide what follows from its settings: the engine, the device,
     the memory it needs and what is drawn. :func:`run` calls it; call it yourself to check settings at a boundary
-    (``linattn train`` does) and hand the :class:`Plan` to :func:`run`.
+    (``linattn train`` does) and hand the :class:`Plan` to :func:`run`. ``snapshot_every``: the snapshot interval the
+    run will record, counted in its memory.
 
     Raises:
         ConfigError: an invalid setting (:meth:`~linattn.config.RunConfig.validate`), options the reference's draws
@@ -306,7 +308,8 @@ def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None
     if cfg.draws == "reference" and draws != NOTHING:
         if (reason := cfg.reference_draws_refusal(covariance_only=draws == COVARIANCE)) is not None:
             raise ConfigError(reason, field="draws", value=cfg.draws)
-    memory = check_memory(cfg, max_memory, draws_data=draws in (EVERYTHING, DATA), engine=engine)
+    memory = check_memory(cfg, max_memory, draws_data=draws in (EVERYTHING, DATA), engine=engine,
+                          snapshot_every=snapshot_every)
     return Plan(config=cfg, engine=engine, device=objectives.device_for(cfg.device, engine), memory=memory,
                 draws=draws, init=init, data=given, start_step=start_step)
 
@@ -369,7 +372,8 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
             raise TypeError("a Plan holds the run's init, data, start_step and memory check: give them to plan()")
         p = cfg
     else:
-        p = plan(cfg, init=init, data=data, max_memory=max_memory, start_step=start_step)
+        p = plan(cfg, init=init, data=data, max_memory=max_memory, start_step=start_step,
+                 snapshot_every=snapshot_every)
     with objectives.thread_count(objectives.threads_for(p.engine, p.device) if threads is None else threads):
         return _carry_out(p, progress=progress, snapshot_every=snapshot_every, snapshot=snapshot)
 

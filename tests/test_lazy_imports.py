@@ -122,3 +122,22 @@ def test_figure_modules_import_no_scipy_matplotlib_or_dask():
     """)
     assert done.returncode == 0, done.stderr
     assert not {"scipy", "matplotlib", "dask", "xarray"} & set(loaded), loaded
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["train", "--seed", "-1"], ["figures", "--help"]])
+def test_the_parser_and_refusals_leave_the_figure_runner_unimported(args):
+    """The figures and notebook commands' options come from a small module; the runner and what it imports
+    (notebooks, presets, the run store's records) load only when one of those commands runs."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""\
+        import atexit, sys
+        atexit.register(lambda: print("RUNNER", "linattn.companion.runner" in sys.modules, file=sys.stderr))
+        from linattn.cli import main
+        sys.exit(main(sys.argv[1:]))
+        """), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 2) and "RUNNER False" in done.stderr, done.stderr
+
+
+def test_the_figures_command_still_reaches_the_runner():
+    done = subprocess.run([sys.executable, "-m", "linattn", "figures", "--jobs", "0"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and done.stderr == "linattn figures: error: --jobs must be a positive integer\n"

@@ -299,6 +299,35 @@ def test_a_notebook_that_prints_a_warning_fails_and_is_never_cached(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_known_fallback_is_reported_on_the_figures_line_not_failed(tmp_path, capsys):
+    """An engine's documented slower path (no C compiler: KnownFallback) is said once on the runner's line and in
+    the figure's provenance, and is off the page; a figure that also prints another warning still fails."""
+    fallback = WRITE + textwrap.dedent("""\
+        import json, warnings
+        from linattn.objectives.native import KnownFallback
+        (root / NAME / "provenance.json").write_text(json.dumps({"figure": NAME}))
+        for _ in range(2):
+            warnings.warn("no C compiler here; the slower step", KnownFallback)
+        """)
+    both = fallback + 'warnings.warn("Port 8787 is already in use", UserWarning)\n'
+    src = make_src(tmp_path, {"fallback": fallback, "both": both})
+    out = tmp_path / "out"
+    from linattn.cli import main
+
+    assert main(["figures", "--src", str(src), "--out", str(out), "--jobs", "1"]) == 1
+    printed = capsys.readouterr()
+    line = next(ln for ln in printed.out.splitlines() if "fallback  (" in ln)
+    assert line.startswith("  done    fallback") and line.count("fallback: no C compiler here; the slower step") == 1
+    assert "FAILED  both" in printed.err and "Port 8787" in printed.err
+    provenance = json.loads((out / "fallback" / "provenance.json").read_text())
+    assert provenance["fallbacks"] == ["no C compiler here; the slower step"]
+    assert figures.run_info(out, "fallback")["fallbacks"] == provenance["fallbacks"]
+    page = nbformat.read(out / "fallback.ipynb", as_version=4)
+    assert "KnownFallback" not in json.dumps([cell.get("outputs", []) for cell in page.cells])
+    assert (out / "fallback" / figures.CACHE_KEY).exists() and not (out / "both" / figures.CACHE_KEY).exists()
+
+
+@pytest.mark.slow
 def test_report_notebooks_run_after_the_others(tmp_path):
     slow = "time.sleep(1.0)\n" + WRITE
     report = ("seen = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / 'out.txt').exists())\n"

@@ -1,6 +1,7 @@
 """The companion: everything that turns the science core into the book, and nothing the core needs.
 
     runner     execute the figure notebooks (figures_src/) into _build/figures/<preset>, cached per figure
+    figure_args  the options of `linattn figures` and `linattn notebook` (the CLI's parser, without the runner)
     notebooks  the notebooks as files: discovery, parameters cells (written from the presets), a reader's overrides
     sources    which linattn source files a notebook depends on (its cache key)
     presets    every figure's settings at the paper and the quick size: the one source of its knobs and its runs

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..objectives.native import KnownFallback
 from .paths import SRC_DIR
 
 _INJECTED = ("preset", "out_dir")  # set by the runner, never by --param
@@ -133,6 +134,39 @@ def check_overrides(name: str, nb, overrides: dict) -> dict:
 
 # what a library warning looks like in a cell's stream output: "…/node.py:195: UserWarning: …" or "warnings.warn(…"
 _WARNING = re.compile(r"Warning\b|warn\(")
+# a known fallback as Python's warnings module prints it: "<file>:<line>: KnownFallback: <message>", then (where
+# the source is found) the line of code that warned, indented by two spaces
+_FALLBACK = re.compile(rf"^\S.*?:\d+: {KnownFallback.__name__}: (.*)$")
+
+
+def take_known_fallbacks(nb) -> list[str]:
+    """Remove every :class:`~linattn.objectives.native.KnownFallback` warning (an engine's slower path with the same
+    result, e.g. no C compiler) from the stream outputs of an executed notebook ``nb``, and return their messages,
+    each once, in the order printed. The runner reports them on the figure's line and in its provenance, not on the
+    page; every other printed warning stays for :func:`printed_warnings`."""
+    found = []
+    for cell in nb.cells:
+        outputs, after_header = [], False
+        for out in cell.get("outputs", []):
+            if out.get("output_type") != "stream":
+                outputs.append(out)
+                continue
+            kept = []
+            for line in out.get("text", "").splitlines(keepends=True):
+                if m := _FALLBACK.match(line.rstrip("\r\n")):
+                    found += [m[1]] * (m[1] not in found)
+                    after_header = True
+                elif after_header and line.startswith("  "):  # the source line under the header
+                    after_header = False
+                else:
+                    after_header = False
+                    kept.append(line)
+            out["text"] = "".join(kept)
+            if kept:
+                outputs.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    return found
 
 
 def printed_warnings(nb) -> list[str]:

@@ -44,6 +44,17 @@ def runs_dir() -> Path:
     return _build_dir() / "runs"
 
 
+def run_store_dir() -> Path:
+    """The run store's root as an absolute path: ``$LINATTN_RUNS_DIR`` (a relative one taken from the current
+    folder, where the command ran), else :func:`runs_dir`. The figure runner resolves it before its kernels start,
+    since they run in the output folder."""
+    return Path(os.environ.get(ENV_RUNS_DIR) or runs_dir()).expanduser().absolute()
+
+
+class UnusableFolder(ValueError):
+    """A folder the command needs (the run store) cannot be used: one sentence saying why."""
+
+
 def preset_root(preset: str) -> Path:
     """Where ``linattn figures --preset <preset>`` writes, and where the book of that preset reads from."""
     return _build_dir() / "figures" / preset

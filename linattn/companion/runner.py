@@ -27,7 +27,10 @@ The key and ``.run.json`` (preset, overrides, date) are written only after succe
 executed notebook and output folder are moved to ``<root>/.previous/``, so a failed run never leaves old outputs
 looking current. A failed figure is reported once, when it fails; its executed notebook (with the traceback)
 goes to ``<root>/<name>.failed.ipynb`` beside the outputs it wrote, or, when it failed before writing any, stays
-in a temporary folder (the report names it) and the figure leaves nothing in ``<root>`` (``_execute_one``).
+in a temporary folder (the report names it) and the figure leaves nothing in ``<root>`` (``_execute_one``). A
+warning printed into a notebook's outputs fails its figure, except a known fallback (an engine's slower path with the
+same result, :class:`linattn.objectives.native.KnownFallback`): that is taken off the page and said once on the
+figure's line and in its ``provenance.json`` and ``.run.json``.
 
 Figures run in parallel (``--jobs``, one worker process and one kernel each, every kernel limited to one thread).
 Report notebooks (``beyond_error_table``, or any whose front matter says ``linattn: {report: true}``) read the
@@ -36,7 +39,6 @@ other figures' outputs, so they start after all the others have finished.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import hashlib
@@ -53,10 +55,10 @@ from pathlib import Path
 from .._version import __version__
 from ..records import atomic_write, library_versions
 from . import extras, notebooks, presets
-from .paths import ENV_FIGURE, ENV_RUNS_DIR, preset_root, runs_dir, unusable_output_dir
+from .figure_args import PRESET_CHOICES, add_arguments, add_notebook_arguments  # noqa: F401
+from .paths import ENV_FIGURE, ENV_RUNS_DIR, UnusableFolder, preset_root, run_store_dir, unusable_output_dir
 from .sources import notebook_sources, source_hash
 
-PRESET_CHOICES = ("paper", "quick")
 _REPORT_NAMES = ("beyond_error_table",)
 CACHE_KEY = ".cache-key"
 RUN_INFO = ".run.json"
@@ -89,6 +91,7 @@ class FigureResult:
     cpu_seconds: float = 0.0  # user + system CPU of the notebook's kernel and everything it started
     error: str | None = None  # the exception line of a failed figure
     notebook: Path | None = None  # the executed notebook (<name>.ipynb, or <name>.failed.ipynb on failure)
+    fallbacks: tuple[str, ...] = ()  # known fallbacks the notebook's engines took (notebooks.take_known_fallbacks)
 
 
 # ---------------------------------------------------------------- discovery and cache keys
@@ -279,9 +282,11 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None) -> dict:
+def _execute_one(name: str, text: str, root: str, params: dict, timeout: float | None = None,
+                 store: str | None = None) -> dict:
     """Convert and execute one notebook (its MyST ``text``: the very text its cache key was computed from) with
-    ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``); returns ``{"ok", "seconds",
+    ``params`` (``preset`` and the reader's overrides; ``out_dir`` is ``root``) and the run store at ``store`` (an
+    absolute path; None: :func:`~linattn.companion.paths.run_store_dir`); returns ``{"ok", "seconds",
     "cpu_seconds", "error", "notebook"}``. Never raises.
 
     papermill writes the notebook as it runs into a temporary folder, not into ``root``. On failure the executed
@@ -289,7 +294,9 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
     ``<root>/<name>/`` (they stay together, and neither looks current: no cache key); a figure that failed before
     writing its first output leaves nothing in ``root`` (not even an empty ``<name>/``), and its traceback notebook
     stays in the temporary folder, whose path ``"notebook"`` gives. A notebook that printed a warning into its
-    outputs (:func:`linattn.companion.notebooks.printed_warnings`) has failed: the warning is its error."""
+    outputs (:func:`linattn.companion.notebooks.printed_warnings`) has failed: the warning is its error, unless it
+    is a known fallback (:func:`linattn.companion.notebooks.take_known_fallbacks`): those are taken off the page and
+    returned as ``"fallbacks"``, and recorded in the figure's ``provenance.json``."""
     import logging
 
     import nbformat
@@ -307,9 +314,9 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
         os.environ[var] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ[ENV_FIGURE] = name  # the run store's log says which figure asked for each run
-    # the kernel runs in the output root: tell it where the run store is from here (an installed copy's is under
-    # the working directory the command was started in, not under --out)
-    os.environ.setdefault(ENV_RUNS_DIR, str(runs_dir()))
+    # the kernel runs in the output root: tell it where the run store is, as resolved where the command ran (a
+    # relative $LINATTN_RUNS_DIR, or an installed copy's store, is under that folder, not under --out)
+    os.environ[ENV_RUNS_DIR] = store or str(run_store_dir())
     start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         nb = notebooks.from_text(text)
@@ -320,8 +327,11 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
                                             kernel_name="python3", language="python", progress_bar=False,
                                             cwd=str(root_p), execution_timeout=timeout,
                                             start_timeout=KERNEL_START_TIMEOUT)
+        fallbacks = notebooks.take_known_fallbacks(nb)  # said on the runner's line, not on the page
         if printed := notebooks.printed_warnings(nb):  # it would show on the page: a failed figure, never cached
             raise PrintedWarning(printed[0])
+        if fallbacks:
+            _record_fallbacks(root_p / name / "provenance.json", fallbacks)
         tag_code_cells(nb)
         overrides = {k: v for k, v in params.items() if k != "preset"}
         date = datetime.date.today().isoformat()
@@ -336,7 +346,7 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
         atomic_write(root_p / f"{name}.ipynb", lambda f: f.write(text))
         shutil.rmtree(scratch, ignore_errors=True)
         return {"ok": True, "seconds": time.perf_counter() - start, "cpu_seconds": _children_cpu() - cpu_start,
-                "error": None, "notebook": str(root_p / f"{name}.ipynb")}
+                "error": None, "notebook": str(root_p / f"{name}.ipynb"), "fallbacks": fallbacks}
     except Exception as exc:  # noqa: BLE001 — one failing figure must never stop the others
         failed = scratch / f"{name}.failed.ipynb"
         if running.exists():
@@ -354,6 +364,22 @@ def _execute_one(name: str, text: str, root: str, params: dict, timeout: float |
             outputs.rmdir()
         return {"ok": False, "seconds": time.perf_counter() - start, "cpu_seconds": _children_cpu() - cpu_start,
                 "error": _error_line(exc), "notebook": str(failed)}
+
+
+def _record_fallbacks(path: Path, fallbacks: list[str]) -> None:
+    """Add ``"fallbacks"`` (the known fallbacks' messages) to a figure's ``provenance.json``, where it wrote one."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    info["fallbacks"] = list(fallbacks)
+    atomic_write(path, lambda f: f.write(json.dumps(info, indent=1) + "\n"))
+
+
+def done_line(res: FigureResult) -> str:
+    """The runner's line for a figure that ran: its time, and once each, the known fallbacks it took."""
+    line = f"  done    {res.name}  ({res.seconds:.1f} s, {res.cpu_seconds:.1f} s CPU)"
+    return line + "".join(f"; fallback: {f}" for f in res.fallbacks)
 
 
 # ---------------------------------------------------------------- the runner
@@ -393,8 +419,10 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked first, before
     anything is written (:class:`linattn.companion.notebooks.ParameterError`): against every selected notebook's
     parameters cell (known key, right type), then every run the figure would train with them against
-    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.check_overrides`). A root this call
-    created is removed again if nothing was left in it (every figure failed before writing its first output)."""
+    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.check_overrides`); the run store,
+    resolved where the command runs, must be a usable folder (:class:`~linattn.companion.paths.UnusableFolder`).
+    A root this call created is removed again if nothing was left in it (every figure failed before writing its
+    first output)."""
     everything = discover(src)
     found = everything
     if only:
@@ -414,17 +442,20 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
                 presets.check_overrides(name, preset, overrides)
             except ConfigError as e:
                 raise notebooks.ParameterError(str(e)) from None
+    store = run_store_dir()  # resolved here, where the command runs: the kernels run in the output root
+    if (why := unusable_output_dir(store)) is not None:
+        raise UnusableFolder(f"the run store (${ENV_RUNS_DIR} or the default) {why}")
     root = Path(out if out is not None else preset_root(preset)).resolve()
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     try:
-        return _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress)
+        return _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, store)
     finally:
         if created and root.is_dir() and not any(root.iterdir()):
             root.rmdir()
 
 
-def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress):
+def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, store):
     """The body of :func:`run_figures`, once its arguments are checked and ``root`` exists."""
     import multiprocessing  # here, as every import of a run: the CLI's parser and refusals answer without them
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -448,13 +479,15 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
 
     def finished(name, out_, bar):
         res = FigureResult(name, "ran" if out_["ok"] else "failed", out_["seconds"], out_.get("cpu_seconds", 0.0),
-                           out_["error"], Path(out_["notebook"]) if out_["notebook"] else None)
+                           out_["error"], Path(out_["notebook"]) if out_["notebook"] else None,
+                           tuple(out_.get("fallbacks", ())))
         if out_["ok"]:
             info = {"preset": preset, "overrides": overrides, "date": datetime.date.today().isoformat(),
-                    "seconds": round(res.seconds, 1), "cpu_seconds": round(res.cpu_seconds, 1)}
+                    "seconds": round(res.seconds, 1), "cpu_seconds": round(res.cpu_seconds, 1),
+                    "fallbacks": list(res.fallbacks)}
             atomic_write(root / name / RUN_INFO, lambda f: f.write(json.dumps(info, indent=1) + "\n"))
             atomic_write(root / name / CACHE_KEY, lambda f: f.write(keys[name] + "\n"))
-            bar.write(f"  done    {name}  ({res.seconds:.1f} s, {res.cpu_seconds:.1f} s CPU)")
+            bar.write(done_line(res))
         else:
             where = f"; traceback in {res.notebook}" if res.notebook else ""
             bar.write(f"  FAILED  {name}  ({res.seconds:.1f} s): {res.error}{where}", file=sys.stderr)
@@ -482,7 +515,7 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
                 while queue and len(pending) < max(1, jobs):  # submit only what runs now: the bar names it
                     name = queue.pop(0)
                     _retire(root, name)
-                    pending[pool.submit(_execute_one, name, texts[name], str(root), params, timeout)] = name
+                    pending[pool.submit(_execute_one, name, texts[name], str(root), params, timeout, str(store))] = name
                 bar.set_postfix_str("running: " + ", ".join(sorted(pending.values())), refresh=True)
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
@@ -510,24 +543,6 @@ def list_figures(*, preset: str = "paper", out=None, src=None) -> list[tuple[str
                  else "stale" if (root / f"{name}.ipynb").exists() else "missing")
         rows.append((name, state, is_report(name, read_notebook(path))))
     return rows
-
-
-def add_arguments(p) -> None:
-    p.add_argument("--preset", choices=PRESET_CHOICES, default="paper",
-                   help="paper: the published settings (default, what `make book` shows); quick: CI-sized runs")
-    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these figures (names of figures_src/*.md)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one of the notebooks' parameters (repeatable; a Python literal, e.g. seed=3, "
-                        "init=1e-3, init_scheme=jan2025); needs --only and --out DIR (or --into-book)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output root (default _build/figures/<preset>, the folder the book of that preset reads)")
-    p.add_argument("--into-book", dest="into_book", action="store_true",
-                   help="with --param: write into the book's own figures (its pages then show the overrides)")
-    p.add_argument("--jobs", type=int, default=2, help="figures executed in parallel (default 2)")
-    p.add_argument("--force", action="store_true", help="re-run figures even when their cache key is unchanged")
-    p.add_argument("--src", type=Path, default=None, help="folder of the notebooks (default figures_src/)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds allowed per notebook cell")
-    p.add_argument("--list", action="store_true", help="list the figures and whether their outputs are current")
 
 
 def _usage(message: str, command: str = "figures") -> int:
@@ -566,7 +581,7 @@ def cmd_figures(args) -> int:
     try:
         results = run_figures(preset=args.preset, only=args.only, jobs=args.jobs, force=args.force, out=args.out,
                               src=args.src, timeout=args.timeout, overrides=overrides)
-    except (KeyError, notebooks.ParameterError) as e:
+    except (KeyError, notebooks.ParameterError, UnusableFolder) as e:
         return _usage(e.args[0])
     root = root.resolve()
     ran = [r for r in results if r.status == "ran"]
@@ -642,11 +657,3 @@ def _notebook_hints(path: Path, knobs: dict) -> list[str]:
     if knobs:
         lines.append(f"its parameters: {', '.join(knobs)}")
     return lines
-
-
-def add_notebook_arguments(p) -> None:
-    p.add_argument("name", help="a figure's name (a file of figures_src/ without .md)")
-    p.add_argument("--out", type=Path, default=None, help="where to write it (default ./NAME.ipynb)")
-    p.add_argument("--preset", choices=PRESET_CHOICES, default="paper", help="the preset its parameters cell sets")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing file")
-    p.add_argument("--src", type=Path, default=None, help=argparse.SUPPRESS)

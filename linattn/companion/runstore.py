@@ -43,15 +43,15 @@ from ..config import RunConfig
 from ..data import Datasets
 from ..experiment import RunResult, load_run, plan, run, run_key, write_outputs
 from ..train import History
-from .paths import ENV_FIGURE, ENV_RUNS_DIR, runs_dir
+from .paths import ENV_FIGURE, run_store_dir
 
 CHECKPOINTS = "checkpoints.npz"
 
 
 def default_root() -> Path:
     """``$LINATTN_RUNS_DIR``, else ``_build/runs`` of the checkout (of the working directory when linattn is an
-    installed copy: never site-packages; see :mod:`linattn.companion.paths`)."""
-    return Path(os.environ.get(ENV_RUNS_DIR) or runs_dir())
+    installed copy: never site-packages; see :mod:`linattn.companion.paths`), as an absolute path."""
+    return run_store_dir()
 
 
 class _Entry:
@@ -166,8 +166,8 @@ class RunStore:
              drawn=None) -> RunResult:
         """:meth:`get`; ``drawn``: the data sets this run drew when it was trained in this process (``extended``
         hands them on), so that carrying it on does not draw them again."""
-        checked = plan(cfg, init=init, data=data)  # the one check; every run below carries out this plan
-        checked = dataclasses.replace(checked, config=dataclasses.replace(checked.config, track_value=True))
+        # the one check (of the run as stored: value weights recorded, its snapshots); every run below carries it out
+        checked = plan(dataclasses.replace(cfg, track_value=True), init=init, data=data, snapshot_every=snapshot_every)
         key = run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
         E, started = cfg.epoch, time.perf_counter()
 

@@ -34,6 +34,7 @@ import torch
 from ..normalization import prefix_terms
 from ..models import MLP, AttnM, AttnS
 from . import native
+from .native import KnownFallback, fallback_reason
 from .autograd import Autograd
 from .base import DEFAULT_CHUNK, Moments, NotLinearError, Objective, check_linear, chunks
 from .declarations import ExactEngine
@@ -188,7 +189,7 @@ class Exact(ExactEngine, Objective):
             fn = _kernel()
         except Exception as err:  # no C compiler
             _compile_failed = True
-            warnings.warn(f"the exact engine's C kernel could not be built ({type(err).__name__}: {str(err)[:200]}); "
-                          "it takes the torch step (same result, slower)", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"the exact engine's C kernel could not be built ({fallback_reason(err)}); it takes the "
+                          "torch step (same result, slower)", KnownFallback, stacklevel=3)
             return None
         return CompiledSteps(fn, model, self, list(tests))

@@ -4,7 +4,8 @@ A kernel (``softmax_kernel.c``, ``exact_kernel.c``) is compiled once per process
 the system's C compiler (``$CC``, which may carry flags, else ``cc``, ``gcc`` or ``clang``) for this CPU
 (``-march=native`` where the compiler has it) into a temporary folder, and loaded through ctypes; the loaded library
 outlives the folder. No new dependency and no build step at install: the ``.c`` files ship as package data. Where
-no compiler works, :func:`load` raises and the engine falls back to its torch path with one warning.
+no compiler works, :func:`load` raises and the engine falls back to its torch path with one warning, a
+:class:`KnownFallback`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+
+class KnownFallback(RuntimeWarning):
+    """An engine takes its slower path with the same result, for a reason the documentation names (no C compiler,
+    no working ``torch.compile``): worth saying once, not an error. The figure runner reports these on the figure's
+    line and in its provenance instead of failing the figure, as it does for any other printed warning."""
+
+
+def fallback_reason(err: BaseException) -> str:
+    """``err`` in one line of at most 200 characters, for a :class:`KnownFallback` message (a compiler's error
+    output spans lines)."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"[:200]
 
 
 def compiler() -> list[str]:

@@ -58,6 +58,7 @@ import torch
 from .. import data as data_mod
 from ..normalization import lengths, prefix_queries
 from . import native
+from .native import KnownFallback, fallback_reason
 from .base import DEFAULT_CHUNK, Objective
 from .declarations import SoftmaxEngine
 
@@ -228,8 +229,8 @@ class Softmax(SoftmaxEngine, Objective):
     def _failed(self, err: Exception):
         """The compiler did not work: eager from now on, in this engine and every later one on this device type."""
         _compile_failed.add(self.device.type)
-        warnings.warn(f"the softmax engine's {self.kernel} kernel failed on {self.device.type} ({type(err).__name__}: "
-                      f"{str(err)[:200]}); it runs eagerly (same result, slower)", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"the softmax engine's {self.kernel} kernel failed on {self.device.type} "
+                      f"({fallback_reason(err)}); it runs eagerly (same result, slower)", KnownFallback, stacklevel=4)
         self.kernel = "eager"
 
     def _native_sums(self, m: int, t: int, W, v, grad: bool):
