@@ -3,7 +3,9 @@
 A figure's cache key hashes exactly these files (:func:`source_hash`), so editing the CLI, the book builder, the
 figure runner or a test helper re-runs no figure, while editing a module a figure computes with re-runs it. Imports
 are read from the code (``ast``), including imports inside functions; ``linattn/__init__.py`` counts for every
-``linattn.<x>`` import, since Python runs it first.
+``linattn.<x>`` import, since Python runs it first. A package that gives names on first use (PEP 562: a literal
+``_LAZY`` table of name → submodule, or ``_SUBMODULES``) counts as importing each submodule it names, since any use
+of those names runs them.
 """
 
 from __future__ import annotations
@@ -44,7 +46,14 @@ def imported_names(code: str, *, module: str | None = None, is_package: bool = F
         return set()
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if is_package and module and isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id in ("_LAZY", "_SUBMODULES") for t in node.targets):
+            try:
+                table = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            out.update(f"{module}.{sub}" for sub in (table.values() if isinstance(table, dict) else table))
+        elif isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
