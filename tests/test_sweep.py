@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -285,3 +286,24 @@ def test_the_dataset_attributes_hold_only_the_fixed_settings(tmp_path):
     assert "seed" not in settings and "init" not in settings
     assert settings["head_num"] == TINY["head_num"] and settings["epoch"] == 10
     assert list(ds.seed.values) == [0, 1] and list(ds.init.values) == [0.1, 0.2]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="zombies are told apart through /proc (Linux)")
+def test_a_zombie_task_counts_as_gone_and_its_leftover_is_removed(tmp_path):
+    """A killed task whose parent died too stays a zombie until reaped: it can write nothing, so its temporary folder
+    is stale (the second sweep of the interrupted-sweep test met one); a live process's folder is kept."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    while Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] != "Z":
+        time.sleep(0.01)  # exited, not yet reaped: a zombie
+    try:
+        host = socket.gethostname()
+        runs = tmp_path / cells.RUNS
+        dead = runs / f".key1.{host}.{child.pid}.abc.tmp"
+        live = runs / f".key2.{host}.{os.getpid()}.abc.tmp"
+        for d in (dead, live):
+            d.mkdir(parents=True)
+        assert not cells._alive(child.pid) and cells._alive(os.getpid())
+        cells.remove_stale_tmp(tmp_path)
+        assert not dead.exists() and live.exists()
+    finally:
+        child.wait()

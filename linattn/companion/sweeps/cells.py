@@ -123,12 +123,24 @@ def remove_stale_tmp(root) -> None:
         parts = tmp.name.split(".")
         if len(parts) < 5 or parts[2] != host or not parts[3].isdigit():
             continue
-        try:
-            os.kill(int(parts[3]), 0)
-        except ProcessLookupError:
+        if not _alive(int(parts[3])):
             shutil.rmtree(tmp, ignore_errors=True)
-        except PermissionError:
-            pass  # a live process of another user
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: it exists (a live process of another user counts) and, where /proc tells,
+    is not a zombie (a killed task whose parent died too stays one until it is reaped, and can write nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
 
 
 def _result(key, status, outcome, *, message="", wall_time=0.0, summary=None) -> dict:
