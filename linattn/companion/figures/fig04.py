@@ -321,36 +321,46 @@ def _settings(ds) -> dict:
 
 
 def plot(ds):
-    """One row per rank: the published window at every seed (left; linear), its distance to the last saddle
-    L − L(M_D) on a logarithmic axis (middle; the saddles' own distances dotted), and the first seed's extended run
-    on a logarithmic step axis (right; the dashed red line is the window's end)."""
+    """One row per rank: the published window at every seed (left; linear) and its distance to the last saddle
+    L − L(M_D) on a logarithmic axis (right; the saddles' own distances dotted)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import loss_panel
+
+    levels, ranks = ds.plateau_theory.values, list(ds["rank"].values)
+    fig, axes = plt.subplots(len(ranks), 2, figsize=(6.6, 0.5 + 1.75 * len(ranks)), sharex=True, squeeze=False,
+                             layout="constrained")
+    for (ax, ax_log), R in zip(axes, ranks):
+        curves = ds.sel(rank=R).train_loss.values
+        loss_panel(ax, ds.step.values, list(curves), levels, title=f"$R = {R}$", linewidth=0.9)
+        gap_panel(ax_log, ds.step.values, curves, levels, title=f"$R = {R}$: " + r"$L - L(\mathcal{M}_D)$")
+        ax.set_ylabel("training loss")
+    for ax in axes[:-1].flat:
+        ax.set_xlabel("")
+    axes[-1, 1].set_xlabel("step")
+    return fig
+
+
+def plot_extended(ds):
+    """The first seed's run at each rank carried on to its horizon, on a logarithmic step axis (the dashed red line
+    is the end of the published window), two ranks a row."""
     import matplotlib.pyplot as plt
 
     from ..plotting import log_axis_start, log_thin, loss_panel
 
     window, levels, ranks = ds.attrs["window"], ds.plateau_theory.values, list(ds["rank"].values)
-    nrows = len(ranks)
-    fig = plt.figure(figsize=(9.6, 0.5 + 1.75 * nrows), layout="constrained")
-    left, middle, right = fig.subfigures(1, 3, wspace=0.02)
-    left.suptitle(f"first {window} steps, seeds {list_words(list(ds.seed.values))}", fontsize=10)
-    middle.suptitle(r"$L - L(\mathcal{M}_D)$, log axis", fontsize=10)
-    right.suptitle(f"seed {int(ds.seed.values[0])} carried on (log step axis)", fontsize=10)
-    axes, axes_log = left.subplots(nrows, 1, sharex=True, squeeze=False), middle.subplots(nrows, 1, sharex=True,
-                                                                                         squeeze=False)
-    axes_ext = right.subplots(nrows, 1, squeeze=False)
+    nrows = (len(ranks) + 1) // 2
+    fig, axes = plt.subplots(nrows, 2, figsize=(6.6, 0.4 + 2.0 * nrows), squeeze=False, layout="constrained")
     x_from = log_axis_start(ds.drop_step.isel(direction=0).values, int(ds.horizon.max()))
-    for ax, ax_log, ax_ext, R in zip(axes.flat, axes_log.flat, axes_ext.flat, ranks):
+    for ax, R in zip(axes.flat, ranks):
         r = ds.sel(rank=R)
         h = int(r.horizon)
-        loss_panel(ax, ds.step.values, list(r.train_loss.values), levels, title=f"$R = {R}$", linewidth=0.9)
-        gap_panel(ax_log, ds.step.values, r.train_loss.values, levels, title=f"$R = {R}$")
         ext = r.train_loss_extended.sel(step_log=log_thin(h))  # this rank's own log sampling
-        loss_panel(ax_ext, ext.step_log.values, [ext.values], levels, log_steps=True, mark_step=window - 1,
+        loss_panel(ax, ext.step_log.values, [ext.values], levels, log_steps=True, mark_step=window - 1,
                    title=f"$R = {R}$ ({h} steps)", linewidth=1.2)
-        ax_ext.set_xlim(left=x_from)
-    for ax in list(axes[:-1].flat) + list(axes_ext[:-1].flat):
-        ax.set_xlabel("")
-    axes_log[-1, 0].set_xlabel("step")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("training loss")
+        ax.set_xlim(left=x_from)
+    for ax in axes.flat[len(ranks):]:
+        ax.set_visible(False)
+    for ax in axes[:, 1]:
+        ax.set_ylabel("")
     return fig
