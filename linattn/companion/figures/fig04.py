@@ -333,7 +333,7 @@ def plot(ds):
     for (ax, ax_log), R in zip(axes, ranks):
         curves = ds.sel(rank=R).train_loss.values
         loss_panel(ax, ds.step.values, list(curves), levels, title=f"$R = {R}$", linewidth=0.9)
-        gap_panel(ax_log, ds.step.values, curves, levels, title=f"$R = {R}$: " + r"$L - L(\mathcal{M}_D)$")
+        gap_panel(ax_log, ds.step.values, curves, levels, title=f"$R = {R}$: " + "$L - L(ℳ_D)$")
         ax.set_ylabel("training loss")
     for ax in axes[:-1].flat:
         ax.set_xlabel("")

@@ -150,7 +150,7 @@ def plot(ds):
     for (ax, ax_log), R in zip(axes, ranks):
         curves = list(ds.train_loss.sel(rank=R).values)
         loss_panel(ax, step, curves, levels, title=f"$R = {R}$", linewidth=0.9)
-        gap_panel(ax_log, step, curves, levels, title=f"$R = {R}$: $L - L(\\mathcal{{M}}_D)$")
+        gap_panel(ax_log, step, curves, levels, title=f"$R = {R}$: $L - L(ℳ_D)$")
     for ax in axes[:-1].flat:
         ax.set_xlabel("")
     axes[-1, 1].set_xlabel("step")
