@@ -26,6 +26,7 @@ The library in one example (the API page of the book lists every name)::
 
 import importlib
 
+from . import _lazy
 from ._version import __version__
 from .batch import run_many
 from .config import ConfigError, RunConfig
@@ -46,11 +47,7 @@ __all__ = ["RunConfig", "ConfigError", "run", "run_many", "RunResult", "load_run
 def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")  # the import sets it as an attribute of the package
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value  # looked up once
-    return value
+    return _lazy.attribute(__name__, _LAZY, globals(), name)
 
 
 def __dir__() -> list[str]:

@@ -17,9 +17,9 @@ first looked up (module ``__getattr__``), as ``load`` and :func:`build` do.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
+from .. import _lazy
 from ..data import named
 from .declarations import AutogradEngine, Engine, ExactEngine, PopulationEngine, SoftmaxEngine
 
@@ -35,11 +35,7 @@ _LAZY = {"Exact": "exact", "Population": "population", "population_moments": "po
 
 
 def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value  # looked up once
-    return value
+    return _lazy.attribute(__name__, _LAZY, globals(), name)
 
 
 def __dir__() -> list[str]:
