@@ -533,12 +533,16 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_lengt
                                               drop_steps=_drops_between(y, x, spans, rest_levels))
 
 
+REST_LEVEL_QUANTILE = 0.1  # the slowest tenth of a rest's steps: its closest approach to the saddle
+
+
 def _rest_level(y) -> float:
-    """A rest's level: the median loss over the slower half of its steps (|Δloss| at most its median), so that a
-    curve entering or leaving the band, or falling through it without a plateau, does not pull the level away from
-    where it moves slowest."""
+    """A rest's level: the median loss over its slowest steps (|Δloss| at most its :data:`REST_LEVEL_QUANTILE`
+    quantile). The gradient is smallest where the curve passes closest to the saddle, so this reads the saddle's
+    level whether the curve sits there long or only slows down on its way through the band, and a curve entering or
+    leaving the band does not pull it away."""
     speed = np.abs(np.gradient(y)) if y.size > 1 else np.zeros(1)
-    return float(np.median(y[speed <= np.median(speed)]))
+    return float(np.median(y[speed <= np.quantile(speed, REST_LEVEL_QUANTILE)]))
 
 
 def _join_runs(runs, gap: int) -> list:

@@ -87,7 +87,7 @@ def gap_panel(ax, step, curves, levels, *, title: str | None = None):
     ax.set_ylim(0.3 * gaps[-1], 1.5 * gaps[0])
     ax.set_xlim(step[0], step[-1])
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title)
 
 
 def describe(S: dict, *, ranks=None) -> str:
