@@ -536,13 +536,20 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_lengt
 REST_LEVEL_QUANTILE = 0.1  # the slowest tenth of a rest's steps: its closest approach to the saddle
 
 
-def _rest_level(y) -> float:
-    """A rest's level: the median loss over its slowest steps (|Δloss| at most its :data:`REST_LEVEL_QUANTILE`
-    quantile). The gradient is smallest where the curve passes closest to the saddle, so this reads the saddle's
-    level whether the curve sits there long or only slows down on its way through the band, and a curve entering or
-    leaving the band does not pull it away."""
+def rest_core(y) -> np.ndarray:
+    """Which samples of a rest's loss ``y`` are its core: its slowest steps (|Δloss| at most its
+    :data:`REST_LEVEL_QUANTILE` quantile). The gradient is smallest where the curve passes closest to the saddle, so
+    the core is the saddle whether the curve sits there long or only slows down on its way through the band; what is
+    read "on a plateau" (its level, a measure of the weights) is read there, away from the steps entering or leaving
+    the band."""
+    y = np.asarray(y, dtype=np.float64)
     speed = np.abs(np.gradient(y)) if y.size > 1 else np.zeros(1)
-    return float(np.median(y[speed <= np.quantile(speed, REST_LEVEL_QUANTILE)]))
+    return speed <= np.quantile(speed, REST_LEVEL_QUANTILE)
+
+
+def _rest_level(y) -> float:
+    """A rest's level: the median loss over its core (:func:`rest_core`)."""
+    return float(np.median(y[rest_core(y)]))
 
 
 def _join_runs(runs, gap: int) -> list:

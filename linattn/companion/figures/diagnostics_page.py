@@ -8,7 +8,8 @@ normalisation) and the weights. What the theory implies for them: on the plateau
 the saddle M_m, where A has exactly m non-zero singular values (numerical rank m; effective rank that of the PCR
 matrix, ``theory.pcr_weights``); a learned subspace never moves again; gradient flow conserves v_i² − ‖k_i‖² and
 ‖k_i‖² − ‖q_i‖² exactly. Each flat stretch of the loss is named by the saddle it sits at
-(``diagnostics.saddle_plateaus``, the one rule), and the measures are taken as their median over it.
+(``diagnostics.saddle_plateaus``, the one rule), and the measures are taken as their median over its core, its
+slowest steps (``diagnostics.rest_core``).
 """
 
 from __future__ import annotations
@@ -46,10 +47,15 @@ def compute(S: dict):
     loss = res.history.train_loss
     sp = diagnostics.saddle_plateaus(loss, levels)
     medians = {"numerical_rank": [], "eff_rank": []}
+    step = res.history.step
     for a, b in zip(sp.plateaus.starts, sp.plateaus.ends):
-        inside = (tab["step"] >= a) & (tab["step"] <= b)
+        on = (step >= a) & (step <= b)
+        core = step[on][diagnostics.rest_core(loss[on])]  # the rest's slowest steps, nearest the saddle
+        inside = (tab["step"] >= core.min()) & (tab["step"] <= core.max())
+        if not inside.any():  # a core shorter than the snapshot interval: the snapshot nearest its middle
+            inside = np.abs(tab["step"] - np.median(core)) == np.abs(tab["step"] - np.median(core)).min()
         for k in medians:
-            medians[k].append(float(np.median(tab[k][inside])) if inside.any() else np.nan)
+            medians[k].append(float(np.median(tab[k][inside])))
     ds = xr.Dataset(
         {**{k: ("step", np.asarray(tab[k], dtype=float)) for k in MEASURES},
          "train_loss": ("loss_step", loss),
