@@ -462,6 +462,10 @@ def first_drop_step(loss, *, min_step: int = 10) -> int | None:
 #: the middle third of every gap to no level, so the midpoint that the drop rule (:func:`drop_steps`) crosses always
 #: lies between two rests; a larger b would admit more of a finite-P offset but leave a drop less room.
 REST_BAND = 1 / 3
+#: How far a rest's level may lie from its saddle's, L(M_m): twice the sampling error of a level near 1 read on
+#: P = 5000 sequences (L·√(2/P) = 0.02), the smallest training set the paper's figures read plateaus on. A run in a
+#: band whose level lies farther off is a shoulder on the way between saddles, not a rest at one.
+REST_TOL = 0.04
 
 
 def rest_band_words(band: float = REST_BAND) -> str:
@@ -502,7 +506,8 @@ def rest_bands(levels, band: float = REST_BAND) -> tuple[np.ndarray, np.ndarray]
     return levels - band * below, levels + band * above
 
 
-def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_length: int | None = None):
+def saddle_rests(loss, levels, *, band: float = REST_BAND, tol: float | None = None, steps=None,
+                 min_length: int | None = None):
     """The rests of ``loss`` at the saddles L(M_0) … L(M_D) (``levels``, ``theory.plateau_losses``): the one
     plateau classifier of the package. Returns ``(m, Plateaus)``: the saddle of each rest and the rests.
 
@@ -511,8 +516,11 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_lengt
     max(3, n/400); shorter runs are a drop passing through a band). Two runs at the same saddle with nothing but
     fewer than ``min_length`` unassigned samples between them are one rest (noise can leave a band for a moment).
     Adjacent levels are never merged, however close: a step lies in one band at most. A rest's level is the median
-    loss over its slower half (``_rest_level``); the drops between rests are read as in :func:`detect_plateaus`.
+    loss over its core (:func:`rest_core`), and a run whose level lies farther than ``tol`` (default
+    :data:`REST_TOL`) from its saddle's is a shoulder on the way, not a rest there: it is left out. The drops
+    between rests are read as in :func:`detect_plateaus`.
     """
+    tol = REST_TOL if tol is None else float(tol)
     y = np.asarray(loss, dtype=np.float64)
     n = y.size
     if n < 3:
@@ -526,6 +534,8 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, steps=None, min_lengt
     runs = [[label[a], a, b - 1] for a, b in zip(np.r_[0, change], np.r_[change, n]) if label[a] >= 0]
     long_enough = [r for r in _join_runs(runs, min_len) if r[2] - r[1] + 1 >= min_len]  # else a drop passing by
     rests = [(int(m), a, b) for m, a, b in _join_runs(long_enough, min_len)]
+    levels = np.asarray(levels, dtype=np.float64)
+    rests = [(m, a, b) for m, a, b in rests if abs(_rest_level(y[a:b + 1]) - levels[m]) <= tol]
     spans = [(a, b) for _, a, b in rests]
     rest_levels = np.array([_rest_level(y[a:b + 1]) for a, b in spans])
     return [m for m, _, _ in rests], Plateaus(levels=rest_levels, starts=np.array([x[a] for a, _ in spans]),

@@ -526,8 +526,12 @@ def test_rest_bands_split_each_gap_in_thirds_and_a_loss_between_bands_is_no_rest
     assert np.all(lo[:-1] > hi[1:])  # no two bands touch
     loss = np.repeat([1.0, 0.55, 0.4], [500, 500, 400])  # 0.55: in the middle third of the gap 0.7 - 0.4
     assert dg.saddle_rests(loss, levels)[0] == [0, 2]
-    off = 0.08  # a finite-P plateau offset of 0.08 from L(M_0) still lies in its band (a third of 0.3 = 0.1)
-    assert dg.saddle_rests(_staircase([(1.0 - off, 500), (0.7, 500)]), levels)[0] == [0, 1]
+    # a finite-P offset of 0.038 (P = 5000's M_0 on the population page) is a rest at M_0; a shoulder 0.08 off, in
+    # the band (a third of 0.3 = 0.1) but farther than REST_TOL, is not (unless the tolerance is widened)
+    assert dg.saddle_rests(_staircase([(1.0 - 0.038, 500), (0.7, 500)]), levels)[0] == [0, 1]
+    shoulder = _staircase([(1.0 - 0.08, 500), (0.7, 500)])
+    assert dg.saddle_rests(shoulder, levels)[0] == [1]
+    assert dg.saddle_rests(shoulder, levels, tol=0.1)[0] == [0, 1]
     for bad, kw in (([0.5, 0.7], {}), ([1.0], {}), (levels, {"band": 0.5}), (levels, {"band": 0.0})):
         with pytest.raises(ValueError, match="levels|band"):
             dg.rest_bands(bad, **kw)

@@ -26,8 +26,10 @@ ROOT = figures.preset_root("quick")
 # whole row keys, kind, tolerance), kind "abs" or "rel" (the error against the row's theory value) or "below" (a bound
 # on our value). Rows are selected by key, never by their wording. Every entry must match at least one row; every
 # figure has entries except fig05 (there is no softmax theory and its quick preset is a stand-in) and the report
-# (which copies the other figures' rows). Plateau and final losses are held to PLATEAU_TOLERANCE of L(M_m).
-PLATEAU_TOLERANCE = 0.03
+# (which copies the other figures' rows). Plateau and final losses are held to PLATEAU_TOLERANCE of L(M_m): twice the
+# sampling error of a level near 1 on the quick preset's smaller sets (P = 1000-5000: 2·√(2/P) = 0.04-0.09), the
+# classifier's own acceptance (diagnostics.REST_TOL), and the final losses' too.
+PLATEAU_TOLERANCE = 0.04
 PLATEAUS = (r"(.*\.)?(plateau|final_loss)(\..*)?", "abs", PLATEAU_TOLERANCE)
 EXACT = (r".*", "abs", 0.0)  # counts (schematics): equal to the theory
 TOLERANCES = {

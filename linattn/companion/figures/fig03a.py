@@ -235,7 +235,7 @@ def words(ds) -> dict:
                 eigenvalues=list_words(np.round(ds.eigenvalue.values, 4)),
                 settings=describe(run, seeds=[int(s) for s in ds.seed.values]),
                 window=ds.attrs["window"], horizon=ds.attrs["horizon"],
-                tol=diagnostics.rest_band_words(ds.attrs["band"]),
+                rest_tol=diagnostics.REST_TOL, tol=diagnostics.rest_band_words(ds.attrs["band"]),
                 escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds),
                 predicted=_predicted_words(ds),
                 caption_lead=published.caption_lead("Figure 3a", bool(ds.attrs["published"])),

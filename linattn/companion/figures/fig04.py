@@ -290,7 +290,7 @@ def words(ds) -> dict:
     ranks = [int(R) for R in ds["rank"].values]
     short = [R for R in ranks if int(ds.directions_learned_extended.sel(rank=R)) < D]
     out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"],
-               band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
+               rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
                seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
                horizons=_join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
                enough=(f"long enough for every rank to learn all {D} directions" if not short else

@@ -129,7 +129,7 @@ def words(ds) -> dict:
     S = json.loads(ds.attrs["settings"])
     ranks = [int(R) for R in ds["rank"].values]
     return dict(H=S["head_num"], D=ds.sizes["m"] - 1, ranks=list_words(ranks),
-                band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
+                rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
                 settings=describe(S, ranks=ranks),
                 caption=published.caption_lead("Figure 12", bool(ds.attrs["published"])),
                 setting_note=("These are Figure 4's published settings, with the paper's appendix ranks."

@@ -126,7 +126,7 @@ def words(ds) -> dict:
     runs = _runs(ds)
     m, s = runs["attn_m"], runs["attn_s"]
     return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1,
-                tol=diagnostics.rest_band_words(ds.attrs["band"]),
+                rest_tol=diagnostics.REST_TOL, tol=diagnostics.rest_band_words(ds.attrs["band"]),
                 eigenvalues=list_words(np.round(ds.eigenvalue.sel(model="attn_s").dropna("direction").values, 4)),
                 settings_m=describe(m), settings_s=describe(s), rests=_rests(ds))
 

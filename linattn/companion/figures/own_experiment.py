@@ -130,7 +130,7 @@ def words(ds) -> dict:
     first = json.loads(ds.attrs["runs"])["first"]
     return dict(H=first["head_num"], R=first["rank"], spectrum=list_words(ds.spectrum.values),
                 epoch=ds.attrs["epoch"], epoch_more=int((ds.run == "continued").sum()),
-                tol=linattn.diagnostics.rest_band_words(ds.attrs["band"]))
+                rest_tol=linattn.diagnostics.REST_TOL, tol=linattn.diagnostics.rest_band_words(ds.attrs["band"]))
 
 
 def plot(ds):

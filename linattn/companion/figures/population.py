@@ -141,7 +141,7 @@ def words(ds) -> dict:
                 lr=f"{run['lr']:g}", epoch=run["epoch"], trained=trained, n_ways=ds.sizes["curve"],
                 caption=", ".join(caption[:-1]) + (" and " if len(caption) > 1 else "") + caption[-1],
                 ways=", ".join(str(c) for c in ds.curve.values), finite_P=list_words(finite) if finite else "none",
-                tol=diagnostics.rest_band_words(ds.attrs["band"]), summary=summary(ds),
+                rest_tol=diagnostics.REST_TOL, tol=diagnostics.rest_band_words(ds.attrs["band"]), summary=summary(ds),
                 samples=f"estimated from {samples} fresh sequences" if samples else "exact",
                 timings=", ".join(f"{c} {t:.1f} s" for c, t in zip(ds.curve.values, ds.wall_time.values)))
 
