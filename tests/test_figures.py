@@ -47,7 +47,9 @@ TOLERANCES = {
     "figA_ranks": [PLATEAUS],
     "figA_inside_head": [PLATEAUS],
     "figA_vary_len": [PLATEAUS],
-    "beyond_diagnostics": [(r"numerical_rank\..*", "abs", 0.0), (r"eff_rank\..*", "abs", 0.05),
+    # the effective rank exp(entropy) counts what a finite start leaves in the other directions: a second singular
+    # value at 2 % of the first adds 0.1 (the quick preset's larger start; the paper's reads 1.016 on M_1)
+    "beyond_diagnostics": [(r"numerical_rank\..*", "abs", 0.0), (r"eff_rank\..*", "abs", 0.1),
                            (r"drift_max", "abs", 0.02)],
     "beyond_pcr": [(r"gap\.M\d+", "abs", 0.05), (r"diagonal\..*", "rel", 0.05)],
     "beyond_own_experiment": [PLATEAUS],
