@@ -462,9 +462,9 @@ def first_drop_step(loss, *, min_step: int = 10) -> int | None:
 #: the middle third of every gap to no level, so the midpoint that the drop rule (:func:`drop_steps`) crosses always
 #: lies between two rests; a larger b would admit more of a finite-P offset but leave a drop less room.
 REST_BAND = 1 / 3
-#: How far a rest's level may lie from its saddle's, L(M_m): twice the sampling error of a level near 1 read on
-#: P = 5000 sequences (L·√(2/P) = 0.02), the smallest training set the paper's figures read plateaus on. A run in a
-#: band whose level lies farther off is a shoulder on the way between saddles, not a rest at one.
+#: The farthest a rest's level may lie from its saddle's level L(M_m), twice the sampling error of a level near 1
+#: read on P = 5000 sequences (L·√(2/P) = 0.02), the smallest training set the paper's figures read plateaus on. A
+#: run in a band whose level lies farther off is a shoulder on the way between saddles, not a rest at one.
 REST_TOL = 0.04
 
 
@@ -547,8 +547,8 @@ REST_LEVEL_QUANTILE = 0.1  # the slowest tenth of a rest's steps: its closest ap
 
 
 def rest_core(y) -> np.ndarray:
-    """Which samples of a rest's loss ``y`` are its core: its slowest steps (|Δloss| at most its
-    :data:`REST_LEVEL_QUANTILE` quantile). The gradient is smallest where the curve passes closest to the saddle, so
+    """Which samples of a rest's loss ``y`` are its core: its slowest steps (``|Δloss|`` at most its
+    ``REST_LEVEL_QUANTILE`` quantile). The gradient is smallest where the curve passes closest to the saddle, so
     the core is the saddle whether the curve sits there long or only slows down on its way through the band; what is
     read "on a plateau" (its level, a measure of the weights) is read there, away from the steps entering or leaving
     the band."""
