@@ -216,6 +216,15 @@ class RunConfig:
         when the training set is infinite, softmax for softmax attention)."""
         return objectives.resolve(self)
 
+    def on_population(self, cov) -> "RunConfig":
+        """The same run on the population loss (P → ∞, the ``population`` engine) of inputs of covariance ``cov``
+        (the run's own Λ, drawn or given, passed as ``cov_matrix``): no training or test sets, so nothing is drawn
+        but what the run is given. Trained from the run's own initial weights, it is the theory's loss curve from the
+        same start, every head included (``diagnostics.predicted_drop_steps``, the companion's population twin)."""
+        return replace(self, trainset_size=None, testset_size=0, engine="population",
+                       cov_matrix=np.asarray(cov, dtype=np.float64).tolist(), white_cov=False, spectrum=None,
+                       population_samples=0)
+
     def to_dict(self) -> dict:
         """Every setting by name (``trainset_size`` None as ``"inf"``): ``run.json``'s ``settings``."""
         d = asdict(self)

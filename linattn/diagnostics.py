@@ -434,8 +434,7 @@ def predicted_drop_steps(config, init: dict, cov, *, horizon: int | None = None,
     cov = np.asarray(cov, dtype=np.float64)
     levels = theory.plateau_losses(cov, config.N)
     horizon = config.epoch if horizon is None else int(horizon)
-    base = dataclasses.replace(config, trainset_size=None, testset_size=0, engine="population", dynamics="gd",
-                               cov_matrix=cov.tolist(), white_cov=False, spectrum=None, population_samples=0)
+    base = dataclasses.replace(config.on_population(cov), dynamics="gd")  # in chunks, continued by start_step
     losses, weights, done = [], init, 0
     while done < horizon:
         part = run(dataclasses.replace(base, epoch=min(chunk, horizon - done)), init=weights, start_step=done,

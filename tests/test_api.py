@@ -252,3 +252,16 @@ def test_a_run_with_one_test_set_records_and_writes_just_that_one(keep, tmp_path
     header = (tmp_path / "out" / "loss.csv").read_text().splitlines()[0].split(",")
     assert header == ["step", "train_loss", keep]
     assert np.allclose(linattn.load_run(tmp_path / "out").history.columns()[keep], cols[keep], rtol=1e-9)
+
+
+def test_a_run_on_the_population_loss_keeps_every_setting_but_the_data():
+    """RunConfig.on_population: the same model, heads, rank, lr, length and start, on P → ∞ of the run's own Λ."""
+    cfg = linattn.RunConfig(model="attnS", head_num=3, rank=2, in_dim=3, seq_len=8, trainset_size=50, testset_size=10,
+                            epoch=7, lr=0.03, white_cov=True, seed=4)
+    cov = np.diag([0.5, 0.3, 0.2])
+    twin = cfg.on_population(cov)
+    twin.validate()
+    assert twin.trainset_size is None and twin.testset_size == 0 and twin.resolved_engine() == "population"
+    assert np.array_equal(twin.cov_matrix, cov) and not twin.white_cov
+    changed = {k for k in cfg.field_names() if getattr(cfg, k) != getattr(twin, k)}
+    assert changed == {"trainset_size", "testset_size", "engine", "cov_matrix", "white_cov"}

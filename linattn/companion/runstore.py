@@ -210,9 +210,7 @@ def population_twin(result: RunResult, root=None) -> RunResult:
     curve from the same start, every head and every weight included, to set beside the run with the same rules
     (e.g. ``diagnostics.half_drop_step``). It costs about as much as the exact run of a small P (ATTN_M at D = 4,
     H = 8, 6001 steps: 2 s)."""
-    cfg = dataclasses.replace(result.config, trainset_size=None, testset_size=0,
-                              cov_matrix=np.asarray(result.datasets.cov).tolist())
-    return stored_run(cfg, init=result.init, root=root)
+    return stored_run(result.config.on_population(result.datasets.cov), init=result.init, root=root)
 
 
 def figure_runs(s: dict, run: str | None = None) -> list[RunResult]:
