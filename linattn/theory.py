@@ -54,6 +54,21 @@ def spectrum(cov) -> tuple[np.ndarray, np.ndarray]:
     return lam[order], vecs[:, order]
 
 
+def residual_kurtosis(cov, learned: int = 0) -> float:
+    """κ of the residual on the plateau M_m (``learned`` = m directions learned) over fresh tasks w ~ N(0, I) and
+    inputs x ~ N(0, Λ) (``cov``: Λ, or its eigenvalues), leaving out the in-context estimation error: the residual
+    is Σ_{d>m} w_d x_d, Gaussian given w with variance s = Σ_{d>m} λ_d w_d², so E[r⁴] = 3 E[s²] and
+    κ = 3(1 + 2 Σ λ_d²/(Σ λ_d)²) over the directions d > m (3, Gaussian, when none is left). On M_0 with the
+    eigenvalues 0.4, 0.3, 0.2, 0.1 it is 4.8, and at P = 5000 the standard error of L(M_0) = 1 is 0.028 (0.025
+    measured over 300 of the reference's centred, whitened training sets; the Gaussian value is 0.020); on M_2,
+    with 0.2 and 0.1 left, 6.3."""
+    c = np.asarray(cov, dtype=np.float64)
+    lam = (spectrum(c)[0] if c.ndim == 2 else np.sort(c)[::-1])[int(learned):]
+    if lam.size == 0 or lam.sum() <= 0:
+        return 3.0
+    return float(3.0 * (1.0 + 2.0 * np.sum(lam**2) / np.sum(lam) ** 2))
+
+
 def c_d(cov, N: int) -> np.ndarray:
     """c_d = 1 + (1 + tr Λ / λ_d) / N for each eigen-direction (decreasing λ); λ_d c_d is E[Λ̂²]'s eigenvalue / λ_d."""
     lam, _ = spectrum(cov)

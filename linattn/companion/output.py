@@ -60,27 +60,12 @@ def loss_standard_error(level, P, kurtosis: float = 3.0) -> float | None:
     A loss is a mean over P sequences of squared residuals r²; with residuals of variance L, E[r⁴] = κ L² (κ = 3 for
     Gaussian residuals), so Var(r²) = (κ − 1) L² and the mean carries L·√((κ − 1)/P): L·√(2/P) for Gaussian ones.
     Where the task vector is drawn afresh for each sequence the residual is Gaussian only given the task, and its
-    tails are heavier (:func:`task_kurtosis`). None when ``P`` is not a finite number (the population loss: no
+    tails are heavier (``theory.residual_kurtosis``). None when ``P`` is not a finite number (the population loss: no
     sampling error) or ``level`` is missing."""
     L = _number(level)
     if L is None or P is None or not math.isfinite(float(P)) or float(P) <= 0:
         return None
     return abs(L) * math.sqrt((float(kurtosis) - 1.0) / float(P))
-
-
-def task_kurtosis(cov, learned: int = 0) -> float:
-    """κ of the residual on the plateau M_m (``learned`` = m directions learned) over fresh tasks w ~ N(0, I) and
-    inputs x ~ N(0, Λ) (``cov``: Λ, or its eigenvalues), leaving out the in-context estimation error: the residual
-    is Σ_{d>m} w_d x_d, Gaussian given w with variance s = Σ_{d>m} λ_d w_d², so E[r⁴] = 3 E[s²] and
-    κ = 3(1 + 2 Σ λ_d²/(Σ λ_d)²) over the directions d > m (3, Gaussian, when none is left). On M_0 with the
-    eigenvalues 0.4, 0.3, 0.2, 0.1 it is 4.8, and at P = 5000 the standard error of L(M_0) = 1 is 0.028 (0.025
-    measured over 300 of the reference's centred, whitened training sets; the Gaussian value is 0.020); on M_2,
-    with 0.2 and 0.1 left, 6.3."""
-    c = np.asarray(cov, dtype=np.float64)
-    lam = np.sort(np.linalg.eigvalsh(c) if c.ndim == 2 else c)[::-1][int(learned):]
-    if lam.size == 0 or lam.sum() <= 0:
-        return 3.0
-    return float(3.0 * (1.0 + 2.0 * np.sum(lam**2) / np.sum(lam) ** 2))
 
 
 def verdict(difference, tolerance, standard_error=None) -> str:

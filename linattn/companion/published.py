@@ -32,9 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import theory
 from ..diagnostics import first_step_below
 from .output import (AGREES, CONSISTENT, DIFFERS, ESTIMATE, WITHIN_NOISE, MarkdownTable, loss_standard_error,
-                     task_kurtosis, verdict, words)
+                     verdict, words)
 
 
 @dataclass(frozen=True)
@@ -411,7 +412,7 @@ def fig3a_comparison(drops: dict, plateaus=None, P=None, eigenvalues=None) -> li
     the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
     the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: our plateau levels
     L(M_0)…L(M_4), NaN where none was found) the plateau levels read off the image, with the sampling error of a
-    level on ``P`` training sequences (residuals of :func:`output.task_kurtosis` on each plateau where the
+    level on ``P`` training sequences (residuals of ``theory.residual_kurtosis`` on each plateau where the
     ``eigenvalues`` are given, else Gaussian)."""
     rows = []
     for d, crossings in FIG3A_CROSSINGS.items():
@@ -430,7 +431,7 @@ def fig3a_comparison(drops: dict, plateaus=None, P=None, eigenvalues=None) -> li
             rows.append(_check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
                                   f"{reading:.3f}", reading, ours, difference(ours, reading), "loss",
                                   FIG3A_IMAGE.loss_per_px, _loss_se(reading, "loss", P, 3.0 if eigenvalues is None
-                                                                    else task_kurtosis(eigenvalues, m))))
+                                                                    else theory.residual_kurtosis(eigenvalues, m))))
     return rows
 
 
