@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
+import os
+import re
 import shutil
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
 
 import linattn
 from linattn import experiment
-from linattn.companion.runstore import RunStore
+from linattn.companion import notebooks
+from linattn.companion.paths import ENV_RETRAIN, retraining
+from linattn.companion.runstore import QUARANTINE, RunStore, StoreError
 from linattn.experiment import run_key
+from linattn.objectives.native import KnownFallback
 
 CFG = linattn.RunConfig(model="attnS", head_num=3, rank=1, in_dim=3, seq_len=8, trainset_size=200, epoch=300,
                         lr=0.05, init=0.1, seed=1, draws="streams")
@@ -195,3 +203,165 @@ def test_a_stored_run_is_read_once_per_array(tmp_path):
     for name in snapshots[0][1]:
         bases = {id(w[name].base) for _, w in snapshots}
         assert len(bases) == 1, name
+
+
+# ── faults: a damaged entry is set aside and trained again, never served ──────────────────────────────────────
+
+SMALL = replace(CFG, trainset_size=60, epoch=40)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _cut_short(path: Path) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-5]))
+
+
+def _last_loss_edited(path: Path) -> None:
+    lines = path.read_text().splitlines()
+    fields = lines[-1].split(",")
+    fields[lines[0].split(",").index("train_loss")] = "0.5"
+    path.write_text("\n".join(lines[:-1] + [",".join(fields)]) + "\n")
+
+
+FAULTS = {"truncated weights.npz": ("weights.npz", _truncate),
+          "garbage run.json": ("run.json", lambda p: p.write_text("{'not': json")),
+          "loss.csv cut short": ("loss.csv", _cut_short),
+          "last loss edited to 0.5": ("loss.csv", _last_loss_edited)}
+
+
+def _files(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def _served_quietly(root, cfg=SMALL, **kwargs):
+    """The store's run of ``cfg``, failing on any warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return RunStore(root, **kwargs).get(cfg, snapshot_every=EVERY)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_damaged_entry_is_set_aside_named_and_trained_again(tmp_path, fault):
+    """Each fault: a KnownFallback warning names the entry (one line, as the figure runner takes it off the page),
+    the damaged entry is moved whole into quarantine/, and the run served is a fresh training, bit for bit."""
+    key = RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+    folder = tmp_path / key
+    name, damage = FAULTS[fault]
+    damage(folder / name)
+    damaged = _files(folder)
+    with pytest.warns(KnownFallback, match=re.escape(str(folder))) as caught:
+        again = RunStore(tmp_path).get(SMALL, snapshot_every=EVERY)
+    assert again.trained_steps == SMALL.epoch
+    _same_run(again, linattn.run(SMALL, snapshot_every=EVERY, progress=False))
+    assert again.history.train_loss[-1] != 0.5
+    set_aside, = (tmp_path / QUARANTINE).iterdir()
+    assert set_aside.name.startswith(key) and _files(set_aside) == damaged
+    w = caught[0]
+    printed = warnings.formatwarning(str(w.message), w.category, w.filename, w.lineno, "")
+    page = nbformat.from_dict({"cells": [{"outputs": [{"output_type": "stream", "text": printed}]}]})
+    said, = notebooks.take_known_fallbacks(page)
+    assert str(folder) in said and str(set_aside) in said and not page.cells[0].outputs
+    assert _served_quietly(tmp_path).trained_steps == 0  # the new entry is served as it is
+    log = [json.loads(line) for line in (tmp_path / "trainings.jsonl").read_text().splitlines()]
+    assert [row.get("quarantined") for row in log if "quarantined" in row] == [str(set_aside)]
+
+
+def test_every_file_of_an_entry_is_digested(tmp_path):
+    key = RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+    folder = tmp_path / key
+    info = json.loads((folder / "run.json").read_text())
+    files = {p.name for p in folder.iterdir()}
+    assert set(info["digests"]) == files and files >= {"loss.csv", "run.json", "init.npz", "weights.npz",
+                                                       "snapshots.npz", "checkpoints.npz"}
+    assert info["digests"]["weights.npz"] == hashlib.sha256((folder / "weights.npz").read_bytes()).hexdigest()
+    info["final_train_loss"] = 0.5  # run.json's own content is digested too
+    (folder / "run.json").write_text(json.dumps(info))
+    with pytest.warns(KnownFallback, match="run.json does not match its digest"):
+        assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).trained_steps == SMALL.epoch
+
+
+def _without_digests(folder: Path) -> None:
+    """Make ``folder`` an entry as the store wrote it before digests existed."""
+    info = json.loads((folder / "run.json").read_text())
+    del info["digests"]
+    (folder / "run.json").write_text(json.dumps(info, indent=2))
+
+
+def test_an_entry_from_before_digests_is_read_whole_and_given_them(tmp_path):
+    key = RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+    folder = tmp_path / key
+    _without_digests(folder)
+    served = _served_quietly(tmp_path)
+    assert served.trained_steps == 0 and not (tmp_path / QUARANTINE).exists()
+    _same_run(served, linattn.run(SMALL, snapshot_every=EVERY, progress=False))
+    digests = json.loads((folder / "run.json").read_text())["digests"]
+    assert digests["loss.csv"] == hashlib.sha256((folder / "loss.csv").read_bytes()).hexdigest()
+    assert _served_quietly(tmp_path).trained_steps == 0
+
+
+def test_an_unreadable_entry_from_before_digests_is_set_aside(tmp_path):
+    """Without digests, a loss.csv cut short is found by its rows (one per step) and the entry set aside."""
+    folder = tmp_path / RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+    _without_digests(folder)
+    _cut_short(folder / "loss.csv")
+    with pytest.warns(KnownFallback, match=r"loss.csv has 35 rows of steps for a run of 40 steps"):
+        assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).trained_steps == SMALL.epoch
+    assert len(list((tmp_path / QUARANTINE).iterdir())) == 1
+
+
+def test_an_entry_that_cannot_be_set_aside_is_named(tmp_path):
+    folder = tmp_path / RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+    _truncate(folder / "weights.npz")
+    (tmp_path / QUARANTINE).write_text("a file where the quarantine folder goes")
+    with pytest.raises(StoreError, match=re.escape(f"run store entry {folder} is damaged")):
+        RunStore(tmp_path).get(SMALL, snapshot_every=EVERY)
+    assert (folder / "weights.npz").is_file()  # left where it was, not deleted
+
+
+def test_retrain_trains_each_run_again_once_per_token(tmp_path, monkeypatch):
+    """A store asked to retrain (a token, or $LINATTN_RETRAIN as `linattn figures --retrain` sets it) trains each
+    run again from its first step, once under that token; the retrained run equals a fresh one."""
+    monkeypatch.delenv(ENV_RETRAIN, raising=False)
+    RunStore(tmp_path).get(SMALL, snapshot_every=EVERY)
+    direct = linattn.run(SMALL, snapshot_every=EVERY, progress=False)
+    first = _served_quietly(tmp_path, retrain="one")
+    assert first.trained_steps == SMALL.epoch
+    _same_run(first, direct)
+    assert _served_quietly(tmp_path, retrain="one").trained_steps == 0
+    longer = RunStore(tmp_path, retrain="one").get(replace(SMALL, epoch=50), snapshot_every=EVERY)
+    assert longer.trained_steps == 10  # carried on, not retrained: the entry is already this token's
+    assert _served_quietly(tmp_path, cfg=replace(SMALL, epoch=50), retrain="two").trained_steps == 50
+    with retraining(True):
+        assert os.environ[ENV_RETRAIN]
+        assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).trained_steps == SMALL.epoch
+        assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).trained_steps == 0
+    assert ENV_RETRAIN not in os.environ
+    assert _served_quietly(tmp_path).trained_steps == 0
+    assert not (tmp_path / QUARANTINE).exists()
+
+
+def test_figures_retrain_flag_retrains_and_reexecutes(tmp_path, monkeypatch):
+    """`linattn figures --retrain` reaches the runner as retrain=True, which re-executes the figure (force) with
+    $LINATTN_RETRAIN set for its kernels."""
+    import argparse
+
+    from linattn.companion import figure_args, runner
+
+    parser = argparse.ArgumentParser()
+    figure_args.add_arguments(parser)
+    assert parser.parse_args(["--retrain"]).retrain and not parser.parse_args([]).retrain
+    seen = {}
+
+    def fake_run(root, preset, found, parsed, everything, overrides, jobs, force, *rest):
+        seen.update(force=force, token=os.environ.get(ENV_RETRAIN))
+        return []
+
+    monkeypatch.delenv(ENV_RETRAIN, raising=False)
+    monkeypatch.setattr(runner, "_run", fake_run)
+    runner.run_figures(preset="quick", only=["fig01b_attnm_loss"], out=tmp_path, retrain=True, progress=False)
+    assert seen["force"] and seen["token"] and ENV_RETRAIN not in os.environ
+    runner.run_figures(preset="quick", only=["fig01b_attnm_loss"], out=tmp_path, progress=False)
+    assert not seen["force"] and seen["token"] is None

@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --param: write into the book's own figures (its pages then show the overrides)")
     p.add_argument("--jobs", type=int, default=2, help="figures executed in parallel (default 2)")
     p.add_argument("--force", action="store_true", help="re-run figures even when their cache key is unchanged")
+    p.add_argument("--retrain", action="store_true",
+                   help="train the figures' runs again instead of reading them from the run store (implies --force)")
     p.add_argument("--src", type=Path, default=None, help="folder of the notebooks (default figures_src/)")
     p.add_argument("--timeout", type=float, default=None, help="seconds allowed per notebook cell")
     p.add_argument("--list", action="store_true", help="list the figures and whether their outputs are current")

@@ -17,9 +17,11 @@ site-packages. The book needs a checkout (its pages, ``_config.yml`` and ``_toc.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sysconfig
 import tempfile
+import time
 from pathlib import Path
 
 from ..records import PACKAGE_ROOT
@@ -30,6 +32,7 @@ IS_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "figures
 SRC_DIR = REPO_ROOT / "figures_src" if IS_CHECKOUT else PACKAGE_ROOT / "figures_src"
 ENV_RUNS_DIR = "LINATTN_RUNS_DIR"  # moves the run store
 ENV_FIGURE = "LINATTN_FIGURE"  # set by the figure runner for each notebook: the run store logs which figure asked
+ENV_RETRAIN = "LINATTN_RETRAIN"  # a token: the run store retrains each run asked for once under it (--retrain)
 CHECKOUT_NEEDED = ("building the book needs a checkout of the repository (git clone it, then `make book`); "
                    "this linattn is an installed copy")
 
@@ -49,6 +52,25 @@ def run_store_dir() -> Path:
     folder, where the command ran), else :func:`runs_dir`. The figure runner resolves it before its kernels start,
     since they run in the output folder."""
     return Path(os.environ.get(ENV_RUNS_DIR) or runs_dir()).expanduser().absolute()
+
+
+@contextlib.contextmanager
+def retraining(on: bool):
+    """With ``on``, set :data:`ENV_RETRAIN` to a token of this call (process and time) for what starts inside (the
+    figure runner's workers and kernels inherit it): the run store then trains every run asked for again, once.
+    The variable is restored afterwards. Without ``on``, nothing changes."""
+    if not on:
+        yield
+        return
+    before = os.environ.get(ENV_RETRAIN)
+    os.environ[ENV_RETRAIN] = f"{os.getpid()}-{time.time_ns()}"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_RETRAIN, None)
+        else:
+            os.environ[ENV_RETRAIN] = before
 
 
 class UnusableFolder(ValueError):

@@ -1,7 +1,7 @@
 """The figure runner: execute the figure notebooks ``figures_src/<name>.md``, one preset per output root.
 
     linattn figures [--preset paper|quick] [--only NAME ...] [--param KEY=VALUE ...] [--out DIR | --into-book]
-                    [--jobs N] [--force] [--list]
+                    [--jobs N] [--force] [--retrain] [--list]
 
 Each notebook (jupytext MyST markdown, see :mod:`linattn.companion.notebooks`) is converted in memory and executed
 by papermill with ``preset``, ``out_dir`` (= the root) and the reader's overrides injected; it writes its files to
@@ -56,7 +56,8 @@ from .._version import __version__
 from ..records import atomic_write, library_versions
 from . import extras, notebooks, presets
 from .figure_args import PRESET_CHOICES, add_arguments, add_notebook_arguments  # noqa: F401
-from .paths import ENV_FIGURE, ENV_RUNS_DIR, UnusableFolder, preset_root, run_store_dir, unusable_output_dir
+from .paths import (ENV_FIGURE, ENV_RUNS_DIR, UnusableFolder, preset_root, retraining, run_store_dir,
+                    unusable_output_dir)
 from .sources import notebook_sources, source_hash
 
 _REPORT_NAMES = ("beyond_error_table",)
@@ -413,8 +414,8 @@ def _expected_seconds(root: Path, name: str, nb, preset: str) -> float:
 
 
 def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool = False, out=None, src=None,
-                timeout: float | None = None, progress: bool = True, overrides: dict | None = None
-                ) -> list[FigureResult]:
+                timeout: float | None = None, progress: bool = True, overrides: dict | None = None,
+                retrain: bool = False) -> list[FigureResult]:
     """Execute the figure notebooks (all, or those in ``only``) into ``out`` (default :func:`preset_root`) and
     return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked first, before
     anything is written (:class:`linattn.companion.notebooks.ParameterError`): against every selected notebook's
@@ -449,7 +450,9 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     try:
-        return _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, store)
+        with retraining(retrain):  # its workers' kernels retrain every run they ask for, once (runstore)
+            return _run(root, preset, found, parsed, everything, overrides, jobs, force or retrain, timeout,
+                        progress, store)
     finally:
         if created and root.is_dir() and not any(root.iterdir()):
             root.rmdir()
@@ -580,7 +583,7 @@ def cmd_figures(args) -> int:
         return _usage(f"--out {why}" if args.out is not None else f"the default output folder {why} (give --out DIR)")
     try:
         results = run_figures(preset=args.preset, only=args.only, jobs=args.jobs, force=args.force, out=args.out,
-                              src=args.src, timeout=args.timeout, overrides=overrides)
+                              src=args.src, timeout=args.timeout, overrides=overrides, retrain=args.retrain)
     except (KeyError, notebooks.ParameterError, UnusableFolder) as e:
         return _usage(e.args[0])
     root = root.resolve()

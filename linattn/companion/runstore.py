@@ -21,6 +21,20 @@ into a temporary folder and renamed into place; a lock file per key makes notebo
 wait for each other rather than train the same run twice. ``trainings.jsonl`` in the store logs every request and
 whether it trained, so a build can say how many runs it trained.
 
+An entry is checked before it is served. ``run.json`` lists the SHA-256 digest of every other file of the entry and
+of its own content (``"digests"``, added under the key's lock before the entry is renamed into place); it must parse
+and hold the fields the store reads (:func:`read_info`). An entry that is incomplete, unreadable, inconsistent
+(its history shorter than its steps, a checkpoint missing) or whose digests do not match is set aside, moved to
+``<store>/quarantine/<key>-<time>`` (never deleted), and its run is trained again; a
+:class:`~linattn.objectives.native.KnownFallback` warning names the entry, which the figure runner says on the
+figure's line rather than on the page. An entry written before digests existed is read whole (every array, every
+row), checked the same way, and then given its digests. A failure that remains (an entry that cannot be set aside
+or written) raises :class:`StoreError`, which names the entry's folder.
+
+Retraining on request: where ``$LINATTN_RETRAIN`` is set (``linattn figures --retrain`` sets it to a token of its
+own for the command's kernels), an entry not yet retrained under that token is trained again from its first step
+and replaces the stored one, once per token: a run two figures share is retrained once.
+
     from linattn.companion.runstore import stored_run
     res = stored_run(RunConfig(...), snapshot_every=10)   # a linattn.RunResult: history, weights, model, …
 """
@@ -29,11 +43,13 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,10 +58,99 @@ import numpy as np
 from ..config import RunConfig
 from ..data import Datasets
 from ..experiment import RunResult, load_run, plan, run, run_key, write_outputs
+from ..objectives.native import KnownFallback, fallback_reason
+from ..records import write_json
 from ..train import History
-from .paths import ENV_FIGURE, run_store_dir
+from .paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
 
 CHECKPOINTS = "checkpoints.npz"
+INFO = "run.json"
+#: The files every entry has besides ``run.json`` (``snapshots.npz`` too where the run records snapshots).
+REQUIRED = ("loss.csv", "init.npz", "weights.npz", CHECKPOINTS)
+#: The fields of an entry's ``run.json`` that the store reads, and their JSON types.
+SCHEMA = {"settings": dict, "key": str, "snapshot_every": int, "checkpoints": list, "given": list, "task": dict}
+QUARANTINE = "quarantine"
+
+
+class StoreError(RuntimeError):
+    """A run-store entry that can be neither served nor set aside and trained again; the message names its folder."""
+
+
+class DamagedEntry(ValueError):
+    """Why an entry cannot be served (raised while it is checked; the store then sets it aside)."""
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of the file at ``path``, in hexadecimal."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def info_digest(info: dict) -> str:
+    """The SHA-256 of the content of ``run.json`` without its ``"digests"`` (as sorted, compact JSON): what stands
+    for ``run.json`` itself in its digests."""
+    rest = {k: v for k, v in info.items() if k != "digests"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
+
+
+def add_digests(folder: Path) -> dict:
+    """Record in ``folder/run.json`` the digest of every other file of the entry and of its own content; return the
+    updated content."""
+    info = json.loads((folder / INFO).read_text(encoding="utf-8"))
+    info.pop("digests", None)
+    digests = {p.name: file_digest(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != INFO}
+    info["digests"] = {**digests, INFO: info_digest(info)}
+    write_json(folder / INFO, info)
+    return info
+
+
+def read_info(folder: Path, key: str) -> dict:
+    """The entry's ``run.json``, parsed and checked against :data:`SCHEMA` (and its key against the folder's);
+    :class:`DamagedEntry` says what is wrong."""
+    try:
+        info = json.loads((folder / INFO).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DamagedEntry(f"it has no {INFO}") from None
+    except (OSError, ValueError) as err:
+        raise DamagedEntry(f"{INFO} does not parse ({fallback_reason(err)})") from None
+    if not isinstance(info, dict):
+        raise DamagedEntry(f"{INFO} is not an object")
+    for field, kind in SCHEMA.items():
+        if not isinstance(info.get(field), kind):
+            raise DamagedEntry(f"{INFO} has no {field} of type {kind.__name__}")
+    if info["key"] != key:
+        raise DamagedEntry(f"{INFO} names the key {info['key']!r}")
+    if not info["checkpoints"] or not all(isinstance(c, int) and c > 0 for c in info["checkpoints"]):
+        raise DamagedEntry(f"{INFO} lists no valid checkpoints")
+    digests = info.get("digests")
+    if digests is not None and not (isinstance(digests, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in digests.items())):
+        raise DamagedEntry(f"{INFO} has malformed digests")
+    return info
+
+
+def check_digests(folder: Path, info: dict) -> None:
+    """Every file of the entry is there, none is added, and each matches its recorded digest
+    (:class:`DamagedEntry` otherwise)."""
+    digests = info["digests"]
+    needed = set(REQUIRED) | ({"snapshots.npz"} if info["snapshot_every"] else set())
+    if missing := sorted(needed - digests.keys()):
+        raise DamagedEntry(f"its digests leave out {', '.join(missing)}")
+    present = {p.name for p in folder.iterdir() if p.is_file()}
+    if extra := sorted(present - digests.keys()):
+        raise DamagedEntry(f"it holds files its digests do not list: {', '.join(extra)}")
+    for name, digest in digests.items():
+        if name == INFO:
+            ok = info_digest(info) == digest
+        elif name not in present:
+            raise DamagedEntry(f"{name} is missing")
+        else:
+            ok = file_digest(folder / name) == digest
+        if not ok:
+            raise DamagedEntry(f"{name} does not match its digest")
 
 
 def default_root() -> Path:
@@ -103,30 +208,50 @@ class _Entry:
                                    datasets=self.run.datasets if given is None else given, key=key,
                                    trained_steps=trained, _model=None, _more=more)
 
-    def save(self, folder: Path) -> None:
-        write_outputs(self.run, folder, extra={"checkpoints": sorted(self.checkpoints)})
+    def save(self, folder: Path, retrained: str | None = None) -> None:
+        """Write the entry into ``folder``, its digests last (``retrained``: the retraining token it was trained
+        under, see :data:`~linattn.companion.paths.ENV_RETRAIN`)."""
+        extra = {"checkpoints": sorted(self.checkpoints), **({"retrained": retrained} if retrained else {})}
+        write_outputs(self.run, folder, extra=extra)
         earlier = {f"{E}/{n}": a for E, w in self.checkpoints.items() if E != self.last for n, a in w.items()}
         np.savez(folder / CHECKPOINTS, **earlier)
+        add_digests(folder)
 
     @classmethod
-    def load(cls, folder: Path) -> "_Entry | None":
-        if not (folder / "run.json").is_file():
-            return None
+    def load(cls, folder: Path) -> "_Entry":
+        """Read the entry in ``folder`` whole (every row and array) and check that its parts agree: its history has
+        one row per step, its last checkpoint is its length, every checkpoint's weights (and, where it records
+        snapshots, its snapshot) are there. Anything else raises (:class:`DamagedEntry`, or the reader's error)."""
         res = load_run(folder)
-        checkpoints = {int(E): {} for E in res.info["checkpoints"]}
+        E, steps = res.config.epoch, res.history.step
+        if not np.array_equal(steps, np.arange(E)):
+            raise DamagedEntry(f"loss.csv has {len(steps)} rows of steps for a run of {E} steps")
+        if max(res.info["checkpoints"]) != E:
+            raise DamagedEntry(f"its last checkpoint is not its length {E}")
+        if res.init is None or res.weights is None:
+            raise DamagedEntry("its initial or final weights are missing")
+        checkpoints = {int(c): {} for c in res.info["checkpoints"]}
         with np.load(folder / CHECKPOINTS) as f:
             for name in f.files:
                 step, _, n = name.partition("/")
+                if int(step) not in checkpoints:
+                    raise DamagedEntry(f"{CHECKPOINTS} holds step {step}, which run.json does not list")
                 checkpoints[int(step)][n] = f[name]
-        checkpoints[res.config.epoch] = res.weights
+        checkpoints[E] = res.weights
+        if any(w.keys() != res.weights.keys() for w in checkpoints.values()):
+            raise DamagedEntry(f"{CHECKPOINTS} lacks weights of a checkpoint")
+        if res.snapshot_every and not set(checkpoints) <= {s for s, _ in res.history.snapshots}:
+            raise DamagedEntry("snapshots.npz lacks a checkpoint's snapshot")
         return cls(res, checkpoints)
 
 
 class RunStore:
-    """Training runs by key under ``root`` (default ``default_root()``)."""
+    """Training runs by key under ``root`` (default ``default_root()``). ``retrain``: a token under which every
+    entry asked for is trained again once (default ``$LINATTN_RETRAIN``; None: serve what is stored)."""
 
-    def __init__(self, root=None):
+    def __init__(self, root=None, *, retrain: str | None = None):
         self.root = Path(root) if root is not None else default_root()
+        self.retrain = retrain if retrain is not None else os.environ.get(ENV_RETRAIN) or None
 
     @contextmanager
     def _locked(self, key: str):
@@ -139,16 +264,62 @@ class RunStore:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def _write(self, key: str, entry: _Entry) -> None:
+    def _write(self, key: str, entry: _Entry, retrained: str | None = None) -> None:
+        """Write ``entry`` (digests included) into a temporary folder and rename it into place."""
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", dir=self.root))
         try:
-            entry.save(tmp / "entry")
+            entry.save(tmp / "entry", retrained)
             old = self.root / key
             if old.exists():
                 old.rename(tmp / "old")
             (tmp / "entry").rename(old)
+        except OSError as err:
+            raise StoreError(f"run store entry {self.root / key}: could not be written ({fallback_reason(err)})"
+                             ) from err
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _stored(self, key: str) -> tuple[_Entry | None, str | None]:
+        """The checked entry of ``key`` (None where there is none or it was set aside) and the retraining token it
+        was last trained under. An entry from before digests is given them once it has been read whole."""
+        folder = self.root / key
+        if not folder.exists():
+            return None, None
+        try:
+            info = read_info(folder, key)
+            if "digests" in info:
+                check_digests(folder, info)
+            entry = _Entry.load(folder)
+        except Exception as err:  # noqa: BLE001 — whatever makes an entry unreadable, it is set aside, not served
+            reason = str(err) if isinstance(err, DamagedEntry) else fallback_reason(err)
+            self._quarantine(folder, reason)
+            return None, None
+        if "digests" not in info:
+            try:
+                add_digests(folder)
+            except OSError as err:
+                raise StoreError(f"run store entry {folder}: its digests could not be added "
+                                 f"({fallback_reason(err)})") from err
+        return entry, info.get("retrained")
+
+    def _quarantine(self, folder: Path, reason: str) -> Path:
+        """Move the damaged entry ``folder`` to ``<root>/quarantine/<key>-<time>`` and warn, naming both."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        dest = self.root / QUARANTINE / f"{folder.name}-{stamp}"
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = self.root / QUARANTINE / f"{folder.name}-{stamp}-{n}"
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(folder, dest)
+        except OSError as err:
+            raise StoreError(f"run store entry {folder} is damaged ({reason}) and could not be set aside: "
+                             f"{fallback_reason(err)}") from err
+        self._log(key=folder.name, quarantined=str(dest), reason=reason)
+        warnings.warn(f"run store: entry {folder} was damaged ({reason}); set aside in {dest}, its run trained "
+                      "again", KnownFallback, stacklevel=5)
+        return dest
 
     def _log(self, **row) -> None:
         row.update(figure=os.environ.get(ENV_FIGURE), time=round(time.time(), 3))
@@ -172,7 +343,10 @@ class RunStore:
         E, started = cfg.epoch, time.perf_counter()
 
         with self._locked(key):
-            entry = _Entry.load(self.root / key)
+            entry, token = self._stored(key)
+            retrain = self.retrain is not None and self.retrain != token
+            if retrain:
+                entry = None
             trained = 0
             if entry is None:
                 res = run(checked, progress=progress, snapshot_every=snapshot_every)
@@ -186,7 +360,7 @@ class RunStore:
                 entry.extend(res, start)
                 trained = E - start
             if trained:
-                self._write(key, entry)
+                self._write(key, entry, self.retrain if retrain else token)
                 drawn = res.datasets
             self._log(key=key, model=cfg.model, seed=cfg.seed, epoch=E, trained_steps=trained,
                       seconds=round(time.perf_counter() - started, 3))
@@ -216,7 +390,8 @@ def population_twin(result: RunResult, root=None) -> RunResult:
 def figure_runs(s: dict, run: str | None = None) -> list[RunResult]:
     """Every run a figure's settings ``s`` make (:func:`linattn.companion.presets.configs`, in its order; ``run``:
     only the nested run of that key, e.g. ``"attn_m"``), from the run store, recorded every ``s["snapshot_every"]``
-    steps where ``s`` sets it: the one call with which a figure notebook trains."""
+    steps where ``s`` sets it. Runs that start from another run (its weights, its data, a continuation, its
+    population twin) are asked for with :func:`stored_run`, :func:`population_twin` or ``RunResult.extended``."""
     from .presets import configs
 
     return [stored_run(cfg, snapshot_every=s.get("snapshot_every", 0)) for cfg in configs(s, run)]
