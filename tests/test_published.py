@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from linattn import theory
 from linattn.cli import build_parser, config_from_args
 from linattn.companion import published
 from linattn.companion.commands import train_command
@@ -48,7 +49,17 @@ def test_figure_3a_crossings_count_seed_0_once():
     assert [c.where[0][0] for c in crossings[3]] == [997, 1069, 1250, 1608, 1718, 1856]
     assert [c.where for c in crossings[4]] == [((3601, 3601),), ((4936, 4936),), ((5729, 5729),), ((6521, 6521),),
                                                ((4936, 4936), (5729, 5729)), ((9966, math.inf),)]
-    assert published.FIG3A_PLATEAU_READINGS == (1.001, 0.641, 0.381, 0.210, 0.138)
+
+
+def test_figure_3a_plateau_readings_lie_on_the_theory_within_a_pixel():
+    """The plateau levels read off Figure 3a's image lie within one pixel of the theory's L(M_0) … L(M_4) for its
+    setting (eigenvalues 0.4, 0.3, 0.2, 0.1, N = 31), and the values its text states are those levels to three
+    decimals: a misread or mistyped reading fails here."""
+    levels = theory.plateau_losses(np.diag([0.4, 0.3, 0.2, 0.1]), 31)
+    read = np.array(published.FIG3A_PLATEAU_READINGS)
+    assert read.shape == levels.shape
+    assert np.all(np.abs(read - levels) <= published.FIG3A_IMAGE.loss_per_px)
+    assert np.all(np.abs(np.array(published.FIG3A_PLATEAUS) - levels) <= 5e-4)
 
 
 def test_figure_14_has_six_panels_with_the_corrected_readings():
@@ -69,9 +80,12 @@ def test_figure_14_has_six_panels_with_the_corrected_readings():
     iwl_low = {c: next(r.value for r in rs if r.curve == "iwl" and r.how[0] == "min") for c, rs in fig14.items()}
     assert iwl_low == {0.0: 0.070, 0.2: 0.261, 0.4: 0.358, 0.6: 0.468, 0.8: 0.645, 1.0: 1.025}
     finals = {c: {r.curve: r.value for r in rs if r.how == ("final",)} for c, rs in fig14.items()}
-    assert finals == {0.0: {"train": 0.071, "iwl": 0.070, "icl": 2.246}, 0.2: {"train": 0.130, "iwl": 1.053, "icl": 0.257},
-                      0.4: {"train": 0.139, "iwl": 1.084, "icl": 0.167}, 0.6: {"train": 0.146, "iwl": 1.105, "icl": 0.152},
-                      0.8: {"train": 0.146, "iwl": 1.105, "icl": 0.148}, 1.0: {"train": 0.146, "iwl": 1.121, "icl": 0.148}}
+    assert finals == {0.0: {"train": 0.071, "iwl": 0.070, "icl": 2.246},
+                      0.2: {"train": 0.130, "iwl": 1.053, "icl": 0.257},
+                      0.4: {"train": 0.139, "iwl": 1.084, "icl": 0.167},
+                      0.6: {"train": 0.146, "iwl": 1.105, "icl": 0.152},
+                      0.8: {"train": 0.146, "iwl": 1.105, "icl": 0.148},
+                      1.0: {"train": 0.146, "iwl": 1.121, "icl": 0.148}}
 
 
 def test_tolerance_is_one_pixel_or_the_readings_own_error():
@@ -110,7 +124,8 @@ def test_compare_gives_difference_pixels_tolerance_and_verdict():
     assert row["reproduced"] == 790 and row["difference"] == 39
     assert row["pixels"] == pytest.approx(39 / 16.67) and row["tolerance"] == 17 and row["verdict"] == DIFFERS
     on_time = np.where(step < 760, 1.0, 0.07)
-    assert published.compare(published.FIG14[0.0][:1], {"train": on_time}, published.FIG14_IMAGE)[0]["verdict"] == AGREES
+    on_row, = published.compare(published.FIG14[0.0][:1], {"train": on_time}, published.FIG14_IMAGE)
+    assert on_row["verdict"] == AGREES
 
 
 def test_a_range_reading_is_met_anywhere_inside_it():

@@ -1,0 +1,348 @@
+"""How ours compare with the published readings (:mod:`linattn.companion.published_readings`): measuring the same
+quantity on our curves, the difference and its verdict, Figure 3a's one-to-one pairing, and the claims of the
+paper's text.
+
+Every comparison row carries its difference (ours minus the reading, 0 inside a range), that difference in pixels of
+the image, its tolerance and a verdict (:func:`linattn.companion.output.verdict`): *agrees* when the difference is
+within the tolerance; for a loss read on a curve of P sequences, *within sampling error* when it is within twice the
+loss's standard error on P sequences (:func:`linattn.companion.output.loss_standard_error`: ours and the published
+curve need not be trained on the same sample, since numpy's draw of the tokens goes through an SVD whose signs depend
+on the LAPACK library); else *differs*.
+
+Figure 3a draws six seeds in one colour (and seed 0 twice), so its published crossings cannot be tied to seeds: our
+curves are paired with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing
+used once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import theory
+from ..diagnostics import first_step_below
+from .output import AGREES, DIFFERS, loss_standard_error, verdict, words
+from .published_readings import (FIG1B, FIG1B_IMAGE, FIG3A_CROSSINGS, FIG3A_IMAGE, FIG3A_LAST_STEP,
+                                 FIG3A_PLATEAU_READINGS, FIG3A_STILL_ON_M3, FIG4_R1_PLATEAUS, FIG5_ATTN_M_DROPS, FIG14,
+                                 FIG14_IMAGE, Crossing, Image, Reading)
+
+
+# ----------------------------------------------------------------------------------------------- measuring ours
+
+def _window(steps: np.ndarray, span) -> np.ndarray:
+    if span is None:
+        return np.ones(steps.size, dtype=bool)
+    return (steps >= span[0]) & (steps <= span[1])
+
+
+def measure(curves: dict, how: tuple, curve: str, steps=None) -> float:
+    """Our value of a reading's ``how`` (see :class:`Reading`) on ``curves[curve]``; NaN where the event does not
+    happen (a level never crossed). ``steps`` (default 0, 1, 2, …) is the step of each sample."""
+    y = np.atleast_1d(np.asarray(curves[curve], dtype=np.float64))
+    x = np.arange(y.size) if steps is None else np.asarray(steps)
+    kind, arg = how[0], (how[1] if len(how) > 1 else None)
+    if kind == "below":
+        return first_step_below(y, arg, x)
+    if kind == "above":
+        return first_step_below(-y, -arg, x)
+    if kind == "at":
+        hit = np.flatnonzero(x == arg)
+        return float(y[hit[0]]) if hit.size else math.nan
+    if kind == "final":
+        return float(y[-1])
+    if kind == "lag":
+        return _crossing_lag(y, np.asarray(curves["reference"], dtype=np.float64), *arg, steps=x)
+    inside = _window(x, arg)
+    if not inside.any():
+        return math.nan
+    if kind in ("mean", "median", "min", "max"):
+        return float(getattr(np, kind)(y[inside]))
+    if kind == "argmin":
+        return float(x[inside][np.argmin(y[inside])])
+    raise ValueError(f"unknown reading kind {kind!r}")
+
+
+def _crossing_lag(curve, reference, low: float, high: float, steps=None, levels: int = 50) -> float:
+    """The mean over ``levels`` loss levels evenly spaced in [low, high] of (the first step ``curve`` is below the
+    level) − (the first step ``reference`` is): positive when ``curve`` falls later. NaN if either never gets there."""
+    grid = np.linspace(low, high, levels)
+    return float(np.mean([first_step_below(curve, v, steps) - first_step_below(reference, v, steps) for v in grid]))
+
+
+def difference(ours: float, value) -> float:
+    """Ours minus the reading: 0 inside a ``(low, high)`` range, else the signed distance to it. NaN when ours is
+    missing."""
+    if ours is None or not math.isfinite(ours):
+        return math.nan
+    if isinstance(value, tuple):
+        low, high = value
+        return 0.0 if low <= ours <= high else ours - (low if ours < low else high)
+    return float(ours - value)
+
+
+def _check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
+              tolerance: float, standard_error=None) -> dict:
+    """One comparison row: the reading and ours, their difference in the unit and in pixels of ``image``, the
+    tolerance, the sampling error of the quantity where it has one, and the verdict. Rows of this shape feed the
+    page's table, its prose (:func:`summary`) and ``numbers.json`` (:func:`number_rows`)."""
+    pixels = diff / image.pixel(unit) if unit in ("step", "loss") and math.isfinite(diff) else math.nan
+    return dict(figure=image.name, panel=panel, what=what, published=published, paper=paper,
+                reproduced=None if ours is None or not math.isfinite(ours) else float(ours),
+                difference=diff, pixels=pixels, unit=unit, tolerance=tolerance, standard_error=standard_error,
+                verdict=verdict(diff, tolerance, standard_error))
+
+
+def _loss_se(reading_value, unit: str, P, kurtosis: float = 3.0) -> float | None:
+    """The sampling error of a loss reading on a curve of ``P`` sequences, residuals of kurtosis ``kurtosis`` (None
+    for steps and counts, or no P)."""
+    if unit != "loss" or P is None or isinstance(reading_value, tuple):
+        return None
+    return loss_standard_error(reading_value, P, kurtosis)
+
+
+def compare(readings: list[Reading], curves: dict, image: Image, steps=None, P=None) -> list[dict]:
+    """Every reading beside ours, one ``_check_row`` each. ``curves`` maps each reading's ``curve`` to an array;
+    ``P``: the sequences each loss is a mean over (the loss readings' sampling error; None: not judged by it)."""
+    rows = []
+    for r in readings:
+        ours = measure(curves, r.how, r.curve, steps)
+        rows.append(_check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
+                              else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image),
+                              _loss_se(r.value, r.unit, P)))
+    return rows
+
+
+# ----------------------------------------------------------------------------------- Figure 3a: one-to-one pairs
+
+def crossing_distance(step: float, crossing: Crossing) -> float:
+    """How far ``step`` lies from a published crossing: 0 inside one of its intervals, else the distance to the
+    nearest. A step that never comes (NaN or inf) lies at infinity: 0 from a crossing beyond the window."""
+    x = math.inf if step is None or not math.isfinite(step) else float(step)
+    best = math.inf
+    for low, high in crossing.where:
+        if x == math.inf:
+            d = 0.0 if high == math.inf else math.inf
+        else:
+            d = 0.0 if low <= x <= high else (low - x if x < low else x - high)
+        best = min(best, d)
+    return best
+
+
+def signed_distance(step: float, crossing: Crossing) -> float:
+    """Ours minus the nearest point of the crossing (0 inside an interval); NaN for a step that never comes."""
+    if step is None or not math.isfinite(step):
+        return 0.0 if any(high == math.inf for _, high in crossing.where) else math.nan
+    x = float(step)
+    options = [0.0 if low <= x <= high else (x - low if x < low else x - high) for low, high in crossing.where]
+    return min(options, key=abs)
+
+
+def match_one_to_one(ours: dict, crossings) -> list[tuple]:
+    """Pair our curves' steps (``ours``: key → step; NaN for a drop that never comes) with the published crossings
+    one to one, minimising the total distance (:func:`crossing_distance`) with
+    :func:`scipy.optimize.linear_sum_assignment`; every crossing is used at most once (exactly once when there are
+    as many curves as crossings). Returns ``(key, step, crossing)`` in the order of ``ours``."""
+    from scipy.optimize import linear_sum_assignment  # here: most pages never need scipy.optimize's import
+
+    keys = list(ours)
+    big = 1e12  # a finite stand-in for "cannot pair": a step that never comes vs a crossing inside the window
+    cost = np.array([[min(crossing_distance(ours[k], c), big) for c in crossings] for k in keys])
+    rows, cols = linear_sum_assignment(cost)
+    pairs = {keys[i]: crossings[j] for i, j in zip(rows, cols)}
+    return [(k, ours[k], pairs[k]) for k in keys if k in pairs]
+
+
+def fig3a_comparison(drops: dict, plateaus=None, P=None, eigenvalues=None) -> list[dict]:
+    """Figure 3a: our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
+    the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
+    the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: our plateau levels
+    L(M_0)…L(M_4), NaN where none was found) the plateau levels read off the image, with the sampling error of a
+    level on ``P`` training sequences (residuals of ``theory.residual_kurtosis`` on each plateau where the
+    ``eigenvalues`` are given, else Gaussian)."""
+    rows = []
+    for d, crossings in FIG3A_CROSSINGS.items():
+        for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
+            diff = signed_distance(step, crossing)
+            tol = max(FIG3A_IMAGE.steps_per_px, crossing.stated)
+            row = _check_row(FIG3A_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step", crossing.text,
+                            _crossing_value(crossing), step, diff, "step", tol)
+            row.update(drop=d, seed=seed)
+            rows.append(row)
+    still = sum(1 for t in drops.values() if not float(t[3]) <= FIG3A_LAST_STEP)
+    rows.append(_check_row(FIG3A_IMAGE, "", f"curves still on the M_3 plateau at step {FIG3A_LAST_STEP}",
+                          str(FIG3A_STILL_ON_M3), FIG3A_STILL_ON_M3, still, still - FIG3A_STILL_ON_M3, "count", 0))
+    if plateaus is not None:
+        for m, (reading, ours) in enumerate(zip(FIG3A_PLATEAU_READINGS, plateaus)):
+            rows.append(_check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
+                                  f"{reading:.3f}", reading, ours, difference(ours, reading), "loss",
+                                  FIG3A_IMAGE.loss_per_px, _loss_se(reading, "loss", P, 3.0 if eigenvalues is None
+                                                                    else theory.residual_kurtosis(eigenvalues, m))))
+    return rows
+
+
+def _crossing_value(crossing: Crossing):
+    """A crossing as ``numbers.json`` holds it: its step, or its text where it is a range or a choice."""
+    (low, high), *rest = crossing.where
+    return float(low) if low == high and not rest else crossing.text
+
+
+def fig1b_comparison(attn_m, mlp, L_star: float, steps=None, P=None) -> list[dict]:
+    """Figure 1b: ATTN_M's plateau, crossings, late and final values, the theory's L* against the dotted line, and
+    the MLP's (own initialisation) lag behind ATTN_M on the drop (``P``: the training-set size, for the loss
+    readings' sampling error)."""
+    curves = {"attn_m": attn_m, "mlp": mlp, "reference": attn_m, "L_star": [L_star]}
+    return compare(FIG1B, curves, FIG1B_IMAGE, steps, P) if len(attn_m) else []
+
+
+def fig14_comparison(curves: dict, steps=None, P=None) -> list[dict]:
+    """Figure 14, panel by panel (``curves``: c → {"train": training loss / its first value, "iwl", "icl"});
+    panels we did not run are left out (``P``: the sequences of the training and test sets, for the loss readings'
+    sampling error)."""
+    rows = []
+    for c, readings in FIG14.items():
+        match = [k for k in curves if math.isclose(float(k), c)]
+        if match:
+            rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps, P)
+    return rows
+
+
+# ------------------------------------------------------------------------------- claims of the paper's text
+# Figures 4 and 5 have no published image to read; what the paper's text says of them is set beside our run as a
+# claim: a count, ours, a verdict (agrees or differs, no tolerance: a count agrees only when it is met) and why,
+# with numbers from the run.
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the paper's text beside our run: the ``figure`` it is about, the ``claim`` in brief, what is
+    ``counted`` (the quantity of our run's row of that count), the number the paper states (``paper``) and ours,
+    the ``verdict`` and the ``reason``, a sentence with numbers from the run."""
+
+    figure: str
+    claim: str
+    counted: str
+    paper: float
+    ours: float
+    verdict: str
+    reason: str
+
+    @property
+    def quantity(self) -> str:
+        return f"{self.counted} (the paper's text: {self.claim})"
+
+    def row(self) -> dict:
+        """The claim as a ``numbers.json`` row: a verdict and no tolerance, which the report counts as a claim. Its
+        quantity starts with ``counted``, so it takes the place of a plain row of the same count."""
+        return dict(key=f"claim.{slug(self.figure)}", quantity=self.quantity, paper=self.paper, reproduced=self.ours,
+                    verdict=self.verdict)
+
+
+def fig4_plateau_claim(drops, window: int, escape_steps, *,
+                       predicted: str = "The theory's escape-time estimates τ/(λ_d² v₀)") -> Claim:
+    """Figure 4's rank-one claim: the loss rests on the :data:`FIG4_R1_PLATEAUS` plateaus L(M_0) … L(M_7) within
+    the published ``window``. ``drops``: the step of each drop d = 1 … D of our rank-one run (NaN: not made; it may
+    run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``),
+    or another prediction of the drop steps named by ``predicted`` (e.g. ``diagnostics.predicted_drop_steps``).
+    Ours counts the levels L(M_0) … L(M_{D−1}) the loss reaches inside the window; the reason gives the estimates for
+    the directions not learned inside it, and when our run learned them."""
+    drops, escape = np.asarray(drops, dtype=np.float64), np.asarray(escape_steps, dtype=np.float64)
+    made = drops < window
+    inside = int(made.sum())
+    reached = min(inside + 1, len(drops))
+    paper = FIG4_R1_PLATEAUS
+    claim = f"plateaus at the {paper} values L(M_0) … L(M_{paper - 1})"
+    counted = f"R=1: plateaus reached within the published window ({window} steps)"
+    reason = (f"{inside} of the {len(drops)} drops come inside the {window}-step window"
+              + (f" (at step{'s' if inside > 1 else ''} {words(np.round(drops[made]))})" if inside else "")
+              + f", so the loss reaches L(M_0) … L(M_{reached - 1}) there.")
+    missing = np.flatnonzero(~made)
+    if missing.size:
+        beyond = [d for d in missing if escape[d] >= window]
+        reason += (f" {predicted[0].upper()}{predicted[1:]} for the directions not learned inside it: "
+                   + ", ".join(f"drop {d + 1} ≈ step {escape[d]:.0f}" for d in missing)
+                   + f" ({len(beyond)} of {missing.size} beyond the window).")
+        late = [d for d in missing if np.isfinite(drops[d])]
+        if late:
+            reason += (f" Carried on, our run made {'it' if len(late) == 1 else 'them'} at "
+                       f"step{'s' if len(late) > 1 else ''} {words(np.round(drops[late]))}.")
+    return Claim("Figure 4", claim, counted, paper, reached, AGREES if reached >= paper else DIFFERS, reason)
+
+
+def fig5_single_drop_claim(plateaus, checks=()) -> Claim:
+    """Figure 5's claim for softmax ATTN_M: its loss falls in a single drop. ``plateaus``: what
+    ``diagnostics.detect_plateaus`` found in our training loss (levels, their first and last steps, the drop steps).
+    The reason gives each drop's step and, where there are several, the shoulder between them: its level, its
+    steps and how much of the whole fall each drop makes. ``checks``: the same model run again (other seeds, a
+    smaller learning rate), each ``{"label", "drops", "drop_steps", "step_scale"[, "final"]}`` (``step_scale``: the
+    run's learning rate over the main run's, so that step × scale is the same gradient-flow time; ``final``: its last
+    loss); the reason then says whether the checks find as many drops (:func:`check_words`)."""
+    levels, drops = np.asarray(plateaus.levels, dtype=np.float64), np.asarray(plateaus.drop_steps, dtype=np.float64)
+    paper, ours = FIG5_ATTN_M_DROPS, len(drops)
+    claim, counted = "a single drop", "softmax ATTN_M: drops detected"
+    if ours == 0:
+        reason = "The detector finds no drop: the loss stays on its first plateau to the end of the run."
+    elif ours == 1:
+        reason = f"The detector finds one drop, at step {drops[0]:.0f}, from {levels[0]:.3f} to {levels[1]:.3f}."
+    else:
+        fall = levels[0] - levels[-1]
+        shoulders = "; ".join(
+            f"a shoulder at {levels[k]:.3f} from step {plateaus.starts[k]:.0f} to {plateaus.ends[k]:.0f}"
+            for k in range(1, ours))
+        shares = ", ".join(f"step {s:.0f} ({(levels[k] - levels[k + 1]) / fall:.0%} of the fall)"
+                           for k, s in enumerate(drops))
+        reason = (f"The fall from {levels[0]:.3f} to {levels[-1]:.3f} pauses on {shoulders}, so the detector "
+                  f"counts {ours} drops: at {shares}.")
+    if checks:
+        reason += " " + check_words(ours, checks)
+    return Claim("Figure 5", claim, counted, paper, ours, AGREES if ours == paper else DIFFERS, reason)
+
+
+def drop_count_holds(ours: int, checks) -> bool:
+    """Whether every check run finds the main run's count of drops (the count is then no accident of one draw or of
+    the step size)."""
+    return all(int(c["drops"]) == int(ours) for c in checks)
+
+
+def check_words(ours: int, checks) -> str:
+    """Sentences on the check runs: the drops each finds and where (a run at another learning rate also in the main
+    run's steps, step × scale, the same gradient-flow time), and whether the main run's count holds
+    (:func:`drop_count_holds`), said apart for another step size and for other draws."""
+    def one(c) -> str:
+        n, steps = int(c["drops"]), np.asarray(c["drop_steps"], dtype=np.float64)
+        where = f" at step{'s' if steps.size > 1 else ''} {words(np.round(steps))}" if steps.size else ""
+        if steps.size and c["step_scale"] != 1:
+            where += f" ({words(np.round(steps * c['step_scale']))} in the main run's steps)"
+        final = f", ending at {c['final']:.3f}" if c.get("final") is not None else ""
+        return f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where}{final}"
+
+    plural = "s" if ours != 1 else ""
+    text = []
+    for kind, group in (("step", [c for c in checks if c["step_scale"] != 1]),
+                        ("draw", [c for c in checks if c["step_scale"] == 1])):
+        if not group:
+            continue
+        holds = drop_count_holds(ours, group)
+        what = "a smaller step" if kind == "step" else "other draws"
+        text.append(f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)}. "
+                    + (f"So the count of {ours} drop{plural} holds with {what}." if holds else
+                       f"So the count of {ours} drop{plural} does not hold with {what}."))
+    return " ".join(text)
+
+
+def slug(text: str) -> str:
+    """``text`` as a part of a ``numbers.json`` key: lower case, runs of other characters as one ``_``
+    ("Figure 1b" → ``figure_1b``, "c = 0.2" → ``c_0_2``)."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def in_tolerances(error, tolerance) -> float:
+    """|error| / tolerance: ≤ 1 where a check agrees; inf for a non-zero error against a zero tolerance (a count);
+    NaN without an error."""
+    if error is None or isinstance(error, str) or not math.isfinite(error):
+        return math.nan
+    if tolerance == 0:
+        return 0.0 if error == 0 else math.inf
+    return abs(error) / tolerance
