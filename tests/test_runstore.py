@@ -290,16 +290,18 @@ def _without_digests(folder: Path) -> None:
     (folder / "run.json").write_text(json.dumps(info, indent=2))
 
 
-def test_an_entry_from_before_digests_is_read_whole_and_given_them(tmp_path):
-    key = RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+@pytest.mark.parametrize("dynamics", ["gd", "flow"])
+def test_an_entry_from_before_digests_is_read_whole_and_given_them(tmp_path, dynamics):
+    cfg = replace(SMALL, dynamics=dynamics)
+    key = RunStore(tmp_path).get(cfg, snapshot_every=EVERY).key
     folder = tmp_path / key
     _without_digests(folder)
-    served = _served_quietly(tmp_path)
+    served = _served_quietly(tmp_path, cfg)
     assert served.trained_steps == 0 and not (tmp_path / QUARANTINE).exists()
-    _same_run(served, linattn.run(SMALL, snapshot_every=EVERY, progress=False))
+    _same_run(served, linattn.run(cfg, snapshot_every=EVERY, progress=False))
     digests = json.loads((folder / "run.json").read_text())["digests"]
     assert digests["loss.csv"] == hashlib.sha256((folder / "loss.csv").read_bytes()).hexdigest()
-    assert _served_quietly(tmp_path).trained_steps == 0
+    assert _served_quietly(tmp_path, cfg).trained_steps == 0
 
 
 def test_an_unreadable_entry_from_before_digests_is_set_aside(tmp_path):
@@ -341,6 +343,8 @@ def test_retrain_trains_each_run_again_once_per_token(tmp_path, monkeypatch):
     assert ENV_RETRAIN not in os.environ
     assert _served_quietly(tmp_path).trained_steps == 0
     assert not (tmp_path / QUARANTINE).exists()
+    log = [json.loads(line) for line in (tmp_path / "trainings.jsonl").read_text().splitlines()]
+    assert [row.get("retrained", False) for row in log] == [False, True, False, False, True, True, False, False]
 
 
 def test_figures_retrain_flag_retrains_and_reexecutes(tmp_path, monkeypatch):

@@ -220,11 +220,14 @@ class _Entry:
     @classmethod
     def load(cls, folder: Path) -> "_Entry":
         """Read the entry in ``folder`` whole (every row and array) and check that its parts agree: its history has
-        one row per step, its last checkpoint is its length, every checkpoint's weights (and, where it records
-        snapshots, its snapshot) are there. Anything else raises (:class:`DamagedEntry`, or the reader's error)."""
+        one row per step (a flow run: increasing steps from 0), its last checkpoint is its length, every
+        checkpoint's weights (and, where it records snapshots, its snapshot) are there. Anything else raises
+        (:class:`DamagedEntry`, or the reader's error)."""
         res = load_run(folder)
         E, steps = res.config.epoch, res.history.step
-        if not np.array_equal(steps, np.arange(E)):
+        every_step = res.config.dynamics == "gd"  # a flow run may record fewer steps, in increasing order
+        if not (np.array_equal(steps, np.arange(E)) if every_step else
+                steps.size and steps[0] == 0 and np.all(np.diff(steps) > 0) and steps[-1] < E):
             raise DamagedEntry(f"loss.csv has {len(steps)} rows of steps for a run of {E} steps")
         if max(res.info["checkpoints"]) != E:
             raise DamagedEntry(f"its last checkpoint is not its length {E}")
@@ -363,7 +366,7 @@ class RunStore:
                 self._write(key, entry, self.retrain if retrain else token)
                 drawn = res.datasets
             self._log(key=key, model=cfg.model, seed=cfg.seed, epoch=E, trained_steps=trained,
-                      seconds=round(time.perf_counter() - started, 3))
+                      seconds=round(time.perf_counter() - started, 3), **({"retrained": True} if retrain else {}))
 
         def more(epoch: int) -> RunResult:
             return self._get(dataclasses.replace(cfg, epoch=epoch), snapshot_every=snapshot_every, init=init,
