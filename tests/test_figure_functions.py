@@ -11,8 +11,8 @@ import pytest
 xr = pytest.importorskip("xarray")
 
 from linattn.companion import presets  # noqa: E402
-from linattn.companion.figures import fig01b  # noqa: E402
-from linattn.companion.figures.frame import figure  # noqa: E402
+from linattn.companion.figures import fig01b_attnm_loss as fig01b  # noqa: E402
+from linattn.companion.figures.common.frame import figure  # noqa: E402
 from linattn import diagnostics as dg  # noqa: E402
 from linattn.companion.output import by_sign, number_row  # noqa: E402
 
@@ -93,7 +93,8 @@ def test_the_frame_leaves_nothing_when_the_page_fails(tmp_path):
 
 # ---------------------------------------------------------------- the schematics (Figures 1a and 2): nothing trained
 
-from linattn.companion.figures import fig01a, fig02  # noqa: E402
+from linattn.companion.figures import (fig01a_attnm_schematic as fig01a,  # noqa: E402
+                                      fig02_attns_schematic as fig02)
 
 
 @pytest.mark.parametrize("D, H", [(3, 4), (2, 1), (5, 3)])
@@ -126,7 +127,7 @@ def test_a_schematic_page_writes_its_layers_and_numbers(tmp_path):
 
 # ---------------------------------------------------------------- Figure 5: softmax ATTN_M and ATTN_S
 
-from linattn.companion.figures import fig05  # noqa: E402
+from linattn.companion.figures import fig05_softmax as fig05  # noqa: E402
 
 
 def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_ones():
@@ -201,7 +202,7 @@ def test_a_drop_count_holds_only_when_every_check_finds_it():
 
 # ---------------------------------------------------------------- beyond the paper: the population loss and the flow
 
-from linattn.companion.figures import population  # noqa: E402
+from linattn.companion.figures import beyond_population as population  # noqa: E402
 
 
 def nearest_own_level(rows, levels):
@@ -247,7 +248,9 @@ def test_population_beside_finite_sets_at_settings_the_paper_never_used():
 
 # ---------------------------------------------------------------- Figures 3a, 3b, 3c and the diagnostics and PCR pages
 
-from linattn.companion.figures import diagnostics_page, fig03a, fig03b, fig03c, pcr  # noqa: E402
+from linattn.companion.figures import (beyond_diagnostics as diagnostics_page, beyond_pcr as pcr,  # noqa: E402
+                                      fig03a_attns_loss as fig03a, fig03b_attns_values as fig03b,
+                                      fig03c_attns_alignment as fig03c)
 
 # One tiny rank-one ATTN_S run at settings the paper never used (D = 3, H = 4, P = 300, a large start and steps: its
 # drops come within 300 steps), which the five pages share through one run store, as their presets share seed 0.
@@ -391,7 +394,7 @@ def test_the_pcr_page_on_the_shared_run(fig03_runs):
 
 
 def test_the_five_pages_read_one_run_of_the_store(fig03_runs):
-    from linattn.companion.figures.attn_s_run import seed_run
+    from linattn.companion.figures.common.attn_s_run import seed_run
     from linattn.companion.runstore import figure_runs
 
     first = figure_runs(fig03a.settings("quick", seeds=[0], epoch_streams=300, **TINY_3A))[0]
@@ -404,7 +407,7 @@ def test_the_five_pages_read_one_run_of_the_store(fig03_runs):
 
 # ---------------------------------------------------------------- Figure 14: in-context versus in-weight learning
 
-from linattn.companion.figures import fig14  # noqa: E402
+from linattn.companion.figures import fig14_icl_iwl as fig14  # noqa: E402
 
 
 def test_fig14_at_settings_the_paper_never_used_draws_one_panel_per_c():
@@ -439,7 +442,7 @@ def test_fig14_at_settings_the_paper_never_used_draws_one_panel_per_c():
 
 # ---------------------------------------------------------------- beyond the paper: a reader's own experiment
 
-from linattn.companion.figures import own_experiment  # noqa: E402
+from linattn.companion.figures import beyond_own_experiment as own_experiment  # noqa: E402
 
 
 def test_own_experiment_on_a_spectrum_of_two_from_given_weights():
@@ -550,7 +553,7 @@ def test_figA_vary_len_at_settings_the_paper_never_used_rests_at_its_own_levels(
 
 # ---------------------------------------------------------------- Figure 4 and the paper's Figures 11 and 12: rank R
 
-from linattn.companion.figures import fig04  # noqa: E402
+from linattn.companion.figures import fig04_low_rank as fig04  # noqa: E402
 
 # D = 3, H = 3, N + 1 = 17, P = 1000, a larger start and steps than the paper's: rank one makes its first drop inside
 # 400 steps and its second soon after. Figures 4 and 12 share their runs of a rank through one store.

@@ -20,7 +20,7 @@ from .. import presets
 from ..output import ESTIMATE, MarkdownTable, words as list_words
 from ..published import slug
 from ..runstore import figure_runs, population_twin
-from .frame import settings_attrs
+from .common.frame import settings_attrs
 
 NAME = "figA_init_scale"
 SMALL = 0.1  # scales below this are "small" (the regime of the escape-time laws); larger ones are not fitted

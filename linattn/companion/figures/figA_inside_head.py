@@ -17,8 +17,8 @@ from ... import diagnostics, events, theory
 from .. import presets, published
 from ..output import MarkdownTable, words as list_words
 from ..runstore import figure_runs
-from .frame import settings_attrs
-from .low_rank import describe
+from .common.frame import settings_attrs
+from .common.low_rank import describe
 
 NAME = "figA_inside_head"
 THRESHOLD = 0.5  # a head has learned a direction when it carries more than this fraction of it

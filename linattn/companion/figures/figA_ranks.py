@@ -15,10 +15,9 @@ import numpy as np
 from ... import diagnostics, theory
 from .. import presets, published
 from ..output import MarkdownTable, words as list_words
-from .fig04 import extra_long_rests, rests_text
-from .frame import settings_attrs
-from .low_rank import (describe, gap_panel, long_words, predicted_rows, seed_runs, summaries, summaries_of,
-                       summary_variables)
+from .common.frame import settings_attrs
+from .common.low_rank import (describe, extra_long_rests, gap_panel, long_words, predicted_rows, seed_runs, summaries, summaries_of,
+                              rests_text, summary_variables)
 
 NAME = "figA_ranks"
 
@@ -99,7 +98,7 @@ def rank_table(ds) -> MarkdownTable:
 
 def verdict(ds) -> str:
     """The page's sentences on which ranks have their long plateaus where the theory puts them at every seed, and
-    what the others found instead (:func:`fig04.rests_text`)."""
+    what the others found instead (:func:`~.common.low_rank.rests_text`)."""
     extra = extra_long_rests(ds)
     missing = {int(R): any(bool(ds.plateau_long_theory.sel(rank=R, seed=sd, m=m))
                            and not bool(ds.plateau_long.sel(rank=R, seed=sd, m=m))

@@ -18,8 +18,8 @@ from .. import presets
 from ..commands import train_command
 from ..output import MarkdownTable, words as list_words
 from ..runstore import figure_runs
-from .attn_s_run import describe, join
-from .frame import padded, settings_attrs
+from .common.attn_s_run import describe, join
+from .common.frame import padded, settings_attrs
 
 NAME = "figA_vary_len"
 MODELS = ("attn_m", "attn_s")

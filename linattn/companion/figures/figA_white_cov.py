@@ -18,8 +18,8 @@ from .. import presets, published
 from ..commands import train_command
 from ..output import MarkdownTable, by_sign
 from ..runstore import figure_runs
-from .attn_s_run import describe
-from .frame import settings_attrs
+from .common.attn_s_run import describe
+from .common.frame import settings_attrs
 
 NAME = "figA_white_cov"
 

@@ -18,8 +18,8 @@ import numpy as np
 
 from ... import diagnostics, theory
 from .. import presets
-from .attn_s_run import describe, seed_run
-from .frame import settings_attrs
+from .common.attn_s_run import describe, seed_run
+from .common.frame import settings_attrs
 
 NAME = "beyond_diagnostics"
 MEASURES = ("time", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist", "drift_max", "loss_theory")

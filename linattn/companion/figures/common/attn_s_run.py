@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...config import RunConfig
-from ..output import words
-from ..runstore import figure_runs
+from ....config import RunConfig
+from ...output import words
+from ...runstore import figure_runs
 
 
 def seed_run(S: dict):

@@ -20,7 +20,7 @@ from .. import presets, published
 from ..commands import train_command
 from ..output import by_sign
 from ..runstore import population_twin, stored_run
-from .frame import settings_attrs
+from .common.frame import settings_attrs
 
 NAME = "fig01b_attnm_loss"
 MODELS = ("attn_m", "mlp_own_init", "mlp_matched_init")

@@ -23,8 +23,9 @@ import numpy as np
 from ... import diagnostics, theory
 from .. import presets, published
 from ..output import ESTIMATE, MarkdownTable, words as list_words
-from .frame import settings_attrs
-from .low_rank import describe, gap_panel, predicted_rows, seed_runs, summaries, summaries_of, summary_variables
+from .common.frame import settings_attrs
+from .common.low_rank import (describe, gap_panel, join, predicted_rows, rests_text, seed_runs, summaries, summaries_of,
+                              summary_variables)
 
 NAME = "fig04_low_rank"
 
@@ -111,24 +112,8 @@ def _plateau_durations(drops) -> np.ndarray:
     return np.diff(np.concatenate([[0.0], np.asarray(drops, dtype=float)]))
 
 
-def extra_long_rests(ds) -> dict:
-    """``{R: {seed: [m, …]}}``: the long rests in the window (``plateau_long``) that the theory does not expect long
-    (``plateau_long_theory``), per rank and seed."""
-    extra = ds.plateau_long & ~ds.plateau_long_theory
-    return {int(R): {int(sd): [int(m) for m in ds.m.values if extra.sel(rank=R, seed=sd, m=m)]
-                     for sd in ds.seed.values} for R in ds["rank"].values}
 
 
-def after_last_expected(ds, R: int) -> bool:
-    """Whether every extra long rest of rank ``R`` (:func:`extra_long_rests`, over the seeds) comes after the last
-    plateau the theory expects long, i.e. once a head's value weight has grown; False when there is none."""
-    extra = extra_long_rests(ds)[R]
-    found = [(sd, m) for sd, ms in extra.items() for m in ms]
-    if not found:
-        return False
-    last = {int(sd): max((int(m) for m in ds.m.values if ds.plateau_long_theory.sel(rank=R, seed=sd, m=m)),
-                         default=0) for sd in ds.seed.values}
-    return all(m > last[sd] for sd, m in found)
 
 
 def numbers(ds) -> list[dict]:
@@ -219,7 +204,7 @@ def _r1_last(ds) -> str:
 
 
 def _steps(values) -> str:
-    return _join([f"{v:.0f}" if np.isfinite(v) else "–" for v in values])
+    return join([f"{v:.0f}" if np.isfinite(v) else "–" for v in values])
 
 
 def drops_text(ds) -> str:
@@ -255,31 +240,8 @@ def drops_text(ds) -> str:
     return "\n".join(lines)
 
 
-def rests_text(ds) -> str:
-    """The page's sentences on the long rests the theory does not expect, from :func:`extra_long_rests` and
-    :func:`after_last_expected`, with the longest such rest's length from the run."""
-    lines = []
-    for R, by_seed in extra_long_rests(ds).items():
-        found = sorted({m for ms in by_seed.values() for m in ms})
-        if not found:
-            continue
-        steps = ds.rest_steps.sel(rank=R).sel(m=found)
-        longest = float(steps.max())
-        m_long = int(found[int(np.nanargmax(steps.max("seed").values))])
-        line = (f"$R = {R}$ rests long at {_saddles(found)}, where the theory expects short plateaus (in "
-                f"{sum(bool(ms) for ms in by_seed.values())} of {len(by_seed)} seeds; the longest, at "
-                f"$\\mathcal{{M}}_{{{m_long}}}$, lasts {longest:.0f} steps)")
-        if after_last_expected(ds, R):
-            line += (": all of them after the last plateau the theory expects long, once a head's value weight has "
-                     "grown. There the next direction escapes a two-factor strict saddle, in a time that still grows "
-                     "as $1/\\lambda^2$, so the rests before the directions of smallest eigenvalue are long whatever "
-                     "$R$")
-        lines.append(line + ".")
-    return " ".join(lines) or "No rank rests long where the theory expects a short plateau."
 
 
-def _saddles(ms) -> str:
-    return _join([f"$\\mathcal{{M}}_{{{m}}}$" for m in ms])
 
 
 def words(ds) -> dict:
@@ -292,7 +254,7 @@ def words(ds) -> dict:
     out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"],
                rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
                seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
-               horizons=_join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
+               horizons=join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
                enough=(f"long enough for every rank to learn all {D} directions" if not short else
                        f"not long enough for R = {list_words(short)} to learn all {D} directions"),
                caption=published.caption_lead("Figure 4", bool(ds.attrs["published"])),
@@ -310,8 +272,6 @@ def words(ds) -> dict:
     return out
 
 
-def _join(items) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _settings(ds) -> dict:

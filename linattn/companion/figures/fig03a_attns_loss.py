@@ -25,8 +25,8 @@ from .. import presets, published
 from ..commands import train_command
 from ..output import ESTIMATE, MarkdownTable, median_and_range, prose_text, words as list_words
 from ..runstore import figure_runs, stored_run
-from .attn_s_run import describe
-from .frame import settings_attrs
+from .common.attn_s_run import describe
+from .common.frame import settings_attrs
 
 NAME = "fig03a_attns_loss"
 _HORIZONS = ("seeds", "epoch_extended", "epoch_streams", "snapshot_every")  # settings that are not a run's

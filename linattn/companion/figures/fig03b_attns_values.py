@@ -17,8 +17,8 @@ import numpy as np
 from ... import diagnostics, events, theory
 from .. import presets, published
 from ..output import MarkdownTable, words as list_words
-from .attn_s_run import describe, join, seed_run
-from .frame import settings_attrs
+from .common.attn_s_run import describe, join, seed_run
+from .common.frame import settings_attrs
 
 NAME = "fig03b_attns_values"
 

@@ -17,7 +17,7 @@ import linattn
 
 from .. import presets
 from ..output import words as list_words
-from .frame import settings_attrs
+from .common.frame import settings_attrs
 
 NAME = "beyond_own_experiment"
 

@@ -24,8 +24,8 @@ from .. import presets, published
 from ..commands import train_command
 from ..output import AGREES, DIFFERS, MarkdownTable, prose_text, words as list_words
 from ..runstore import figure_runs, stored_run
-from .attn_s_run import describe
-from .frame import padded, settings_attrs
+from .common.attn_s_run import describe
+from .common.frame import padded, settings_attrs
 
 NAME = "fig05_softmax"
 MODELS = ("attn_m", "attn_s")

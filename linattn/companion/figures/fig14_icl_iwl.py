@@ -18,8 +18,8 @@ from .. import presets, published
 from ..commands import train_command
 from ..output import MarkdownTable, words as list_words
 from ..runstore import figure_runs
-from .attn_s_run import describe, join
-from .frame import settings_attrs
+from .common.attn_s_run import describe, join
+from .common.frame import settings_attrs
 
 NAME = "fig14_icl_iwl"
 CURVES = {"train": "train_loss_over_start", "iwl": "test_iwl", "icl": "test_icl"}  # plotting's names → variables

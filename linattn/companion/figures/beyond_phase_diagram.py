@@ -50,7 +50,7 @@ from ...models import build_model, fold_combined
 from ...objectives import Exact
 from ...objectives.population import mixture_moments
 from .. import presets
-from .frame import settings_attrs
+from .common.frame import settings_attrs
 
 NAME = "beyond_phase_diagram"
 

@@ -18,8 +18,8 @@ import numpy as np
 from ... import diagnostics, events, theory
 from .. import presets, published
 from ..output import MarkdownTable, by_sign
-from .attn_s_run import describe, seed_run
-from .frame import settings_attrs
+from .common.attn_s_run import describe, seed_run
+from .common.frame import settings_attrs
 
 NAME = "fig03c_attns_alignment"
 ALIGNED = 0.9  # a head has learned e_d when its key's and its query's overlaps with e_d both exceed this

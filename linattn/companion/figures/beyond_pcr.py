@@ -17,8 +17,8 @@ import numpy as np
 
 from ... import diagnostics, theory
 from .. import presets
-from .attn_s_run import describe, seed_run
-from .frame import settings_attrs
+from .common.attn_s_run import describe, seed_run
+from .common.frame import settings_attrs
 
 NAME = "beyond_pcr"
 

@@ -21,7 +21,7 @@ from .. import presets
 from ..commands import train_command
 from ..output import words as list_words
 from ..runstore import figure_runs, stored_run
-from .frame import settings_attrs
+from .common.frame import settings_attrs
 
 NAME = "beyond_population"
 GD, FLOW = "population GD", "population flow"
