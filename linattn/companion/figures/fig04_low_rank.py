@@ -23,16 +23,39 @@ import numpy as np
 from ... import diagnostics, theory
 from .. import presets, published
 from ..output import ESTIMATE, MarkdownTable, words as list_words
+from .common import presets as common
 from .common.frame import settings_attrs
 from .common.low_rank import (describe, gap_panel, join, predicted_rows, rests_text, seed_runs, summaries, summaries_of,
                               summary_variables)
 
-NAME = "fig04_low_rank"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    # epoch_extended: per rank, the step the one run goes on to (the published window is its first ``epoch``
+    # steps); a rank not listed gets the largest value. The values of both presets let every rank learn all
+    # eight directions (the page gives the steps; at the quick preset rank one's last drop comes near step 8500).
+    # seeds: every rank in the published window at each (the spread); only the first is carried on
+    "quick": dict(common.without(common.LOW_RANK_QUICK, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
+                  epoch_extended={1: 9001, 2: 9001, 4: 9001, 8: 5001}),
+    "paper": dict(common.without(common.LOW_RANK_PAPER, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
+                  epoch_extended={1: 150001, 2: 120001, 4: 35001, 8: 20001}),
+}
+# The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
+# its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
+# (the claim row exists at the published settings only; R1.window.learned, the directions learned, one fewer, is
+# what a quick build has, so that the test of these keys runs there too)
+README_ROWS = (
+    ("4", "R = 1: plateaus reached in the published window", ("claim.figure_4|R1.window.learned",)),
+    ("4", "R = 1: step of the last drop (extended run)", ("R1.extended.last_drop",)),
+)
+TOLERANCES = [common.PLATEAUS]
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("fig4_plateau_claim",)
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """One run per seed and rank (seeds outer, ranks inner)."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -50,12 +73,12 @@ def compute(S: dict):
     from ..plotting import log_thin
 
     window, horizon, ranks = S["epoch"], presets.horizons(S), [int(R) for R in S["ranks"]]
-    grid = seed_runs(S)
-    runs = [r.extended(horizon[R]) for R, r in zip(ranks, grid[0])]
-    cfg, cov = runs[0].config, runs[0].datasets.cov
+    grid = seed_runs(runs(S), S)
+    carried = [r.extended(horizon[R]) for R, r in zip(ranks, grid[0])]
+    cfg, cov = carried[0].config, carried[0].datasets.cov
     levels = theory.plateau_losses(cov, cfg.N)
     D = len(levels) - 1
-    full = [r.history.train_loss for r in runs]
+    full = [r.history.train_loss for r in carried]
     loss = np.array([[r.history.train_loss[:window] for r in by_rank] for by_rank in grid])
     # the extended curves on one log-spaced step axis: every step any rank's own log sampling keeps
     step_log = functools.reduce(np.union1d, [log_thin(len(L)) for L in full])
@@ -64,7 +87,7 @@ def compute(S: dict):
         inside = step_log < len(L)
         extended[i, inside] = L[step_log[inside]]
     predicted = [diagnostics.predicted_drop_steps(r.config, r.init, cov, horizon=horizon[R])
-                 for R, r in zip(ranks, runs)]
+                 for R, r in zip(ranks, carried)]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=1, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
     seeds = [int(x) for x in S["seeds"]]
@@ -82,8 +105,8 @@ def compute(S: dict):
          "drop_step_theory": ("direction", estimate)},
         coords={"seed": seeds, "rank": ranks, "step": np.arange(window), "step_log": step_log,
                 "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
-        attrs=settings_attrs(S, engine=runs[0].engine, seeds=seeds,
-                             runs={str(R): r.config.to_dict() for R, r in zip(ranks, runs)}))
+        attrs=settings_attrs(S, engine=carried[0].engine, seeds=seeds,
+                             runs={str(R): r.config.to_dict() for R, r in zip(ranks, carried)}))
     ds.attrs.update(window=int(window), band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)))
     ds.train_loss.attrs["description"] = "training loss in the published window (the first `window` steps)"
     ds.train_loss_extended.attrs["description"] = "training loss of the first seed's extended run at log-spaced steps"
@@ -252,7 +275,8 @@ def words(ds) -> dict:
     ranks = [int(R) for R in ds["rank"].values]
     short = [R for R in ranks if int(ds.directions_learned_extended.sel(rank=R)) < D]
     out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"],
-               rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
+               rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]),
+               seeds=list_words(list(ds.seed.values)),
                seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
                horizons=join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
                enough=(f"long enough for every rank to learn all {D} directions" if not short else

@@ -54,13 +54,14 @@ def summary_variables(summary: list, D: int) -> dict:
             "final_loss": (dims[:2], [[s.final_loss for s in r.values()] for r in summary])}
 
 
-def seed_runs(S: dict) -> list:
-    """The runs of a low-rank page, ``runs[i][j]``: seed ``S["seeds"][i]``, rank ``S["ranks"][j]`` (the run store's
-    order: seeds outer, ranks inner)."""
-    from ...runstore import figure_runs
+def seed_runs(runs: dict, S: dict) -> list:
+    """The runs a low-rank page declares (``runs``: its ``runs(S)``, one per seed and rank in
+    :func:`.presets.sweep`'s order, seeds outer, ranks inner) from the run store, ``[i][j]``: seed ``S["seeds"][i]``,
+    rank ``S["ranks"][j]``."""
+    from .train import trained
 
-    runs, n = figure_runs(S), len(S["ranks"])
-    return [runs[i:i + n] for i in range(0, len(runs), n)]
+    done, n = trained(runs, S), len(S["ranks"])
+    return [done[i:i + n] for i in range(0, len(done), n)]
 
 
 def predicted_rows(r, R: int, key: str, which: str) -> list[dict]:
