@@ -240,7 +240,7 @@ def knobs_markdown() -> str:
 
 
 def sync_parameters(path) -> bool:
-    """Rewrite the parameters cell of the notebook at ``path`` from the presets table (:func:`parameters_source`);
+    """Rewrite the parameters cell of the notebook at ``path`` from its module's presets (:func:`parameters_source`);
     True when the file changed. The cell's other lines (its tags) stay as they are."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")

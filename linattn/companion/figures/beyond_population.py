@@ -27,9 +27,9 @@ from .common.train import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
-    # P = None is the population (infinite-data) objective, estimated from population_samples fresh sequences
-    # linattn's own streams (draws="streams"): the initial weights stay the same as P changes, and P = ∞ has no
-    # reference draws
+    # P = None is the population (infinite-data) objective, estimated from population_samples fresh sequences. Every
+    # run draws from linattn's own streams (draws="streams"), so that the initial weights stay the same as P changes
+    # and P = ∞, which has no reference draws, can be run at all
     "quick": dict(common.without(common.ATTN_S_QUICK, "trainset_size"), draws="streams",
                   trainset_sizes=[None, 1000, 4000], population_samples=1 << 15, flow=True, seed=0),
     "paper": dict(common.without(common.ATTN_S_PAPER, "trainset_size"), draws="streams",
