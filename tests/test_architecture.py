@@ -160,3 +160,105 @@ def test_the_api_page_documents_exactly_linattn_all():
     modules = {info.name for info in pkgutil.iter_modules(linattn.__path__)}
     claimed = set(re.findall(r"\blinattn\.(\w+)", page)) - modules - {"__all__"}
     assert claimed <= public, f"the API page names linattn.{sorted(claimed - public)}, not in linattn.__all__"
+
+
+# ---------------------------------------------------------------- a figure is its notebook and its module
+
+FIGURES_DIR = ROOT / "companion" / "figures"
+NOTEBOOKS = ROOT.parent / "figures_src"
+# The phase diagram still trains its cells with its own flow engine and builds their settings there; it moves onto
+# the core's flow engine and the run store in a later change, which removes this exemption.
+BUILDS_ITS_OWN_RUNS = {"beyond_phase_diagram"}
+
+
+def _figure_names() -> list[str]:
+    from linattn.companion import figures
+
+    return figures.names()
+
+
+@pytest.mark.skipif(not NOTEBOOKS.is_dir(), reason="an installed copy has no figures_src/ beside the package")
+def test_every_notebook_is_a_figure_module_of_its_name_and_nothing_else_is():
+    """figures/ holds exactly one module per notebook of figures_src/ (its stem) plus the common subpackage."""
+    stems = sorted(p.stem for p in NOTEBOOKS.glob("*.md"))
+    assert _figure_names() == stems, (f"notebooks without a module: {sorted(set(stems) - set(_figure_names()))}; "
+                                      f"modules without a notebook: {sorted(set(_figure_names()) - set(stems))}")
+    packages = sorted(p.name for p in FIGURES_DIR.iterdir() if (p / "__init__.py").is_file())
+    assert packages == ["common"]
+
+
+def test_a_figure_declares_its_settings_and_a_training_figure_its_runs():
+    """Each figure module declares NAME (its module's name), PRESETS (paper and quick), TOLERANCES and the names of
+    the published readings it compares with (each a name in linattn.companion.published); one whose presets hold run
+    settings (a ``model``, also in a nested run) declares ``runs``, and no module keeps a ``settings`` wrapper."""
+    from linattn.companion import figures, published
+    from linattn.companion.figures.common.presets import nested
+
+    for name in _figure_names():
+        module = figures.module(name)
+        assert module.NAME == name and set(module.PRESETS) == {"paper", "quick"}, name
+        assert isinstance(module.TOLERANCES, list), name
+        assert all(hasattr(published, p) for p in getattr(module, "PUBLISHED", ())), name
+        assert not hasattr(module, "settings"), f"{name}: presets.settings(module, ...) is the one settings call"
+        trains = any("model" in run for run in nested(module.PRESETS["paper"]).values())
+        assert not trains or callable(getattr(module, "runs", None)), f"{name} trains but declares no runs(S)"
+
+
+def test_a_training_figure_without_runs_is_caught(monkeypatch):
+    """The rule above fails for a figure that trains and declares no runs (a module stripped of its runs)."""
+    from linattn.companion import figures
+
+    module = figures.module(next(n for n in _figure_names() if hasattr(figures.module(n), "runs")))
+    monkeypatch.delattr(module, "runs")
+    with pytest.raises(AssertionError, match="declares no runs"):
+        test_a_figure_declares_its_settings_and_a_training_figure_its_runs()
+
+
+def _named_figures(text: str, names) -> set[str]:
+    return {n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text)}
+
+
+def test_a_figure_is_named_only_in_its_own_module():
+    """No file of the package names a figure (a notebook stem) but the figure's own module: the registry, the
+    presets, the runner, the README table and the tests find figures from the modules. Comments and docstrings are
+    held to it too: a name in prose goes stale when the figure is renamed."""
+    names = _figure_names()
+    found = {}
+    for path in sorted(ROOT.rglob("*")):
+        if path.suffix not in (".py", ".md", ".toml", ".yml", ".json", ".txt") or "__pycache__" in path.parts:
+            continue
+        named = _named_figures(path.read_text(encoding="utf-8"), names) - {path.stem}
+        if named:
+            found[str(path.relative_to(ROOT))] = sorted(named)
+    assert not found, f"figures named outside their modules: {found}"
+    assert _named_figures("see fig03a_attns_loss.", ["fig03a_attns_loss"]) == {"fig03a_attns_loss"}
+
+
+def _builds_runs_outside_runs(tree: ast.Module) -> list[int]:
+    """Lines of a module that build run settings (``RunConfig(...)``, ``RunConfig.from_dict``,
+    ``dataclasses.replace``) outside its function ``runs``."""
+    inside = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "runs":
+            inside |= {id(n) for n in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and id(node) not in inside:
+            f = node.func
+            text = ast.unparse(f)
+            if text.endswith(("RunConfig", "RunConfig.from_dict", "dataclasses.replace")):
+                out.append(node.lineno)
+    return out
+
+
+def test_no_run_settings_are_built_in_a_figure_module_outside_runs():
+    found = {}
+    for name in _figure_names():
+        if name in BUILDS_ITS_OWN_RUNS:
+            continue
+        lines = _builds_runs_outside_runs(ast.parse((FIGURES_DIR / f"{name}.py").read_text(encoding="utf-8")))
+        if lines:
+            found[name] = lines
+    assert not found, f"run settings built outside runs(S) (module: lines): {found}"
+    constructed = ast.parse("def runs(S):\n    return RunConfig()\n\ndef compute(S):\n    return RunConfig(seed=1)\n")
+    assert _builds_runs_outside_runs(constructed) == [5]

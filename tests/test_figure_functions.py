@@ -11,8 +11,8 @@ import pytest
 xr = pytest.importorskip("xarray")
 
 from linattn.companion import presets  # noqa: E402
-from linattn.companion.figures import fig01b  # noqa: E402
-from linattn.companion.figures.frame import figure  # noqa: E402
+from linattn.companion.figures import fig01b_attnm_loss as fig01b  # noqa: E402
+from linattn.companion.figures.common.frame import figure  # noqa: E402
 from linattn import diagnostics as dg  # noqa: E402
 from linattn.companion.output import by_sign, number_row  # noqa: E402
 
@@ -32,7 +32,7 @@ def keyed(rows):
 
 @pytest.mark.parametrize("overrides", [dict(head_num=3, in_dim=3), dict(head_num=5, in_dim=2, seq_len=9)])
 def test_fig01b_at_settings_the_paper_never_used(overrides):
-    S = fig01b.settings("quick", trainset_size=300, epoch=400, init=0.05, lr=0.004, **overrides)
+    S = presets.settings(fig01b, "quick", trainset_size=300, epoch=400, init=0.05, lr=0.004, **overrides)
     assert not presets.is_published(fig01b.NAME, S)
     ds = fig01b.compute(S)
     assert ds.train_loss.dims == ("model", "step") and list(ds.model.values) == list(fig01b.MODELS)
@@ -52,7 +52,7 @@ def test_fig01b_at_settings_the_paper_never_used(overrides):
 
 
 def test_the_frame_writes_labelled_data_numbers_and_provenance(tmp_path):
-    S = fig01b.settings("quick", trainset_size=200, epoch=200, init=0.05, lr=0.004, head_num=2, in_dim=2)
+    S = presets.settings(fig01b, "quick", trainset_size=200, epoch=200, init=0.05, lr=0.004, head_num=2, in_dim=2)
     with figure(fig01b.NAME, S, tmp_path) as page:
         ds = fig01b.compute(S)
         page.save(ds, fig01b.plot(ds), fig01b.numbers(ds))
@@ -86,20 +86,21 @@ def test_the_csv_leaves_out_points_no_curve_has(tmp_path):
 
 def test_the_frame_leaves_nothing_when_the_page_fails(tmp_path):
     with pytest.raises(RuntimeError):
-        with figure(fig01b.NAME, fig01b.settings("quick"), tmp_path):
+        with figure(fig01b.NAME, presets.settings(fig01b, "quick"), tmp_path):
             raise RuntimeError("the computation failed")
     assert not (tmp_path / fig01b.NAME).exists()
 
 
 # ---------------------------------------------------------------- the schematics (Figures 1a and 2): nothing trained
 
-from linattn.companion.figures import fig01a, fig02  # noqa: E402
+from linattn.companion.figures import (fig01a_attnm_schematic as fig01a,  # noqa: E402
+                                      fig02_attns_schematic as fig02)
 
 
 @pytest.mark.parametrize("D, H", [(3, 4), (2, 1), (5, 3)])
 def test_the_schematics_count_the_network_they_draw(D, H):
     for module in (fig01a, fig02):
-        S = module.settings(in_dim=D, head_num=H)
+        S = presets.settings(module, in_dim=D, head_num=H)
         ds = module.compute(S)
         assert ds.sizes == {"layer": len(module.LAYERS)} and list(ds.layer.values) == list(module.LAYERS)
         rows = keyed(module.numbers(ds))
@@ -107,11 +108,11 @@ def test_the_schematics_count_the_network_they_draw(D, H):
         said = module.words(ds)
         assert (said["D"], said["H"]) == (D, H)
         assert ("not the size" in said["size"]) == (not presets.is_published(module.NAME, S)), said["size"]
-    assert int(fig01a.compute(fig01a.settings(in_dim=D, head_num=H)).units.sel(layer="hidden")) == H
+    assert int(fig01a.compute(presets.settings(fig01a, in_dim=D, head_num=H)).units.sel(layer="hidden")) == H
 
 
 def test_a_schematic_page_writes_its_layers_and_numbers(tmp_path):
-    S = fig02.settings(in_dim=2, head_num=1)
+    S = presets.settings(fig02, in_dim=2, head_num=1)
     with figure(fig02.NAME, S, tmp_path) as page:
         ds = fig02.compute(S)
         page.save(ds, None, fig02.numbers(ds))  # the frame's figure files are tested with Figure 1b
@@ -126,13 +127,13 @@ def test_a_schematic_page_writes_its_layers_and_numbers(tmp_path):
 
 # ---------------------------------------------------------------- Figure 5: softmax ATTN_M and ATTN_S
 
-from linattn.companion.figures import fig05  # noqa: E402
+from linattn.companion.figures import fig05_softmax as fig05  # noqa: E402
 
 
 def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_ones():
     # tiny P (the softmax engine runs eagerly below its compile threshold), D = 3, fewer heads, short sequences
     tiny = dict(in_dim=3, seq_len=9, trainset_size=60, epoch=60)
-    S = fig05.settings("quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100),
+    S = presets.settings(fig05, "quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100),
                        check_seeds=[11], half_lr_epoch=50)
     assert not presets.is_published(fig05.NAME, S)
     # ATTN_M's checks: another seed with the run's own steps, and half the learning rate for half_lr_epoch steps
@@ -201,7 +202,7 @@ def test_a_drop_count_holds_only_when_every_check_finds_it():
 
 # ---------------------------------------------------------------- beyond the paper: the population loss and the flow
 
-from linattn.companion.figures import population  # noqa: E402
+from linattn.companion.figures import beyond_population as population  # noqa: E402
 
 
 def nearest_own_level(rows, levels):
@@ -216,7 +217,7 @@ def nearest_own_level(rows, levels):
 
 def test_population_beside_finite_sets_at_settings_the_paper_never_used():
     # D = 3, H = 2, N + 1 = 9 tokens, exact population moments, large steps: a drop or two in 300 steps
-    S = population.settings("quick", in_dim=3, head_num=2, seq_len=9, init=0.2, lr=0.05, epoch=300,
+    S = presets.settings(population, "quick", in_dim=3, head_num=2, seq_len=9, init=0.2, lr=0.05, epoch=300,
                             trainset_sizes=[None, 200], population_samples=0)
     assert not presets.is_published(population.NAME, S)
     ds = population.compute(S)
@@ -247,7 +248,9 @@ def test_population_beside_finite_sets_at_settings_the_paper_never_used():
 
 # ---------------------------------------------------------------- Figures 3a, 3b, 3c and the diagnostics and PCR pages
 
-from linattn.companion.figures import diagnostics_page, fig03a, fig03b, fig03c, pcr  # noqa: E402
+from linattn.companion.figures import (beyond_diagnostics as diagnostics_page, beyond_pcr as pcr,  # noqa: E402
+                                      fig03a_attns_loss as fig03a, fig03b_attns_values as fig03b,
+                                      fig03c_attns_alignment as fig03c)
 
 # One tiny rank-one ATTN_S run at settings the paper never used (D = 3, H = 4, P = 300, a large start and steps: its
 # drops come within 300 steps), which the five pages share through one run store, as their presets share seed 0.
@@ -268,7 +271,7 @@ def fig03_runs(fig03_store, monkeypatch):
 
 def seed0(module):
     """``module``'s dataset on the shared tiny run (seed 0)."""
-    S = module.settings("quick", seed=0, **TINY_3A)
+    S = presets.settings(module, "quick", seed=0, **TINY_3A)
     assert not presets.is_published(module.NAME, S)
     ds = module.compute(S)
     assert ds.attrs["run_key"] and json.loads(ds.attrs["settings"]) == S
@@ -276,7 +279,7 @@ def seed0(module):
 
 
 def test_fig03a_at_settings_the_paper_never_used(fig03_runs):
-    S = fig03a.settings("quick", seeds=[0], epoch_extended=350, epoch_streams=300, **TINY_3A)
+    S = presets.settings(fig03a, "quick", seeds=[0], epoch_extended=350, epoch_streams=300, **TINY_3A)
     assert not presets.is_published(fig03a.NAME, S)
     ds = fig03a.compute(S)
     assert ds.train_loss.dims == ("seed", "step") and ds.sizes["step"] == 350 and ds.attrs["window"] == 300
@@ -391,11 +394,14 @@ def test_the_pcr_page_on_the_shared_run(fig03_runs):
 
 
 def test_the_five_pages_read_one_run_of_the_store(fig03_runs):
-    from linattn.companion.figures.attn_s_run import seed_run
-    from linattn.companion.runstore import figure_runs
+    from linattn.companion.figures.common.train import train
 
-    first = figure_runs(fig03a.settings("quick", seeds=[0], epoch_streams=300, **TINY_3A))[0]
-    pages = {seed_run(m.settings("quick", seed=0, **TINY_3A)).key for m in (fig03b, fig03c, diagnostics_page, pcr)}
+    S = presets.settings(fig03a, "quick", seeds=[0], epoch_streams=300, **TINY_3A)
+    first = train(fig03a.runs(S), S)["seed=0"]
+    pages = set()
+    for m in (fig03b, fig03c, diagnostics_page, pcr):
+        S = presets.settings(m, "quick", seed=0, **TINY_3A)
+        pages |= {r.key for r in train(m.runs(S), S).values()}
     assert pages == {first.key}
     log = [json.loads(line) for line in (fig03_runs / "trainings.jsonl").read_text().splitlines()]
     trained = sum(e["trained_steps"] for e in log if e["key"] == first.key)
@@ -404,11 +410,11 @@ def test_the_five_pages_read_one_run_of_the_store(fig03_runs):
 
 # ---------------------------------------------------------------- Figure 14: in-context versus in-weight learning
 
-from linattn.companion.figures import fig14  # noqa: E402
+from linattn.companion.figures import fig14_icl_iwl as fig14  # noqa: E402
 
 
 def test_fig14_at_settings_the_paper_never_used_draws_one_panel_per_c():
-    S = fig14.settings("quick", in_dim=3, head_num=3, seq_len=9, trainset_size=60, testset_size=60, epoch=80,
+    S = presets.settings(fig14, "quick", in_dim=3, head_num=3, seq_len=9, trainset_size=60, testset_size=60, epoch=80,
                        lr=0.01, init=0.01, icl_values=[0.0, 0.3, 1.0])
     assert not presets.is_published(fig14.NAME, S)
     ds = fig14.compute(S)
@@ -439,13 +445,13 @@ def test_fig14_at_settings_the_paper_never_used_draws_one_panel_per_c():
 
 # ---------------------------------------------------------------- beyond the paper: a reader's own experiment
 
-from linattn.companion.figures import own_experiment  # noqa: E402
+from linattn.companion.figures import beyond_own_experiment as own_experiment  # noqa: E402
 
 
 def test_own_experiment_on_a_spectrum_of_two_from_given_weights():
     # D = 2 (the spectrum's length), H = 2, N + 1 = 17: the first run ends on M_1, the continued one makes the last drop
-    S = own_experiment.settings("quick", spectrum=[0.6, 0.3], head_num=2, trainset_size=20000, seq_len=17, init=0.01,
-                                lr=0.1, epoch=180, epoch_more=240)
+    S = presets.settings(own_experiment, "quick", spectrum=[0.6, 0.3], head_num=2, trainset_size=20000, seq_len=17,
+                         init=0.01, lr=0.1, epoch=180, epoch_more=240)
     assert not presets.is_published(own_experiment.NAME, S)
     ds = own_experiment.compute(S, weights=own_experiment.example_weights(S))
     assert ds.train_loss.dims == ("step",) and ds.sizes == {"step": 420, "m": 3, "direction": 2}
@@ -469,8 +475,8 @@ from linattn.companion.figures import figA_white_cov  # noqa: E402
 
 
 def test_figA_white_cov_at_settings_the_paper_never_used_follows_the_closed_form():
-    S = figA_white_cov.settings("quick", in_dim=3, head_num=3, seq_len=9, trainset_size=200, epoch=300, lr=0.01,
-                                init=0.01, seeds=[1, 2], snapshot_every=7)
+    S = presets.settings(figA_white_cov, "quick", in_dim=3, head_num=3, seq_len=9, trainset_size=200, epoch=300,
+                         lr=0.01, init=0.01, seeds=[1, 2], snapshot_every=7)
     assert not presets.is_published(figA_white_cov.NAME, S)
     ds = figA_white_cov.compute(S)
     assert ds.train_loss.dims == ("seed", "step") and list(ds.seed.values) == [1, 2]
@@ -523,7 +529,7 @@ from linattn.companion.figures import figA_vary_len  # noqa: E402
 
 def test_figA_vary_len_at_settings_the_paper_never_used_rests_at_its_own_levels():
     tiny = dict(in_dim=3, seq_len=9, trainset_size=1500)
-    S = figA_vary_len.settings("quick", attn_m=dict(tiny, head_num=2, epoch=400, lr=0.1, init=1e-3),
+    S = presets.settings(figA_vary_len, "quick", attn_m=dict(tiny, head_num=2, epoch=400, lr=0.1, init=1e-3),
                                attn_s=dict(tiny, head_num=3, epoch=700, lr=0.4, init=0.05))
     assert not presets.is_published(figA_vary_len.NAME, S)
     ds = figA_vary_len.compute(S)
@@ -550,7 +556,7 @@ def test_figA_vary_len_at_settings_the_paper_never_used_rests_at_its_own_levels(
 
 # ---------------------------------------------------------------- Figure 4 and the paper's Figures 11 and 12: rank R
 
-from linattn.companion.figures import fig04  # noqa: E402
+from linattn.companion.figures import fig04_low_rank as fig04  # noqa: E402
 
 # D = 3, H = 3, N + 1 = 17, P = 1000, a larger start and steps than the paper's: rank one makes its first drop inside
 # 400 steps and its second soon after. Figures 4 and 12 share their runs of a rank through one store.
@@ -570,10 +576,10 @@ def rank_runs(rank_store, monkeypatch):
 
 
 def test_fig04_at_settings_the_paper_never_used(rank_runs):
-    S = fig04.settings("quick", ranks=[1, 2], seeds=[10, 11], **TINY_RANKS)
+    S = presets.settings(fig04, "quick", ranks=[1, 2], seeds=[10, 11], **TINY_RANKS)
     S["epoch_extended"] = {1: 800, 2: 500}
     assert not presets.is_published(fig04.NAME, S)
-    assert not presets.is_published(fig04.NAME, fig04.settings("paper", head_num=12))
+    assert not presets.is_published(fig04.NAME, presets.settings(fig04, "paper", head_num=12))
     # the horizons a notebook is given (JSON: text keys) are the same as Python's
     assert presets.horizons(dict(S, epoch_extended={"1": 800, "2": 500})) == presets.horizons(S) == {1: 800, 2: 500}
     ds = fig04.compute(S)
@@ -628,7 +634,7 @@ from linattn.companion.figures import figA_ranks  # noqa: E402
 
 
 def test_figA_ranks_at_settings_the_paper_never_used(rank_runs):
-    S = figA_ranks.settings("quick", ranks=[2, 3], seeds=[10, 11], **TINY_RANKS)
+    S = presets.settings(figA_ranks, "quick", ranks=[2, 3], seeds=[10, 11], **TINY_RANKS)
     assert not presets.is_published(figA_ranks.NAME, S)
     ds = figA_ranks.compute(S)
     assert ds.train_loss.dims == ("seed", "rank", "step") and dict(ds.sizes) == {"seed": 2, "rank": 2, "step": 400,
@@ -651,7 +657,7 @@ from linattn.companion.figures import figA_inside_head  # noqa: E402
 
 
 def test_figA_inside_head_at_settings_the_paper_never_used(rank_runs):
-    S = figA_inside_head.settings("quick", rank=2, snapshot_every=10, **dict(TINY_RANKS, epoch=300))
+    S = presets.settings(figA_inside_head, "quick", rank=2, snapshot_every=10, **dict(TINY_RANKS, epoch=300))
     assert not presets.is_published(figA_inside_head.NAME, S)
     ds = figA_inside_head.compute(S)
     assert ds.value.dims == ("step", "head") and ds.fraction.dims == ("snapshot", "head", "direction")
@@ -682,7 +688,7 @@ from linattn.companion.figures import figA_init_scale  # noqa: E402
 
 def test_figA_init_scale_at_settings_the_paper_never_used():
     tiny = dict(in_dim=2, seq_len=9, trainset_size=200, epoch=400)
-    S = figA_init_scale.settings("quick", attn_m=dict(tiny, head_num=2, lr=0.01), attn_s=dict(tiny, lr=0.1),
+    S = presets.settings(figA_init_scale, "quick", attn_m=dict(tiny, head_num=2, lr=0.01), attn_s=dict(tiny, lr=0.1),
                                  inits_m=[1e-6, 1e-3, 0.3], inits_s=[0.02, 0.04, 0.3])
     assert not presets.is_published(figA_init_scale.NAME, S)
     ds = figA_init_scale.compute(S)
@@ -736,6 +742,8 @@ def test_fig04_names_the_long_rests_the_theory_does_not_expect_and_says_when_the
     with an extra long rest at M_1, before M_2, does not."""
     import xarray as xr
 
+    from linattn.companion.figures.common import low_rank
+
     long = np.zeros((2, 2, 9), dtype=bool)
     expected = np.zeros_like(long)
     expected[:, 0, [0, 4]] = True
@@ -748,9 +756,9 @@ def test_fig04_names_the_long_rests_the_theory_does_not_expect_and_says_when_the
                      "plateau_long_theory": (("seed", "rank", "m"), expected),
                      "rest_steps": (("seed", "rank", "m"), steps)},
                     coords={"seed": [10, 11], "rank": [4, 2], "m": np.arange(9)})
-    assert fig04.extra_long_rests(ds) == {4: {10: [7], 11: [6]}, 2: {10: [1], 11: [1]}}
-    assert fig04.after_last_expected(ds, 4) and not fig04.after_last_expected(ds, 2)
-    text = fig04.rests_text(ds)
+    assert low_rank.extra_long_rests(ds) == {4: {10: [7], 11: [6]}, 2: {10: [1], 11: [1]}}
+    assert low_rank.after_last_expected(ds, 4) and not low_rank.after_last_expected(ds, 2)
+    text = low_rank.rests_text(ds)
     assert "$R = 4$ rests long at $\\mathcal{M}_{6}$ and $\\mathcal{M}_{7}$" in text
     assert "the longest, at $\\mathcal{M}_{7}$, lasts 4100 steps" in text
     assert text.count("two-factor strict saddle") == 1  # rank 4's sentence only

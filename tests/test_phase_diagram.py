@@ -1,5 +1,5 @@
-"""The phase diagram of finished runs (``linattn.companion.figures.phase_diagram``) and the population moments of the
-mixed task it trains P = ∞ on (``objectives.population.mixture_moments``), at tiny sizes the paper never used."""
+"""The phase diagram of finished runs (``linattn.companion.figures.beyond_phase_diagram``) and the population moments
+of the mixed task it trains P = ∞ on (``objectives.population.mixture_moments``), at tiny sizes the paper never used."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import linattn  # noqa: E402
 from linattn import RunConfig, draw, models  # noqa: E402
 from linattn.objectives import Exact  # noqa: E402
 from linattn.objectives.population import mixture_moments, population_moments  # noqa: E402
-from linattn.companion.figures import phase_diagram as pd_  # noqa: E402
+from linattn.companion.figures import beyond_phase_diagram as pd_  # noqa: E402
 
 COV = np.array([[0.6, 0.15], [0.15, 0.4]])
 W_FIX = np.array([1.1, -0.6])

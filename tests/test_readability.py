@@ -1,7 +1,8 @@
 """Figures are legible at the width the book shows them, and theory-level labels neither overlap nor get cut off.
 
-The rule (``linattn.readability``): every text of a figure SVG reads at ≥ 9 CSS px, where a text of ``s`` pt in an
-SVG ``w`` pt wide reads at ``s × min(650, w × 4/3) / w`` px (650 px: the book's content column).
+The rule (``tests/readability.py``, imported as ``readability``): every text of a figure SVG reads at ≥ 9 CSS px,
+where a text of ``s`` pt in an SVG ``w`` pt wide reads at ``s × min(650, w × 4/3) / w`` px (650 px: the book's content
+column).
 
 ``test_built_figures_are_readable`` (marked ``book``) checks the SVGs under the figures output roots of
 :func:`figures_output_roots`: ``$LINATTN_FIGURES_DIR`` if set, else the quick preset's root ``_build/figures/quick``

@@ -71,12 +71,12 @@ def test_a_check_carries_its_tolerance_and_verdict_into_the_report():
 
 
 def test_the_report_files_rows_by_what_they_carry_and_keys_them_by_figure(tmp_path):
-    """linattn.companion.figures.report reads every figure's numbers.json: a reading, a claim, an estimate and a
-    plain number land in their own groups whatever their wording, and the report's own rows are keyed
+    """linattn.companion.figures.beyond_error_table reads every figure's numbers.json: a reading, a claim, an
+    estimate and a plain number land in their own groups whatever their wording, and the report's own rows are keyed
     <figure>.<key>, unique across figures that use the same keys."""
     import json
 
-    from linattn.companion.figures import report
+    from linattn.companion.figures import beyond_error_table as report
 
     rows = [row(key="a", paper=751.0, reproduced=760.0, tolerance=17.0), row(key="b", paper=8, reproduced=5,
                                                                               verdict=DIFFERS),

@@ -2,8 +2,8 @@
 
 Every figure is a jupytext MyST notebook ``figures_src/<name>.md`` whose first code cell is tagged ``parameters``;
 each line of that cell is one knob (``name[: type] = default  # what it means``). For a figure with presets the
-cell is written from the presets table (:func:`parameters_source`: every setting at its paper value, with its
-:data:`~linattn.companion.presets.HELP` text; ``python -m linattn.companion.notebooks --sync`` rewrites the cells
+cell is written from its module's presets (:func:`parameters_source`: every setting at its paper value, with its
+:func:`~linattn.companion.presets.knob_help` text; ``python -m linattn.companion.notebooks --sync`` rewrites the cells
 and a test keeps them in step), and the runner gives it the values of the chosen preset with a reader's overrides
 (:func:`linattn.companion.presets.resolve`). :func:`check_overrides` refuses an unknown key or a value of the wrong
 type before anything runs.
@@ -116,11 +116,11 @@ def check_overrides(name: str, nb, overrides: dict) -> dict:
     from . import presets
 
     valid = knobs(nb)
-    if name in presets.PRESETS:
-        paper = presets.PRESETS[name]["paper"]
+    if presets.has_presets(name):
+        paper, help_ = presets.table(name)["paper"], presets.knob_help(name)
         for run in presets.nested_runs(name):
             for key, value in paper[run].items():
-                valid.setdefault(key, Knob(key, value, _knob_type(value), f"{presets.HELP.get(key, key)} (every run)"))
+                valid.setdefault(key, Knob(key, value, _knob_type(value), f"{help_.get(key, key)} (every run)"))
     listing = "; ".join(k.describe() for k in valid.values()) or "none"
     for key, value in overrides.items():
         if key in _INJECTED:
@@ -209,11 +209,12 @@ def parameters_source(name: str) -> str:
     from . import presets
 
     lines = ['preset = "paper"  # the preset the values below come from; linattn figures sets it and all of them']
-    for key, value in presets.PRESETS[name]["paper"].items():
+    help_ = presets.knob_help(name)
+    for key, value in presets.table(name)["paper"].items():
         kind = _knob_type(value)
-        note = presets.HELP.get(key)
+        note = help_.get(key)
         if note is None:
-            raise KeyError(f"presets.HELP has no text for the setting {key!r} of {name}")
+            raise KeyError(f"no help for the setting {key!r} of {name}: add it to its module's HELP")
         lines.append(f"{key}{': ' + kind.__name__ if kind else ''} = {value!r}  # {note}")
     if presets.nested_runs(name):
         lines.append("# a run setting given to --param (e.g. lr=0.1) sets it in every run above")
@@ -228,9 +229,9 @@ def knobs_markdown() -> str:
 
     rows = ["| figure | knobs (paper value) |", "|---|---|"]
     for name in discover():
-        table = presets.PRESETS.get(name, {}).get("paper")
-        if not table:
+        if not presets.has_presets(name):
             continue
+        table = presets.table(name)["paper"]
         cells = [f"`{k}` ({'…' if isinstance(v, dict) else v!r})".replace("|", "\\|") for k, v in table.items()]
         if presets.nested_runs(name):
             cells.append("and any run setting of those runs, for both (`lr`, `epoch`, …)")
@@ -239,7 +240,7 @@ def knobs_markdown() -> str:
 
 
 def sync_parameters(path) -> bool:
-    """Rewrite the parameters cell of the notebook at ``path`` from the presets table (:func:`parameters_source`);
+    """Rewrite the parameters cell of the notebook at ``path`` from its module's presets (:func:`parameters_source`);
     True when the file changed. The cell's other lines (its tags) stay as they are."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
@@ -266,17 +267,17 @@ def runnable(text: str, values: dict | None = None):
 
 def main(argv=None) -> int:
     """``python -m linattn.companion.notebooks --sync``: rewrite the parameters cells of every figure with presets
-    from the presets table, and name the notebooks that changed."""
+    from its module's presets, and name the notebooks that changed."""
     import argparse
 
     from . import presets
 
     p = argparse.ArgumentParser(prog="python -m linattn.companion.notebooks")
     p.add_argument("--sync", action="store_true", required=True,
-                   help="rewrite each figure's parameters cell from linattn.companion.presets")
+                   help="rewrite each figure's parameters cell from its module's PRESETS")
     p.parse_args(argv)
     for name, path in discover().items():
-        if name in presets.PRESETS and presets.PRESETS[name]["paper"] and sync_parameters(path):
+        if presets.has_presets(name) and sync_parameters(path):
             print(f"rewrote the parameters cell of {path}")
     return 0
 

@@ -8,7 +8,8 @@ by between machines: see the README), and rewritten only on request::
     python -m linattn.companion.readme            # compare with _build/figures/paper; exit 1 if they disagree
     python -m linattn.companion.readme --write    # rewrite the table from the built numbers
 
-Each row of :data:`GLANCE` names a figure and the ``numbers.json`` rows it shows, by their ``key`` (``a|b``: the
+Each row of :func:`glance` (the figure modules' ``README_ROWS``) names a figure and the ``numbers.json`` rows it
+shows, by their ``key`` (``a|b``: the
 row ``a``, else ``b``: at the published settings a count the paper's text states is written as its claim); several
 rows are shown side by side, separated by commas.
 """
@@ -39,21 +40,22 @@ class GlanceRow(NamedTuple):
     keys: tuple[str, ...]
 
 
-GLANCE = (
-    GlanceRow("1b", "plateau, final loss (ATTN_M)", "fig01b_attnm_loss", ("plateau.attn_m", "final_loss.attn_m")),
-    GlanceRow("1b", "half-drop step (ATTN_M)", "fig01b_attnm_loss", ("half_drop_step.attn_m",)),
-    GlanceRow("3a", "plateaus L(M_0), …, L(M_3)", "fig03a_attns_loss",
-              ("plateau.M0", "plateau.M1", "plateau.M2", "plateau.M3")),
-    GlanceRow("3a", "final loss (mean over seeds, extended run)", "fig03a_attns_loss", ("final_loss.extended",)),
-    # the claim row exists at the published settings only (the README's); R1.window.learned (the directions learned,
-    # one fewer) is what a quick build has, so that the test of these keys runs there too
-    GlanceRow("4", "R = 1: plateaus reached in the published window", "fig04_low_rank",
-              ("claim.figure_4|R1.window.learned",)),
-    GlanceRow("4", "R = 1: step of the last drop (extended run)", "fig04_low_rank", ("R1.extended.last_drop",)),
-    GlanceRow("5", "softmax ATTN_M, ATTN_S: drops detected", "fig05_softmax",
-              ("claim.figure_5|drops.attn_m", "drops.attn_s")),
-    GlanceRow("14, c = 1", "final in-context test loss", "fig14_icl_iwl", ("final_test_icl.c_1",)),
-)
+def glance() -> tuple[GlanceRow, ...]:
+    """The README's rows: each figure module's ``README_ROWS`` ((the paper's figure, what is shown, the keys of its
+    ``numbers.json`` rows), …), in the registry's order of the figures."""
+    from . import figures
+
+    return tuple(GlanceRow(figure, what, name, tuple(keys)) for name in figures.names()
+                 for figure, what, keys in getattr(figures.module(name), "README_ROWS", ()))
+
+
+def __getattr__(attr):
+    """``GLANCE``: :func:`glance`, gathered from the figure modules when first asked for."""
+    if attr == "GLANCE":
+        return glance()
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
+
 _COLUMNS = ("paper", "theory", "reproduced")
 
 
@@ -79,11 +81,11 @@ def find_rows(numbers: list[dict], keys) -> list[dict]:
 
 
 def glance_table(figures: Path) -> str:
-    """The Markdown table of :data:`GLANCE` from the ``numbers.json`` files under ``figures`` (one preset's figures
+    """The Markdown table of :func:`glance` from the ``numbers.json`` files under ``figures`` (one preset's figures
     folder); a figure not built yet raises FileNotFoundError."""
     lines = ["| figure | quantity | paper | theory | ours |", "|---|---|---|---|---|"]
     cache: dict[str, list[dict]] = {}
-    for g in GLANCE:
+    for g in glance():
         if g.name not in cache:
             cache[g.name] = json.loads((Path(figures) / g.name / "numbers.json").read_text(encoding="utf-8"))
         rows = find_rows(cache[g.name], g.keys)

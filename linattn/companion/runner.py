@@ -33,7 +33,7 @@ same result, :class:`linattn.objectives.native.KnownFallback`): that is taken of
 figure's line and in its ``provenance.json`` and ``.run.json``.
 
 Figures run in parallel (``--jobs``, one worker process and one kernel each, every kernel limited to one thread).
-Report notebooks (``beyond_error_table``, or any whose front matter says ``linattn: {report: true}``) read the
+Report notebooks (those whose front matter says ``linattn: {report: true}``, the error table's among them) read the
 other figures' outputs, so they start after all the others have finished.
 """
 
@@ -60,7 +60,6 @@ from .paths import (ENV_FIGURE, ENV_RUNS_DIR, UnusableFolder, preset_root, retra
                     unusable_output_dir)
 from .sources import notebook_sources, source_hash
 
-_REPORT_NAMES = ("beyond_error_table",)
 CACHE_KEY = ".cache-key"
 RUN_INFO = ".run.json"
 # seconds a kernel may take to start: papermill's 60 s default was once exceeded on a fresh, busy two-core machine
@@ -104,7 +103,7 @@ read_notebook = notebooks.read
 def is_report(name: str, notebook) -> bool:
     """Report notebooks read the other figures' outputs and therefore run last."""
     meta = notebook.metadata.get("linattn", {}) or {}
-    return name in _REPORT_NAMES or bool(meta.get("report", False))
+    return bool(meta.get("report", False))
 
 
 def _inputs_hash(root: Path, names) -> str:
@@ -241,7 +240,7 @@ def notebook_values(name: str, params: dict) -> dict:
     """What figure ``name``'s parameters cell is given for ``params`` (``preset`` and a reader's overrides): every
     setting of the figure at that preset with the overrides applied (:func:`linattn.companion.presets.resolve`),
     so the executed notebook shows the values it ran with; a notebook without presets gets ``params`` as they are."""
-    if not presets.PRESETS.get(name, {}).get("paper"):
+    if not presets.has_presets(name):
         return dict(params)
     overrides = {k: v for k, v in params.items() if k != "preset"}
     return {"preset": params["preset"], **presets.resolve(name, params["preset"], overrides)}

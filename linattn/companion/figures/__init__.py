@@ -1,18 +1,45 @@
-"""Each figure's computation as a library function, usable without the book.
+"""Each figure's computation as a library function, usable without the book, and the registry of figures.
 
-A figure module (``fig01b``, …) holds the whole recipe of one page, top to bottom:
+A figure is its notebook ``figures_src/<name>.md`` and its module ``figures/<name>.py`` (the same name; a line in
+``_toc.yml`` shows it). The module holds the whole recipe of one page, top to bottom:
 
-* ``NAME`` and ``settings(preset="paper", **overrides)``: the figure's settings (:mod:`linattn.companion.presets`);
-* ``compute(S) -> xarray.Dataset``: trains through the run store and returns every curve and derived quantity with
-  named dimensions (``model``, ``seed``, ``rank``, ``step``, ``direction``, …), the theory's levels as variables
-  and the settings as attributes;
-* ``numbers(ds)``: its ``numbers.json`` rows, each with a stable ``key``;
-* ``plot(ds)``: the figure, and ``words(ds)``: the values the page's prose quotes.
+* ``NAME`` (its module's name) and, as data, ``PRESETS = {"paper": {...}, "quick": {...}}``, ``HELP`` for the knobs
+  only it has, ``TOLERANCES`` (what its quick build's numbers must show), ``PUBLISHED`` (the names in
+  :mod:`linattn.companion.published` it compares with);
+* ``runs(S)``: the one declaration of what it trains, ``{label: RunConfig or common.runs.FromRun}``;
+* ``compute(S) -> xarray.Dataset``: trains ``runs(S)`` through the run store and returns every curve and derived
+  quantity with named dimensions, the theory's levels as variables and the settings as attributes;
+* ``numbers(ds)``: its ``numbers.json`` rows, each with a stable ``key``; ``plot(ds)`` and ``words(ds)``.
 
-The notebook is prose around those calls, in one frame (:func:`~linattn.companion.figures.frame.figure`) that times
-the page, sets the style and writes the files::
+What several figures share lives in :mod:`.common`. The notebook is prose around those calls, in one frame
+(:func:`~linattn.companion.figures.common.frame.figure`) that times the page, sets the style and writes the files::
 
-    from linattn.companion.figures import fig01b
-    ds = fig01b.compute(fig01b.settings(seed=3))
-    ds.train_loss.sel(model="attn_m").plot()
+    from linattn.companion import figures, presets
+    fig = figures.module(name)              # name: a notebook's stem in figures_src/
+    ds = fig.compute(presets.settings(fig, "quick", seed=3))
+    ds.train_loss.plot(col="model")
 """
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+COMMON = "common"
+
+
+def names() -> list[str]:
+    """Every figure, by name: the modules of this package (its ``common`` subpackage aside), sorted."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg and m.name != COMMON)
+
+
+def module(name: str):
+    """The module of figure ``name``; KeyError for a name that is no figure."""
+    if name not in names():
+        raise KeyError(f"no figure {name!r}; known: {', '.join(names())}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def name_of(figure) -> str:
+    """A figure's name from its module, or the name itself."""
+    return figure if isinstance(figure, str) else figure.__name__.rsplit(".", 1)[-1]

@@ -19,19 +19,40 @@ from ... import diagnostics, theory
 from .. import presets
 from ..output import ESTIMATE, MarkdownTable, words as list_words
 from ..published import slug
-from ..runstore import figure_runs, population_twin
-from .frame import settings_attrs
+from ..runstore import population_twin
+from .common import presets as common
+from .common.frame import settings_attrs
+from .common.train import train
 
-NAME = "figA_init_scale"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    # the init of each run is the swept inits_m / inits_s value
+    "quick": dict(attn_m=common.run_settings(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32,
+                                             trainset_size=1000, init_scheme="jan2025", epoch=1501),
+                  attn_s=common.run_settings(model="attnS", head_num=1, rank=1, lr=0.02, in_dim=4, seq_len=32,
+                                             trainset_size=1000, init_scheme="jan2025", epoch=2001),
+                  inits_m=[1e-6, 1e-3, 0.3], inits_s=[1e-2, 2e-2, 0.3], seed=10),
+    "paper": dict(attn_m=common.run_settings(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32,
+                                             trainset_size=5000, init_scheme="jan2025", epoch=4001),
+                  attn_s=common.run_settings(model="attnS", head_num=1, rank=1, lr=0.02, in_dim=4, seq_len=32,
+                                             trainset_size=5000, init_scheme="jan2025", epoch=20001),
+                  inits_m=[1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 0.3], inits_s=[1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 0.3],
+                  seed=10),
+}
+HELP = {
+    "inits_m": "ATTN_M initialisation scales, one run each",
+}
+TOLERANCES = [(r"law\.attn_s", "abs", 0.1), (r"law\.attn_m", "rel", 0.15)]
 SMALL = 0.1  # scales below this are "small" (the regime of the escape-time laws); larger ones are not fitted
 MODELS = {"attn_m": "attnM", "attn_s": "attnS"}  # the settings' run → the model it trains
 LABELS = {"attn_m": "ATTN_M", "attn_s": "ATTN_S"}
 _INITS = {"attn_m": "inits_m", "attn_s": "inits_s"}
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """One ATTN_M run per scale of ``inits_m``, then one ATTN_S run per scale of ``inits_s``."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -46,19 +67,21 @@ def compute(S: dict):
 
     from ...models import build_model  # torch: imported by the function that builds a model
 
-    runs = {k: dict(zip(S[_INITS[k]], figure_runs(S, run=k))) for k in MODELS}
-    some = next(iter(runs["attn_m"].values()))
+    done = train(runs(S), S)
+    by_init = {k: dict(zip(S[_INITS[k]], [r for label, r in done.items() if label.split()[0] == k]))
+               for k in MODELS}
+    some = next(iter(by_init["attn_m"].values()))
     cov, N = some.datasets.cov, some.config.N
     lam1 = theory.spectrum(cov)[0][0]
     inits = sorted({float(i) for k in MODELS for i in S[_INITS[k]]})
-    steps = max(len(r.history.train_loss) for k in MODELS for r in runs[k].values())
+    steps = max(len(r.history.train_loss) for k in MODELS for r in by_init[k].values())
     loss = np.full((len(MODELS), len(inits), steps), np.nan)
     trained = np.zeros((len(MODELS), len(inits)), dtype=bool)
     drop, drop_theory, estimate = (np.full(trained.shape, np.nan) for _ in range(3))
     law, law_theory = np.full(len(MODELS), np.nan), np.zeros(len(MODELS))
     for i, (k, model) in enumerate(MODELS.items()):
         lr = S[k]["lr"]
-        for init, r in runs[k].items():
+        for init, r in by_init[k].items():
             j = inits.index(float(init))
             L = r.history.train_loss
             loss[i, j, :len(L)], trained[i, j] = L, True
@@ -86,7 +109,7 @@ def compute(S: dict):
         coords={"model": list(MODELS), "init": inits, "step": np.arange(steps)},
         attrs=settings_attrs(S, engine=some.engine, seeds=S["seed"],
                              runs={f"{k}_init{init:g}": r.config.to_dict() for k in MODELS
-                                   for init, r in runs[k].items()}))
+                                   for init, r in by_init[k].items()}))
     ds.attrs.update(small=SMALL, published=int(presets.is_published(NAME, S)))
     ds.drop_step.attrs["description"] = "first step below the midpoint of the curve's start and end (NaN: no plateau)"
     ds.drop_step_theory.attrs["description"] = "the same rule on the population loss from the same start"

@@ -16,17 +16,24 @@ import numpy as np
 from ... import diagnostics, events, theory
 from .. import presets, published
 from ..output import MarkdownTable, words as list_words
-from ..runstore import figure_runs
-from .frame import settings_attrs
-from .low_rank import describe
+from .common import presets as common
+from .common.frame import settings_attrs
+from .common.train import train
+from .common.low_rank import describe
 
-NAME = "figA_inside_head"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    "quick": dict(common.LOW_RANK_QUICK, rank=4, track_value=True, snapshot_every=20, seed=10),
+    "paper": dict(common.LOW_RANK_PAPER, rank=4, track_value=True, snapshot_every=20, seed=10),
+}
+TOLERANCES = [common.PLATEAUS]
 THRESHOLD = 0.5  # a head has learned a direction when it carries more than this fraction of it
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """The one run (rank ``rank``, its value weights and snapshots recorded)."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -37,7 +44,7 @@ def compute(S: dict):
     end (from the loss) and the theory's saddle losses (``plateau_theory``: m) and eigenvalues."""
     import xarray as xr
 
-    res, = figure_runs(S)
+    res, = train(runs(S), S).values()
     cfg, step, loss = res.config, res.history.step, res.history.train_loss
     cov, N = res.datasets.cov, cfg.N
     snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize))

@@ -15,17 +15,23 @@ import numpy as np
 from ... import diagnostics, theory
 from .. import presets, published
 from ..output import MarkdownTable, words as list_words
-from .fig04 import extra_long_rests, rests_text
-from .frame import settings_attrs
-from .low_rank import (describe, gap_panel, long_words, predicted_rows, seed_runs, summaries, summaries_of,
-                       summary_variables)
+from .common import presets as common
+from .common.frame import settings_attrs
+from .common.low_rank import (describe, extra_long_rests, gap_panel, long_words, predicted_rows, rests_text, seed_runs,
+                              summaries, summaries_of, summary_variables)
 
-NAME = "figA_ranks"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    "quick": dict(common.without(common.LOW_RANK_QUICK, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12]),
+    "paper": dict(common.without(common.LOW_RANK_PAPER, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12]),
+}
+TOLERANCES = [common.PLATEAUS]
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """One run per seed and rank (seeds outer, ranks inner)."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -37,7 +43,7 @@ def compute(S: dict):
     import xarray as xr
 
     ranks, seeds = [int(R) for R in S["ranks"]], [int(x) for x in S["seeds"]]
-    grid = seed_runs(S)
+    grid = seed_runs(runs(S), S)
     first = grid[0]
     cfg, cov = first[0].config, first[0].datasets.cov
     levels = theory.plateau_losses(cov, cfg.N)
@@ -99,7 +105,7 @@ def rank_table(ds) -> MarkdownTable:
 
 def verdict(ds) -> str:
     """The page's sentences on which ranks have their long plateaus where the theory puts them at every seed, and
-    what the others found instead (:func:`fig04.rests_text`)."""
+    what the others found instead (:func:`~.common.low_rank.rests_text`)."""
     extra = extra_long_rests(ds)
     missing = {int(R): any(bool(ds.plateau_long_theory.sel(rank=R, seed=sd, m=m))
                            and not bool(ds.plateau_long.sel(rank=R, seed=sd, m=m))
@@ -129,7 +135,8 @@ def words(ds) -> dict:
     S = json.loads(ds.attrs["settings"])
     ranks = [int(R) for R in ds["rank"].values]
     return dict(H=S["head_num"], D=ds.sizes["m"] - 1, ranks=list_words(ranks),
-                rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
+                rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]),
+                seeds=list_words(list(ds.seed.values)),
                 settings=describe(S, ranks=ranks),
                 caption=published.caption_lead("Figure 12", bool(ds.attrs["published"])),
                 setting_note=("These are Figure 4's published settings, with the paper's appendix ranks."

@@ -17,16 +17,25 @@ from ... import diagnostics, theory
 from .. import presets, published
 from ..commands import train_command
 from ..output import MarkdownTable, by_sign
-from ..runstore import figure_runs
-from .attn_s_run import describe
-from .frame import settings_attrs
+from .common import presets as common
+from .common.attn_s_run import describe
+from .common.frame import settings_attrs
+from .common.train import train
 
-NAME = "figA_white_cov"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    "quick": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=1000, seeds=[10], snapshot_every=5),
+    "paper": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=5000, seeds=[10, 11, 12], snapshot_every=5),
+}
+TOLERANCES = [common.PLATEAUS, (r"final_sigma\..*", "rel", 0.05)]
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("WHITE_L_STAR",)
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """One run per seed (``seeds``), in their order."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -42,19 +51,19 @@ def compute(S: dict):
 
     from ...models import build_model  # torch: imported by the function that builds a model
 
-    runs = figure_runs(S)  # one per seed
-    D, N = S["in_dim"], runs[0].config.N
+    done = list(train(runs(S), S).values())  # one per seed
+    D, N = S["in_dim"], done[0].config.N
     kappa, c = 1.0 / D, theory.white_c(D, N)
     # the losses' steps and the snapshots' (the last snapshot holds the weights after the last step, whose loss is
     # not recorded: NaN there)
-    snapshots = [r.snapshots_of(diagnostics.white_sigma, N=N, normalize=r.config.normalize) for r in runs]  # tr A/D
-    trained = runs[0].history.step
+    snapshots = [r.snapshots_of(diagnostics.white_sigma, N=N, normalize=r.config.normalize) for r in done]  # tr A/D
+    trained = done[0].history.step
     step = np.union1d(trained, [s for snaps in snapshots for s, _ in snaps]).astype(trained.dtype)
     t = theory.steps_to_time(step, S["lr"], normalize="sum", model="attnM", N=N)
     at = {int(s): i for i, s in enumerate(step)}
     per_seed = {k: [] for k in ("loss", "loss_theory", "sigma_theory", "sigma", "a0", "final_sigma", "drop",
                                 "drop_theory")}
-    for r, snaps in zip(runs, snapshots):
+    for r, snaps in zip(done, snapshots):
         cov, model = r.datasets.cov, build_model("attnM", r.init)
         a0 = diagnostics.attn_m_effective_a0(model, cov, N, normalize="sum")
         sigma_theory = theory.white_sigma(t, D, N, np.sqrt(a0), kappa=kappa)
@@ -83,14 +92,14 @@ def compute(S: dict):
          "half_drop_step": ("seed", per_seed["drop"]),
          "half_drop_step_theory": ("seed", per_seed["drop_theory"]),
          "final_sigma": ("seed", per_seed["final_sigma"]),
-         "final_loss": ("seed", [r.history.train_loss[-1] for r in runs]),
+         "final_loss": ("seed", [r.history.train_loss[-1] for r in done]),
          "max_gap": ("seed", np.nanmax(gap, axis=1)), "max_gap_step": ("seed", step[worst]),
          "plateau_theory": 1.0, "loss_star": 1 - 1 / c, "sigma_final_theory": D / c},
-        coords={"seed": [r.config.seed for r in runs], "step": step, "t_over_tau": ("step", t)},
-        attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seeds"],
-                             runs={str(r.config.seed): r.config.to_dict() for r in runs}))
+        coords={"seed": [r.config.seed for r in done], "step": step, "t_over_tau": ("step", t)},
+        attrs=settings_attrs(S, engine=done[0].engine, seeds=S["seeds"],
+                             runs={str(r.config.seed): r.config.to_dict() for r in done}))
     ds.attrs.update(published=int(presets.is_published(NAME, S)), snapshot_every=int(S["snapshot_every"]),
-                    in_dim=int(D), N=int(N), commands="\n".join(train_command(r.config) for r in runs))
+                    in_dim=int(D), N=int(N), commands="\n".join(train_command(r.config) for r in done))
     ds.train_loss.attrs["description"] = "training loss (NaN at the last snapshot: the weights after the last step)"
     ds.sigma.attrs["description"] = "tr A / D of the combined in-context matrix, at the recorded weight snapshots"
     ds.t_over_tau.attrs["description"] = "gradient-flow time in the paper's units (theory.steps_to_time)"

@@ -17,17 +17,33 @@ from ... import diagnostics, theory
 from .. import presets, published
 from ..commands import train_command
 from ..output import MarkdownTable, words as list_words
-from ..runstore import figure_runs
-from .attn_s_run import describe, join
-from .frame import settings_attrs
+from .common import presets as common
+from .common.attn_s_run import describe, join
+from .common.frame import settings_attrs
+from .common.train import trained
 
-NAME = "fig14_icl_iwl"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    "quick": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=2500, trainset_size=500, testset_size=500,
+                  icl_values=[0.0, 0.5, 1.0], seed=10),
+    "paper": dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000,
+                  icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seed=10),
+}
+# The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
+# its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
+README_ROWS = (
+    ("14, c = 1", "final in-context test loss", ("final_test_icl.c_1",)),
+)
+TOLERANCES = [(r"final_test_icl\.c_1", "abs", common.PLATEAU_TOLERANCE)]
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("fig14_comparison", "fig14_landmarks")
 CURVES = {"train": "train_loss_over_start", "iwl": "test_iwl", "icl": "test_icl"}  # plotting's names → variables
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """One run per in-context fraction c (``icl_values``), in their order."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -37,20 +53,20 @@ def compute(S: dict):
     and each run's settings (by ``icl=<c>``) and command as attributes."""
     import xarray as xr
 
-    runs = figure_runs(S)  # one per c, in the order of icl_values
-    train = np.array([r.history.train_loss for r in runs])
-    first = runs[0]
+    done = trained(runs(S), S)  # one per c, in the order of icl_values
+    train = np.array([r.history.train_loss for r in done])
+    first = done[0]
     ds = xr.Dataset(
         {"train_loss": (("icl", "step"), train),
          "train_loss_over_start": (("icl", "step"), train / train[:, :1]),
-         "test_iwl": (("icl", "step"), np.array([r.history.test_iwl for r in runs])),
-         "test_icl": (("icl", "step"), np.array([r.history.test_icl for r in runs])),
+         "test_iwl": (("icl", "step"), np.array([r.history.test_iwl for r in done])),
+         "test_icl": (("icl", "step"), np.array([r.history.test_icl for r in done])),
          "loss_star": theory.loss_star(first.datasets.cov, first.config.N)},
         coords={"icl": [float(c) for c in S["icl_values"]], "step": first.history.step},
         attrs=settings_attrs(S, engine=first.engine, seeds=S["seed"],
-                             runs={f"icl={r.config.icl:g}": r.config.to_dict() for r in runs}))
+                             runs={f"icl={r.config.icl:g}": r.config.to_dict() for r in done}))
     ds.attrs.update(published=int(presets.is_published(NAME, S)),
-                    commands="\n".join(train_command(r.config) for r in runs))
+                    commands="\n".join(train_command(r.config) for r in done))
     ds.icl.attrs["description"] = "in-context fraction c: the share of training sequences with a fresh task vector"
     ds.test_iwl.attrs["description"] = "loss on held-out sequences with the fixed task vector (in-weight)"
     ds.test_icl.attrs["description"] = "loss on held-out sequences with fresh task vectors (in-context)"
@@ -130,7 +146,7 @@ def words(ds) -> dict:
     return dict(n_panels=len(cs), landmark_note=landmark_note, L_star=float(ds.loss_star), epoch=run["epoch"],
                 iwl_course=in_weight_course(ds),
                 caption_lead=published.caption_lead("Figure 14", bool(ds.attrs["published"])),
-                paper_epoch=presets.PRESETS[NAME]["paper"]["epoch"], c_values=list_words(cs),
+                paper_epoch=PRESETS["paper"]["epoch"], c_values=list_words(cs),
                 settings=describe(run) + (", white input covariance" if run["white_cov"] else "")
                 + f", test sets of {run['testset_size']} sequences each")
 

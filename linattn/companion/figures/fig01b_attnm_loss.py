@@ -19,17 +19,38 @@ from ...config import RunConfig
 from .. import presets, published
 from ..commands import train_command
 from ..output import by_sign
-from ..runstore import population_twin, stored_run
-from .frame import settings_attrs
+from ..runstore import population_twin
+from .common import presets as common
+from .common.frame import settings_attrs
+from .common.runs import FromRun
+from .common.train import train
 
-NAME = "fig01b_attnm_loss"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    "quick": dict(common.ATTN_M_PAPER, seed=10),  # the exact engine makes the published run as cheap as any
+    "paper": dict(common.ATTN_M_PAPER, seed=10),
+}
+# The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
+# its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
+README_ROWS = (
+    ("1b", "plateau, final loss (ATTN_M)", ("plateau.attn_m", "final_loss.attn_m")),
+    ("1b", "half-drop step (ATTN_M)", ("half_drop_step.attn_m",)),
+)
+TOLERANCES = [common.PLATEAUS, (r"half_drop_step\.attn_m", "rel", 0.1)]
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("fig1b_comparison",)
 MODELS = ("attn_m", "mlp_own_init", "mlp_matched_init")
 LABELS = {"attn_m": "ATTN_M", "mlp_own_init": "MLP, own init (reference)", "mlp_matched_init": "MLP, matched to ATTN_M"}
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """The three runs: ATTN_M; the MLP on the cubic feature from its own random weights; and the same MLP started
+    from the weights that compute what ATTN_M computes at step 0 (``linattn.mlp_from_attn_m``), on ATTN_M's data."""
+    attn_m = RunConfig(**common.base_settings(S))
+    mlp = RunConfig(**dict(common.base_settings(S), model="mlp", cubic_feat=True))
+    return {"attn_m": attn_m, "mlp_own_init": mlp,
+            "mlp_matched_init": FromRun(mlp, "attn_m", "initial", convert=mlp_from_attn_m, same_data=True)}
 
 
 def compute(S: dict):
@@ -44,18 +65,16 @@ def compute(S: dict):
 
     from ...models import build_model  # torch: imported by the function that builds a model
 
-    attn = stored_run(RunConfig(**S))
-    mlp_cfg = RunConfig(**dict(S, model="mlp", cubic_feat=True))
-    runs = {"attn_m": attn, "mlp_own_init": stored_run(mlp_cfg),
-            "mlp_matched_init": stored_run(mlp_cfg, init=mlp_from_attn_m(attn.init), data=attn.datasets.train)}
+    done = train(runs(S), S)
+    attn = done["attn_m"]
     cov, N = attn.datasets.cov, attn.config.N
     step = attn.history.step
-    loss = np.stack([r.history.train_loss for r in runs.values()])
-    twins = {k: population_twin(runs[k]).history.train_loss for k in ("attn_m", "mlp_own_init")}
+    loss = np.stack([r.history.train_loss for r in done.values()])
+    twins = {k: population_twin(done[k]).history.train_loss for k in ("attn_m", "mlp_own_init")}
     population = np.stack([twins.get(k, twins["attn_m"]) for k in MODELS])  # matched MLP: ATTN_M's start
     found = [diagnostics.detect_plateaus(L) for L in loss]
     estimate = [diagnostics.attn_m_drop_step(build_model(r.config.model, r.init), cov, N, lr=S["lr"],
-                                             normalize=attn.config.normalize) for r in runs.values()]
+                                             normalize=attn.config.normalize) for r in done.values()]
     estimate[MODELS.index("mlp_matched_init")] = estimate[0]  # the same function of the same start
     ds = xr.Dataset(
         {"train_loss": (("model", "step"), loss), "loss_population": (("model", "step"), population),
@@ -67,8 +86,8 @@ def compute(S: dict):
          "plateau_theory": float(np.trace(cov)), "loss_star": theory.loss_star(cov, N)},
         coords={"model": list(MODELS), "step": step},
         attrs=settings_attrs(S, engine=attn.engine, seeds=S["seed"],
-                             runs={k: r.config.to_dict() for k, r in runs.items()}))
-    ds.attrs["commands"] = "\n".join(train_command(runs[k].config) for k in ("attn_m", "mlp_own_init"))
+                             runs={k: r.config.to_dict() for k, r in done.items()}))
+    ds.attrs["commands"] = "\n".join(train_command(done[k].config) for k in ("attn_m", "mlp_own_init"))
     ds.attrs["published"] = int(presets.is_published(NAME, S))
     ds.loss_population.attrs["description"] = "population loss (P = ∞) of the same model from the run's initial weights"
     ds.half_drop_step_estimate.attrs["description"] = ("logistic estimate: the step at which the top mode of "

@@ -2,7 +2,7 @@
 3a, 3b, 3c and the diagnostics and PCR pages) and the words that say which settings a run had.
 
 The five presets give the seed-0 run the same settings and snapshot interval
-(:mod:`linattn.companion.presets`), so :func:`seed_run` of any of them, and Figure 3a's seed 0, are one entry of the
+(:data:`.presets.SEED0_RUN`), so :func:`seed_run` of any of them, and Figure 3a's seed 0, are one entry of the
 run store: the first page to ask trains it, the others read it.
 """
 
@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...config import RunConfig
-from ..output import words
-from ..runstore import figure_runs
+from ....config import RunConfig
+from ...output import words
+from .train import trained
 
 
-def seed_run(S: dict):
-    """The one run of a page's settings ``S`` (one ``seed``), from the run store, with its weight snapshots."""
-    run, = figure_runs(S)
+def seed_run(runs: dict, S: dict):
+    """The one run a page declares (``runs``: its ``runs(S)``), from the run store, with its weight snapshots every
+    ``S["snapshot_every"]`` steps."""
+    run, = trained(runs, S)
     return run
 
 

@@ -17,23 +17,38 @@ import linattn
 
 from .. import presets
 from ..output import words as list_words
-from .frame import settings_attrs
+from .common import presets as common
+from .common.frame import settings_attrs
+from .common.runs import FromRun
+from .common.train import train
 
-NAME = "beyond_own_experiment"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    # A reader's own experiment: rank-one ATTN_S on a spectrum of their choosing, from weights they give; the
+    # first run stops before the last drop, so the continued run shows it. Options the authors' code never had
+    # (an explicit spectrum) need linattn's own random streams.
+    "quick": dict(model="attnS", spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025,
+                  epoch=1000, epoch_more=2000, trainset_size=20000, seq_len=32, seed=0, draws="streams"),
+    "paper": dict(model="attnS", spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025,
+                  epoch=1000, epoch_more=3000, trainset_size=80000, seq_len=32, seed=0, draws="streams"),
+}
+HELP = {
+    "epoch_more": "steps of the continued run, from the final weights of the first run",
+}
+TOLERANCES = [common.PLATEAUS]
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The page's settings at ``preset`` with ``overrides`` (any knob of its parameters cell: ``spectrum``, …)."""
-    return presets.settings(NAME, preset, **overrides)
 
-
-def config(S: dict) -> linattn.RunConfig:
-    """The first run: the spectrum on the diagonal of the input covariance (any symmetric positive-definite matrix
-    works as ``cov_matrix``). Options the authors' code never had need linattn's own random streams
-    (``draws="streams"``)."""
-    return linattn.RunConfig(model=S["model"], in_dim=len(S["spectrum"]), head_num=S["head_num"], rank=S["rank"],
-                             seq_len=S["seq_len"], trainset_size=S["trainset_size"], lr=S["lr"], epoch=S["epoch"],
-                             seed=S["seed"], cov_matrix=np.diag(S["spectrum"]).tolist(), draws=S["draws"])
+def runs(S: dict) -> dict:
+    """The two runs: the first (``epoch`` steps, from the weights you give), with the spectrum on the diagonal of
+    the input covariance (any symmetric positive-definite matrix works as ``cov_matrix``; options the authors' code
+    never had need linattn's own random streams, ``draws="streams"``), and its continuation (``epoch_more`` steps
+    from the weights the first returned, on the same training set)."""
+    first = linattn.RunConfig(model=S["model"], in_dim=len(S["spectrum"]), head_num=S["head_num"], rank=S["rank"],
+                              seq_len=S["seq_len"], trainset_size=S["trainset_size"], lr=S["lr"], epoch=S["epoch"],
+                              seed=S["seed"], cov_matrix=np.diag(S["spectrum"]).tolist(), draws=S["draws"])
+    more = linattn.RunConfig(**{**first.to_dict(), "epoch": S["epoch_more"]})
+    return {"first": first, "continued": FromRun(more, "first", "final", same_data=True)}
 
 
 def example_weights(S: dict) -> dict:
@@ -51,23 +66,22 @@ def example_weights(S: dict) -> dict:
     return weights
 
 
-def train(S: dict, weights: dict | None = None):
-    """The two runs, ``(first, more, datasets)``: ``epoch`` steps from ``weights`` (else ``example_weights(S)``) on
-    the training set drawn from your covariance, then ``epoch_more`` steps from the weights the first returned."""
-    cfg = config(S)
-    datasets, _ = linattn.draw(cfg)  # the training set drawn from your covariance
-    first = linattn.run(cfg, init=example_weights(S) if weights is None else weights, data=datasets)
-    cfg_more = linattn.RunConfig(**{**cfg.to_dict(), "epoch": S["epoch_more"]})
-    more = linattn.run(cfg_more, init=first.weights, data=datasets)  # carries on from the returned weights
-    return first, more, datasets
+# How the page's two runs are trained with the public API alone, for the recipe (the page itself trains them
+# through the run store, which caches them)
+BY_HAND = """first_cfg, more = runs(S)["first"], runs(S)["continued"]
+first = linattn.run(first_cfg, init=example_weights(S))  # your weights, on the data drawn from your covariance
+continued = linattn.run(more.config, init=first.weights, data=first.datasets)  # carries on from the returned weights
+"""
 
 
 def recipe() -> str:
-    """The code of :func:`config`, :func:`example_weights` and :func:`train`, as a Markdown code block."""
+    """The code of :func:`runs` and :func:`example_weights` and how to train them (:data:`BY_HAND`), as a Markdown
+    code block."""
     import inspect
 
-    code = "\n\n".join(inspect.getsource(f) for f in (config, example_weights, train))
-    return f"```python\nimport numpy as np\nimport linattn\n\n\n{code}```"
+    code = "\n\n".join(inspect.getsource(f) for f in (runs, example_weights))
+    imports = "import numpy as np\nimport linattn\nfrom linattn.companion.figures.common.runs import FromRun"
+    return f"```python\n{imports}\n\n\n{code}\n\n{BY_HAND}```"
 
 
 def compute(S: dict, weights: dict | None = None):
@@ -78,7 +92,9 @@ def compute(S: dict, weights: dict | None = None):
     settings as attributes. ``weights``: your initial weights (None: :func:`example_weights`)."""
     import xarray as xr
 
-    first, more, datasets = train(S, weights)
+    done = train(runs(S), S, given={"first": example_weights(S) if weights is None else weights})
+    first, more = done["first"], done["continued"]
+    datasets = first.datasets
     loss = np.concatenate([first.history.train_loss, more.history.train_loss])
     levels = linattn.theory.plateau_losses(datasets.cov, first.config.N)
     ds = xr.Dataset(

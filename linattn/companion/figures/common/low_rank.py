@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics
-from ..output import words
+from .... import diagnostics
+from ...output import words
 
 
 
@@ -54,13 +54,14 @@ def summary_variables(summary: list, D: int) -> dict:
             "final_loss": (dims[:2], [[s.final_loss for s in r.values()] for r in summary])}
 
 
-def seed_runs(S: dict) -> list:
-    """The runs of a low-rank page, ``runs[i][j]``: seed ``S["seeds"][i]``, rank ``S["ranks"][j]`` (the run store's
-    order: seeds outer, ranks inner)."""
-    from ..runstore import figure_runs
+def seed_runs(runs: dict, S: dict) -> list:
+    """The runs a low-rank page declares (``runs``: its ``runs(S)``, one per seed and rank in
+    :func:`.presets.sweep`'s order, seeds outer, ranks inner) from the run store, ``[i][j]``: seed ``S["seeds"][i]``,
+    rank ``S["ranks"][j]``."""
+    from .train import trained
 
-    runs, n = figure_runs(S), len(S["ranks"])
-    return [runs[i:i + n] for i in range(0, len(runs), n)]
+    done, n = trained(runs, S), len(S["ranks"])
+    return [done[i:i + n] for i in range(0, len(done), n)]
 
 
 def predicted_rows(r, R: int, key: str, which: str) -> list[dict]:
@@ -112,3 +113,54 @@ def describe(S: dict, *, ranks=None) -> str:
 def long_words(ms) -> str:
     """The saddles of ``ms`` as the page writes them: ``"$\\mathcal{M}_{0}$, $\\mathcal{M}_{4}$"``, or None."""
     return ", ".join(f"$\\mathcal{{M}}_{{{m}}}$" for m in ms) or None
+
+
+def extra_long_rests(ds) -> dict:
+    """``{R: {seed: [m, …]}}``: the long rests in the window (``plateau_long``) that the theory does not expect long
+    (``plateau_long_theory``), per rank and seed."""
+    extra = ds.plateau_long & ~ds.plateau_long_theory
+    return {int(R): {int(sd): [int(m) for m in ds.m.values if extra.sel(rank=R, seed=sd, m=m)]
+                     for sd in ds.seed.values} for R in ds["rank"].values}
+
+
+def after_last_expected(ds, R: int) -> bool:
+    """Whether every extra long rest of rank ``R`` (:func:`extra_long_rests`, over the seeds) comes after the last
+    plateau the theory expects long, i.e. once a head's value weight has grown; False when there is none."""
+    extra = extra_long_rests(ds)[R]
+    found = [(sd, m) for sd, ms in extra.items() for m in ms]
+    if not found:
+        return False
+    last = {int(sd): max((int(m) for m in ds.m.values if ds.plateau_long_theory.sel(rank=R, seed=sd, m=m)),
+                         default=0) for sd in ds.seed.values}
+    return all(m > last[sd] for sd, m in found)
+
+
+def rests_text(ds) -> str:
+    """The page's sentences on the long rests the theory does not expect, from :func:`extra_long_rests` and
+    :func:`after_last_expected`, with the longest such rest's length from the run."""
+    lines = []
+    for R, by_seed in extra_long_rests(ds).items():
+        found = sorted({m for ms in by_seed.values() for m in ms})
+        if not found:
+            continue
+        steps = ds.rest_steps.sel(rank=R).sel(m=found)
+        longest = float(steps.max())
+        m_long = int(found[int(np.nanargmax(steps.max("seed").values))])
+        line = (f"$R = {R}$ rests long at {saddles_words(found)}, where the theory expects short plateaus (in "
+                f"{sum(bool(ms) for ms in by_seed.values())} of {len(by_seed)} seeds; the longest, at "
+                f"$\\mathcal{{M}}_{{{m_long}}}$, lasts {longest:.0f} steps)")
+        if after_last_expected(ds, R):
+            line += (": all of them after the last plateau the theory expects long, once a head's value weight has "
+                     "grown. There the next direction escapes a two-factor strict saddle, in a time that still grows "
+                     "as $1/\\lambda^2$, so the rests before the directions of smallest eigenvalue are long whatever "
+                     "$R$")
+        lines.append(line + ".")
+    return " ".join(lines) or "No rank rests long where the theory expects a short plateau."
+
+
+def saddles_words(ms) -> str:
+    return join([f"$\\mathcal{{M}}_{{{m}}}$" for m in ms])
+
+
+def join(items) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"

@@ -16,14 +16,16 @@ import numpy as np
 
 from ... import init_weights
 from .. import presets
+from .common import presets as common
 
-NAME = "fig02_attns_schematic"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    "quick": dict(in_dim=3, head_num=2),
+    "paper": dict(in_dim=3, head_num=2),
+}
+TOLERANCES = [common.EXACT]
 LAYERS = ("z", "blocks", "head", "output")
 
-
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (``in_dim``, ``head_num``)."""
-    return presets.settings(NAME, preset, **overrides)
 
 
 def compute(S: dict):
@@ -55,7 +57,7 @@ def words(ds) -> dict:
     """The values the page's prose quotes, by name (for ``output.glue``), and how the drawing's size compares with
     the published diagram's (the paper preset's D and H)."""
     D, H = ds.attrs["in_dim"], ds.attrs["head_num"]
-    paper = presets.PRESETS[NAME]["paper"]
+    paper = PRESETS["paper"]
     size = ("the size of the published diagram" if ds.attrs["published"] else
             f"not the size of the published diagram, which has D = {paper['in_dim']} and {paper['head_num']} heads")
     return dict(D=D, H=H, D2=D * D, per_head=int(ds.free_weights_in.sum()), size=size)

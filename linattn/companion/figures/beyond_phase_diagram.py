@@ -50,9 +50,36 @@ from ...models import build_model, fold_combined
 from ...objectives import Exact
 from ...objectives.population import mixture_moments
 from .. import presets
-from .frame import settings_attrs
+from .common import presets as common
+from .common.frame import settings_attrs
 
-NAME = "beyond_phase_diagram"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    # attn_m: Figure 14's model, learning rate and horizon (epoch: the published 5000 steps), with linattn's own
+    # streams, so that every cell of the c × P grid shares its initial weights, test sets and fixed task and P = ∞
+    # exists; its icl and trainset_size are each cell's. Every cell is trained by gradient flow to epoch_extended
+    # (steps at that learning rate), where all have settled. attn_s: the drop-step-vs-init figure, whose init is
+    # each swept inits_s value and whose seeds are ``seeds``
+    "quick": dict(attn_m=dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=2000, testset_size=500, seed=10,
+                              draws="streams"),
+                  attn_s=common.run_settings(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02,
+                                             epoch=3001, trainset_size=1000, init_scheme="jan2025"),
+                  icl_values=[0.0, 0.02, 0.2, 1.0], trainset_sizes=[200, 2000], epoch_extended=10**8,
+                  inits_s=[0.08, 0.16], seeds=[0, 1], workers=2),
+    "paper": dict(attn_m=dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000, seed=10,
+                              draws="streams"),
+                  attn_s=common.run_settings(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02,
+                                             epoch=20001, trainset_size=4000, init_scheme="jan2025"),
+                  icl_values=[0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
+                  trainset_sizes=[200, 1000, 5000, 20000], epoch_extended=10**9,
+                  inits_s=[0.02, 0.04, 0.08, 0.16], seeds=[0, 1, 2, 3], workers=2),
+}
+HELP = {
+    "workers": "worker processes of the local Dask cluster the sweeps run on (make book runs a notebook beside it)",
+}
+# the population column at c = 1 ends at L* (measured on finite test sets), and every cell has settled
+TOLERANCES = [(r"final_test_icl\.Pinf\.c1", "abs", common.PLATEAU_TOLERANCE),
+              (r"settle\.max", "below", common.SETTLED)]
 
 #: The settled criterion's defaults: a test loss moved less than TOLERANCE (relative to its final value) over the last
 #: WINDOW of the training.
@@ -431,9 +458,24 @@ def _verdicts(ds, midpoint: float, fixed: tuple, fresh: tuple, tests: dict):
 
 # ---------------------------------------------------------------- the page: settings, computations, numbers, words
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """What the page trains, declared so that a reader's settings are planned before any work: the drop-step
+    sweep's ATTN_S runs (one per seed of ``seeds`` and scale of ``inits_s``) and the phase diagram's ATTN_M cells
+    (one per c of ``icl_values`` and finite P of ``trainset_sizes``; P = ∞ has no run of its own). The page trains
+    them with its own engines, not from this declaration: the cells by the gradient flow of this module
+    (:func:`phase_diagram`), the sweep by ``linattn sweep``'s engine (:func:`compute_escape`)."""
+    base = RunConfig(**S["attn_m"])
+    out = {label: cfg for label, cfg in common.sweep(without_cells(S), run="attn_s").items()}
+    out.update({f"cell c={c} P={P}": dataclasses.replace(base, icl=float(c), trainset_size=int(P))
+                for c in S["icl_values"] for P in S["trainset_sizes"] if P is not None and np.isfinite(P)})
+    return out
+
+
+def without_cells(S: dict) -> dict:
+    """``S`` without the settings of the ATTN_M cells, leaving the drop-step sweep's (``attn_s``, ``inits_s``,
+    ``seeds``)."""
+    return {k: v for k, v in S.items() if k in ("attn_s", "inits_s", "seeds")}
 
 
 def compute(S: dict, client=None):

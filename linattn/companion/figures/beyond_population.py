@@ -20,16 +20,27 @@ from ... import diagnostics, theory
 from .. import presets
 from ..commands import train_command
 from ..output import words as list_words
-from ..runstore import figure_runs, stored_run
-from .frame import settings_attrs
+from .common import presets as common
+from .common.frame import settings_attrs
+from .common.runs import FromRun
+from .common.train import train
 
-NAME = "beyond_population"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    # P = None is the population (infinite-data) objective, estimated from population_samples fresh sequences. Every
+    # run draws from linattn's own streams (draws="streams"), so that the initial weights stay the same as P changes
+    # and P = ∞, which has no reference draws, can be run at all
+    "quick": dict(common.without(common.ATTN_S_QUICK, "trainset_size"), draws="streams",
+                  trainset_sizes=[None, 1000, 4000], population_samples=1 << 15, flow=True, seed=0),
+    "paper": dict(common.without(common.ATTN_S_PAPER, "trainset_size"), draws="streams",
+                  trainset_sizes=[None, 5000, 80000], population_samples=1 << 20, flow=True, seed=0),
+}
+HELP = {
+    "flow": "also integrate the gradient flow of the population loss",
+}
+TOLERANCES = [common.PLATEAUS, (r"max_gap\.population_gd_flow", "abs", 0.1)]
 GD, FLOW = "population GD", "population flow"
 
-
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The page's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
 
 
 def _label(P) -> str:
@@ -41,6 +52,17 @@ def _slug(curve: str) -> str:
     return curve.replace("P = ", "P").replace(" ", "_").replace("GD", "gd")
 
 
+def runs(S: dict) -> dict:
+    """One run per value of ``trainset_sizes`` (None: the population loss), labelled by its curve ("population
+    GD", "P = 1000", …), and with ``flow`` the population run's gradient flow from the same initial weights."""
+    if None not in S["trainset_sizes"]:
+        raise ValueError("trainset_sizes must hold None (the population loss): the other curves are set beside it")
+    out = {_label(cfg.trainset_size): cfg for cfg in common.sweep(S).values()}
+    if S["flow"]:
+        out[FLOW] = FromRun(dataclasses.replace(out[GD], dynamics="flow"), GD, "initial")
+    return out
+
+
 def compute(S: dict):
     """Every curve's training loss (``train_loss``: curve × step; ``curve``: "population GD", "P = 1000", …,
     "population flow", with its ``trainset_size`` (inf: the population) and ``dynamics`` as coordinates), the level
@@ -49,13 +71,8 @@ def compute(S: dict):
     population levels (``plateau_theory``: m). The settings, the engines and the runs' settings as attributes."""
     import xarray as xr
 
-    if None not in S["trainset_sizes"]:
-        raise ValueError("trainset_sizes must hold None (the population loss): the other curves are set beside it")
-    runs = dict(zip(S["trainset_sizes"], figure_runs(S)))
-    pop = runs[None]
-    curves = {_label(P): r for P, r in runs.items()}
-    if S["flow"]:  # the same population run from the same weights, by gradient flow
-        curves[FLOW] = stored_run(dataclasses.replace(pop.config, dynamics="flow"), init=pop.init)
+    curves = train(runs(S), S)
+    pop = curves[GD]
     levels = theory.plateau_losses(pop.datasets.cov, pop.config.N)
     loss = np.stack([r.history.train_loss for r in curves.values()])
     engines = list(dict.fromkeys("flow" if r.config.dynamics == "flow" else r.engine for r in curves.values()))

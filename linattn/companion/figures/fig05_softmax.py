@@ -23,24 +23,66 @@ from ... import diagnostics, theory
 from .. import presets, published
 from ..commands import train_command
 from ..output import AGREES, DIFFERS, MarkdownTable, prose_text, words as list_words
-from ..runstore import figure_runs, stored_run
-from .attn_s_run import describe
-from .frame import padded, settings_attrs
+from .common import presets as common
+from .common.attn_s_run import describe
+from .common.frame import padded, settings_attrs
+from .common.train import train
 
-NAME = "fig05_softmax"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    # Published: the settings of Figures 1b and 3a plus --softmax. At small weights a softmax head attends
+    # uniformly, so its prediction and every gradient carry a factor 1/n (n = seq_len = 32) that linear attention
+    # does not: at the published learning rates neither model leaves its first plateau in the published steps
+    # (the page's "published learning rates" runs show it). The paper preset keeps everything published (P,
+    # init, steps, era, the authors' draws) and multiplies the learning rate by n, which undoes that factor; it
+    # trains in float32, as the authors' code does (the softmax engine's fast path).
+    # check_seeds: ATTN_M again at each of these seeds (all its steps); half_lr_epoch: ATTN_M at half the learning
+    # rate for this many steps, twice the 3001 steps within which the paper preset's two drops lie (627, 1659).
+    # The three check runs: about 60 s of CPU at the paper preset (3.3 ms a step).
+    "quick": dict(attn_m=common.run_settings(model="attnM", head_num=8, init=1e-2, lr=0.02, epoch=601,
+                                             trainset_size=100, in_dim=4, seq_len=32, init_scheme="jan2025",
+                                             softmax=True),
+                  attn_s=common.run_settings(model="attnS", head_num=5, rank=1, init=0.05, lr=0.05, epoch=1201,
+                                             trainset_size=100, in_dim=4, seq_len=32, init_scheme="jan2025",
+                                             softmax=True),
+                  seed=10, check_seeds=[11, 12], half_lr_epoch=1201),
+    "paper": dict(attn_m=dict(common.ATTN_M_PAPER, lr=32 * 1e-3, dtype="float32", softmax=True),
+                  attn_s=dict(common.ATTN_S_PAPER, lr=32 * 0.02, dtype="float32", softmax=True),
+                  seed=10, check_seeds=[11, 12], half_lr_epoch=6001),
+}
+HELP = {
+    "check_seeds": "ATTN_M run again at each of these seeds, to check its drops",
+    "half_lr_epoch": "steps of the ATTN_M check run at half the learning rate",
+}
+# The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
+# its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
+README_ROWS = (
+    ("5", "softmax ATTN_M, ATTN_S: drops detected", ("claim.figure_5|drops.attn_m", "drops.attn_s")),
+)
+TOLERANCES = []  # nothing its quick build's numbers are held to (its page says why)
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("FIG3A_CROSSINGS", "FIG5_ATTN_M_DROPS", "fig3a_drop_span", "fig5_single_drop_claim")
 MODELS = ("attn_m", "attn_s")
 TITLES = {"attn_m": "softmax ATTN_M", "attn_s": "softmax ATTN_S"}
 PAPER = {"attn_m": "one drop", "attn_s": "several drops"}  # what the paper's figure shows of each
 HALF_LR = "half the learning rate"  # the label of the check run at lr/2 (the others: "seed <s>")
 
 
+def runs(S: dict) -> dict:
+    """The two runs (``attn_m``, ``attn_s``), then ATTN_M's check runs: for each of ``S["check_seeds"]`` the run's
+    settings, all its steps, at that seed (``"seed <s>"``), then the run's own seed at half the learning rate for
+    ``S["half_lr_epoch"]`` steps (:data:`HALF_LR`; gradient-flow time t/τ = 2η·step: 2k steps at η/2 are k steps
+    at η)."""
+    out = common.sweep(S)
+    cfg = out["attn_m"]
+    out.update({f"seed {s}": dataclasses.replace(cfg, seed=int(s)) for s in S["check_seeds"]})
+    out[HALF_LR] = dataclasses.replace(cfg, lr=cfg.lr / 2, epoch=int(S["half_lr_epoch"]))
+    return out
+
+
 def check_configs(S: dict) -> list[tuple]:
-    """The ATTN_M check runs of the settings ``S``: ``(label, config)`` for each of ``S["check_seeds"]`` (the run's
-    settings, all its steps, at that seed), then the run's own seed at half the learning rate for
-    ``S["half_lr_epoch"]`` steps (gradient-flow time t/τ = 2η·step: 2k steps at η/2 are k steps at η)."""
-    cfg, = presets.configs(S, run="attn_m")
-    out = [(f"seed {s}", dataclasses.replace(cfg, seed=int(s))) for s in S["check_seeds"]]
-    return out + [(HALF_LR, dataclasses.replace(cfg, lr=cfg.lr / 2, epoch=int(S["half_lr_epoch"])))]
+    """The ATTN_M check runs of :func:`runs`, ``(label, config)``."""
+    return [(label, cfg) for label, cfg in runs(S).items() if label not in MODELS]
 
 
 def directions_per_drop(found_levels, linear_levels) -> list[list[int]]:
@@ -53,11 +95,6 @@ def directions_per_drop(found_levels, linear_levels) -> list[list[int]]:
     return [list(range(a + 1, b + 1)) for a, b in zip(m[:-1], m[1:])]
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (``attn_m``/``attn_s``: a partial dict sets only
-    those keys of that run; ``seed``)."""
-    return presets.settings(NAME, preset, **overrides)
-
 
 def compute(S: dict):
     """Both runs' training losses (``train_loss``: model × step; the shorter run is NaN past its end) with what the
@@ -67,14 +104,15 @@ def compute(S: dict):
     linear-attention saddle losses (``plateau_theory``: model × m) and minimum (``loss_star``: model)."""
     import xarray as xr
 
-    runs = {key: run for key in MODELS for run in figure_runs(S, run=key)}
-    checks = [(label, stored_run(cfg)) for label, cfg in check_configs(S)]
-    losses = [runs[k].history.train_loss for k in MODELS]
+    done = train(runs(S), S)
+    checks = [(label, r) for label, r in done.items() if label not in MODELS]
+    models = {k: done[k] for k in MODELS}
+    losses = [models[k].history.train_loss for k in MODELS]
     check_found = [diagnostics.detect_plateaus(r.history.train_loss) for _, r in checks]
     n_check = max([1] + [len(p.levels) for p in check_found])
     found = [diagnostics.detect_plateaus(L) for L in losses]
-    levels = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in runs.values()]
-    steps = max([r.history.step for r in runs.values()] + [r.history.step for _, r in checks], key=len)
+    levels = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in models.values()]
+    steps = max([r.history.step for r in models.values()] + [r.history.step for _, r in checks], key=len)
     n_plateaus = max(1, max(len(p.levels) for p in found))
     ds = xr.Dataset(
         {"train_loss": (("model", "step"), padded(losses, len(steps))),
@@ -84,9 +122,9 @@ def compute(S: dict):
          "drop_step": (("model", "drop"), padded([p.drop_steps for p in found], n_plateaus - 1)),
          "drops": ("model", [len(p.drop_steps) for p in found]),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
-         "wall_time": ("model", [float(r.wall_time) for r in runs.values()]),
+         "wall_time": ("model", [float(r.wall_time) for r in models.values()]),
          "plateau_theory": (("model", "m"), padded(levels, max(len(v) for v in levels))),
-         "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in runs.values()]),
+         "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in models.values()]),
          "check_loss": (("check", "step"), padded([r.history.train_loss for _, r in checks], len(steps))),
          "check_plateau_level": (("check", "check_plateau"), padded([p.levels for p in check_found], n_check)),
          "check_drop_step": (("check", "check_drop"), padded([p.drop_steps for p in check_found], n_check - 1)),
@@ -99,10 +137,10 @@ def compute(S: dict):
                 "drop": np.arange(1, n_plateaus), "m": np.arange(max(len(v) for v in levels)),
                 "check": [label for label, _ in checks], "check_plateau": np.arange(n_check),
                 "check_drop": np.arange(1, n_check)},
-        attrs=settings_attrs(S, engine=runs["attn_m"].engine, seeds=S["seed"],
-                             runs={k: r.config.to_dict() for k, r in runs.items()}))
+        attrs=settings_attrs(S, engine=models["attn_m"].engine, seeds=S["seed"],
+                             runs={k: r.config.to_dict() for k, r in models.items()}))
     ds.attrs.update(published=int(presets.is_published(NAME, S)),
-                    commands="\n".join(train_command(runs[k].config) for k in MODELS),
+                    commands="\n".join(train_command(models[k].config) for k in MODELS),
                     check_commands="\n".join(train_command(r.config) for _, r in checks))
     ds.check_loss.attrs["description"] = "ATTN_M's check runs: other seeds, and half the learning rate"
     ds.train_loss.attrs["description"] = "training loss (NaN past the end of the shorter run)"
@@ -304,7 +342,7 @@ def words(ds) -> dict:
         if draws and all(c["drops"] == published.FIG5_ATTN_M_DROPS for c in draws):
             lead += (f", but at the {_count(len(draws), 'other seed')} checked ATTN_M falls in a single drop, as the "
                      "paper describes: the shoulder belongs to this draw")
-    paper = presets.PRESETS[NAME]["paper"]
+    paper = PRESETS["paper"]
     return dict(lead_result=lead + ".", n=runs["attn_s"]["seq_len"], P_s=runs["attn_s"]["trainset_size"],
                 ms_per_step=f"{1e3 * float(ds.wall_time.sel(model='attn_s')) / runs['attn_s']['epoch']:.2g} ms",
                 settings_m=_describe(runs["attn_m"]), settings_s=_describe(runs["attn_s"]),

@@ -20,21 +20,49 @@ import dataclasses
 import numpy as np
 
 from ... import diagnostics, theory
-from ...config import RunConfig
 from .. import presets, published
 from ..commands import train_command
 from ..output import ESTIMATE, MarkdownTable, median_and_range, prose_text, words as list_words
-from ..runstore import figure_runs, stored_run
-from .attn_s_run import describe
-from .frame import settings_attrs
+from .common import presets as common
+from .common.attn_s_run import describe
+from .common.frame import settings_attrs
+from .common.train import train
 
-NAME = "fig03a_attns_loss"
-_HORIZONS = ("seeds", "epoch_extended", "epoch_streams", "snapshot_every")  # settings that are not a run's
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    # epoch_extended: the same runs carried on to this step (the published window is their first ``epoch`` steps);
+    # epoch_streams: the horizon of the comparison runs with linattn's own streams (draws="streams"); at the
+    # paper preset their slowest seed makes its fourth drop near step 11500 (measured: 6027-11523 over seeds 0-5)
+    "quick": dict(common.ATTN_S_QUICK, seeds=[0, 1], epoch_extended=10001, epoch_streams=10001,
+                  snapshot_every=common.SNAP_QUICK),
+    "paper": dict(common.ATTN_S_PAPER, seeds=[0, 1, 2, 3, 4, 5], epoch_extended=20001, epoch_streams=20001,
+                  snapshot_every=common.SNAP_PAPER),
+}
+HELP = {
+    "epoch_streams": "horizon of the comparison runs drawn from the streams of linattn",
+}
+# The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
+# its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
+README_ROWS = (
+    ("3a", "plateaus L(M_0), …, L(M_3)", ("plateau.M0", "plateau.M1", "plateau.M2", "plateau.M3")),
+    ("3a", "final loss (mean over seeds, extended run)", ("final_loss.extended",)),
+)
+TOLERANCES = [common.PLATEAUS]
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("FIG3A_IMAGE", "FIG3A_PLATEAUS", "FIG3A_STILL_ON_M3", "fig3a_comparison")
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+STREAMS = "streams"  # the label of the comparison runs drawn from linattn's own streams
+
+
+def runs(S: dict) -> dict:
+    """One run per seed in the published window (``epoch`` steps; the page carries each on to ``epoch_extended``),
+    and per seed the comparison run drawn from linattn's own streams (``draws="streams"``) to ``epoch_streams``."""
+    out = common.sweep(S)
+    for label, cfg in list(out.items()):
+        out[f"{STREAMS} {label}"] = dataclasses.replace(cfg, draws="streams", epoch=max(S["epoch"], S["epoch_streams"]))
+    return out
 
 
 def compute(S: dict):
@@ -49,18 +77,18 @@ def compute(S: dict):
     import xarray as xr
 
     window, horizon = S["epoch"], presets.horizons(S)
-    runs = [r.extended(horizon) for r in figure_runs(S)]
-    step, loss = runs[0].history.step, np.array([r.history.train_loss for r in runs])
-    cfg, cov = runs[0].config, runs[0].datasets.cov
+    declared = runs(S)
+    done = train(declared, S)
+    in_window = [cfg for label, cfg in declared.items() if not label.startswith(STREAMS)]  # the window's commands
+    extended = [done[label].extended(horizon) for label in done if not label.startswith(STREAMS)]
+    streams = [done[label] for label in done if label.startswith(STREAMS)]
+    step, loss = extended[0].history.step, np.array([r.history.train_loss for r in extended])
+    cfg, cov = extended[0].config, extended[0].datasets.cov
     levels = theory.plateau_losses(cov, cfg.N)
     D = len(levels) - 1
-    base = {k: v for k, v in S.items() if k not in _HORIZONS}
-    streams = [stored_run(RunConfig(seed=s, **dict(base, draws="streams", epoch=max(window, S["epoch_streams"]))))
-               for s in S["seeds"]]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=cfg.rank, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
-    predicted = [diagnostics.predicted_drop_steps(r.config, r.init, cov, horizon=horizon) for r in runs]
-    in_window = [dataclasses.replace(r.config, epoch=window) for r in runs]  # the commands of the window
+    predicted = [diagnostics.predicted_drop_steps(r.config, r.init, cov, horizon=horizon) for r in extended]
     plateaus = [diagnostics.saddle_levels(L[:window], levels) for L in loss]
     ds = xr.Dataset(
         {"train_loss": (("seed", "step"), loss),
@@ -78,12 +106,12 @@ def compute(S: dict):
          "drop_step_predicted": (("seed", "direction"), predicted),
          "drop_step_theory": ("direction", estimate)},
         coords={"seed": list(S["seeds"]), "step": step, "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
-        attrs=settings_attrs(S, engine=runs[0].engine, seeds=S["seeds"],
+        attrs=settings_attrs(S, engine=extended[0].engine, seeds=S["seeds"],
                              runs={str(c.seed): c.to_dict() for c in in_window}))
     ds.attrs.update(window=int(window), horizon=int(horizon), band=diagnostics.REST_BAND,
                     published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(c) for c in in_window),
-                    run_keys="\n".join(r.key for r in runs))  # the run store's entries, by seed
+                    run_keys="\n".join(r.key for r in extended))  # the run store's entries, by seed
     ds.train_loss.attrs["description"] = "training loss; the published window is the first `window` steps"
     ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m within the window "

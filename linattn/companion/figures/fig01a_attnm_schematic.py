@@ -14,14 +14,16 @@ import numpy as np
 
 from ... import init_weights, mlp_from_attn_m
 from .. import presets
+from .common import presets as common
 
-NAME = "fig01a_attnm_schematic"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    "quick": dict(in_dim=3, head_num=4),
+    "paper": dict(in_dim=3, head_num=4),
+}
+TOLERANCES = [common.EXACT]
 LAYERS = ("z", "hidden", "output")
 
-
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (``in_dim``, ``head_num``)."""
-    return presets.settings(NAME, preset, **overrides)
 
 
 def compute(S: dict):
@@ -54,7 +56,7 @@ def words(ds) -> dict:
     """The values the page's prose quotes, by name (for ``output.glue``), and how the drawing's size compares with
     the published diagram's (the paper preset's D and H)."""
     D, H = ds.attrs["in_dim"], ds.attrs["head_num"]
-    paper = presets.PRESETS[NAME]["paper"]
+    paper = PRESETS["paper"]
     size = ("the size of the published diagram" if ds.attrs["published"] else
             f"not the size of the published diagram, which has D = {paper['in_dim']} and H = {paper['head_num']}")
     return dict(D=D, H=H, D2=int(ds.units.sel(layer="z")), HD2=int(ds.weights_in.sel(layer="hidden")), size=size)

@@ -1,7 +1,7 @@
 """Figure 3b: each head's value weight in the seed-0 ATTN_S run of Figure 3a rises one head at a time, beside the
 scalar ODE τ v̇ = λ² v² − c λ³ v⁵ of paper Section 5.
 
-The run is Figure 3a's seed 0 from the run store (:func:`~linattn.companion.figures.attn_s_run.seed_run`), with its
+The run is Figure 3a's seed 0 from the run store (:func:`~.common.attn_s_run.seed_run`), with its
 value weights recorded at every step. Values are put in the paper's normalisation (``theory.weight_scale_to_paper``;
 each head's sign so that its final value is positive) and steps in units of τ (``theory.steps_to_time``). Which
 head learned which direction is read off the trained weights (``diagnostics.head_direction``,
@@ -17,15 +17,23 @@ import numpy as np
 from ... import diagnostics, events, theory
 from .. import presets, published
 from ..output import MarkdownTable, words as list_words
-from .attn_s_run import describe, join, seed_run
-from .frame import settings_attrs
+from .common import presets as common
+from .common.attn_s_run import describe, join, seed_run
+from .common.frame import settings_attrs
 
-NAME = "fig03b_attns_values"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {k: dict(v, track_value=True) for k, v in common.SEED0_RUN.items()}
+TOLERANCES = [(r"final_value\..*", "rel", 0.03), (r"in_order", "abs", 0.0),
+              (r"max_gap\..*", "abs", 0.1)]
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("FIG3B_FINAL_VALUES",)
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """The one run: Figure 3a's seed-0 run (the same settings and snapshot interval on the five pages that read it,
+    so the run store trains it once)."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -37,7 +45,7 @@ def compute(S: dict):
     value, 10 %–90 % rise in steps, the run's and the ODE's)."""
     import xarray as xr
 
-    res = seed_run(S)
+    res = seed_run(runs(S), S)
     cfg, step = res.config, res.history.step
     cov, N = res.datasets.cov, cfg.N
     lam, c = theory.spectrum(cov)[0], theory.c_d(cov, N)

@@ -23,15 +23,39 @@ import numpy as np
 from ... import diagnostics, theory
 from .. import presets, published
 from ..output import ESTIMATE, MarkdownTable, words as list_words
-from .frame import settings_attrs
-from .low_rank import describe, gap_panel, predicted_rows, seed_runs, summaries, summaries_of, summary_variables
+from .common import presets as common
+from .common.frame import settings_attrs
+from .common.low_rank import (describe, gap_panel, join, predicted_rows, rests_text, seed_runs, summaries, summaries_of,
+                              summary_variables)
 
-NAME = "fig04_low_rank"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    # epoch_extended: per rank, the step the one run goes on to (the published window is its first ``epoch``
+    # steps); a rank not listed gets the largest value. The values of both presets let every rank learn all
+    # eight directions (the page gives the steps; at the quick preset rank one's last drop comes near step 8500).
+    # seeds: every rank in the published window at each (the spread); only the first is carried on
+    "quick": dict(common.without(common.LOW_RANK_QUICK, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
+                  epoch_extended={1: 9001, 2: 9001, 4: 9001, 8: 5001}),
+    "paper": dict(common.without(common.LOW_RANK_PAPER, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
+                  epoch_extended={1: 150001, 2: 120001, 4: 35001, 8: 20001}),
+}
+# The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
+# its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
+# (the claim row exists at the published settings only; R1.window.learned, the directions learned, one fewer, is
+# what a quick build has, so that the test of these keys runs there too)
+README_ROWS = (
+    ("4", "R = 1: plateaus reached in the published window", ("claim.figure_4|R1.window.learned",)),
+    ("4", "R = 1: step of the last drop (extended run)", ("R1.extended.last_drop",)),
+)
+TOLERANCES = [common.PLATEAUS]
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("fig4_plateau_claim",)
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """One run per seed and rank (seeds outer, ranks inner)."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -49,12 +73,12 @@ def compute(S: dict):
     from ..plotting import log_thin
 
     window, horizon, ranks = S["epoch"], presets.horizons(S), [int(R) for R in S["ranks"]]
-    grid = seed_runs(S)
-    runs = [r.extended(horizon[R]) for R, r in zip(ranks, grid[0])]
-    cfg, cov = runs[0].config, runs[0].datasets.cov
+    grid = seed_runs(runs(S), S)
+    carried = [r.extended(horizon[R]) for R, r in zip(ranks, grid[0])]
+    cfg, cov = carried[0].config, carried[0].datasets.cov
     levels = theory.plateau_losses(cov, cfg.N)
     D = len(levels) - 1
-    full = [r.history.train_loss for r in runs]
+    full = [r.history.train_loss for r in carried]
     loss = np.array([[r.history.train_loss[:window] for r in by_rank] for by_rank in grid])
     # the extended curves on one log-spaced step axis: every step any rank's own log sampling keeps
     step_log = functools.reduce(np.union1d, [log_thin(len(L)) for L in full])
@@ -63,7 +87,7 @@ def compute(S: dict):
         inside = step_log < len(L)
         extended[i, inside] = L[step_log[inside]]
     predicted = [diagnostics.predicted_drop_steps(r.config, r.init, cov, horizon=horizon[R])
-                 for R, r in zip(ranks, runs)]
+                 for R, r in zip(ranks, carried)]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=1, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
     seeds = [int(x) for x in S["seeds"]]
@@ -81,8 +105,8 @@ def compute(S: dict):
          "drop_step_theory": ("direction", estimate)},
         coords={"seed": seeds, "rank": ranks, "step": np.arange(window), "step_log": step_log,
                 "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
-        attrs=settings_attrs(S, engine=runs[0].engine, seeds=seeds,
-                             runs={str(R): r.config.to_dict() for R, r in zip(ranks, runs)}))
+        attrs=settings_attrs(S, engine=carried[0].engine, seeds=seeds,
+                             runs={str(R): r.config.to_dict() for R, r in zip(ranks, carried)}))
     ds.attrs.update(window=int(window), band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)))
     ds.train_loss.attrs["description"] = "training loss in the published window (the first `window` steps)"
     ds.train_loss_extended.attrs["description"] = "training loss of the first seed's extended run at log-spaced steps"
@@ -111,24 +135,8 @@ def _plateau_durations(drops) -> np.ndarray:
     return np.diff(np.concatenate([[0.0], np.asarray(drops, dtype=float)]))
 
 
-def extra_long_rests(ds) -> dict:
-    """``{R: {seed: [m, …]}}``: the long rests in the window (``plateau_long``) that the theory does not expect long
-    (``plateau_long_theory``), per rank and seed."""
-    extra = ds.plateau_long & ~ds.plateau_long_theory
-    return {int(R): {int(sd): [int(m) for m in ds.m.values if extra.sel(rank=R, seed=sd, m=m)]
-                     for sd in ds.seed.values} for R in ds["rank"].values}
 
 
-def after_last_expected(ds, R: int) -> bool:
-    """Whether every extra long rest of rank ``R`` (:func:`extra_long_rests`, over the seeds) comes after the last
-    plateau the theory expects long, i.e. once a head's value weight has grown; False when there is none."""
-    extra = extra_long_rests(ds)[R]
-    found = [(sd, m) for sd, ms in extra.items() for m in ms]
-    if not found:
-        return False
-    last = {int(sd): max((int(m) for m in ds.m.values if ds.plateau_long_theory.sel(rank=R, seed=sd, m=m)),
-                         default=0) for sd in ds.seed.values}
-    return all(m > last[sd] for sd, m in found)
 
 
 def numbers(ds) -> list[dict]:
@@ -219,7 +227,7 @@ def _r1_last(ds) -> str:
 
 
 def _steps(values) -> str:
-    return _join([f"{v:.0f}" if np.isfinite(v) else "–" for v in values])
+    return join([f"{v:.0f}" if np.isfinite(v) else "–" for v in values])
 
 
 def drops_text(ds) -> str:
@@ -255,31 +263,8 @@ def drops_text(ds) -> str:
     return "\n".join(lines)
 
 
-def rests_text(ds) -> str:
-    """The page's sentences on the long rests the theory does not expect, from :func:`extra_long_rests` and
-    :func:`after_last_expected`, with the longest such rest's length from the run."""
-    lines = []
-    for R, by_seed in extra_long_rests(ds).items():
-        found = sorted({m for ms in by_seed.values() for m in ms})
-        if not found:
-            continue
-        steps = ds.rest_steps.sel(rank=R).sel(m=found)
-        longest = float(steps.max())
-        m_long = int(found[int(np.nanargmax(steps.max("seed").values))])
-        line = (f"$R = {R}$ rests long at {_saddles(found)}, where the theory expects short plateaus (in "
-                f"{sum(bool(ms) for ms in by_seed.values())} of {len(by_seed)} seeds; the longest, at "
-                f"$\\mathcal{{M}}_{{{m_long}}}$, lasts {longest:.0f} steps)")
-        if after_last_expected(ds, R):
-            line += (": all of them after the last plateau the theory expects long, once a head's value weight has "
-                     "grown. There the next direction escapes a two-factor strict saddle, in a time that still grows "
-                     "as $1/\\lambda^2$, so the rests before the directions of smallest eigenvalue are long whatever "
-                     "$R$")
-        lines.append(line + ".")
-    return " ".join(lines) or "No rank rests long where the theory expects a short plateau."
 
 
-def _saddles(ms) -> str:
-    return _join([f"$\\mathcal{{M}}_{{{m}}}$" for m in ms])
 
 
 def words(ds) -> dict:
@@ -290,9 +275,10 @@ def words(ds) -> dict:
     ranks = [int(R) for R in ds["rank"].values]
     short = [R for R in ranks if int(ds.directions_learned_extended.sel(rank=R)) < D]
     out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"],
-               rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]), seeds=list_words(list(ds.seed.values)),
+               rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]),
+               seeds=list_words(list(ds.seed.values)),
                seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
-               horizons=_join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
+               horizons=join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
                enough=(f"long enough for every rank to learn all {D} directions" if not short else
                        f"not long enough for R = {list_words(short)} to learn all {D} directions"),
                caption=published.caption_lead("Figure 4", bool(ds.attrs["published"])),
@@ -310,8 +296,6 @@ def words(ds) -> dict:
     return out
 
 
-def _join(items) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _settings(ds) -> dict:

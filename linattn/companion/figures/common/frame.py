@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from ..output import FigureOutput, NumbersTable
-from ..plotting import use_style
+from ...output import FigureOutput, NumbersTable
+from ...plotting import use_style
 
 
 def settings_attrs(S: dict, *, engine: str, seeds, runs: dict | None = None) -> dict:

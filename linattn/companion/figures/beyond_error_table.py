@@ -19,7 +19,14 @@ from .. import published
 from ..notebooks import discover
 from ..output import AGREES, DIFFERS, NOT_COMPARABLE, NUMBER_FIELDS, WITHIN_NOISE, MarkdownTable, compare_row
 
-NAME = "beyond_error_table"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {
+    "quick": dict(),
+    "paper": dict(),
+}
+TOLERANCES = []  # nothing its quick build's numbers are held to (its page says why)
+# the names in linattn.companion.published it compares with
+PUBLISHED = ("REPORT_GROUPS",)
 COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error"]
 
 
@@ -47,8 +54,8 @@ def collect(root) -> dict:
 
 def numbers(report: dict) -> list[dict]:
     """The report's own ``numbers.json``: every collected row, keyed by its figure and its own key."""
-    return [dict(key=f"{r['figure']}.{r['key']}" if r["key"] else None, quantity=f"{r['page']}: {r['quantity']}", tolerance=r["tolerance"],
-                 verdict=r["verdict"], **{k: r[k] for k in NUMBER_FIELDS if k != "quantity"})
+    return [dict(key=f"{r['figure']}.{r['key']}" if r["key"] else None, quantity=f"{r['page']}: {r['quantity']}",
+                 tolerance=r["tolerance"], verdict=r["verdict"], **{k: r[k] for k in NUMBER_FIELDS if k != "quantity"})
             for r in report["rows"]]
 
 

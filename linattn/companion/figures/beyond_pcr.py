@@ -1,7 +1,7 @@
 """Beyond the paper: on the plateau after m drops, the seed-0 ATTN_S run of Figure 3a computes principal component
 regression on the top m components of the input covariance (paper Section 5).
 
-The run is Figure 3a's seed 0 from the run store (:func:`~linattn.companion.figures.attn_s_run.seed_run`), with the
+The run is Figure 3a's seed 0 from the run store (:func:`~.common.attn_s_run.seed_run`), with the
 weights recorded every ``snapshot_every`` steps. The learned in-context matrix A(t) is the sum of the heads' matrices
 in the paper's normalisation (``diagnostics.snapshot_fn``); the theory's matrix at the saddle M_m is
 A_m = Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ (``theory.pcr_weights``). Measured: the mean squared gap between the learned
@@ -16,16 +16,20 @@ from __future__ import annotations
 import numpy as np
 
 from ... import diagnostics, theory
-from .. import presets
-from .attn_s_run import describe, seed_run
-from .frame import settings_attrs
+from .common import presets as common
+from .common.attn_s_run import describe, seed_run
+from .common.frame import settings_attrs
 
-NAME = "beyond_pcr"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+TOLERANCES = [(r"gap\.M\d+", "abs", 0.05), (r"diagonal\..*", "rel", 0.05)]
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The page's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """The one run: Figure 3a's seed-0 run (the same settings and snapshot interval on the five pages that read it,
+    so the run store trains it once)."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -36,7 +40,7 @@ def compute(S: dict):
     there (``diagonal``: m × direction) and the theory's 1/(λ_d c_d) (``diagonal_theory``: direction)."""
     import xarray as xr
 
-    res = seed_run(S)
+    res = seed_run(runs(S), S)
     cfg, cov = res.config, res.datasets.cov
     N = cfg.N
     snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize))

@@ -1,7 +1,7 @@
 """Figure 3c: in the seed-0 ATTN_S run of Figure 3a each head's key and query turn to one eigenvector of the input
 covariance, largest eigenvalue first, one per drop of the loss (paper Section 5).
 
-The run is Figure 3a's seed 0 from the run store (:func:`~linattn.companion.figures.attn_s_run.seed_run`), with the
+The run is Figure 3a's seed 0 from the run store (:func:`~.common.attn_s_run.seed_run`), with the
 weights recorded every ``snapshot_every`` steps. Measured on each snapshot: the overlap of every head's key and query
 with each eigenvector, |e_dᵀ k_h| / ‖k_h‖ (``events.vector_alignment``); a direction counts as learned at the first
 snapshot where some head's key and query both overlap it by more than :data:`ALIGNED`
@@ -18,16 +18,21 @@ import numpy as np
 from ... import diagnostics, events, theory
 from .. import presets, published
 from ..output import MarkdownTable, by_sign
-from .attn_s_run import describe, seed_run
-from .frame import settings_attrs
+from .common import presets as common
+from .common.attn_s_run import describe, seed_run
+from .common.frame import settings_attrs
 
-NAME = "fig03c_attns_alignment"
+NAME = __name__.rsplit(".", 1)[-1]
+PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+TOLERANCES = [(r"learned\.\d+", "abs", 0.0)]
 ALIGNED = 0.9  # a head has learned e_d when its key's and its query's overlaps with e_d both exceed this
 
 
-def settings(preset: str = "paper", **overrides) -> dict:
-    """The figure's settings at ``preset`` with ``overrides`` (any knob of its parameters cell)."""
-    return presets.settings(NAME, preset, **overrides)
+
+def runs(S: dict) -> dict:
+    """The one run: Figure 3a's seed-0 run (the same settings and snapshot interval on the five pages that read it,
+    so the run store trains it once)."""
+    return common.sweep(S)
 
 
 def compute(S: dict):
@@ -38,7 +43,7 @@ def compute(S: dict):
     never) and its best final alignment over heads (``final_alignment``: the smaller of key and query)."""
     import xarray as xr
 
-    res = seed_run(S)
+    res = seed_run(runs(S), S)
     cfg, cov = res.config, res.datasets.cov
     D = cov.shape[0]
     levels = theory.plateau_losses(cov, cfg.N)
