@@ -38,8 +38,9 @@ class Setting:
     """One setting of a run, declared once beside its :class:`RunConfig` field.
 
     ``kind``: the type :meth:`RunConfig.validate` requires — ``int``, ``size`` (an int, or None for the population
-    objective), ``number``, ``bool``, ``str``, ``numbers`` (a sequence of numbers or None) or ``matrix`` (None or a
-    matrix); a bool is no int or number here (True is no size). ``choices``: the allowed strings (a callable where
+    objective), ``number``, ``bool``, ``str``, ``numbers`` (a sequence of numbers or None), ``matrix`` (None or a
+    matrix) or ``record`` (None, an int or a sequence of ints); a bool is no int or number here (True is no size).
+    ``choices``: the allowed strings (a callable where
     they are registered elsewhere, e.g. the engines). ``check``: the rule for one valid-typed value,
     ``check(name, value)``, raising ConfigError; the range of an integer is ``low``, ``high`` and its wording
     ``what`` (:func:`~linattn.data.check_int`). The settings that shape the initial weights (model, head_num, in_dim,
@@ -94,6 +95,8 @@ _KINDS = {
     "str": (lambda v: isinstance(v, str), "a string"),
     "numbers": (lambda v: True, "a sequence of numbers"),  # checked with in_dim (validate)
     "matrix": (lambda v: True, "a matrix"),
+    "record": (lambda v: v is None or is_int(v) or (isinstance(v, (tuple, list)) and all(is_int(k) for k in v)),
+               "None (every step), a number of steps per decade, or a sequence of integer steps"),
 }
 
 
@@ -120,6 +123,24 @@ def _device(name, value):
         if index >= torch.cuda.device_count():
             raise ConfigError(f"{named(name, value)}: torch sees {torch.cuda.device_count()} CUDA device(s), numbered "
                               "from 0", field=name, value=value)
+
+
+def _record(name, value):
+    if is_int(value) and value < 1:
+        raise ConfigError(f"{named(name)} as a number of steps per decade must be >= 1, got {value}", field=name,
+                          value=value)
+    if isinstance(value, (tuple, list)) and (len(value) == 0 or value[0] < 0 or
+                                             any(b <= a for a, b in zip(value, value[1:]))):
+        raise ConfigError(f"{named(name)} as steps must be a non-empty, strictly increasing sequence of steps >= 0, "
+                          f"got {value!r}", field=name, value=value)
+
+
+def log_steps(epoch: int, per_decade: int) -> np.ndarray:
+    """0, the steps round(10^(j/``per_decade``)) for j = 0, 1, … below ``epoch``, and ``epoch``: a grid even on a
+    log axis whose steps do not depend on ``epoch`` (a longer run records the shorter one's, and more)."""
+    top = int(np.floor(per_decade * np.log10(max(epoch, 1)) + 1e-9))
+    grid = np.round(10.0 ** (np.arange(top + 1) / per_decade)).astype(np.int64)
+    return np.unique(np.concatenate([[0], grid[grid < epoch], [epoch]])).astype(np.int64)
 
 
 @dataclass
@@ -188,6 +209,11 @@ class RunConfig:
                            "(any model)", flags=("--engine",), choices=objectives.engine_choices)
     dynamics: str = _setting("gd", "str", "gd: full-batch gradient descent; flow: gradient flow (scipy solve_ivp) "
                              "at t/τ = 2·lr·step", flags=("--dynamics",), choices=DYNAMICS)
+    record: int | tuple[int, ...] | None = _setting(
+        None, "record", "the steps whose losses are recorded: None, every step 0 … epoch−1; n > 0, n per decade, "
+        "round(10^(j/n)) for j = 0, 1, … below epoch, with step 0 and the end, epoch; or the increasing steps "
+        "themselves, in [0, epoch]. Other than None only with dynamics=flow (gradient descent records every step)",
+        check=_record)
     dtype: str = _setting("float64", "str", "the precision of the training: float64 or float32", flags=("--dtype",), choices=DTYPES)
     device: str = _setting("auto", "str", "auto: the CPU for the exact and population engines, CUDA when available "
                            "for autograd and softmax; cpu; or cuda[:k] (refused when torch sees no such device)",
@@ -225,6 +251,15 @@ class RunConfig:
                        cov_matrix=np.asarray(cov, dtype=np.float64).tolist(), white_cov=False, spectrum=None,
                        population_samples=0)
 
+    def recorded_steps(self) -> np.ndarray | None:
+        """The steps the run records (``record``): None for every step 0 … epoch−1, else an increasing int64
+        array (:func:`log_steps` for a number per decade)."""
+        if self.record is None:
+            return None
+        if is_int(self.record):
+            return log_steps(self.epoch, int(self.record))
+        return np.asarray(self.record, dtype=np.int64)
+
     def to_dict(self) -> dict:
         """Every setting by name (``trainset_size`` None as ``"inf"``): ``run.json``'s ``settings``."""
         d = asdict(self)
@@ -240,8 +275,9 @@ class RunConfig:
         d = dict(d)
         if d.get("trainset_size") == "inf":
             d["trainset_size"] = None
-        if d.get("spectrum") is not None:
-            d["spectrum"] = tuple(d["spectrum"])
+        for name in ("spectrum", "record"):  # a JSON list back to the tuple it was
+            if isinstance(d.get(name), list):
+                d[name] = tuple(d[name])
         return cls(**d)
 
     def validate(self) -> "RunConfig":
@@ -278,6 +314,13 @@ class RunConfig:
                 "softmax", True)
         if (reason := objectives.refusal(self)) is not None:
             bad(reason, "engine", self.engine)
+        if self.record is not None:
+            if self.dynamics != "flow":
+                bad(f"{named('record')} other than None needs {named('dynamics', 'flow')} (gradient descent records "
+                    "every step)", "record", self.record)
+            if isinstance(self.record, (tuple, list)) and self.record[-1] > self.epoch:
+                bad(f"{named('record')}: step {self.record[-1]} is after the run's end, {named('epoch')} = "
+                    f"{self.epoch}", "record", self.record)
         if self.spectrum is not None:
             if self.white_cov:
                 bad(f"{named('spectrum')} and {named('white_cov', True)} are mutually exclusive", "spectrum",
@@ -399,11 +442,14 @@ def memory_parts(cfg: RunConfig, *, draws_data: bool = True, engine: str | None 
     parts["the weights"] = 4 * weights  # weights, gradient, initial, final
     # one row a step, float64: the step, the loss, the two test losses, each head's value weight (train._Records)
     row = 2 + 2 * bool(cfg.testset_size) + cfg.head_num * cfg.track_value
-    parts["the recorded history"] = 8 * row * cfg.epoch
+    steps = cfg.recorded_steps()
+    rows = cfg.epoch if steps is None else len(steps)
+    parts["the recorded history"] = 8 * row * rows
+    snapshots = cfg.epoch // snapshot_every + 2 if snapshot_every else 0
     if snapshot_every:
-        parts["the weight snapshots"] = weights * (cfg.epoch // snapshot_every + 2)
-    if cfg.dynamics == "flow":  # solve_ivp returns the weights at every step before the losses are evaluated
-        parts["the integrated trajectory"] = weights * (cfg.epoch + 1)
+        parts["the weight snapshots"] = weights * snapshots
+    if cfg.dynamics == "flow":  # solve_ivp returns the weights at every evaluated step before the losses are
+        parts["the integrated trajectory"] = weights * (rows + snapshots + 1)
     return parts
 
 
@@ -418,8 +464,9 @@ def memory_estimate(cfg: RunConfig, *, draws_data: bool = True, engine: str | No
     float64 with ``"streams"``); drawing a set briefly holds its inputs in float64 and two more copies; the engine
     copies the data (autograd, softmax) or holds its moments (exact: two F×F float64 matrices, F the length of the
     model's feature, and one chunk; population: no data, the moment tensors). The history holds one float64 row
-    a step (step, loss, test losses, value weights with ``track_value``), every ``snapshot_every`` steps a copy of
-    the weights is kept, and gradient flow holds the weights at every step while it evaluates the losses.
+    a recorded step (step, loss, test losses, value weights with ``track_value``; every step, or the ``record``
+    steps of a flow), every ``snapshot_every`` steps a copy of the weights is kept, and gradient flow holds the
+    weights at every recorded step while it evaluates the losses.
     ``draws_data=False``: the data are given, nothing is drawn (they are counted where the engine copies them).
     """
     return _peak(memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every))
@@ -437,7 +484,7 @@ def _peak(parts: dict[str, int]) -> int:
 def _smaller(part: str) -> str:
     """The settings that make ``part`` of :func:`memory_parts` smaller."""
     if part in ("the recorded history", "the weight snapshots", "the integrated trajectory"):
-        return f"a smaller {named('epoch')}"
+        return f"a smaller {named('epoch')} (or, for a flow, fewer {named('record')} steps)"
     if part == "the weights":
         return f"a smaller {named('head_num')} or {named('in_dim')}"
     return (f"a smaller {named('trainset_size')}, {named('testset_size')} or {named('seq_len')} (or "
