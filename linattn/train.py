@@ -19,7 +19,7 @@ import numpy as np
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite.
 
-    ``suggested_lr`` is None unless a caller tried smaller rates (:meth:`suggest`; ``run.run`` does).
+    ``suggested_lr`` is None unless a caller tried smaller rates (:meth:`suggest`; ``experiment.run`` does).
     """
 
     def __init__(self, step: int, loss: float, lr: float):
