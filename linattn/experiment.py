@@ -19,13 +19,16 @@ import time
 import numpy as np
 
 from . import objectives
+from .config import RunConfig
 from .flow import gradient_flow
 from .train import History, TrainingDiverged, gradient_descent, weights_of
+
 # the names other modules import from here (re-exports, until they import from the module of their job)
+from .keys import NUMERICAL_LIBRARIES, TRAJECTORY_CODE, code_digest, run_key, trajectory_code_hash  # noqa: F401,I001
 from .plan import (COVARIANCE, DATA, EVERYTHING, NOTHING, Plan, _draw, _given_data,  # noqa: F401
                    _population_datasets, check_threads, draw, plan)
 from .result import RunResult, load_run, write_outputs  # noqa: F401
-from .keys import NUMERICAL_LIBRARIES, TRAJECTORY_CODE, code_digest, run_key, trajectory_code_hash  # noqa: F401
+
 
 def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, steps: int,
               max_halvings: int = 20) -> tuple[float | None, int]:

@@ -134,7 +134,7 @@ def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None
     ``method`` and an engine with moments). ``method``, ``rtol``, ``atol`` go to ``scipy.integrate.solve_ivp``
     (``atol`` is absolute on the weights, so keep it well below the initialisation scale).
 
-    Raises ConfigError (:func:`check_flow`) before any work for what it cannot honour.
+    Raises ConfigError (``check_flow``) before any work for what it cannot honour.
     """
     steps = check_flow(objective, method=method, jacobian=jacobian, record=record, epoch=epoch)
     from scipy.integrate import solve_ivp  # here: importing scipy.integrate costs every run that never needs it

@@ -15,6 +15,7 @@ from .config import ConfigError, RunConfig, check_memory
 from .data import named
 from .weights import check_weights, init_weights
 
+
 def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
     """The data sets and initial weights of ``cfg``, as :func:`run` would train them: the reference's own random
     numbers (``draws="reference"``), or linattn's independent streams, one per purpose (``draws="streams"``).

@@ -8,15 +8,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from . import data as data_mod
 from .config import RunConfig
-from .records import atomic_write, provenance, write_csv, write_json
 from .plan import _draw
+from .records import atomic_write, provenance, write_csv, write_json
 from .train import History
+
+if TYPE_CHECKING:
+    import torch
+
 
 @dataclass
 class RunResult:
@@ -70,7 +74,9 @@ class RunResult:
     def model(self) -> torch.nn.Module | None:
         """The model after training: the module that trained (on ``device``), else rebuilt from ``weights`` on first use
         (float64, CPU); None without weights."""
-        from .models import build_model  # torch: imported where a model is built, not with linattn
+        from .models import (
+            build_model,  # torch: imported where a model is built, not with linattn
+        )
 
         if self._model is None and self.weights is not None:
             self._model = build_model(self.config.model, self.weights, softmax=self.config.softmax)
