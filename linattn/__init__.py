@@ -3,10 +3,11 @@
 
 The house (imports run downwards only; ``ARCHITECTURE.md`` has the full plan)::
 
-    linattn.cli            the `linattn` command: train, figures, notebook
+    linattn.cli            the `linattn` command: train, sweep, figures, notebook
     linattn.companion      the book: figure runner, presets, run store, published readings, plotting, book builder
     ─────────────────────  the science core, which never imports the companion ─────────────────────────────────
-    experiment             one run from a RunConfig (config): draw, train, write, load
+    experiment             one run from a RunConfig (config): train it (plan: check and draw; result: the record,
+                           written and read back; keys: its address)
     train, flow            gradient descent, gradient flow
     objectives             the losses behind one registry: exact, population, softmax, autograd
     models                 ATTN_M, ATTN_S (rank R), the MLP on the cubic feature; softmax variants
@@ -35,8 +36,8 @@ from .weights import init_weights, mlp_from_attn_m
 
 #: The names given on first use (PEP 562 module ``__getattr__``), each → the module it comes from: importing linattn
 #: (and checking a RunConfig) imports no torch, scipy or matplotlib; a run, a model or a draw imports torch then.
-_LAZY = {"run": "experiment", "RunResult": "experiment", "load_run": "experiment", "write_outputs": "experiment",
-         "draw": "experiment", "build_model": "models", "TrainingDiverged": "train"}
+_LAZY = {"run": "experiment", "RunResult": "result", "load_run": "result", "write_outputs": "result",
+         "draw": "plan", "build_model": "models", "TrainingDiverged": "train"}
 _SUBMODULES = ("theory", "diagnostics", "events", "objectives")
 
 __all__ = ["RunConfig", "ConfigError", "run", "run_many", "RunResult", "load_run", "write_outputs", "draw",

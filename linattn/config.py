@@ -9,13 +9,13 @@ knob help (``linattn.companion.presets.HELP``, hence the notebooks' parameters c
 :meth:`RunConfig.validate` raises :class:`ConfigError` with one sentence for any invalid setting; ``error.field``
 names the setting, and the message names it as Python writes it (``head_num must be a positive integer, got 0``) or,
 through :meth:`ConfigError.words`, as another caller does (``linattn train`` says ``--head_num``).
-:func:`memory_estimate` and :func:`check_memory` refuse a run whose data cannot fit before it starts.
+:func:`~linattn.memory.memory_estimate` and :func:`~linattn.memory.check_memory` (in :mod:`linattn.memory`,
+re-exported here) refuse a run whose data cannot fit before it starts.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Callable
@@ -27,6 +27,8 @@ from .data import ConfigError, check_choice, check_covariance, check_int, check_
     is_number, named
 from .weights import INIT_SCHEMES, MODELS, check_weight_settings
 from .normalization import NORMALIZATIONS
+# the memory of a run, once defined here (re-exports, until their callers import linattn.memory)
+from .memory import available_memory, check_memory, format_size, memory_estimate, memory_parts, parse_size  # noqa: F401
 
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
@@ -38,8 +40,9 @@ class Setting:
     """One setting of a run, declared once beside its :class:`RunConfig` field.
 
     ``kind``: the type :meth:`RunConfig.validate` requires — ``int``, ``size`` (an int, or None for the population
-    objective), ``number``, ``bool``, ``str``, ``numbers`` (a sequence of numbers or None) or ``matrix`` (None or a
-    matrix); a bool is no int or number here (True is no size). ``choices``: the allowed strings (a callable where
+    objective), ``number``, ``bool``, ``str``, ``numbers`` (a sequence of numbers or None), ``matrix`` (None or a
+    matrix) or ``record`` (None, an int or a sequence of ints); a bool is no int or number here (True is no size).
+    ``choices``: the allowed strings (a callable where
     they are registered elsewhere, e.g. the engines). ``check``: the rule for one valid-typed value,
     ``check(name, value)``, raising ConfigError; the range of an integer is ``low``, ``high`` and its wording
     ``what`` (:func:`~linattn.data.check_int`). The settings that shape the initial weights (model, head_num, in_dim,
@@ -94,6 +97,8 @@ _KINDS = {
     "str": (lambda v: isinstance(v, str), "a string"),
     "numbers": (lambda v: True, "a sequence of numbers"),  # checked with in_dim (validate)
     "matrix": (lambda v: True, "a matrix"),
+    "record": (lambda v: v is None or is_int(v) or (isinstance(v, (tuple, list)) and all(is_int(k) for k in v)),
+               "None (every step), a number of steps per decade, or a sequence of integer steps"),
 }
 
 
@@ -120,6 +125,24 @@ def _device(name, value):
         if index >= torch.cuda.device_count():
             raise ConfigError(f"{named(name, value)}: torch sees {torch.cuda.device_count()} CUDA device(s), numbered "
                               "from 0", field=name, value=value)
+
+
+def _record(name, value):
+    if is_int(value) and value < 1:
+        raise ConfigError(f"{named(name)} as a number of steps per decade must be >= 1, got {value}", field=name,
+                          value=value)
+    if isinstance(value, (tuple, list)) and (len(value) == 0 or value[0] < 0 or
+                                             any(b <= a for a, b in zip(value, value[1:]))):
+        raise ConfigError(f"{named(name)} as steps must be a non-empty, strictly increasing sequence of steps >= 0, "
+                          f"got {value!r}", field=name, value=value)
+
+
+def log_steps(epoch: int, per_decade: int) -> np.ndarray:
+    """0, the steps round(10^(j/``per_decade``)) for j = 0, 1, … below ``epoch``, and ``epoch``: a grid even on a
+    log axis whose steps do not depend on ``epoch`` (a longer run records the shorter one's, and more)."""
+    top = int(np.floor(per_decade * np.log10(max(epoch, 1)) + 1e-9))
+    grid = np.round(10.0 ** (np.arange(top + 1) / per_decade)).astype(np.int64)
+    return np.unique(np.concatenate([[0], grid[grid < epoch], [epoch]])).astype(np.int64)
 
 
 @dataclass
@@ -188,6 +211,11 @@ class RunConfig:
                            "(any model)", flags=("--engine",), choices=objectives.engine_choices)
     dynamics: str = _setting("gd", "str", "gd: full-batch gradient descent; flow: gradient flow (scipy solve_ivp) "
                              "at t/τ = 2·lr·step", flags=("--dynamics",), choices=DYNAMICS)
+    record: int | tuple[int, ...] | None = _setting(
+        None, "record", "the steps whose losses are recorded: None, every step 0 … epoch−1; n > 0, n per decade, "
+        "round(10^(j/n)) for j = 0, 1, … below epoch, with step 0 and the end, epoch; or the increasing steps "
+        "themselves, in [0, epoch]. Other than None only with dynamics=flow (gradient descent records every step)",
+        check=_record)
     dtype: str = _setting("float64", "str", "the precision of the training: float64 or float32", flags=("--dtype",), choices=DTYPES)
     device: str = _setting("auto", "str", "auto: the CPU for the exact and population engines, CUDA when available "
                            "for autograd and softmax; cpu; or cuda[:k] (refused when torch sees no such device)",
@@ -225,6 +253,15 @@ class RunConfig:
                        cov_matrix=np.asarray(cov, dtype=np.float64).tolist(), white_cov=False, spectrum=None,
                        population_samples=0)
 
+    def recorded_steps(self) -> np.ndarray | None:
+        """The steps the run records (``record``): None for every step 0 … epoch−1, else an increasing int64
+        array (:func:`log_steps` for a number per decade)."""
+        if self.record is None:
+            return None
+        if is_int(self.record):
+            return log_steps(self.epoch, int(self.record))
+        return np.asarray(self.record, dtype=np.int64)
+
     def to_dict(self) -> dict:
         """Every setting by name (``trainset_size`` None as ``"inf"``): ``run.json``'s ``settings``."""
         d = asdict(self)
@@ -240,8 +277,9 @@ class RunConfig:
         d = dict(d)
         if d.get("trainset_size") == "inf":
             d["trainset_size"] = None
-        if d.get("spectrum") is not None:
-            d["spectrum"] = tuple(d["spectrum"])
+        for name in ("spectrum", "record"):  # a JSON list back to the tuple it was
+            if isinstance(d.get(name), list):
+                d[name] = tuple(d[name])
         return cls(**d)
 
     def validate(self) -> "RunConfig":
@@ -278,6 +316,13 @@ class RunConfig:
                 "softmax", True)
         if (reason := objectives.refusal(self)) is not None:
             bad(reason, "engine", self.engine)
+        if self.record is not None:
+            if self.dynamics != "flow":
+                bad(f"{named('record')} other than None needs {named('dynamics', 'flow')} (gradient descent records "
+                    "every step)", "record", self.record)
+            if isinstance(self.record, (tuple, list)) and self.record[-1] > self.epoch:
+                bad(f"{named('record')}: step {self.record[-1]} is after the run's end, {named('epoch')} = "
+                    f"{self.epoch}", "record", self.record)
         if self.spectrum is not None:
             if self.white_cov:
                 bad(f"{named('spectrum')} and {named('white_cov', True)} are mutually exclusive", "spectrum",
@@ -319,144 +364,3 @@ class RunConfig:
 #: Every setting of a run by field name, in the order of :class:`RunConfig`: the one declaration.
 SETTINGS: dict[str, Setting] = {f.name: replace(f.metadata["setting"], name=f.name, default=f.default)
                                 for f in fields(RunConfig)}
-
-
-# ── memory ───────────────────────────────────────────────────────────────────────────────────────────────────────
-
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def parse_size(size) -> int:
-    """A number of bytes from an int or a string such as ``"8G"``, ``"500M"``, ``"1.5GiB"`` or ``"4096"``
-    (K, M, G, T: powers of 1024). ConfigError (a ValueError) naming ``max_memory`` for anything else."""
-    if is_int(size) and size > 0:
-        return int(size)
-    m = None
-    if isinstance(size, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", size, re.IGNORECASE)
-    if m is None or float(m.group(1)) <= 0:
-        raise ConfigError(f"{named('max_memory')} must be a number of bytes, or a size such as '8G' or '500M', got "
-                          f"{size!r}", field="max_memory", value=size)
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
-def format_size(n: float) -> str:
-    """Bytes for people: ``"1.5 GiB"``, ``"300 MiB"``."""
-    for unit in ("TiB", "GiB", "MiB", "KiB"):
-        scale = _UNITS[unit[0]]
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
-
-
-def available_memory() -> int | None:
-    """Bytes this process can still allocate without swapping: ``MemAvailable`` of /proc/meminfo where there is
-    one (Linux), else the physical memory (``os.sysconf``); None where neither can be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def memory_parts(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None,
-                 snapshot_every: int = 0) -> dict[str, int]:
-    """What holds the memory of a run of ``cfg`` (trained by ``engine``; None: ``objectives.resolve(cfg)``;
-    a weight snapshot every ``snapshot_every`` steps), in bytes (rough; :func:`memory_estimate` adds them up).
-    E = in_dim + 1 numbers per token, n = seq_len tokens per sequence."""
-    D, n, E = cfg.in_dim, cfg.seq_len, cfg.in_dim + 1
-    engine = engine or objectives.resolve(cfg)
-    sets = [] if engine == "population" else [cfg.trainset_size] + [cfg.testset_size] * 2 * bool(cfg.testset_size)
-    tokens = sum(sets) * n
-    parts = {}
-    if draws_data and sets:
-        # kept for the whole run: every set, float32 (reference) or float64 (streams)
-        parts["the drawn data sets"] = (4 if cfg.draws == "reference" else 8) * tokens * E
-        # while the largest set is drawn: its inputs in float64 and two more copies (reference: the float64 draw,
-        # its float32 cast, the centred cast; streams: the Gaussian draw, its rotation, the concatenation)
-        parts["drawing the largest set"] = 16 * max(sets) * n * D
-    F = D * D if cfg.model == "mlp" else D * E * (E + 1) // 2  # the feature the exact engine's moments are of
-    if engine == "exact" or (engine == "population" and cfg.population_samples):
-        # one chunk of sequences in float64 and its features (population: Monte-Carlo samples, drawn chunk by chunk)
-        chunk = min(cfg.chunk, max(sets, default=cfg.chunk))
-        copies = 3 if engine == "population" else 1  # a sample is drawn (inputs, rotation, sequences); data copied
-        parts["the engine's moments"] = 2 * 8 * F * F + 8 * chunk * (copies * n * E + 2 * F)
-    elif engine == "population":
-        # the Gaussian moment tensors up to order 6 (objectives/population.py) and 64 probe sequences (check_linear)
-        parts["the engine's moments"] = 2 * 8 * F * F + 4 * 8 * E**6 + 3 * 8 * 64 * n * E
-    if engine in ("autograd", "softmax"):
-        # a copy of every set in the run's dtype (softmax: padded to blocks, converted, then re-laid out: ~3 copies)
-        copies = 1 if engine == "autograd" else 3
-        parts["the engine's copy of the data"] = copies * (4 if cfg.dtype == "float32" else 8) * tokens * E
-    shapes = {"attnM": 2 * E * E, "attnS": 2 * cfg.rank * E + E * E, "mlp": D * D + 1}
-    weights = 8 * cfg.head_num * shapes.get(cfg.model, 0)  # one copy of the weights in float64
-    parts["the weights"] = 4 * weights  # weights, gradient, initial, final
-    # one row a step, float64: the step, the loss, the two test losses, each head's value weight (train._Records)
-    row = 2 + 2 * bool(cfg.testset_size) + cfg.head_num * cfg.track_value
-    parts["the recorded history"] = 8 * row * cfg.epoch
-    if snapshot_every:
-        parts["the weight snapshots"] = weights * (cfg.epoch // snapshot_every + 2)
-    if cfg.dynamics == "flow":  # solve_ivp returns the weights at every step before the losses are evaluated
-        parts["the integrated trajectory"] = weights * (cfg.epoch + 1)
-    return parts
-
-
-def memory_estimate(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None,
-                    snapshot_every: int = 0) -> int:
-    """The peak memory of a run of ``cfg`` in bytes, roughly (within a factor of ~2):
-
-        peak = data sets + weights + history + snapshots + max(drawing the largest set, the engine's copy or
-               moments, gradient flow's trajectory)
-
-    The drawn training and test sets hold P·seq_len·(in_dim+1) numbers each (float32 with ``draws="reference"``,
-    float64 with ``"streams"``); drawing a set briefly holds its inputs in float64 and two more copies; the engine
-    copies the data (autograd, softmax) or holds its moments (exact: two F×F float64 matrices, F the length of the
-    model's feature, and one chunk; population: no data, the moment tensors). The history holds one float64 row
-    a step (step, loss, test losses, value weights with ``track_value``), every ``snapshot_every`` steps a copy of
-    the weights is kept, and gradient flow holds the weights at every step while it evaluates the losses.
-    ``draws_data=False``: the data are given, nothing is drawn (they are counted where the engine copies them).
-    """
-    return _peak(memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every))
-
-
-# what the run keeps from start to end; every other part is held for a while, the largest of them at the peak
-_KEPT = ("the drawn data sets", "the weights", "the recorded history", "the weight snapshots")
-
-
-def _peak(parts: dict[str, int]) -> int:
-    transient = [n for name, n in parts.items() if name not in _KEPT]
-    return sum(parts.get(name, 0) for name in _KEPT) + max(transient, default=0)
-
-
-def _smaller(part: str) -> str:
-    """The settings that make ``part`` of :func:`memory_parts` smaller."""
-    if part in ("the recorded history", "the weight snapshots", "the integrated trajectory"):
-        return f"a smaller {named('epoch')}"
-    if part == "the weights":
-        return f"a smaller {named('head_num')} or {named('in_dim')}"
-    return (f"a smaller {named('trainset_size')}, {named('testset_size')} or {named('seq_len')} (or "
-            f"{named('in_dim')})")
-
-
-def check_memory(cfg: RunConfig, max_memory=None, *, draws_data: bool = True, engine: str | None = None,
-                 snapshot_every: int = 0) -> int:
-    """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``;
-    None: ``available_memory()``, no check where that is unknown), else :class:`ConfigError` naming it, with the
-    settings that shrink its largest part."""
-    parts = memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every)
-    need = _peak(parts)
-    limit = available_memory() if max_memory is None else parse_size(max_memory)
-    if limit is not None and need > limit:
-        largest = max(parts, key=parts.get)
-        what = "memory available now" if max_memory is None else "the limit given"
-        raise ConfigError(f"this run needs about {format_size(need)} of memory (largest part: {largest}, "
-                          f"{format_size(parts[largest])}), more than {named('max_memory')}: {format_size(limit)} "
-                          f"({what}); use {_smaller(largest)}, or a larger {named('max_memory')}",
-                          field="max_memory", value=max_memory)
-    return need

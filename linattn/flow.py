@@ -4,7 +4,11 @@ The paper's dynamics are the flow τ dθ/dt = −½ ∂L/∂θ (loss without ½)
 Euler discretisation with Δt/τ = 2η, so GD step k sits at t/τ = 2η·k. :func:`gradient_flow` integrates the same flow
 written on GD's step axis, dθ/dk = −η ∂L/∂θ (k continuous), with scipy's ``solve_ivp`` (adaptive, error-controlled),
 and reports the loss at the integer k = 0 … epoch−1 that GD records, so a flow curve, a GD curve and a theory curve
-share one axis (``theory.steps_to_time`` turns k into the paper's t/τ).
+share one axis (``theory.steps_to_time`` turns k into the paper's t/τ) — or only at chosen steps (``record``), so that
+a flow of 10⁹ steps is the few hundred points it recorded. On the exact and population engines the loss is the
+quadratic form L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ of the combined weight m(θ), and its Hessian in θ is
+written out (:func:`loss_hessian`): the Jacobian a stiff integrator (BDF, LSODA, Radau) needs to take long steps on
+the plateaus, where E[TTᵀ]'s curvatures span several decades.
 
 When does GD track the flow? At the published learning rates GD is the flow shifted slightly in time: measured
 (``benchmarks/bench_engines.py --only flow``, ``benchmarks/README.md``) the maximum relative loss difference is 4.1%
@@ -20,9 +24,11 @@ from typing import Callable
 
 import numpy as np
 
-from .train import History, TrainingDiverged, weights_of
+from .data import ConfigError
+from .train import History, TrainingDiverged, _Records, weights_of
 
 _METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
+_IMPLICIT = ("LSODA", "Radau", "BDF")  # the methods that use a Jacobian
 
 
 class _Vectorised:
@@ -61,55 +67,109 @@ class _Vectorised:
         grad = parameters_to_vector([p.grad for p in self.params])
         return -self.lr * grad.detach().cpu().to(torch.float64).numpy()
 
+    def jac(self, _t, theta: np.ndarray) -> np.ndarray:
+        """∂(−η ∇L)/∂θ = −η ∇²L (:func:`loss_hessian`)."""
+        self.set(theta)
+        return -self.lr * loss_hessian(self.model, self.objective.moments)
+
+
+def loss_hessian(model, moments) -> np.ndarray:
+    """∇²L(θ) (n, n) of the quadratic loss L = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ of the model's combined weight
+    m(θ), θ its parameters in ``parameters()`` order:
+
+        ∇²L = 2 Jᵀ E[TTᵀ] J + ∂²⟨g, m⟩/∂θ²,   J = ∂m/∂θ,   g = ∂L/∂m = 2 (E[TTᵀ] m − E[yT])
+
+    (``model.combined_jacobian()``, ``model.combined_curvature(g)``: written out for ATTN_M, autograd otherwise).
+    ``moments``: the exact or population engine's (``objectives.Moments``). Float64 numpy."""
+    import torch
+
+    with torch.no_grad():
+        m = model.combined().to(moments.TT.dtype)
+        TT = moments.TT
+        g = 2.0 * (TT @ m - moments.yT)
+    J = model.combined_jacobian().to(TT.dtype)
+    out = 2.0 * J.T @ TT @ J + model.combined_curvature(g).to(TT.dtype)
+    return out.detach().cpu().numpy().astype(np.float64)
+
+
+def check_flow(objective, *, method: str, jacobian: bool, record=None, epoch: int) -> np.ndarray:
+    """The recorded steps (``record``; None: every step 0 … epoch−1) as an int64 array, after checking what
+    :func:`gradient_flow` is asked: ConfigError for a method that is not solve_ivp's, a Jacobian for an explicit
+    method or for an objective without moments (only the exact and population engines have them), or recorded steps
+    that are not increasing integers in [0, epoch]."""
+    if method not in _METHODS:
+        raise ConfigError(f"method must be one of {_METHODS}, got {method!r}", field="method", value=method)
+    if jacobian and method not in _IMPLICIT:
+        raise ConfigError(f"an analytic Jacobian needs an implicit method ({', '.join(_IMPLICIT)}); {method} uses "
+                          "none", field="method", value=method)
+    if jacobian and getattr(objective, "moments", None) is None:
+        name = getattr(objective, "name", type(objective).__name__)
+        raise ConfigError(f"the analytic Jacobian is the Hessian of the loss's moments: the {name} engine has none "
+                          "(use the exact or population engine, or jacobian=False)", field="engine", value=name)
+    if record is None:
+        return np.arange(epoch, dtype=np.int64)
+    steps = np.asarray(record)
+    if steps.ndim != 1 or steps.size == 0 or not np.issubdtype(steps.dtype, np.integer):
+        raise ConfigError(f"record must be a non-empty 1-d array of integer steps, got {record!r}", field="record",
+                          value=record)
+    if steps[0] < 0 or steps[-1] > epoch or np.any(np.diff(steps) <= 0):
+        raise ConfigError(f"record must be strictly increasing steps in [0, epoch = {epoch}]", field="record",
+                          value=record)
+    return steps.astype(np.int64)
+
 
 def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None = None,
                   track_value: bool = False, snapshot_every: int = 0, snapshot: Callable | None = None,
-                  method: str = "LSODA", rtol: float = 1e-8, atol: float = 1e-13) -> History:
+                  record=None, jacobian: bool = False, method: str = "LSODA", rtol: float = 1e-8,
+                  atol: float = 1e-13) -> History:
     """Integrate dθ/dk = −lr ∂L/∂θ (the flow τ dθ/dt = −½ ∂L/∂θ at t/τ = 2·lr·k) from the model's current weights to
     k = epoch, leaving the model there.
 
-    Returns a :class:`~linattn.train.History` like ``gradient_descent``'s: row k holds the loss (and test losses,
-    value weights) at step k = 0 … epoch−1; ``snapshot_every`` stores ``snapshot(model)`` at those
-    rows and at k = epoch. ``objective`` is any engine with ``value_and_grad(model)`` and ``value(model)``;
-    with the exact or population engine a paper-size flow takes seconds. ``method``, ``rtol``, ``atol`` go to
-    ``scipy.integrate.solve_ivp`` (``atol`` is absolute on the weights, so keep it well below the
-    initialisation scale).
+    Returns a :class:`~linattn.train.History` like ``gradient_descent``'s: row i holds the loss (and test losses,
+    value weights) at step ``history.step[i]``: every k = 0 … epoch−1 by default, or the increasing integer steps
+    ``record`` (any in [0, epoch]; epoch is where the run ends), the only points the integrator is evaluated at.
+    ``snapshot_every`` stores ``snapshot(model)`` at the multiples of it and at k = epoch. ``objective`` is any
+    engine with ``value_and_grad(model)`` and ``value(model)``; with the exact or population engine a paper-size flow
+    takes seconds. ``jacobian``: hand the integrator ∂(−lr ∇L)/∂θ = −lr ∇²L (:func:`loss_hessian`; needs an implicit
+    ``method`` and an engine with moments). ``method``, ``rtol``, ``atol`` go to ``scipy.integrate.solve_ivp``
+    (``atol`` is absolute on the weights, so keep it well below the initialisation scale).
+
+    Raises ConfigError (``check_flow``) before any work for what it cannot honour.
     """
+    steps = check_flow(objective, method=method, jacobian=jacobian, record=record, epoch=epoch)
     from scipy.integrate import solve_ivp  # here: importing scipy.integrate costs every run that never needs it
 
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     start = time.perf_counter()
     vec = _Vectorised(model, objective, lr)
-    theta0 = vec.get()
-    k_eval = np.arange(epoch + 1, dtype=np.float64)  # the last point is where GD's last step lands
-    sol = solve_ivp(vec.rhs, (0.0, k_eval[-1]), theta0, method=method, t_eval=k_eval, rtol=rtol, atol=atol)
+    snap_steps = np.arange(0, epoch + 1, snapshot_every) if snapshot_every else np.zeros(0, dtype=np.int64)
+    # every point evaluated: the records, the snapshots and the end (where GD's last step lands)
+    k_eval = np.union1d(np.union1d(steps, snap_steps), [epoch])
+    sol = solve_ivp(vec.rhs, (0.0, float(epoch)), vec.get(), method=method, t_eval=k_eval.astype(np.float64),
+                    rtol=rtol, atol=atol, jac=vec.jac if jacobian else None)
     if not sol.success:
         raise RuntimeError(f"gradient flow integration failed: {sol.message}")
-    thetas = sol.y
-    losses = np.empty(epoch)
-    test_rows = {k: np.empty(epoch) for k in (tests or {})}
-    values = None
-    snaps = []
+    at = dict(zip(k_eval.tolist(), sol.y.T))
+    tests = tests or {}
+    rec = _Records(len(steps), tests, len(model.value_weights()) if track_value else 0)
+    for i, k in enumerate(steps.tolist()):
+        vec.set(at[k])
+        rec.losses[i] = objective.value(model)
+        for key, obj in tests.items():
+            rec.tests[key][i] = obj.value(model)
+        if rec.values is not None:
+            rec.values[i] = model.value_weights().detach().cpu().numpy()
     take = snapshot or weights_of
-    for k in range(epoch):
-        vec.set(thetas[:, k])
-        losses[k] = objective.value(model)
-        for key, obj in (tests or {}).items():
-            test_rows[key][k] = obj.value(model)
-        if track_value:
-            v = model.value_weights().detach().cpu().numpy()
-            if values is None:
-                values = np.empty((epoch, v.size))
-            values[k] = v
-        if snapshot_every and k % snapshot_every == 0:
-            snaps.append((k, take(model)))
-    vec.set(thetas[:, -1])
-    if snapshot_every:
+    snaps = []
+    for k in snap_steps.tolist():
+        vec.set(at[k])
+        snaps.append((k, take(model)))
+    if snapshot_every and snap_steps[-1] != epoch:
+        vec.set(at[epoch])
         snaps.append((epoch, take(model)))
-    if not np.all(np.isfinite(losses)):
-        bad = int(np.argmin(np.isfinite(losses)))
-        raise TrainingDiverged(bad, float(losses[bad]), lr)
-    return History(step=np.arange(epoch), train_loss=losses, test_iwl=test_rows.get("test_iwl"),
-                   test_icl=test_rows.get("test_icl"), values=values, snapshots=snaps,
+    vec.set(at[epoch])
+    if not np.all(np.isfinite(rec.losses)):
+        bad = int(np.argmin(np.isfinite(rec.losses)))
+        raise TrainingDiverged(int(steps[bad]), float(rec.losses[bad]), lr)
+    return History(step=steps, train_loss=rec.losses, test_iwl=rec.tests.get("test_iwl"),
+                   test_icl=rec.tests.get("test_icl"), values=rec.values, snapshots=snaps,
                    wall_time=time.perf_counter() - start)

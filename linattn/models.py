@@ -140,6 +140,42 @@ class _Model(nn.Module):
         return y.cpu().numpy()
 
 
+    def combined_jacobian(self) -> torch.Tensor:
+        """J = ∂m/∂θ, (F, n): the combined weight m = ``combined()`` differentiated in every parameter, θ the
+        parameters flattened in ``parameters()`` order (``parameters_to_vector``'s layout). By autograd here; a model
+        may write it out (ATTN_M does)."""
+        theta = torch.nn.utils.parameters_to_vector(self.parameters()).detach()
+        return torch.autograd.functional.jacobian(lambda th: _at(self, th, self.combined), theta)
+
+    def combined_curvature(self, g: torch.Tensor) -> torch.Tensor:
+        """∂²⟨g, m⟩/∂θ², (n, n), for a fixed ``g`` of m's shape: the second-order part of the Hessian of any loss of
+        m, ∇²L(θ) = Jᵀ (∂²L/∂m²) J + ∂²⟨∂L/∂m, m⟩/∂θ² (J: :meth:`combined_jacobian`). By autograd here."""
+        theta = torch.nn.utils.parameters_to_vector(self.parameters()).detach()
+        g = g.detach()
+        return torch.autograd.functional.hessian(lambda th: torch.dot(g, _at(self, th, self.combined)), theta)
+
+
+def _at(model: nn.Module, theta: torch.Tensor, fn):
+    """``fn()`` (a method of ``model``, by name of its bound method) with the model's parameters replaced by the flat
+    vector ``theta``, differentiably (``torch.func.functional_call``); the model itself is left unchanged."""
+    at, offset = {}, 0
+    for name, p in model.named_parameters():
+        at[f"inner.{name}"] = theta[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return torch.func.functional_call(_Call(model, fn.__name__), at, ())
+
+
+class _Call(nn.Module):
+    """A module whose forward is another method of ``inner`` (for ``torch.func.functional_call``)."""
+
+    def __init__(self, inner: nn.Module, method: str):
+        super().__init__()
+        self.inner, self.method = inner, method
+
+    def forward(self):
+        return getattr(self.inner, self.method)()
+
+
 class _Attention(_Model):
     """Shared query-row computation; subclasses give the query-key bilinear form and the combined weight."""
 
@@ -255,6 +291,37 @@ class AttnM(_Attention):
     def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W₁ (H, D²), w₂ (H,)): the MLP with the same in-context matrix while the vector blocks are zero."""
         return _attn_m_to_mlp(self.W_KQ, self.v[:, -1])
+
+    def combined_jacobian(self) -> torch.Tensor:
+        """J = ∂m/∂θ (F, n), written out. m is bilinear: with M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] (a < D) and
+        m = fold(M), fold(M)[a, k] = Σ_bc M[a, b, c] Φ[b, c, k] (``fold_combined``),
+
+            ∂m[a, k]/∂W_KQ[h][a', b] = δ_aa' Σ_c Φ[b, c, k] v_h[c]   (0 for the label row a' = D),
+            ∂m[a, k]/∂v_h[c] = Σ_b W_KQ[h][a, b] Φ[b, c, k]."""
+        with torch.no_grad():
+            W, v = self.W_KQ, self.v
+            H, E = v.shape
+            D = E - 1
+            Phi = _fold_matrix(D, v.dtype, v.device).reshape(E, E, -1)
+            eye = torch.eye(E, dtype=v.dtype, device=v.device)[:D]  # δ_aa', a' over all E rows
+            JW = torch.einsum("ad,bck,hc->akhdb", eye, Phi, v).reshape(-1, H * E * E)
+            Jv = torch.einsum("hab,bck->akhc", W[:, :D], Phi).reshape(-1, H * E)
+            return torch.cat([JW, Jv], dim=1)
+
+    def combined_curvature(self, g: torch.Tensor) -> torch.Tensor:
+        """∂²⟨g, m⟩/∂θ² (n, n), written out: m is linear in each head's W_KQ[h] and v_h apart, so the only nonzero
+        blocks pair W_KQ[h][a, b] with v_h[c] of the same head, ∂²⟨g, m⟩/∂W_KQ[h][a, b]∂v_h[c] = G[a, b, c] with
+        G = ``unfold_combined(g)`` (zero on the label row a = D)."""
+        with torch.no_grad():
+            H, E = self.v.shape
+            G = torch.nn.functional.pad(unfold_combined(g.to(self.v.dtype)), (0, 0, 0, 0, 0, 1))  # (E, E, E)
+            eye = torch.eye(H, dtype=G.dtype, device=G.device)
+            cross = torch.einsum("hj,abc->habjc", eye, G).reshape(H * E * E, H * E)
+            n = H * E * E + H * E
+            out = torch.zeros(n, n, dtype=G.dtype, device=G.device)
+            out[:H * E * E, H * E * E:] = cross
+            out[H * E * E:, :H * E * E] = cross.T
+            return out
 
     def conserved_quantities(self) -> dict[str, torch.Tensor]:
         """Per head ‖v_h‖² − ‖W_KQ[h]‖² ("v_minus_k") and "scale" (see :func:`_balances`)."""

@@ -19,7 +19,7 @@ import numpy as np
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite.
 
-    ``suggested_lr`` is None unless a caller tried smaller rates (:meth:`suggest`; ``run.run`` does).
+    ``suggested_lr`` is None unless a caller tried smaller rates (:meth:`suggest`; ``experiment.run`` does).
     """
 
     def __init__(self, step: int, loss: float, lr: float):
@@ -134,7 +134,7 @@ def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | N
 
 
 class _Records:
-    """The rows a run records, one per step: the loss, each test loss, the value weights (``heads`` > 0)."""
+    """The rows a run records, one per recorded step: the loss, each test loss, the value weights (``heads`` > 0)."""
 
     def __init__(self, epoch: int, tests: dict, heads: int):
         self.losses = np.empty(epoch)

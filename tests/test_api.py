@@ -1,6 +1,7 @@
 """The public Python API (``import linattn``): run with given weights and data, the final weights' round trip,
 load_run, input validation, the exact engine's linearity check and the device choice."""
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ import torch
 import linattn
 from linattn import data, models, objectives
 from linattn.cli import main
-from linattn.config import ConfigError
+from linattn.config import ConfigError, RunConfig
 from linattn.objectives import device_for as pick_device
 
 SMALL = dict(in_dim=3, seq_len=6, trainset_size=40, epoch=30, lr=0.05, init=0.3, head_num=2, draws="streams")
@@ -265,3 +266,25 @@ def test_a_run_on_the_population_loss_keeps_every_setting_but_the_data():
     assert np.array_equal(twin.cov_matrix, cov) and not twin.white_cov
     changed = {k for k in cfg.field_names() if getattr(cfg, k) != getattr(twin, k)}
     assert changed == {"trainset_size", "testset_size", "engine", "cov_matrix", "white_cov"}
+
+
+def test_a_run_is_carried_on_by_the_core_and_equals_the_longer_run(tmp_path):
+    """RunResult.extended of a run that linattn.run returned trains the remaining steps from its final weights; its
+    history and snapshots are the longer run's. A run read back knows no way to carry on (ValueError naming the
+    function that does)."""
+    from linattn.experiment import continued
+
+    cfg = RunConfig(model="attnM", head_num=2, in_dim=3, seq_len=8, trainset_size=40, testset_size=20, epoch=30,
+                    lr=0.05, init=0.3, draws="streams")
+    short = linattn.run(cfg, progress=False, snapshot_every=10)
+    longer = linattn.run(dataclasses.replace(cfg, epoch=70), progress=False, snapshot_every=10)
+    carried = short.extended(70)
+    assert carried.config.epoch == 70 and carried.history.step.tolist() == list(range(70))
+    np.testing.assert_allclose(carried.history.test_icl, longer.history.test_icl, rtol=1e-12)
+    assert [s for s, _ in carried.history.snapshots] == [0, 10, 20, 30, 40, 50, 60, 70]
+    np.testing.assert_allclose(carried.weights["W_KQ"], longer.weights["W_KQ"], rtol=1e-12)
+    linattn.write_outputs(short, tmp_path / "short")
+    back = linattn.load_run(tmp_path / "short")
+    with pytest.raises(ValueError, match="continued"):
+        back.extended(70)
+    np.testing.assert_allclose(continued(back, 70).history.train_loss, longer.history.train_loss, rtol=1e-12)

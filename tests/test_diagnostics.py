@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from linattn import diagnostics as dg
-from linattn import theory
+from linattn import loss_curves, theory
 from linattn.companion import published
 from linattn.config import RunConfig
 from linattn.models import init_weights, build_model
@@ -316,8 +316,8 @@ def test_normalize_is_a_required_keyword_in_every_diagnostic_that_takes_it():
     """A diagnostic that reads weights or a time axis changes by a factor of N with the normalisation: none may
     default it (issue: `theory`/`diagnostics` used to default to "mean" while runs default to "sum")."""
     import inspect
-    takers = {name: fn for name, fn in inspect.getmembers(dg, inspect.isfunction)
-              if fn.__module__ == dg.__name__ and "normalize" in inspect.signature(fn).parameters}
+    takers = {name: fn for module in (dg, loss_curves) for name, fn in inspect.getmembers(module, inspect.isfunction)
+              if fn.__module__ == module.__name__ and "normalize" in inspect.signature(fn).parameters}
     assert {"combined_A", "snapshot_fn", "tidy", "attn_m_effective_a0", "scalar_ode_overlay"} <= set(takers)
     for name, fn in takers.items():
         p = inspect.signature(fn).parameters["normalize"]

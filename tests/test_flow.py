@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from linattn import cli, data, models, objectives, theory
-from linattn.config import ConfigError, RunConfig
-from linattn.flow import gradient_flow
-from linattn.experiment import run
+from linattn.config import ConfigError, RunConfig, log_steps, memory_parts
+from linattn.experiment import draw, load_run, run, run_key, write_outputs
+from linattn.flow import _Vectorised, gradient_flow, loss_hessian
 from linattn.train import gradient_descent
 
 
@@ -111,3 +111,104 @@ def test_run_and_cli_take_the_flow(tmp_path):
     info = json.loads((out / "run.json").read_text())
     assert info["settings"]["dynamics"] == "flow"
     assert info["final_train_loss"] == pytest.approx(fl[-1], rel=1e-12)
+
+
+# ---------------------------------------------------------------- the Hessian, recorded steps, long flows
+
+def _attn_m_problem(seed=1):
+    cfg = RunConfig(model="attnM", head_num=3, in_dim=2, seq_len=8, init=1e-3, lr=0.01, trainset_size=60, icl=0.4,
+                    testset_size=0, white_cov=True, draws="streams", init_scheme="jan2025", seed=3)
+    datasets, w = draw(cfg)
+    rng = np.random.default_rng(seed)
+    weights = {k: rng.normal(size=v.shape) for k, v in w.items()}
+    model = models.build_model("attnM", weights, dtype=torch.float64)
+    return cfg, model, objectives.Exact.from_data(model, datasets.train)
+
+
+def test_attn_m_writes_out_the_combined_weights_derivatives_as_autograd_computes_them():
+    _, model, _ = _attn_m_problem()
+    J = model.combined_jacobian()
+    np.testing.assert_allclose(J, models._Model.combined_jacobian(model), atol=1e-13)
+    g = torch.as_tensor(np.random.default_rng(2).normal(size=J.shape[0]))
+    C = model.combined_curvature(g)
+    assert C.abs().max() > 0.1  # the test is not of two zero matrices
+    np.testing.assert_allclose(C, models._Model.combined_curvature(model, g), atol=1e-13)
+
+
+def test_loss_hessian_is_the_derivative_of_the_gradient():
+    """∇²L of flow.loss_hessian against central differences of the engine's gradient (autograd's or written out)."""
+    _, model, objective = _attn_m_problem()
+    vec = _Vectorised(model, objective, lr=1.0)
+    theta = vec.get()
+    H = loss_hessian(model, objective.moments)
+    eps = 1e-6
+    fd = np.stack([(vec.rhs(0, theta - eps * e) - vec.rhs(0, theta + eps * e)) / (2 * eps)
+                   for e in np.eye(theta.size)], axis=1)
+    assert np.abs(fd).max() > 1.0
+    np.testing.assert_allclose(H, fd, atol=1e-6 * np.abs(fd).max())
+    np.testing.assert_allclose(H, H.T, atol=1e-12 * np.abs(H).max())
+
+
+def test_the_flow_records_the_chosen_steps_and_takes_the_jacobian():
+    """At chosen steps the flow equals the every-step flow there; with the analytic Jacobian (LSODA, BDF) too."""
+    cfg, model, objective = _attn_m_problem()
+    w = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    every = gradient_flow(model, objective, lr=0.01, epoch=300)
+    chosen = np.array([0, 7, 100, 299, 300])
+    for method in ("LSODA", "BDF"):
+        model.load_state_dict(w)
+        h = gradient_flow(model, objective, lr=0.01, epoch=300, record=chosen, jacobian=True, method=method)
+        assert np.array_equal(h.step, chosen) and h.train_loss.shape == (5,)
+        np.testing.assert_allclose(h.train_loss[:4], every.train_loss[chosen[:4]], rtol=1e-6)
+        assert h.train_loss[-1] == pytest.approx(objective.value(model), rel=1e-12)  # the model ends at k = epoch
+
+
+def test_the_flow_refuses_what_it_cannot_honour():
+    cfg, model, objective = _attn_m_problem()
+    for kwargs, field in ((dict(method="Euler"), "method"), (dict(jacobian=True, method="RK45"), "method"),
+                          (dict(record=[0, 5, 5]), "record"), (dict(record=[0, 11]), "record"),
+                          (dict(record=[0.5, 2]), "record")):
+        with pytest.raises(ConfigError) as err:
+            gradient_flow(model, objective, lr=0.01, epoch=10, **kwargs)
+        assert err.value.field == field
+    with pytest.raises(ConfigError) as err:
+        gradient_flow(model, _Square(), lr=0.01, epoch=10, jacobian=True)  # a loss without moments
+    assert err.value.field == "engine"
+
+
+def test_log_steps_are_a_grid_on_a_log_axis_that_a_longer_run_extends():
+    steps = log_steps(10**4, 2)
+    assert steps.tolist() == [0, 1, 3, 10, 32, 100, 316, 1000, 3162, 10000]
+    longer = log_steps(10**6, 2)
+    assert set(steps) <= set(longer) and longer[-1] == 10**6
+    assert log_steps(5, 4).tolist() == [0, 1, 2, 3, 5]  # 10^(1/4), 10^(2/4) round to 2 and 3
+
+
+def test_a_flow_run_records_sparse_steps_and_reads_back(tmp_path):
+    """RunConfig(record=...) is a flow run's recorded steps: trained by run, in its key, written and read back, and
+    the memory estimate counts the recorded rows, not the steps."""
+    base = dict(model="attnM", head_num=2, in_dim=3, seq_len=8, trainset_size=None, lr=0.01, init=0.1,
+                draws="streams", dynamics="flow")
+    long = RunConfig(**base, epoch=10**7, record=3)
+    result = run(long)
+    assert np.array_equal(result.history.step, log_steps(10**7, 3))
+    dense = run(RunConfig(**base, epoch=2000)).history
+    np.testing.assert_allclose(result.history.train_loss[:11], dense.train_loss[result.history.step[:11]],
+                               rtol=1e-6)
+    write_outputs(result, tmp_path / "r")
+    back = load_run(tmp_path / "r")
+    assert back.config == long and np.array_equal(back.history.step, result.history.step)
+    np.testing.assert_array_equal(back.history.train_loss, result.history.train_loss)
+    assert run_key(long) != run_key(RunConfig(**base, epoch=10**7, record=4))
+    assert memory_parts(long)["the recorded history"] < 1000 < memory_parts(
+        RunConfig(**base, epoch=10**7))["the recorded history"]
+    explicit = RunConfig(**base, epoch=100, record=(0, 50, 100))
+    assert run(explicit).history.step.tolist() == [0, 50, 100]
+
+
+def test_record_is_checked_as_a_setting():
+    for record, dynamics in ((0, "flow"), ((3, 2), "flow"), ((), "flow"), ((0, 200), "flow"), (4, "gd"),
+                             ("log", "flow")):
+        with pytest.raises(ConfigError) as err:
+            RunConfig(epoch=100, record=record, dynamics=dynamics).validate()
+        assert err.value.field == "record"

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import linattn
-from linattn import experiment
+from linattn import experiment, keys
 from linattn.companion import notebooks
 from linattn.companion.paths import ENV_RETRAIN, retraining
 from linattn.companion.runstore import QUARANTINE, RunStore, StoreError
@@ -104,10 +104,10 @@ def test_what_changes_the_trajectory_changes_the_key(monkeypatch):
     flow = replace(CFG, dynamics="flow")
     assert _key(flow) != _key(replace(flow, epoch=10))  # an integrator is kept whole
     with monkeypatch.context() as m:
-        m.setattr(experiment, "trajectory_code_hash", lambda: "other code")
+        m.setattr(keys, "trajectory_code_hash", lambda: "other code")
         assert _key(CFG) != key
     with monkeypatch.context() as m:
-        m.setattr(experiment, "library_versions", lambda libraries: dict.fromkeys(libraries, "0.0"))
+        m.setattr(keys, "library_versions", lambda libraries: dict.fromkeys(libraries, "0.0"))
         assert _key(CFG) != key
 
 

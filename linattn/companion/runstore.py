@@ -206,7 +206,7 @@ class _Entry:
         return dataclasses.replace(self.run, config=config, history=history, weights=self.checkpoints[E],
                                    wall_time=self.run.setup_time + history.wall_time,
                                    datasets=self.run.datasets if given is None else given, key=key,
-                                   trained_steps=trained, _model=None, _more=more)
+                                   trained_steps=trained, _model=None, carry_on=lambda _run, epoch: more(epoch))
 
     def save(self, folder: Path, retrained: str | None = None) -> None:
         """Write the entry into ``folder``, its digests last (``retrained``: the retraining token it was trained

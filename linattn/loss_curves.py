@@ -1,0 +1,422 @@
+"""What a loss curve shows: its plateaus (:func:`detect_plateaus`), the one rule for the step of a drop
+(:func:`drop_steps`, :func:`half_drop_step`), the rests at the saddles L(M_m) of rank-one ATTN_S
+(:func:`saddle_rests`, :func:`saddle_plateaus`, :func:`rank_summary`), whether a test loss learned and kept what it
+learned (:func:`learning_course`), and the drops a run should make, predicted from its own start
+(:func:`predicted_drop_steps`, :func:`scalar_ode_overlay`). Measures of the weights are in :mod:`linattn.diagnostics`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import theory
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Plateau detection
+# --------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Plateaus:
+    """Detected plateaus of a loss curve: level (median loss), first and last step of each, and the step of each
+    drop (where the curve crosses halfway between consecutive levels; one fewer than the levels)."""
+
+    levels: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    drop_steps: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.levels)
+
+
+def detect_plateaus(loss, steps=None, *, rel_tol: float = 0.01, abs_tol: float | None = None,
+                    window: int | None = None, min_length: int | None = None, smooth: int = 1) -> Plateaus:
+    """Find the flat stretches of a loss curve.
+
+    A sample is *flat* when the loss changes by at most ``tol`` across the ``window`` samples either side of it
+    (``tol`` = ``abs_tol``, or ``rel_tol`` times the curve's range). Runs of at least ``min_length`` flat samples are
+    plateaus; neighbouring runs whose levels differ by less than 2·``tol`` are merged (noise can break a run). Works on
+    sample indices, so log-spaced and linear step axes are both fine (on a log axis a late plateau has fewer samples
+    per step, but still many samples). ``smooth`` > 1 applies a running median of that width first (noisy curves).
+    Defaults: ``window`` = max(1, n/400), ``min_length`` = max(3, n/100).
+    """
+    y = np.asarray(loss, dtype=np.float64)
+    n = y.size
+    if n < 3:
+        raise ValueError("need at least 3 loss values")
+    x = np.arange(n) if steps is None else np.asarray(steps)
+    if smooth > 1:
+        from scipy.ndimage import (
+            median_filter,  # here: importing scipy costs every caller that never smooths
+        )
+
+        y = median_filter(y, size=smooth, mode="nearest")
+    tol = abs_tol if abs_tol is not None else rel_tol * (y.max() - y.min())
+    h = window if window is not None else max(1, n // 400)
+    min_len = min_length if min_length is not None else max(3, n // 100)
+    lo = np.clip(np.arange(n) - h, 0, n - 1)
+    hi = np.clip(np.arange(n) + h, 0, n - 1)
+    flat = np.abs(y[hi] - y[lo]) <= tol
+    # runs of flat samples
+    edges = np.diff(np.concatenate([[0], flat.astype(int), [0]]))
+    run_starts, run_ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    runs = [(a, b) for a, b in zip(run_starts, run_ends) if b - a + 1 >= min_len]
+    merged: list[list[int]] = []
+    for a, b in runs:
+        if merged and abs(np.median(y[a:b + 1]) - np.median(y[merged[-1][0]:merged[-1][1] + 1])) < 2 * tol:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    levels = np.array([np.median(y[a:b + 1]) for a, b in merged])
+    return Plateaus(levels=levels, starts=np.array([x[a] for a, _ in merged]),
+                    ends=np.array([x[b] for _, b in merged]), drop_steps=_drops_between(y, x, merged, levels))
+
+
+def _drops_between(y, x, spans, levels) -> np.ndarray:
+    """The step of each drop between consecutive flat stretches ``spans`` (sample ranges) at ``levels``: where the
+    curve crosses their midpoint (:func:`drop_steps`), else the middle of the gap between them."""
+    drops = []
+    for (a0, b0), (a1, _), l0, l1 in zip(spans, spans[1:], levels, levels[1:]):
+        sign = 1.0 if l1 < l0 else -1.0  # a rise between two plateaus is a drop of −loss
+        step = drop_steps(sign * y[b0:a1 + 1], sign * np.array([l0, l1]), x[b0:a1 + 1])[0]
+        drops.append(step if np.isfinite(step) else x[b0 + (a1 - b0) // 2])
+    return np.array(drops)
+
+
+def first_step_below(loss, level: float, steps=None) -> float:
+    """The first step at which ``loss`` is strictly below ``level`` (NaN if it never is); ``steps`` defaults to
+    0, 1, 2, … (the index into ``loss``)."""
+    below = np.flatnonzero(np.asarray(loss) < level)
+    if not below.size:
+        return np.nan
+    return float(below[0] if steps is None else np.asarray(steps)[below[0]])
+
+
+def drop_steps(loss, levels, steps=None) -> np.ndarray:
+    """The step of each drop d = 1 … len(levels)−1 between plateau levels L_{d−1} > L_d: the first step at which the
+    loss is below their midpoint (L_{d−1} + L_d)/2 (:func:`first_step_below`; NaN if it never gets there).
+
+    The one drop-step rule of the package (figures, benchmarks and ``published``): with ``theory.plateau_losses``
+    as levels, drop d is the passage M_{d−1} → M_d of the paper; with a curve's start and end value, its one drop.
+    """
+    levels = np.asarray(levels, dtype=np.float64)
+    return np.array([first_step_below(loss, mid, steps) for mid in (levels[:-1] + levels[1:]) / 2])
+
+
+def half_drop_step(loss, steps=None, *, start: float | None = None, final: float | None = None) -> float:
+    """The half-drop step of a curve that falls once: the first recorded step at which ``loss`` is strictly below
+    the midpoint (start + final)/2 of its level before the drop and its level after it (:func:`drop_steps` with
+    the two levels; no interpolation, so the answer is one of ``steps``).
+
+    ``start`` defaults to the first value, ``final`` to the last: a run from a small start sits on its plateau at
+    step 0, and a run or a theory curve that has finished its drop ends at its final level. Give the levels where
+    they are known better (a noisy curve: the plateau's median). The one half-drop rule for a simulated loss and a
+    theory loss alike, so that the two are the same quantity. NaN where the curve never gets below the midpoint,
+    or where it does not fall (final ≥ start).
+    """
+    y = np.asarray(loss, dtype=np.float64)
+    if y.ndim != 1 or y.size < 2:
+        raise ValueError(f"loss must be a 1-d curve of at least 2 values, got shape {y.shape}")
+    if steps is not None and np.shape(steps) != y.shape:
+        raise ValueError(f"steps must have the shape of loss {y.shape}, got {np.shape(steps)}")
+    start = float(y[0]) if start is None else float(start)
+    final = float(y[-1]) if final is None else float(final)
+    if not final < start:
+        return float("nan")
+    return float(drop_steps(y, [start, final], steps)[0])
+
+
+LEARNED_FALL, GIVEN_BACK = 0.25, 0.5  # our choices for :func:`learning_course`: a quarter off the start is learning
+# that shows on the page; giving back half of the fall is more than noise on a test set of thousands of sequences
+
+
+def learning_course(loss, *, learned: float = LEARNED_FALL, given_back: float = GIVEN_BACK) -> str:
+    """What a test loss says about the solution it measures: "not learned" when its lowest value L_low never comes
+    ``learned`` × L_start below its start (L_low > (1 − learned) L_start); "transient" when it is learned and the
+    loss then climbs back by at least ``given_back`` of the fall, L_end − L_low ≥ given_back (L_start − L_low);
+    "kept" otherwise. NaN values are ignored."""
+    y = np.asarray(loss, dtype=np.float64)
+    y = y[np.isfinite(y)]
+    if y.size < 2:
+        raise ValueError("need at least 2 finite loss values")
+    start, low, end = y[0], y.min(), y[-1]
+    if low > (1 - learned) * start:
+        return "not learned"
+    return "transient" if end - low >= given_back * (start - low) else "kept"
+
+
+def predicted_drop_steps(config, init: dict, cov, *, horizon: int | None = None, chunk: int = 20000) -> np.ndarray:
+    """The step of each drop d = 1 … D that a rank-R ATTN_S run should make, predicted from its own initial weights
+    with all its heads: the population (P = ∞) gradient descent of the same model from ``init`` at the same learning
+    rate, normalisation and precision, on inputs of covariance ``cov`` (the run's Λ), with its drops read by the
+    run's own rule (:func:`drop_steps` against ``theory.plateau_losses(cov, N)``). NaN where a drop is not made
+    within ``horizon`` steps (default ``config.epoch``).
+
+    Unlike the closed-form escape time ``theory.attn_s_drop_steps`` (one head, from a typical scale), this knows
+    which of the H heads starts with most weight along each direction: the first of H heads to escape is the fastest
+    of H. It differs from the finite-P run only by the training set's sampling error. Trained in chunks of ``chunk``
+    steps, stopping once all D drops are made; it costs what the same number of exact steps costs (the population
+    engine trains on moments of size D(D+1)² × D(D+1)², whatever P).
+    """
+    import dataclasses
+
+    from .experiment import run
+
+    if config.model != "attnS" or config.vary_len:
+        raise ValueError(f"predicted_drop_steps: the saddles L(M_m) are ATTN_S's without vary_len, not "
+                         f"model={config.model!r}, vary_len={config.vary_len}")
+    cov = np.asarray(cov, dtype=np.float64)
+    levels = theory.plateau_losses(cov, config.N)
+    horizon = config.epoch if horizon is None else int(horizon)
+    base = dataclasses.replace(config.on_population(cov), dynamics="gd")  # in chunks, continued by start_step
+    losses, weights, done = [], init, 0
+    while done < horizon:
+        part = run(dataclasses.replace(base, epoch=min(chunk, horizon - done)), init=weights, start_step=done,
+                   progress=False)
+        losses.append(part.history.train_loss)
+        weights, done = part.weights, done + part.config.epoch
+        if np.isfinite(drop_steps(losses[-1], levels[-2:])[0]):
+            break
+    return drop_steps(np.concatenate(losses), levels)
+
+
+def first_drop_step(loss, *, min_step: int = 10) -> int | None:
+    """The step of a curve's first drop, from its start to its end value (:func:`half_drop_step` with its default
+    levels ``loss[0]`` and ``loss[-1]``, as an index); None where it comes before ``min_step`` or never: a curve that
+    falls at once has no plateau to leave (a large initialisation)."""
+    k = half_drop_step(loss)
+    return int(k) if k >= min_step else None
+
+
+#: The band around a saddle level L(M_m) within which a loss counts as resting there, as a fraction of the gap to the
+#: neighbouring level on each side: L(M_m) − b·(L(M_m) − L(M_{m+1})) … L(M_m) + b·(L(M_{m−1}) − L(M_m)) (the
+#: outermost levels mirror their one gap). Why a third: any b < 1/2 keeps the bands of adjacent levels apart however
+#: close the levels lie (L(M_7) − L(M_8) is 0.0127 at D = 8, less than 1 % of the loss range), and a third leaves
+#: the middle third of every gap to no level, so the midpoint that the drop rule (:func:`drop_steps`) crosses always
+#: lies between two rests; a larger b would admit more of a finite-P offset but leave a drop less room.
+REST_BAND = 1 / 3
+#: The farthest a rest's level may lie from its saddle's level L(M_m), twice the sampling error of a level near 1
+#: read on P = 5000 sequences (L·√(2/P) = 0.02), the smallest training set the paper's figures read plateaus on. A
+#: run in a band whose level lies farther off is a shoulder on the way between saddles, not a rest at one.
+REST_TOL = 0.04
+
+
+def rest_band_words(band: float = REST_BAND) -> str:
+    """The band in words, for a page's prose: ``"1/3 of the gap to the neighbouring saddle level"``."""
+    from fractions import Fraction
+
+    return f"{Fraction(band).limit_denominator(12)} of the gap to the neighbouring saddle level"
+
+
+@dataclass
+class SaddlePlateaus:
+    """The rests of a curve at the saddles M_m (:func:`saddle_plateaus`)."""
+
+    plateaus: Plateaus  # every rest, in order: its level (median loss), first and last step, the drops between rests
+    m: list  # for each rest, the saddle m it sits at
+    visited: list  # the m of every rest, in order
+    complete: list  # (m, length in steps) of the rests that end before the curve does
+    long: list  # the m of the complete rests lasting at least ``long_fraction`` of the longest one
+
+    @property
+    def last_complete(self) -> int:
+        """The largest m among the complete plateaus (0 if none)."""
+        return max((m for m, _ in self.complete), default=0)
+
+
+def rest_bands(levels, band: float = REST_BAND) -> tuple[np.ndarray, np.ndarray]:
+    """The lower and upper edge of each saddle's band (:data:`REST_BAND`): L(M_m) − b·(L(M_m) − L(M_{m+1})) and
+    L(M_m) + b·(L(M_{m−1}) − L(M_m)), the first and last level mirroring their one gap. ``levels`` must fall
+    strictly (L(M_0) > L(M_1) > …) and 0 < ``band`` < 1/2, so that no two bands overlap."""
+    levels = np.asarray(levels, dtype=np.float64)
+    if levels.ndim != 1 or levels.size < 2 or not np.all(np.diff(levels) < 0):
+        raise ValueError(f"levels must be at least two strictly falling saddle losses, got {levels}")
+    if not 0 < band < 0.5:
+        raise ValueError(f"band must lie strictly between 0 and 1/2 (a fraction of the gap), got {band}")
+    gaps = -np.diff(levels)
+    below = np.concatenate([gaps, gaps[-1:]])  # gap to the next level down
+    above = np.concatenate([gaps[:1], gaps])  # gap to the level above
+    return levels - band * below, levels + band * above
+
+
+def saddle_rests(loss, levels, *, band: float = REST_BAND, tol: float | None = None, steps=None,
+                 min_length: int | None = None):
+    """The rests of ``loss`` at the saddles L(M_0) … L(M_D) (``levels``, ``theory.plateau_losses``): the one
+    plateau classifier of the package. Returns ``(m, Plateaus)``: the saddle of each rest and the rests.
+
+    Each step belongs to the saddle whose band (:func:`rest_bands`, :data:`REST_BAND`) holds its loss, or to none;
+    a rest is a maximal run of consecutive steps at one saddle lasting at least ``min_length`` samples (default
+    max(3, n/400); shorter runs are a drop passing through a band). Two runs at the same saddle with nothing but
+    fewer than ``min_length`` unassigned samples between them are one rest (noise can leave a band for a moment).
+    Adjacent levels are never merged, however close: a step lies in one band at most. A rest's level is the median
+    loss over its core (:func:`rest_core`), and a run whose level lies farther than ``tol`` (default
+    :data:`REST_TOL`) from its saddle's is a shoulder on the way, not a rest there: it is left out. The drops
+    between rests are read as in :func:`detect_plateaus`.
+    """
+    tol = REST_TOL if tol is None else float(tol)
+    y = np.asarray(loss, dtype=np.float64)
+    n = y.size
+    if n < 3:
+        raise ValueError("need at least 3 loss values")
+    x = np.arange(n) if steps is None else np.asarray(steps)
+    lo, hi = rest_bands(levels, band)
+    min_len = min_length if min_length is not None else max(3, n // 400)
+    inside = (y[:, None] >= lo) & (y[:, None] <= hi)
+    label = np.where(inside.any(axis=1), inside.argmax(axis=1), -1)
+    change = np.flatnonzero(np.diff(label)) + 1
+    runs = [[label[a], a, b - 1] for a, b in zip(np.r_[0, change], np.r_[change, n]) if label[a] >= 0]
+    long_enough = [r for r in _join_runs(runs, min_len) if r[2] - r[1] + 1 >= min_len]  # else a drop passing by
+    rests = [(int(m), a, b) for m, a, b in _join_runs(long_enough, min_len)]
+    levels = np.asarray(levels, dtype=np.float64)
+    rests = [(m, a, b) for m, a, b in rests if abs(_rest_level(y[a:b + 1]) - levels[m]) <= tol]
+    spans = [(a, b) for _, a, b in rests]
+    rest_levels = np.array([_rest_level(y[a:b + 1]) for a, b in spans])
+    return [m for m, _, _ in rests], Plateaus(levels=rest_levels, starts=np.array([x[a] for a, _ in spans]),
+                                              ends=np.array([x[b] for _, b in spans]),
+                                              drop_steps=_drops_between(y, x, spans, rest_levels))
+
+
+REST_LEVEL_QUANTILE = 0.1  # the slowest tenth of a rest's steps: its closest approach to the saddle
+
+
+def rest_core(y) -> np.ndarray:
+    """Which samples of a rest's loss ``y`` are its core: its slowest steps (``|Δloss|`` at most its
+    ``REST_LEVEL_QUANTILE`` quantile). The gradient is smallest where the curve passes closest to the saddle, so
+    the core is the saddle whether the curve sits there long or only slows down on its way through the band; what is
+    read "on a plateau" (its level, a measure of the weights) is read there, away from the steps entering or leaving
+    the band."""
+    y = np.asarray(y, dtype=np.float64)
+    speed = np.abs(np.gradient(y)) if y.size > 1 else np.zeros(1)
+    return speed <= np.quantile(speed, REST_LEVEL_QUANTILE)
+
+
+def _rest_level(y) -> float:
+    """A rest's level: the median loss over its core (:func:`rest_core`)."""
+    return float(np.median(y[rest_core(y)]))
+
+
+def _join_runs(runs, gap: int) -> list:
+    """Runs ``[m, first, last]`` with consecutive runs at the same m joined where fewer than ``gap`` samples lie
+    between them."""
+    out: list[list[int]] = []
+    for m, a, b in runs:
+        if out and out[-1][0] == m and a - out[-1][2] - 1 < gap:
+            out[-1][2] = b
+        else:
+            out.append([m, a, b])
+    return out
+
+
+def saddle_levels(loss, levels, *, band: float = REST_BAND, steps=None) -> np.ndarray:
+    """For each saddle M_0 … M_D (``levels``: L(M_0) … L(M_D), ``theory.plateau_losses``), the level of the first
+    rest of ``loss`` there (:func:`saddle_rests`), NaN where the curve never rests there. Figures and sweeps put the
+    plateaus they found beside the theory with this."""
+    m_of, p = saddle_rests(loss, levels, band=band, steps=steps)
+    out = np.full(len(levels), np.nan)
+    for m, level in zip(m_of, p.levels):
+        if np.isnan(out[m]):
+            out[m] = level
+    return out
+
+
+def saddle_plateaus(loss, levels, *, band: float = REST_BAND, long_fraction: float = 0.1,
+                    steps=None) -> SaddlePlateaus:
+    """The rests of ``loss`` at the saddles among ``levels`` (``theory.plateau_losses``: L(M_0) … L(M_D);
+    :func:`saddle_rests`), and which of them are *long*.
+
+    A rest is complete if it ends before the curve does (the last one is cut by the end of the run and is not
+    classified); a complete rest is long if it lasts at least ``long_fraction`` of the longest complete one, so every
+    complete rest at least half as long as the longest is long. The theory's long plateaus for rank-R heads are
+    ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
+    """
+    m_of, p = saddle_rests(loss, levels, band=band, steps=steps)
+    end = (np.arange(np.size(loss)) if steps is None else np.asarray(steps))[-1]
+    complete = [(m, int(b - a)) for m, a, b in zip(m_of, p.starts, p.ends) if b < end]
+    longest = max((d for _, d in complete), default=0)
+    long = sorted({m for m, d in complete if d >= long_fraction * longest})
+    return SaddlePlateaus(plateaus=p, m=m_of, visited=list(m_of), complete=complete, long=long)
+
+
+@dataclass
+class RankSummary:
+    """What a rank-R ATTN_S loss curve did, against the saddles L(M_0) … L(M_D) (:func:`rank_summary`)."""
+
+    rank: int
+    levels: np.ndarray  # L(M_0) … L(M_D), as given
+    plateaus: SaddlePlateaus
+    expected_long: list  # the theory's long plateaus m = 0, R, 2R, … up to the last complete plateau
+    learned: int  # directions learned: drops made (midpoints between consecutive levels passed)
+    final_loss: float
+    final_theory: float  # L(M_learned)
+
+    def rows(self, label: str = "", *, key: str = "", paper_learned: int | None = None,
+             predicted_learned: int | None = None) -> list[dict]:
+        """``numbers.json`` rows: long plateaus (found vs theory, as text), directions learned (beside
+        ``paper_learned`` where the paper states it, and as theory ``predicted_learned``, the drops a prediction
+        such as :func:`predicted_drop_steps` makes in the same steps), each plateau level at a saddle, and the final
+        loss; ``label`` is appended to each quantity (e.g. ", published window") and ``key`` to each row's key
+        (``R1.<key>.learned``, ``R1.<key>.plateau.M2``, …)."""
+        R = self.rank
+        k = f"R{R}" + (f".{key}" if key else "")
+        out = [dict(key=f"{k}.long_plateaus",
+                    quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
+                    theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
+               dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}"
+                    + (" (theory: drops predicted from the initial weights)" if predicted_learned is not None else ""),
+                    paper=paper_learned,
+                    theory=predicted_learned,
+                    reproduced=self.learned)]
+        firsts = {}
+        for m, level in zip(self.plateaus.m, self.plateaus.plateaus.levels):
+            if m is not None:
+                firsts.setdefault(m, level)  # a saddle's first rest (a curve may come back near it)
+        out += [dict(key=f"{k}.plateau.M{m}", quantity=f"R={R}: plateau L(M_{m}){label}", theory=self.levels[m],
+                     reproduced=level) for m, level in firsts.items()]
+        out.append(dict(key=f"{k}.final_loss", quantity=f"R={R}: final loss{label}", theory=self.final_theory,
+                        reproduced=self.final_loss))
+        return out
+
+
+def rank_summary(loss, levels, rank: int, *, band: float = REST_BAND) -> RankSummary:
+    """The long plateaus of a rank-``rank`` ATTN_S curve (:func:`saddle_plateaus`) beside the theory's
+    (``theory.long_plateaus``, counted up to the last complete plateau the curve reached), the directions it learned
+    (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
+    loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
+    sp = saddle_plateaus(loss, levels, band=band)
+    learned = directions_learned(loss, levels)
+    expected = [m for m in theory.long_plateaus(len(levels) - 1, rank) if m <= sp.last_complete]
+    return RankSummary(rank=rank, levels=levels, plateaus=sp, expected_long=expected, learned=learned,
+                       final_loss=float(loss[-1]), final_theory=float(levels[learned]))
+
+
+def directions_learned(loss, levels, steps=None) -> int:
+    """How many eigen-directions a curve has learned: the drops between consecutive saddle levels ``levels``
+    (L(M_0) … L(M_D)) whose midpoint it has passed (:func:`drop_steps`)."""
+    return int(np.sum(np.isfinite(drop_steps(loss, levels, steps))))
+
+
+def scalar_ode_overlay(loss, lr: float, cov, N: int, m: int, *, level: float | None = None,
+                       start_frac: float = 0.05, normalize: str, model: str = "attnS"):
+    """The scalar ODE's prediction for drop m → m+1 of a rank-one ATTN_S run, started from the run itself.
+
+    The start is the first step where the loss has fallen ``start_frac`` of the theoretical drop below ``level`` (the
+    run's own plateau level; default L(M_m)); v0 is the head size that gives that fall (``theory.v_from_loss_drop``).
+    From there ``theory.scalar_ode`` runs in t/τ = 2·η·(step − start). The prediction is shifted by
+    ``level − L(M_m)``, so a finite-sample offset of the plateau does not count as a dynamics error.
+    Returns (steps, predicted loss) from the start to the end of the run.
+    """
+    loss = np.asarray(loss, dtype=np.float64)
+    theory_levels = theory.plateau_losses(cov, N)
+    level = theory_levels[m] if level is None else float(level)
+    size = theory_levels[m] - theory_levels[m + 1]
+    below = np.flatnonzero(loss <= level - start_frac * size)
+    if below.size == 0:
+        raise ValueError(f"the loss never falls {start_frac} of drop {m} below {level}")
+    start = int(below[0])
+    v0 = theory.v_from_loss_drop(cov, N, m, level - loss[start])
+    steps = np.arange(start, loss.size)
+    t = theory.steps_to_time(steps - start, lr, normalize=normalize, model=model, N=N)
+    return steps, theory.scalar_loss_curve(cov, N, m, v0, t) + (level - theory_levels[m])

@@ -1,0 +1,154 @@
+"""The memory a run needs, estimated from its settings before anything is drawn (:func:`memory_estimate`), and the
+refusal of a run that cannot fit (:func:`check_memory`, a ConfigError naming ``max_memory``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from . import objectives
+from .data import ConfigError, is_int, named
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(size) -> int:
+    """A number of bytes from an int or a string such as ``"8G"``, ``"500M"``, ``"1.5GiB"`` or ``"4096"``
+    (K, M, G, T: powers of 1024). ConfigError (a ValueError) naming ``max_memory`` for anything else."""
+    if is_int(size) and size > 0:
+        return int(size)
+    m = None
+    if isinstance(size, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", size, re.IGNORECASE)
+    if m is None or float(m.group(1)) <= 0:
+        raise ConfigError(f"{named('max_memory')} must be a number of bytes, or a size such as '8G' or '500M', got "
+                          f"{size!r}", field="max_memory", value=size)
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def format_size(n: float) -> str:
+    """Bytes for people: ``"1.5 GiB"``, ``"300 MiB"``."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = _UNITS[unit[0]]
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate without swapping: ``MemAvailable`` of /proc/meminfo where there is
+    one (Linux), else the physical memory (``os.sysconf``); None where neither can be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def memory_parts(cfg, *, draws_data: bool = True, engine: str | None = None,
+                 snapshot_every: int = 0) -> dict[str, int]:
+    """What holds the memory of a run of ``cfg`` (trained by ``engine``; None: ``objectives.resolve(cfg)``;
+    a weight snapshot every ``snapshot_every`` steps), in bytes (rough; :func:`memory_estimate` adds them up).
+    E = in_dim + 1 numbers per token, n = seq_len tokens per sequence."""
+    D, n, E = cfg.in_dim, cfg.seq_len, cfg.in_dim + 1
+    engine = engine or objectives.resolve(cfg)
+    sets = [] if engine == "population" else [cfg.trainset_size] + [cfg.testset_size] * 2 * bool(cfg.testset_size)
+    tokens = sum(sets) * n
+    parts = {}
+    if draws_data and sets:
+        # kept for the whole run: every set, float32 (reference) or float64 (streams)
+        parts["the drawn data sets"] = (4 if cfg.draws == "reference" else 8) * tokens * E
+        # while the largest set is drawn: its inputs in float64 and two more copies (reference: the float64 draw,
+        # its float32 cast, the centred cast; streams: the Gaussian draw, its rotation, the concatenation)
+        parts["drawing the largest set"] = 16 * max(sets) * n * D
+    F = D * D if cfg.model == "mlp" else D * E * (E + 1) // 2  # the feature the exact engine's moments are of
+    if engine == "exact" or (engine == "population" and cfg.population_samples):
+        # one chunk of sequences in float64 and its features (population: Monte-Carlo samples, drawn chunk by chunk)
+        chunk = min(cfg.chunk, max(sets, default=cfg.chunk))
+        copies = 3 if engine == "population" else 1  # a sample is drawn (inputs, rotation, sequences); data copied
+        parts["the engine's moments"] = 2 * 8 * F * F + 8 * chunk * (copies * n * E + 2 * F)
+    elif engine == "population":
+        # the Gaussian moment tensors up to order 6 (objectives/population.py) and 64 probe sequences (check_linear)
+        parts["the engine's moments"] = 2 * 8 * F * F + 4 * 8 * E**6 + 3 * 8 * 64 * n * E
+    if engine in ("autograd", "softmax"):
+        # a copy of every set in the run's dtype (softmax: padded to blocks, converted, then re-laid out: ~3 copies)
+        copies = 1 if engine == "autograd" else 3
+        parts["the engine's copy of the data"] = copies * (4 if cfg.dtype == "float32" else 8) * tokens * E
+    shapes = {"attnM": 2 * E * E, "attnS": 2 * cfg.rank * E + E * E, "mlp": D * D + 1}
+    weights = 8 * cfg.head_num * shapes.get(cfg.model, 0)  # one copy of the weights in float64
+    parts["the weights"] = 4 * weights  # weights, gradient, initial, final
+    # one row a step, float64: the step, the loss, the two test losses, each head's value weight (train._Records)
+    row = 2 + 2 * bool(cfg.testset_size) + cfg.head_num * cfg.track_value
+    steps = cfg.recorded_steps()
+    rows = cfg.epoch if steps is None else len(steps)
+    parts["the recorded history"] = 8 * row * rows
+    snapshots = cfg.epoch // snapshot_every + 2 if snapshot_every else 0
+    if snapshot_every:
+        parts["the weight snapshots"] = weights * snapshots
+    if cfg.dynamics == "flow":  # solve_ivp returns the weights at every evaluated step before the losses are
+        parts["the integrated trajectory"] = weights * (rows + snapshots + 1)
+    return parts
+
+
+def memory_estimate(cfg, *, draws_data: bool = True, engine: str | None = None,
+                    snapshot_every: int = 0) -> int:
+    """The peak memory of a run of ``cfg`` in bytes, roughly (within a factor of ~2):
+
+        peak = data sets + weights + history + snapshots + max(drawing the largest set, the engine's copy or
+               moments, gradient flow's trajectory)
+
+    The drawn training and test sets hold P·seq_len·(in_dim+1) numbers each (float32 with ``draws="reference"``,
+    float64 with ``"streams"``); drawing a set briefly holds its inputs in float64 and two more copies; the engine
+    copies the data (autograd, softmax) or holds its moments (exact: two F×F float64 matrices, F the length of the
+    model's feature, and one chunk; population: no data, the moment tensors). The history holds one float64 row
+    a recorded step (step, loss, test losses, value weights with ``track_value``; every step, or the ``record``
+    steps of a flow), every ``snapshot_every`` steps a copy of the weights is kept, and gradient flow holds the
+    weights at every recorded step while it evaluates the losses.
+    ``draws_data=False``: the data are given, nothing is drawn (they are counted where the engine copies them).
+    """
+    return _peak(memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every))
+
+
+# what the run keeps from start to end; every other part is held for a while, the largest of them at the peak
+_KEPT = ("the drawn data sets", "the weights", "the recorded history", "the weight snapshots")
+
+
+def _peak(parts: dict[str, int]) -> int:
+    transient = [n for name, n in parts.items() if name not in _KEPT]
+    return sum(parts.get(name, 0) for name in _KEPT) + max(transient, default=0)
+
+
+def _smaller(part: str) -> str:
+    """The settings that make ``part`` of :func:`memory_parts` smaller."""
+    if part in ("the recorded history", "the weight snapshots", "the integrated trajectory"):
+        return f"a smaller {named('epoch')} (or, for a flow, fewer {named('record')} steps)"
+    if part == "the weights":
+        return f"a smaller {named('head_num')} or {named('in_dim')}"
+    return (f"a smaller {named('trainset_size')}, {named('testset_size')} or {named('seq_len')} (or "
+            f"{named('in_dim')})")
+
+
+def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str | None = None,
+                 snapshot_every: int = 0) -> int:
+    """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``;
+    None: ``available_memory()``, no check where that is unknown), else :class:`ConfigError` naming it, with the
+    settings that shrink its largest part."""
+    parts = memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every)
+    need = _peak(parts)
+    limit = available_memory() if max_memory is None else parse_size(max_memory)
+    if limit is not None and need > limit:
+        largest = max(parts, key=parts.get)
+        what = "memory available now" if max_memory is None else "the limit given"
+        raise ConfigError(f"this run needs about {format_size(need)} of memory (largest part: {largest}, "
+                          f"{format_size(parts[largest])}), more than {named('max_memory')}: {format_size(limit)} "
+                          f"({what}); use {_smaller(largest)}, or a larger {named('max_memory')}",
+                          field="max_memory", value=max_memory)
+    return need
