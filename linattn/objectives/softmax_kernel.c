@@ -132,38 +132,51 @@ static inline void token(vec x[DIM], const real *X, long stride) {
 /* What one head gives one group of sequences: Z, T_b, TU_b and y_h = v.T / Z (4) */
 typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
 
-/* X: the group's first key, coordinate b at X[b*xs + j*BLOCK]; xq: the query, coordinate b at xq[b*BLOCK]; shift:
- * the scores' shift c_h (3). One pass over the keys: each key's score, e = 2^z and e.u, then its terms of Z, T, TU. */
-static void sums(head_sums *out, const real *X, long xs, int n, const real *xq, const vec q[DIM], const vec v[DIM],
-                 vec shift) {
-    vec x[DIM];
-    token(x, xq, BLOCK);
-    vec e = pow2(score(q, x) - shift);               /* the query's own term: 1 unless the shift is a key's score */
-    vec u = v[0] * x[0];
-    for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-    vec Z = e, T[DIM], TU[DIM];
-    for (int b = 0; b < DIM; b++) {
-        T[b] = e * x[b];
-        TU[b] = e * u * x[b];
-    }
-    for (int j = 0; j < n; j++) {
-        token(x, X + j * BLOCK, xs);
-        e = pow2(shifted_score(q, x, shift));
-        u = v[0] * x[0];
+/* Groups of LANES sequences that one pass over the keys takes side by side: independent chains of arithmetic for the
+ * out-of-order core to overlap (a key's chain from its score to its sums is some 60 cycles long) */
+#define NG 2
+
+/* X: the first group's first key, coordinate b at X[b*xs + j*BLOCK], group i at X[i*LANES]; xq: the queries,
+ * coordinate b at xq[b*BLOCK]; shift: the scores' shift c_h (3) of each group. One pass over the keys: each key's
+ * score, e = 2^z and e.u, then its terms of Z, T, TU. */
+static void sums(head_sums out[NG], const real *X, long xs, int n, const real *xq, const vec q[NG][DIM],
+                 const vec v[DIM], const vec shift[NG], const char *ahead, long lines) {
+    vec x[DIM], Z[NG], T[NG][DIM], TU[NG][DIM];
+    for (int i = 0; i < NG; i++) {
+        token(x, xq + i * LANES, BLOCK);
+        vec e = pow2(score(q[i], x) - shift[i]);     /* the query's own term: 1 unless the shift is a key's score */
+        vec u = v[0] * x[0];
         for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-        vec eu = e * u;
-        Z += e;
+        Z[i] = e;
         for (int b = 0; b < DIM; b++) {
-            T[b] += e * x[b];
-            TU[b] += eu * x[b];
+            T[i][b] = e * x[b];
+            TU[i][b] = e * u * x[b];
         }
     }
-    vec y = v[0] * T[0];
-    for (int b = 1; b < DIM; b++) y += v[b] * T[b];
-    out->Z = Z;
-    out->y = y / Z;
-    memcpy(out->T, T, sizeof T);
-    memcpy(out->TU, TU, sizeof TU);
+    for (int j = 0; j < n; j++) {
+        for (long l = j * lines / n; l < (j + 1) * lines / n; l++)
+            __builtin_prefetch(ahead + 64 * l);
+        for (int i = 0; i < NG; i++) {
+            token(x, X + j * BLOCK + i * LANES, xs);
+            vec e = pow2(shifted_score(q[i], x, shift[i]));
+            vec u = v[0] * x[0];
+            for (int b = 1; b < DIM; b++) u += v[b] * x[b];
+            vec eu = e * u;
+            Z[i] += e;
+            for (int b = 0; b < DIM; b++) {
+                T[i][b] += e * x[b];
+                TU[i][b] += eu * x[b];
+            }
+        }
+    }
+    for (int i = 0; i < NG; i++) {
+        vec y = v[0] * T[i][0];
+        for (int b = 1; b < DIM; b++) y += v[b] * T[i][b];
+        out[i].Z = Z[i];
+        out[i].y = y / Z[i];
+        memcpy(out[i].T, T[i], sizeof T[i]);
+        memcpy(out[i].TU, TU[i], sizeof TU[i]);
+    }
 }
 
 /* malloc aligns to 16 bytes, a vec needs its own size */
@@ -193,7 +206,7 @@ static inline double lane_sum(vec a) {
  * P * terms). Returns 0, or -1 when out of memory. */
 int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const real *y, const real *W,
                  const real *v, int H, real limit, int grad, double *loss, double *dW, double *dv) {
-    head_sums *hs = vec_alloc((size_t)H * sizeof(head_sums) / sizeof(vec));
+    head_sums *hs = vec_alloc((size_t)H * NG * sizeof(head_sums) / sizeof(vec));   /* [h][i] */
     vec *gW = vec_alloc((size_t)H * DIM * DIM);    /* dW and dv of one block, summed over its groups */
     vec *gv = vec_alloc((size_t)H * DIM);
     if (!hs || !gW || !gv) {
@@ -201,48 +214,63 @@ int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const
         return -1;
     }
     const long xs = n_all * BLOCK;                  /* from one coordinate of a token to the next */
+    /* the next block's keys (contiguous) are fetched into cache while this block computes, a share in each pass */
+    const long passes = (long)H * (BLOCK / (NG * LANES)), share = (DIM * xs * sizeof(real) / 64 + passes - 1) / passes;
     double total = 0.0;
     for (long k = 0; k < K; k++) {
+        const char *ahead = (const char *)(X + (k + 1 < K ? k + 1 : k) * DIM * xs);
+        long pass = 0;
         if (grad) {
             memset(gW, 0, sizeof(vec) * (size_t)H * DIM * DIM);
             memset(gv, 0, sizeof(vec) * (size_t)H * DIM);
         }
-        for (int g = 0; g < BLOCK; g += LANES) {
+        for (int g = 0; g < BLOCK; g += NG * LANES) {
             const real *Xg = X + k * DIM * xs + g, *xqg = xq + k * DIM * BLOCK + g;
-            vec x_q[DIM];
-            token(x_q, xqg, BLOCK);
-            vec r = -load(y + k * BLOCK + g);
+            vec x_q[NG][DIM], r[NG];
+            for (int i = 0; i < NG; i++) {
+                token(x_q[i], xqg + i * LANES, BLOCK);
+                r[i] = -load(y + k * BLOCK + g + i * LANES);
+            }
             for (int h = 0; h < H; h++) {
-                vec q[DIM], vh[DIM];                 /* q_h = W_KQ[h]^T x_q (1), log2 units */
-                for (int b = 0; b < DIM; b++) {
-                    const real *Wb = W + ((long)h * DIM + b) * DIM;
-                    vec acc = Wb[0] * x_q[0];
-                    for (int a = 1; a < DIM; a++) acc += Wb[a] * x_q[a];
-                    q[b] = acc;
-                    vh[b] = splat(v[h * DIM + b]);
-                }
-                vec shift = score(q, x_q);           /* c_h = s_hq, the query's own score */
-                sums(&hs[h], Xg, xs, n, xqg, q, vh, shift);
-                if (any_above(hs[h].Z, limit)) {     /* some key outscores the query by more: shift by the largest */
-                    vec x[DIM];
-                    for (int j = 0; j < n; j++) {
-                        token(x, Xg + j * BLOCK, xs);
-                        shift = vmax(shift, score(q, x));
+                head_sums *hh = hs + (long)h * NG;
+                vec q[NG][DIM], vh[DIM], shift[NG];  /* q_h = W_KQ[h]^T x_q (1), log2 units */
+                for (int b = 0; b < DIM; b++) vh[b] = splat(v[h * DIM + b]);
+                for (int i = 0; i < NG; i++) {
+                    for (int b = 0; b < DIM; b++) {
+                        const real *Wb = W + ((long)h * DIM + b) * DIM;
+                        vec acc = Wb[0] * x_q[i][0];
+                        for (int a = 1; a < DIM; a++) acc += Wb[a] * x_q[i][a];
+                        q[i][b] = acc;
                     }
-                    sums(&hs[h], Xg, xs, n, xqg, q, vh, shift);
+                    shift[i] = score(q[i], x_q[i]);  /* c_h = s_hq, the query's own score */
                 }
-                r += hs[h].y;
+                sums(hh, Xg, xs, n, xqg, q, vh, shift, ahead + 64 * share * pass++, share);
+                int again = 0;
+                for (int i = 0; i < NG; i++)
+                    if (any_above(hh[i].Z, limit)) {  /* some key outscores the query by more: shift by the largest */
+                        again = 1;
+                        vec x[DIM];
+                        for (int j = 0; j < n; j++) {
+                            token(x, Xg + j * BLOCK + i * LANES, xs);
+                            shift[i] = vmax(shift[i], score(q[i], x));
+                        }
+                    }
+                if (again)                            /* a group whose shift stayed gets the same sums again */
+                    sums(hh, Xg, xs, n, xqg, q, vh, shift, ahead, 0);
+                for (int i = 0; i < NG; i++) r[i] += hh[i].y;
             }
-            total += lane_sum(r * r);
+            for (int i = 0; i < NG; i++) total += lane_sum(r[i] * r[i]);
             if (!grad) continue;
-            for (int h = 0; h < H; h++) {
-                vec c = (real)2 * r / hs[h].Z;
-                for (int b = 0; b < DIM; b++) {
-                    vec dq = c * (hs[h].TU[b] - hs[h].y * hs[h].T[b]);   /* (5) */
-                    for (int a = 0; a < DIM; a++) gW[(h * DIM + a) * DIM + b] += x_q[a] * dq;
-                    gv[h * DIM + b] += c * hs[h].T[b];
+            for (int i = 0; i < NG; i++)
+                for (int h = 0; h < H; h++) {
+                    const head_sums *hi = hs + (long)h * NG + i;
+                    vec c = (real)2 * r[i] / hi->Z;
+                    for (int b = 0; b < DIM; b++) {
+                        vec dq = c * (hi->TU[b] - hi->y * hi->T[b]);   /* (5) */
+                        for (int a = 0; a < DIM; a++) gW[(h * DIM + a) * DIM + b] += x_q[i][a] * dq;
+                        gv[h * DIM + b] += c * hi->T[b];
+                    }
                 }
-            }
         }
         if (grad) {
             for (long i = 0; i < (long)H * DIM * DIM; i++) dW[i] += lane_sum(gW[i]);
