@@ -284,12 +284,15 @@ def bench_batch(quick: bool) -> dict:
     loop = _wall_cpu(lambda: [run(c, progress=False) for c in cfgs], 1)
     many = _wall_cpu(lambda: linattn.run_many(cfgs), 2)
     stacked = _wall_cpu(lambda: linattn.run_many(cfgs, batched=True), 1)
-    out = dict(runs=n, one_run_s=one, loop_s=loop, run_many_s=many, run_many_batched_cpu_s=stacked,
-               ratio_to_one_run=many[1] / one[1])
+    # what no batching can share: each seed's own draws (the reference's generators, one number after another)
+    # and each member's own steps (its own E[TTᵀ]), here the members' draws alone
+    draws = _wall_cpu(lambda: [draw(c) for c in cfgs], 2)
+    out = dict(runs=n, one_run_s=one, loop_s=loop, run_many_s=many, run_many_batched_cpu_s=stacked, draws_s=draws,
+               ratio_to_one_run=many[1] / one[1], draws_ratio_to_one_run=draws[1] / one[1])
     w = lambda t: f"{t[0]:.3f} s wall / {t[1]:.3f} s CPU"
     print(f"{n} Fig-3a runs (P 2000, 3001 steps): one linattn.run {w(one)}; {n} runs one by one {w(loop)}; "
-          f"run_many {w(many)} ({many[1] / one[1]:.1f}× one run's CPU; target ≤ 2×); run_many batched=True on the "
-          f"CPU {w(stacked)}", flush=True)
+          f"run_many {w(many)} ({many[1] / one[1]:.1f}× one run's CPU; target ≤ 2×), of which the {n} seeds' draws "
+          f"alone {w(draws)} ({draws[1] / one[1]:.1f}×); run_many batched=True on the CPU {w(stacked)}", flush=True)
     return out
 
 

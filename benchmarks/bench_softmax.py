@@ -26,10 +26,10 @@ tokens, queries and targets) and the time to stream as many bytes once (:func:`s
 of an array of that size, numpy on the CPU, torch in GPU memory with ``--device cuda``), printed as "x ms vs floor
 y ms = z× the floor".
 
-Measured (2 cores shared with another job, load 1.7–2.3; ``--quick``; the whole table, the H100's and the kernel
-before this one in ``benchmarks/README.md``): softmax ATTN_S 24.3 ms a step (min 23.4) against autograd's 404 ms,
-16.6×, and 24.3 ms vs floor 8.15 ms (51.5 MB a step) = 3.0× the floor; ATTN_M 3.3 ms against 50 ms, 15.2×. The first
-softmax step, the C compiler included, took 0.7–1.1 s.
+Measured (2 cores under load 5, ``--quick``; the whole table, the H100's and the kernels before this one in
+``benchmarks/README.md``): softmax ATTN_S 35.7 ms a step against autograd's 750 ms, 21×, and 35.7 ms vs floor
+20.3 ms (51.5 MB a step) = 1.8× the floor; ATTN_M 1.5 ms against 138 ms, 92×. Called directly in one process, the
+AVX-512 kernel takes 14.0 ms of CPU a step at ATTN_S against the 8-lane kernel's 24.3 ms.
 """
 
 from __future__ import annotations

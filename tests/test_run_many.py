@@ -15,11 +15,12 @@ BASE = dict(model="attnS", head_num=3, in_dim=3, seq_len=10, trainset_size=300, 
 
 
 def _members():
-    """Runs that differ in seed, learning rate, length, rank, in-context fraction and test sets."""
+    """Runs that differ in seed, learning rate, length, rank, in-context fraction, initial scale and test sets."""
     return [RunConfig(**dict(BASE, seed=0)),
             RunConfig(**dict(BASE, seed=1, lr=0.03, epoch=250)),
             RunConfig(**dict(BASE, seed=2, rank=3, testset_size=0)),
-            RunConfig(**dict(BASE, seed=3, icl=0.5, epoch=333))]
+            RunConfig(**dict(BASE, seed=3, icl=0.5, epoch=333)),
+            RunConfig(**dict(BASE, seed=4, init=0.1, rank=2))]
 
 
 def _same(a, b):
@@ -90,6 +91,15 @@ def test_every_member_is_checked_before_any_work():
         linattn.run_many(cfgs, threads=0)
     with pytest.raises(ConfigError, match="test sets"):
         linattn.run_many([cfgs[0], RunConfig(**dict(BASE, testset_size=20))], batched=True)
+
+
+@pytest.mark.parametrize("field,value", [("head_num", 4), ("in_dim", 4), ("seq_len", 12), ("model", "attnM"),
+                                         ("dtype", "float32")])
+def test_members_of_another_shape_are_refused_naming_the_setting(field, value):
+    """What a figure's runs may not differ in: a ValueError (ConfigError) naming the member and the setting."""
+    with pytest.raises(ValueError, match=rf"configs\[1\].*{field}") as err:
+        linattn.run_many([RunConfig(**BASE), RunConfig(**dict(BASE, **{field: value}))])
+    assert isinstance(err.value, ConfigError) and err.value.field == field
 
 
 def _threads_seen():

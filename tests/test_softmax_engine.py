@@ -15,7 +15,7 @@ from linattn import data, models, objectives
 from linattn.objectives import softmax as se
 from linattn.config import ConfigError, RunConfig
 from linattn.experiment import run, trajectory_code_hash
-from linattn.objectives import Softmax
+from linattn.objectives import Softmax, native
 from linattn.objectives.native import KnownFallback
 from linattn.train import gradient_descent
 
@@ -175,6 +175,26 @@ def test_falls_back_to_eager_when_no_compiler_works(monkeypatch):
         loss, grads = _loss_and_grads(native, _model("attnS"))
     assert native.kernel == "eager" and Softmax(seqs, dtype=torch.float64).kernel == "native"
     assert loss == ref_loss and all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+
+
+@pytest.mark.parametrize("init", [0.8, 6.0], ids=["scores", "large-scores"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_kernel_without_avx512_gives_the_same_sums(monkeypatch, dtype, init):
+    """The kernel's portable code (2^z from exponent bits, 256-bit vectors) against its AVX-512 code (vrndscale and
+    vscalef, 512-bit vectors) on the same data: the same sums to the rounding of a different order of lanes. Where
+    the CPU has no AVX-512 both builds take the portable code."""
+    reference = _loss_and_grads(Softmax(_sequences(), dtype=dtype), _model("attnS", init=init, dtype=dtype))
+    monkeypatch.setenv("CC", " ".join([*native.compiler(), "-mno-avx512f"]))
+    monkeypatch.setattr(native, "load", native.load.__wrapped__)  # a fresh build with these flags
+    try:
+        portable = se._native.__wrapped__(D + 1, dtype == torch.float64)
+    except RuntimeError:
+        pytest.skip("the C compiler has no -mno-avx512f (not an x86 compiler)")
+    monkeypatch.setattr(se, "_native", lambda dim, double: portable)
+    loss, grads = _loss_and_grads(Softmax(_sequences(), dtype=dtype), _model("attnS", init=init, dtype=dtype))
+    tol = 1e-12 if dtype == torch.float64 else 2e-6
+    assert abs(loss - reference[0]) <= tol * reference[0]
+    assert all(_rel(g, ref) <= tol for g, ref in zip(grads, reference[1]))
 
 
 def test_an_edit_of_the_native_kernel_changes_the_run_key(tmp_path):
