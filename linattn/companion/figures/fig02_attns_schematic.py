@@ -17,6 +17,7 @@ import numpy as np
 from ... import init_weights
 from .. import presets
 from .common import presets as common
+from .common.schematic import size_words
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -57,9 +58,7 @@ def words(ds) -> dict:
     """The values the page's prose quotes, by name (for ``output.glue``), and how the drawing's size compares with
     the published diagram's (the paper preset's D and H)."""
     D, H = ds.attrs["in_dim"], ds.attrs["head_num"]
-    paper = PRESETS["paper"]
-    size = ("the size of the published diagram" if ds.attrs["published"] else
-            f"not the size of the published diagram, which has D = {paper['in_dim']} and {paper['head_num']} heads")
+    size = size_words(ds, PRESETS["paper"])
     return dict(D=D, H=H, D2=D * D, per_head=int(ds.free_weights_in.sum()), size=size)
 
 
