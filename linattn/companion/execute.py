@@ -50,16 +50,20 @@ def _lifetime():
     return die_with_parent, kernel_arguments
 
 
-def _terminate(signum, frame):
+def _unwind(signum, frame):
+    """A worker told to stop: unwind (its stage is removed, its kernel shut down on the way out), silently: the
+    runner says in one line what was kept, and a worker's traceback or its kernel's dying words would be noise."""
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
     raise KeyboardInterrupt(signum)
 
 
 def worker_start(parent: int) -> None:
     """The pool worker's initializer: it ends when the runner (process ``parent``) does, even when the runner is
-    killed outright (SIGTERM on the parent's death, Linux), and SIGTERM unwinds it like Ctrl-C, so its stage is
-    removed and its kernel shut down on the way out."""
+    killed outright (SIGTERM on the parent's death, Linux), and SIGTERM or SIGINT unwind it (:func:`_unwind`)."""
     _lifetime()[0](parent)
-    signal.signal(signal.SIGTERM, _terminate)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _unwind)
 
 
 # ---------------------------------------------------------------- the page

@@ -104,7 +104,8 @@ def _remove(path: Path) -> None:
 
 
 def _roll_forward(root: Path, name: str, stage: Path) -> None:
-    """Finish the swap of a complete ``stage`` (idempotent: each step is one rename, skipped once done)."""
+    """Finish the swap of a complete ``stage`` (idempotent: each step is one rename, skipped once done): the old
+    pair into ``stage/old``, the new pair into ``root``."""
     old = stage / "old"
     old.mkdir(exist_ok=True)
     for item in published(root, name):
@@ -113,12 +114,26 @@ def _roll_forward(root: Path, name: str, stage: Path) -> None:
                 os.replace(root / item, old / item)
             os.replace(stage / item, root / item)
     (root / f"{name}.failed.ipynb").unlink(missing_ok=True)  # the run it reported is superseded
-    previous = root / PREVIOUS
-    for item in published(root, name):
-        if (old / item).exists():
-            previous.mkdir(exist_ok=True)
-            _remove(previous / item)
+
+
+def _retire(root: Path, name: str, stage: Path) -> None:
+    """Move the old pair (``stage/old``) into ``<root>/.previous/``, replacing the copy there. If that fails part-way
+    (a full disk), ``.previous`` keeps none of the pair rather than half of it."""
+    old, older, previous = stage / "old", stage / "older", root / PREVIOUS
+    items = [item for item in published(root, name) if (old / item).exists()]
+    if not items:
+        return
+    previous.mkdir(exist_ok=True)
+    older.mkdir(exist_ok=True)
+    try:
+        for item in items:  # renamed away first (a rename is atomic, a removal is not), removed with the stage
+            if (previous / item).exists():
+                os.replace(previous / item, older / item)
+        for item in items:
             os.replace(old / item, previous / item)
+    except OSError:
+        for item in published(root, name):
+            _remove(previous / item)
 
 
 def _roll_back(root: Path, name: str, stage: Path) -> None:
@@ -147,6 +162,7 @@ def swap_in(root: Path, name: str, stage: Path) -> None:
                 _roll_back(root, name, stage)
                 discard(stage)
             raise
+        _retire(root, name, stage)
         _fsync_dir(root)
     shutil.rmtree(stage, ignore_errors=True)
 
@@ -164,6 +180,7 @@ def recover(root: Path, name: str) -> list[str]:
         if (stage / MARKER).exists():
             with _signals_deferred():
                 _roll_forward(root, name, stage)
+                _retire(root, name, stage)
             done.append(f"finished the interrupted swap of {stage.name}")
         else:
             done.append(f"removed the unfinished {stage.name}")

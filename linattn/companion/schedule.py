@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..records import library_versions
 from . import notebooks, presets
-from .cachekey import discover, expected_key, figure_key, is_current, is_report, read_notebook, run_info
+from .cachekey import RUN_INFO, discover, expected_key, figure_key, is_current, is_report, read_notebook, run_info
 from .execute import error_line, execute_figure, worker_start
 from .paths import ENV_RUNS_DIR, UnusableFolder, preset_root, run_store_dir, unusable_output_dir
 from .sources import notebook_sources, source_hash
@@ -139,7 +139,7 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
     texts = {n: p.read_text(encoding="utf-8") for n, p in found.items()}
     versions = library_versions()
     results: dict[str, FigureResult] = {}
-    started = time.perf_counter()
+    started, since = time.perf_counter(), time.time()
 
     keys: dict[str, str] = {}
 
@@ -162,12 +162,24 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
                        "figures" if stage is first else "reports")
     except KeyboardInterrupt as exc:
         _stop(pool)
+        for name in first + last:  # published by a worker whose result the interruption kept from us
+            if name not in results and name in keys and _made_since(root, name, keys[name], since):
+                results[name] = FigureResult(name, "ran", notebook=root / f"{name}.ipynb")
         signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 2
         raise Interrupted(signum, [results[n] for n in first + last if n in results],
                           [n for n in first + last if n not in results]) from None
     pool.shutdown()
     run_figures.last_wall_time = time.perf_counter() - started
     return [results[n] for n in first + last]
+
+
+def _made_since(root: Path, name: str, key: str, since: float) -> bool:
+    """Whether figure ``name`` in ``root`` is current for ``key`` and its run record was written after ``since``
+    (epoch seconds): it was published by this run."""
+    try:
+        return is_current(root, name, key) and (root / name / RUN_INFO).stat().st_mtime >= since
+    except OSError:
+        return False
 
 
 def _run_stage(pool, root, names, parsed, preset, force, key, job, jobs, results, progress, desc) -> None:
