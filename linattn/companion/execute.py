@@ -189,11 +189,25 @@ def _run_notebook(name: str, text: str, stage: Path, values: dict, timeout: floa
             extra_arguments=_lifetime()[1]())  # the kernel ends with this worker
 
 
+def _unstage(nb, name: str, stage: Path, root: Path) -> None:
+    """The executed ``nb`` as if it had run in ``root``, where it is published: its injected ``out_dir`` (the
+    parameters cell and papermill's record of it) and papermill's output path name ``root``, not the stage."""
+    for cell in nb.cells:
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            cell.source = cell.source.replace(repr(str(stage)), repr(str(root))).replace(str(stage), str(root))
+    record = nb.metadata.get("papermill", {})
+    if "out_dir" in record.get("parameters", {}):
+        record["parameters"]["out_dir"] = str(root)
+    if "output_path" in record:
+        record["output_path"] = str(root / f"{name}.ipynb")
+
+
 def _finish_page(nb, name: str, text: str, stage: Path, params: dict, values: dict) -> list[str]:
     """Turn the executed ``nb`` into the figure's page in ``stage`` (badge, cite cell, runnable copy); returns the
     known fallbacks it took. Raises :class:`PrintedWarning` for any other warning printed on the page."""
     import nbformat
 
+    _unstage(nb, name, stage, stage.parent)
     fallbacks = notebooks.take_known_fallbacks(nb)  # said on the runner's line, not on the page
     if printed := notebooks.printed_warnings(nb):  # it would show on the page: a failed figure, never cached
         raise PrintedWarning(printed[0])
