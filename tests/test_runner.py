@@ -150,9 +150,9 @@ def test_overrides_are_checked_injected_and_shown(tmp_path):
     text = (src / "one.md").read_text().replace('out_dir = None', 'seeds: list = None  # which seeds\nout_dir = None')
     (src / "one.md").write_text(text)
     out = tmp_path / "out"
-    with pytest.raises(runner.notebooks.ParameterError, match="no parameter 'seedz'.*seeds \\(list"):
+    with pytest.raises(notebooks.ParameterError, match="no parameter 'seedz'.*seeds \\(list"):
         runner.run_figures(src=src, out=out, preset="quick", overrides={"seedz": [3]}, progress=False)
-    with pytest.raises(runner.notebooks.ParameterError, match="seeds must be a list"):
+    with pytest.raises(notebooks.ParameterError, match="seeds must be a list"):
         runner.run_figures(src=src, out=out, preset="quick", overrides={"seeds": "three"}, progress=False)
     assert not out.exists() or not any(out.iterdir())  # refused before any work
     res = runner.run_figures(src=src, out=out, preset="quick", overrides={"seeds": [3]}, jobs=1, progress=False)
