@@ -50,6 +50,9 @@ def _lifetime():
     return die_with_parent, kernel_arguments
 
 
+_IN_WORKER = False  # set in a pool worker: an interrupted figure ends the worker (it never waits for more work)
+
+
 def _unwind(signum, frame):
     """A worker told to stop: unwind (its stage is removed, its kernel shut down on the way out), silently: the
     runner says in one line what was kept, and a worker's traceback or its kernel's dying words would be noise."""
@@ -60,7 +63,10 @@ def _unwind(signum, frame):
 
 def worker_start(parent: int) -> None:
     """The pool worker's initializer: it ends when the runner (process ``parent``) does, even when the runner is
-    killed outright (SIGTERM on the parent's death, Linux), and SIGTERM or SIGINT unwind it (:func:`_unwind`)."""
+    killed outright (SIGTERM on the parent's death, Linux), and SIGTERM or SIGINT unwind it (:func:`_unwind`) and
+    then end it (:func:`execute_figure`), so it is not left waiting on the dead runner's pipe."""
+    global _IN_WORKER
+    _IN_WORKER = True
     _lifetime()[0](parent)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _unwind)
@@ -265,17 +271,22 @@ def execute_figure(name: str, text: str, root: str, params: dict, key: str, *, t
         return {**result, **kw, "seconds": time.perf_counter() - start,
                 "cpu_seconds": _children_cpu() - cpu_start}
 
-    with publish.figure_lock(root_p, name):
-        result["notes"] = publish.recover(root_p, name)
-        if not force and is_current(root_p, name, key):
-            return timed(ok=True, cached=True, notebook=str(root_p / f"{name}.ipynb"))
-        stage = publish.stage_dir(root_p, name)
-        stage.mkdir()
-        try:
-            return _execute_staged(name, text, root_p, stage, params, key, timeout, store, reads, timed)
-        finally:
-            if stage.exists() and not (stage / publish.MARKER).exists():
-                publish.discard(stage)
+    try:
+        with publish.figure_lock(root_p, name):
+            result["notes"] = publish.recover(root_p, name)
+            if not force and is_current(root_p, name, key):
+                return timed(ok=True, cached=True, notebook=str(root_p / f"{name}.ipynb"))
+            stage = publish.stage_dir(root_p, name)
+            stage.mkdir()
+            try:
+                return _execute_staged(name, text, root_p, stage, params, key, timeout, store, reads, timed)
+            finally:
+                if stage.exists() and not (stage / publish.MARKER).exists():
+                    publish.discard(stage)
+    except KeyboardInterrupt as exc:
+        if _IN_WORKER:  # the stage is gone and the kernel shut down: end here rather than wait for more work
+            os._exit(128 + (exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT))
+        raise
 
 
 def _execute_staged(name, text, root, stage, params, key, timeout, store, reads, timed) -> dict:
