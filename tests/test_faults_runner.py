@@ -286,3 +286,38 @@ def test_an_interrupted_run_says_what_it_kept_and_leaves_no_stage_or_kernel(tmp_
             break
         time.sleep(0.1)
     assert not Path(f"/proc/{kernel}").exists(), "the slow figure's kernel outlived the runner"
+
+
+@pytest.mark.slow
+def test_a_killed_runner_leaves_no_worker_or_kernel(tmp_path):
+    """SIGKILL of ``linattn figures``: its workers and their kernels end within seconds (Linux's parent-death
+    signal, :mod:`linattn.companion.lifetime`), and the next run finds nothing of the killed one."""
+    pytest.importorskip("linattn.companion.lifetime")
+    pid_file = tmp_path / "kernel.pid"
+    src = make_src(tmp_path, {"slow": f"Path({str(pid_file)!r}).write_text(str(os.getpid()))\n" + WRITE
+                              + "time.sleep(120)\n"})
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "linattn", "figures", "--src", str(src), "--out", str(out),
+                             "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 240
+    while not pid_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    started = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    started.append(int(pid_file.read_text()))
+    proc.kill()
+    proc.wait()
+
+    def alive(pid):
+        try:
+            return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+
+    for _ in range(100):
+        if not any(map(alive, started)):
+            break
+        time.sleep(0.1)
+    assert not [p for p in started if alive(p)], "processes of the killed runner are still running"
+    assert not (out / "slow").exists() and not list(out.glob(".staging-*"))
