@@ -29,7 +29,7 @@ import readability
 from conftest import require_built
 from linattn import theory
 from linattn.companion import plotting
-from linattn.companion import runner as figures
+from linattn.companion import runner
 from linattn.companion.output import ENV_ROOT
 
 
@@ -40,8 +40,8 @@ def figures_output_roots() -> list[Path]:
     env = os.environ.get(ENV_ROOT)
     if env:
         return [Path(env)]
-    paper = figures.preset_root("paper")
-    return [figures.preset_root("quick")] + ([paper] if readability.figure_svgs(paper) else [])
+    paper = runner.preset_root("paper")
+    return [runner.preset_root("quick")] + ([paper] if readability.figure_svgs(paper) else [])
 
 
 def _svg(fig) -> str:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from linattn.cli import main
-from linattn.companion import paths, runner, runstore
+from linattn.companion import paths, runner, runstore, schedule
 from linattn.config import ConfigError, RunConfig, check_memory, memory_estimate, memory_parts
 
 HUGE_EPOCH = 10**12  # the case: 8 TB a recorded column
@@ -58,7 +58,7 @@ def test_train_refuses_a_huge_epoch_in_one_line_before_any_work(tmp_path, capsys
 
 
 def test_figures_param_refuses_a_huge_epoch_before_any_kernel(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(runner, "_run", lambda *a: pytest.fail("a kernel was started"))
+    monkeypatch.setattr(schedule, "_run", lambda *a: pytest.fail("a kernel was started"))
     out = tmp_path / "figs"
     code = main(["figures", "--preset", "quick", "--only", "fig03a_attns_loss", "--param", f"epoch={HUGE_EPOCH}",
                  "--out", str(out)])
@@ -73,7 +73,7 @@ def test_a_run_store_that_is_a_file_is_refused_before_any_kernel(tmp_path, capsy
     blocker = tmp_path / "store"
     blocker.write_text("not a folder")
     monkeypatch.setenv(paths.ENV_RUNS_DIR, str(blocker))
-    monkeypatch.setattr(runner, "_run", lambda *a: pytest.fail("a kernel was started"))
+    monkeypatch.setattr(schedule, "_run", lambda *a: pytest.fail("a kernel was started"))
     out = tmp_path / "figs"
     assert main(["figures", "--preset", "quick", "--only", "fig01a_attnm_schematic", "--out", str(out)]) == 2
     err = _one_error_line(capsys, "linattn figures")
@@ -94,7 +94,7 @@ def test_a_relative_run_store_is_taken_from_the_folder_the_command_ran_in(tmp_pa
         seen["store"] = args[-1]
         return []
 
-    monkeypatch.setattr(runner, "_run", fake_run)
+    monkeypatch.setattr(schedule, "_run", fake_run)
     runner.run_figures(preset="quick", only=["fig01a_attnm_schematic"], out=tmp_path / "figs", progress=False)
     assert seen["store"] == here / "my-runs" and seen["store"].is_absolute()
 

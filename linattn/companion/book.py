@@ -41,7 +41,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from . import notebooks, runner
+from . import cachekey, notebooks, publish
 from .paths import CHECKOUT_NEEDED, IS_CHECKOUT, REPO_ROOT
 
 FIGURES_DIR = "book/figures"  # where the figure pages sit in the book (and in _toc.yml)
@@ -126,14 +126,14 @@ def _staleness(name: str, root: Path, figures: Path, preset: str) -> str | None:
     src = root / _SOURCES_DIR
     if not (src / f"{name}.md").is_file():
         return None
-    info = runner.run_info(figures, name)
+    info = cachekey.run_info(figures, name)
     if info is None:
-        return f"stale: no run record {name}/{runner.RUN_INFO} (not made by `linattn figures`)"
+        return f"stale: no run record {name}/{cachekey.RUN_INFO} (not made by `linattn figures`)"
     if info.get("preset") != preset:
         return (f"ran at the {info.get('preset')!r} preset, not {preset!r}: a book shows one preset (re-run it with "
                 f"`linattn figures --preset {preset} --only {name}`)")
-    key = runner.expected_key(name, figures, src)
-    if not runner.is_current(figures, name, key):
+    key = cachekey.expected_key(name, figures, src)
+    if not cachekey.is_current(figures, name, key):
         return f"stale: {_SOURCES_DIR}/{name}.md, the linattn code, a library or its inputs changed since it ran"
     return None
 
@@ -187,9 +187,10 @@ def require_figures(root: Path = REPO_ROOT, *, preset: str = "paper", figures: P
 # --------------------------------------------------------------------------------------------- build
 
 def _ignore_bookkeeping(folder, names):
-    """What staging leaves out of a figures folder: superseded and failed runs, notebooks still executing."""
-    return [n for n in names if n == ".previous" or n.endswith(".failed.ipynb") or
-            (n.startswith(".") and n.endswith(".ipynb"))]
+    """What staging leaves out of a figures folder: superseded and failed runs, the runner's locks and the stages
+    of figures still executing (:mod:`linattn.companion.publish`)."""
+    return [n for n in names if n in (publish.PREVIOUS, publish.LOCKS) or n.startswith(publish.STAGE_PREFIX)
+            or n.endswith(".failed.ipynb") or (n.startswith(".") and n.endswith(".ipynb"))]
 
 
 def stage(root: Path, figures: Path, into: Path) -> Path:
