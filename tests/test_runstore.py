@@ -352,7 +352,7 @@ def test_figures_retrain_flag_retrains_and_reexecutes(tmp_path, monkeypatch):
     $LINATTN_RETRAIN set for its kernels."""
     import argparse
 
-    from linattn.companion import figure_args, runner
+    from linattn.companion import figure_args, schedule
 
     parser = argparse.ArgumentParser()
     figure_args.add_arguments(parser)
@@ -364,8 +364,8 @@ def test_figures_retrain_flag_retrains_and_reexecutes(tmp_path, monkeypatch):
         return []
 
     monkeypatch.delenv(ENV_RETRAIN, raising=False)
-    monkeypatch.setattr(runner, "_run", fake_run)
-    runner.run_figures(preset="quick", only=["fig01b_attnm_loss"], out=tmp_path, retrain=True, progress=False)
+    monkeypatch.setattr(schedule, "_run", fake_run)
+    schedule.run_figures(preset="quick", only=["fig01b_attnm_loss"], out=tmp_path, retrain=True, progress=False)
     assert seen["force"] and seen["token"] and ENV_RETRAIN not in os.environ
-    runner.run_figures(preset="quick", only=["fig01b_attnm_loss"], out=tmp_path, progress=False)
+    schedule.run_figures(preset="quick", only=["fig01b_attnm_loss"], out=tmp_path, progress=False)
     assert not seen["force"] and seen["token"] is None
