@@ -81,6 +81,9 @@ def local_client(workers: int | None = None):
                            dashboard_address=":0", silence_logs=50)
     try:
         with Client(cluster) as c:
+            from .plugin import DieWithParent
+
+            c.register_plugin(DieWithParent(os.getpid()))  # the workers end with this process, even when killed
             yield c
     finally:
         cluster.close()
