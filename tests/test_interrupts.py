@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -9,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from linattn.cli import main
+from linattn.cli.interrupts import ENV_SIGNAL, ENV_SIGNAL_AT
 from linattn.companion import lifetime
+from linattn.records import process_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -19,14 +23,12 @@ linux_only = pytest.mark.skipif(not lifetime.supported(), reason="the parent-dea
 
 def _gone(pid: int, within: float) -> bool:
     """Whether process ``pid`` has ended (or is a zombie, which can do nothing more) within ``within`` seconds."""
-    from linattn.companion.sweeps.cells import _alive
-
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not process_alive(pid):
             return True
         time.sleep(0.05)
-    return not _alive(pid)
+    return not process_alive(pid)
 
 
 # a parent that starts a child and prints the child's pid once the child is ready; the child calls die_with_parent
@@ -90,3 +92,70 @@ def test_kernel_arguments_name_the_process_that_starts_the_kernel():
     (arg,) = args
     assert arg.startswith("--IPKernelApp.exec_lines=") and arg.endswith("die_with_parent(1234)")
     assert lifetime.kernel_arguments()[0].endswith(f"die_with_parent({os.getpid()})")  # default: this process
+
+
+# ── linattn train and linattn sweep stopped by a signal ─────────────────────────────────────────────────────────
+
+FAST = ["--in_dim", "3", "--seq_len", "6", "--trainset_size", "50", "--quiet"]
+
+
+def _left(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_training_leaves_nothing_and_says_so(sig, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ENV_SIGNAL_AT, "3")  # the hook: the run sends itself the signal at its step-3 snapshot
+    monkeypatch.setenv(ENV_SIGNAL, str(int(sig)))
+    out = tmp_path / "made" / "for" / "run"
+    assert main(["train", *FAST, "--epoch", "1000", "--out", str(out)]) == 128 + sig
+    assert _left(tmp_path) == []  # neither the run's folder, nor its temporary folder, nor the parents it made
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"linattn train: interrupted by {signal.Signals(sig).name}; the run was not finished and nothing "
+                    f"was written ({out} was not created)")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+
+
+def test_a_signal_keeps_the_earlier_run_of_overwrite(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "old.txt").write_text("keep me")
+    monkeypatch.setenv(ENV_SIGNAL_AT, "2")
+    assert main(["train", *FAST, "--epoch", "1000", "--out", str(out), "--overwrite"]) == 143
+    assert _left(tmp_path) == ["run", "run/old.txt"]
+    assert capsys.readouterr().err.strip().endswith(f"({out} is unchanged)")
+
+
+def test_a_finished_run_removes_what_killed_writers_left_and_only_that(tmp_path, capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # reaped: its process id names no process now
+    host = socket.gethostname()
+    stale = [tmp_path / f".run.{host}.{dead.pid}.abc.tmp", tmp_path / f".run.{host}.{dead.pid}.abd.tmp"]
+    stale[0].mkdir()
+    (stale[0] / "loss.csv").write_text("half")
+    stale[1].write_text("half a file")
+    kept = [tmp_path / f".run.{host}.{os.getpid()}.abc.tmp",  # a live writer's
+            tmp_path / f".run.otherhost.{dead.pid}.abc.tmp",  # another host's: its process cannot be asked
+            tmp_path / f".other.{host}.{dead.pid}.abc.tmp",  # another --out's
+            tmp_path / f".run.{host}.{dead.pid}.abc.old"]  # an earlier run set aside: never deleted
+    for k in kept:
+        k.mkdir()
+    assert main(["train", *FAST, "--epoch", "3", "--out", str(tmp_path / "run")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run", *(k.name for k in kept)])
+
+
+@pytest.mark.slow  # a fresh interpreter that imports torch
+def test_kill_term_of_a_long_training_leaves_nothing(tmp_path):
+    out = tmp_path / "new" / "D"
+    proc = subprocess.Popen([sys.executable, "-m", "linattn", "train", *FAST, "--epoch", "2000000", "--out", str(out)],
+                            env=ENV, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(tmp_path.rglob(".D.*.tmp")) and time.monotonic() < deadline:  # training has begun
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and _left(tmp_path) == []
+    assert err.strip().splitlines() == [f"linattn train: interrupted by SIGTERM; the run was not finished and nothing "
+                                        f"was written ({out} was not created)"]

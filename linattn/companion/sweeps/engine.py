@@ -21,6 +21,7 @@ from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
 
+
 def _require_dask():
     extras.require("sweep", "a sweep")
 
@@ -156,8 +157,12 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
         else:
             todo.append((cell, key))
     if todo:  # a cluster only when there is something to run
-        with _client(client, workers) as dask_client:
-            _run(todo, out, dask_client, save_data=save_data, threads=threads, progress=progress)
+        try:
+            with _client(client, workers) as dask_client:
+                _run(todo, out, dask_client, save_data=save_data, threads=threads, progress=progress)
+        except BaseException:
+            cells_mod.remove_stale_tmp(out)  # what the stopped tasks left (a live worker's folder is kept)
+            raise
     ds = build_dataset(spec, out, [key for _, key, _ in rows])
     save_dataset(ds, out)
     return ds
