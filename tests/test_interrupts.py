@@ -159,3 +159,51 @@ def test_kill_term_of_a_long_training_leaves_nothing(tmp_path):
     assert proc.returncode == 143 and _left(tmp_path) == []
     assert err.strip().splitlines() == [f"linattn train: interrupted by SIGTERM; the run was not finished and nothing "
                                         f"was written ({out} was not created)"]
+
+
+SWEEP = [sys.executable, "-m", "linattn", "sweep", *FAST, "--epoch", "300000", "--grid", "seed=0:40", "--workers", "2"]
+
+
+def _sweep_until_cells_are_stored(out: Path, n: int) -> subprocess.Popen:
+    """A sweep in a process group of its own, SIGINT not ignored (as in a terminal), once ``n`` of its cells are
+    stored."""
+    proc = subprocess.Popen([*SWEEP, "--out", str(out)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while len(list((out / "runs").glob("[!.]*"))) < n and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
+def _descendants(pid: int) -> set[int]:
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return {int(c) for c in children} | {d for c in children for d in _descendants(int(c))}
+
+
+@pytest.mark.slow  # a sweep on a local cluster of two workers
+def test_ctrl_c_on_a_sweep_prints_one_line_and_leaves_no_worker(tmp_path):
+    out = tmp_path / "sweep"
+    proc = _sweep_until_cells_are_stored(out, 2)
+    workers = _descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group, workers included
+    _, err = proc.communicate(timeout=120)
+    stored = len(list((out / "runs").glob("[!.]*")))
+    assert proc.returncode == 130
+    assert err.splitlines() == [f"linattn sweep: interrupted by SIGINT; {stored} of 40 cells are stored in "
+                                f"{out / 'runs'} ({stored} by this sweep), {40 - stored} are not, and sweep.nc was "
+                                "not written; the same command goes on from there"]
+    assert 2 <= stored < 40 and not list((out / "runs").glob(".*"))  # no temporary folder of a stopped task
+    assert all(_gone(pid, within=10) for pid in workers)
+
+
+@linux_only
+@pytest.mark.slow
+def test_the_workers_of_a_killed_sweep_end_with_it(tmp_path):
+    proc = _sweep_until_cells_are_stored(tmp_path / "sweep", 1)
+    workers = _descendants(proc.pid)
+    assert workers
+    proc.kill()  # the command alone, not its group
+    proc.communicate()
+    assert all(_gone(pid, within=10) for pid in workers)

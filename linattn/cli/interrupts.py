@@ -47,7 +47,8 @@ def as_interrupted(error: KeyboardInterrupt) -> Interrupted:
 def signals_interrupt():
     """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread; after the first, further
     ones are ignored until the block is left, so the clean-up that the first one started runs to its end. The
-    previous handlers are restored on exit. Outside the main thread (where Python cannot set handlers) it changes
+    previous handlers are restored on exit; a signal that was ignored (``nohup``, a script's background job) stays
+    ignored. Outside the main thread (where Python cannot set handlers) it changes
     nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -59,7 +60,8 @@ def signals_interrupt():
             raised.append(signum)
             raise Interrupted(signum)
 
-    previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    # a signal ignored when the command started (nohup, a background job of a script) stays ignored
+    previous = {s: signal.signal(s, handler) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
     try:
         yield
     finally:

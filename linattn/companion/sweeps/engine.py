@@ -78,8 +78,9 @@ def local_client(workers: int | None = None):
     n = workers or os.cpu_count() or 1
     # every server on a free port: with dashboard_address=None the scheduler's HTTP server still tries 8787 first
     # and warns when something else holds it
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, scheduler_port=0,
-                           dashboard_address=":0", silence_logs=50)
+    with _quiet_resource_tracker():
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, scheduler_port=0,
+                               dashboard_address=":0", silence_logs=50)
     try:
         with Client(cluster) as c:
             from .plugin import DieWithParent
@@ -88,6 +89,24 @@ def local_client(workers: int | None = None):
             yield c
     finally:
         cluster.close()
+
+
+@contextlib.contextmanager
+def _quiet_resource_tracker():
+    """Start the cluster's worker processes (and with the first of them multiprocessing's resource tracker) with
+    the tracker's own warning silenced: the workers of an interrupted sweep are stopped holding a queue's lock, which
+    the tracker then releases itself, warning of "leaked semaphore objects" after the sweep's last line. The
+    tracker takes its warning filters from the environment it starts in; the environment is restored after."""
+    var, rule = "PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker"
+    before = os.environ.get(var)
+    os.environ[var] = rule if not before else f"{before},{rule}"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = before
 
 
 @contextlib.contextmanager
