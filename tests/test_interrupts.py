@@ -207,3 +207,20 @@ def test_the_workers_of_a_killed_sweep_end_with_it(tmp_path):
     proc.kill()  # the command alone, not its group
     proc.communicate()
     assert all(_gone(pid, within=10) for pid in workers)
+
+
+def test_a_signal_during_the_final_rename_waits_for_it_and_the_run_is_kept(tmp_path, monkeypatch, capsys):
+    from linattn.cli import train
+
+    rename = train._move_into_place
+
+    def signalled_rename(*args):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the rename runs: held back until it is done
+        rename(*args)
+
+    monkeypatch.setattr(train, "_move_into_place", signalled_rename)
+    out = tmp_path / "run"
+    assert main(["train", *FAST, "--epoch", "3", "--out", str(out)]) == 143
+    assert (out / "loss.csv").is_file() and _left(tmp_path)[0] == "run"
+    assert capsys.readouterr().err.strip() == (f"linattn train: interrupted by SIGTERM after the run was complete; it "
+                                               f"is kept in {out}")

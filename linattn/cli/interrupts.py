@@ -43,25 +43,37 @@ def as_interrupted(error: KeyboardInterrupt) -> Interrupted:
     return error if isinstance(error, Interrupted) else Interrupted(signal.SIGINT)
 
 
+class _State:
+    """What the handler of :func:`signals_interrupt` knows: whether it has raised already, how deep inside
+    :func:`signals_deferred` the main thread is, and the signal held back there."""
+
+    raised = False
+    deferring = 0
+    pending: int | None = None
+
+
+def _handler(signum, frame):
+    if _State.raised:
+        return  # the first signal's clean-up is running: let it finish
+    if _State.deferring:
+        _State.pending = signum
+        return
+    _State.raised = True
+    raise Interrupted(signum)
+
+
 @contextlib.contextmanager
 def signals_interrupt():
     """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread; after the first, further
     ones are ignored until the block is left, so the clean-up that the first one started runs to its end. The
     previous handlers are restored on exit; a signal that was ignored (``nohup``, a script's background job) stays
-    ignored. Outside the main thread (where Python cannot set handlers) it changes
-    nothing."""
+    ignored. Outside the main thread (where Python cannot set handlers) it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    raised = []
-
-    def handler(signum, frame):
-        if not raised:
-            raised.append(signum)
-            raise Interrupted(signum)
-
+    _State.raised, _State.deferring, _State.pending = False, 0, None
     # a signal ignored when the command started (nohup, a background job of a script) stays ignored
-    previous = {s: signal.signal(s, handler) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    previous = {s: signal.signal(s, _handler) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
     try:
         yield
     finally:
@@ -71,16 +83,19 @@ def signals_interrupt():
 
 @contextlib.contextmanager
 def signals_deferred():
-    """Hold SIGINT and SIGTERM back during the block (a rename that must not be cut in two) and deliver them after
-    it. Where the system cannot block signals, nothing changes."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    """Within :func:`signals_interrupt`, hold SIGINT and SIGTERM back during the block (a rename that must not be
+    cut in two, a clean-up) and raise the :class:`Interrupted` of one that came once the block is done. (A signal
+    mask would not do: a signal sent to the process reaches whichever thread does not block it, torch's among
+    them, and Python runs the handler in the main thread all the same.)"""
+    _State.deferring += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _State.deferring -= 1
+    if not _State.deferring and _State.pending is not None and not _State.raised:
+        signum, _State.pending = _State.pending, None
+        _State.raised = True
+        raise Interrupted(signum)
 
 
 def fault_hook() -> tuple[int, object]:

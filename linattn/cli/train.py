@@ -116,14 +116,15 @@ def cmd_train(args) -> int:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)
     existed = out.is_dir()
-    done = False
+    placed = []  # set once the run's folder is in place: what an interruption after that keeps
+    done = None
     try:
         with signals_interrupt():
-            done = _train_into(checked, out, args, snapshot_every=every, snapshot=hook)
+            done = _train_into(checked, out, args, placed, snapshot_every=every, snapshot=hook)
             _report(done, out, args)
     except KeyboardInterrupt as e:
         stop = as_interrupted(e)
-        print(f"linattn train: {interrupted_words(stop, out, placed=bool(done), existed=existed)}", file=sys.stderr)
+        print(f"linattn train: {interrupted_words(stop, out, placed=bool(placed), existed=existed)}", file=sys.stderr)
         return stop.exit_code
     except _WriteFailed as e:
         print(f"linattn train: error: {e}; nothing was written ({_unchanged(out, existed)})", file=sys.stderr)
@@ -135,10 +136,10 @@ class _WriteFailed(Exception):
     """Writing the run's files failed (a full disk, a folder removed meanwhile): the message names the path."""
 
 
-def _train_into(checked, out: Path, args, *, snapshot_every: int, snapshot):
-    """Train ``checked`` and put its folder in place as ``out``; the run's result, or None when it diverged (said on
-    stderr). Whatever stops it before the folder is in place removes the temporary folder and the parent folders
-    made for it."""
+def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, snapshot):
+    """Train ``checked`` and put its folder in place as ``out`` (then ``placed`` is made non-empty); the run's result,
+    or None when it diverged (said on stderr). Whatever stops it before the folder is in place removes the temporary
+    folder and the parent folders made for it."""
     from ..experiment import run, run_key
     from ..train import TrainingDiverged
 
@@ -156,6 +157,7 @@ def _train_into(checked, out: Path, args, *, snapshot_every: int, snapshot):
             with signals_deferred():  # the rename is never cut in two; the signal comes once it is done
                 _move_into_place(tmp, out, args.overwrite)
                 tmp = None
+                placed.append(out)
         except OSError as e:
             raise _WriteFailed(_write_error(e, tmp, out)) from None
     finally:
@@ -202,7 +204,7 @@ def interrupted_words(stop: Interrupted, out: Path, *, placed: bool, existed: bo
 
 def _report(result, out: Path, args) -> None:
     """The summary line, and the plot: saved beside loss.csv without a display, else shown."""
-    if result is None or args.quiet and not args.show:
+    if result is None or (args.quiet and not args.show):
         return
     if not args.quiet:
         h = result.history
