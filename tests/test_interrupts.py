@@ -224,3 +224,18 @@ def test_a_signal_during_the_final_rename_waits_for_it_and_the_run_is_kept(tmp_p
     assert (out / "loss.csv").is_file() and _left(tmp_path)[0] == "run"
     assert capsys.readouterr().err.strip() == (f"linattn train: interrupted by SIGTERM after the run was complete; it "
                                                f"is kept in {out}")
+
+
+def _worker_state():
+    return lifetime.parent_death_signal(), signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+@linux_only
+@pytest.mark.slow  # a local cluster
+def test_a_local_clusters_workers_die_with_it_and_leave_ctrl_c_to_it():
+    from linattn.companion.sweeps.engine import local_client
+
+    before = lifetime.parent_death_signal()
+    with local_client(1) as client:
+        assert list(client.run(_worker_state).values()) == [(signal.SIGTERM, True)]
+    assert lifetime.parent_death_signal() == before  # set in the workers, not here

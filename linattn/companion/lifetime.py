@@ -25,12 +25,26 @@ import os
 import signal
 import sys
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_PDEATHSIG, PR_GET_PDEATHSIG = 1, 2  # <linux/prctl.h>
 
 
 def supported() -> bool:
     """Whether this system has the parent-death signal (Linux)."""
     return sys.platform.startswith("linux")
+
+
+def _libc():
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def parent_death_signal() -> int:
+    """The signal this process (its calling thread) receives when its parent ends; 0 for none, or where the system
+    has no parent-death signal."""
+    if not supported():
+        return 0
+    value = ctypes.c_int()
+    _libc().prctl(PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0)
+    return value.value
 
 
 def die_with_parent(parent: int | None = None, sig: int = signal.SIGTERM) -> bool:
@@ -47,8 +61,7 @@ def die_with_parent(parent: int | None = None, sig: int = signal.SIGTERM) -> boo
     """
     if not supported():
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+    if _libc().prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
     now = os.getppid()
