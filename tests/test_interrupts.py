@@ -239,3 +239,19 @@ def test_a_local_clusters_workers_die_with_it_and_leave_ctrl_c_to_it():
     with local_client(1) as client:
         assert list(client.run(_worker_state).values()) == [(signal.SIGTERM, True)]
     assert lifetime.parent_death_signal() == before  # set in the workers, not here
+
+
+@linux_only
+@pytest.mark.slow  # a Jupyter kernel
+def test_a_kernel_started_with_kernel_arguments_dies_with_its_parent_and_keeps_a_clean_namespace():
+    nbformat = pytest.importorskip("nbformat")
+    papermill = pytest.importorskip("papermill")
+    code = ("import os\nfrom linattn.companion import lifetime as _l\n"
+            "print(_l.parent_death_signal(), os.getppid(), sorted(k for k in dir() if not k.startswith('_')))")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    done = papermill.execute_notebook(nb, None, kernel_name="python3", progress_bar=False,
+                                      extra_arguments=lifetime.kernel_arguments())
+    printed = done.cells[0].outputs[0]["text"].split(maxsplit=2)
+    assert printed[:2] == [str(int(signal.SIGTERM)), str(os.getpid())]
+    assert not {"linattn", "lifetime", "die_with_parent"} & set(eval(printed[2]))  # the start-up line left no name
