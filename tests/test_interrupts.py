@@ -1,5 +1,6 @@
 """Interruptions and kills: what is left on disk, what is printed, which processes go on."""
 
+import ast
 import os
 import signal
 import socket
@@ -254,4 +255,4 @@ def test_a_kernel_started_with_kernel_arguments_dies_with_its_parent_and_keeps_a
                                       extra_arguments=lifetime.kernel_arguments())
     printed = done.cells[0].outputs[0]["text"].split(maxsplit=2)
     assert printed[:2] == [str(int(signal.SIGTERM)), str(os.getpid())]
-    assert not {"linattn", "lifetime", "die_with_parent"} & set(eval(printed[2]))  # the start-up line left no name
+    assert not {"linattn", "lifetime", "die_with_parent"} & set(ast.literal_eval(printed[2]))  # the start-up line left no name
