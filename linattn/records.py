@@ -9,6 +9,9 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,12 +31,64 @@ os.umask(_UMASK)
 LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "tqdm", "papermill", "jupytext", "nbformat", "ipykernel")
 
 
+def temp_prefix(name: str) -> str:
+    """The start of the name of a temporary file or folder that becomes ``name`` once complete:
+    ``.<name>.<host>.<pid>.``, completed by ``tempfile`` with a random part and ``.tmp``. The host and process in the
+    name let a later writer tell a dead writer's leftover from a live one's (:func:`remove_stale_temps`)."""
+    return f".{name}.{socket.gethostname()}.{os.getpid()}."
+
+
+def temp_dir(parent, name: str) -> Path:
+    """A new temporary folder in ``parent`` for what becomes ``parent/name`` (:func:`temp_prefix`)."""
+    return Path(tempfile.mkdtemp(dir=parent, prefix=temp_prefix(name), suffix=".tmp"))
+
+
+def remove_stale_temps(parent, name: str | None = None) -> list[Path]:
+    """Delete the temporary files and folders in ``parent`` (those of ``name`` only, if given) that writers on this
+    host left when they were killed: their process is gone (:func:`process_alive`). A live writer's, another host's
+    and any other file are kept. Returns what was deleted."""
+    host = re.escape(socket.gethostname())
+    pattern = re.compile(rf"\.(?P<name>.+)\.{host}\.(?P<pid>\d+)\.[^.]*\.tmp")
+    removed = []
+    try:
+        entries = list(Path(parent).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m is None or (name is not None and m["name"] != name) or process_alive(int(m["pid"])):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` (of this host) still runs: it exists (a live process of another user counts) and,
+    where /proc tells, is not a zombie (a killed writer whose parent died too stays one until it is reaped, and can
+    write nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
 @contextmanager
 def atomic_path(path):
     """A temporary path beside ``path`` to write to, renamed to ``path`` only if the block succeeds (else removed):
     for writers that take a file name (``xarray.Dataset.to_netcdf``)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=".tmp")
     os.close(fd)
     try:
         yield tmp

@@ -1,6 +1,8 @@
 import csv
+import errno
 import importlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -151,22 +153,43 @@ def test_divergence_hint_suggests_a_learning_rate_that_trains(tmp_path, capsys):
     assert np.all(np.isfinite(table[:, 1])) and table[-1, 1] < table[0, 1]
 
 
-@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
-def test_failed_run_leaves_no_folder(error, tmp_path, monkeypatch):
-    run_module = importlib.import_module("linattn.experiment")
-
+def _crash_while_writing(monkeypatch, error):
+    """Make the run's writer write half a file into its folder and then raise ``error(folder)``."""
     def crash(result, out_dir, **kwargs):
         (Path(out_dir) / "loss.csv").write_text("half written")
-        raise error
+        raise error(Path(out_dir))
 
-    monkeypatch.setattr(run_module, "write_outputs", crash)
-    argv = ["train", *FAST, "--out", str(tmp_path / "runs" / "run")]
-    if error is KeyboardInterrupt:
-        assert main(argv) == 130
-    else:
-        with pytest.raises(OSError):
-            main(argv)
+    monkeypatch.setattr(importlib.import_module("linattn.experiment"), "write_outputs", crash)
+
+
+def test_an_interrupted_write_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    _crash_while_writing(monkeypatch, lambda folder: KeyboardInterrupt())
+    assert main(["train", *FAST, "--out", str(tmp_path / "runs" / "run")]) == 130
+    assert list(tmp_path.iterdir()) == []  # nor the parent folder it made
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("linattn train: interrupted by SIGINT;") and "nothing was written" in line
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    full = lambda folder: OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "weights.npz"))  # noqa: E731
+    _crash_while_writing(monkeypatch, full)
+    out = tmp_path / "runs" / "run"
+    assert main(["train", *FAST, "--out", str(out)]) == 1
     assert list(tmp_path.iterdir()) == []
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"linattn train: error: cannot write {out / 'weights.npz'}: No space left on device; nothing was "
+                    f"written ({out} was not created)")
+
+
+def test_a_failed_write_over_an_earlier_run_keeps_it(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "old.txt").write_text("keep me")
+    _crash_while_writing(monkeypatch, lambda folder: OSError(errno.EIO, "I/O error"))
+    assert main(["train", *FAST, "--out", str(out), "--overwrite"]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["run"] and (out / "old.txt").read_text() == "keep me"
+    assert capsys.readouterr().err.strip().endswith(f"cannot write {out}: I/O error; nothing was written ({out} is "
+                                                    "unchanged)")
 
 
 def test_non_empty_out_is_refused_unless_overwrite(tmp_path, capsys):

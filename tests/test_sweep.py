@@ -20,6 +20,7 @@ import linattn
 from linattn import ConfigError, RunConfig
 from linattn.cli import main
 from linattn.experiment import run_key
+from linattn.records import process_alive
 
 pytest.importorskip("dask.distributed")
 xr = pytest.importorskip("xarray")
@@ -302,7 +303,7 @@ def test_a_zombie_task_counts_as_gone_and_its_leftover_is_removed(tmp_path):
         live = runs / f".key2.{host}.{os.getpid()}.abc.tmp"
         for d in (dead, live):
             d.mkdir(parents=True)
-        assert not cells._alive(child.pid) and cells._alive(os.getpid())
+        assert not process_alive(child.pid) and process_alive(os.getpid())
         cells.remove_stale_tmp(tmp_path)
         assert not dead.exists() and live.exists()
     finally:

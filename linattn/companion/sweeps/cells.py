@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +32,7 @@ import numpy as np
 from ... import diagnostics, theory
 from ...config import RunConfig
 from ...experiment import run, write_outputs
-from ...records import write_json
+from ...records import remove_stale_temps, temp_dir, write_json
 from ...train import TrainingDiverged
 
 RUNS, FAILED, LOG = "runs", "failed", "sweep.log"
@@ -111,36 +109,9 @@ def log(root, **row) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-def _tmp_prefix(key: str) -> str:
-    # host and pid in the name: a later sweep on this host removes the folders of processes that are gone
-    return f".{key}.{socket.gethostname()}.{os.getpid()}."
-
-
 def remove_stale_tmp(root) -> None:
     """Delete the temporary folders that killed tasks of this host left under ``root/runs`` (their process is gone)."""
-    host = socket.gethostname()
-    for tmp in (Path(root) / RUNS).glob(".*.tmp"):
-        parts = tmp.name.split(".")
-        if len(parts) < 5 or parts[2] != host or not parts[3].isdigit():
-            continue
-        if not _alive(int(parts[3])):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs: it exists (a live process of another user counts) and, where /proc tells,
-    is not a zombie (a killed task whose parent died too stays one until it is reaped, and can write nothing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+    remove_stale_temps(Path(root) / RUNS)
 
 
 def _result(key, status, outcome, *, message="", wall_time=0.0, summary=None) -> dict:
@@ -186,7 +157,7 @@ def _train_cell(settings: dict, root: str, key: str, *, save_data: bool, threads
     try:
         result = run(cfg, progress=False)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=_tmp_prefix(key), suffix=".tmp"))
+        tmp = temp_dir(folder.parent, key)
         result.key = key
         write_outputs(result, tmp, save_data=save_data)
         summary = summarise(result.history, result.datasets.cov, cfg)

@@ -21,6 +21,7 @@ from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
 
+
 def _require_dask():
     extras.require("sweep", "a sweep")
 
@@ -77,13 +78,35 @@ def local_client(workers: int | None = None):
     n = workers or os.cpu_count() or 1
     # every server on a free port: with dashboard_address=None the scheduler's HTTP server still tries 8787 first
     # and warns when something else holds it
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, scheduler_port=0,
-                           dashboard_address=":0", silence_logs=50)
+    with _quiet_resource_tracker():
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, scheduler_port=0,
+                               dashboard_address=":0", silence_logs=50)
     try:
         with Client(cluster) as c:
+            from .plugin import DieWithParent
+
+            c.register_plugin(DieWithParent(os.getpid()))  # the workers end with this process, even when killed
             yield c
     finally:
         cluster.close()
+
+
+@contextlib.contextmanager
+def _quiet_resource_tracker():
+    """Start the cluster's worker processes (and with the first of them multiprocessing's resource tracker) with
+    the tracker's own warning silenced: the workers of an interrupted sweep are stopped holding a queue's lock, which
+    the tracker then releases itself, warning of "leaked semaphore objects" after the sweep's last line. The
+    tracker takes its warning filters from the environment it starts in; the environment is restored after."""
+    var, rule = "PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker"
+    before = os.environ.get(var)
+    os.environ[var] = rule if not before else f"{before},{rule}"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = before
 
 
 @contextlib.contextmanager
@@ -153,8 +176,12 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
         else:
             todo.append((cell, key))
     if todo:  # a cluster only when there is something to run
-        with _client(client, workers) as dask_client:
-            _run(todo, out, dask_client, save_data=save_data, threads=threads, progress=progress)
+        try:
+            with _client(client, workers) as dask_client:
+                _run(todo, out, dask_client, save_data=save_data, threads=threads, progress=progress)
+        except BaseException:
+            cells_mod.remove_stale_tmp(out)  # what the stopped tasks left (a live worker's folder is kept)
+            raise
     ds = build_dataset(spec, out, [key for _, key, _ in rows])
     save_dataset(ds, out)
     return ds

@@ -1,0 +1,226 @@
+"""``linattn sweep``: a grid of runs on Dask into content-addressed run folders, resumable, gathered into one
+xarray dataset (:mod:`linattn.companion.sweeps`). SIGINT and SIGTERM are handled alike
+(:mod:`linattn.cli.interrupts`): the cluster is closed, the one line says which cells are stored, exit 130 or 143.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from ..config import ConfigError, RunConfig
+from .common import (
+    Parser,
+    UsageError,
+    add_train_arguments,
+    cli_message,
+    config_from_args,
+)
+from .interrupts import as_interrupted, signals_interrupt
+
+_RANGE = re.compile(r"\s*([+-]?\d+)\s*:\s*([+-]?\d+)\s*(?::\s*([+-]?\d+)\s*)?")
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def _run_flags() -> dict[str, argparse.Action]:
+    """Every name a swept setting may go by (its RunConfig field, each of its ``linattn train`` flags without the
+    dashes) → the train parser's action for it, whose type and choices read the values."""
+    p = Parser(prog="linattn sweep")
+    add_train_arguments(p, sweep=True)
+    names = {}
+    for action in p._actions:
+        if action.dest in RunConfig.field_names():
+            names.update({opt.lstrip("-"): action for opt in action.option_strings}, **{action.dest: action})
+    return names
+
+
+def _grid_value(key: str, text: str, action: argparse.Action):
+    text = text.strip()
+    if not text:
+        raise UsageError(f"--grid {key}: an empty value")
+    if isinstance(action, argparse._StoreTrueAction):
+        if text.lower() not in _TRUE + _FALSE:
+            raise UsageError(f"--grid {key}: expected true or false, got {text!r}")
+        return text.lower() in _TRUE
+    try:
+        value = action.type(text) if action.type else text
+    except (argparse.ArgumentTypeError, ValueError) as e:
+        detail = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"expected an integer, got {text!r}"
+        raise UsageError(f"--grid {key}: {detail}") from None
+    if action.choices is not None and value not in action.choices:
+        raise UsageError(f"--grid {key}: {text!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def _grid_values(key: str, values, action: argparse.Action) -> list:
+    """``V1,V2,…`` or ``START:STOP[:STEP]`` (integers, STOP excluded), or a YAML list or scalar."""
+    if isinstance(values, list):
+        return [_grid_value(key, str(v), action) for v in values]
+    text = str(values)
+    if ":" in text:
+        m = _RANGE.fullmatch(text)
+        if m is None or action.type is not int:
+            raise UsageError(f"--grid {key}={text}: START:STOP[:STEP] takes integers, for an integer setting")
+        start, stop, step = int(m[1]), int(m[2]), int(m[3] or 1)
+        if step == 0 or not range(start, stop, step):
+            raise UsageError(f"--grid {key}={text}: the range is empty (STOP is excluded, as in Python's range)")
+        return list(range(start, stop, step))
+    return [_grid_value(key, v, action) for v in text.split(",")]
+
+
+class _RepeatedKey(ValueError):
+    """A YAML mapping that gives one key twice (YAML itself would keep the last value and drop the others)."""
+
+
+def _unique_keys_loader():
+    """A ``yaml.SafeLoader`` that refuses a mapping giving a key twice (:class:`_RepeatedKey`, naming the key and its
+    lines): ``seed: [0, 1]`` then ``seed: [2, 3]`` would otherwise silently sweep seeds 2 and 3 alone."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if not isinstance(key, (str, int, float, bool, type(None))):
+                    continue  # an unhashable key: SafeLoader's own error says so
+                if key in seen:
+                    raise _RepeatedKey(f"the key {key!r} is given twice (lines {seen[key]} and {line}); give each "
+                                       "setting once, with all its values")
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def sweep_grid(grid_args: list[str], spec: Path | None) -> dict:
+    """``{RunConfig field: values}`` from ``--grid KEY=VALUES`` flags and a YAML ``--spec`` file (a mapping
+    KEY: values, a list or a string as after ``--grid KEY=``); UsageError for a bad key or value."""
+    entries = []
+    if spec is not None:
+        import yaml
+
+        try:
+            content = yaml.load(spec.read_text(encoding="utf-8"), Loader=_unique_keys_loader())
+        except OSError as e:
+            raise UsageError(f"--spec {spec}: cannot be read: {e.strerror or e}") from None
+        except _RepeatedKey as e:
+            raise UsageError(f"--spec {spec}: {e}") from None
+        except yaml.YAMLError as e:
+            raise UsageError(f"--spec {spec}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(content, dict) or not content:
+            raise UsageError(f"--spec {spec}: expected a mapping of settings to their values, e.g. 'seed: 0:6'")
+        entries += [(str(k), v) for k, v in content.items()]
+    for arg in grid_args:
+        key, sep, values = arg.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--grid {arg}: expected KEY=V1,V2,… or KEY=START:STOP[:STEP]")
+        entries.append((key.strip(), values))
+    flags, grid = _run_flags(), {}
+    for key, values in entries:
+        action = flags.get(key)
+        if action is None or action.dest in ("spectrum", "out_dim"):
+            raise UsageError(f"--grid {key}: not a setting that can be swept (one of linattn train's run flags, e.g. "
+                             "seed, init, lr, icl, trainset_size, head_num)")
+        if action.dest in grid:
+            raise UsageError(f"--grid {key}: {action.dest} is swept twice")
+        grid[action.dest] = _grid_values(key, values, action)
+        if len(set(grid[action.dest])) < len(grid[action.dest]):
+            raise UsageError(f"--grid {key}: a value is listed twice")
+    if not grid:
+        raise UsageError("give at least one --grid KEY=VALUES (or a --spec file)")
+    return grid
+
+
+def cmd_sweep(args) -> int:
+    from ..companion import sweeps
+
+    if args.collect is not None:
+        if args.grid or args.spec or args.out or args.dry_run or args.scheduler:
+            raise UsageError("--collect DIR rebuilds the dataset of DIR's runs: give it alone")
+        try:
+            sweeps.read_spec(args.collect)
+            ds = sweeps.collect(args.collect)
+        except FileNotFoundError as e:
+            raise UsageError(f"--collect {e}") from None
+        except ImportError as e:
+            raise UsageError(str(e)) from None
+        print(_describe(ds, args.collect))
+        return 0
+    grid = sweep_grid(args.grid, args.spec)
+    base = config_from_args(args)
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {args.threads}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be a positive integer, got {args.workers}")
+    if args.out is None and not args.dry_run:
+        raise UsageError("--out DIR is required: the folder of the runs and the dataset")
+    try:
+        spec = sweeps.Grid(base, grid)
+        rows = sweeps.plan(spec, args.out, max_memory=args.max_memory)
+        if args.out is not None:
+            sweeps.check_out(args.out)
+    except ConfigError as e:
+        raise UsageError(cli_message(e)) from None
+    finished = sum(state != "to run" for _, _, state in rows)
+    if args.dry_run:
+        shape = " × ".join(f"{k} {len(v)}" for k, v in spec.axes.items())
+        print(f"{len(rows)} cells ({shape}): {len(rows) - finished} to run, {finished} finished or diverged before")
+        width = max(len(cell.label) for cell, _, _ in rows)
+        for cell, key, state in rows:
+            print(f"  {cell.label.ljust(width)}  {state:<8}  runs/{key}")
+        return 0
+    client = None
+    try:
+        with signals_interrupt():
+            if args.scheduler:
+                from dask.distributed import Client
+
+                try:
+                    client = Client(args.scheduler, timeout=15)
+                except (OSError, TimeoutError, ValueError) as e:
+                    raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answers there ({e})") from None
+            try:
+                ds = sweeps.sweep(base, grid, client=client, out=args.out, workers=args.workers,
+                                  save_data=args.save_data, threads=args.threads or 1, max_memory=args.max_memory,
+                                  progress=False if args.quiet else None)
+            finally:
+                if client is not None:
+                    client.close()
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    except KeyboardInterrupt as e:
+        stop = as_interrupted(e)
+        print(f"linattn sweep: {interrupted_words(stop, args.out, rows)}", file=sys.stderr)
+        return stop.exit_code
+    if not args.quiet:
+        print(f"{len(rows) - finished} run, {finished} finished before; " + _describe(ds, args.out))
+    failed = int((ds.status != "done").sum())
+    if failed:
+        print(f"linattn sweep: {failed} of {len(rows)} cells failed or diverged; their status and message are in "
+              f"the dataset (and {args.out / 'failed'})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _describe(ds, out: Path) -> str:
+    dims = ", ".join(f"{k} {n}" for k, n in ds.sizes.items())
+    done = int((ds.status == "done").sum())
+    return f"{done} of {ds.status.size} cells done; wrote {out / 'sweep.nc'} (dimensions: {dims})"
+
+
+
+
+def interrupted_words(stop, out: Path, rows) -> str:
+    """The line an interrupted ``linattn sweep`` ends with: which signal, how many cells are stored in ``out`` (before
+    and by this sweep) and how many are not, and that the same command goes on from there."""
+    from ..companion.sweeps import cells
+
+    stored = sum(cells.is_finished(cells.run_folder(out, key)) for _, key, _ in rows)
+    before = sum(state == "finished" for _, _, state in rows)
+    dataset = "sweep.nc was not updated" if (out / "sweep.nc").exists() else "sweep.nc was not written"
+    return (f"interrupted by {stop.name}; {stored} of {len(rows)} cells are stored in {out / cells.RUNS} "
+            f"({stored - before} by this sweep), {len(rows) - stored} are not, and {dataset}; the same command goes "
+            "on from there")

@@ -1,0 +1,218 @@
+"""``linattn train``: one run into ``--out``, which appears only when the run is complete.
+
+The files are written into a temporary sibling folder, ``.<out>.<host>.<pid>.….tmp``, renamed to ``--out`` only
+when the run succeeded; a run that fails, diverges or is interrupted removes it again, and the parent folders it
+made. SIGINT and SIGTERM are handled alike (:mod:`linattn.cli.interrupts`): one line saying what was kept, exit 130
+or 143. A write that fails (a full disk) is one line naming the path, exit 1, nothing left behind. A run that
+completes removes the temporary folders that killed writers of the same ``--out`` left (their process is gone).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from ..config import ConfigError, RunConfig
+from ..records import remove_stale_temps, temp_dir, temp_prefix
+from .common import UsageError, cli_message, config_from_args
+from .interrupts import (
+    Interrupted,
+    as_interrupted,
+    fault_hook,
+    signals_deferred,
+    signals_interrupt,
+)
+
+
+def default_out(cfg: RunConfig) -> Path:
+    """runs/<reference-style name>_<8 hex digits of the run's key>: distinct runs never share a folder."""
+    from ..experiment import run_key
+
+    P = "inf" if cfg.trainset_size is None else cfg.trainset_size
+    name = f"{cfg.model}_head{cfg.head_num}_D{cfg.in_dim}_R{cfg.rank}_P{P}_N{cfg.seq_len}_seed{cfg.seed}"
+    return Path("runs") / f"{name}_{run_key(cfg)[:8]}"
+
+
+def _headless() -> bool:
+    """True when ``plt.show()`` could not open a window: a non-interactive matplotlib backend, or (outside macOS and
+    Windows) no X11/Wayland display for a backend that needs one."""
+    import matplotlib
+
+    backend = matplotlib.get_backend().lower()
+    if backend in ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template"):
+        return True
+    needs_display = backend not in ("macosx", "webagg", "nbagg", "notebook") and not backend.startswith("module://")
+    has_display = bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return needs_display and sys.platform not in ("darwin", "win32") and not has_display
+
+
+def prepare_out(out: Path, overwrite: bool) -> tuple[Path, list[Path]]:
+    """Check ``--out`` and make the temporary sibling folder the run writes into, ``.<out>.<host>.<pid>.….tmp``
+    (:func:`linattn.records.temp_dir`); (that folder, the parent folders created for it, to remove again if the run
+    fails). Any problem is a UsageError, before the run starts."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder")
+    blocker = next((a for a in out.parents if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UsageError(f"--out {out} cannot be written: {blocker} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UsageError(f"--out {out} exists and is not empty; pass --overwrite to replace it (it is replaced only "
+                         "once the new run has succeeded)")
+    created = [a for a in [out.parent, *out.parent.parents] if not a.exists()]
+    try:
+        with signals_deferred():  # a signal here must not leave a folder made and not yet known
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = temp_dir(out.parent, out.name)
+    except OSError as e:
+        _remove_empty(created)
+        raise UsageError(f"--out {out} cannot be written: {e.strerror or e}") from None
+    return tmp, created
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # innermost first
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
+def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Rename the finished temporary folder to ``out``; an existing ``out`` is moved aside first and deleted only
+    after the rename (with ``--overwrite``; an empty one is simply replaced)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    tmp.chmod(0o777 & ~mask)  # mkdtemp makes the folder private; give it the usual permissions
+    old = None
+    if out.is_dir() and (overwrite or not any(out.iterdir())):
+        # ".old", not ".tmp": a writer killed between the two renames leaves the earlier run here, which no later
+        # run deletes (remove_stale_temps takes .tmp alone)
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=temp_prefix(out.name), suffix=".old"))
+        os.replace(out, old / out.name)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if old is not None:
+            os.replace(old / out.name, out)
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def cmd_train(args) -> int:
+    from ..experiment import plan
+
+    cfg = config_from_args(args)
+    every, hook = fault_hook()
+    try:
+        checked = plan(cfg, max_memory=args.max_memory, snapshot_every=every)  # checked once; run() carries it out
+    except ConfigError as e:
+        raise UsageError(cli_message(e)) from None
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {args.threads}")
+    out = args.out or default_out(cfg)
+    existed = out.is_dir()
+    placed = []  # set once the run's folder is in place: what an interruption after that keeps
+    done = None
+    try:
+        with signals_interrupt():
+            done = _train_into(checked, out, args, placed, snapshot_every=every, snapshot=hook)
+            _report(done, out, args)
+    except KeyboardInterrupt as e:
+        stop = as_interrupted(e)
+        print(f"linattn train: {interrupted_words(stop, out, placed=bool(placed), existed=existed)}", file=sys.stderr)
+        return stop.exit_code
+    except _WriteFailed as e:
+        print(f"linattn train: error: {e}; nothing was written ({_unchanged(out, existed)})", file=sys.stderr)
+        return 1
+    return 0 if done else 1
+
+
+class _WriteFailed(Exception):
+    """Writing the run's files failed (a full disk, a folder removed meanwhile): the message names the path."""
+
+
+def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, snapshot):
+    """Train ``checked`` and put its folder in place as ``out`` (then ``placed`` is made non-empty); the run's result,
+    or None when it diverged (said on stderr). Whatever stops it before the folder is in place removes the temporary
+    folder and the parent folders made for it."""
+    from ..experiment import run, run_key
+    from ..train import TrainingDiverged
+
+    tmp, created = prepare_out(out, args.overwrite)
+    try:
+        try:
+            result = run(checked, progress=None if not args.quiet else False, threads=args.threads,
+                         snapshot_every=snapshot_every, snapshot=snapshot)
+        except TrainingDiverged as e:
+            print(f"linattn train: error: {e}", file=sys.stderr)
+            return None
+        result.key = run_key(result.config)
+        try:
+            _write(result, tmp, out, args)
+            with signals_deferred():  # the rename is never cut in two; the signal comes once it is done
+                _move_into_place(tmp, out, args.overwrite)
+                tmp = None
+                placed.append(out)
+        except OSError as e:
+            raise _WriteFailed(_write_error(e, tmp, out)) from None
+    finally:
+        if tmp is not None:  # the run failed or was interrupted: leave nothing behind
+            with signals_deferred():
+                shutil.rmtree(tmp, ignore_errors=True)
+                _remove_empty(created)
+    remove_stale_temps(out.parent, out.name)  # killed writers' leftovers of this --out
+    return result
+
+
+def _write(result, tmp: Path, out: Path, args) -> None:
+    from ..experiment import write_outputs
+
+    write_outputs(result, tmp, save_data=args.save_data)
+    if args.show and _headless():
+        from ..companion.plotting import loss_figure
+
+        loss_figure(result.history, title=out.name).savefig(tmp / "loss.png", dpi=150)
+
+
+def _write_error(error: OSError, tmp: Path | None, out: Path) -> str:
+    """``error`` in one line naming the path as the run would have it (the file in ``out``, not in the temporary
+    folder)."""
+    path = Path(error.filename) if error.filename else out
+    if tmp is not None:
+        try:
+            path = out / path.relative_to(tmp)
+        except ValueError:
+            pass
+    return f"cannot write {path}: {error.strerror or str(error) or type(error).__name__}"
+
+
+def _unchanged(out: Path, existed: bool) -> str:
+    return f"{out} is unchanged" if existed else f"{out} was not created"
+
+
+def interrupted_words(stop: Interrupted, out: Path, *, placed: bool, existed: bool) -> str:
+    """The line an interrupted ``linattn train`` ends with: which signal, and whether the run was kept."""
+    if placed:
+        return f"interrupted by {stop.name} after the run was complete; it is kept in {out}"
+    return f"interrupted by {stop.name}; the run was not finished and nothing was written ({_unchanged(out, existed)})"
+
+
+def _report(result, out: Path, args) -> None:
+    """The summary line, and the plot: saved beside loss.csv without a display, else shown."""
+    if result is None or (args.quiet and not args.show):
+        return
+    if not args.quiet:
+        h = result.history
+        print(f"{result.engine} engine, {result.config.epoch} steps in {result.wall_time:.1f} s: "
+              f"loss {h.train_loss[0]:.4f} -> {h.train_loss[-1]:.4f}; wrote {out}")
+    if (out / "loss.png").is_file() and args.show:
+        print(f"linattn train: no display to show the plot on; saved it as {out / 'loss.png'}")
+    elif args.show:
+        from ..companion.plotting import show_loss
+
+        show_loss(result.history, title=out.name)
