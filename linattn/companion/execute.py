@@ -28,6 +28,7 @@ from . import notebooks, presets, publish
 from .cachekey import CACHE_KEY, RUN_INFO, is_current
 from .citation import cite_block
 from .paths import ENV_FIGURE, ENV_RUNS_DIR, run_store_dir
+from .lifetime import die_with_parent, kernel_arguments
 
 # seconds a kernel may take to start: papermill's 60 s default was once exceeded on a fresh, busy two-core machine
 KERNEL_START_TIMEOUT = 300
@@ -39,16 +40,6 @@ class PrintedWarning(RuntimeError):
 
 
 # ---------------------------------------------------------------- processes that end with the runner
-
-def _lifetime():
-    """``(die_with_parent, kernel_arguments)`` of :mod:`linattn.companion.lifetime` (Linux's parent-death signal),
-    or do-nothing stand-ins where that module is missing."""
-    try:
-        from .lifetime import die_with_parent, kernel_arguments
-    except ImportError:
-        return (lambda parent=None: False), (lambda parent=None: [])
-    return die_with_parent, kernel_arguments
-
 
 _IN_WORKER = False  # set in a pool worker: an interrupted figure ends the worker (it never waits for more work)
 
@@ -67,7 +58,7 @@ def worker_start(parent: int) -> None:
     then end it (:func:`execute_figure`), so it is not left waiting on the dead runner's pipe."""
     global _IN_WORKER
     _IN_WORKER = True
-    _lifetime()[0](parent)
+    die_with_parent(parent)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _unwind)
 
@@ -192,7 +183,7 @@ def _run_notebook(name: str, text: str, stage: Path, values: dict, timeout: floa
             notebooks.from_text(text), str(stage / ".running.ipynb"), parameters={**values, "out_dir": str(stage)},
             kernel_name="python3", language="python", progress_bar=False, cwd=str(stage),
             execution_timeout=timeout, start_timeout=KERNEL_START_TIMEOUT,
-            extra_arguments=_lifetime()[1]())  # the kernel ends with this worker
+            extra_arguments=kernel_arguments())  # the kernel ends with this worker
 
 
 def _unstage(nb, name: str, stage: Path, root: Path) -> None:
