@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from linattn.cli import main
-from linattn.cli.interrupts import ENV_SIGNAL, ENV_SIGNAL_AT
+from linattn.companion.interrupts import ENV_SIGNAL, ENV_SIGNAL_AT
 from linattn.companion import lifetime
 from linattn.records import process_alive
 

@@ -2,7 +2,7 @@
 
 The commands live in modules of their own: :mod:`linattn.cli.train`, :mod:`linattn.cli.sweep` (and the figure
 runner, :mod:`linattn.companion.runner`); :mod:`linattn.cli.common` holds what they share, and
-:mod:`linattn.cli.interrupts` how SIGINT and SIGTERM stop them. One error idiom for all: ``linattn <command>: error:
+:mod:`linattn.companion.interrupts` how SIGINT and SIGTERM stop them. One error idiom for all: ``linattn <command>: error:
 …`` on stderr, exit code 2 (:class:`~linattn.cli.common.UsageError`).
 
 ``linattn train`` takes the reference's flags (same names, meanings and defaults; ``--head`` for ``--head_num``,

@@ -1,6 +1,6 @@
 """``linattn sweep``: a grid of runs on Dask into content-addressed run folders, resumable, gathered into one
 xarray dataset (:mod:`linattn.companion.sweeps`). SIGINT and SIGTERM are handled alike
-(:mod:`linattn.cli.interrupts`): the cluster is closed, the one line says which cells are stored, exit 130 or 143.
+(:mod:`linattn.companion.interrupts`): the cluster is closed, the one line says which cells are stored, exit 130 or 143.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .common import (
     cli_message,
     config_from_args,
 )
-from .interrupts import as_interrupted, signals_interrupt
+from ..companion.interrupts import as_interrupted, signals_interrupt
 
 _RANGE = re.compile(r"\s*([+-]?\d+)\s*:\s*([+-]?\d+)\s*(?::\s*([+-]?\d+)\s*)?")
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")

@@ -2,7 +2,7 @@
 
 The files are written into a temporary sibling folder, ``.<out>.<host>.<pid>.….tmp``, renamed to ``--out`` only
 when the run succeeded; a run that fails, diverges or is interrupted removes it again, and the parent folders it
-made. SIGINT and SIGTERM are handled alike (:mod:`linattn.cli.interrupts`): one line saying what was kept, exit 130
+made. SIGINT and SIGTERM are handled alike (:mod:`linattn.companion.interrupts`): one line saying what was kept, exit 130
 or 143. A write that fails (a full disk) is one line naming the path, exit 1, nothing left behind. A run that
 completes removes the temporary folders that killed writers of the same ``--out`` left (their process is gone).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from ..config import ConfigError, RunConfig
 from ..records import remove_stale_temps, temp_dir, temp_prefix
 from .common import UsageError, cli_message, config_from_args
-from .interrupts import (
+from ..companion.interrupts import (
     Interrupted,
     as_interrupted,
     fault_hook,

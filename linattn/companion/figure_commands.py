@@ -17,9 +17,7 @@ command with one line saying which figures were finished and kept, exit code 130
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from ..records import atomic_write
 from . import extras, notebooks
 from .cachekey import discover
 from .execute import notebook_values
+from .interrupts import signals_interrupt
 from .paths import UnusableFolder, preset_root, unusable_output_dir
 from .schedule import Interrupted, list_figures, run_figures
 
@@ -46,19 +45,6 @@ def _refusal(args, overrides: dict) -> str | None:
     if args.into_book and args.out is not None:
         return "--into-book writes to the book's figures; leave out --out"
     return None
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM unwinds the command like Ctrl-C (a ``KeyboardInterrupt`` whose argument is the signal)."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt(signum)
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def interrupted_line(exc: Interrupted, root: Path) -> str:
@@ -96,7 +82,7 @@ def cmd_figures(args) -> int:
     if (why := unusable_output_dir(root)) is not None:
         return _usage(f"--out {why}" if args.out is not None else f"the default output folder {why} (give --out DIR)")
     try:
-        with _sigterm_as_interrupt():
+        with signals_interrupt():
             results = run_figures(preset=args.preset, only=args.only, jobs=args.jobs, force=args.force,
                                   out=args.out, src=args.src, timeout=args.timeout, overrides=overrides,
                                   retrain=args.retrain)
@@ -104,7 +90,7 @@ def cmd_figures(args) -> int:
         return _usage(e.args[0])
     except Interrupted as e:
         print(interrupted_line(e, root.resolve()), file=sys.stderr)
-        return 128 + e.signum
+        return e.exit_code
     _summary(args, results, root.resolve(), overrides)
     return 1 if any(r.status == "failed" for r in results) else 0
 

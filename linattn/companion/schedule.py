@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import library_versions
-from . import notebooks, presets
+from . import interrupts, notebooks, presets
 from .cachekey import RUN_INFO, discover, expected_key, figure_key, is_current, is_report, read_notebook, run_info
 from .execute import error_line, execute_figure, worker_start
 from .paths import ENV_RUNS_DIR, UnusableFolder, preset_root, retraining, run_store_dir, unusable_output_dir
@@ -39,13 +39,13 @@ class FigureResult:
     fallbacks: tuple[str, ...] = ()  # known fallbacks the notebook's engines took (notebooks.take_known_fallbacks)
 
 
-class Interrupted(KeyboardInterrupt):
+class Interrupted(interrupts.Interrupted):
     """The runner was interrupted by signal ``signum``; ``results`` are the figures finished before it (published,
     cached or failed), ``unfinished`` the names that were running or waiting."""
 
     def __init__(self, signum: int, results: list, unfinished: list[str]):
         super().__init__(signum)
-        self.signum, self.results, self.unfinished = signum, results, unfinished
+        self.results, self.unfinished = results, unfinished
 
 
 def done_line(res: FigureResult) -> str:
@@ -167,8 +167,7 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
         for name in first + last:  # published by a worker whose result the interruption kept from us
             if name not in results and name in keys and _made_since(root, name, keys[name], since):
                 results[name] = FigureResult(name, "ran", notebook=root / f"{name}.ipynb")
-        signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 2
-        raise Interrupted(signum, [results[n] for n in first + last if n in results],
+        raise Interrupted(interrupts.as_interrupted(exc).signum, [results[n] for n in first + last if n in results],
                           [n for n in first + last if n not in results]) from None
     pool.shutdown()
     run_figures.last_wall_time = time.perf_counter() - started
