@@ -80,8 +80,12 @@ def _between(lo, hi, P) -> str:
     return f"between $c$ = {_c(lo)} and {_c(hi)}{fresh}"
 
 
-def _per_P(pairs) -> str:
-    """"between … at $P$ = 200 and between … at $P$ = ∞"."""
+def _per_P(pairs, every: bool = True) -> str:
+    """"between … at $P$ = 200 and between … at $P$ = ∞"; one phrase "… at every $P$" where all say the same and
+    ``every`` (the pairs cover every P of the grid)."""
+    pairs = list(pairs)
+    if every and len(pairs) > 1 and len({text for _, text in pairs}) == 1:
+        return f"{pairs[0][1]} at every $P$"
     return _list(f"{text} at $P$ = {size_label(P)}" for P, text in pairs)
 
 
@@ -160,7 +164,7 @@ def iwl_wins_phrase(ds) -> str:
 def crossing_phrase(value) -> str:
     """A crossing solved in c, or why there is none."""
     value = float(value)
-    return f"at $c$ = {value:.2g}" if np.isfinite(value) else "nowhere the grid brackets (no crossing solved)"
+    return f"at $c$ = {value:.2g}" if np.isfinite(value) else "at no $c$ found in the grid's bracket"
 
 
 def peak_phrase(ds) -> str:
@@ -199,7 +203,9 @@ def stage_phrase(ds) -> str:
             continue
         parts.append((P, "at the same $c$ as at the epoch" if end == then else
                       f"at a {'smaller' if end < then else 'larger'} $c$ than at the epoch"))
-    return _per_P(parts) if parts else "nowhere both switch on the grid"
+    if not parts:
+        return "nowhere both switch on the grid"
+    return _per_P(parts, every=len(parts) == ds.sizes["trainset_size"])
 
 
 def settling_phrase(ds) -> str:
