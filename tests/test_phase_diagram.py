@@ -127,9 +127,11 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     mp.setenv("LINATTN_RUNS_DIR", str(root))
     try:
-        ds = pd_.compute(_settings(attn_s=dict(model="attnS", head_num=2, rank=1, in_dim=2, seq_len=8, lr=0.05,
-                                               epoch=50, trainset_size=50, init_scheme="jan2025"),
-                                   inits_s=[0.05], seeds=[0]))
+        S = _settings(attn_s=dict(model="attnS", head_num=2, rank=1, in_dim=2, seq_len=8, lr=0.05, epoch=50,
+                                  trainset_size=50, init_scheme="jan2025"), inits_s=[0.05], seeds=[0])
+        ds = pd_.compute(S)
+        again = pd_.compute(S)  # read back from the store: the sparse records (the horizon among them) as stored
+        xr.testing.assert_identical(ds.drop_vars("cell_seconds"), again.drop_vars("cell_seconds"))
         yield ds, root
     finally:
         mp.undo()
@@ -139,6 +141,7 @@ def test_every_cell_is_a_stored_run_that_settles_at_the_theorys_end_point(tiny):
     ds, root = tiny
     trainings = [json.loads(line) for line in (root / "trainings.jsonl").read_text().splitlines()]
     assert sum(t["model"] == "attnM" and t["trained_steps"] == 10**5 for t in trainings) == 8  # 4 c × (40, ∞)
+    assert sum(t.get("trained_steps") == 0 for t in trainings) == 8 and not any("quarantined" in t for t in trainings)
     assert list(ds.trainset_size.values) == [40.0, np.inf] and ds.sizes["icl"] == 4
     assert bool(ds.settled.all()) and float(max(ds.settle_iwl.max(), ds.settle_icl.max())) < ds.tolerance
     unique = ~ds.flat
