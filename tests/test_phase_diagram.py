@@ -16,10 +16,10 @@ xr = pytest.importorskip("xarray")
 
 import linattn  # noqa: E402
 from linattn import RunConfig, draw, models  # noqa: E402
-from linattn.objectives import Exact  # noqa: E402
-from linattn.objectives.population import mixture_moments, population_moments  # noqa: E402
 from linattn.companion.figures import beyond_phase_diagram as pd_  # noqa: E402
 from linattn.companion.figures.common import phase, phase_text  # noqa: E402
+from linattn.objectives import Exact  # noqa: E402
+from linattn.objectives.population import mixture_moments, population_moments  # noqa: E402
 
 COV = np.array([[0.6, 0.15], [0.15, 0.4]])
 W_FIX = np.array([1.1, -0.6])

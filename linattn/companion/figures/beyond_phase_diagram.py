@@ -34,14 +34,12 @@ from ...models import build_model
 from ...objectives import Exact
 from ...objectives.population import mixture_moments
 from .. import presets
+from .common import phase, phase_text
 from .common import presets as common
 from .common.frame import settings_attrs
-from .common.phase import (FLAT, TOLERANCE, WINDOW, free_directions, quadratic_loss, record_steps, task_moments,
-                           triple, verdicts)
+from .common.phase import FLAT, TOLERANCE, WINDOW, triple
 from .common.phase_plots import CAP, plot, plot_escape  # noqa: F401 — the page's figures
-from .common.phase_text import (TABLE_COLUMNS, crossing_phrase, iwl_wins_phrase, limit_phrase,  # noqa: F401
-                                numbers, peak_phrase, settled_phrase, settling_phrase, size_label, stage_phrase,
-                                switch_phrase, switch_table, theory_phrase, _list, _range, _steps)
+from .common.phase_text import TABLE_COLUMNS, numbers, size_label, switch_table  # noqa: F401 — the page's table
 from .common.train import train
 
 NAME = __name__.rsplit(".", 1)[-1]
@@ -83,7 +81,7 @@ def recorded(S: dict) -> tuple[int, ...]:
     ``epoch_extended``, and ten steps of the last ``WINDOW`` of the training before it (the settled criterion)."""
     horizon = int(S["epoch_extended"])
     tail = np.round(np.linspace((1 - WINDOW) * horizon, horizon, 11)[:-1])
-    steps = np.concatenate([[0], record_steps(int(S["attn_m"]["epoch"]), horizon), tail])
+    steps = np.concatenate([[0], phase.record_steps(int(S["attn_m"]["epoch"]), horizon), tail])
     return tuple(int(k) for k in np.unique(steps))
 
 
@@ -143,7 +141,7 @@ def _cell(result, tests: dict) -> dict:
     out = {"curvature": float(ev[0] / ev[-1]), "seconds": float(result.history.wall_time)}
     for name, moments in (("train_loss", mom), *tests.items()):
         out[name] = np.asarray(getattr(result.history, name), dtype=np.float64)
-        out[f"limit_{name}"] = None if m_star is None else quadratic_loss(m_star, moments)
+        out[f"limit_{name}"] = None if m_star is None else phase.quadratic_loss(m_star, moments)
     return out
 
 
@@ -163,7 +161,7 @@ def compute(S: dict, client=None):
              for k in ("test_iwl", "test_icl")}
     icl, sizes = _grid(S)
     cells = [_cell(r, tests) for r in results.values()]
-    at, steps = first.history.step, record_steps(int(S["attn_m"]["epoch"]), base.epoch)
+    at, steps = first.history.step, phase.record_steps(int(S["attn_m"]["epoch"]), base.epoch)
     keep, last = np.searchsorted(at, steps), np.flatnonzero(at >= (1 - WINDOW) * base.epoch)[:-1]
 
     def grid(key):
@@ -185,9 +183,9 @@ def compute(S: dict, client=None):
     L_origin, L_star = float(np.trace(data.cov)), theory.loss_star(data.cov, base.N)
     midpoint = (L_origin + L_star) / 2
     ds["settled"] = (ds.settle_iwl < TOLERANCE) & (ds.settle_icl < TOLERANCE)
-    fixed, fresh_m = task_moments(data.cov, data.w_fix, seq_len=base.seq_len, normalize=base.normalize)
-    ds = verdicts(ds, midpoint, fixed, fresh_m, tests)
-    ds["free_directions"] = free_directions(fixed[0])
+    fixed, fresh_m = phase.task_moments(data.cov, data.w_fix, seq_len=base.seq_len, normalize=base.normalize)
+    ds = phase.verdicts(ds, midpoint, fixed, fresh_m, tests)
+    ds["free_directions"] = phase.free_directions(fixed[0])
     ds.attrs.update(settings_attrs(S, engine="exact (gradient flow)", seeds=S["attn_m"]["seed"]))
     ds.attrs.update(L_origin=L_origin, L_star=L_star, midpoint=midpoint, tolerance=TOLERANCE, window=WINDOW,
                     horizon=int(base.epoch), epoch=int(S["attn_m"]["epoch"]), lr=float(base.lr),
@@ -259,27 +257,28 @@ def words(ds, escape=None) -> dict:
     rule of :mod:`.common.phase` through :mod:`.common.phase_text`."""
     import json
 
+    t = phase_text
     base = json.loads(ds.attrs["settings"]).get("attn_m", {}) if "settings" in ds.attrs else {}
     zero = ds.sel(icl=0.0) if 0.0 in ds.icl.values else None
     out = dict(n_cells=int(ds.settled.size), n_icl=int(ds.sizes["icl"]), n_P=int(ds.sizes["trainset_size"]),
-               sizes=_list([size_label(P) for P in ds.trainset_size.values]), horizon=_steps(ds.horizon),
+               sizes=t._list([size_label(P) for P in ds.trainset_size.values]), horizon=t._steps(ds.horizon),
                epoch=int(ds.epoch), lr=f"{ds.lr:g}", head_num=base.get("head_num", "–"),
                init=f"{base.get('init', float('nan')):g}", in_dim=base.get("in_dim", "–"),
                tolerance=f"{ds.tolerance:.0%}", window=f"{ds.window:.0%}", midpoint=float(ds.midpoint),
                L_star=float(ds.L_star), L_origin=float(ds.L_origin), cap=f"{CAP:g}", flow_rtol=f"{ds.flow_rtol:g}",
                cells_seconds=f"{float(ds.cell_seconds.sum()):.0f} s",
                per_cell=f"{float(ds.cell_seconds.median()):.1f} s", free_directions=int(ds.free_directions),
-               settled=settled_phrase(ds), icl_switch=switch_phrase(ds), theory_switch=theory_phrase(ds),
-               population_switch=crossing_phrase(ds.population_switch), iwl_wins=iwl_wins_phrase(ds),
-               iwl_loses=switch_phrase(ds, "iwl_lo", "iwl_hi"), population_edge=crossing_phrase(ds.population_edge),
-               peaks=peak_phrase(ds), limits=limit_phrase(ds), epoch_switch=switch_phrase(ds, step=int(ds.epoch)),
-               stage=stage_phrase(ds), settling=settling_phrase(ds),
-               zero_iwl="–" if zero is None else _range(zero.final_test_iwl),
-               zero_icl="–" if zero is None else _range(zero.final_test_icl))
+               settled=t.settled_phrase(ds), icl_switch=t.switch_phrase(ds), theory_switch=t.theory_phrase(ds),
+               population_switch=t.crossing_phrase(ds.population_switch), iwl_wins=t.iwl_wins_phrase(ds),
+               iwl_loses=t.switch_phrase(ds, "iwl_lo", "iwl_hi"), population_edge=t.crossing_phrase(ds.population_edge),
+               peaks=t.peak_phrase(ds), limits=t.limit_phrase(ds), epoch_switch=t.switch_phrase(ds, step=int(ds.epoch)),
+               stage=t.stage_phrase(ds), settling=t.settling_phrase(ds),
+               zero_iwl="–" if zero is None else t._range(zero.final_test_iwl),
+               zero_icl="–" if zero is None else t._range(zero.final_test_icl))
     if escape is not None:
         out.update(n_escape=int(escape.drop_step.isel(direction=0).size),
-                   exponents=_list([f"{x:.2f}" for x in escape.exponent.values if np.isfinite(x)]) or "–",
-                   ratios=_list([f"{x:.1f}" for x in escape.ratio.values if np.isfinite(x)]) or "–",
-                   predicted_ratios=_list([f"{x:.2f}" for x in escape.predicted_ratio.values if np.isfinite(x)])
+                   exponents=t._list([f"{x:.2f}" for x in escape.exponent.values if np.isfinite(x)]) or "–",
+                   ratios=t._list([f"{x:.1f}" for x in escape.ratio.values if np.isfinite(x)]) or "–",
+                   predicted_ratios=t._list([f"{x:.2f}" for x in escape.predicted_ratio.values if np.isfinite(x)])
                    or "–", heads_s=int(escape.attrs.get("head_num", 1)))
     return out

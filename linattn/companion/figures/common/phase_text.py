@@ -8,6 +8,7 @@ import numpy as np
 
 from .phase import near_count, settling_step
 
+
 def _bracket_text(lo, hi) -> str:
     """A bracket as a table cell: "0.02–0.05", "≤ 0.02" (every trained c > 0 from the first), or "–" (none)."""
     lo, hi = float(lo), float(hi)
