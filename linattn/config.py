@@ -33,6 +33,7 @@ from .memory import available_memory, check_memory, format_size, memory_estimate
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
 DRAWS = ("reference", "streams")
+FLOW_RTOL = 1e-8  # the flow integrator's default relative tolerance
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,10 @@ class RunConfig:
         "round(10^(j/n)) for j = 0, 1, … below epoch, with step 0 and the end, epoch; or the increasing steps "
         "themselves, in [0, epoch]. Other than None only with dynamics=flow (gradient descent records every step)",
         check=_record)
+    flow_rtol: float = _setting(
+        FLOW_RTOL, "number", "the relative tolerance of the gradient flow's integrator (scipy solve_ivp's rtol; LSODA "
+        "with the loss's Hessian on the exact and population engines); other than its default only with dynamics=flow",
+        check=check_positive)
     dtype: str = _setting("float64", "str", "the precision of the training: float64 or float32", flags=("--dtype",), choices=DTYPES)
     device: str = _setting("auto", "str", "auto: the CPU for the exact and population engines, CUDA when available "
                            "for autograd and softmax; cpu; or cuda[:k] (refused when torch sees no such device)",
@@ -323,6 +328,9 @@ class RunConfig:
             if isinstance(self.record, (tuple, list)) and self.record[-1] > self.epoch:
                 bad(f"{named('record')}: step {self.record[-1]} is after the run's end, {named('epoch')} = "
                     f"{self.epoch}", "record", self.record)
+        if self.flow_rtol != FLOW_RTOL and self.dynamics != "flow":
+            bad(f"{named('flow_rtol')} other than {FLOW_RTOL:g} needs {named('dynamics', 'flow')} (gradient "
+                "descent has no integrator tolerance)", "flow_rtol", self.flow_rtol)
         if self.spectrum is not None:
             if self.white_cov:
                 bad(f"{named('spectrum')} and {named('white_cov', True)} are mutually exclusive", "spectrum",

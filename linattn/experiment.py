@@ -132,7 +132,8 @@ def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot) -> RunResult
         if cfg.dynamics == "flow":
             history = gradient_flow(model, train, lr=cfg.lr, epoch=cfg.epoch, tests=tests,
                                     track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,
-                                    record=cfg.recorded_steps(), jacobian=hasattr(train, "moments"))
+                                    record=cfg.recorded_steps(), jacobian=hasattr(train, "moments"),
+                                    rtol=cfg.flow_rtol)
         else:
             history = gradient_descent(model, train, lr=cfg.lr, epoch=cfg.epoch, tests=tests,
                                        track_value=cfg.track_value, snapshot_every=snapshot_every, snapshot=snapshot,

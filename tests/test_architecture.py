@@ -166,9 +166,6 @@ def test_the_api_page_documents_exactly_linattn_all():
 
 FIGURES_DIR = ROOT / "companion" / "figures"
 NOTEBOOKS = ROOT.parent / "figures_src"
-# The phase diagram still trains its cells with its own flow engine and builds their settings there; it moves onto
-# the core's flow engine and the run store in a later change, which removes this exemption.
-BUILDS_ITS_OWN_RUNS = {"beyond_phase_diagram"}
 
 
 def _figure_names() -> list[str]:
@@ -254,8 +251,6 @@ def _builds_runs_outside_runs(tree: ast.Module) -> list[int]:
 def test_no_run_settings_are_built_in_a_figure_module_outside_runs():
     found = {}
     for name in _figure_names():
-        if name in BUILDS_ITS_OWN_RUNS:
-            continue
         lines = _builds_runs_outside_runs(ast.parse((FIGURES_DIR / f"{name}.py").read_text(encoding="utf-8")))
         if lines:
             found[name] = lines

@@ -86,9 +86,9 @@ BAD = [
     (["--engine", "softmax"], "--engine 'softmax' covers softmax attention only (set --softmax, or use --engine "
                               "'exact' or 'autograd')"),
     (["--trainset_size", "inf"], "--trainset_size inf has no reference draws"),
-    (["--trainset_size", "inf", "--icl", "0.5", "--draws", "streams"],
-     "the population engine (--trainset_size inf) supports --icl = 1 only"),
-    (["--trainset_size", "inf", "--testset_size", "5", "--draws", "streams"], "use --testset_size 0"),
+    (["--trainset_size", "inf", "--icl", "0.5", "--draws", "streams", "--model", "attnS"],
+     "the population engine (--trainset_size inf) supports --icl < 1 only for linear --model attnM"),
+    (["--trainset_size", "inf", "--testset_size", "5", "--white_cov"], "use --testset_size 0"),
     (["--trainset_size", "inf", "--engine", "exact", "--draws", "streams"],
      "--trainset_size inf (the population objective) needs --engine 'population'"),
     (["--lr", "nan"], "expected a finite number"),

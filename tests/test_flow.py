@@ -212,3 +212,20 @@ def test_record_is_checked_as_a_setting():
         with pytest.raises(ConfigError) as err:
             RunConfig(epoch=100, record=record, dynamics=dynamics).validate()
         assert err.value.field == "record"
+
+
+def test_the_flow_tolerance_is_a_flow_setting_that_reaches_the_integrator():
+    """flow_rtol: checked as a setting (positive, flow runs only), in the run key, and handed to the integrator: a
+    looser tolerance gives nearby but different losses."""
+    base = dict(model="attnM", head_num=2, in_dim=3, seq_len=8, trainset_size=None, lr=0.01, init=0.1,
+                draws="streams", dynamics="flow", epoch=10**5, record=2)
+    for bad in (dict(flow_rtol=0.0), dict(flow_rtol=1e-4, dynamics="gd", record=None)):
+        with pytest.raises(ConfigError) as err:
+            RunConfig(**{**base, **bad}).validate()
+        assert err.value.field == "flow_rtol"
+    tight, loose = RunConfig(**base), RunConfig(**base, flow_rtol=1e-3)
+    assert run_key(tight) != run_key(loose)
+    a, b = run(tight).history.train_loss, run(loose).history.train_loss
+    assert not np.array_equal(a, b)
+    np.testing.assert_allclose(b, a, rtol=0.05)
+

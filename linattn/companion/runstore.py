@@ -195,7 +195,8 @@ class _Entry:
         """The run of ``cfg`` (its first ``cfg.epoch`` steps) as :func:`linattn.run` would have returned it
         (``given``: the data given in place of drawn ones, as the run's plan holds them)."""
         E, k, h = cfg.epoch, self.run.snapshot_every, self.run.history
-        cut = {name: None if getattr(h, name) is None else getattr(h, name)[:E]
+        rows = h.step < E if cfg.dynamics == "gd" else h.step <= E  # a flow run may record its end, sparsely
+        cut = {name: None if getattr(h, name) is None else getattr(h, name)[rows]
                for name in ("step", "train_loss", "test_iwl", "test_icl", "values")}
         snaps = dict(h.snapshots)
         history = History(**{**cut, "values": cut["values"] if cfg.track_value else None},
@@ -220,14 +221,14 @@ class _Entry:
     @classmethod
     def load(cls, folder: Path) -> "_Entry":
         """Read the entry in ``folder`` whole (every row and array) and check that its parts agree: its history has
-        one row per step (a flow run: increasing steps from 0), its last checkpoint is its length, every
+        one row per step (a flow run: increasing steps from 0 up to its end), its last checkpoint is its length, every
         checkpoint's weights (and, where it records snapshots, its snapshot) are there. Anything else raises
         (:class:`DamagedEntry`, or the reader's error)."""
         res = load_run(folder)
         E, steps = res.config.epoch, res.history.step
         every_step = res.config.dynamics == "gd"  # a flow run may record fewer steps, in increasing order
         if not (np.array_equal(steps, np.arange(E)) if every_step else
-                steps.size and steps[0] == 0 and np.all(np.diff(steps) > 0) and steps[-1] < E):
+                steps.size and steps[0] == 0 and np.all(np.diff(steps) > 0) and steps[-1] <= E):
             raise DamagedEntry(f"loss.csv has {len(steps)} rows of steps for a run of {E} steps")
         if max(res.info["checkpoints"]) != E:
             raise DamagedEntry(f"its last checkpoint is not its length {E}")

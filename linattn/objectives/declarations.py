@@ -76,11 +76,15 @@ class PopulationEngine(ExactEngine):
         if cfg.softmax:
             return (f"{named('engine')} 'population' covers linear attention only; {named('softmax')} needs "
                     f"{named('engine')} 'autograd' or 'softmax'")
-        if cfg.icl != 1.0:
-            return f"the population engine ({named('trainset_size', None)}) supports {named('icl')} = 1 only"
-        if cfg.testset_size:
-            return (f"the population engine ({named('trainset_size', None)}) has no test sets: use "
-                    f"{named('testset_size', 0)}")
+        streams = cfg.draws == "streams" and cfg.cov_matrix is None
+        if cfg.icl != 1.0 and not (streams and cfg.model == "attnM" and not cfg.vary_len and not
+                                   cfg.population_samples):
+            return (f"the population engine ({named('trainset_size', None)}) supports {named('icl')} < 1 only for "
+                    f"linear {named('model', 'attnM')} with {named('draws', 'streams')} (the fixed task w_fix is "
+                    f"drawn from them), exact moments and no vary_len; else {named('icl')} = 1 only")
+        if cfg.testset_size and not streams:
+            return (f"the population engine ({named('trainset_size', None)}) draws test sets only with "
+                    f"{named('draws', 'streams')}: use {named('testset_size', 0)}")
         return None
 
 

@@ -176,7 +176,14 @@ class Population(PopulationEngine, Exact):
 
     @classmethod
     def for_run(cls, model, datasets, cfg, **opts):
-        """The training objective of a run of ``cfg`` (its covariance from ``datasets``)."""
+        """The training objective of a run of ``cfg`` (its covariance from ``datasets``; at ``cfg.icl`` < 1 the
+        mixture's moments, :func:`mixture_moments`, with the run's fixed task ``datasets.w_fix``)."""
+        if cfg.icl != 1.0:
+            mom = mixture_moments(model.feature_map, datasets.cov, cfg.seq_len, icl=cfg.icl, w_fix=datasets.w_fix,
+                                  normalize=cfg.normalize)
+            dtype, device = opts.get("dtype", torch.float64), opts.get("device", "cpu")
+            mom.yT, mom.TT = mom.yT.to(dtype=dtype, device=device), mom.TT.to(dtype=dtype, device=device)
+            return cls(mom, dtype)
         return cls.of(model, cov=datasets.cov, seq_len=cfg.seq_len, samples=cfg.population_samples, seed=cfg.seed,
                       **opts)
 

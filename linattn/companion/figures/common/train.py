@@ -13,13 +13,34 @@ def _start(run: FromRun, source) -> dict | None:
     return run.convert(weights) if run.convert is not None else weights
 
 
-def train(runs: dict, S: dict | None = None, *, given: dict | None = None) -> dict:
+def _store(cfg, every: int, root: str) -> None:
+    """Train ``cfg`` into the run store at ``root`` (on a Dask worker: the store's per-key lock makes it safe beside
+    the others)."""
+    from ...runstore import stored_run
+
+    stored_run(cfg, snapshot_every=every, root=root)
+
+
+def on_cluster(runs: dict, S: dict | None, client) -> None:
+    """Train the declared ``runs`` that start from nothing given (plain RunConfigs) into the run store, one task
+    each on the Dask ``client``'s workers; those already stored are only read there."""
+    from ...runstore import default_root
+
+    every, root = (S or {}).get("snapshot_every", 0), str(default_root())
+    todo = [r for r in runs.values() if not isinstance(r, FromRun)]
+    client.gather(client.map(_store, todo, every=every, root=root, pure=False))
+
+
+def train(runs: dict, S: dict | None = None, *, given: dict | None = None, client=None) -> dict:
     """``{label: RunResult}`` of the declared ``runs``, each from the run store (recorded every
     ``S["snapshot_every"]`` steps where the figure's settings ``S`` set it), in declaration order. ``given``: initial
     weights from outside for runs by label (a reader's own weights); a :class:`FromRun` starts from its source's
-    result."""
+    result. ``client``: a ``dask.distributed.Client`` whose workers train the plain runs first
+    (:func:`on_cluster`); they are then read from the store here."""
     from ...runstore import stored_run
 
+    if client is not None:
+        on_cluster({k: r for k, r in runs.items() if k not in (given or {})}, S, client)
     every, given, out = (S or {}).get("snapshot_every", 0), given or {}, {}
     for label, run in runs.items():
         if isinstance(run, FromRun):
