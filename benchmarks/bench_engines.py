@@ -41,8 +41,8 @@ import torch
 
 import linattn
 from linattn import RunConfig, draw, models, objectives, run, theory
-from linattn.diagnostics import drop_steps
 from linattn.flow import gradient_flow
+from linattn.loss_curves import drop_steps
 from linattn.train import gradient_descent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -166,7 +166,7 @@ def bench_runs(quick: bool) -> list[dict]:
 
 
 def _crossings(loss, levels):
-    """The drop steps (``diagnostics.drop_steps``) between the plateau ``levels``, None for a drop not made."""
+    """The drop steps (``loss_curves.drop_steps``) between the plateau ``levels``, None for a drop not made."""
     return [None if np.isnan(s) else int(s) for s in drop_steps(loss, levels)]
 
 

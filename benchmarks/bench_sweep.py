@@ -22,9 +22,8 @@ from pathlib import Path
 import torch
 
 from linattn import RunConfig
-from linattn.experiment import run_key
-from linattn.companion.sweeps import sweep
-from linattn.companion.sweeps import cells, local_client
+from linattn.companion.sweeps import cells, local_client, sweep
+from linattn.keys import run_key
 
 
 def sequential(base: RunConfig, seeds: list[int], root: Path) -> float:

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from . import experiment, objectives
+from . import experiment, objectives, plan, result
 from .models import _fold_matrix, build_model
 from .train import History, TrainingDiverged, weights_of
 
@@ -119,10 +119,10 @@ def _setup(p, built: dict):
     start = time.perf_counter()
     cfg = p.config
     datasets, init = p.data if p.data is not None else p.drawn, p.init
-    if p.draws == experiment.COVARIANCE:
-        datasets = experiment._population_datasets(cfg)
-    elif p.draws != experiment.NOTHING:
-        drawn_data, drawn_init = experiment._draw(cfg)
+    if p.draws == plan.COVARIANCE:
+        datasets = plan._population_datasets(cfg)
+    elif p.draws != plan.NOTHING:
+        drawn_data, drawn_init = plan._draw(cfg)
         datasets = drawn_data if datasets is None else datasets
         init = drawn_init if init is None else init
     model = build_model(cfg.model, init, dtype=getattr(torch, cfg.dtype), device=p.device)
@@ -216,7 +216,7 @@ def _leave(p, member, stack: _Stack, row: int, losses, tests, values, snaps, end
 
 def _member_result(p, *, history, init, weights, datasets, model, setup: float, wall: float, snapshot_every: int):
     """The RunResult of a member trained in a stack (what ``experiment._carry_out`` returns for one run)."""
-    return experiment.RunResult(
+    return result.RunResult(
         config=p.config, history=history, init=init, weights=weights, engine=p.engine, device=p.device,
         setup_time=setup, wall_time=wall, datasets=datasets,
         given=tuple(k for k, v in (("init", p.init), ("data", p.data)) if v is not None),

@@ -19,7 +19,7 @@ fraction, learning rate, length, rank (ATTN_S) — and each result is what ``lin
 
 A member whose loss becomes NaN or infinite does not stop the others: its place in the returned list holds the
 :class:`~linattn.train.TrainingDiverged` exception (with the learning rate trial runs found stable, as ``run``
-raises it), every other place a :class:`~linattn.experiment.RunResult`.
+raises it), every other place a :class:`~linattn.result.RunResult`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ SHARED = ("model", "head_num", "in_dim", "seq_len", "dtype", "engine", "device",
 def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, snapshot=None,
              threads: int | None = None, max_memory=None, batched: bool | None = None) -> list:
     """Train the runs of ``configs`` (RunConfigs of one model and shape) as one: a list with, for each member in
-    order, its :class:`~linattn.experiment.RunResult` (what ``linattn.run(configs[i], init=inits[i],
+    order, its :class:`~linattn.result.RunResult` (what ``linattn.run(configs[i], init=inits[i],
     data=datasets[i])`` returns) or, for a member that diverged, its :class:`~linattn.train.TrainingDiverged`.
 
     ``inits``, ``datasets``: None or one entry (None: drawn) per member. ``snapshot_every``, ``snapshot``,
@@ -41,14 +41,14 @@ def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, sna
     and train them in one loop of batched products (None: on CUDA only; the module docstring says why), which needs
     the exact or population engine and gradient descent.
 
-    Every member is checked before any work (``experiment.plan``); a bad one raises ConfigError naming the setting
+    Every member is checked before any work (``plan.plan``); a bad one raises ConfigError naming the setting
     and the member, ``configs[i]``. Members must agree on ``SHARED`` (the engine and device after "auto" resolved)
     and, when batched, on whether they have test sets.
     """
-    from . import experiment, objectives  # torch, only once runs are asked for
+    from . import objectives, plan  # torch, only once runs are asked for
 
     configs = list(configs)
-    experiment.check_threads(threads)
+    plan.check_threads(threads)
     plans = _plans(configs, inits, datasets, max_memory)
     batched = plans[0].device.startswith("cuda") if batched is None else batched
     if batched:
@@ -72,7 +72,7 @@ def _per_member(name: str, given, n: int) -> list:
 
 def _plans(configs, inits, datasets, max_memory) -> list:
     """Each member's checked plan; a ConfigError names the member (``configs[i]``) and the setting."""
-    from . import experiment
+    from . import plan
 
     if not configs:
         raise ConfigError("run_many: configs is empty; give at least one RunConfig", field="configs")
@@ -81,7 +81,7 @@ def _plans(configs, inits, datasets, max_memory) -> list:
     plans = []
     for i, (cfg, init, data) in enumerate(zip(configs, inits, datasets)):
         try:
-            plans.append(experiment.plan(cfg, init=init, data=data, max_memory=max_memory))
+            plans.append(plan.plan(cfg, init=init, data=data, max_memory=max_memory))
         except ConfigError as e:
             raise ConfigError(f"configs[{i}]: {e.template}", field=e.field, value=e.value) from None
         except (ValueError, TypeError, AttributeError) as e:

@@ -23,12 +23,19 @@ from typing import Callable
 import numpy as np
 
 from . import objectives
-from .data import ConfigError, check_choice, check_covariance, check_int, check_positive, check_spectrum, is_int, \
-    is_number, named
-from .weights import INIT_SCHEMES, MODELS, check_weight_settings
+from .data import (
+    ConfigError,
+    check_choice,
+    check_covariance,
+    check_int,
+    check_positive,
+    check_spectrum,
+    is_int,
+    is_number,
+    named,
+)
 from .normalization import NORMALIZATIONS
-# the memory of a run, once defined here (re-exports, until their callers import linattn.memory)
-from .memory import available_memory, check_memory, format_size, memory_estimate, memory_parts, parse_size  # noqa: F401
+from .weights import INIT_SCHEMES, MODELS, check_weight_settings
 
 DYNAMICS = ("gd", "flow")
 DTYPES = ("float64", "float32")
@@ -152,7 +159,7 @@ class RunConfig:
     ``Setting`` (``SETTINGS``) says what it means and what it may be (``linattn train --help`` lists them).
     ``trainset_size=None`` is the CLI's ``inf`` (the population objective); ``trainset_size=float("inf")`` is
     turned into None on construction. Nothing else is checked on construction: :meth:`validate` checks everything,
-    and :func:`linattn.experiment.plan` (which :func:`~linattn.experiment.run` calls) calls it.
+    and :func:`linattn.plan.plan` (which :func:`~linattn.experiment.run` calls) calls it.
     """
 
     # the reference's flags, same names and defaults
@@ -221,7 +228,8 @@ class RunConfig:
         FLOW_RTOL, "number", "the relative tolerance of the gradient flow's integrator (scipy solve_ivp's rtol; LSODA "
         "with the loss's Hessian on the exact and population engines); other than its default only with dynamics=flow",
         check=check_positive)
-    dtype: str = _setting("float64", "str", "the precision of the training: float64 or float32", flags=("--dtype",), choices=DTYPES)
+    dtype: str = _setting("float64", "str", "the precision of the training: float64 or float32", flags=("--dtype",),
+                          choices=DTYPES)
     device: str = _setting("auto", "str", "auto: the CPU for the exact and population engines, CUDA when available "
                            "for autograd and softmax; cpu; or cuda[:k] (refused when torch sees no such device)",
                            flags=("--device",), check=_device)
@@ -253,7 +261,7 @@ class RunConfig:
         """The same run on the population loss (P → ∞, the ``population`` engine) of inputs of covariance ``cov``
         (the run's own Λ, drawn or given, passed as ``cov_matrix``): no training or test sets, so nothing is drawn
         but what the run is given. Trained from the run's own initial weights, it is the theory's loss curve from the
-        same start, every head included (``diagnostics.predicted_drop_steps``, the companion's population twin)."""
+        same start, every head included (``loss_curves.predicted_drop_steps``, the companion's population twin)."""
         return replace(self, trainset_size=None, testset_size=0, engine="population",
                        cov_matrix=np.asarray(cov, dtype=np.float64).tolist(), white_cov=False, spectrum=None,
                        population_samples=0)
@@ -346,7 +354,7 @@ class RunConfig:
         """Why the reference's own random numbers (``draws="reference"``) cannot make what a run of these settings
         draws, or None: options the authors' code never had (``draws="streams"`` has them). ``covariance_only``:
         only Λ is drawn (a population run with given initial weights), which needs no draw with ``cov_matrix`` or
-        ``white_cov``. :func:`~linattn.experiment.plan` asks this where something is drawn (the message names the
+        ``white_cov``. :func:`~linattn.plan.plan` asks this where something is drawn (the message names the
         settings for :class:`ConfigError`)."""
         if covariance_only:
             drawn = self.cov_matrix is None and not self.white_cov

@@ -22,13 +22,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import theory
-# what a loss curve shows, once imported from here (re-exports, until their callers import linattn.loss_curves)
-from .loss_curves import (GIVEN_BACK, LEARNED_FALL, REST_BAND, REST_LEVEL_QUANTILE, REST_TOL,  # noqa: F401
-                          Plateaus, RankSummary, SaddlePlateaus, detect_plateaus, directions_learned, drop_steps,
-                          first_drop_step, first_step_below, half_drop_step, learning_course, predicted_drop_steps,
-                          rank_summary, rest_band_words, rest_bands, rest_core, saddle_levels, saddle_plateaus,
-                          saddle_rests, scalar_ode_overlay)
-
 
 # --------------------------------------------------------------------------------------------------------------
 # The in-context matrix of a model
@@ -196,8 +189,9 @@ def tidy(snapshots, cov, N: int, *, normalize: str, k: int | None = None, lr: fl
     Columns: step, [time (t/τ, if ``lr`` is given)], loss_theory (L(A) from theory), overlap_d (e_dᵀAe_d, d = 1..D),
     eff_rank, marginal_eff_rank, numerical_rank, subspace_dist (top-k left singular subspace vs the last snapshot's;
     k = 1 by default: a full-rank final A makes larger k trivial), subspace_change (top-r subspace vs the previous
-    snapshot's, r the current numerical rank: spikes where a new direction is being learned), drift_max (largest relative conservation drift over heads), plateau (the
-    nearest M_m) and pcr_dist (mean squared gap to M_m's predictor), pcr_dist_rel (the same relative to that
+    snapshot's, r the current numerical rank: spikes where a new direction is being learned), drift_max (largest
+    relative conservation drift over heads), plateau (the nearest M_m) and pcr_dist (mean squared gap to M_m's
+    predictor), pcr_dist_rel (the same relative to that
     predictor's mean square, or to A's for m = 0).
     """
     if not snapshots:

@@ -21,13 +21,17 @@ import numpy as np
 from . import objectives
 from .config import RunConfig
 from .flow import gradient_flow
+from .plan import (
+    COVARIANCE,
+    NOTHING,
+    Plan,
+    _draw,
+    _population_datasets,
+    check_threads,
+    plan,
+)
+from .result import RunResult
 from .train import History, TrainingDiverged, gradient_descent, weights_of
-
-# the names other modules import from here (re-exports, until they import from the module of their job)
-from .keys import NUMERICAL_LIBRARIES, TRAJECTORY_CODE, code_digest, run_key, trajectory_code_hash  # noqa: F401,I001
-from .plan import (COVARIANCE, DATA, EVERYTHING, NOTHING, Plan, _draw, _given_data,  # noqa: F401
-                   _population_datasets, check_threads, draw, plan)
-from .result import RunResult, load_run, write_outputs  # noqa: F401
 
 
 def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, steps: int,
@@ -83,8 +87,8 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
         start_step: continue a gradient-descent run whose weights at that step are ``init``: the ``cfg.epoch``
             steps are numbered from ``start_step`` on, so history and snapshots line up with the run continued.
         max_memory: the most memory the run may take, in bytes or as a size such as ``"8G"`` or ``"500M"``; None
-            (default): the memory available now (``config.available_memory``). A run whose estimated peak
-            (:func:`~linattn.config.memory_estimate`) exceeds it is refused before anything is drawn.
+            (default): the memory available now (``memory.available_memory``). A run whose estimated peak
+            (:func:`~linattn.memory.memory_estimate`) exceeds it is refused before anything is drawn.
         threads: torch's intra-op threads while the run trains; None (default): the engine's choice
             (``objectives.threads_for``: one for the exact and population engines, the caller's setting for the
             autograd and softmax engines). The caller's setting is restored afterwards, also on an exception.

@@ -17,7 +17,6 @@ from . import data as data_mod
 from .config import RunConfig
 from .records import library_versions
 
-
 #: The code that computes a trajectory, relative to the package: whole modules, or (after a colon) the top-level
 #: definitions of one that decide a run. Diagnostics, theory, events, validation and the companion are not in it.
 TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "weights.py", "models.py",

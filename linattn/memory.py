@@ -10,7 +10,6 @@ import re
 from . import objectives
 from .data import ConfigError, is_int, named
 
-
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 

@@ -12,8 +12,8 @@ Linear attention (paper Eq. 2–4; reference normalisation: no 1/N, see ``scale`
 Each is *linear in a fixed feature of the sequence* once its weights are combined: ŷ = ⟨combined(), features(X)⟩.
 For attention the feature is T = x_q ⊗ S (the query label is zero, so only x_q's D entries enter, and S is
 symmetric, so only its upper triangle is kept: F = D·(D+1)(D+2)/2); the combined weight is
-M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] folded onto that triangle. The exact objective (``objectives/exact.py``) trains through
-``combined()``; the autograd engine through ``forward()``; a test checks that the two agree.
+M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] folded onto that triangle. The exact objective (``objectives/exact.py``) trains
+through ``combined()``; the autograd engine through ``forward()``; a test checks that the two agree.
 
 With ``softmax=True`` the attention scores s_m = x̃_qᵀ W_KQ x̃_m go through a softmax over the n keys (no scale,
 no mask) and the model is no longer linear in a fixed feature.
@@ -34,8 +34,18 @@ import torch
 from torch import nn
 
 from .normalization import token_scale
-from .weights import (INIT_SCHEMES, MODELS, _attn_m_to_mlp, attn_s_scales, check_weight_settings,  # noqa: F401
-                      check_weights, init_weights, mlp_from_attn_m, weight_shapes)
+from .weights import (  # noqa: F401
+    INIT_SCHEMES,
+    MODELS,
+    _attn_m_to_mlp,
+    attn_s_scales,
+    check_weight_settings,
+    check_weights,
+    init_weights,
+    mlp_from_attn_m,
+    weight_shapes,
+)
+
 
 def _triangle(D: int):
     """Index pairs (b, c), b ≤ c, of the upper triangle of a symmetric (D+1)×(D+1) matrix."""
@@ -117,8 +127,9 @@ class _Model(nn.Module):
     def predict(self, X, normalize: str = "sum") -> np.ndarray:
         """The predictions ŷ (P,) for the sequences ``X``, as a float64 numpy array (no gradient is recorded).
 
-        ``X``: a numpy array or torch tensor of shape (P, seq_len, D+1) in the layout of :class:`~linattn.data.Sequences`:
-        token m of sequence p is ``X[p, m] = (x_m, y_m)`` and the last token is the query, whose label slot
+        ``X``: a numpy array or torch tensor of shape (P, seq_len, D+1) in the layout of
+        :class:`~linattn.data.Sequences`: token m of sequence p is ``X[p, m] = (x_m, y_m)`` and the last token is the
+        query, whose label slot
         ``X[p, -1, -1]`` must be 0 (its label is what is predicted). The sum over the seq_len tokens is scaled by
         ``normalization.token_scale(seq_len, normalize)``: 1 for ``"sum"`` (the reference's, as trained by default),
         1/N for ``"mean"`` (the paper's, N = seq_len − 1). Computed in float64 on the model's device with the current

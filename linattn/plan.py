@@ -11,8 +11,9 @@ import numpy as np
 
 from . import data as data_mod
 from . import objectives
-from .config import ConfigError, RunConfig, check_memory
+from .config import ConfigError, RunConfig
 from .data import named
+from .memory import check_memory
 from .weights import check_weights, init_weights
 
 
@@ -111,7 +112,7 @@ class Plan:
     Attributes:
         config: the settings (with given data, the data's P, seq_len and test-set size).
         engine, device: the engine that trains the run and the torch device it runs on.
-        memory: the estimated peak memory in bytes (:func:`~linattn.config.memory_estimate`), within the limit.
+        memory: the estimated peak memory in bytes (:func:`~linattn.memory.memory_estimate`), within the limit.
         to_draw: what is drawn: ``"data and weights"``, ``"data"`` (the weights are given), ``"covariance"`` (only
             Λ: a population run from given weights) or ``"nothing"``.
         init: the given initial weights (checked), or None; data: the given data as a Datasets, or None.

@@ -36,7 +36,6 @@ from .data import Datasets, Sequences
 from .weights import INIT_SCHEMES
 
 
-
 class Draws:
     """The reference's two generators, seeded as its ``__main__`` seeds them."""
 

@@ -27,11 +27,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .normalization import (  # noqa: F401
+    N_FACTORS,
+    NORMALIZATIONS,
+    check,
+    feature_scale,
+    to_paper_normalisation,
+    to_reference_normalisation,
+    weight_scale_to_paper,
+)
 from .weights import attn_s_scales
-from .normalization import (NORMALIZATIONS, N_FACTORS, check, feature_scale, to_paper_normalisation,  # noqa: F401
-                            to_reference_normalisation, weight_scale_to_paper)
-
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Covariance helpers and moments
@@ -126,8 +131,9 @@ def steps_to_time(steps, lr: float, *, normalize: str, model: str | None = None,
     """The gradient-flow time of GD step ``steps`` in units of τ, in the paper's normalisation: t/τ = 2·η·step.
 
     η is the paper-normalised rate: ``lr`` itself for ``normalize="mean"``; for ``normalize="sum"`` (give ``model``
-    and ``N``) ``lr`` converted by :func:`~linattn.normalization.to_paper_normalisation`, so that every run of the same trajectory lands on
-    the same t/τ. The only step ↔ time conversion of the package (``flow.gradient_flow`` integrates in steps).
+    and ``N``) ``lr`` converted by :func:`~linattn.normalization.to_paper_normalisation`, so that every run of the same
+    trajectory lands on the same t/τ. The only step ↔ time conversion of the package (``flow.gradient_flow`` integrates
+    in steps).
     """
     check(normalize)
     if normalize == "sum":
@@ -349,7 +355,7 @@ def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, hea
         init = to_paper_normalisation("attnS", N, lr=lr, init=init)[1]
     kq, v = attn_s_scales(init_scheme, init, head_num=head_num, in_dim=len(lam), rank=rank)
     v0 = (v * kq * kq) ** (1.0 / 3.0)
-    t = np.array([attn_s_escape_time(l, v0) for l in lam])
+    t = np.array([attn_s_escape_time(lam_d, v0) for lam_d in lam])
     return time_to_steps(t, lr, normalize=normalize, model="attnS", N=N)
 
 

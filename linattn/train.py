@@ -15,7 +15,6 @@ from typing import Callable
 import numpy as np
 
 
-
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite.
 

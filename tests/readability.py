@@ -11,8 +11,8 @@ CSS pixels, and the rule is that this is at least :data:`MIN_TEXT_PX` = 9 px for
 titles, legends, theory labels, and also mathtext sub- and superscripts (matplotlib draws them at 0.7× the size).
 
 Matplotlib writes text either as ``<text>``/``<tspan>`` elements (``svg.fonttype: none``, the style of
-:mod:`linattn.companion.plotting`) or as glyph paths (``<use xlink:href="#DejaVuSans-…">`` inside ``scale(s -s)`` groups,
-font size = 100·s); both are measured, with the scale of every enclosing ``transform`` applied.
+:mod:`linattn.companion.plotting`) or as glyph paths (``<use xlink:href="#DejaVuSans-…">`` inside ``scale(s -s)``
+groups, font size = 100·s); both are measured, with the scale of every enclosing ``transform`` applied.
 """
 
 from __future__ import annotations

@@ -241,7 +241,8 @@ def test_a_set_of_one_sequence_is_refused(name):
 @pytest.mark.parametrize("keep", ["test_iwl", "test_icl"])
 def test_a_run_with_one_test_set_records_and_writes_just_that_one(keep, tmp_path):
     from dataclasses import replace
-    from linattn.experiment import write_outputs
+
+    from linattn.result import write_outputs
     cfg = linattn.RunConfig(model="attnM", head_num=2, in_dim=3, seq_len=6, trainset_size=40, testset_size=8,
                             epoch=5, lr=0.05, init=0.3)
     drawn, init = linattn.draw(cfg)

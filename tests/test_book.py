@@ -27,8 +27,8 @@ import nbformat
 import numpy as np
 import pytest
 import yaml
-
 from conftest import require_built
+
 from linattn.companion import book, notebooks
 
 ROOT = book.REPO_ROOT

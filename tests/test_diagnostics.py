@@ -6,11 +6,12 @@ import torch
 
 from linattn import diagnostics as dg
 from linattn import loss_curves, theory
+from linattn import loss_curves as lc  # noqa: E402
 from linattn.companion import published
 from linattn.config import RunConfig
-from linattn.models import init_weights, build_model
 from linattn.data import streams
 from linattn.experiment import run
+from linattn.models import build_model, init_weights
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
@@ -32,7 +33,7 @@ def _rank_one_run(seed):
                     draws="streams", init_scheme="jan2025")
     result = run(cfg, snapshot_every=20, snapshot=dg.snapshot_fn(N, normalize="mean"))
     table = dg.tidy(result.history.snapshots, result.datasets.cov, N, lr=lr, normalize="mean")
-    plateaus = dg.detect_plateaus(result.history.train_loss)
+    plateaus = lc.detect_plateaus(result.history.train_loss)
     levels = theory.plateau_losses(result.datasets.cov, N)
     ms = [int(np.argmin(np.abs(levels - lv))) for lv in plateaus.levels]  # the M_m each detected plateau is
     return result, table, plateaus, lr, ms
@@ -79,7 +80,7 @@ def test_plateaus_match_theory_in_eigenvalue_order(rank_one):
     # M_0 first, M_D last, each visited once in eigenvalue order (a skipped M_m was too short to detect)
     assert ms[0] == 0 and ms[-1] == 4 and np.all(np.diff(ms) > 0)
     assert np.abs(plateaus.levels - levels[ms]).max() < 0.01  # measured 1e-5 with exact population moments
-    drops = dg.drop_steps(result.history.train_loss, levels)
+    drops = lc.drop_steps(result.history.train_loss, levels)
     assert np.all(np.isfinite(drops)) and np.all(np.diff(drops) > 0)
     target = 1.0 / (np.array(SPEC4) * theory.c_d(cov, N))
     for m, a, b in zip(ms, plateaus.starts, plateaus.ends):
@@ -139,7 +140,7 @@ def test_scalar_ode_overlays_each_drop(separated_drops):
     # measured max |ΔL| / drop size: seed 7 0.036, 0.024, 0.012, 0.003; seeds 4, 5 up to 0.064, where the next head
     # is already growing during the drop (the reduction has the other heads at zero)
     for m in range(4):
-        steps, pred = dg.scalar_ode_overlay(loss, lr, cov, N, m, level=plateaus.levels[m], normalize="mean")
+        steps, pred = lc.scalar_ode_overlay(loss, lr, cov, N, m, level=plateaus.levels[m], normalize="mean")
         window = steps < plateaus.starts[m + 1]
         err = np.abs(pred[window] - loss[steps[window]]).max()
         assert err < 0.1 * sizes[m], (m, err)
@@ -169,7 +170,7 @@ def test_rank_two_long_plateaus_only_at_even_m():
     for R, epochs in ((2, 14000), (1, 5000)):
         cfg = RunConfig(model="attnS", head_num=4, rank=R, in_dim=8, trainset_size=None, epoch=epochs, lr=0.4,
                         init=init, normalize="mean", seed=10, draws="streams", init_scheme="jan2025")
-        p = dg.detect_plateaus(run(cfg).history.train_loss, min_length=500)
+        p = lc.detect_plateaus(run(cfg).history.train_loss, min_length=500)
         ms = [int(np.argmin(np.abs(levels - lv))) for lv in p.levels]
         assert np.abs(levels[ms] - p.levels).max() < 0.01
         found[R] = ms
@@ -184,15 +185,15 @@ def test_detect_plateaus_on_synthetic_curves():
     drops = np.array([1000, 2500, 5000, 9000])
     t = np.arange(12000.0)
     curve = levels[-1] + sum((levels[i] - levels[i + 1]) / (1 + np.exp((t - drops[i]) / 40)) for i in range(4))
-    p = dg.detect_plateaus(curve)
+    p = lc.detect_plateaus(curve)
     assert np.allclose(p.levels, levels, atol=2e-3)
     assert np.allclose(p.drop_steps, drops, atol=5)
     rng = np.random.default_rng(0)
-    p = dg.detect_plateaus(curve + 0.003 * rng.standard_normal(t.size), smooth=51)
+    p = lc.detect_plateaus(curve + 0.003 * rng.standard_normal(t.size), smooth=51)
     assert np.allclose(p.levels, levels, atol=5e-3)
     assert np.allclose(p.drop_steps, drops, atol=30)
     logt = np.unique(np.geomspace(1, 11999, 600).astype(int))
-    p = dg.detect_plateaus(curve[logt], logt, min_length=10)
+    p = lc.detect_plateaus(curve[logt], logt, min_length=10)
     assert np.allclose(p.levels, levels, atol=5e-3)
     assert np.allclose(p.drop_steps, drops, rtol=0.05)
 
@@ -285,31 +286,32 @@ def test_in_eigenbasis_and_mode_overlaps():
     c = theory.c_d(cov, N)
     assert np.allclose(dg.in_eigenbasis(A, cov), np.diag([1 / (0.5 * c[0]), 0, 1 / (0.2 * c[2])]), atol=1e-12)
     stack = np.stack([A, 2 * A])                            # a stack of matrices, one row of overlaps each
-    assert np.allclose(dg.mode_overlaps(stack, cov), [np.diag(dg.in_eigenbasis(A, cov)), 2 * np.diag(dg.in_eigenbasis(A, cov))])
+    diag = np.diag(dg.in_eigenbasis(A, cov))
+    assert np.allclose(dg.mode_overlaps(stack, cov), [diag, 2 * diag])
 
 
 def test_drop_steps_finds_each_midpoint_crossing_and_nan_when_unreached():
     levels = np.array([1.0, 0.6, 0.3, 0.1])
     loss = np.concatenate([np.full(100, 1.0), np.full(50, 0.6), np.full(70, 0.3)])  # never reaches 0.1
     steps = 10 * np.arange(loss.size)
-    out = dg.drop_steps(loss, levels, steps)
+    out = lc.drop_steps(loss, levels, steps)
     assert np.array_equal(out[:2], [1000.0, 1500.0]) and np.isnan(out[2])
-    assert np.array_equal(dg.drop_steps(loss, levels)[:2], [100.0, 150.0])
+    assert np.array_equal(lc.drop_steps(loss, levels)[:2], [100.0, 150.0])
 
 
 def test_drop_step_of_a_smooth_two_plateau_curve_is_its_midpoint_crossing():
     """A logistic drop from 1.0 to 0.2 centred at step 700: the loss is below the midpoint 0.6 from step 701 on."""
     step = np.arange(3000)
     loss = 0.2 + 0.8 / (1 + np.exp((step - 700.0) / 25))
-    assert dg.drop_steps(loss, [1.0, 0.2])[0] == 701
-    assert dg.first_step_below(loss, 0.6) == 701
-    assert dg.first_step_below(loss, 0.6, steps=10 * step) == 7010
-    assert np.isnan(dg.first_step_below(loss, 0.1))
+    assert lc.drop_steps(loss, [1.0, 0.2])[0] == 701
+    assert lc.first_step_below(loss, 0.6) == 701
+    assert lc.first_step_below(loss, 0.6, steps=10 * step) == 7010
+    assert np.isnan(lc.first_step_below(loss, 0.1))
     # the plateau detector and the published-figure comparisons use the same rule
-    assert dg.detect_plateaus(loss).drop_steps[0] == 701
+    assert lc.detect_plateaus(loss).drop_steps[0] == 701
     rows = published.fig1b_comparison(loss, loss, 0.136)
     half = next(r for r in rows if r["what"] == "ATTN_M first below 0.5, step")
-    assert half["reproduced"] == dg.first_step_below(loss, 0.5)
+    assert half["reproduced"] == lc.first_step_below(loss, 0.5)
 
 
 def test_normalize_is_a_required_keyword_in_every_diagnostic_that_takes_it():
@@ -336,11 +338,11 @@ def test_saddle_plateaus_names_each_flat_stretch_by_its_saddle_and_finds_the_lon
     lengths = [(1.0, 600), (0.8, 40), (0.5, 500), (0.3, 300)]
     loss = np.concatenate([np.full(n, lv) for lv, n in lengths])
     loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")  # drops of a few steps
-    sp = dg.saddle_plateaus(loss, levels)
+    sp = lc.saddle_plateaus(loss, levels)
     assert sp.visited == [0, 1, 2, 3] and sp.last_complete == 2
     assert [m for m, _ in sp.complete] == [0, 1, 2]  # M_3 runs to the end of the curve: not classified
     assert sp.long == [0, 2]
-    off = dg.saddle_plateaus(np.concatenate([loss[:1000], np.full(300, 0.4)]), levels)  # 0.4: in no saddle's band
+    off = lc.saddle_plateaus(np.concatenate([loss[:1000], np.full(300, 0.4)]), levels)  # 0.4: in no saddle's band
     assert off.visited == [0, 1, 2] and off.plateaus.ends[-1] < 1000  # no rest at 0.4, none at M_3
 
 
@@ -355,12 +357,12 @@ def test_a_plateau_belongs_to_the_saddle_of_the_drops_made_not_to_the_nearest_le
     the tolerance of L(M_3) too."""
     levels = np.array([1.0, 0.5, 0.2, 0.1772])
     loss = _staircase([(1.0, 500), (0.5, 500), (0.205, 800)])
-    got = dg.saddle_levels(loss, levels)
+    got = lc.saddle_levels(loss, levels)
     assert np.isclose(got[0], 1.0) and np.isclose(got[1], 0.5) and np.isclose(got[2], 0.205) and np.isnan(got[3])
-    sp = dg.saddle_plateaus(loss, levels)
+    sp = lc.saddle_plateaus(loss, levels)
     assert sp.visited == [0, 1, 2]
     # once the third drop is made, the rest after it is M_3's, even slightly above L(M_3)
-    later = dg.saddle_levels(_staircase([(1.0, 500), (0.5, 500), (0.205, 800), (0.18, 600)]), levels)
+    later = lc.saddle_levels(_staircase([(1.0, 500), (0.5, 500), (0.205, 800), (0.18, 600)]), levels)
     assert np.isclose(later[2], 0.205) and np.isclose(later[3], 0.18)
 
 
@@ -376,7 +378,7 @@ def test_every_saddle_level_found_lies_nearest_its_own_theory_level(seed):
     rests = [(levels[m] + rng.uniform(-0.25, 0.25) * min(gaps[max(m - 1, 0)], gaps[min(m, len(gaps) - 1)]),
               int(rng.integers(300, 900))) for m in range(reached)]
     loss = _staircase(rests) + 1e-4 * rng.standard_normal(sum(n for _, n in rests))
-    got = dg.saddle_levels(loss, levels)
+    got = lc.saddle_levels(loss, levels)
     for m, level in enumerate(got):
         if np.isfinite(level):
             assert m < reached and int(np.argmin(np.abs(levels - level))) == m
@@ -387,7 +389,7 @@ def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theo
     levels = np.array([1.0, 0.8, 0.6, 0.4, 0.2])
     loss = np.concatenate([np.full(800, 1.0), np.full(30, 0.8), np.full(700, 0.6), np.full(400, 0.4)])
     loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")
-    s = dg.rank_summary(loss, levels, 2)
+    s = lc.rank_summary(loss, levels, 2)
     assert s.learned == 3 and s.final_theory == 0.4 and s.final_loss == pytest.approx(0.4)
     assert s.plateaus.long == [0, 2] and s.expected_long == [0, 2]  # M_3 is cut by the end: not classified
     rows = {r["quantity"]: r for r in s.rows(" (window)", paper_learned=4, predicted_learned=4)}
@@ -396,7 +398,7 @@ def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theo
     assert (learned["paper"], learned["theory"], learned["reproduced"]) == (4, 4, 3)
     assert {0, 2, 3} <= set(s.plateaus.visited)  # the 30-step blip at M_1 may be too short to count as flat
     assert {q for q in rows if "plateau L(M_" in q} == {f"R=2: plateau L(M_{m}) (window)" for m in s.plateaus.visited}
-    assert dg.rank_summary(loss, levels, 1).expected_long == [0, 1, 2]  # rank one: every plateau is long
+    assert lc.rank_summary(loss, levels, 1).expected_long == [0, 1, 2]  # rank one: every plateau is long
 
 
 def test_escape_law_recovers_a_log_slope_and_a_power_exponent():
@@ -410,9 +412,9 @@ def test_escape_law_recovers_a_log_slope_and_a_power_exponent():
 
 def test_directions_learned_counts_the_midpoints_passed():
     levels = [1.0, 0.6, 0.4, 0.2]
-    assert dg.directions_learned([1.0, 0.9, 0.55], levels) == 1   # midpoints 0.8, 0.5, 0.3: only 0.8 passed
-    assert dg.directions_learned([1.0, 0.7, 0.29], levels) == 3
-    assert dg.directions_learned([1.0, 0.95], levels) == 0
+    assert lc.directions_learned([1.0, 0.9, 0.55], levels) == 1   # midpoints 0.8, 0.5, 0.3: only 0.8 passed
+    assert lc.directions_learned([1.0, 0.7, 0.29], levels) == 3
+    assert lc.directions_learned([1.0, 0.95], levels) == 0
 
 
 def test_white_sigma_is_the_multiple_of_the_identity_in_A():
@@ -430,10 +432,10 @@ def test_white_sigma_is_the_multiple_of_the_identity_in_A():
 
 def test_first_drop_step_is_the_midpoint_crossing_and_none_without_a_plateau():
     plateau_then_drop = np.concatenate([np.full(50, 1.0), np.linspace(1.0, 0.2, 21), np.full(30, 0.2)])
-    assert dg.first_drop_step(plateau_then_drop) == 61  # first value below (1 + 0.2)/2
+    assert lc.first_drop_step(plateau_then_drop) == 61  # first value below (1 + 0.2)/2
     falls_at_once = np.linspace(1.0, 0.2, 100)
-    assert dg.first_drop_step(falls_at_once, min_step=60) is None
-    assert dg.first_drop_step(np.full(10, 0.5)) is None  # never drops
+    assert lc.first_drop_step(falls_at_once, min_step=60) is None
+    assert lc.first_drop_step(np.full(10, 0.5)) is None  # never drops
 
 
 def _logistic_drop(step, centre, start=1.0, final=0.2, width=25.0):
@@ -444,29 +446,29 @@ def _logistic_drop(step, centre, start=1.0, final=0.2, width=25.0):
 def test_half_drop_step_is_the_first_step_past_the_loss_midpoint():
     step = np.arange(3000)
     loss = _logistic_drop(step, 700.0)
-    assert dg.half_drop_step(loss) == 701  # exactly 0.6 at 700, strictly below from 701
-    assert dg.half_drop_step(loss, 10 * step) == 7010  # the recorded step, not the index
+    assert lc.half_drop_step(loss) == 701  # exactly 0.6 at 700, strictly below from 701
+    assert lc.half_drop_step(loss, 10 * step) == 7010  # the recorded step, not the index
     # the same rule on a curve shifted in time moves the answer by the shift: run and theory are one quantity
-    assert dg.half_drop_step(_logistic_drop(step, 1234.0)) - dg.half_drop_step(loss) == 534
+    assert lc.half_drop_step(_logistic_drop(step, 1234.0)) - lc.half_drop_step(loss) == 534
     # given levels replace the curve's own first and last value
-    assert dg.half_drop_step(loss, start=1.0, final=0.6) == dg.first_step_below(loss, 0.8)
+    assert lc.half_drop_step(loss, start=1.0, final=0.6) == lc.first_step_below(loss, 0.8)
 
 
 def test_half_drop_step_of_a_noisy_curve_with_its_levels_given():
     step = np.arange(3000)
     noise = np.random.default_rng(0).normal(0.0, 0.005, step.size)  # slope at the midpoint: 0.008 per step
-    found = dg.half_drop_step(_logistic_drop(step, 700.0) + noise, start=1.0, final=0.2)
+    found = lc.half_drop_step(_logistic_drop(step, 700.0) + noise, start=1.0, final=0.2)
     assert abs(found - 700) <= 5  # an earlier crossing would need a noise excursion of 8 standard deviations
 
 
 def test_half_drop_step_is_nan_without_a_drop_and_refuses_bad_input():
-    assert np.isnan(dg.half_drop_step(np.full(100, 0.5)))  # flat
-    assert np.isnan(dg.half_drop_step(np.linspace(0.2, 1.0, 100)))  # rises
-    assert np.isnan(dg.half_drop_step(np.full(100, 1.0), final=0.2))  # never reaches the midpoint
+    assert np.isnan(lc.half_drop_step(np.full(100, 0.5)))  # flat
+    assert np.isnan(lc.half_drop_step(np.linspace(0.2, 1.0, 100)))  # rises
+    assert np.isnan(lc.half_drop_step(np.full(100, 1.0), final=0.2))  # never reaches the midpoint
     with pytest.raises(ValueError, match="loss"):
-        dg.half_drop_step(np.ones((3, 3)))
+        lc.half_drop_step(np.ones((3, 3)))
     with pytest.raises(ValueError, match="steps"):
-        dg.half_drop_step(np.ones(5), np.arange(4))
+        lc.half_drop_step(np.ones(5), np.arange(4))
 
 
 def test_rise_verdict_compares_a_rise_time_with_the_odes_by_a_factor():
@@ -491,14 +493,14 @@ def test_rise_verdict_compares_a_rise_time_with_the_odes_by_a_factor():
 def test_learning_course_tells_kept_transient_and_not_learned_apart():
     step = np.arange(1000)
     fall = 0.1 + 0.9 / (1 + np.exp((step - 300) / 20.0))  # from 1 to 0.1
-    assert dg.learning_course(fall) == "kept"
+    assert lc.learning_course(fall) == "kept"
     back = fall + 0.9 / (1 + np.exp(-(step - 700) / 20.0))  # falls to about 0.1, then climbs back to 1
-    assert dg.learning_course(back) == "transient"
-    assert dg.learning_course(1.0 - 0.02 * np.sin(step / 100.0)) == "not learned"  # wiggles, never a quarter down
+    assert lc.learning_course(back) == "transient"
+    assert lc.learning_course(1.0 - 0.02 * np.sin(step / 100.0)) == "not learned"  # wiggles, never a quarter down
     half = np.concatenate([fall, np.full(10, 0.1 + 0.5 * 0.9)])  # gives back exactly half: transient
-    assert dg.learning_course(half) == "transient" and dg.learning_course(half[:-10]) == "kept"
+    assert lc.learning_course(half) == "transient" and lc.learning_course(half[:-10]) == "kept"
     with pytest.raises(ValueError, match="2 finite"):
-        dg.learning_course([np.nan, 1.0])
+        lc.learning_course([np.nan, 1.0])
 
 
 def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_range_apart():
@@ -508,12 +510,12 @@ def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_ran
     levels = np.array([1.0, 0.6, 0.3, 0.205, 0.2])
     rests = [(1.0, 600), (0.6, 40), (0.3, 400), (0.205, 700), (0.2, 300)]
     loss = _staircase(rests)
-    assert len(dg.detect_plateaus(loss)) == 4  # the flatness detector merges the last two
-    m, p = dg.saddle_rests(loss, levels)
+    assert len(lc.detect_plateaus(loss)) == 4  # the flatness detector merges the last two
+    m, p = lc.saddle_rests(loss, levels)
     assert m == [0, 1, 2, 3, 4]
     assert np.allclose(p.ends - p.starts, [n for _, n in rests], atol=12)  # the smoothed drops take ~5 steps a side
     assert np.allclose(p.levels, [lv for lv, _ in rests])
-    sp = dg.saddle_plateaus(loss, levels)
+    sp = lc.saddle_plateaus(loss, levels)
     assert [mm for mm, _ in sp.complete] == [0, 1, 2, 3] and sp.long == [0, 2, 3]  # M_4 runs to the end
     longest = max(d for _, d in sp.complete)
     assert {mm for mm, d in sp.complete if d >= longest / 2} <= set(sp.long)
@@ -521,20 +523,20 @@ def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_ran
 
 def test_rest_bands_split_each_gap_in_thirds_and_a_loss_between_bands_is_no_rest():
     levels = np.array([1.0, 0.7, 0.4])
-    lo, hi = dg.rest_bands(levels)
+    lo, hi = lc.rest_bands(levels)
     assert np.allclose(lo, [0.9, 0.6, 0.3]) and np.allclose(hi, [1.1, 0.8, 0.5])
     assert np.all(lo[:-1] > hi[1:])  # no two bands touch
     loss = np.repeat([1.0, 0.55, 0.4], [500, 500, 400])  # 0.55: in the middle third of the gap 0.7 - 0.4
-    assert dg.saddle_rests(loss, levels)[0] == [0, 2]
+    assert lc.saddle_rests(loss, levels)[0] == [0, 2]
     # a finite-P offset of 0.038 (P = 5000's M_0 on the population page) is a rest at M_0; a shoulder 0.08 off, in
     # the band (a third of 0.3 = 0.1) but farther than REST_TOL, is not (unless the tolerance is widened)
-    assert dg.saddle_rests(_staircase([(1.0 - 0.038, 500), (0.7, 500)]), levels)[0] == [0, 1]
+    assert lc.saddle_rests(_staircase([(1.0 - 0.038, 500), (0.7, 500)]), levels)[0] == [0, 1]
     shoulder = _staircase([(1.0 - 0.08, 500), (0.7, 500)])
-    assert dg.saddle_rests(shoulder, levels)[0] == [1]
-    assert dg.saddle_rests(shoulder, levels, tol=0.1)[0] == [0, 1]
+    assert lc.saddle_rests(shoulder, levels)[0] == [1]
+    assert lc.saddle_rests(shoulder, levels, tol=0.1)[0] == [0, 1]
     for bad, kw in (([0.5, 0.7], {}), ([1.0], {}), (levels, {"band": 0.5}), (levels, {"band": 0.0})):
         with pytest.raises(ValueError, match="levels|band"):
-            dg.rest_bands(bad, **kw)
+            lc.rest_bands(bad, **kw)
 
 
 def test_a_noisy_rest_is_one_rest_and_a_drop_through_a_band_is_none():
@@ -544,7 +546,7 @@ def test_a_noisy_rest_is_one_rest_and_a_drop_through_a_band_is_none():
     rng = np.random.default_rng(0)
     loss = np.concatenate([np.full(800, 1.0), np.linspace(1.0, 0.4, 9), np.full(800, 0.4)])
     loss[300:303] = 0.85  # out of M_0's band for three steps
-    m, p = dg.saddle_rests(loss + 1e-4 * rng.standard_normal(loss.size), levels)
+    m, p = lc.saddle_rests(loss + 1e-4 * rng.standard_normal(loss.size), levels)
     assert m == [0, 2] and p.ends[0] >= 799
 
 
@@ -561,11 +563,11 @@ def test_predicted_drop_steps_follow_the_run_from_the_same_start():
     cfg = _predicted_case(trainset_size=20000)
     res = run(cfg)
     levels = theory.plateau_losses(res.datasets.cov, cfg.N)
-    ran = dg.drop_steps(res.history.train_loss, levels)
+    ran = lc.drop_steps(res.history.train_loss, levels)
     assert np.all(np.isfinite(ran))
-    got = dg.predicted_drop_steps(cfg, res.init, res.datasets.cov, chunk=300)  # several chunks
+    got = lc.predicted_drop_steps(cfg, res.init, res.datasets.cov, chunk=300)  # several chunks
     assert np.allclose(got, ran, rtol=0.05)
-    short = dg.predicted_drop_steps(cfg, res.init, res.datasets.cov, horizon=int((ran[0] + ran[1]) / 2))
+    short = lc.predicted_drop_steps(cfg, res.init, res.datasets.cov, horizon=int((ran[0] + ran[1]) / 2))
     assert np.isfinite(short[0]) and np.isnan(short[1])
     with pytest.raises(ValueError, match="model"):
-        dg.predicted_drop_steps(RunConfig(model="attnM", in_dim=2), res.init, res.datasets.cov)
+        lc.predicted_drop_steps(RunConfig(model="attnM", in_dim=2), res.init, res.datasets.cov)

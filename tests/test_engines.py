@@ -8,13 +8,12 @@ import tracemalloc
 import numpy as np
 import pytest
 import torch
+from full_attention import FullAttention, full_attention
 from numpy.polynomial.hermite_e import hermegauss
 
 from linattn import data, models, normalization, objectives
 from linattn.objectives import population
 from linattn.train import gradient_descent
-
-from full_attention import FullAttention, full_attention
 
 D, SEQ, H = 3, 6, 3
 
@@ -154,8 +153,8 @@ def _population_loss_of_A(mom, A, Dl, normalize, N):
     (8, [1.0000, 0.8113, 0.6490, 0.5130, 0.4032, 0.3192, 0.2605, 0.2260, 0.2133]),
 ])
 def test_population_plateaus_match_theory(Dl, expected, normalize):
-    """The paper's theory: L at the origin = tr Λ; L(M_m) = tr Λ − Σ_{d≤m} λ_d/c_d at A = Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ; the
-    minimum over all attention weights is L* = tr Λ − Σ_d λ_d / c_d (ATTN_M's global minimum)."""
+    """The paper's theory: L at the origin = tr Λ; L(M_m) = tr Λ − Σ_{d≤m} λ_d/c_d at A = Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ;
+    the minimum over all attention weights is L* = tr Λ − Σ_d λ_d / c_d (ATTN_M's global minimum)."""
     N = 31
     lam = np.arange(Dl, 0, -1) / (Dl * (Dl + 1) / 2)
     cov = data.make_covariance(Dl, np.random.default_rng(2), spectrum=lam)

@@ -9,10 +9,11 @@ import torch
 
 import linattn
 from linattn import RunConfig, objectives
-from linattn.experiment import _draw, trajectory_code_hash
+from linattn.keys import trajectory_code_hash
 from linattn.models import AttnS, build_model
 from linattn.objectives import exact as ex
 from linattn.objectives.native import KnownFallback
+from linattn.plan import _draw
 from linattn.train import TrainingDiverged, gradient_descent
 
 CASES = {  # settings well inside the stable range, so the two paths' rounding stays at rounding

@@ -1,4 +1,5 @@
-"""The live explorer (book/explore.md) in headless Chromium: the built page trains exactly as Python's population engine.
+"""The live explorer (book/explore.md) in headless Chromium: the built page trains exactly as Python's population
+engine.
 
 The page (``_build/html/book/explore.html``, scripts under ``_static/explorer/``) is served on 127.0.0.1 as in
 ``test_book.py`` and driven through the Chrome DevTools protocol (a websocket, via tornado), so that the training runs
@@ -33,8 +34,8 @@ from conftest import require_built
 
 from linattn import theory
 from linattn.config import RunConfig
-from linattn.models import init_weights
 from linattn.experiment import run
+from linattn.models import init_weights
 
 pytestmark = pytest.mark.book
 
@@ -206,7 +207,8 @@ def test_page_matches_python_population_run(name, served, browser):
     """The page, started from Python's initial weights, records Python's loss at every step (relative 1e-9)."""
     base, extra = served
     s = CASES[name]
-    weights = init_weights(s["model"], head_num=s["H"], in_dim=s["D"], rank=s["R"], init=s["init"], init_scheme=s["era"],
+    weights = init_weights(s["model"], head_num=s["H"], in_dim=s["D"], rank=s["R"], init=s["init"],
+                           init_scheme=s["era"],
                            rng=np.random.default_rng(7))
     (extra / f"{name}.json").write_text(json.dumps({k: v.tolist() for k, v in weights.items()}))
     py = python_loss(s, weights)
@@ -284,7 +286,8 @@ def test_ten_thousand_steps_timing(served, browser, capsys):
     assert res["status"] == "done" and res["steps_done"] == 10000, res.get("message")
     assert np.all(np.isfinite(res["loss"]))
     with capsys.disabled():
-        print(f"\n[explorer] 10,000 ATTN_S steps (D = 8, H = 9, R = 2) in headless Chromium: {res['wall_seconds']:.3f} s "
+        print("\n[explorer] 10,000 ATTN_S steps (D = 8, H = 9, R = 2) in headless Chromium: "
+              f"{res['wall_seconds']:.3f} s "
               f"wall ({res['steps_per_second']:.0f} steps/s; {res['compute_seconds']:.3f} s computing, "
               f"{res['compute_steps_per_second']:.0f} steps/s; moments {res['moments_seconds'] * 1000:.0f} ms)")
 

@@ -10,10 +10,10 @@ import pytest
 
 xr = pytest.importorskip("xarray")
 
+from linattn import loss_curves as lc  # noqa: E402
 from linattn.companion import presets  # noqa: E402
 from linattn.companion.figures import fig01b_attnm_loss as fig01b  # noqa: E402
 from linattn.companion.figures.common.frame import figure  # noqa: E402
-from linattn import diagnostics as dg  # noqa: E402
 from linattn.companion.output import by_sign, number_row  # noqa: E402
 
 
@@ -93,8 +93,8 @@ def test_the_frame_leaves_nothing_when_the_page_fails(tmp_path):
 
 # ---------------------------------------------------------------- the schematics (Figures 1a and 2): nothing trained
 
-from linattn.companion.figures import (fig01a_attnm_schematic as fig01a,  # noqa: E402
-                                      fig02_attns_schematic as fig02)
+from linattn.companion.figures import fig01a_attnm_schematic as fig01a  # noqa: E402
+from linattn.companion.figures import fig02_attns_schematic as fig02
 
 
 @pytest.mark.parametrize("D, H", [(3, 4), (2, 1), (5, 3)])
@@ -248,9 +248,11 @@ def test_population_beside_finite_sets_at_settings_the_paper_never_used():
 
 # ---------------------------------------------------------------- Figures 3a, 3b, 3c and the diagnostics and PCR pages
 
-from linattn.companion.figures import (beyond_diagnostics as diagnostics_page, beyond_pcr as pcr,  # noqa: E402
-                                      fig03a_attns_loss as fig03a, fig03b_attns_values as fig03b,
-                                      fig03c_attns_alignment as fig03c)
+from linattn.companion.figures import beyond_diagnostics as diagnostics_page  # noqa: E402
+from linattn.companion.figures import beyond_pcr as pcr
+from linattn.companion.figures import fig03a_attns_loss as fig03a
+from linattn.companion.figures import fig03b_attns_values as fig03b
+from linattn.companion.figures import fig03c_attns_alignment as fig03c
 
 # One tiny rank-one ATTN_S run at settings the paper never used (D = 3, H = 4, P = 300, a large start and steps: its
 # drops come within 300 steps), which the five pages share through one run store, as their presets share seed 0.
@@ -496,8 +498,8 @@ def test_figA_white_cov_at_settings_the_paper_never_used_follows_the_closed_form
         row = rows[f"half_drop_step.seed{s}"]
         assert row["reproduced"] == pytest.approx(row["theory"], rel=0.3)
         trained = ds.step.values[:-1]
-        assert row["theory"] == dg.half_drop_step(ds.loss_theory.sel(seed=s).values[:-1], trained)
-        assert row["reproduced"] == dg.half_drop_step(ds.train_loss.sel(seed=s).values[:-1], trained)
+        assert row["theory"] == lc.half_drop_step(ds.loss_theory.sel(seed=s).values[:-1], trained)
+        assert row["reproduced"] == lc.half_drop_step(ds.train_loss.sel(seed=s).values[:-1], trained)
         assert rows[f"max_gap.seed{s}"]["reproduced"] == pytest.approx(
             float(np.nanmax(np.abs(ds.train_loss - ds.loss_theory).sel(seed=s))))
     assert "final_paper" not in figA_white_cov.seed_table(ds).columns
@@ -770,7 +772,7 @@ def test_fig03a_scalar_ode_overlay_recovers_a_curve_made_of_the_ode():
     and a run that makes only the first drop gets its curve alone."""
     from types import SimpleNamespace
 
-    from linattn import diagnostics, theory
+    from linattn import theory
 
     cov, N, lr = np.diag([0.4, 0.3, 0.2, 0.1]), 31, 0.05
     cfg = SimpleNamespace(lr=lr, N=N, normalize="mean", model="attnS")
@@ -786,7 +788,7 @@ def test_fig03a_scalar_ode_overlay_recovers_a_curve_made_of_the_ode():
     # the same drops, step for step: each midpoint crossed within 3 steps (the ODE is integrated afresh from each
     # start, to LSODA's tolerance), and the loss within 5 % of the smaller drop everywhere it is drawn
     curve = np.where(drawn, ode, loss)
-    assert np.abs(diagnostics.drop_steps(curve, levels[:3]) - diagnostics.drop_steps(loss, levels[:3])).max() <= 3
+    assert np.abs(lc.drop_steps(curve, levels[:3]) - lc.drop_steps(loss, levels[:3])).max() <= 3
     assert np.abs(ode[drawn] - loss[drawn]).max() < 0.05 * (levels[1] - levels[2])
     # only the first drop made: its curve alone, up to the end of the run
     ode1 = fig03a.scalar_ode_curve(drop1, plateaus, cfg, cov, drop1.size)

@@ -13,11 +13,10 @@ import json
 
 import nbformat
 import pytest
-
 from conftest import require_built
-from linattn.companion import book
+
+from linattn.companion import book, runner
 from linattn.companion import figures as registry
-from linattn.companion import runner
 
 NAMES = sorted(runner.discover())
 OUTPUTS = ("{n}.png", "{n}.svg", "{n}.pdf", "{n}.csv", "provenance.json", "numbers.json", "{n}.ipynb")

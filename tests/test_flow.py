@@ -9,9 +9,13 @@ import pytest
 import torch
 
 from linattn import cli, data, models, objectives, theory
-from linattn.config import ConfigError, RunConfig, log_steps, memory_parts
-from linattn.experiment import draw, load_run, run, run_key, write_outputs
+from linattn.config import ConfigError, RunConfig, log_steps
+from linattn.experiment import run
 from linattn.flow import _Vectorised, gradient_flow, loss_hessian
+from linattn.keys import run_key
+from linattn.memory import memory_parts
+from linattn.plan import draw
+from linattn.result import load_run, write_outputs
 from linattn.train import gradient_descent
 
 

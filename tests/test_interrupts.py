@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from linattn.cli import main
-from linattn.companion.interrupts import ENV_SIGNAL, ENV_SIGNAL_AT
 from linattn.companion import lifetime
+from linattn.companion.interrupts import ENV_SIGNAL, ENV_SIGNAL_AT
 from linattn.records import process_alive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,4 +255,5 @@ def test_a_kernel_started_with_kernel_arguments_dies_with_its_parent_and_keeps_a
                                       extra_arguments=lifetime.kernel_arguments())
     printed = done.cells[0].outputs[0]["text"].split(maxsplit=2)
     assert printed[:2] == [str(int(signal.SIGTERM)), str(os.getpid())]
-    assert not {"linattn", "lifetime", "die_with_parent"} & set(ast.literal_eval(printed[2]))  # the start-up line left no name
+    # the start-up line left no name
+    assert not {"linattn", "lifetime", "die_with_parent"} & set(ast.literal_eval(printed[2]))

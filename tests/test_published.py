@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from linattn import theory
+from linattn import loss_curves, theory
 from linattn.cli import build_parser, config_from_args
 from linattn.companion import published
 from linattn.companion.commands import train_command
@@ -274,11 +274,11 @@ def _two_stage(shoulder: bool):
 
 
 def test_figure_5_claim_is_one_drop_and_names_the_shoulder():
-    from linattn import diagnostics
+    from linattn import loss_curves
 
-    one = published.fig5_single_drop_claim(diagnostics.detect_plateaus(_two_stage(False)))
+    one = published.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(False)))
     assert (one.paper, one.ours, one.verdict) == (1, 1, AGREES) and "one drop" in one.reason
-    found = diagnostics.detect_plateaus(_two_stage(True))
+    found = loss_curves.detect_plateaus(_two_stage(True))
     two = published.fig5_single_drop_claim(found)
     assert (two.ours, two.verdict) == (2, DIFFERS)
     assert f"a shoulder at {found.levels[1]:.3f}" in two.reason
@@ -290,11 +290,10 @@ def test_the_report_counts_claims_apart_from_readings_and_estimates():
     """A claim (a verdict, no tolerance), a reading (a verdict and its tolerance), an estimate, a plain number and a
     check of our own run (a verdict with no published value: the phase diagram's settling criterion) each fall in
     their own group of the report, and the two claims count among its verdicts."""
-    from linattn import diagnostics
     from linattn.companion.output import ESTIMATE, compare_row
 
     claims = [published.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              published.fig5_single_drop_claim(diagnostics.detect_plateaus(_two_stage(True)))]
+              published.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))]
     readings = published.number_rows(published.fig1b_comparison(np.linspace(1, 0.1, 7000),
                                                                  np.linspace(1, 0.1, 7000), 0.136))
     rows = [number_row(**r) for r in [c.row() for c in claims] + readings
@@ -315,11 +314,10 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
 
     import nbformat
 
-    from linattn import diagnostics
     from linattn.companion import runner
 
     claims = {"fig04_low_rank": published.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              "fig05_softmax": published.fig5_single_drop_claim(diagnostics.detect_plateaus(_two_stage(True)))}
+              "fig05_softmax": published.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))}
     for name, claim in claims.items():
         (tmp_path / name).mkdir()
         rows = [number_row(**claim.row()), number_row("a plain number", theory=1.0, reproduced=1.1)]

@@ -24,12 +24,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-
 import readability
 from conftest import require_built
+
 from linattn import theory
-from linattn.companion import plotting
-from linattn.companion import runner
+from linattn.companion import plotting, runner
 from linattn.companion.output import ENV_ROOT
 
 

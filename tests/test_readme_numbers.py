@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import require_built
+
 from linattn.companion import readme
 from linattn.companion.book import figures_dir
 

@@ -15,8 +15,9 @@ import torch
 
 from linattn.cli import build_parser, config_from_args
 from linattn.config import ConfigError, RunConfig
+from linattn.experiment import run
+from linattn.plan import draw
 from linattn.reference_draws import cubic_features, reference_draws
-from linattn.experiment import draw, run
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "reference_draws").glob("*.npz"))
 # model names of the Dec 2024 code, which linattn's CLI knows by their later names
@@ -111,7 +112,8 @@ def test_first_50_losses_follow_the_authors(path):
 
 def test_no_global_random_state_is_read_or_changed():
     torch_state, numpy_state = torch.random.get_rng_state(), np.random.get_state()
-    kwargs = dict(model="attnS", init_scheme="jan2025", in_dim=3, seq_len=5, trainset_size=20, head_num=2, init=0.1, seed=3)
+    kwargs = dict(model="attnS", init_scheme="jan2025", in_dim=3, seq_len=5, trainset_size=20, head_num=2, init=0.1,
+                  seed=3)
     first = reference_draws(**kwargs)
     torch.rand(7), np.random.rand(7)  # moving the global generators must not change the draws
     second = reference_draws(**kwargs)

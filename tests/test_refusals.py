@@ -9,7 +9,8 @@ import pytest
 
 from linattn.cli import main
 from linattn.companion import paths, runner, runstore, schedule
-from linattn.config import ConfigError, RunConfig, check_memory, memory_estimate, memory_parts
+from linattn.config import ConfigError, RunConfig
+from linattn.memory import check_memory, memory_estimate, memory_parts
 
 HUGE_EPOCH = 10**12  # the case: 8 TB a recorded column
 

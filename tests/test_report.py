@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-import pytest
-
 import math
 
 import numpy as np
+import pytest
 
 from linattn import theory
-from linattn.companion.output import (AGREES, DIFFERS, ESTIMATE, NOT_COMPARABLE, WITHIN_NOISE, compare_row,
-                                      loss_standard_error, number_row, prose_number, prose_text, prose_value,
-                                      verdict, words)
+from linattn.companion.output import (
+    AGREES,
+    DIFFERS,
+    ESTIMATE,
+    NOT_COMPARABLE,
+    WITHIN_NOISE,
+    compare_row,
+    loss_standard_error,
+    number_row,
+    prose_number,
+    prose_text,
+    prose_value,
+    verdict,
+    words,
+)
 
 
 def row(**kw):
@@ -117,14 +128,16 @@ def test_the_standard_error_of_a_loss_on_p_sequences():
     assert theory.residual_kurtosis(np.diag([0.4, 0.3, 0.2, 0.1])) == pytest.approx(4.8)
     assert theory.residual_kurtosis(np.eye(3)) == pytest.approx(3 * (1 + 2 / 3))
     assert theory.residual_kurtosis([0.4, 0.3, 0.2, 0.1], learned=2) == pytest.approx(3 * (1 + 2 * 0.05 / 0.09))  # M_2
-    assert theory.residual_kurtosis([0.4, 0.3], learned=1) == pytest.approx(9.0) and theory.residual_kurtosis([0.4], learned=1) == 3.0
+    assert theory.residual_kurtosis([0.4, 0.3], learned=1) == pytest.approx(9.0)
+    assert theory.residual_kurtosis([0.4], learned=1) == 3.0
     rng = np.random.default_rng(0)
     means = (rng.standard_normal((400, 2000)) ** 2).mean(axis=1)
     assert means.std() == pytest.approx(loss_standard_error(1.0, 2000), rel=0.1)
     w = rng.standard_normal((400, 2000, 4))
     x = rng.standard_normal((400, 2000, 4)) * np.sqrt([0.4, 0.3, 0.2, 0.1])
     fresh = ((w * x).sum(-1) ** 2).mean(axis=1)
-    assert fresh.std() == pytest.approx(loss_standard_error(1.0, 2000, theory.residual_kurtosis(np.diag([.4, .3, .2, .1]))),
+    kurtosis = theory.residual_kurtosis(np.diag([.4, .3, .2, .1]))
+    assert fresh.std() == pytest.approx(loss_standard_error(1.0, 2000, kurtosis),
                                         rel=0.1)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import require_built
 from nbval.plugin import get_sanitize_patterns
 
-from conftest import require_built
 from linattn.companion import reproduce
 from linattn.companion.paths import ENV_RUNS_DIR, preset_root
 

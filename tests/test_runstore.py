@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import linattn
-from linattn import experiment, keys
+from linattn import experiment, keys, plan
 from linattn.companion import notebooks
 from linattn.companion.paths import ENV_RETRAIN, retraining
 from linattn.companion.runstore import QUARANTINE, RunStore, StoreError
-from linattn.experiment import run_key
+from linattn.keys import run_key
 from linattn.objectives.native import KnownFallback
 
 CFG = linattn.RunConfig(model="attnS", head_num=3, rank=1, in_dim=3, seq_len=8, trainset_size=200, epoch=300,
@@ -58,7 +58,7 @@ def test_any_step_count_is_served_exactly_and_trained_once(tmp_path):
 def test_a_run_carried_on_is_not_drawn_again(tmp_path, monkeypatch):
     """extended() continues with the data sets the run drew, bit for bit the run trained in one go."""
     draws = []
-    monkeypatch.setattr(experiment, "_draw", lambda cfg, f=experiment._draw: draws.append(cfg) or f(cfg))
+    monkeypatch.setattr(experiment, "_draw", lambda cfg, f=plan._draw: draws.append(cfg) or f(cfg))
     stored = RunStore(tmp_path).get(CFG, snapshot_every=EVERY).extended(500).extended(700)
     assert len(draws) == 1 and stored.trained_steps == 200
     _same_run(stored, linattn.run(replace(CFG, epoch=700), snapshot_every=EVERY, progress=False))
@@ -123,7 +123,7 @@ def test_comments_and_what_only_measures_a_run_leave_the_key_unchanged(tmp_path)
     """A comment in events.py, diagnostics.py, models.py and theory.py, a docstring edited in models.py, and code
     changed in diagnostics.py, theory.py, events.py, the companion or the CLI retrain no run; code changed in
     models.py, train.py or the run's part of experiment.py does."""
-    code = experiment.trajectory_code_hash
+    code = keys.trajectory_code_hash
     original = code(_package_copy(tmp_path / "a"))
     assert original == code()
     edited = _package_copy(tmp_path / "b")

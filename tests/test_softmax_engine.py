@@ -12,10 +12,11 @@ import torch
 
 import linattn
 from linattn import data, models, objectives
-from linattn.objectives import softmax as se
 from linattn.config import ConfigError, RunConfig
-from linattn.experiment import run, trajectory_code_hash
+from linattn.experiment import run
+from linattn.keys import trajectory_code_hash
 from linattn.objectives import Softmax, native
+from linattn.objectives import softmax as se
 from linattn.objectives.native import KnownFallback
 from linattn.train import gradient_descent
 

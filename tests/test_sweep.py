@@ -19,7 +19,7 @@ import pytest
 import linattn
 from linattn import ConfigError, RunConfig
 from linattn.cli import main
-from linattn.experiment import run_key
+from linattn.keys import run_key
 from linattn.records import process_alive
 
 pytest.importorskip("dask.distributed")

@@ -1,15 +1,17 @@
-"""The theory module against independent numbers (the paper's stated plateau values), Monte-Carlo moments, and simulation (ATTN_M)."""
+"""The theory module against independent numbers (the paper's stated plateau values), Monte-Carlo moments, and
+simulation (ATTN_M)."""
 
 import numpy as np
 import pytest
 import torch
 
 from linattn import diagnostics as dg
+from linattn import loss_curves as lc
 from linattn import objectives, theory
 from linattn.config import RunConfig
+from linattn.experiment import run
 from linattn.flow import gradient_flow
 from linattn.models import AttnM, build_model
-from linattn.experiment import run
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
@@ -35,7 +37,8 @@ def test_matrix_and_eigenvalue_inputs_agree_and_fixed_points_are_stationary():
     for subset in ([], [0], [1, 3], [0, 1, 2, 3]):
         A = theory.fixed_point_A(cov, N, subset, normalize="mean")
         # the loss formula at A equals the closed form, and the gradient in A vanishes on span{e_d : d in S}
-        assert theory.loss_of_A(A, cov, N, normalize="mean") == pytest.approx(theory.fixed_point_loss(cov, N, subset), abs=1e-12)
+        expected = theory.fixed_point_loss(cov, N, subset)
+        assert theory.loss_of_A(A, cov, N, normalize="mean") == pytest.approx(expected, abs=1e-12)
         grad = -2 * cov @ cov + 2 * M @ A @ cov
         _, E = theory.spectrum(cov)
         for d in subset:
@@ -73,8 +76,8 @@ def test_moments_match_monte_carlo():
 
 def test_loss_of_A_matches_the_population_engine_for_a_random_model():
     cfg_cov = np.diag(SPEC4)
-    from linattn.models import init_weights
     from linattn.data import streams
+    from linattn.models import init_weights
     w = init_weights("attnS", head_num=3, in_dim=4, init=0.8, rng=streams(5, 0))
     model = build_model("attnS", w)
     for normalize in ("mean", "sum"):
@@ -83,7 +86,8 @@ def test_loss_of_A_matches_the_population_engine_for_a_random_model():
         assert obj.value(model) == pytest.approx(theory.loss_of_A(A, cfg_cov, N, normalize="mean"), rel=1e-9)
 
 
-@pytest.mark.parametrize("model,H,lr,init", [("attnS", 3, 0.02, 0.05), ("attnM", 3, 1e-3, 1e-2), ("mlp", 3, 1e-3, 1e-2)])
+@pytest.mark.parametrize("model,H,lr,init", [("attnS", 3, 0.02, 0.05), ("attnM", 3, 1e-3, 1e-2),
+                                            ("mlp", 3, 1e-3, 1e-2)])
 def test_normalisation_conversion_gives_the_same_trajectory(model, H, lr, init):
     base = dict(model=model, head_num=H, in_dim=4, trainset_size=None, epoch=600, seed=3, cubic_feat=model == "mlp",
                 draws="streams", init_scheme="jan2025")
@@ -191,7 +195,7 @@ def test_attn_m_drop_time_from_random_small_start(seed):
     cov = result.datasets.cov
     a0 = dg.attn_m_effective_a0(build_model("attnM", result.init), cov, N, normalize="mean")
     loss = result.history.train_loss
-    half = dg.drop_steps(loss, [loss[0], theory.loss_star(cov, N)])[0]
+    half = lc.drop_steps(loss, [loss[0], theory.loss_star(cov, N)])[0]
     measured = theory.steps_to_time(half, lr, normalize="mean")
     assert theory.attn_m_drop_time(cov, N, a0) == pytest.approx(measured, rel=0.10)
     assert theory.attn_m_escape_time(cov, N, init) == pytest.approx(measured, rel=0.20)

@@ -4,7 +4,7 @@ fit."""
 import numpy as np
 import pytest
 
-from linattn import diagnostics, theory
+from linattn import theory
 
 
 def _mc_plateaus(lam, seq_len, normalize, P, rng):

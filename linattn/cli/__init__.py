@@ -2,13 +2,13 @@
 
 The commands live in modules of their own: :mod:`linattn.cli.train`, :mod:`linattn.cli.sweep` (and the figure
 runner, :mod:`linattn.companion.runner`); :mod:`linattn.cli.common` holds what they share, and
-:mod:`linattn.companion.interrupts` how SIGINT and SIGTERM stop them. One error idiom for all: ``linattn <command>: error:
-…`` on stderr, exit code 2 (:class:`~linattn.cli.common.UsageError`).
+:mod:`linattn.companion.interrupts` how SIGINT and SIGTERM stop them. One error idiom for all: ``linattn <command>:
+error: …`` on stderr, exit code 2 (:class:`~linattn.cli.common.UsageError`).
 
 ``linattn train`` takes the reference's flags (same names, meanings and defaults; ``--head`` for ``--head_num``,
 ``--KQ_dim`` for ``--rank``, and unambiguous prefixes) plus ours, every run flag declared with its setting
 (``linattn.config.SETTINGS``), and writes the run's folder into ``--out`` (``loss.csv``, ``run.json``, ``init.npz``,
-``weights.npz``; with ``--save-data`` also ``data.npz``: ``linattn.experiment.write_outputs``), which
+``weights.npz``; with ``--save-data`` also ``data.npz``: ``linattn.result.write_outputs``), which
 ``linattn.load_run`` reads back. Its promises:
 
 * Invalid input (a bad flag or value, an unavailable ``--device``, an existing non-empty ``--out`` without

@@ -8,8 +8,9 @@ import argparse
 import math
 from pathlib import Path
 
-from ..config import SETTINGS, ConfigError, RunConfig, parse_size
+from ..config import SETTINGS, ConfigError, RunConfig
 from ..data import ALONE
+from ..memory import parse_size
 
 
 class UsageError(Exception):

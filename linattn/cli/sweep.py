@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..companion.interrupts import as_interrupted, signals_interrupt
 from ..config import ConfigError, RunConfig
 from .common import (
     Parser,
@@ -18,7 +19,6 @@ from .common import (
     cli_message,
     config_from_args,
 )
-from ..companion.interrupts import as_interrupted, signals_interrupt
 
 _RANGE = re.compile(r"\s*([+-]?\d+)\s*:\s*([+-]?\d+)\s*(?::\s*([+-]?\d+)\s*)?")
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")

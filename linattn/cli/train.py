@@ -2,8 +2,8 @@
 
 The files are written into a temporary sibling folder, ``.<out>.<host>.<pid>.….tmp``, renamed to ``--out`` only
 when the run succeeded; a run that fails, diverges or is interrupted removes it again, and the parent folders it
-made. SIGINT and SIGTERM are handled alike (:mod:`linattn.companion.interrupts`): one line saying what was kept, exit 130
-or 143. A write that fails (a full disk) is one line naming the path, exit 1, nothing left behind. A run that
+made. SIGINT and SIGTERM are handled alike (:mod:`linattn.companion.interrupts`): one line saying what was kept, exit
+130 or 143. A write that fails (a full disk) is one line naming the path, exit 1, nothing left behind. A run that
 completes removes the temporary folders that killed writers of the same ``--out`` left (their process is gone).
 """
 
@@ -15,9 +15,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig
-from ..records import remove_stale_temps, temp_dir, temp_prefix
-from .common import UsageError, cli_message, config_from_args
 from ..companion.interrupts import (
     Interrupted,
     as_interrupted,
@@ -25,11 +22,14 @@ from ..companion.interrupts import (
     signals_deferred,
     signals_interrupt,
 )
+from ..config import ConfigError, RunConfig
+from ..records import remove_stale_temps, temp_dir, temp_prefix
+from .common import UsageError, cli_message, config_from_args
 
 
 def default_out(cfg: RunConfig) -> Path:
     """runs/<reference-style name>_<8 hex digits of the run's key>: distinct runs never share a folder."""
-    from ..experiment import run_key
+    from ..keys import run_key
 
     P = "inf" if cfg.trainset_size is None else cfg.trainset_size
     name = f"{cfg.model}_head{cfg.head_num}_D{cfg.in_dim}_R{cfg.rank}_P{P}_N{cfg.seq_len}_seed{cfg.seed}"
@@ -104,7 +104,7 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
 
 
 def cmd_train(args) -> int:
-    from ..experiment import plan
+    from ..plan import plan
 
     cfg = config_from_args(args)
     every, hook = fault_hook()
@@ -140,7 +140,8 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
     """Train ``checked`` and put its folder in place as ``out`` (then ``placed`` is made non-empty); the run's result,
     or None when it diverged (said on stderr). Whatever stops it before the folder is in place removes the temporary
     folder and the parent folders made for it."""
-    from ..experiment import run, run_key
+    from ..experiment import run
+    from ..keys import run_key
     from ..train import TrainingDiverged
 
     tmp, created = prepare_out(out, args.overwrite)
@@ -170,7 +171,7 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
 
 
 def _write(result, tmp: Path, out: Path, args) -> None:
-    from ..experiment import write_outputs
+    from ..result import write_outputs
 
     write_outputs(result, tmp, save_data=args.save_data)
     if args.show and _headless():

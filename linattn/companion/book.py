@@ -334,7 +334,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "check":
             require_figures(args.root, preset=args.preset, stale_ok=args.stale_ok)
-            print(f"all {len(toc_figures(args.root))} figure notebooks in _toc.yml are ready for the {args.preset} book")
+            count = len(toc_figures(args.root))
+            print(f"all {count} figure notebooks in _toc.yml are ready for the {args.preset} book")
         elif args.command == "build":
             wall = build(args.root, preset=args.preset, strict=args.strict, stale_ok=args.stale_ok, quiet=args.quiet)
             print(f"{args.preset} book built in {wall:.0f} s: open {html_dir(args.preset, args.root) / 'index.html'}")

@@ -27,8 +27,8 @@ from ..records import atomic_write
 from . import notebooks, presets, publish
 from .cachekey import CACHE_KEY, RUN_INFO, is_current
 from .citation import cite_block
-from .paths import ENV_FIGURE, ENV_RUNS_DIR, run_store_dir
 from .lifetime import die_with_parent, kernel_arguments
+from .paths import ENV_FIGURE, ENV_RUNS_DIR, run_store_dir
 
 # seconds a kernel may take to start: papermill's 60 s default was once exceeded on a fresh, busy two-core machine
 KERNEL_START_TIMEOUT = 300

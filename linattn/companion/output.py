@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..records import atomic_path, atomic_write, provenance, write_csv, write_json
+
 ENV_ROOT = "LINATTN_FIGURES_DIR"
 NUMBER_FIELDS = ("quantity", "paper", "theory", "reproduced", "abs_error")
 

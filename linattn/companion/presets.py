@@ -209,13 +209,13 @@ def _param_words(name: str, *value) -> str:
 
 
 def check_overrides(name: str, preset: str, overrides: dict) -> None:
-    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.experiment.plan`
+    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.plan.plan`
     refuses (its settings, the reference's draws, its memory), before anything runs: every run of the module's
     ``runs(S)`` is planned (:class:`linattn.config.ConfigError` with one line naming the figure, the parameter and
     the reason, plan's own message). The overrides are applied one at a time, so the parameter named is the first
     that makes a run invalid. Notebooks without presets (a reader's own) are not checked."""
     from ..config import ConfigError
-    from ..experiment import plan
+    from ..plan import plan
 
     if not overrides or not has_presets(name):
         return

@@ -9,16 +9,63 @@ report use (``published.<name>``), re-exported from the three modules that hold 
 
 from __future__ import annotations
 
-from .published_page import (REPORT_GROUPS, caption_lead, claims_table, counts, number_rows, page_name, paper_name,
-                             report_group, short_quantity, summary, table)
-from .published_readings import (BEYOND, FIG1B, FIG1B_FINAL, FIG1B_IMAGE, FIG1B_PLATEAU, FIG3A_CROSSINGS,
-                                 FIG3A_IMAGE, FIG3A_LAST_STEP, FIG3A_PLATEAU_READINGS, FIG3A_PLATEAUS,
-                                 FIG3A_STILL_ON_M3, FIG3B_FINAL_VALUES, FIG4_R1_PLATEAUS, FIG5_ATTN_M_DROPS, FIG14,
-                                 FIG14_IMAGE, FIG14_LAST_STEP, WHITE_L_STAR, Crossing, Image, Reading, _at,
-                                 fig3a_drop_span, fig14_landmarks)
-from .published_rules import (Claim, check_words, compare, crossing_distance, difference, drop_count_holds,
-                              fig1b_comparison, fig3a_comparison, fig4_plateau_claim, fig5_single_drop_claim,
-                              fig14_comparison, in_tolerances, match_one_to_one, measure, signed_distance, slug)
+from .published_page import (
+                             REPORT_GROUPS,
+                             caption_lead,
+                             claims_table,
+                             counts,
+                             number_rows,
+                             page_name,
+                             paper_name,
+                             report_group,
+                             short_quantity,
+                             summary,
+                             table,
+)
+from .published_readings import (
+                             BEYOND,
+                             FIG1B,
+                             FIG1B_FINAL,
+                             FIG1B_IMAGE,
+                             FIG1B_PLATEAU,
+                             FIG3A_CROSSINGS,
+                             FIG3A_IMAGE,
+                             FIG3A_LAST_STEP,
+                             FIG3A_PLATEAU_READINGS,
+                             FIG3A_PLATEAUS,
+                             FIG3A_STILL_ON_M3,
+                             FIG3B_FINAL_VALUES,
+                             FIG4_R1_PLATEAUS,
+                             FIG5_ATTN_M_DROPS,
+                             FIG14,
+                             FIG14_IMAGE,
+                             FIG14_LAST_STEP,
+                             WHITE_L_STAR,
+                             Crossing,
+                             Image,
+                             Reading,
+                             _at,
+                             fig3a_drop_span,
+                             fig14_landmarks,
+)
+from .published_rules import (
+                             Claim,
+                             check_words,
+                             compare,
+                             crossing_distance,
+                             difference,
+                             drop_count_holds,
+                             fig1b_comparison,
+                             fig3a_comparison,
+                             fig4_plateau_claim,
+                             fig5_single_drop_claim,
+                             fig14_comparison,
+                             in_tolerances,
+                             match_one_to_one,
+                             measure,
+                             signed_distance,
+                             slug,
+)
 
 __all__ = [
     # the readings

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class Image:
     """One published image: its name in the paper and the steps and loss one pixel spans."""
@@ -107,7 +108,7 @@ def _at(*steps, text=None, stated=0.0) -> Crossing:
     return Crossing(tuple((s, s) for s in steps), text or " or ".join(f"{s}" for s in steps), stated)
 
 
-# Drop d of a curve: its first step below the midpoint of L(M_{d-1}) and L(M_d) (``diagnostics.drop_steps``). Seed 0
+# Drop d of a curve: its first step below the midpoint of L(M_{d-1}) and L(M_d) (``loss_curves.drop_steps``). Seed 0
 # is drawn twice, so the image holds seven lines for six curves: a double-ink crossing is seed 0, or two seeds at
 # one pixel. Each drop lists six curves: where two double-ink crossings leave one curve unaccounted for, that curve
 # is at one of them ("705 or 804").

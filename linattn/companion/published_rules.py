@@ -23,12 +23,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import theory
-from ..diagnostics import first_step_below
+from ..loss_curves import first_step_below
 from .output import AGREES, DIFFERS, loss_standard_error, verdict, words
-from .published_readings import (FIG1B, FIG1B_IMAGE, FIG3A_CROSSINGS, FIG3A_IMAGE, FIG3A_LAST_STEP,
-                                 FIG3A_PLATEAU_READINGS, FIG3A_STILL_ON_M3, FIG4_R1_PLATEAUS, FIG5_ATTN_M_DROPS, FIG14,
-                                 FIG14_IMAGE, Crossing, Image, Reading)
-
+from .published_readings import (
+    FIG1B,
+    FIG1B_IMAGE,
+    FIG3A_CROSSINGS,
+    FIG3A_IMAGE,
+    FIG3A_LAST_STEP,
+    FIG3A_PLATEAU_READINGS,
+    FIG3A_STILL_ON_M3,
+    FIG4_R1_PLATEAUS,
+    FIG5_ATTN_M_DROPS,
+    FIG14,
+    FIG14_IMAGE,
+    Crossing,
+    Image,
+    Reading,
+)
 
 # ----------------------------------------------------------------------------------------------- measuring ours
 
@@ -245,7 +257,7 @@ def fig4_plateau_claim(drops, window: int, escape_steps, *,
     """Figure 4's rank-one claim: the loss rests on the :data:`FIG4_R1_PLATEAUS` plateaus L(M_0) … L(M_7) within
     the published ``window``. ``drops``: the step of each drop d = 1 … D of our rank-one run (NaN: not made; it may
     run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``),
-    or another prediction of the drop steps named by ``predicted`` (e.g. ``diagnostics.predicted_drop_steps``).
+    or another prediction of the drop steps named by ``predicted`` (e.g. ``loss_curves.predicted_drop_steps``).
     Ours counts the levels L(M_0) … L(M_{D−1}) the loss reaches inside the window; the reason gives the estimates for
     the directions not learned inside it, and when our run learned them."""
     drops, escape = np.asarray(drops, dtype=np.float64), np.asarray(escape_steps, dtype=np.float64)
@@ -273,7 +285,7 @@ def fig4_plateau_claim(drops, window: int, escape_steps, *,
 
 def fig5_single_drop_claim(plateaus, checks=()) -> Claim:
     """Figure 5's claim for softmax ATTN_M: its loss falls in a single drop. ``plateaus``: what
-    ``diagnostics.detect_plateaus`` found in our training loss (levels, their first and last steps, the drop steps).
+    ``loss_curves.detect_plateaus`` found in our training loss (levels, their first and last steps, the drop steps).
     The reason gives each drop's step and, where there are several, the shoulder between them: its level, its
     steps and how much of the whole fall each drop makes. ``checks``: the same model run again (other seeds, a
     smaller learning rate), each ``{"label", "drops", "drop_steps", "step_scale"[, "final"]}`` (``step_scale``: the

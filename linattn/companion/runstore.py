@@ -1,6 +1,6 @@
 """The run store: every training run of a build, content-addressed under ``_build/runs/`` and trained once.
 
-A run's key is :func:`linattn.experiment.run_key` without the run's length: a hash of what decides its trajectory —
+A run's key is :func:`linattn.keys.run_key` without the run's length: a hash of what decides its trajectory —
 its settings except ``epoch`` and ``track_value``, its snapshot interval, the identity of initial weights or data
 given in place of drawn ones, the versions of torch, numpy and scipy, and the code that computes a trajectory
 (data and draws, models, objectives, training and flow), without comments and docstrings. Diagnostics, theory,
@@ -9,12 +9,12 @@ events, plotting and the companion are not in it: editing them retrains no run.
 The number of steps is not in it. Gradient descent is a function of the weights alone, so a run of E steps is the
 first E steps of any longer run from the same start: the store keeps one trajectory per key, the weights at every
 step count ever asked for (checkpoints), and serves a new count by continuing from the nearest earlier checkpoint
-(:func:`linattn.run <linattn.experiment.run>` of the run's :class:`~linattn.experiment.Plan` continued). Value weights
+(:func:`linattn.run <linattn.experiment.run>` of the run's :class:`~linattn.plan.Plan` continued). Value weights
 are always recorded (they cost a copy of H numbers a step), so a run asked for with and without ``track_value`` is
 one run. Gradient-flow runs are kept whole (their ``epoch`` is in the key: an adaptive integrator restarted does not
 give the same numbers).
 
-An entry is a run folder (:func:`linattn.experiment.write_outputs`: ``loss.csv``, ``run.json``, ``init.npz``,
+An entry is a run folder (:func:`linattn.result.write_outputs`: ``loss.csv``, ``run.json``, ``init.npz``,
 ``weights.npz``, ``snapshots.npz``) of the whole trajectory, which :func:`linattn.load_run` reads, plus
 ``checkpoints.npz``: the weights at every earlier checkpoint (``run.json`` lists them all). Each entry is written
 into a temporary folder and renamed into place; a lock file per key makes notebooks that execute at the same time
@@ -57,9 +57,12 @@ import numpy as np
 
 from ..config import RunConfig
 from ..data import Datasets
-from ..experiment import RunResult, load_run, plan, run, run_key, write_outputs
+from ..experiment import run
+from ..keys import run_key
 from ..objectives.native import KnownFallback, fallback_reason
+from ..plan import plan
 from ..records import write_json
+from ..result import RunResult, load_run, write_outputs
 from ..train import History
 from .paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
 
@@ -386,7 +389,7 @@ def population_twin(result: RunResult, root=None) -> RunResult:
     """The run's model trained on the population loss (P → ∞, the ``population`` engine) from the run's own initial
     weights, on its covariance Λ, at its learning rate for its number of steps, from the store: the theory's loss
     curve from the same start, every head and every weight included, to set beside the run with the same rules
-    (e.g. ``diagnostics.half_drop_step``). It costs about as much as the exact run of a small P (ATTN_M at D = 4,
+    (e.g. ``loss_curves.half_drop_step``). It costs about as much as the exact run of a small P (ATTN_M at D = 4,
     H = 8, 6001 steps: 2 s)."""
     return stored_run(result.config.on_population(result.datasets.cov), init=result.init, root=root)
 

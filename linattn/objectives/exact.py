@@ -6,8 +6,8 @@ combined, ŷ = ⟨m(θ), T⟩ (``models.py``: ``features()`` and ``combined()``)
     L(θ) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩,   m = m(θ).
 
 One chunked pass over the data builds the three moments (float64); a step afterwards costs O(F²) whatever P and N are,
-and its gradient goes back through ``combined()`` by the model's own ``combined_with_vjp`` (attention), else by autograd.
-``vary_len`` averages the prefixes' moments.
+and its gradient goes back through ``combined()`` by the model's own ``combined_with_vjp`` (attention), else by
+autograd. ``vary_len`` averages the prefixes' moments.
 
 The compiled loop (``Exact.kernel == "native"``). A step is some 30 small products, and as torch operations each
 pays a few microseconds of dispatch: ~100 µs a step at F = 60 for ~1 µs of arithmetic. For the paper's three model
@@ -31,14 +31,13 @@ from pathlib import Path
 
 import torch
 
-from ..normalization import prefix_terms
 from ..models import MLP, AttnM, AttnS
+from ..normalization import prefix_terms
 from . import native
-from .native import KnownFallback, fallback_reason
 from .autograd import Autograd
 from .base import DEFAULT_CHUNK, Moments, NotLinearError, Objective, check_linear, chunks
 from .declarations import ExactEngine
-
+from .native import KnownFallback, fallback_reason
 
 KERNEL_SOURCE = Path(__file__).with_name("exact_kernel.c")
 # the model classes the compiled loop knows, by exact type, with its code for each
@@ -97,7 +96,8 @@ def _float64_cpu(*tensors) -> bool:
 
 
 class Exact(ExactEngine, Objective):
-    """The mean squared error through the data's moments: identical in exact arithmetic to :class:`~linattn.objectives.Autograd`.
+    """The mean squared error through the data's moments: identical in exact arithmetic to
+    :class:`~linattn.objectives.Autograd`.
 
     A step computes m = combined(θ) and L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ (one F×F matrix-vector
     product); the gradient goes back through ``combined()`` by ``model.combined_with_vjp`` where the model has it, else
@@ -120,8 +120,8 @@ class Exact(ExactEngine, Objective):
 
         On the first ``CHECK_ROWS`` full-length sequences it first checks that ``model.features() @ model.combined()``
         is ``model.forward()`` (:func:`check_linear`). If not, it raises :class:`NotLinearError` (a ValueError), or
-        with ``fallback=True`` warns and returns the :class:`~linattn.objectives.Autograd` objective on the same data (autograd
-        through ``forward()``, so correct for any model, at a cost per step that grows with P·N).
+        with ``fallback=True`` warns and returns the :class:`~linattn.objectives.Autograd` objective on the same data
+        (autograd through ``forward()``, so correct for any model, at a cost per step that grows with P·N).
         """
         if getattr(model, "softmax", False):
             raise ValueError("the exact engine covers linear models only; softmax needs engine 'autograd' or 'softmax'")

@@ -143,7 +143,8 @@ def population_moments(kind: str, cov: np.ndarray, seq_len: int, *, normalize: s
     ``kind="attention"``: T = x_q ⊗ triu(S) (``models.attention_features``); ``kind="cubic"``: z = vec(b x_qᵀ)
     (``models.cubic_features``), which is the sub-vector T[j, i, D] (b_i = S_{iD}: the query's label is zero).
     ``vary_len`` averages the moments of the prefix lengths n = 2 … seq_len, each with its factor in front of S
-    (``normalization.token_scale``: 1/N for ``normalize="mean"``, 1 or 1/n for "sum"). See :func:`_attention_population`.
+    (``normalization.token_scale``: 1/N for ``normalize="mean"``, 1 or 1/n for "sum"). See
+    :func:`_attention_population`.
     """
     cov = np.asarray(cov, dtype=np.float64)
     return _averaged(lambda N, scale: _attention_population(cov, N, scale), kind, cov.shape[0], seq_len, normalize,

@@ -59,9 +59,9 @@ import torch
 from .. import data as data_mod
 from ..normalization import lengths, prefix_queries
 from . import native
-from .native import KnownFallback, fallback_reason
 from .base import DEFAULT_CHUNK, Objective
 from .declarations import SoftmaxEngine
+from .native import KnownFallback, fallback_reason
 
 BLOCK = 32
 LOG2E = 1.0 / math.log(2.0)
@@ -169,8 +169,8 @@ _compile_failed: set[str] = set()  # device types whose compiler failed once: ea
 class Softmax(SoftmaxEngine, Objective):
     """Mean squared error of a softmax attention model (``AttnM``/``AttnS`` with ``softmax=True``) and its gradient.
 
-    Same interface as :class:`~linattn.objectives.Autograd`: ``value_and_grad(model)`` returns the loss and accumulates the
-    gradient into the parameters' ``.grad``; ``value(model)`` returns the loss. ``normalize`` is accepted and, as in
+    Same interface as :class:`~linattn.objectives.Autograd`: ``value_and_grad(model)`` returns the loss and accumulates
+    the gradient into the parameters' ``.grad``; ``value(model)`` returns the loss. ``normalize`` is accepted and, as in
     the model, ignored (softmax has no scale). ``dtype`` is the arithmetic's (float64 accumulation either way).
     ``compile``: False runs ``chunk_sums`` eagerly; True runs the native kernel on the CPU and compiles
     ``chunk_sums`` on CUDA; None (default) is True, on CUDA only for sets of at least ``COMPILE_FROM`` sequence-terms.

@@ -8,15 +8,15 @@ normalisation) and the weights. What the theory implies for them: on the plateau
 the saddle M_m, where A has exactly m non-zero singular values (numerical rank m; effective rank that of the PCR
 matrix, ``theory.pcr_weights``); a learned subspace never moves again; gradient flow conserves v_i² − ‖k_i‖² and
 ‖k_i‖² − ‖q_i‖² exactly. Each flat stretch of the loss is named by the saddle it sits at
-(``diagnostics.saddle_plateaus``, the one rule), and the measures are taken as their median over its core, its
-slowest steps (``diagnostics.rest_core``).
+(``loss_curves.saddle_plateaus``, the one rule), and the measures are taken as their median over its core, its
+slowest steps (``loss_curves.rest_core``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import diagnostics, loss_curves, theory
 from .common import presets as common
 from .common.attn_s_run import describe, seed_run
 from .common.frame import settings_attrs
@@ -52,12 +52,12 @@ def compute(S: dict):
     tab = diagnostics.tidy(snapshots, cov, N, lr=cfg.lr, normalize=cfg.normalize, model=cfg.model)
     levels = theory.plateau_losses(cov, N)
     loss = res.history.train_loss
-    sp = diagnostics.saddle_plateaus(loss, levels)
+    sp = loss_curves.saddle_plateaus(loss, levels)
     medians = {"numerical_rank": [], "eff_rank": []}
     step = res.history.step
     for a, b in zip(sp.plateaus.starts, sp.plateaus.ends):
         on = (step >= a) & (step <= b)
-        core = step[on][diagnostics.rest_core(loss[on])]  # the rest's slowest steps, nearest the saddle
+        core = step[on][loss_curves.rest_core(loss[on])]  # the rest's slowest steps, nearest the saddle
         inside = (tab["step"] >= core.min()) & (tab["step"] <= core.max())
         if not inside.any():  # a core shorter than the snapshot interval: the snapshot nearest its middle
             inside = np.abs(tab["step"] - np.median(core)) == np.abs(tab["step"] - np.median(core)).min()
@@ -78,12 +78,12 @@ def compute(S: dict):
                 "plateau": np.arange(len(sp.m))},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(band=diagnostics.REST_BAND, snapshot_every=int(S["snapshot_every"]))
+    ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]))
     ds.eff_rank.attrs["description"] = "exp of the entropy of the normalised singular values of A(t)"
     ds.numerical_rank.attrs["description"] = "singular values of A(t) above 5 % of the largest"
     ds.subspace_dist.attrs["description"] = "distance of A(t)'s top singular subspace to the final A's"
     ds.drift_max.attrs["description"] = "largest relative drift of the conserved quantities over heads"
-    ds.plateau_m.attrs["description"] = "the saddle M_m the stretch sits at (diagnostics.saddle_plateaus), -1: none"
+    ds.plateau_m.attrs["description"] = "the saddle M_m the stretch sits at (loss_curves.saddle_plateaus), -1: none"
     return ds
 
 

@@ -5,7 +5,7 @@ further from the weights the first run returned — with the public API only (``
 :func:`config`, :func:`example_weights` and :func:`train` are the recipe (the page shows their code,
 :func:`recipe`); :func:`compute` packs what it trained into a labelled dataset beside the theory's plateau losses
 L(M_0) … L(M_D) of your covariance (``theory.plateau_losses``), and the flat stretches of the loss are named by the
-saddle they sit at (``diagnostics.saddle_levels``, the one rule). Pass ``weights=`` your own arrays (the layout of
+saddle they sit at (``loss_curves.saddle_levels``, the one rule). Pass ``weights=`` your own arrays (the layout of
 ``init.npz``: ``linattn.models.weight_shapes``) to start from them.
 """
 
@@ -99,7 +99,7 @@ def compute(S: dict, weights: dict | None = None):
     levels = linattn.theory.plateau_losses(datasets.cov, first.config.N)
     ds = xr.Dataset(
         {"train_loss": ("step", loss),
-         "plateau_level": ("m", linattn.diagnostics.saddle_levels(loss, levels)),
+         "plateau_level": ("m", linattn.loss_curves.saddle_levels(loss, levels)),
          "plateau_theory": ("m", levels),
          "spectrum": ("direction", np.asarray(S["spectrum"], dtype=float)),
          "first_end_loss": float(first.history.train_loss[-1]),
@@ -110,11 +110,11 @@ def compute(S: dict, weights: dict | None = None):
                         + ["continued"] * more.history.train_loss.size)},
         attrs=settings_attrs(S, engine=first.engine, seeds=S["seed"],
                              runs={"first": first.config.to_dict(), "continued": more.config.to_dict()}))
-    ds.attrs.update(epoch=int(first.history.train_loss.size), band=linattn.diagnostics.REST_BAND,
+    ds.attrs.update(epoch=int(first.history.train_loss.size), band=linattn.loss_curves.REST_BAND,
                     weights="given" if weights is not None else "example_weights",
                     published=int(presets.is_published(NAME, S)))
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
-                                             f"(diagnostics.saddle_levels, band {linattn.diagnostics.REST_BAND:.3g})")
+                                             f"(loss_curves.saddle_levels, band {linattn.loss_curves.REST_BAND:.3g})")
     return ds
 
 
@@ -146,7 +146,7 @@ def words(ds) -> dict:
     first = json.loads(ds.attrs["runs"])["first"]
     return dict(H=first["head_num"], R=first["rank"], spectrum=list_words(ds.spectrum.values),
                 epoch=ds.attrs["epoch"], epoch_more=int((ds.run == "continued").sum()),
-                rest_tol=linattn.diagnostics.REST_TOL, tol=linattn.diagnostics.rest_band_words(ds.attrs["band"]))
+                rest_tol=linattn.loss_curves.REST_TOL, tol=linattn.loss_curves.rest_band_words(ds.attrs["band"]))
 
 
 def plot(ds):

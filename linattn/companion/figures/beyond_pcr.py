@@ -7,7 +7,7 @@ in the paper's normalisation (``diagnostics.snapshot_fn``); the theory's matrix 
 A_m = Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ (``theory.pcr_weights``). Measured: the mean squared gap between the learned
 predictor and each A_m's, E[(βᵀ(A − A_m) x_q)²] (``theory.predictor_distance``), relative to the mean square of
 A_m's predictor (for M_0, whose predictor is zero, relative to E[y_q²] = tr Λ), at every snapshot; and A in the
-eigenbasis of Λ in the middle of the first flat stretch of the loss at each saddle (``diagnostics.saddle_plateaus``,
+eigenbasis of Λ in the middle of the first flat stretch of the loss at each saddle (``loss_curves.saddle_plateaus``,
 the one rule).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import diagnostics, loss_curves, theory
 from .common import presets as common
 from .common.attn_s_run import describe, seed_run
 from .common.frame import settings_attrs
@@ -54,7 +54,7 @@ def compute(S: dict):
     scale[0] = float(np.trace(cov))  # E[y_q²]: the scale for M_0, whose predictor is zero
     gap = np.array([[theory.predictor_distance(A, B, cov, N, normalize="mean") / scale[m]
                      for m, B in enumerate(A_pcr)] for A in A_t])
-    sp = diagnostics.saddle_plateaus(res.history.train_loss, theory.plateau_losses(cov, N))
+    sp = loss_curves.saddle_plateaus(res.history.train_loss, theory.plateau_losses(cov, N))
     mid = np.full(D + 1, np.nan)
     for m, a, b in zip(sp.m, sp.plateaus.starts, sp.plateaus.ends):
         if m is not None and np.isnan(mid[m]):  # the first stretch at M_m; the snapshot nearest its middle
@@ -73,7 +73,7 @@ def compute(S: dict):
                 "direction": np.arange(1, D + 1)},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(band=diagnostics.REST_BAND, snapshot_every=int(S["snapshot_every"]))
+    ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]))
     ds.gap.attrs["description"] = ("E[(b^T(A - A_m) x_q)^2] relative to the mean square of A_m's predictor "
                                    "(M_0: relative to tr Lambda)")
     ds.A_learned.attrs["description"] = "E^T A E mid-plateau M_m, E the eigenvectors of Lambda (largest first)"

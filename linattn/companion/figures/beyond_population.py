@@ -6,7 +6,7 @@ P training sequences. One run per value of ``trainset_sizes`` (None: the populat
 trainset_size=None)``, its moments exact or estimated from ``population_samples`` fresh sequences), and, with
 ``flow``, the population run again as a gradient flow (``dynamics="flow"``, read at t/τ = 2·lr·step so it shares
 the step axis). Measured: the level of the first flat stretch at each saddle M_0 … M_D
-(``diagnostics.saddle_levels``, the one rule), beside the theory's population levels L(M_m)
+(``loss_curves.saddle_levels``, the one rule), beside the theory's population levels L(M_m)
 (``theory.plateau_losses``).
 """
 
@@ -16,7 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import loss_curves, theory
 from .. import presets
 from ..commands import train_command
 from ..output import words as list_words
@@ -78,7 +78,7 @@ def compute(S: dict):
     engines = list(dict.fromkeys("flow" if r.config.dynamics == "flow" else r.engine for r in curves.values()))
     ds = xr.Dataset(
         {"train_loss": (("curve", "step"), loss),
-         "plateau_level": (("curve", "m"), [diagnostics.saddle_levels(L, levels) for L in loss]),
+         "plateau_level": (("curve", "m"), [loss_curves.saddle_levels(L, levels) for L in loss]),
          "final_loss": ("curve", loss[:, -1]),
          "wall_time": ("curve", [float(r.wall_time) for r in curves.values()]),
          "plateau_theory": ("m", levels)},
@@ -88,11 +88,11 @@ def compute(S: dict):
                 "dynamics": ("curve", [r.config.dynamics for r in curves.values()])},
         attrs=settings_attrs(S, engine=", ".join(engines), seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in curves.items()}))
-    ds.attrs.update(band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)),
+    ds.attrs.update(band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(r.config) for r in curves.values()))
     ds.wall_time.attrs["units"] = "s"
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
-                                             f"(diagnostics.saddle_levels, band {diagnostics.REST_BAND:.3g})")
+                                             f"(loss_curves.saddle_levels, band {loss_curves.REST_BAND:.3g})")
     return ds
 
 
@@ -158,7 +158,7 @@ def words(ds) -> dict:
                 lr=f"{run['lr']:g}", epoch=run["epoch"], trained=trained, n_ways=ds.sizes["curve"],
                 caption=", ".join(caption[:-1]) + (" and " if len(caption) > 1 else "") + caption[-1],
                 ways=", ".join(str(c) for c in ds.curve.values), finite_P=list_words(finite) if finite else "none",
-                rest_tol=diagnostics.REST_TOL, tol=diagnostics.rest_band_words(ds.attrs["band"]), summary=summary(ds),
+                rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]), summary=summary(ds),
                 samples=f"estimated from {samples} fresh sequences" if samples else "exact",
                 timings=", ".join(f"{c} {t:.1f} s" for c, t in zip(ds.curve.values, ds.wall_time.values)))
 

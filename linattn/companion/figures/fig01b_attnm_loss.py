@@ -5,7 +5,7 @@ reference's ``mlp`` command); and the same MLP started from the weights that com
 at step 0 (``linattn.mlp_from_attn_m``), on ATTN_M's data. The theory: a plateau at tr Λ (the loss of the zero
 predictor), one sigmoidal drop, and the end at L* (``theory.loss_star``, Eq. 8). The theory's loss curve from each
 run's own start is the same model trained on the population loss from the same initial weights
-(``runstore.population_twin``); one half-drop rule reads run and theory alike (``diagnostics.half_drop_step``).
+(``runstore.population_twin``); one half-drop rule reads run and theory alike (``loss_curves.half_drop_step``).
 The logistic growth along the top direction of E[y z] (``diagnostics.attn_m_drop_step``) is kept as an estimate: it
 gives when the mode strength reaches half its final value, not the loss midpoint.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, mlp_from_attn_m, theory
+from ... import diagnostics, loss_curves, mlp_from_attn_m, theory
 from ...config import RunConfig
 from .. import presets, published
 from ..commands import train_command
@@ -57,7 +57,7 @@ def compute(S: dict):
     """The three runs' training losses (``train_loss``: model × step) and the population loss of each model from
     the run's own initial weights (``loss_population``; the matched MLP shares ATTN_M's: the same function of the
     same start), with what is measured on them — the first plateau's level, the half-drop step of the run's loss
-    and of the population loss (``half_drop_step``, ``half_drop_step_theory``: ``diagnostics.half_drop_step`` on
+    and of the population loss (``half_drop_step``, ``half_drop_step_theory``: ``loss_curves.half_drop_step`` on
     each), the final loss, the logistic estimate of the step at which the top mode's strength is half grown
     (``half_drop_step_estimate``) — and the theory's levels ``plateau_theory`` (tr Λ) and ``loss_star`` (L*); the
     settings, seed, engine and each run's settings as attributes."""
@@ -72,15 +72,15 @@ def compute(S: dict):
     loss = np.stack([r.history.train_loss for r in done.values()])
     twins = {k: population_twin(done[k]).history.train_loss for k in ("attn_m", "mlp_own_init")}
     population = np.stack([twins.get(k, twins["attn_m"]) for k in MODELS])  # matched MLP: ATTN_M's start
-    found = [diagnostics.detect_plateaus(L) for L in loss]
+    found = [loss_curves.detect_plateaus(L) for L in loss]
     estimate = [diagnostics.attn_m_drop_step(build_model(r.config.model, r.init), cov, N, lr=S["lr"],
                                              normalize=attn.config.normalize) for r in done.values()]
     estimate[MODELS.index("mlp_matched_init")] = estimate[0]  # the same function of the same start
     ds = xr.Dataset(
         {"train_loss": (("model", "step"), loss), "loss_population": (("model", "step"), population),
          "plateau_level": ("model", [p.levels[0] for p in found]),
-         "half_drop_step": ("model", [diagnostics.half_drop_step(L, step) for L in loss]),
-         "half_drop_step_theory": ("model", [diagnostics.half_drop_step(L, step) for L in population]),
+         "half_drop_step": ("model", [loss_curves.half_drop_step(L, step) for L in loss]),
+         "half_drop_step_theory": ("model", [loss_curves.half_drop_step(L, step) for L in population]),
          "half_drop_step_estimate": ("model", estimate),
          "final_loss": ("model", loss[:, -1]),
          "plateau_theory": float(np.trace(cov)), "loss_star": theory.loss_star(cov, N)},

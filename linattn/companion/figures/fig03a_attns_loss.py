@@ -5,11 +5,11 @@ One run per seed over the published window (the settings' ``epoch``), carried on
 through the run store (the first ``epoch`` losses of the longer run are the window run's: gradient descent depends
 on the weights alone; seed 0 is the run Figures 3b, 3c and the diagnostics and PCR pages read). The theory: the
 saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``) and an escape-time estimate of each drop's step
-(``theory.attn_s_drop_steps``). Measured: the step of each drop (``diagnostics.drop_steps``: the first step below
+(``theory.attn_s_drop_steps``). Measured: the step of each drop (``loss_curves.drop_steps``: the first step below
 the midpoint of two consecutive saddle losses), the flat stretches named by the saddle they sit at
-(``diagnostics.saddle_levels``, the one rule), and, for comparison, the drop steps of the same settings drawn from
+(``loss_curves.saddle_levels``, the one rule), and, for comparison, the drop steps of the same settings drawn from
 linattn's own random streams. Overlaid on the first seed: the scalar reduction's loss curve for each drop
-(``diagnostics.scalar_ode_overlay``: one learning head, the others at zero), started where the run has made 5 % of the
+(``loss_curves.scalar_ode_overlay``: one learning head, the others at zero), started where the run has made 5 % of the
 drop, drawn until the next drop's overlay starts.
 """
 
@@ -19,10 +19,11 @@ import dataclasses
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import loss_curves, theory
 from .. import presets, published
 from ..commands import train_command
-from ..output import ESTIMATE, MarkdownTable, median_and_range, prose_text, words as list_words
+from ..output import ESTIMATE, MarkdownTable, median_and_range, prose_text
+from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe
 from .common.frame import settings_attrs
@@ -72,7 +73,7 @@ def compute(S: dict):
     level of the flat stretch at each saddle within the window (``plateau_level``: seed × m, NaN where none sits
     there), the directions learned within the window and the final loss; the theory's saddle losses
     (``plateau_theory``: m), eigenvalues, each seed's drop steps predicted by the population gradient descent from
-    its own initial weights (``drop_step_predicted``: seed × direction, ``diagnostics.predicted_drop_steps``) and the
+    its own initial weights (``drop_step_predicted``: seed × direction, ``loss_curves.predicted_drop_steps``) and the
     closed-form escape-time estimates (``drop_step_theory``: direction, an order of magnitude)."""
     import xarray as xr
 
@@ -88,19 +89,19 @@ def compute(S: dict):
     D = len(levels) - 1
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=cfg.rank, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
-    predicted = [diagnostics.predicted_drop_steps(r.config, r.init, cov, horizon=horizon) for r in extended]
-    plateaus = [diagnostics.saddle_levels(L[:window], levels) for L in loss]
+    predicted = [loss_curves.predicted_drop_steps(r.config, r.init, cov, horizon=horizon) for r in extended]
+    plateaus = [loss_curves.saddle_levels(L[:window], levels) for L in loss]
     ds = xr.Dataset(
         {"train_loss": (("seed", "step"), loss),
-         "drop_step": (("seed", "direction"), [diagnostics.drop_steps(L, levels, step) for L in loss]),
+         "drop_step": (("seed", "direction"), [loss_curves.drop_steps(L, levels, step) for L in loss]),
          "drop_step_streams": (("seed", "direction"),
-                               [diagnostics.drop_steps(r.history.train_loss, levels) for r in streams]),
+                               [loss_curves.drop_steps(r.history.train_loss, levels) for r in streams]),
          "plateau_level": (("seed", "m"), plateaus),
          "ode_loss": ("step", scalar_ode_curve(loss[0][:window], plateaus[0], cfg, cov, len(step))),
-         "directions_learned": ("seed", [diagnostics.directions_learned(L[:window], levels, step[:window])
+         "directions_learned": ("seed", [loss_curves.directions_learned(L[:window], levels, step[:window])
                                          for L in loss]),
          "final_loss": ("seed", loss[:, -1]),
-         "directions_extended": ("seed", [diagnostics.directions_learned(L, levels, step) for L in loss]),
+         "directions_extended": ("seed", [loss_curves.directions_learned(L, levels, step) for L in loss]),
          "plateau_theory": ("m", levels),
          "eigenvalue": ("direction", theory.spectrum(cov)[0]),
          "drop_step_predicted": (("seed", "direction"), predicted),
@@ -108,28 +109,28 @@ def compute(S: dict):
         coords={"seed": list(S["seeds"]), "step": step, "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
         attrs=settings_attrs(S, engine=extended[0].engine, seeds=S["seeds"],
                              runs={str(c.seed): c.to_dict() for c in in_window}))
-    ds.attrs.update(window=int(window), horizon=int(horizon), band=diagnostics.REST_BAND,
+    ds.attrs.update(window=int(window), horizon=int(horizon), band=loss_curves.REST_BAND,
                     published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(c) for c in in_window),
                     run_keys="\n".join(r.key for r in extended))  # the run store's entries, by seed
     ds.train_loss.attrs["description"] = "training loss; the published window is the first `window` steps"
     ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m within the window "
-                                             f"(diagnostics.saddle_levels, band {diagnostics.REST_BAND:.3g})")
+                                             f"(loss_curves.saddle_levels, band {loss_curves.REST_BAND:.3g})")
     return ds
 
 
 def scalar_ode_curve(loss, plateau_levels, cfg, cov, n: int) -> np.ndarray:
-    """The scalar ODE's loss for each drop m → m+1 that one run's ``loss`` makes (``diagnostics.scalar_ode_overlay``,
+    """The scalar ODE's loss for each drop m → m+1 that one run's ``loss`` makes (``loss_curves.scalar_ode_overlay``,
     started from the run's own plateau level ``plateau_levels[m]``), each drawn from its start until the next drop's
     overlay starts or the run is halfway down its next drop; NaN elsewhere (length ``n``). A drop is left out where
     the run has no plateau at M_m (a start 5 %
     below the theory's level could lie on the plateau's own offset) or does not pass the drop's midpoint."""
     out = np.full(n, np.nan)
     levels = theory.plateau_losses(cov, cfg.N)
-    drops = np.append(diagnostics.drop_steps(loss, levels), np.nan)  # the run's midpoint crossings; none after M_D
+    drops = np.append(loss_curves.drop_steps(loss, levels), np.nan)  # the run's midpoint crossings; none after M_D
     made = int(np.isfinite(drops).sum())
-    pieces = [(m, *diagnostics.scalar_ode_overlay(loss, cfg.lr, cov, cfg.N, m, level=plateau_levels[m],
+    pieces = [(m, *loss_curves.scalar_ode_overlay(loss, cfg.lr, cov, cfg.N, m, level=plateau_levels[m],
                                                   normalize=cfg.normalize, model=cfg.model))
               for m in range(made) if np.isfinite(plateau_levels[m])]
     for k, (m, steps, pred) in enumerate(pieces):
@@ -263,7 +264,7 @@ def words(ds) -> dict:
                 eigenvalues=list_words(np.round(ds.eigenvalue.values, 4)),
                 settings=describe(run, seeds=[int(s) for s in ds.seed.values]),
                 window=ds.attrs["window"], horizon=ds.attrs["horizon"],
-                rest_tol=diagnostics.REST_TOL, tol=diagnostics.rest_band_words(ds.attrs["band"]),
+                rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]),
                 escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds),
                 predicted=_predicted_words(ds),
                 caption_lead=published.caption_lead("Figure 3a", bool(ds.attrs["published"])),

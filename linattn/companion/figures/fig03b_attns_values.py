@@ -16,7 +16,8 @@ import numpy as np
 
 from ... import diagnostics, events, theory
 from .. import presets, published
-from ..output import MarkdownTable, words as list_words
+from ..output import MarkdownTable
+from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe, join, seed_run
 from .common.frame import settings_attrs

@@ -6,7 +6,7 @@ weights recorded every ``snapshot_every`` steps. Measured on each snapshot: the 
 with each eigenvector, |e_dᵀ k_h| / ‖k_h‖ (``events.vector_alignment``); a direction counts as learned at the first
 snapshot where some head's key and query both overlap it by more than :data:`ALIGNED`
 (``events.first_crossings``, ``events.first_learner``), and is set beside the step of the loss's drop
-(``diagnostics.drop_steps``). The theory puts the alignment before the drop: in the scalar reduction the learning
+(``loss_curves.drop_steps``). The theory puts the alignment before the drop: in the scalar reduction the learning
 head already points along its direction during the plateau, while its size is still small (silent alignment), so
 the lag, step aligned − step of the drop, is negative (:func:`alignment_timing` words it).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, events, theory
+from ... import events, loss_curves, theory
 from .. import presets, published
 from ..output import MarkdownTable, by_sign
 from .common import presets as common
@@ -61,7 +61,7 @@ def compute(S: dict):
     ds = xr.Dataset(
         {"key_alignment": (("step", "head", "direction"), key),
          "query_alignment": (("step", "head", "direction"), query),
-         "drop_step": ("direction", diagnostics.drop_steps(res.history.train_loss, levels)),
+         "drop_step": ("direction", loss_curves.drop_steps(res.history.train_loss, levels)),
          "aligned_head": ("direction", aligned_head), "aligned_step": ("direction", aligned_step),
          "learned_order": ("direction", learned_order), "final_alignment": ("direction", both[-1].max(axis=0)),
          "eigenvalue": ("direction", theory.spectrum(cov)[0])},

@@ -6,9 +6,9 @@ of each rank is carried on to its own horizon (``epoch_extended``: a dict by ran
 published window is the first ``epoch`` steps of each (gradient descent depends on the weights alone, and the loss
 is recorded before each step, so the window is exactly the published-length run). Measured in the window, per seed:
 each curve's rests at the saddles, their lengths and which are long (:mod:`~linattn.companion.figures.low_rank`); in
-the extended run: the step of each drop (``diagnostics.drop_steps``: the first step below the midpoint of two
+the extended run: the step of each drop (``loss_curves.drop_steps``: the first step below the midpoint of two
 consecutive saddle losses) and the directions learned. The prediction of each drop's step: the population gradient
-descent from the extended run's own initial weights, all heads included (``diagnostics.predicted_drop_steps``); the
+descent from the extended run's own initial weights, all heads included (``loss_curves.predicted_drop_steps``); the
 closed-form escape time of one rank-one head (``theory.attn_s_drop_steps``) is kept as an order of magnitude. The
 theory: the saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``) and the long plateaus m = 0, R, 2R, …
 (``theory.long_plateaus``).
@@ -20,13 +20,23 @@ import functools
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import loss_curves, theory
 from .. import presets, published
-from ..output import ESTIMATE, MarkdownTable, words as list_words
+from ..output import ESTIMATE, MarkdownTable
+from ..output import words as list_words
 from .common import presets as common
 from .common.frame import settings_attrs
-from .common.low_rank import (describe, gap_panel, join, predicted_rows, rests_text, seed_runs, summaries, summaries_of,
-                              summary_variables)
+from .common.low_rank import (
+    describe,
+    gap_panel,
+    join,
+    predicted_rows,
+    rests_text,
+    seed_runs,
+    summaries,
+    summaries_of,
+    summary_variables,
+)
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -86,7 +96,7 @@ def compute(S: dict):
     for i, L in enumerate(full):
         inside = step_log < len(L)
         extended[i, inside] = L[step_log[inside]]
-    predicted = [diagnostics.predicted_drop_steps(r.config, r.init, cov, horizon=horizon[R])
+    predicted = [loss_curves.predicted_drop_steps(r.config, r.init, cov, horizon=horizon[R])
                  for R, r in zip(ranks, carried)]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=1, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
@@ -95,10 +105,10 @@ def compute(S: dict):
         {"train_loss": (("seed", "rank", "step"), loss),
          "train_loss_extended": (("rank", "step_log"), extended),
          "horizon": ("rank", [len(L) for L in full]),
-         "drop_step": (("rank", "direction"), [diagnostics.drop_steps(L, levels) for L in full]),
+         "drop_step": (("rank", "direction"), [loss_curves.drop_steps(L, levels) for L in full]),
          "drop_step_predicted": (("rank", "direction"), predicted),
          **summary_variables([summaries(by_seed, ranks, levels) for by_seed in loss], D),
-         "directions_learned_extended": ("rank", [diagnostics.directions_learned(L, levels) for L in full]),
+         "directions_learned_extended": ("rank", [loss_curves.directions_learned(L, levels) for L in full]),
          "final_loss_extended": ("rank", [L[-1] for L in full]),
          "plateau_theory": ("m", levels),
          "eigenvalue": ("direction", theory.spectrum(cov)[0]),
@@ -107,12 +117,12 @@ def compute(S: dict):
                 "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
         attrs=settings_attrs(S, engine=carried[0].engine, seeds=seeds,
                              runs={str(R): r.config.to_dict() for R, r in zip(ranks, carried)}))
-    ds.attrs.update(window=int(window), band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)))
+    ds.attrs.update(window=int(window), band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)))
     ds.train_loss.attrs["description"] = "training loss in the published window (the first `window` steps)"
     ds.train_loss_extended.attrs["description"] = "training loss of the first seed's extended run at log-spaced steps"
     ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
     ds.drop_step_predicted.attrs["description"] = ("the same drop step of the population gradient descent from the "
-                                                   "extended run's initial weights (diagnostics.predicted_drop_steps)")
+                                                   "extended run's initial weights (loss_curves.predicted_drop_steps)")
     ds.drop_step_theory.attrs["description"] = "one-head escape time τ/(λ_d² v₀) in steps, an order of magnitude"
     ds.plateau_level.attrs["description"] = "level of the first rest at saddle M_m within the window (saddle_plateaus)"
     ds.rest_steps.attrs["description"] = "length in steps of the first complete rest at saddle M_m within the window"
@@ -275,7 +285,7 @@ def words(ds) -> dict:
     ranks = [int(R) for R in ds["rank"].values]
     short = [R for R in ranks if int(ds.directions_learned_extended.sel(rank=R)) < D]
     out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"],
-               rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]),
+               rest_tol=loss_curves.REST_TOL, band=loss_curves.rest_band_words(ds.attrs["band"]),
                seeds=list_words(list(ds.seed.values)),
                seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
                horizons=join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),

@@ -4,7 +4,7 @@ fall (paper Section 6).
 Two runs, the settings of Figures 1b and 3a with a softmax over the attention scores (``softmax=True``: the
 companion's softmax engine, ``linattn.objectives.softmax``). There is no theory for softmax attention: the
 linear-attention saddle losses L(M_0) … L(M_D) of the same covariance (``theory.plateau_losses``) and its minimum L*
-are drawn for reference only. Measured: the flat stretches and drops of each curve (``diagnostics.detect_plateaus``)
+are drawn for reference only. Measured: the flat stretches and drops of each curve (``loss_curves.detect_plateaus``)
 and where it ends; which linear-attention directions each of ATTN_S's drops spans (:func:`directions_per_drop`).
 ATTN_M is trained again at the ``check_seeds`` and at half the learning rate for twice the steps
 (:func:`check_configs`), so that the page can say whether its drops survive another draw and a smaller step. At the
@@ -19,10 +19,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import loss_curves, theory
 from .. import presets, published
 from ..commands import train_command
-from ..output import AGREES, DIFFERS, MarkdownTable, prose_text, words as list_words
+from ..output import AGREES, DIFFERS, MarkdownTable, prose_text
+from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe
 from .common.frame import padded, settings_attrs
@@ -108,9 +109,9 @@ def compute(S: dict):
     checks = [(label, r) for label, r in done.items() if label not in MODELS]
     models = {k: done[k] for k in MODELS}
     losses = [models[k].history.train_loss for k in MODELS]
-    check_found = [diagnostics.detect_plateaus(r.history.train_loss) for _, r in checks]
+    check_found = [loss_curves.detect_plateaus(r.history.train_loss) for _, r in checks]
     n_check = max([1] + [len(p.levels) for p in check_found])
-    found = [diagnostics.detect_plateaus(L) for L in losses]
+    found = [loss_curves.detect_plateaus(L) for L in losses]
     levels = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in models.values()]
     steps = max([r.history.step for r in models.values()] + [r.history.step for _, r in checks], key=len)
     n_plateaus = max(1, max(len(p.levels) for p in found))
@@ -155,7 +156,7 @@ def _runs(ds) -> dict:
 
 
 def _found(ds, model: str):
-    """What the plateau detector found in ``model``'s loss, as ``diagnostics.detect_plateaus`` gives it."""
+    """What the plateau detector found in ``model``'s loss, as ``loss_curves.detect_plateaus`` gives it."""
     m = ds.sel(model=model)
     n = int(np.isfinite(m.plateau_level).sum())
     return SimpleNamespace(levels=m.plateau_level.values[:n], starts=m.plateau_start.values[:n],

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import loss_curves, theory
 from .. import presets, published
 from ..commands import train_command
-from ..output import MarkdownTable, words as list_words
+from ..output import MarkdownTable
+from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe, join
 from .common.frame import settings_attrs
@@ -123,12 +124,12 @@ def _runs(ds) -> dict:
 
 
 def in_weight_course(ds) -> str:
-    """What the in-weight test loss does at each c, by ``diagnostics.learning_course`` (kept, transient, not
+    """What the in-weight test loss does at each c, by ``loss_curves.learning_course`` (kept, transient, not
     learned), with its start, lowest and final value: "kept at c = 0 (1.04 → 0.06 → 0.06); transient at …"."""
     groups: dict[str, list] = {}
     for c in ds.icl.values:
         curve = ds.test_iwl.sel(icl=c).values
-        groups.setdefault(diagnostics.learning_course(curve), []).append(
+        groups.setdefault(loss_curves.learning_course(curve), []).append(
             f"c = {float(c):g} ({curve[0]:.2f} → {np.nanmin(curve):.2f} → {curve[-1]:.2f})")
     order = ("kept", "transient", "not learned")
     return "; ".join(f"{what} at {join(groups[what])}" for what in order if what in groups)

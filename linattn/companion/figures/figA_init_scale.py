@@ -2,7 +2,7 @@
 logarithmically for ATTN_M and as a power law for ATTN_S; a large scale shows no plateau.
 
 One run per initialisation scale of each model (``inits_m`` for the ``attn_m`` run settings, ``inits_s`` for
-``attn_s``) through the run store. Measured: the step of each curve's first drop (``diagnostics.first_drop_step``:
+``attn_s``) through the run store. Measured: the step of each curve's first drop (``loss_curves.first_drop_step``:
 the first step below the midpoint of its start and end; none where it falls at once), and the law fitted to the
 small scales (``diagnostics.escape_law``: steps per unit of ln(1/init) for ATTN_M, the exponent for ATTN_S). The
 theory, for both models: the same rule on the population loss of the same model from each run's own initial weights
@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import diagnostics, loss_curves, theory
 from .. import presets
-from ..output import ESTIMATE, MarkdownTable, words as list_words
+from ..output import ESTIMATE, MarkdownTable
+from ..output import words as list_words
 from ..published import slug
 from ..runstore import population_twin
 from .common import presets as common
@@ -121,8 +122,8 @@ def compute(S: dict):
 
 
 def _first_drop(loss) -> float:
-    """The first drop's step of a loss curve, ``diagnostics.first_drop_step`` (NaN where it has no plateau)."""
-    step = diagnostics.first_drop_step(loss)
+    """The first drop's step of a loss curve, ``loss_curves.first_drop_step`` (NaN where it has no plateau)."""
+    step = loss_curves.first_drop_step(loss)
     return np.nan if step is None else float(step)
 
 

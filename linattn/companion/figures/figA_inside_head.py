@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, events, theory
+from ... import diagnostics, events, loss_curves, theory
 from .. import presets, published
-from ..output import MarkdownTable, words as list_words
+from ..output import MarkdownTable
+from ..output import words as list_words
 from .common import presets as common
 from .common.frame import settings_attrs
-from .common.train import train
 from .common.low_rank import describe
+from .common.train import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -62,7 +63,7 @@ def compute(S: dict):
         {"train_loss": ("step", loss), "value": (("step", "head"), values),
          "fraction": (("snapshot", "head", "direction"), fraction),
          "learn_step": (("head", "direction"), learn_step),
-         "directions_learned": diagnostics.directions_learned(loss, levels),
+         "directions_learned": loss_curves.directions_learned(loss, levels),
          "plateau_theory": ("m", levels), "eigenvalue": ("direction", theory.spectrum(cov)[0])},
         coords={"step": step, "snapshot": snap_steps, "head": np.arange(1, H + 1), "direction": np.arange(1, D + 1),
                 "m": np.arange(len(levels))},

@@ -5,20 +5,31 @@ after 0, R, 2R, … learned directions (``theory.long_plateaus``).
 One run per rank and seed through the run store; each curve's rests at the saddles, their lengths, which are long
 and which the theory expects long (:mod:`~linattn.companion.figures.low_rank`), the directions learned and the final
 loss; for the first seed, each drop's step beside its prediction from the run's own initial weights
-(``diagnostics.predicted_drop_steps``).
+(``loss_curves.predicted_drop_steps``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import loss_curves, theory
 from .. import presets, published
-from ..output import MarkdownTable, words as list_words
+from ..output import MarkdownTable
+from ..output import words as list_words
 from .common import presets as common
 from .common.frame import settings_attrs
-from .common.low_rank import (describe, extra_long_rests, gap_panel, long_words, predicted_rows, rests_text, seed_runs,
-                              summaries, summaries_of, summary_variables)
+from .common.low_rank import (
+    describe,
+    extra_long_rests,
+    gap_panel,
+    long_words,
+    predicted_rows,
+    rests_text,
+    seed_runs,
+    summaries,
+    summaries_of,
+    summary_variables,
+)
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -51,19 +62,19 @@ def compute(S: dict):
     ds = xr.Dataset(
         {"train_loss": (("seed", "rank", "step"), loss),
          **summary_variables([summaries(by_seed, ranks, levels) for by_seed in loss], len(levels) - 1),
-         "drop_step": (("rank", "direction"), [diagnostics.drop_steps(L, levels) for L in loss[0]]),
-         "drop_step_predicted": (("rank", "direction"), [diagnostics.predicted_drop_steps(r.config, r.init, cov)
+         "drop_step": (("rank", "direction"), [loss_curves.drop_steps(L, levels) for L in loss[0]]),
+         "drop_step_predicted": (("rank", "direction"), [loss_curves.predicted_drop_steps(r.config, r.init, cov)
                                                          for r in first]),
          "plateau_theory": ("m", levels)},
         coords={"seed": seeds, "rank": ranks, "step": first[0].history.step, "m": np.arange(len(levels)),
                 "direction": np.arange(1, len(levels))},
         attrs=settings_attrs(S, engine=first[0].engine, seeds=seeds,
                              runs={str(R): r.config.to_dict() for R, r in zip(ranks, first)}))
-    ds.attrs.update(band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)))
-    ds.plateau_level.attrs["description"] = "level of the first rest at saddle M_m (diagnostics.saddle_plateaus)"
+    ds.attrs.update(band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)))
+    ds.plateau_level.attrs["description"] = "level of the first rest at saddle M_m (loss_curves.saddle_plateaus)"
     ds.rest_steps.attrs["description"] = "length in steps of the first complete rest at saddle M_m"
     ds.drop_step_predicted.attrs["description"] = ("drop steps of the population gradient descent from the first "
-                                                   "seed's initial weights (diagnostics.predicted_drop_steps)")
+                                                   "seed's initial weights (loss_curves.predicted_drop_steps)")
     return ds
 
 
@@ -135,7 +146,7 @@ def words(ds) -> dict:
     S = json.loads(ds.attrs["settings"])
     ranks = [int(R) for R in ds["rank"].values]
     return dict(H=S["head_num"], D=ds.sizes["m"] - 1, ranks=list_words(ranks),
-                rest_tol=diagnostics.REST_TOL, band=diagnostics.rest_band_words(ds.attrs["band"]),
+                rest_tol=loss_curves.REST_TOL, band=loss_curves.rest_band_words(ds.attrs["band"]),
                 seeds=list_words(list(ds.seed.values)),
                 settings=describe(S, ranks=ranks),
                 caption=published.caption_lead("Figure 12", bool(ds.attrs["published"])),

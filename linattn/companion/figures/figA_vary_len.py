@@ -4,8 +4,8 @@ paper, its number and settings unconfirmed).
 ATTN_M and ATTN_S trained with the loss averaged over every prefix of each sequence, so that one model predicts from
 contexts of every length. The theory: the saddle losses L(M_0) … L(M_D) of the length-averaged loss
 (``theory.vary_len_plateau_losses``), beside the fixed-length ones of Figures 1b and 3a (``theory.plateau_losses``)
-for contrast. Measured: the rest at each saddle (``diagnostics.saddle_levels``, the one rule: the saddle
-whose band, ``diagnostics.REST_BAND`` of the gap to the neighbouring level, holds the rest) and the final loss.
+for contrast. Measured: the rest at each saddle (``loss_curves.saddle_levels``, the one rule: the saddle
+whose band, ``loss_curves.REST_BAND`` of the gap to the neighbouring level, holds the rest) and the final loss.
 ATTN_M has no saddles between M_0 and M_D, so only those two are reported for it.
 """
 
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import loss_curves, theory
 from .. import presets
 from ..commands import train_command
-from ..output import MarkdownTable, words as list_words
+from ..output import MarkdownTable
+from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe, join
 from .common.frame import padded, settings_attrs
@@ -59,7 +60,7 @@ def compute(S: dict):
     averaged = [theory.vary_len_plateau_losses(r.datasets.cov, r.config.seq_len, normalize=r.config.normalize)
                 for r in done.values()]
     fixed = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in done.values()]
-    found = [diagnostics.saddle_levels(L, lv) for L, lv in zip(losses, averaged)]
+    found = [loss_curves.saddle_levels(L, lv) for L, lv in zip(losses, averaged)]
     steps = max((r.history.step for r in done.values()), key=len)
     M = max(len(v) for v in averaged)
     ds = xr.Dataset(
@@ -73,13 +74,13 @@ def compute(S: dict):
         coords={"model": list(MODELS), "step": steps, "m": np.arange(M), "direction": np.arange(1, M)},
         attrs=settings_attrs(S, engine=done["attn_s"].engine, seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in done.items()}))
-    ds.attrs.update(band=diagnostics.REST_BAND, published=int(presets.is_published(NAME, S)),
+    ds.attrs.update(band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(done[k].config) for k in MODELS))
     ds.train_loss.attrs["description"] = "training loss averaged over prefix lengths (NaN past the shorter run's end)"
     ds.plateau_theory.attrs["description"] = "saddle losses L(M_m) of the length-averaged loss"
     ds.plateau_theory_fixed.attrs["description"] = "saddle losses L(M_m) at the full length (Figures 1b and 3a)"
     ds.plateau_level.attrs["description"] = (f"level of the first rest at saddle M_m (saddle_levels, band "
-                                             f"{diagnostics.REST_BAND:.3g})")
+                                             f"{loss_curves.REST_BAND:.3g})")
     return ds
 
 
@@ -132,7 +133,7 @@ def _rests(ds) -> str:
         level = "the level" if len(seen) == 1 else "the levels"
         parts.append(f"{LABELS[key]} rests at {level} of {join(seen)}" if seen else
                      f"{LABELS[key]} rests at none of its levels "
-                     f"(within {diagnostics.rest_band_words(ds.attrs['band'])})")
+                     f"(within {loss_curves.rest_band_words(ds.attrs['band'])})")
     return "In this run " + "; ".join(parts) + "."
 
 
@@ -141,7 +142,7 @@ def words(ds) -> dict:
     runs = _runs(ds)
     m, s = runs["attn_m"], runs["attn_s"]
     return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1,
-                rest_tol=diagnostics.REST_TOL, tol=diagnostics.rest_band_words(ds.attrs["band"]),
+                rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]),
                 eigenvalues=list_words(np.round(ds.eigenvalue.sel(model="attn_s").dropna("direction").values, 4)),
                 settings_m=describe(m), settings_s=describe(s), rests=_rests(ds))
 

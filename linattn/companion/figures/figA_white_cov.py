@@ -6,14 +6,14 @@ rising to σ(∞) = D/c, c = 1 + (1+D)/N (``theory.white_sigma``), and the loss 
 initial size a₀ (``diagnostics.attn_m_effective_a0``), with nothing fitted. One run per seed; σ = tr A / D is measured
 on the recorded weight snapshots (``diagnostics.white_sigma``), time in the paper's units t/τ
 (``theory.steps_to_time``). The half-drop of the run and of the analytic curve is one rule applied to each loss
-curve (``diagnostics.half_drop_step``: the first step below the midpoint of its first and last value).
+curve (``loss_curves.half_drop_step``: the first step below the midpoint of its first and last value).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import diagnostics, loss_curves, theory
 from .. import presets, published
 from ..commands import train_command
 from ..output import MarkdownTable, by_sign
@@ -43,7 +43,7 @@ def compute(S: dict):
     step), σ = tr A / D at the recorded snapshots (``sigma``: NaN between them) and the analytic σ
     (``sigma_theory``), with t/τ as a coordinate along ``step``; per seed the effective initial size ``a0``, the
     half-drop step of the run's loss and of the analytic loss (``half_drop_step``, ``half_drop_step_theory``: the
-    same rule, ``diagnostics.half_drop_step``, on each curve), the final σ and loss, and the largest gap between the
+    same rule, ``loss_curves.half_drop_step``, on each curve), the final σ and loss, and the largest gap between the
     simulated and the analytic loss and its step (``max_gap``, ``max_gap_step``); the theory's levels
     ``plateau_theory`` (tr Λ = 1),
     ``loss_star`` (1 − 1/c) and ``sigma_final_theory`` (D/c)."""
@@ -78,8 +78,8 @@ def compute(S: dict):
         per_seed["sigma"].append(sigma)
         per_seed["a0"].append(a0)
         per_seed["final_sigma"].append(snaps[-1][1])
-        per_seed["drop"].append(diagnostics.half_drop_step(r.history.train_loss, r.history.step))
-        per_seed["drop_theory"].append(diagnostics.half_drop_step(loss_theory[trained_at], r.history.step))
+        per_seed["drop"].append(loss_curves.half_drop_step(r.history.train_loss, r.history.step))
+        per_seed["drop_theory"].append(loss_curves.half_drop_step(loss_theory[trained_at], r.history.step))
     loss, loss_theory = np.array(per_seed["loss"]), np.array(per_seed["loss_theory"])
     gap = np.abs(loss - loss_theory)
     worst = np.argmax(np.where(np.isfinite(gap), gap, -np.inf), axis=1)

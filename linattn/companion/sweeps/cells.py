@@ -9,9 +9,9 @@ A sweep folder ``DIR`` holds::
     sweep.log        one JSON line per cell and sweep: trained, skipped (already finished) or failed
     sweep.nc         the dataset (:mod:`linattn.companion.sweeps.dataset`)
 
-``<key>`` is the run's key (:func:`linattn.experiment.run_key`: the settings, its length included, the numerical
+``<key>`` is the run's key (:func:`linattn.keys.run_key`: the settings, its length included, the numerical
 libraries and the code that computes a trajectory): a run folder holds one finished run of exactly ``epoch`` steps.
-It is the one format of a run (:func:`linattn.experiment.write_outputs`), so :func:`linattn.load_run` reads it.
+It is the one format of a run (:func:`linattn.result.write_outputs`), so :func:`linattn.load_run` reads it.
 
 :func:`train_cell` is the task a Dask worker runs: a pure function of the cell's settings and folder that returns a
 small summary. It checks for a finished run before training (a cell finished meanwhile is skipped), writes into a
@@ -29,10 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import diagnostics, theory
+from ... import loss_curves, theory
 from ...config import RunConfig
-from ...experiment import run, write_outputs
+from ...experiment import run
 from ...records import remove_stale_temps, temp_dir, write_json
+from ...result import write_outputs
 from ...train import TrainingDiverged
 
 RUNS, FAILED, LOG = "runs", "failed", "sweep.log"
@@ -77,22 +78,22 @@ def theory_levels(cfg: RunConfig, cov) -> np.ndarray:
 
 def summarise(history, cov, cfg: RunConfig) -> dict:
     """What a run did, by the library's diagnostics: the plateau level found at each saddle M_m
-    (``diagnostics.saddle_plateaus``, the first stretch at each; None where none), the step of each drop
-    M_{d-1} → M_d (``diagnostics.drop_steps``, None where the loss never got there), the directions learned
-    (``diagnostics.directions_learned``), the first drop from start to end value (``diagnostics.first_drop_step``)
+    (``loss_curves.saddle_plateaus``, the first stretch at each; None where none), the step of each drop
+    M_{d-1} → M_d (``loss_curves.drop_steps``, None where the loss never got there), the directions learned
+    (``loss_curves.directions_learned``), the first drop from start to end value (``loss_curves.first_drop_step``)
     and the final losses; ``theory_levels`` are the saddles' losses the others are measured against."""
     loss = np.asarray(history.train_loss, dtype=np.float64)
     levels = theory_levels(cfg, cov)
     found = np.full(len(levels), np.nan)
     if loss.size >= 3 and np.all(np.isfinite(loss)):
-        sp = diagnostics.saddle_plateaus(loss, levels)
+        sp = loss_curves.saddle_plateaus(loss, levels)
         for m, level in zip(sp.m, sp.plateaus.levels):
             if m is not None and np.isnan(found[m]):
                 found[m] = level
-    first = diagnostics.first_drop_step(loss) if loss.size >= 2 else None
+    first = loss_curves.first_drop_step(loss) if loss.size >= 2 else None
     out = {"theory_levels": _finite_or_none(levels), "plateau_levels": _finite_or_none(found),
-           "drop_steps": _finite_or_none(diagnostics.drop_steps(loss, levels)),
-           "directions_learned": diagnostics.directions_learned(loss, levels), "first_drop_step": first,
+           "drop_steps": _finite_or_none(loss_curves.drop_steps(loss, levels)),
+           "directions_learned": loss_curves.directions_learned(loss, levels), "first_drop_step": first,
            "final_train_loss": float(loss[-1])}
     for name in ("test_iwl", "test_icl"):
         curve = getattr(history, name)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...config import ConfigError, RunConfig
 from ...data import named
-from ...experiment import run_key
+from ...keys import run_key
 from ...records import write_json
 from .. import extras
 from . import cells as cells_mod

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...config import ConfigError, RunConfig
-from ...experiment import plan
+from ...plan import plan
 
 # what a grid value may be (one setting of one run); spectra and covariance matrices are fixed settings only
 _SCALARS = (bool, int, float, str, np.bool_, np.integer, np.floating)
@@ -111,7 +111,7 @@ class Grid:
         return out
 
     def validate(self, *, max_memory=None) -> list[Cell]:
-        """The cells, once the run of every one has been checked (:func:`linattn.experiment.plan`: its settings,
+        """The cells, once the run of every one has been checked (:func:`linattn.plan.plan`: its settings,
         the reference's draws and its memory); else ConfigError ``cell seed=3, init=-1.0: init must be …`` for the
         first cell that fails (its ``field`` the setting)."""
         cells = self.cells()

@@ -1,9 +1,9 @@
 """What the low-rank pages share (Figure 4, the paper's Figures 11 and 12): the long plateaus of a rank-R curve
 measured one way, as dataset variables, and a run's settings in words.
 
-A rank-R ATTN_S curve is summarised by ``diagnostics.rank_summary``: its rests at the saddles M_m (the steps whose
-loss lies in M_m's band, ``diagnostics.REST_BAND`` of the gap to the neighbouring level:
-``diagnostics.saddle_plateaus``),
+A rank-R ATTN_S curve is summarised by ``loss_curves.rank_summary``: its rests at the saddles M_m (the steps whose
+loss lies in M_m's band, ``loss_curves.REST_BAND`` of the gap to the neighbouring level:
+``loss_curves.saddle_plateaus``),
 which complete ones are long (at least a tenth of the longest), the theory's long ones (m = 0, R, 2R, …:
 ``theory.long_plateaus``), the directions learned and the final loss. Several seeds per rank: the summaries are
 kept per seed (dimension ``seed``).
@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .... import diagnostics
+from .... import loss_curves
 from ...output import words
 
 
-
 def summaries(losses, ranks, levels) -> dict:
-    """``{R: diagnostics.RankSummary}`` of each curve of ``losses`` (rank × step) against ``levels``."""
-    return {int(R): diagnostics.rank_summary(np.asarray(L), levels, int(R)) for R, L in zip(ranks, losses)}
+    """``{R: loss_curves.RankSummary}`` of each curve of ``losses`` (rank × step) against ``levels``."""
+    return {int(R): loss_curves.rank_summary(np.asarray(L), levels, int(R)) for R, L in zip(ranks, losses)}
 
 
 def summaries_of(ds, variable: str = "train_loss", seed=None) -> dict:

@@ -79,7 +79,7 @@ HELP: dict[str, str] = {
 # of (pattern matching whole row keys, kind, tolerance), kind "abs" or "rel" (the error against the row's theory
 # value) or "below" (a bound on our value). Plateau and final losses are held to PLATEAU_TOLERANCE of L(M_m): twice
 # the sampling error of a level near 1 on the quick preset's smaller sets (P = 1000-5000: 2·√(2/P) = 0.04-0.09), the
-# classifier's own acceptance (diagnostics.REST_TOL), and the final losses' too. SETTLED bounds a loss change that
+# classifier's own acceptance (loss_curves.REST_TOL), and the final losses' too. SETTLED bounds a loss change that
 # counts as none (a settled cell, a drifting weight).
 PLATEAU_TOLERANCE = 0.04
 SETTLED = 0.02
