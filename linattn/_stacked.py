@@ -119,9 +119,9 @@ def _setup(p, built: dict):
     start = time.perf_counter()
     cfg = p.config
     datasets, init = p.data if p.data is not None else p.drawn, p.init
-    if p.draws == plan.COVARIANCE:
+    if p.to_draw == plan.COVARIANCE:
         datasets = plan._population_datasets(cfg)
-    elif p.draws != plan.NOTHING:
+    elif p.to_draw != plan.NOTHING:
         drawn_data, drawn_init = plan._draw(cfg)
         datasets = drawn_data if datasets is None else datasets
         init = drawn_init if init is None else init

@@ -141,12 +141,6 @@ class Plan:
         return dataclasses.replace(self, config=dataclasses.replace(self.config, epoch=epoch), init=weights,
                                    start_step=start_step, to_draw=to_draw, drawn=drawn)
 
-    @property
-    def draws(self) -> str:
-        """The former name of :attr:`to_draw` (``RunConfig.draws`` is whose random numbers are drawn), kept until
-        ``_stacked.py`` reads ``to_draw``."""
-        return self.to_draw
-
 
 def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None, start_step: int = 0,
          snapshot_every: int = 0) -> Plan:
