@@ -38,11 +38,11 @@ from .weights import init_weights, mlp_from_attn_m
 #: (and checking a RunConfig) imports no torch, scipy or matplotlib; a run, a model or a draw imports torch then.
 _LAZY = {"run": "experiment", "RunResult": "result", "load_run": "result", "write_outputs": "result",
          "draw": "plan", "build_model": "models", "TrainingDiverged": "train"}
-_SUBMODULES = ("theory", "diagnostics", "events", "objectives")
+_SUBMODULES = ("theory", "loss_curves", "diagnostics", "events", "objectives")
 
 __all__ = ["RunConfig", "ConfigError", "run", "run_many", "RunResult", "load_run", "write_outputs", "draw",
            "build_model", "init_weights", "mlp_from_attn_m", "Sequences", "Datasets", "sample_tasks",
-           "TrainingDiverged", "theory", "diagnostics", "events", "objectives", "__version__"]
+           "TrainingDiverged", "theory", "loss_curves", "diagnostics", "events", "objectives", "__version__"]
 
 
 def __getattr__(name: str):
