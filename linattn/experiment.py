@@ -60,27 +60,28 @@ def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, 
 def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress: bool | None = None,
         snapshot_every: int = 0, snapshot=None, start_step: int = 0, max_memory=None,
         threads: int | None = None) -> RunResult:
-    """Check ``cfg`` (:func:`plan`), draw or take data and weights, build the engine, train, and return a
-    :class:`RunResult`.
+    """Check ``cfg`` (:func:`~linattn.plan.plan`), draw or take data and weights, build the engine, train, and return a
+    :class:`~linattn.result.RunResult`.
 
     Args:
-        cfg: the settings (:class:`~linattn.config.RunConfig`), or a :class:`Plan` made of them by :func:`plan`,
-            which holds ``init``, ``data``, ``start_step`` and the memory check (then not given here).
+        cfg: the settings (:class:`~linattn.config.RunConfig`), or a :class:`~linattn.plan.Plan` made of them by
+            :func:`~linattn.plan.plan`, which holds ``init``, ``data``, ``start_step`` and the memory check (then not
+            given here).
         init: initial weights replacing the drawn ones: a dict in the layout of ``init.npz``, for ``cfg``'s model,
             ``head_num`` H, ``in_dim`` D and ``rank`` R (E = D + 1): ATTN_M ``W_KQ`` (H, E, E), ``W_V`` (H, E, E);
             ATTN_S ``W_Q`` (H, R, E), ``W_K`` (H, R, E), ``W_V`` (H, E, E); MLP ``W1`` (H, D²), ``w2`` (H,).
             Only the last row of each ``W_V[h]`` enters the model.
-        data: the data, replacing the drawn ones: a :class:`~linattn.data.Sequences` or a pair ``(X, y)`` (X of
-            shape (P, seq_len, D+1) with the query's label zeroed, y (P,); validated as a Sequences), or a whole
-            :class:`~linattn.data.Datasets` (training set, test sets and covariance, e.g. from :func:`draw`). The
-            run's P, seq_len and test-set size are those of the data (``result.config`` records them; ``cfg``'s
-            are not used). A training set alone comes with no test sets (``cfg.testset_size`` must be 0), no fixed
-            task (``datasets.w_fix`` is None), and as ``datasets.cov`` the second moment of its inputs x over all
-            tokens, Σ x xᵀ / (P · seq_len), in place of a drawn Λ. Without ``init`` the initial weights are still
-            drawn from ``cfg`` as for a run with the data's P and seq_len (with ``draws="reference"``, the
-            authors' weights for that command; the sequences drawn alongside are discarded); with ``init`` nothing
-            is drawn. The population engine takes no data; given ``init`` it needs only Λ, which with
-            ``cov_matrix`` or ``white_cov`` is not drawn at all (so ``draws="reference"`` works there too).
+        data: the data, replacing the drawn ones: a :class:`~linattn.data.Sequences` or a pair ``(X, y)`` (X of shape
+            (P, seq_len, D+1) with the query's label zeroed, y (P,); validated as a Sequences), or a whole
+            :class:`~linattn.data.Datasets` (training set, test sets and covariance, e.g. from
+            :func:`~linattn.plan.draw`). The run's P, seq_len and test-set size are those of the data (``result.config``
+            records them; ``cfg``'s are not used). A training set alone comes with no test sets (``cfg.testset_size``
+            must be 0), no fixed task (``datasets.w_fix`` is None), and as ``datasets.cov`` the second moment of its
+            inputs x over all tokens, Σ x xᵀ / (P · seq_len), in place of a drawn Λ. Without ``init`` the initial
+            weights are still drawn from ``cfg`` as for a run with the data's P and seq_len (with ``draws="reference"``,
+            the authors' weights for that command; the sequences drawn alongside are discarded); with ``init`` nothing
+            is drawn. The population engine takes no data; given ``init`` it needs only Λ, which with ``cov_matrix`` or
+            ``white_cov`` is not drawn at all (so ``draws="reference"`` works there too).
         progress: a progress bar (None: only when attached to a terminal).
         snapshot_every: store a snapshot in ``history.snapshots`` every k steps and at the end (0: none).
         snapshot: what a snapshot is, ``snapshot(model)``; default: the weights, in the layout of ``init.npz``.
@@ -96,7 +97,7 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
     Raises:
         ConfigError: an invalid setting (a ValueError naming it), options the reference's draws do not have
             where something is drawn with ``draws="reference"``, or a run too large for ``max_memory``; all
-            before any work (:func:`plan`).
+            before any work (:func:`~linattn.plan.plan`).
         ValueError: ``init`` or ``data`` of the wrong keys, shapes or values, before any training.
         TrainingDiverged: the loss became NaN or infinite. For gradient descent its message suggests a learning
             rate that trial runs from the same initial weights found stable (:func:`stable_lr`): 20 steps, or as
@@ -156,9 +157,9 @@ def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot) -> RunResult
 
 def continued(result: RunResult, epoch: int) -> RunResult:
     """``result``'s gradient-descent run carried on to ``epoch`` steps: the remaining ones trained from its final
-    weights on its own data (:meth:`Plan.continued`; drawn again only where the result no longer holds them), its
-    history and weight snapshots joined to the new ones (GD is a function of the weights alone, so this is the run of
-    ``epoch`` steps). ValueError for a flow run or a run without final weights."""
+    weights on its own data (:meth:`~linattn.plan.Plan.continued`; drawn again only where the result no longer holds
+    them), its history and weight snapshots joined to the new ones (GD is a function of the weights alone, so this is
+    the run of ``epoch`` steps). ValueError for a flow run or a run without final weights."""
     cfg = result.config
     if cfg.dynamics != "gd" or result.weights is None:
         raise ValueError("only a gradient-descent run with its final weights can be carried on (a flow run: train "

@@ -137,9 +137,9 @@ def _smaller(part: str) -> str:
 
 def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str | None = None,
                  snapshot_every: int = 0) -> int:
-    """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``;
-    None: ``available_memory()``, no check where that is unknown), else :class:`ConfigError` naming it, with the
-    settings that shrink its largest part."""
+    """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``; None:
+    ``available_memory()``, no check where that is unknown), else :class:`~linattn.config.ConfigError` naming it, with
+    the settings that shrink its largest part."""
     parts = memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every)
     need = _peak(parts)
     limit = available_memory() if max_memory is None else parse_size(max_memory)

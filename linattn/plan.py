@@ -18,8 +18,9 @@ from .weights import check_weights, init_weights
 
 
 def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
-    """The data sets and initial weights of ``cfg``, as :func:`run` would train them: the reference's own random
-    numbers (``draws="reference"``), or linattn's independent streams, one per purpose (``draws="streams"``).
+    """The data sets and initial weights of ``cfg``, as :func:`~linattn.experiment.run` would train them: the
+    reference's own random numbers (``draws="reference"``), or linattn's independent streams, one per purpose
+    (``draws="streams"``).
 
     Returns ``(datasets, init)``: a :class:`~linattn.data.Datasets` and a dict in the layout of ``init.npz``.
     Both can be changed and handed back, ``run(cfg, init=init, data=datasets)``.
@@ -106,8 +107,8 @@ EVERYTHING, DATA, COVARIANCE, NOTHING = "data and weights", "data", "covariance"
 
 @dataclass(frozen=True)
 class Plan:
-    """A run checked once, with everything decided before it starts; :func:`run` carries it out without checking
-    again. Made by :func:`plan`.
+    """A run checked once, with everything decided before it starts; :func:`~linattn.experiment.run` carries it out
+    without checking again. Made by :func:`plan`.
 
     Attributes:
         config: the settings (with given data, the data's P, seq_len and test-set size).
@@ -144,11 +145,11 @@ class Plan:
 
 def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None, start_step: int = 0,
          snapshot_every: int = 0) -> Plan:
-    """Check a run of ``cfg`` (with the initial weights ``init`` and the data ``data`` given in place of drawn ones,
-    as for :func:`run`) once, before any work, and decide what follows from its settings: the engine, the device,
-    the memory it needs and what is drawn. :func:`run` calls it; call it yourself to check settings at a boundary
-    (``linattn train`` does) and hand the :class:`Plan` to :func:`run`. ``snapshot_every``: the snapshot interval the
-    run will record, counted in its memory.
+    """Check a run of ``cfg`` (with the initial weights ``init`` and the data ``data`` given in place of drawn ones, as
+    for :func:`~linattn.experiment.run`) once, before any work, and decide what follows from its settings: the engine,
+    the device, the memory it needs and what is drawn. :func:`~linattn.experiment.run` calls it; call it yourself to
+    check settings at a boundary (``linattn train`` does) and hand the :class:`Plan` to :func:`~linattn.experiment.run`.
+    ``snapshot_every``: the snapshot interval the run will record, counted in its memory.
 
     Raises:
         ConfigError: an invalid setting (:meth:`~linattn.config.RunConfig.validate`), options the reference's draws
@@ -182,7 +183,7 @@ def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None
 
 
 def check_threads(threads) -> None:
-    """``threads`` (of :func:`run`) is None or a positive integer, else a ConfigError naming it."""
+    """``threads`` (of :func:`~linattn.experiment.run`) is None or a positive integer, else a ConfigError naming it."""
     if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
         raise ConfigError(f"{named('threads')} must be None (the engine's choice) or a positive integer, got "
                           f"{threads!r}", field="threads", value=threads)

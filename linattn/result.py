@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunResult:
-    """One run: what :func:`run` returns, what :func:`load_run` reads back from a run folder (whatever wrote it:
-    ``linattn train --out``, :func:`write_outputs`, a sweep, the run store), and what the run store serves.
+    """One run: what :func:`~linattn.experiment.run` returns, what :func:`load_run` reads back from a run folder
+    (whatever wrote it: ``linattn train --out``, :func:`write_outputs`, a sweep, the run store), and what the run store
+    serves.
 
     Attributes:
         config: the settings of the run (with given ``data``, its P and seq_len).
@@ -42,7 +43,7 @@ class RunResult:
             and the fixed task vector, at once from ``run.json``); None where given data were not saved.
         given: what was given in place of drawn: ``"init"``, ``"data"``.
         snapshot_every: the interval of ``history.snapshots`` (0: none).
-        key: the run's key (:func:`run_key`) where a run store or a sweep filed it under one, else None.
+        key: the run's key (:func:`~linattn.keys.run_key`) where a run store or a sweep filed it under one, else None.
         trained_steps: how many steps were trained to give this result (the run store: 0 when all were stored).
         path: the folder it was read from (None for a run just trained); info: its ``run.json`` (settings,
             versions, git commit, timings).
@@ -92,10 +93,11 @@ class RunResult:
 
     def extended(self, epoch: int) -> "RunResult":
         """The same run carried on to ``epoch`` steps (never shorter than it is): gradient descent depends on the
-        weights alone, so its first steps are this run's. Done by :attr:`carry_on`: a run that :func:`linattn.run`
-        returned trains the remaining steps from its final weights (:func:`~linattn.experiment.continued`), a run
-        the run store served continues from its nearest checkpoint; a run read back by :func:`load_run` has none
-        (ValueError: carry it on with ``linattn.experiment.continued(result, epoch)``)."""
+        weights alone, so its first steps are this run's. Done by :attr:`carry_on`: a run that
+        :func:`~linattn.experiment.run` returned trains the remaining steps from its final weights
+        (:func:`~linattn.experiment.continued`), a run the run store served continues from its nearest checkpoint; a run
+        read back by :func:`load_run` has none (ValueError: carry it on with ``linattn.experiment.continued(result,
+        epoch)``)."""
         if epoch <= self.config.epoch:
             return self
         if self.carry_on is None:
