@@ -55,22 +55,26 @@ def run_store_dir() -> Path:
 
 
 @contextlib.contextmanager
+def environment(values: dict):
+    """Within the block the process environment holds ``values`` (what starts inside inherits them); afterwards each
+    variable is as it was before (removed where it was unset)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def retraining(on: bool):
     """With ``on``, set :data:`ENV_RETRAIN` to a token of this call (process and time) for what starts inside (the
     figure runner's workers and kernels inherit it): the run store then trains every run asked for again, once.
     The variable is restored afterwards. Without ``on``, nothing changes."""
-    if not on:
-        yield
-        return
-    before = os.environ.get(ENV_RETRAIN)
-    os.environ[ENV_RETRAIN] = f"{os.getpid()}-{time.time_ns()}"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(ENV_RETRAIN, None)
-        else:
-            os.environ[ENV_RETRAIN] = before
+    return environment({ENV_RETRAIN: f"{os.getpid()}-{time.time_ns()}"}) if on else contextlib.nullcontext()
 
 
 class UnusableFolder(ValueError):

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from . import runner
-from .paths import ENV_RUNS_DIR, preset_root
+from .paths import ENV_RUNS_DIR, environment, preset_root
 
 _PROG = "python -m linattn.companion.reproduce"
 # (regex, replacement): what may differ between two runs of the same notebook, and nothing else
@@ -144,19 +144,11 @@ def check(names: list[str], root: Path, *, fresh_runs: bool = False) -> int:
         env["MPLBACKEND"] = os.environ.get("MPLBACKEND", "Agg")
         if fresh_runs:
             env[ENV_RUNS_DIR] = str(tmp / "runs")
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # the kernels nbval starts inherit it
-        try:
+        with environment(env):  # the kernels nbval starts inherit it
             args = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", str(sanitize_file(tmp / "sanitize.cfg")),
                     f"--nbval-kernel-startup-timeout={runner.KERNEL_START_TIMEOUT}", "-p", "no:cacheprovider",
                     f"--rootdir={tmp}", f"--color={'yes' if sys.stdout.isatty() else 'no'}", *map(str, paths)]
             return int(pytest.main(args, plugins=[sys.modules[__name__]]))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,7 @@ from ...data import named
 from ...keys import run_key
 from ...records import write_json
 from .. import extras
+from ..paths import environment
 from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
@@ -99,14 +100,8 @@ def _quiet_resource_tracker():
     tracker takes its warning filters from the environment it starts in; the environment is restored after."""
     var, rule = "PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker"
     before = os.environ.get(var)
-    os.environ[var] = rule if not before else f"{before},{rule}"
-    try:
+    with environment({var: rule if not before else f"{before},{rule}"}):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = before
 
 
 @contextlib.contextmanager
