@@ -3,7 +3,7 @@
 Every field of :class:`RunConfig` carries its ``Setting`` (field metadata): its type, default, allowed values
 or range, what it means, the paper's symbol and its ``linattn train`` flag (with the reference's alias). Validation
 (:meth:`RunConfig.validate`), the flags and ``--help`` of ``linattn train`` and ``linattn sweep``, and the figures'
-knob help (``linattn.companion.presets.HELP``, hence the notebooks' parameters cells) are all read from
+knob help (``linattn.companion.presets.knob_help``, hence the notebooks' parameters cells) are all read from
 ``SETTINGS``.
 
 :meth:`RunConfig.validate` raises :class:`ConfigError` with one sentence for any invalid setting; ``error.field``

@@ -294,6 +294,6 @@ def test_the_presets_give_a_finished_phase_diagram_worth_the_name():
     c = np.array(S["icl_values"])
     assert ((c > 0) & (c <= 0.3)).sum() >= 6 and c.min() == 0 and c.max() == 1 and (c > 0.3).sum() >= 2
     assert min(S["trainset_sizes"]) <= 200 and max(S["trainset_sizes"]) >= 20000
-    fig14 = presets.PRESETS["fig14_icl_iwl"]["paper"]
+    fig14 = presets.table("fig14_icl_iwl")["paper"]
     assert all(S["attn_m"][k] == fig14[k] for k in ("head_num", "in_dim", "init", "lr", "epoch", "white_cov"))
     assert S["epoch_extended"] >= 1000 * S["attn_m"]["epoch"]

@@ -19,14 +19,14 @@ def _numbers(root, name, rows):
 def test_table_shows_the_built_numbers(tmp_path):
     """Each README row shows the paper, theory and reproduced values of the numbers.json rows it names, side by side;
     a number changed in numbers.json changes the table."""
-    for i, g in enumerate(readme.GLANCE):
+    for i, g in enumerate(readme.glance()):
         existing = json.loads((tmp_path / g.name / "numbers.json").read_text()) if (tmp_path / g.name).exists() else []
         _numbers(tmp_path, g.name, existing + [dict(key=k.split("|")[-1], quantity="whatever the page says", paper=None,
                                                     theory=0.5, reproduced=100 + i + j / 8)
                                                for j, k in enumerate(g.keys)])
     table = readme.glance_table(tmp_path).splitlines()
-    assert len(table) == 2 + len(readme.GLANCE)
-    first = readme.GLANCE[0]
+    assert len(table) == 2 + len(readme.glance())
+    first = readme.glance()[0]
     assert table[2] == f"| {first.figure} | {first.what} | — | 0.5, 0.5 | 100, 100.1 |"
     rows = json.loads((tmp_path / first.name / "numbers.json").read_text())
     rows[0]["reproduced"] = 7.25
@@ -51,7 +51,7 @@ def test_every_glance_row_names_rows_the_figures_write():
     """Every numbers.json row a README row names exists in the built (quick) figures: renaming a key in a
     notebook without updating GLANCE fails here, not at the next paper build."""
     root = figures_dir("quick")
-    for g in readme.GLANCE:
+    for g in readme.glance():
         path = root / g.name / "numbers.json"
         if not path.is_file():
             require_built(f"{path} is missing: run `make test` (or linattn figures --preset quick)")
@@ -81,7 +81,7 @@ def test_the_committed_table_agrees_with_a_paper_build():
     """After `make book` (the paper build), the README's committed table agrees with the built numbers within
     :func:`readme.agrees`; skipped where no paper build exists (CI builds only the quick book)."""
     root = figures_dir("paper")
-    if not all((root / g.name / "numbers.json").is_file() for g in readme.GLANCE):
+    if not all((root / g.name / "numbers.json").is_file() for g in readme.glance()):
         pytest.skip("no paper build here (make book)")
     text = (readme.REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert readme.differences(text, readme.glance_table(root)) == []

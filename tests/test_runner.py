@@ -20,6 +20,7 @@ import yaml
 
 import linattn
 from linattn.companion import cachekey, notebooks, presets, runner, schedule, sources
+from linattn.companion import figures as registry
 from linattn.companion.output import FigureOutput, NumbersTable, figures_root, median_and_range, number_row
 
 FRONT = textwrap.dedent("""\
@@ -429,7 +430,7 @@ def test_a_page_keeps_the_model_it_is_about(figure, param, field, model, tmp_pat
 
 def test_run_configs_are_the_runs_a_figure_trains():
     """Sweeps reach the field they set (in the run they belong to), overrides reach every run, constants hold."""
-    quick = presets.PRESETS
+    quick = {name: presets.table(name) for name in registry.names()}
     runs = presets.run_configs("fig14_icl_iwl", "quick", {"seed": 3})
     assert sorted((c.icl, c.seed) for c in runs) == sorted(
         (icl, 3) for icl in quick["fig14_icl_iwl"]["quick"]["icl_values"])
@@ -448,25 +449,27 @@ def test_run_configs_are_the_runs_a_figure_trains():
 
 
 def test_every_preset_gives_valid_runs_and_the_tables_name_real_settings():
+    from linattn.companion.figures.common.presets import RUN_KNOBS, SWEEPS
     from linattn.config import RunConfig
 
-    for name in presets.PRESETS:
+    tables = {name: presets.table(name) for name in registry.names() if presets.has_presets(name)}
+    for name in tables:
         for preset in ("quick", "paper"):
             runs = presets.run_configs(name, preset)
-            table = presets.PRESETS[name][preset]
+            table = tables[name][preset]
             assert bool(runs) == ("seeds" in table or "seed" in table), name
             for cfg in runs:
                 cfg.validate()
-    used = {key for figure in presets.PRESETS.values() for table in figure.values() for key in table}
-    for key, sweep in presets.SWEEPS.items():
+    used = {key for figure in tables.values() for table in figure.values() for key in table}
+    for key, sweep in SWEEPS.items():
         assert key in used and sweep.field in RunConfig.field_names(), key
-    for name, figure in presets.PRESETS.items():  # every training figure lists every run knob, quick and paper alike
+    for name, figure in tables.items():  # every training figure lists every run knob, quick and paper alike
         assert set(figure["quick"]) == set(figure["paper"]), name
         runs = [figure["paper"][k] for k in presets.nested_runs(name)] or (
             [figure["paper"]] if "model" in figure["paper"] and "in_dim" in figure["paper"] else [])
         for run in runs:
-            swept = {sweep.field for key, sweep in presets.SWEEPS.items() if key in figure["paper"]}
-            wanted = set(presets.RUN_KNOBS) - swept - ({"rank"} if run["model"] != "attnS" else set())
+            swept = {sweep.field for key, sweep in SWEEPS.items() if key in figure["paper"]}
+            wanted = set(RUN_KNOBS) - swept - ({"rank"} if run["model"] != "attnS" else set())
             assert wanted <= set(run), (name, wanted - set(run))
 
 
@@ -474,12 +477,12 @@ def test_parameters_cells_are_written_from_the_presets_table():
     """One source: each figure's parameters cell is :func:`notebooks.parameters_source` of its paper preset, so
     every setting is a knob with its paper value (``python -m linattn.companion.notebooks --sync`` rewrites them)."""
     for name, path in notebooks.discover().items():
-        if not presets.PRESETS.get(name, {}).get("paper"):
+        if not presets.has_presets(name):
             continue
         cell = notebooks.parameters_cell(notebooks.read(path)).source
         assert cell == notebooks.parameters_source(name), f"{name}: run python -m linattn.companion.notebooks --sync"
         knobs = notebooks.knobs(notebooks.read(path))
-        assert {k: v.default for k, v in knobs.items()} == presets.PRESETS[name]["paper"], name
+        assert {k: v.default for k, v in knobs.items()} == presets.table(name)["paper"], name
 
 
 def test_sync_rewrites_a_stale_parameters_cell(tmp_path):
@@ -497,7 +500,7 @@ def test_runner_gives_the_notebook_every_setting_of_the_preset():
     parameters as they are."""
     values = runner.notebook_values("fig04_low_rank", {"preset": "quick", "head_num": 12,
                                                        "epoch_extended": {2: 9999}})
-    quick = presets.PRESETS["fig04_low_rank"]["quick"]
+    quick = presets.table("fig04_low_rank")["quick"]
     assert values["preset"] == "quick" and values["head_num"] == 12
     assert values["trainset_size"] == quick["trainset_size"]
     assert values["epoch_extended"] == {**quick["epoch_extended"], 2: 9999}
@@ -507,6 +510,8 @@ def test_runner_gives_the_notebook_every_setting_of_the_preset():
 
 
 def test_figure_settings_helpers():
+    from linattn.companion.figures.common.presets import sweep
+
     s = presets.resolve("fig04_low_rank", "paper")
     assert presets.is_published("fig04_low_rank", s)
     assert presets.is_published("fig04_low_rank", dict(s, epoch_extended={1: 5}))  # a horizon is not a setting
@@ -517,8 +522,8 @@ def test_figure_settings_helpers():
     namespace = dict(s, unrelated=1)
     got = presets.parameters("fig04_low_rank", namespace)
     assert got == s and got["ranks"] is not namespace["ranks"]  # a copy
-    assert [(c.seed, c.rank) for c in presets.configs(s)] == [(sd, R) for sd in s["seeds"] for R in s["ranks"]]
-    assert [c.model for c in presets.configs(presets.resolve("fig05_softmax", "quick"), run="attn_s")] == ["attnS"]
+    assert [(c.seed, c.rank) for c in sweep(s).values()] == [(sd, R) for sd in s["seeds"] for R in s["ranks"]]
+    assert [c.model for c in sweep(presets.resolve("fig05_softmax", "quick"), run="attn_s").values()] == ["attnS"]
 
 
 def _site_packages() -> Path:
@@ -681,7 +686,7 @@ def test_settings_overrides_and_typos():
     assert s["head_num"] == 8 and s["init"] == 1e-6 and s["epoch"] == 6001 and s["seed"] == 10
     s = presets.settings("fig03a_attns_loss", "paper")
     s["seeds"].append(99)
-    assert presets.PRESETS["fig03a_attns_loss"]["paper"]["seeds"] == [0, 1, 2, 3, 4, 5]  # a copy, never the table
+    assert presets.table("fig03a_attns_loss")["paper"]["seeds"] == [0, 1, 2, 3, 4, 5]  # a copy, never the table
     assert presets.settings("fig03a_attns_loss", "quick", seeds=[1, 2])["seeds"] == [1, 2]
     assert presets.settings("fig01b_attnm_loss", "quick", seed=None)["seed"] == 10
     with pytest.raises(KeyError, match="seedz"):
@@ -693,7 +698,7 @@ def test_settings_overrides_and_typos():
 
 
 def test_settings_run_overrides_reach_every_run():
-    paper = presets.PRESETS["figA_vary_len"]["paper"]
+    paper = presets.table("figA_vary_len")["paper"]
     s = presets.settings("figA_vary_len", "paper", seed=3, runs=dict(lr=0.5, epoch=None, draws="streams"))
     assert s["seed"] == 3
     for key in ("attn_m", "attn_s"):  # both nested runs get the run-level overrides; None keeps the preset's
@@ -708,7 +713,7 @@ def test_settings_run_overrides_reach_every_run():
 
 def test_every_notebook_has_presets_and_a_parameters_cell():
     for name, path in runner.discover().items():
-        assert set(presets.PRESETS[name]) == {"quick", "paper"}, name
+        assert set(presets.table(name)) == {"quick", "paper"}, name
         nb = runner.read_notebook(path)
         first_code = next(c for c in nb.cells if c.cell_type == "code")
         assert "parameters" in first_code.metadata.get("tags", []), name

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 
-from .figures.common.presets import RUN_KNOBS, SWEEPS, Sweep, nested  # noqa: F401  (re-exported)
+from .figures.common.presets import nested
 from .figures.common.runs import configs as _declared
 
 
@@ -41,18 +41,6 @@ def has_presets(name: str) -> bool:
     from . import figures
 
     return name in figures.names() and bool(table(name).get("paper"))
-
-
-def __getattr__(attr):
-    """``PRESETS`` (``{name: presets}`` of every figure) and ``HELP`` (every knob's help), gathered from the figure
-    modules when first asked for."""
-    from . import figures
-
-    if attr == "PRESETS":
-        return {n: table(n) for n in figures.names() if table(n)}
-    if attr == "HELP":
-        return {k: v for n in figures.names() for k, v in knob_help(n).items()}
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
 def knob_help(name) -> dict[str, str]:
@@ -193,14 +181,6 @@ def run_configs(name, preset: str = "quick", overrides: dict | None = None) -> l
     fields, own = set(RunConfig.field_names()), table(name).get(preset, {})
     S = resolve(name, preset, {k: v for k, v in (overrides or {}).items() if k in own or k in fields})
     return _declared(module.runs(S))
-
-
-def configs(s: dict, run: str | None = None) -> list:
-    """The runs the swept settings of ``s`` make (:func:`linattn.companion.figures.common.presets.configs`); ``[]``
-    for settings with neither ``seed`` nor ``seeds``. A figure's own runs are its module's ``runs(S)``."""
-    from .figures.common.presets import configs as swept
-
-    return swept(s, run) if "seeds" in s or "seed" in s else []
 
 
 def _param_words(name: str, *value) -> str:

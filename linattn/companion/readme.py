@@ -49,13 +49,6 @@ def glance() -> tuple[GlanceRow, ...]:
                  for figure, what, keys in getattr(figures.module(name), "README_ROWS", ()))
 
 
-def __getattr__(attr):
-    """``GLANCE``: :func:`glance`, gathered from the figure modules when first asked for."""
-    if attr == "GLANCE":
-        return glance()
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
-
-
 _COLUMNS = ("paper", "theory", "reproduced")
 
 

@@ -392,13 +392,3 @@ def population_twin(result: RunResult, root=None) -> RunResult:
     (e.g. ``loss_curves.half_drop_step``). It costs about as much as the exact run of a small P (ATTN_M at D = 4,
     H = 8, 6001 steps: 2 s)."""
     return stored_run(result.config.on_population(result.datasets.cov), init=result.init, root=root)
-
-
-def figure_runs(s: dict, run: str | None = None) -> list[RunResult]:
-    """Every run a figure's settings ``s`` make (:func:`linattn.companion.presets.configs`, in its order; ``run``:
-    only the nested run of that key, e.g. ``"attn_m"``), from the run store, recorded every ``s["snapshot_every"]``
-    steps where ``s`` sets it. Runs that start from another run (its weights, its data, a continuation, its
-    population twin) are asked for with :func:`stored_run`, :func:`population_twin` or ``RunResult.extended``."""
-    from .presets import configs
-
-    return [stored_run(cfg, snapshot_every=s.get("snapshot_every", 0)) for cfg in configs(s, run)]

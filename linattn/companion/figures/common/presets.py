@@ -156,8 +156,3 @@ def sweep(s: dict, run: str | None = None) -> dict:
             out[" ".join(w for w in words if w) or "run"] = RunConfig(
                 **{**base, **{field: v for (field, _), v in zip(axes, combo)}})
     return out
-
-
-def configs(s: dict, run: str | None = None) -> list:
-    """The RunConfigs of :func:`sweep`, in its order."""
-    return list(sweep(s, run).values())
