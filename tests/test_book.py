@@ -375,7 +375,7 @@ def _tiny_book(tmp_path: Path, names: list[str]) -> Path:
 
 def _executed(root: Path, name: str, error: bool = False, preset: str = "paper", source: str | None = None):
     """An executed figure as the runner leaves it (notebook, image, run record and cache key)."""
-    from linattn.companion import runner
+    from linattn.companion import cachekey
 
     figs = book.figures_dir(preset, root)
     nb = nbformat.v4.new_notebook()
@@ -387,9 +387,9 @@ def _executed(root: Path, name: str, error: bool = False, preset: str = "paper",
     (figs / name / f"{name}.svg").write_text("<svg/>")
     src = root / "figures_src" / f"{name}.md"
     src.write_text(source or f"# {name}\n")
-    (figs / name / runner.RUN_INFO).write_text(json.dumps({"preset": preset, "overrides": {}, "date": "2026-01-01"}))
-    key = runner.figure_key(name, src.read_text(), {"preset": preset}, root=figs, reads=[])
-    (figs / name / runner.CACHE_KEY).write_text(key + "\n")
+    (figs / name / cachekey.RUN_INFO).write_text(json.dumps({"preset": preset, "overrides": {}, "date": "2026-01-01"}))
+    key = cachekey.figure_key(name, src.read_text(), {"preset": preset}, root=figs, reads=[])
+    (figs / name / cachekey.CACHE_KEY).write_text(key + "\n")
 
 
 def test_toc_figures_are_read_from_toc(tmp_path):
@@ -561,7 +561,7 @@ def test_only_figures_11_and_12_of_the_appendix_are_named_by_number():
     """A page names an appendix figure by its number only where the paper's text confirms it (Figures 11 and 12),
     never with a guess ("probably"); every other appendix page calls it an appendix figure, with no number. The cite
     block names the two confirmed figures from their pages' titles."""
-    from linattn.companion import published, runner
+    from linattn.companion import citation, published
 
     sources = notebooks.discover()
     texts = {path: path.read_text(encoding="utf-8") for path in
@@ -577,7 +577,7 @@ def test_only_figures_11_and_12_of_the_appendix_are_named_by_number():
         if name in CONFIRMED_APPENDIX:
             paper = CONFIRMED_APPENDIX[name]
             assert published.page_name(path) == paper
-            assert f"reproduces **{paper}**" in runner.cite_block(name, text)
+            assert f"reproduces **{paper}**" in citation.cite_block(name, text)
             assert UNNUMBERED not in text
         else:
             assert published.page_name(path) == name and UNNUMBERED in text, name

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import nbformat
 
-from linattn.companion import notebooks, runner
+from linattn.companion import notebooks, schedule
 from linattn.objectives.native import KnownFallback, fallback_reason
 
 EXACT = ("the exact engine's C kernel could not be built (FileNotFoundError: [Errno 2] No such file or directory: "
@@ -60,6 +60,6 @@ def test_the_fallback_reason_is_one_short_line():
 
 
 def test_the_runners_line_names_each_fallback():
-    res = runner.FigureResult("fig05_softmax", "ran", 12.0, 11.0, fallbacks=(EXACT,))
-    assert runner.done_line(res) == f"  done    fig05_softmax  (12.0 s, 11.0 s CPU); fallback: {EXACT}"
-    assert runner.done_line(runner.FigureResult("x", "ran", 1.0, 1.0)) == "  done    x  (1.0 s, 1.0 s CPU)"
+    res = schedule.FigureResult("fig05_softmax", "ran", 12.0, 11.0, fallbacks=(EXACT,))
+    assert schedule.done_line(res) == f"  done    fig05_softmax  (12.0 s, 11.0 s CPU); fallback: {EXACT}"
+    assert schedule.done_line(schedule.FigureResult("x", "ran", 1.0, 1.0)) == "  done    x  (1.0 s, 1.0 s CPU)"

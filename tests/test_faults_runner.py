@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_runner import WRITE, make_src, pin_sources
 
-from linattn.companion import execute, publish, runner
+from linattn.companion import execute, publish, schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,7 +169,7 @@ def test_a_full_disk_names_its_cause_first_and_leaves_the_published_figure(tmp_p
     (tmp_path / "tmp").mkdir()
     src = make_src(tmp_path, {"one": WRITE})
     out = tmp_path / "out"
-    assert runner.run_figures(src=src, out=out, jobs=1, progress=False)[0].status == "ran"
+    assert schedule.run_figures(src=src, out=out, jobs=1, progress=False)[0].status == "ran"
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and ".locks" not in p.parts}
     (src / "one.md").write_text((src / "one.md").read_text().replace(WRITE.strip(), FULL_DISK.strip()))
     from linattn.cli import main

@@ -15,12 +15,12 @@ import nbformat
 import pytest
 from conftest import require_built
 
-from linattn.companion import book, runner
+from linattn.companion import book, cachekey, paths, schedule
 from linattn.companion import figures as registry
 
-NAMES = sorted(runner.discover())
+NAMES = sorted(cachekey.discover())
 OUTPUTS = ("{n}.png", "{n}.svg", "{n}.pdf", "{n}.csv", "provenance.json", "numbers.json", "{n}.ipynb")
-ROOT = runner.preset_root("quick")
+ROOT = paths.preset_root("quick")
 # What each figure's numbers.json must show against the theory at the quick preset: its module's TOLERANCES (a CI-sized
 # run: smaller P and shorter runs than the paper, hence tolerances wider than the paper preset's errors; the shared
 # plateau tolerance is linattn.companion.figures.common.presets.PLATEAU_TOLERANCE). A figure whose list is empty
@@ -77,7 +77,7 @@ def test_figure_files(quick_set, name):
     prov = json.loads((root / name / "provenance.json").read_text())
     assert prov["figure"] == name and prov["parameters"] and prov["wall_time_s"] >= 0
     # injected parameters reached the notebook: it wrote into the quick root, and the page says so
-    assert (root / name / runner.CACHE_KEY).is_file() and runner.run_info(root, name)["preset"] == "quick"
+    assert (root / name / cachekey.CACHE_KEY).is_file() and cachekey.run_info(root, name)["preset"] == "quick"
     assert "quick preset" in nb.cells[1].source
 
 
@@ -110,7 +110,7 @@ def test_numbers_match_the_theory_within_each_figures_tolerances(quick_set, name
 @pytest.mark.book
 def test_every_quick_figure_is_current(quick_set):
     """Right after `make test` made them, every figure's cache key matches: a second run would skip them all."""
-    states = {name: state for name, state, _ in runner.list_figures(preset="quick")}
+    states = {name: state for name, state, _ in schedule.list_figures(preset="quick")}
     stale = sorted(n for n, s in states.items() if s != "current")
     if stale:
         require_built(f"quick figures changed since `make test` made them (edited code?): {stale}")

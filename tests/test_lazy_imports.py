@@ -130,7 +130,7 @@ def test_the_parser_and_refusals_leave_the_figure_runner_unimported(args):
     (notebooks, presets, the run store's records) load only when one of those commands runs."""
     done = subprocess.run([sys.executable, "-c", textwrap.dedent("""\
         import atexit, sys
-        atexit.register(lambda: print("RUNNER", "linattn.companion.runner" in sys.modules, file=sys.stderr))
+        atexit.register(lambda: print("RUNNER", "linattn.companion.schedule" in sys.modules, file=sys.stderr))
         from linattn.cli import main
         sys.exit(main(sys.argv[1:]))
         """), *args], capture_output=True, text=True, timeout=300)

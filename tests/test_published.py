@@ -314,7 +314,7 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
 
     import nbformat
 
-    from linattn.companion import runner
+    from linattn.companion import schedule
 
     claims = {"fig04_low_rank": published.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
               "fig05_softmax": published.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))}
@@ -322,7 +322,7 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
         (tmp_path / name).mkdir()
         rows = [number_row(**claim.row()), number_row("a plain number", theory=1.0, reproduced=1.1)]
         (tmp_path / name / "numbers.json").write_text(json.dumps(rows))
-    (result,) = runner.run_figures(preset="paper", only=["beyond_error_table"], out=tmp_path, jobs=1, progress=False)
+    (result,) = schedule.run_figures(preset="paper", only=["beyond_error_table"], out=tmp_path, jobs=1, progress=False)
     assert result.status == "ran", result.error
     with open(tmp_path / "beyond_error_table" / "beyond_error_table.csv", encoding="utf-8") as f:
         report = list(csv.DictReader(f))

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from linattn.cli import main
-from linattn.companion import paths, runner, runstore, schedule
+from linattn.companion import paths, runstore, schedule
 from linattn.config import ConfigError, RunConfig
 from linattn.memory import check_memory, memory_estimate, memory_parts
 
@@ -96,7 +96,7 @@ def test_a_relative_run_store_is_taken_from_the_folder_the_command_ran_in(tmp_pa
         return []
 
     monkeypatch.setattr(schedule, "_run", fake_run)
-    runner.run_figures(preset="quick", only=["fig01a_attnm_schematic"], out=tmp_path / "figs", progress=False)
+    schedule.run_figures(preset="quick", only=["fig01a_attnm_schematic"], out=tmp_path / "figs", progress=False)
     assert seen["store"] == here / "my-runs" and seen["store"].is_absolute()
 
 

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 import linattn
-from linattn.companion import cachekey, notebooks, presets, runner, schedule, sources
+from linattn import records
+from linattn.companion import cachekey, citation, execute, figure_commands, notebooks, presets, schedule, sources
 from linattn.companion import figures as registry
 from linattn.companion.output import FigureOutput, NumbersTable, figures_root, median_and_range, number_row
 
@@ -89,10 +90,10 @@ def test_each_figure_reports_the_cpu_its_kernel_used(tmp_path):
     sleep = WRITE + "time.sleep(1.0)\n"
     src = make_src(tmp_path, {"burns": burn, "sleeps": sleep})
     out = tmp_path / "out"
-    res = {r.name: r for r in runner.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)}
+    res = {r.name: r for r in schedule.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)}
     assert res["burns"].cpu_seconds - res["sleeps"].cpu_seconds > 0.8
     assert res["sleeps"].seconds > 1.0 and res["sleeps"].cpu_seconds > 0  # the kernel's own start-up counts
-    recorded = json.loads((out / "burns" / runner.RUN_INFO).read_text())
+    recorded = json.loads((out / "burns" / cachekey.RUN_INFO).read_text())
     assert recorded["cpu_seconds"] == pytest.approx(res["burns"].cpu_seconds, abs=0.06)
 
 
@@ -100,32 +101,32 @@ def test_each_figure_reports_the_cpu_its_kernel_used(tmp_path):
 def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypatch):
     src = make_src(tmp_path, {"one": WRITE})
     out = tmp_path / "out"
-    res = runner.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
+    res = schedule.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
     assert [r.status for r in res] == ["ran"]
     first = (out / "one" / "out.txt").read_text()
     nb = nbformat.read(out / "one.ipynb", as_version=4)
     assert "Cite this figure" in nb.cells[-1].source and "fig-one" in nb.cells[-1].source
 
-    res = runner.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
+    res = schedule.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
     assert [r.status for r in res] == ["cached"]
     assert (out / "one" / "out.txt").read_text() == first
 
     # a change anywhere in the linattn sources invalidates every figure
     pin_sources(monkeypatch, "changed-source")
-    res = runner.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
+    res = schedule.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
     assert [r.status for r in res] == ["ran"]
     assert (out / "one" / "out.txt").read_text() != first
 
     # as does a new version of a library that computes or draws
-    real = runner.library_versions()
+    real = records.library_versions()
     monkeypatch.setattr(schedule, "library_versions", lambda: {**real, "numpy": "0.0-other"})
-    assert runner.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)[0].status == "ran"
+    assert schedule.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)[0].status == "ran"
 
     # as does a change of preset, and --force
-    assert runner.run_figures(src=src, out=out, jobs=1, preset="paper", progress=False)[0].status == "ran"
+    assert schedule.run_figures(src=src, out=out, jobs=1, preset="paper", progress=False)[0].status == "ran"
     assert (out / "one" / "out.txt").read_text().startswith("paper ")
-    assert runner.run_figures(src=src, out=out, jobs=1, preset="paper", progress=False)[0].status == "cached"
-    assert runner.run_figures(src=src, out=out, jobs=1, preset="paper", force=True,
+    assert schedule.run_figures(src=src, out=out, jobs=1, preset="paper", progress=False)[0].status == "cached"
+    assert schedule.run_figures(src=src, out=out, jobs=1, preset="paper", force=True,
                                progress=False)[0].status == "ran"
 
 
@@ -133,11 +134,11 @@ def test_cache_skips_unchanged_and_reruns_after_source_change(tmp_path, monkeypa
 def test_page_gets_a_badge_a_run_record_and_a_runnable_copy(tmp_path):
     src = make_src(tmp_path, {"one": WRITE})
     out = tmp_path / "out"
-    runner.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
+    schedule.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
     nb = nbformat.read(out / "one.ipynb", as_version=4)
     badge = nb.cells[1].source  # right under the title cell
     assert nb.cells[0].source.startswith("# test figure") and "quick preset" in badge and "run 20" in badge
-    info = runner.run_info(out, "one")
+    info = cachekey.run_info(out, "one")
     assert info["preset"] == "quick" and info["overrides"] == {}
     standalone = nbformat.read(out / "one" / "one.ipynb", as_version=4)  # offered as a download on the page
     params = next(c for c in standalone.cells if "parameters" in c.metadata.get("tags", []))
@@ -152,18 +153,18 @@ def test_overrides_are_checked_injected_and_shown(tmp_path):
     (src / "one.md").write_text(text)
     out = tmp_path / "out"
     with pytest.raises(notebooks.ParameterError, match="no parameter 'seedz'.*seeds \\(list"):
-        runner.run_figures(src=src, out=out, preset="quick", overrides={"seedz": [3]}, progress=False)
+        schedule.run_figures(src=src, out=out, preset="quick", overrides={"seedz": [3]}, progress=False)
     with pytest.raises(notebooks.ParameterError, match="seeds must be a list"):
-        runner.run_figures(src=src, out=out, preset="quick", overrides={"seeds": "three"}, progress=False)
+        schedule.run_figures(src=src, out=out, preset="quick", overrides={"seeds": "three"}, progress=False)
     assert not out.exists() or not any(out.iterdir())  # refused before any work
-    res = runner.run_figures(src=src, out=out, preset="quick", overrides={"seeds": [3]}, jobs=1, progress=False)
+    res = schedule.run_figures(src=src, out=out, preset="quick", overrides={"seeds": [3]}, jobs=1, progress=False)
     assert res[0].status == "ran" and (out / "one" / "seeds.txt").read_text() == "[3]"
-    assert runner.run_info(out, "one")["overrides"] == {"seeds": [3]}
+    assert cachekey.run_info(out, "one")["overrides"] == {"seeds": [3]}
     assert "seeds = [3]" in nbformat.read(out / "one.ipynb", as_version=4).cells[1].source
     # the same overrides again: cached; without them: runs again
-    assert runner.run_figures(src=src, out=out, preset="quick", overrides={"seeds": [3]},
+    assert schedule.run_figures(src=src, out=out, preset="quick", overrides={"seeds": [3]},
                                progress=False)[0].status == "cached"
-    assert runner.run_figures(src=src, out=out, preset="quick", progress=False)[0].status == "ran"
+    assert schedule.run_figures(src=src, out=out, preset="quick", progress=False)[0].status == "ran"
 
 
 @pytest.mark.slow
@@ -174,7 +175,7 @@ def test_report_reruns_when_a_figure_it_reads_changes(tmp_path):
     text = (src / "fig.md").read_text().replace('out_dir = None', 'seed = 1\nout_dir = None')
     (src / "fig.md").write_text(text)
     out = tmp_path / "out"
-    run = lambda **kw: {r.name: r.status for r in runner.run_figures(src=src, out=out, preset="quick", jobs=1,
+    run = lambda **kw: {r.name: r.status for r in schedule.run_figures(src=src, out=out, preset="quick", jobs=1,
                                                                          progress=False, **kw)}
     assert run() == {"fig": "ran", "summary": "ran"}
     assert run() == {"fig": "cached", "summary": "cached"}
@@ -190,7 +191,7 @@ def test_source_hash_follows_what_a_notebook_imports(tmp_path):
     shutil.copytree(Path(linattn.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     cells = ["from linattn import theory\nfrom linattn.companion.output import FigureOutput"]
     before = sources.source_hash(cells, pkg)
-    for untouched in ("cli.py", "companion/runner.py", "companion/book.py", "companion/sources.py"):
+    for untouched in ("cli/__init__.py", "companion/schedule.py", "companion/book.py", "companion/sources.py"):
         (pkg / untouched).write_text((pkg / untouched).read_text() + "\n# edited\n")
         assert sources.source_hash(cells, pkg) == before, untouched
     for followed in ("theory.py", "objectives/exact.py", "records.py"):  # records: imported by the output module
@@ -243,7 +244,7 @@ def test_broken_notebook_fails_alone_and_leaves_the_published_figure_as_it_was(t
     (tmp_path / "tmp").mkdir()
     src = make_src(tmp_path, {"good": WRITE, "bad": WRITE, "half": WRITE})
     out = tmp_path / "out"
-    assert all(r.status == "ran" for r in runner.run_figures(src=src, out=out, jobs=2, progress=False))
+    assert all(r.status == "ran" for r in schedule.run_figures(src=src, out=out, jobs=2, progress=False))
     old = {n: (out / n / "out.txt").read_text() for n in ("bad", "half")}
     # break two notebooks after a successful run: "bad" fails before writing anything, "half" after its first file
     (src / "bad.md").write_text((src / "bad.md").read_text().replace(
@@ -268,8 +269,8 @@ def test_broken_notebook_fails_alone_and_leaves_the_published_figure_as_it_was(t
     assert not list(out.glob(".staging-*")) and not list((tmp_path / "tmp").glob("linattn-*"))
     assert sorted(p.name for p in (out / ".previous").iterdir()) == ["good", "good.ipynb"]  # replaced by its new run
     # the old figures are no longer current for the changed notebooks: they run again, the good one is cached
-    assert [n for n, state, _ in runner.list_figures(src=src, out=out) if state == "current"] == ["good"]
-    res = {r.name: r.status for r in runner.run_figures(src=src, out=out, jobs=2, progress=False)}
+    assert [n for n, state, _ in schedule.list_figures(src=src, out=out) if state == "current"] == ["good"]
+    res = {r.name: r.status for r in schedule.run_figures(src=src, out=out, jobs=2, progress=False)}
     assert res == {"bad": "failed", "good": "cached", "half": "failed"}
 
 
@@ -295,11 +296,11 @@ def test_a_notebook_that_prints_a_warning_fails_and_is_never_cached(tmp_path):
     noisy = WRITE + 'import warnings\nwarnings.warn("Port 8787 is already in use", UserWarning)\n'
     src = make_src(tmp_path, {"noisy": noisy, "quiet": WRITE})
     out = tmp_path / "out"
-    res = {r.name: r for r in runner.run_figures(src=src, out=out, jobs=1, progress=False)}
+    res = {r.name: r for r in schedule.run_figures(src=src, out=out, jobs=1, progress=False)}
     assert res["quiet"].status == "ran" and res["noisy"].status == "failed"
     assert "PrintedWarning" in res["noisy"].error and "Port 8787 is already in use" in res["noisy"].error
-    assert not (out / "noisy" / runner.CACHE_KEY).exists() and not (out / "noisy.ipynb").exists()
-    again = {r.name: r.status for r in runner.run_figures(src=src, out=out, jobs=1, progress=False)}
+    assert not (out / "noisy" / cachekey.CACHE_KEY).exists() and not (out / "noisy.ipynb").exists()
+    again = {r.name: r.status for r in schedule.run_figures(src=src, out=out, jobs=1, progress=False)}
     assert again == {"noisy": "failed", "quiet": "cached"}
 
 
@@ -326,10 +327,10 @@ def test_a_known_fallback_is_reported_on_the_figures_line_not_failed(tmp_path, c
     assert "FAILED  both" in printed.err and "Port 8787" in printed.err
     provenance = json.loads((out / "fallback" / "provenance.json").read_text())
     assert provenance["fallbacks"] == ["no C compiler here; the slower step"]
-    assert runner.run_info(out, "fallback")["fallbacks"] == provenance["fallbacks"]
+    assert cachekey.run_info(out, "fallback")["fallbacks"] == provenance["fallbacks"]
     page = nbformat.read(out / "fallback.ipynb", as_version=4)
     assert "KnownFallback" not in json.dumps([cell.get("outputs", []) for cell in page.cells])
-    assert (out / "fallback" / runner.CACHE_KEY).exists() and not (out / "both" / runner.CACHE_KEY).exists()
+    assert (out / "fallback" / cachekey.CACHE_KEY).exists() and not (out / "both" / cachekey.CACHE_KEY).exists()
 
 
 @pytest.mark.slow
@@ -340,7 +341,7 @@ def test_report_notebooks_run_after_the_others(tmp_path):
     src = make_src(tmp_path, {"a_report": report, "b_slow": slow, "c_slow": slow},
                    extra={"a_report": "linattn:\n  report: true\n"})
     out = tmp_path / "out"
-    res = runner.run_figures(src=src, out=out, jobs=3, progress=False)
+    res = schedule.run_figures(src=src, out=out, jobs=3, progress=False)
     assert [r.name for r in res] == ["b_slow", "c_slow", "a_report"]
     assert (out / "a_report" / "out.txt").read_text() == "b_slow,c_slow"
 
@@ -348,7 +349,7 @@ def test_report_notebooks_run_after_the_others(tmp_path):
 def test_unknown_only_name_is_an_error(tmp_path):
     src = make_src(tmp_path, {"one": WRITE})
     with pytest.raises(KeyError, match="nope"):
-        runner.run_figures(src=src, out=tmp_path / "out", only=["nope"], progress=False)
+        schedule.run_figures(src=src, out=tmp_path / "out", only=["nope"], progress=False)
 
 
 @pytest.mark.parametrize("param, message", [
@@ -498,15 +499,15 @@ def test_runner_gives_the_notebook_every_setting_of_the_preset():
     """The executed notebook's parameters are the preset's values with the reader's overrides applied (a run-level
     override reaching every nested run; a dict override updating the dict); a notebook without presets gets the
     parameters as they are."""
-    values = runner.notebook_values("fig04_low_rank", {"preset": "quick", "head_num": 12,
+    values = execute.notebook_values("fig04_low_rank", {"preset": "quick", "head_num": 12,
                                                        "epoch_extended": {2: 9999}})
     quick = presets.table("fig04_low_rank")["quick"]
     assert values["preset"] == "quick" and values["head_num"] == 12
     assert values["trainset_size"] == quick["trainset_size"]
     assert values["epoch_extended"] == {**quick["epoch_extended"], 2: 9999}
-    nested = runner.notebook_values("fig05_softmax", {"preset": "paper", "lr": 0.5})
+    nested = execute.notebook_values("fig05_softmax", {"preset": "paper", "lr": 0.5})
     assert nested["attn_m"]["lr"] == nested["attn_s"]["lr"] == 0.5
-    assert runner.notebook_values("beyond_error_table", {"preset": "quick"}) == {"preset": "quick"}
+    assert execute.notebook_values("beyond_error_table", {"preset": "quick"}) == {"preset": "quick"}
 
 
 def test_figure_settings_helpers():
@@ -594,7 +595,7 @@ def test_notebook_command_writes_a_runnable_ipynb_and_refuses_bad_names(tmp_path
 
 def test_papermill_yaml_reads_back_as_the_python_values():
     values = {"seeds": [3, 4], "init": 1e-3, "init_scheme": "jan2025", "flow": True, "trainset_sizes": [None, 5]}
-    assert yaml.safe_load(runner.papermill_yaml(values)) == values
+    assert yaml.safe_load(figure_commands.papermill_yaml(values)) == values
 
 
 @pytest.mark.slow
@@ -617,12 +618,12 @@ def test_the_printed_papermill_command_runs_as_given(tmp_path, capsys, monkeypat
 
 
 def test_cite_block_links_every_file():
-    text = runner.cite_block("fig01b_attnm_loss")
+    text = citation.cite_block("fig01b_attnm_loss")
     for ext in ("pdf", "png", "csv"):
         assert f"<fig01b_attnm_loss/fig01b_attnm_loss.{ext}>" in text
     assert "<fig01b_attnm_loss/provenance.json>" in text
     assert ".nc>" not in text  # the labelled dataset is linked where the figure wrote one
-    assert "<fig01b_attnm_loss/fig01b_attnm_loss.nc>" in runner.cite_block("fig01b_attnm_loss", netcdf=True)
+    assert "<fig01b_attnm_loss/fig01b_attnm_loss.nc>" in citation.cite_block("fig01b_attnm_loss", netcdf=True)
     assert "fig-fig01b_attnm_loss" in text and "zhang2025training" in text and "2501.16265" in text
     from linattn import __version__
     assert f"version {__version__}" in text
@@ -633,7 +634,7 @@ def test_cite_block_names_the_papers_figure():
     for name, path in notebooks.discover().items():
         source = path.read_text(encoding="utf-8")
         title = next(line for line in source.splitlines() if line.startswith("# "))
-        block = runner.cite_block(name, source)
+        block = citation.cite_block(name, source)
         if title.startswith("# Figure "):
             paper = title[2:].split(" — ")[0]
             assert f"reproduces **{paper}**" in block and f"{{ref}}`{paper} <fig-{name}>`" in block, name
@@ -712,9 +713,9 @@ def test_settings_run_overrides_reach_every_run():
 
 
 def test_every_notebook_has_presets_and_a_parameters_cell():
-    for name, path in runner.discover().items():
+    for name, path in cachekey.discover().items():
         assert set(presets.table(name)) == {"quick", "paper"}, name
-        nb = runner.read_notebook(path)
+        nb = cachekey.read_notebook(path)
         first_code = next(c for c in nb.cells if c.cell_type == "code")
         assert "parameters" in first_code.metadata.get("tags", []), name
         assert "out_dir = None" in first_code.source and 'preset = "' in first_code.source, name
@@ -727,8 +728,8 @@ def test_notebooks_are_prose_around_library_calls():
     """A figure's computation lives in its module (linattn.companion.figures): outside its parameters cell a
     notebook holds at most 30 lines of code (blank lines and comments aside), and all of them at most 500."""
     lines = {}
-    for name, path in runner.discover().items():
-        cells = [c for c in runner.read_notebook(path).cells
+    for name, path in cachekey.discover().items():
+        cells = [c for c in cachekey.read_notebook(path).cells
                  if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])]
         lines[name] = sum(1 for c in cells for line in c.source.splitlines()
                           if line.strip() and not line.strip().startswith("#"))
@@ -739,14 +740,14 @@ def test_notebooks_are_prose_around_library_calls():
 def test_longest_figures_start_first(tmp_path):
     """A figure's expected time: its last run's wall time, else the notebook's own estimate for the preset, else 0."""
     src = make_src(tmp_path, {"slow": WRITE, "plain": WRITE}, extra={"slow": "linattn:\n  seconds: {paper: 400}\n"})
-    nbs = {n: runner.read_notebook(src / f"{n}.md") for n in ("slow", "plain")}
+    nbs = {n: cachekey.read_notebook(src / f"{n}.md") for n in ("slow", "plain")}
     root = tmp_path / "out"
-    assert runner._expected_seconds(root, "slow", nbs["slow"], "paper") == 400.0
-    assert runner._expected_seconds(root, "slow", nbs["slow"], "quick") == 0.0
-    assert runner._expected_seconds(root, "plain", nbs["plain"], "paper") == 0.0
+    assert schedule._expected_seconds(root, "slow", nbs["slow"], "paper") == 400.0
+    assert schedule._expected_seconds(root, "slow", nbs["slow"], "quick") == 0.0
+    assert schedule._expected_seconds(root, "plain", nbs["plain"], "paper") == 0.0
     (root / "plain").mkdir(parents=True)
     (root / "plain" / "provenance.json").write_text(json.dumps({"wall_time_s": 12.5}))
-    assert runner._expected_seconds(root, "plain", nbs["plain"], "paper") == 12.5
+    assert schedule._expected_seconds(root, "plain", nbs["plain"], "paper") == 12.5
 
 
 def test_median_and_range_ignores_what_did_not_happen():
@@ -806,13 +807,13 @@ def test_set_up_code_before_the_figure_is_left_off_the_page_and_the_rest_folded(
         nbformat.v4.new_code_cell("table()", metadata={"tags": ["hide-input"]}),
         nbformat.v4.new_code_cell("more()"),
     ])
-    runner.tag_code_cells(nb)
+    execute.tag_code_cells(nb)
     tags = [c.metadata.get("tags") for c in nb.cells if c.cell_type == "code"]
     assert tags == [["injected-parameters", "remove-cell"], ["parameters", "remove-input"], ["remove-input"],
                     ["hide-input"], ["hide-input"]]
     # without a figure, nothing comes before one: all set-up, none folded (a page of prose and tables only)
     bare = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("a = 1")])
-    runner.tag_code_cells(bare)
+    execute.tag_code_cells(bare)
     assert bare.cells[0].metadata["tags"] == ["remove-input"]
 
 
@@ -823,7 +824,7 @@ def test_the_packaged_citation_is_the_repositorys_and_the_cite_cell_reads_it():
 
     assert citation.cff_text() == (Path(linattn.__file__).parent.parent / "CITATION.cff").read_text(encoding="utf-8")
     paper = citation.cff()["preferred-citation"]
-    block = runner.cite_block("fig01b_attnm_loss")
+    block = citation.cite_block("fig01b_attnm_loss")
     assert f"title         = {{{paper['title']}}}" in block and f"volume        = {{{paper['volume']}}}" in block
     assert f"pages         = {{{paper['start']}--{paper['end']}}}" in block and "eprint        = {2501.16265}" in block
     assert "author        = {Zhang, Yedi and Singh, Aaditya K. and Latham, Peter E. and Saxe, Andrew M.}" in block

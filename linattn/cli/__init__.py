@@ -1,7 +1,7 @@
 """The ``linattn`` command.
 
 The commands live in modules of their own: :mod:`linattn.cli.train`, :mod:`linattn.cli.sweep` (and the figure
-runner, :mod:`linattn.companion.runner`); :mod:`linattn.cli.common` holds what they share, and
+runner, :mod:`linattn.companion.figure_commands`); :mod:`linattn.cli.common` holds what they share, and
 :mod:`linattn.companion.interrupts` how SIGINT and SIGTERM stop them. One error idiom for all: ``linattn <command>:
 error: …`` on stderr, exit code 2 (:class:`~linattn.cli.common.UsageError`).
 
@@ -99,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _runner_command(name: str):
     """The figure runner's command ``name`` (``cmd_figures``, ``cmd_notebook``), imported only when it runs."""
     def command(args) -> int:
-        from ..companion import runner
+        from ..companion import figure_commands
 
-        return getattr(runner, name)(args)
+        return getattr(figure_commands, name)(args)
 
     return command
 

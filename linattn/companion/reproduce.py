@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import runner
+from . import cachekey, execute, figure_args
 from .paths import ENV_RUNS_DIR, environment, preset_root
 
 _PROG = "python -m linattn.companion.reproduce"
@@ -118,7 +118,7 @@ def problems(names: list[str], root: Path, stale_ok: bool = False) -> list[str]:
     for name in names:
         if not (root / f"{name}.ipynb").is_file():
             out.append(f"{name}: no executed notebook {root / name}.ipynb")
-        elif not stale_ok and not runner.is_current(root, name, runner.expected_key(name, root)):
+        elif not stale_ok and not cachekey.is_current(root, name, cachekey.expected_key(name, root)):
             out.append(f"{name}: stale (its notebook, the linattn code or a library changed since it ran; re-run it "
                        f"with `linattn figures --only {name}`)")
     return out
@@ -134,19 +134,19 @@ def check(names: list[str], root: Path, *, fresh_runs: bool = False) -> int:
         tmp = Path(tmp)
         into = tmp / "figures"
         into.mkdir()
-        reports = {n for n in names if runner.is_report(n, nbformat.read(root / f"{n}.ipynb", as_version=4))}
+        reports = {n for n in names if cachekey.is_report(n, nbformat.read(root / f"{n}.ipynb", as_version=4))}
         if reports:  # a report reads the other figures' numbers from its root: give it the ones it read
             for numbers in root.glob("*/numbers.json"):
                 (into / numbers.parent.name).mkdir(exist_ok=True)
                 shutil.copy2(numbers, into / numbers.parent.name / numbers.name)
         paths = [_prepare(n, root, into) for n in sorted(names, key=lambda n: n in reports)]
-        env = {var: "1" for var in runner.THREAD_ENV}  # as the runner executes them: one thread, Agg
+        env = {var: "1" for var in execute.THREAD_ENV}  # as the runner executes them: one thread, Agg
         env["MPLBACKEND"] = os.environ.get("MPLBACKEND", "Agg")
         if fresh_runs:
             env[ENV_RUNS_DIR] = str(tmp / "runs")
         with environment(env):  # the kernels nbval starts inherit it
             args = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", str(sanitize_file(tmp / "sanitize.cfg")),
-                    f"--nbval-kernel-startup-timeout={runner.KERNEL_START_TIMEOUT}", "-p", "no:cacheprovider",
+                    f"--nbval-kernel-startup-timeout={execute.KERNEL_START_TIMEOUT}", "-p", "no:cacheprovider",
                     f"--rootdir={tmp}", f"--color={'yes' if sys.stdout.isatty() else 'no'}", *map(str, paths)]
             return int(pytest.main(args, plugins=[sys.modules[__name__]]))
 
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog=_PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="figures to check (default: every figure, or with --root every executed notebook there)")
-    parser.add_argument("--preset", choices=runner.PRESET_CHOICES, default="paper",
+    parser.add_argument("--preset", choices=figure_args.PRESET_CHOICES, default="paper",
                         help="check the book of this preset, _build/figures/<preset> (default paper)")
     parser.add_argument("--root", type=Path, help="check the executed notebooks in this folder instead")
     parser.add_argument("--fresh-runs", action="store_true",
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     root = args.root if args.root is not None else preset_root(args.preset)
     # default: every figure of the preset's book; in a folder of one's own (--root), the executed ones it holds
     names = args.names or (sorted(p.stem for p in root.glob("*.ipynb") if "." not in p.stem) if args.root
-                           else list(runner.discover()))
+                           else list(cachekey.discover()))
     if not names:
         parser.error(f"no executed notebooks in {root}")
     found = problems(names, Path(root), args.stale_ok)
