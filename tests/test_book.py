@@ -334,7 +334,7 @@ def test_toc_figure_in_html(name):
     assert not re.search(r"\b(Fig\.|Figure) \d+\.\d+", fig["caption"]), f"fig-{name} carries a book number"
     title = re.search(r"<h1>(.*?)<", html, re.S).group(1)
     if title.startswith("Figure "):  # a figure of the paper: its caption names it as the paper does, and calls it the
-        paper = title.split(" — ")[0]  # paper's figure only at the published settings (published.caption_lead)
+        paper = title.split(" — ")[0]  # paper's figure only at the published settings (published.page.caption_lead)
         caption = fig["caption"].replace("’", "'")  # Sphinx's smart quotes
         assert (f"The paper's {paper}," in caption or f"{paper}'s experiment at settings of our own"
                 in caption), f"fig-{name}: the caption does not name {paper}"
@@ -576,9 +576,9 @@ def test_only_figures_11_and_12_of_the_appendix_are_named_by_number():
         text = texts[path]
         if name in CONFIRMED_APPENDIX:
             paper = CONFIRMED_APPENDIX[name]
-            assert published.page_name(path) == paper
+            assert published.page.page_name(path) == paper
             assert f"reproduces **{paper}**" in citation.cite_block(name, text)
             assert UNNUMBERED not in text
         else:
-            assert published.page_name(path) == name and UNNUMBERED in text, name
+            assert published.page.page_name(path) == name and UNNUMBERED in text, name
     assert _figure_numbers("Figures 11 and 12, Figure 1b, Figures 6–13") == {1, 6, 11, 12, 13}

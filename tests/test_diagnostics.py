@@ -309,7 +309,7 @@ def test_drop_step_of_a_smooth_two_plateau_curve_is_its_midpoint_crossing():
     assert np.isnan(lc.first_step_below(loss, 0.1))
     # the plateau detector and the published-figure comparisons use the same rule
     assert lc.detect_plateaus(loss).drop_steps[0] == 701
-    rows = published.fig1b_comparison(loss, loss, 0.136)
+    rows = published.rules.fig1b_comparison(loss, loss, 0.136)
     half = next(r for r in rows if r["what"] == "ATTN_M first below 0.5, step")
     assert half["reproduced"] == lc.first_step_below(loss, 0.5)
 

@@ -189,15 +189,15 @@ def test_a_drop_count_holds_only_when_every_check_finds_it():
 
     same = [dict(label="seed 11", drops=2, drop_steps=[600, 1700], step_scale=1.0),
             dict(label="half", drops=2, drop_steps=[1250, 3300], step_scale=0.5)]
-    assert published.drop_count_holds(2, same) and not published.drop_count_holds(2, same[:1] + [dict(same[1],
-                                                                                                      drops=1)])
-    text = published.check_words(2, same)
+    assert published.rules.drop_count_holds(2, same)
+    assert not published.rules.drop_count_holds(2, same[:1] + [dict(same[1], drops=1)])
+    text = published.rules.check_words(2, same)
     assert "625 and 1650 in the main run's steps" in text
     assert "holds with a smaller step" in text and "holds with other draws" in text
-    one_seed_differs = published.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
+    one_seed_differs = published.rules.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
     assert "holds with a smaller step" in one_seed_differs and "does not hold with other draws" in one_seed_differs
     assert "ending at 0.290" in one_seed_differs
-    assert published.fig3a_drop_span(4) == (3601.0, 6521.0, 1)  # one published curve still on M_3 at the end
+    assert published.readings.fig3a_drop_span(4) == (3601.0, 6521.0, 1)  # one published curve still on M_3 at the end
 
 
 # ---------------------------------------------------------------- beyond the paper: the population loss and the flow

@@ -11,6 +11,7 @@ from linattn.cli import build_parser, config_from_args
 from linattn.companion import published
 from linattn.companion.commands import train_command
 from linattn.companion.output import AGREES, DIFFERS, number_row
+from linattn.companion.published import readings, rules
 from linattn.config import RunConfig
 
 
@@ -21,27 +22,27 @@ def _values(readings):
 # ------------------------------------------------------------------------------------------ the readings, pinned
 
 def test_each_image_has_its_own_pixel_scale():
-    assert (published.FIG1B_IMAGE.steps_per_px, published.FIG1B_IMAGE.loss_per_px) == (21.83, 0.00508)
-    assert (published.FIG3A_IMAGE.steps_per_px, published.FIG3A_IMAGE.loss_per_px) == (28.90, 0.00383)
-    assert (published.FIG14_IMAGE.steps_per_px, published.FIG14_IMAGE.loss_per_px) == (16.67, 0.0099)
-    assert [i.name for i in (published.FIG1B_IMAGE, published.FIG3A_IMAGE, published.FIG14_IMAGE)] == [
+    assert (readings.FIG1B_IMAGE.steps_per_px, readings.FIG1B_IMAGE.loss_per_px) == (21.83, 0.00508)
+    assert (readings.FIG3A_IMAGE.steps_per_px, readings.FIG3A_IMAGE.loss_per_px) == (28.90, 0.00383)
+    assert (readings.FIG14_IMAGE.steps_per_px, readings.FIG14_IMAGE.loss_per_px) == (16.67, 0.0099)
+    assert [i.name for i in (readings.FIG1B_IMAGE, readings.FIG3A_IMAGE, readings.FIG14_IMAGE)] == [
         "Figure 1b", "Figure 3a", "Figure 14"]
 
 
 def test_figure_1b_readings():
-    by_what = {r.what: r.value for r in published.FIG1B}
+    by_what = {r.what: r.value for r in readings.FIG1B}
     assert by_what["ATTN_M plateau (median over steps 100–800)"] == 1.007
     assert [by_what[f"ATTN_M first below {v}, step"] for v in (0.9, 0.7, 0.5, 0.3)] == [906, 969, 1019, 1124]
     assert by_what["ATTN_M at step 3000"] == 0.142
     assert by_what["ATTN_M final (mean over steps 5600–6000)"] == 0.135
     assert by_what["dotted line L* (ours: theory)"] == 0.136
-    lag = [r for r in published.FIG1B if r.how[0] == "lag"]
+    lag = [r for r in readings.FIG1B if r.how[0] == "lag"]
     assert len(lag) == 1 and lag[0].value == 15 and lag[0].how[1] == (0.22, 0.89)  # the MLP lies after ATTN_M
 
 
 def test_figure_3a_crossings_count_seed_0_once():
     """Six curves per drop (seed 0's doubled line counted once); the fourth drop has one curve beyond the window."""
-    crossings = published.FIG3A_CROSSINGS
+    crossings = readings.FIG3A_CROSSINGS
     assert all(len(c) == 6 for c in crossings.values())
     assert [c.where for c in crossings[1]] == [((370, 514),)] * 5 + [((563, 563),)]
     assert [c.where for c in crossings[2]] == [((557, 557),), ((601, 601),), ((705, 705),), ((804, 804),),
@@ -56,14 +57,14 @@ def test_figure_3a_plateau_readings_lie_on_the_theory_within_a_pixel():
     setting (eigenvalues 0.4, 0.3, 0.2, 0.1, N = 31), and the values its text states are those levels to three
     decimals: a misread or mistyped reading fails here."""
     levels = theory.plateau_losses(np.diag([0.4, 0.3, 0.2, 0.1]), 31)
-    read = np.array(published.FIG3A_PLATEAU_READINGS)
+    read = np.array(readings.FIG3A_PLATEAU_READINGS)
     assert read.shape == levels.shape
-    assert np.all(np.abs(read - levels) <= published.FIG3A_IMAGE.loss_per_px)
-    assert np.all(np.abs(np.array(published.FIG3A_PLATEAUS) - levels) <= 5e-4)
+    assert np.all(np.abs(read - levels) <= readings.FIG3A_IMAGE.loss_per_px)
+    assert np.all(np.abs(np.array(readings.FIG3A_PLATEAUS) - levels) <= 5e-4)
 
 
 def test_figure_14_has_six_panels_with_the_corrected_readings():
-    fig14 = published.FIG14
+    fig14 = readings.FIG14
     assert sorted(fig14) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     mid = {c: next(r for r in rs if "midpoint" in r.what) for c, rs in fig14.items()}
     assert {c: (r.how[1], r.value, r.stated) for c, r in mid.items()} == {
@@ -89,11 +90,11 @@ def test_figure_14_has_six_panels_with_the_corrected_readings():
 
 
 def test_tolerance_is_one_pixel_or_the_readings_own_error():
-    step = published.Reading("", "x", "train", ("below", 0.5), 751, "step", 17)
-    assert step.tolerance(published.FIG14_IMAGE) == 17  # ±17 is larger than 16.67
-    assert step.tolerance(published.FIG3A_IMAGE) == 28.90  # one pixel is larger than ±17
-    loss = published.Reading("", "x", "train", ("final",), 0.1, "loss")
-    assert loss.tolerance(published.FIG14_IMAGE) == 0.0099
+    step = readings.Reading("", "x", "train", ("below", 0.5), 751, "step", 17)
+    assert step.tolerance(readings.FIG14_IMAGE) == 17  # ±17 is larger than 16.67
+    assert step.tolerance(readings.FIG3A_IMAGE) == 28.90  # one pixel is larger than ±17
+    loss = readings.Reading("", "x", "train", ("final",), 0.1, "loss")
+    assert loss.tolerance(readings.FIG14_IMAGE) == 0.0099
     assert step.text() == "751 ± 17" and loss.text() == "0.100"
 
 
@@ -103,63 +104,63 @@ def test_measure_reads_each_kind_of_landmark():
     step = np.arange(100)
     y = np.where(step < 40, 1.0, 0.2) + 0.001 * step
     curves = {"y": y, "reference": np.where(step < 30, 1.0, 0.2)}
-    assert published.measure(curves, ("below", 0.5), "y") == 40
-    assert published.measure(curves, ("above", 0.25), "y") == 0  # 1.0 > 0.25 from the start
-    assert published.measure(curves, ("at", 10), "y") == pytest.approx(1.01)
-    assert published.measure(curves, ("final",), "y") == pytest.approx(0.299)
-    assert published.measure(curves, ("min", (50, 99)), "y") == pytest.approx(0.25)
-    assert published.measure(curves, ("argmin", None), "y") == 40
-    assert published.measure(curves, ("max", None), "y") == pytest.approx(1.039)
-    assert published.measure(curves, ("median", (0, 39)), "y") == pytest.approx(1.0195)
-    assert published.measure(curves, ("lag", (0.3, 0.9)), "y") == 10  # y falls 10 steps after the reference
-    assert math.isnan(published.measure(curves, ("below", 0.1), "y"))
-    assert published.measure(curves, ("below", 0.5), "y", steps=10 * step) == 400
+    assert rules.measure(curves, ("below", 0.5), "y") == 40
+    assert rules.measure(curves, ("above", 0.25), "y") == 0  # 1.0 > 0.25 from the start
+    assert rules.measure(curves, ("at", 10), "y") == pytest.approx(1.01)
+    assert rules.measure(curves, ("final",), "y") == pytest.approx(0.299)
+    assert rules.measure(curves, ("min", (50, 99)), "y") == pytest.approx(0.25)
+    assert rules.measure(curves, ("argmin", None), "y") == 40
+    assert rules.measure(curves, ("max", None), "y") == pytest.approx(1.039)
+    assert rules.measure(curves, ("median", (0, 39)), "y") == pytest.approx(1.0195)
+    assert rules.measure(curves, ("lag", (0.3, 0.9)), "y") == 10  # y falls 10 steps after the reference
+    assert math.isnan(rules.measure(curves, ("below", 0.1), "y"))
+    assert rules.measure(curves, ("below", 0.5), "y", steps=10 * step) == 400
 
 
 def test_compare_gives_difference_pixels_tolerance_and_verdict():
     step = np.arange(3000)
     late = np.where(step < 790, 1.0, 0.07)  # crosses 0.537 at 790: 39 steps after the reading 751 ± 17
-    rows = published.compare(published.FIG14[0.0][:1], {"train": late}, published.FIG14_IMAGE)
+    rows = rules.compare(readings.FIG14[0.0][:1], {"train": late}, readings.FIG14_IMAGE)
     (row,) = rows
     assert row["reproduced"] == 790 and row["difference"] == 39
     assert row["pixels"] == pytest.approx(39 / 16.67) and row["tolerance"] == 17 and row["verdict"] == DIFFERS
     on_time = np.where(step < 760, 1.0, 0.07)
-    on_row, = published.compare(published.FIG14[0.0][:1], {"train": on_time}, published.FIG14_IMAGE)
+    on_row, = rules.compare(readings.FIG14[0.0][:1], {"train": on_time}, readings.FIG14_IMAGE)
     assert on_row["verdict"] == AGREES
 
 
 def test_a_range_reading_is_met_anywhere_inside_it():
-    assert published.difference(939, (917, 967)) == 0
-    assert published.difference(900, (917, 967)) == -17
-    assert published.difference(1000, (917, 967)) == 33
-    assert math.isnan(published.difference(float("nan"), 5))
+    assert rules.difference(939, (917, 967)) == 0
+    assert rules.difference(900, (917, 967)) == -17
+    assert rules.difference(1000, (917, 967)) == 33
+    assert math.isnan(rules.difference(float("nan"), 5))
 
 
 # ------------------------------------------------------------------------------------- Figure 3a: one to one
 
 def test_one_to_one_matching_differs_from_nearest_matching():
     """Two of our curves are both nearest to 4936; one to one, the second takes the other published crossing."""
-    crossings = (published._at(4936), published._at(5729))
+    crossings = (readings._at(4936), readings._at(5729))
     ours = {"a": 4940.0, "b": 4990.0}
-    nearest = {k: min(crossings, key=lambda c: published.crossing_distance(v, c)) for k, v in ours.items()}
+    nearest = {k: min(crossings, key=lambda c: rules.crossing_distance(v, c)) for k, v in ours.items()}
     assert nearest["a"] is nearest["b"]  # nearest matching uses 4936 twice
-    pairs = {k: c for k, _, c in published.match_one_to_one(ours, crossings)}
+    pairs = {k: c for k, _, c in rules.match_one_to_one(ours, crossings)}
     assert pairs["a"].where == ((4936, 4936),) and pairs["b"].where == ((5729, 5729),)
 
 
 def test_a_curve_still_on_its_plateau_pairs_with_the_crossing_beyond_the_window():
-    crossings = (published._at(3601), published.Crossing((published.BEYOND,), "beyond"))
-    pairs = published.match_one_to_one({0: float("nan"), 1: 3700.0}, crossings)
+    crossings = (readings._at(3601), readings.Crossing((readings.BEYOND,), "beyond"))
+    pairs = rules.match_one_to_one({0: float("nan"), 1: 3700.0}, crossings)
     assert {k: c.text for k, _, c in pairs} == {0: "beyond", 1: "3601"}
-    assert published.signed_distance(float("nan"), crossings[1]) == 0
-    assert published.signed_distance(9650, crossings[1]) == 9650 - 9966
+    assert rules.signed_distance(float("nan"), crossings[1]) == 0
+    assert rules.signed_distance(9650, crossings[1]) == 9650 - 9966
 
 
 def test_fig3a_comparison_uses_each_published_crossing_once():
     ours = {0: [395, 725, 1310, 5181], 1: [592, 1074, 1426, 4597], 2: [505, 627, 1872, 9650],
             3: [433, 800, 1657, 3744], 4: [495, 571, 1014, 6532], 5: [463, 813, 1084, 4947]}
-    rows = published.fig3a_comparison({s: np.array(t, dtype=float) for s, t in ours.items()})
-    for d, crossings in published.FIG3A_CROSSINGS.items():
+    rows = rules.fig3a_comparison({s: np.array(t, dtype=float) for s, t in ours.items()})
+    for d, crossings in readings.FIG3A_CROSSINGS.items():
         pairs = [r for r in rows if r.get("drop") == d]
         assert len(pairs) == 6
         used = sorted(r["published"] for r in pairs)
@@ -173,28 +174,28 @@ def test_fig3a_comparison_uses_each_published_crossing_once():
 
 
 def test_summary_is_made_from_the_rows():
-    rows = published.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, np.nan]) for s in range(6)})
-    text = published.summary(rows, published.FIG3A_IMAGE)
-    agree, total = published.counts(rows)
+    rows = rules.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, np.nan]) for s in range(6)})
+    text = published.page.summary(rows, readings.FIG3A_IMAGE)
+    agree, total = published.page.counts(rows)
     assert f"{agree} of {total} readings agree" in text
     assert text.count("\n* ") == total - agree  # one line per row that differs
-    assert "not the published ones" in published.summary([], published.FIG3A_IMAGE)
+    assert "not the published ones" in published.page.summary([], readings.FIG3A_IMAGE)
 
 
 def test_number_rows_carry_tolerance_and_verdict():
-    rows = published.fig1b_comparison(np.linspace(1, 0.1, 7000), np.linspace(1, 0.1, 7000), 0.136)
-    out = published.number_rows(rows)
-    assert len(out) == len(published.FIG1B)
+    rows = rules.fig1b_comparison(np.linspace(1, 0.1, 7000), np.linspace(1, 0.1, 7000), 0.136)
+    out = published.page.number_rows(rows)
+    assert len(out) == len(readings.FIG1B)
     assert all(r["quantity"].startswith("published Figure 1b: ") and r["verdict"] in (AGREES, DIFFERS)
                and r["tolerance"] > 0 for r in out)
 
 
 def test_paper_names_come_from_page_titles(tmp_path):
-    assert published.paper_name("# Figure 1b — ATTN_M learns in one drop") == "Figure 1b"
+    assert published.page.paper_name("# Figure 1b — ATTN_M learns in one drop") == "Figure 1b"
     page = tmp_path / "beyond_x.md"
     page.write_text("# Beyond the paper — something\n")
-    assert published.page_name(page) == "beyond_x"
-    assert published.short_quantity("published Figure 14, c = 0.2: final", "Figure 14") == "c = 0.2: final"
+    assert published.page.page_name(page) == "beyond_x"
+    assert published.page.short_quantity("published Figure 14, c = 0.2: final", "Figure 14") == "c = 0.2: final"
 
 
 # ------------------------------------------------------------------------------------ commands on the pages
@@ -216,20 +217,20 @@ def test_train_command_runs_the_same_configuration(cfg):
 def test_figure_14_landmarks_are_the_readings_that_name_a_step_and_a_loss():
     """Every crossing, value at a step and final value of a published panel becomes one point of that panel, in the
     reading's own step and loss; an extreme becomes one only where its step is known (at the middle of its range)."""
-    marks = published.fig14_landmarks()
-    assert sorted(marks) == sorted(published.FIG14)
-    for c, readings in published.FIG14.items():
+    marks = readings.fig14_landmarks()
+    assert sorted(marks) == sorted(readings.FIG14)
+    for c, panel in readings.FIG14.items():
         points = {(m["curve"], m["step"], m["loss"]) for m in marks[c]}
-        for r in readings:
+        for r in panel:
             kind = r.how[0]
             if kind in ("below", "above"):
                 assert (r.curve, r.value, r.how[1]) in points
             elif kind == "at":
                 assert (r.curve, r.how[1], r.value) in points
             elif kind == "final":
-                assert (r.curve, published.FIG14_LAST_STEP, r.value) in points
+                assert (r.curve, readings.FIG14_LAST_STEP, r.value) in points
             elif kind == "argmin":
-                low = next(x for x in readings if x.curve == r.curve and x.how[0] == "min")
+                low = next(x for x in panel if x.curve == r.curve and x.how[0] == "min")
                 assert (r.curve, sum(r.value) / 2, low.value) in points
         for m in marks[c]:
             assert m["curve"] in ("train", "iwl", "icl") and 0 <= m["step"] <= 5000 and 0 <= m["loss"] <= 2.29
@@ -250,10 +251,10 @@ def _fig4_escape():
 def test_figure_4_claim_counts_the_plateaus_reached_in_the_window():
     window = 20001
     escape = _fig4_escape()
-    every = published.fig4_plateau_claim(np.linspace(1000, 19000, 8), window, escape)
+    every = rules.fig4_plateau_claim(np.linspace(1000, 19000, 8), window, escape)
     assert (every.paper, every.ours, every.verdict) == (8, 8, AGREES)
     drops = np.array([3000, 5000, 7000, 9000, 18000, 30000, 90000, np.nan])
-    five = published.fig4_plateau_claim(drops, window, escape)
+    five = rules.fig4_plateau_claim(drops, window, escape)
     assert (five.ours, five.verdict) == (6, DIFFERS)  # L(M_0) … L(M_5)
     for d in (6, 7, 8):  # the directions not learned in the window, with the theory's estimate of each
         assert f"drop {d} ≈ step {escape[d - 1]:.0f}" in five.reason
@@ -276,10 +277,10 @@ def _two_stage(shoulder: bool):
 def test_figure_5_claim_is_one_drop_and_names_the_shoulder():
     from linattn import loss_curves
 
-    one = published.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(False)))
+    one = rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(False)))
     assert (one.paper, one.ours, one.verdict) == (1, 1, AGREES) and "one drop" in one.reason
     found = loss_curves.detect_plateaus(_two_stage(True))
-    two = published.fig5_single_drop_claim(found)
+    two = rules.fig5_single_drop_claim(found)
     assert (two.ours, two.verdict) == (2, DIFFERS)
     assert f"a shoulder at {found.levels[1]:.3f}" in two.reason
     assert all(f"step {s:.0f}" in two.reason for s in found.drop_steps)
@@ -292,17 +293,17 @@ def test_the_report_counts_claims_apart_from_readings_and_estimates():
     their own group of the report, and the two claims count among its verdicts."""
     from linattn.companion.output import ESTIMATE, compare_row
 
-    claims = [published.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              published.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))]
-    readings = published.number_rows(published.fig1b_comparison(np.linspace(1, 0.1, 7000),
+    claims = [rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
+              rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))]
+    readings = published.page.number_rows(rules.fig1b_comparison(np.linspace(1, 0.1, 7000),
                                                                  np.linspace(1, 0.1, 7000), 0.136))
     rows = [number_row(**r) for r in [c.row() for c in claims] + readings
             + [dict(quantity="escape", theory=900.0, reproduced=1000.0, verdict=ESTIMATE),
                dict(quantity="plain", theory=1.0, reproduced=1.1),
                dict(quantity="settled", reproduced=0.004, tolerance=0.01, verdict="agrees")]]  # our own criterion
-    groups = [published.report_group({**r, **compare_row(r)}) for r in rows]
+    groups = [published.page.report_group({**r, **compare_row(r)}) for r in rows]
     assert groups == ["claim"] * 2 + ["reading"] * len(readings) + ["estimate", "other", "check"]
-    assert set(groups) == set(published.REPORT_GROUPS)
+    assert set(groups) == set(published.page.REPORT_GROUPS)
 
 
 @pytest.mark.slow
@@ -316,8 +317,8 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
 
     from linattn.companion import schedule
 
-    claims = {"fig04_low_rank": published.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              "fig05_softmax": published.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))}
+    claims = {"fig04_low_rank": rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
+              "fig05_softmax": rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))}
     for name, claim in claims.items():
         (tmp_path / name).mkdir()
         rows = [number_row(**claim.row()), number_row("a plain number", theory=1.0, reproduced=1.1)]
@@ -339,10 +340,10 @@ def test_every_published_row_has_its_own_key():
     """Each comparison row of Figures 1b, 3a and 14 becomes a numbers.json row with a key of its own (the report,
     the README and the tests find rows by key)."""
     t = np.linspace(1, 0.1, 7000)
-    fig3a = published.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, 5000.0 + s]) for s in range(6)})
-    fig14 = published.fig14_comparison({c: {"train": t, "iwl": t, "icl": t} for c in published.FIG14})
-    for rows in (published.fig1b_comparison(t, t, 0.136), fig3a, fig14):
-        keys = [r["key"] for r in published.number_rows(rows)]
+    fig3a = rules.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, 5000.0 + s]) for s in range(6)})
+    fig14 = rules.fig14_comparison({c: {"train": t, "iwl": t, "icl": t} for c in readings.FIG14})
+    for rows in (rules.fig1b_comparison(t, t, 0.136), fig3a, fig14):
+        keys = [r["key"] for r in published.page.number_rows(rows)]
         assert len(rows) > 3 and len(set(keys)) == len(keys) and all(k.startswith("published.") for k in keys)
 
 
@@ -356,16 +357,16 @@ def test_a_loss_reading_off_by_sampling_error_is_said_to_be_so():
     drops = {s: np.full(4, np.nan) for s in range(6)}
     levels = [1.001, 0.651, 0.381, 0.210, 0.138]
     def level_row(P):
-        rows = published.fig3a_comparison(drops, levels, P=P)
+        rows = rules.fig3a_comparison(drops, levels, P=P)
         return next(r for r in rows if "L(M_1)" in r["what"])
 
     assert level_row(5000)["verdict"] == WITHIN_NOISE and level_row(80000)["verdict"] == DIFFERS
     assert level_row(None)["verdict"] == DIFFERS
-    steps = [r for r in published.fig3a_comparison(drops, levels, P=5000) if r["unit"] == "step"]
+    steps = [r for r in rules.fig3a_comparison(drops, levels, P=5000) if r["unit"] == "step"]
     assert steps and all(r["standard_error"] is None for r in steps)
     # L(M_2) read 0.381, ours 0.376 on P = 80000: beyond 2 Gaussian SEs (0.0038), within 2 SEs of the residual left on
     # M_2 (eigenvalues 0.2 and 0.1 unlearned, kurtosis 6.33: 0.0062)
     lowered = [1.001, 0.641, 0.376, 0.210, 0.138]
     def m2(**kw):
-        return next(r for r in published.fig3a_comparison(drops, lowered, P=80000, **kw) if "L(M_2)" in r["what"])
+        return next(r for r in rules.fig3a_comparison(drops, lowered, P=80000, **kw) if "L(M_2)" in r["what"])
     assert m2()["verdict"] == DIFFERS and m2(eigenvalues=[0.4, 0.3, 0.2, 0.1])["verdict"] == WITHIN_NOISE

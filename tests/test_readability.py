@@ -193,7 +193,7 @@ def test_figure_14_draws_one_readable_panel_per_c(count):
     cs = [round(c, 3) for c in np.linspace(0.0, 1.0, count)] if count > 1 else [0.5]
     curves = {c: {"train": np.linspace(1, 0.1 + c / 10, step.size), "iwl": np.linspace(1.04, 0.07 + c, step.size),
                   "icl": np.linspace(0.96, 2.2 - 2 * c, step.size)} for c in cs}
-    marks = published.fig14_landmarks() if count == 6 else None
+    marks = published.readings.fig14_landmarks() if count == 6 else None
     fig, axes = plotting.plot_icl_panels(step, curves, landmarks=marks, L_star=0.1389)
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == len(visible) == count

@@ -72,7 +72,7 @@ def cite_block(name: str, text: str = "", *, netcdf: bool = False) -> str:
     links.append(f"{{download}}`provenance.json <{name}/provenance.json>`")
     links.append(f"{{download}}`runnable notebook <{name}/{name}.ipynb>`")
     title = next((line for line in text.splitlines() if line.startswith("# Figure ")), None)
-    paper = published.paper_name(title) if title else None
+    paper = published.page.paper_name(title) if title else None
     what = (f"It reproduces **{paper}** of Zhang, Singh, Latham and Saxe (ICML 2025); cite that figure by its name "
             "and the paper:" if paper else "If you use it, please cite the paper whose result it builds on:")
     return "\n".join([

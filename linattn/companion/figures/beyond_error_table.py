@@ -1,6 +1,6 @@
 """The reproduction report: every figure page's ``numbers.json`` gathered and sorted by kind of comparison.
 
-Each row is filed by what it carries, never by its wording (:func:`linattn.companion.published.report_group`):
+Each row is filed by what it carries, never by its wording (:func:`linattn.companion.published.page.report_group`):
 a *reading* of a published image (a verdict and a tolerance), a *claim* of the paper's text (a verdict, no
 tolerance), a *check* of our own run (a verdict with no published value beside it: the phase diagram's settling
 criterion), an *estimate* (an order-of-magnitude theory value, not judged) or *other*; every row gets an error
@@ -40,15 +40,15 @@ def collect(root) -> dict:
         if not path.exists():
             missing.append(name)
             continue
-        page = published.page_name(source)
+        page = published.page.page_name(source)
         for r in json.loads(path.read_text(encoding="utf-8")):
             row = {"figure": name, "page": page, "key": r.get("key"), "tolerance": r.get("tolerance"),
                    "verdict": r.get("verdict"), **{k: r.get(k) for k in NUMBER_FIELDS}}
             row.update(compare_row(row))
-            row.update(abs_error=row["error"], relative_error=row["relative"], group=published.report_group(row),
-                       quantity=published.short_quantity(row["quantity"], page))
+            row.update(abs_error=row["error"], relative_error=row["relative"], group=published.page.report_group(row),
+                       quantity=published.page.short_quantity(row["quantity"], page))
             rows.append(row)
-    groups = {g: [r for r in rows if r["group"] == g] for g in published.REPORT_GROUPS}
+    groups = {g: [r for r in rows if r["group"] == g] for g in published.page.REPORT_GROUPS}
     return {"rows": rows, "missing": missing, "pages_read": len(sources) - len(missing), "groups": groups}
 
 
@@ -69,7 +69,7 @@ def summary(report: dict, preset: str) -> str:
     groups, lines = report["groups"], []
     for page in reading_pages(report):
         rows = [r for r in groups["reading"] if r["page"] == page]
-        agree, total = published.counts(rows)
+        agree, total = published.page.counts(rows)
         noise = sum(r["verdict"] == WITHIN_NOISE for r in rows)
         lines.append(f"* **{page}: {agree} of {total} readings agree** with ours within a pixel (or the reading's own "
                      "±)" + (f", {noise} of them only within the sampling error of a loss" if noise else "")
@@ -86,7 +86,7 @@ def summary(report: dict, preset: str) -> str:
                      "judged at this preset.")
     judged = groups["reading"] + groups["claim"]
     if judged:
-        lines.append(f"* **In all, {published.counts(judged)[0]} of {len(judged)} verdicts agree** "
+        lines.append(f"* **In all, {published.page.counts(judged)[0]} of {len(judged)} verdicts agree** "
                      f"({_count(len(groups['reading']), 'reading')} and {_count(len(groups['claim']), 'claim')}).")
     for r in groups["check"]:
         lines.append(f"* {r['page']}, a check of our own run, not of the paper: {r['quantity']} — {r['verdict']}.")
@@ -156,7 +156,7 @@ def plot(report: dict):
 
     groups = report["groups"]
     pages = reading_pages(report)
-    readings = {p: np.array([published.in_tolerances(r["error"], r["tolerance"]) for r in groups["reading"]
+    readings = {p: np.array([published.rules.in_tolerances(r["error"], r["tolerance"]) for r in groups["reading"]
                              if r["page"] == p]) for p in pages}
     others = [r for r in groups["other"] if r["kind"] == "relative"]
     other_pages = list(dict.fromkeys(r["page"] for r in others))

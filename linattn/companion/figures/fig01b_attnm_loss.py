@@ -102,7 +102,7 @@ def comparison(ds) -> list[dict]:
         return []
     loss = ds.train_loss
     P = _runs(ds)["attn_m"]["trainset_size"]  # a loss reading's sampling error is that of P sequences
-    return published.fig1b_comparison(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
+    return published.rules.fig1b_comparison(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
                                       float(ds.loss_star), ds.step.values, P=P)
 
 
@@ -112,11 +112,12 @@ def numbers(ds) -> list[dict]:
     paper = bool(ds.attrs["published"])
     m = ds.sel(model="attn_m")
     rows = [dict(key="plateau.attn_m", quantity="plateau loss (ATTN_M)", theory=ds.plateau_theory,
-                 paper=published.FIG1B_PLATEAU if paper else None, reproduced=m.plateau_level),
+                 paper=published.readings.FIG1B_PLATEAU if paper else None, reproduced=m.plateau_level),
             dict(key="final_loss.attn_m", quantity="final loss (ATTN_M)", theory=ds.loss_star,
-                 paper=published.FIG1B_FINAL if paper else None, reproduced=m.final_loss),
+                 paper=published.readings.FIG1B_FINAL if paper else None, reproduced=m.final_loss),
             dict(key="final_loss.mlp_own_init", quantity="final loss (MLP, own init)", theory=ds.loss_star,
-                 paper=published.FIG1B_FINAL if paper else None, reproduced=ds.final_loss.sel(model="mlp_own_init"))]
+                 paper=published.readings.FIG1B_FINAL if paper else None,
+                 reproduced=ds.final_loss.sel(model="mlp_own_init"))]
     for model, label in (("attn_m", "ATTN_M"), ("mlp_own_init", "MLP, own init")):
         step = float(ds.half_drop_step.sel(model=model))
         rows.append(dict(key=f"half_drop_step.{model}",
@@ -126,7 +127,7 @@ def numbers(ds) -> list[dict]:
     gap = np.abs(ds.train_loss.sel(model="attn_m") - ds.train_loss.sel(model="mlp_matched_init")).max()
     rows.append(dict(key="max_gap.mlp_matched_init", quantity="max |ATTN_M − matched MLP| over training", theory=0.0,
                      reproduced=gap))
-    return rows + published.number_rows(comparison(ds))
+    return rows + published.page.number_rows(comparison(ds))
 
 
 def words(ds) -> dict:
@@ -139,7 +140,7 @@ def words(ds) -> dict:
                 half_drop_population=float(ds.half_drop_step_theory.sel(model="attn_m")),
                 half_drop_estimate=float(ds.half_drop_step_estimate.sel(model="attn_m")),
                 lag_matched=lag_behind_attn_m(ds, "mlp_matched_init"), lag_own=lag_behind_attn_m(ds, "mlp_own_init"),
-                caption_lead=published.caption_lead("Figure 1b", bool(ds.attrs["published"])),
+                caption_lead=published.page.caption_lead("Figure 1b", bool(ds.attrs["published"])),
                 gap_matched=float(np.abs(ds.train_loss.sel(model="attn_m")
                                          - ds.train_loss.sel(model="mlp_matched_init")).max()))
 

@@ -161,7 +161,7 @@ def comparison(ds) -> list[dict]:
         return []
     drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}
     P = next(iter(_runs(ds).values()))["trainset_size"]  # a plateau level's sampling error is that of P sequences
-    return published.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values], P=P,
+    return published.rules.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values], P=P,
                                       eigenvalues=ds.eigenvalue.values)
 
 
@@ -178,19 +178,20 @@ def numbers(ds) -> list[dict]:
         seen = int(np.isfinite(vals).sum())
         rows.append(dict(key=f"plateau.M{m}",
                          quantity=f"plateau L(M_{m}) ({_window_words(ds)}; mean over {seen}/{n} seeds where detected)",
-                         paper=published.FIG3A_PLATEAUS[m] if paper else None, theory=ds.plateau_theory.sel(m=m),
+                         paper=published.readings.FIG3A_PLATEAUS[m] if paper else None,
+                         theory=ds.plateau_theory.sel(m=m),
                          reproduced=_mean(vals) if seen else None))
     rows.append(dict(key="seeds_with_every_drop.window",
                      quantity=f"seeds showing all {D} drops within the {_window_words(ds)}"
                               + (f" ({window} steps)" if paper else ""),
-                     paper=n - published.FIG3A_STILL_ON_M3 if paper else None,
+                     paper=n - published.readings.FIG3A_STILL_ON_M3 if paper else None,
                      reproduced=int((ds.directions_learned == D).sum())))
     reached = ds.directions_extended.values.astype(int)
     every = bool((reached == D).all())
     rows.append(dict(key="final_loss.extended",
                      quantity="final loss, extended run (mean over all seeds; theory: the mean of L(M_m) at the last "
                               f"saddle each seed reached, m = {list_words(reached)})",
-                     paper=published.FIG3A_PLATEAUS[-1] if paper and every else None,
+                     paper=published.readings.FIG3A_PLATEAUS[-1] if paper and every else None,
                      theory=float(ds.plateau_theory.values[reached].mean()),
                      reproduced=float(ds.final_loss.mean())))
     for d in ds.direction.values:
@@ -206,14 +207,14 @@ def numbers(ds) -> list[dict]:
                                   f"τ/(λ_{d}² v₀), an order of magnitude only)",
                          theory=ds.drop_step_theory.sel(direction=d),
                          reproduced=float(np.median(t)) if t.size else None, verdict=ESTIMATE))
-    return rows + published.number_rows(comparison(ds))
+    return rows + published.page.number_rows(comparison(ds))
 
 
 def summary(ds) -> str:
     """The page's sentences on how the run compares with the published curves (at the published settings) or that
     it is not compared."""
     compared = comparison(ds)
-    text = published.summary(compared, published.FIG3A_IMAGE)
+    text = published.page.summary(compared, published.readings.FIG3A_IMAGE)
     if compared:
         text += ("\n\nOne source of difference is known: numpy draws the tokens through an SVD of $\\Lambda$ whose "
                  "singular-vector signs depend on the LAPACK library, and the first two drops, which learn the two "
@@ -267,7 +268,7 @@ def words(ds) -> dict:
                 rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]),
                 escape_ratio=float(estimate[-1] / estimate[0]), streams=_streams_words(ds),
                 predicted=_predicted_words(ds),
-                caption_lead=published.caption_lead("Figure 3a", bool(ds.attrs["published"])),
+                caption_lead=published.page.caption_lead("Figure 3a", bool(ds.attrs["published"])),
                 window_words=_window_words(ds), reached=_reached_words(ds), ode=_ode_words(ds))
 
 

@@ -100,7 +100,7 @@ def numbers(ds) -> list[dict]:
     paper = bool(ds.attrs["published"])
     learned = _learned(ds)
     rows = [dict(key=f"final_value.e{d}", quantity=f"final value weight, head learning e_{d}",
-                 paper=published.FIG3B_FINAL_VALUES[d - 1] if paper else None,
+                 paper=published.readings.FIG3B_FINAL_VALUES[d - 1] if paper else None,
                  theory=ds.final_value_theory.sel(direction=d), reproduced=ds.final_value.sel(direction=d))
             for d, _ in learned]
     for d, _ in learned:
@@ -124,7 +124,7 @@ def table(ds) -> MarkdownTable:
     if not paper:
         del columns["paper"]
     return MarkdownTable(
-        [dict(direction=f"$e_{d}$", head=h, paper=published.FIG3B_FINAL_VALUES[d - 1] if paper else None,
+        [dict(direction=f"$e_{d}$", head=h, paper=published.readings.FIG3B_FINAL_VALUES[d - 1] if paper else None,
               theory=float(ds.final_value_theory.sel(direction=d)), final=float(ds.final_value.sel(direction=d)),
               half=float(ds.half_rise_step.sel(direction=d))) for d, h in _learned(ds)],
         columns, {"paper": ".3f", "theory": ".3f", "final": ".3f", "half": ".0f"})
@@ -163,7 +163,7 @@ def words(ds) -> dict:
     else:
         ode = "no rise was measured in this run, so there is none to set beside it"
     return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode,
-                caption_lead=published.caption_lead("Figure 3b", bool(ds.attrs["published"])),
+                caption_lead=published.page.caption_lead("Figure 3b", bool(ds.attrs["published"])),
                 rise_factor=f"{events.RISE_FACTOR:g}",
                 settings=describe(run), final_values=list_words(np.round(ds.final_value_theory.values, 3)))
 

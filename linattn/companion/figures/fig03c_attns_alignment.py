@@ -164,7 +164,7 @@ def words(ds) -> dict:
     before = sum(t.endswith("before the drop") for t in timing)
     return dict(rank=run["rank"], seed=run["seed"], H=H, D=D, spare=heads, aligned=ds.attrs["aligned"],
                 lags=lag_words, before=f"{before} of the {int(np.isfinite(lag).sum())}",
-                caption_lead=published.caption_lead("Figure 3c", bool(ds.attrs.get("published"))),
+                caption_lead=published.page.caption_lead("Figure 3c", bool(ds.attrs.get("published"))),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
 
 

@@ -135,7 +135,7 @@ def claims(ds) -> list:
     prediction from the run's own initial weights."""
     if not ds.attrs["published"] or 1 not in ds["rank"].values:
         return []
-    return [published.fig4_plateau_claim(ds.drop_step.sel(rank=1).values, ds.attrs["window"],
+    return [published.rules.fig4_plateau_claim(ds.drop_step.sel(rank=1).values, ds.attrs["window"],
                                          ds.drop_step_predicted.sel(rank=1).values,
                                          predicted="the drop steps predicted from the run's own initial weights")]
 
@@ -291,7 +291,7 @@ def words(ds) -> dict:
                horizons=join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
                enough=(f"long enough for every rank to learn all {D} directions" if not short else
                        f"not long enough for R = {list_words(short)} to learn all {D} directions"),
-               caption=published.caption_lead("Figure 4", bool(ds.attrs["published"])),
+               caption=published.page.caption_lead("Figure 4", bool(ds.attrs["published"])),
                rests=rests_text(ds),
                setting_note=("These are the published settings (seed 10 is the reference's default seed; the paper "
                              "does not say which seed it used)." if ds.attrs["published"] else

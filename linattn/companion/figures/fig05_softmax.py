@@ -9,7 +9,7 @@ and where it ends; which linear-attention directions each of ATTN_S's drops span
 ATTN_M is trained again at the ``check_seeds`` and at half the learning rate for twice the steps
 (:func:`check_configs`), so that the page can say whether its drops survive another draw and a smaller step. At the
 published settings the paper's text for ATTN_M, a single drop, is set beside the run as a claim
-(``published.fig5_single_drop_claim``, with the checks).
+(``published.rules.fig5_single_drop_claim``, with the checks).
 """
 
 from __future__ import annotations
@@ -164,8 +164,8 @@ def _found(ds, model: str):
 
 
 def checks(ds) -> list[dict]:
-    """ATTN_M's check runs as ``published.fig5_single_drop_claim`` takes them: label, drops found, their steps, the
-    step scale (the run's learning rate over the main run's) and the last loss."""
+    """ATTN_M's check runs as ``published.rules.fig5_single_drop_claim`` takes them: label, drops found, their steps,
+    the step scale (the run's learning rate over the main run's) and the last loss."""
     lr = float(_runs(ds)["attn_m"]["lr"])
     return [dict(label=str(c), drops=int(ds.check_drops.sel(check=c)),
                  drop_steps=ds.check_drop_step.sel(check=c).values[:int(ds.check_drops.sel(check=c))],
@@ -176,7 +176,7 @@ def checks(ds) -> list[dict]:
 def claims(ds) -> list:
     """The paper's text set beside the run — softmax ATTN_M falls in a single drop — with a verdict and the reason
     in numbers from the run and its checks (only at the published settings: [] otherwise)."""
-    return [published.fig5_single_drop_claim(_found(ds, "attn_m"), checks(ds))] if ds.attrs["published"] else []
+    return [published.rules.fig5_single_drop_claim(_found(ds, "attn_m"), checks(ds))] if ds.attrs["published"] else []
 
 
 def numbers(ds) -> list[dict]:
@@ -190,10 +190,10 @@ def numbers(ds) -> list[dict]:
         rows.append(dict(key=f"final_loss.{key}",
                          quantity=f"{TITLES[key]}: final loss (P = {runs[key]['trainset_size']})",
                          theory=ds.loss_star.sel(model=key), reproduced=ds.final_loss.sel(model=key)))
-    paper = published.FIG5_ATTN_M_DROPS if ds.attrs["published"] else None
+    paper = published.readings.FIG5_ATTN_M_DROPS if ds.attrs["published"] else None
     for c in ds.check.values:  # at the published settings each check is the paper's claim again, with its verdict
         n = int(ds.check_drops.sel(check=c))
-        rows.append(dict(key=f"drops.attn_m.check.{published.slug(str(c))}",
+        rows.append(dict(key=f"drops.attn_m.check.{published.rules.slug(str(c))}",
                          quantity=f"{TITLES['attn_m']}, {_check_words(ds, c)}: drops detected"
                                   + (" (the paper's text: a single drop)" if paper else ""),
                          paper=paper, reproduced=n,
@@ -306,9 +306,9 @@ def _directions_words(ds) -> str:
     text = (f"Named by the nearest of linear attention's saddle losses, softmax ATTN_S's {_count(len(spans), 'drop')} "
             f"learn {'; '.join(items)}: {_count(len(spans), 'drop')} for {_count(len(learned), 'direction')}, not "
             f"one drop per direction.")
-    if ds.attrs["published"] and learned and learned[-1] == D and D == len(published.FIG3A_CROSSINGS):
+    if ds.attrs["published"] and learned and learned[-1] == D and D == len(published.readings.FIG3A_CROSSINGS):
         last = next(step for dirs, step in zip(spans, p.drop_steps) if D in dirs)
-        low, high, beyond = published.fig3a_drop_span(D)
+        low, high, beyond = published.readings.fig3a_drop_span(D)
         text += (f" The last direction, {_subscript(D)}, comes at step {last:.0f}; the published linear-attention "
                  f"curves of Figure 3a (the same settings without the softmax, at the published learning rate) "
                  f"learn it between steps {low:.0f} and {high:.0f}"
@@ -320,7 +320,7 @@ def _checks_words(ds) -> str:
     """What ATTN_M's check runs show and what they cost, in words."""
     if not ds.sizes["check"]:
         return ""
-    claim = published.check_words(int(ds.drops.sel(model="attn_m")), checks(ds))
+    claim = published.rules.check_words(int(ds.drops.sel(model="attn_m")), checks(ds))
     seconds = float(ds.check_wall_time.sum())
     return (f"{claim} The {_count(ds.sizes['check'], 'check run')} trained in {prose_text(seconds)} s in all on the "
             "machine that built this page.")
@@ -340,7 +340,7 @@ def words(ds) -> dict:
         lead += ("; at the published sizes ATTN_S learns in a staircase, as linear attention does, and ATTN_M in one "
                  "fall that pauses on a shoulder (the paper describes a single drop)")
         draws = [c for c in checks(ds) if c["step_scale"] == 1]
-        if draws and all(c["drops"] == published.FIG5_ATTN_M_DROPS for c in draws):
+        if draws and all(c["drops"] == published.readings.FIG5_ATTN_M_DROPS for c in draws):
             lead += (f", but at the {_count(len(draws), 'other seed')} checked ATTN_M falls in a single drop, as the "
                      "paper describes: the shoulder belongs to this draw")
     paper = PRESETS["paper"]
@@ -350,7 +350,7 @@ def words(ds) -> dict:
                 paper_lrs=list_words([paper[k]["lr"] for k in MODELS]),
                 detected=" ".join(_detected(ds, k, k == MODELS[0]) for k in MODELS), reading=_reading(ds),
                 directions=_directions_words(ds), checks=_checks_words(ds),
-                caption_lead=published.caption_lead("Figure 5", bool(ds.attrs["published"])))
+                caption_lead=published.page.caption_lead("Figure 5", bool(ds.attrs["published"])))
 
 
 def plot(ds):

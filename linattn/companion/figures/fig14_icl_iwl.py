@@ -5,8 +5,8 @@ task vector (solvable only in context), the rest share one fixed task vector (so
 run records its training loss and two test losses, on held-out sequences with the fixed task vector (in-weight) and
 with fresh ones (in-context). The theory: the minimum L* (``theory.loss_star``; with white covariance
 (D+1)/(N+D+1)), which the in-context test loss reaches when every sequence is in-context (c = 1). At the published
-settings the landmarks read off the published panels are set beside ours (``published.fig14_comparison``) and drawn
-on the panels (``published.fig14_landmarks``).
+settings the landmarks read off the published panels are set beside ours (``published.rules.fig14_comparison``) and
+drawn on the panels (``published.readings.fig14_landmarks``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def curves(ds) -> dict:
 
 
 def _slug(c: float) -> str:
-    return published.slug(f"c={c:g}")
+    return published.rules.slug(f"c={c:g}")
 
 
 def comparison(ds) -> list[dict]:
@@ -88,7 +88,8 @@ def comparison(ds) -> list[dict]:
     if not ds.attrs["published"]:
         return []
     run = next(iter(_runs(ds).values()))  # the readings' sampling error: that of the smaller of the two sets
-    return published.fig14_comparison(curves(ds), ds.step.values, P=min(run["trainset_size"], run["testset_size"]))
+    P = min(run["trainset_size"], run["testset_size"])
+    return published.rules.fig14_comparison(curves(ds), ds.step.values, P=P)
 
 
 def numbers(ds) -> list[dict]:
@@ -103,7 +104,7 @@ def numbers(ds) -> list[dict]:
                       reproduced=at.test_iwl[-1]),
                  dict(key=f"final_test_icl.{_slug(c)}", quantity=f"c={c:g}: final in-context test loss",
                       theory=ds.loss_star if c == 1 else None, reproduced=at.test_icl[-1])]
-    return rows + published.number_rows(comparison(ds))
+    return rows + published.page.number_rows(comparison(ds))
 
 
 def run_table(ds) -> MarkdownTable:
@@ -146,7 +147,7 @@ def words(ds) -> dict:
                      "This run is not at the published settings, so no published reading is drawn.")
     return dict(n_panels=len(cs), landmark_note=landmark_note, L_star=float(ds.loss_star), epoch=run["epoch"],
                 iwl_course=in_weight_course(ds),
-                caption_lead=published.caption_lead("Figure 14", bool(ds.attrs["published"])),
+                caption_lead=published.page.caption_lead("Figure 14", bool(ds.attrs["published"])),
                 paper_epoch=PRESETS["paper"]["epoch"], c_values=list_words(cs),
                 settings=describe(run) + (", white input covariance" if run["white_cov"] else "")
                 + f", test sets of {run['testset_size']} sequences each")
@@ -168,7 +169,7 @@ def plot(ds):
     readings as open circles (``plotting.plot_icl_panels``)."""
     from ..plotting import plot_icl_panels
 
-    landmarks = published.fig14_landmarks() if ds.attrs["published"] else None
+    landmarks = published.readings.fig14_landmarks() if ds.attrs["published"] else None
     fig, _ = plot_icl_panels(ds.step.values, curves(ds), landmarks=landmarks, L_star=float(ds.loss_star))
     return fig
 

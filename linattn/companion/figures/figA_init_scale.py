@@ -19,7 +19,7 @@ from ... import diagnostics, loss_curves, theory
 from .. import presets
 from ..output import ESTIMATE, MarkdownTable
 from ..output import words as list_words
-from ..published import slug
+from ..published.rules import slug
 from ..runstore import population_twin
 from .common import presets as common
 from .common.frame import settings_attrs

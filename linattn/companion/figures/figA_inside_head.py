@@ -147,7 +147,7 @@ def words(ds) -> dict:
     S = json.loads(ds.attrs["settings"])
     return dict(R=S["rank"], H=ds.sizes["head"], D=ds.sizes["direction"], settings=describe(S),
                 snapshot_every=S["snapshot_every"],
-                caption_lead=published.caption_lead("Figure 11", bool(ds.attrs["published"])),
+                caption_lead=published.page.caption_lead("Figure 11", bool(ds.attrs["published"])),
                 setting_note=("These are Figure 4's published settings for this rank." if ds.attrs["published"]
                               else "These are not Figure 4's published settings."))
 

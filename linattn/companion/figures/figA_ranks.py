@@ -149,7 +149,7 @@ def words(ds) -> dict:
                 rest_tol=loss_curves.REST_TOL, band=loss_curves.rest_band_words(ds.attrs["band"]),
                 seeds=list_words(list(ds.seed.values)),
                 settings=describe(S, ranks=ranks),
-                caption=published.caption_lead("Figure 12", bool(ds.attrs["published"])),
+                caption=published.page.caption_lead("Figure 12", bool(ds.attrs["published"])),
                 setting_note=("These are Figure 4's published settings, with the paper's appendix ranks."
                               if ds.attrs["published"] else
                               "These are not the settings of the paper's figure."))

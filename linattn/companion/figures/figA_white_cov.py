@@ -119,7 +119,7 @@ def numbers(ds) -> list[dict]:
                  dict(key=f"final_sigma.seed{s}", quantity=f"{label}: final σ (σ(∞) = D/c)",
                       theory=ds.sigma_final_theory, reproduced=at.final_sigma),
                  dict(key=f"final_loss.seed{s}", quantity=f"{label}: final loss (L* = 1 − 1/c)",
-                      paper=published.WHITE_L_STAR if paper else None, theory=ds.loss_star,
+                      paper=published.readings.WHITE_L_STAR if paper else None, theory=ds.loss_star,
                       reproduced=at.final_loss),
                  dict(key=f"max_gap.seed{s}", quantity=f"{label}: max |L_sim(t) − L_theory(t)| (for information: "
                       "from a random start the closed form is approximate)", reproduced=at.max_gap)]
@@ -130,7 +130,7 @@ def seed_table(ds) -> MarkdownTable:
     """Per seed: the half-drop step predicted and found, the final loss (and the paper's, at the published
     settings), and the largest gap to the analytic loss."""
     rows = [dict(seed=int(s), drop_theory=float(ds.half_drop_step_theory.sel(seed=s)),
-                 drop_run=float(ds.half_drop_step.sel(seed=s)), final_paper=published.WHITE_L_STAR,
+                 drop_run=float(ds.half_drop_step.sel(seed=s)), final_paper=published.readings.WHITE_L_STAR,
                  final_run=float(ds.final_loss.sel(seed=s)), gap=float(ds.max_gap.sel(seed=s)))
             for s in ds.seed.values]
     columns = {"seed": "seed", "drop_theory": "half-drop step, analytic loss", "drop_run": "half-drop step, run",
@@ -178,8 +178,8 @@ def largest_gap(ds) -> str:
 
 def words(ds) -> dict:
     """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
-    paper_final = (f"the paper states this value, {published.WHITE_L_STAR}, for its own settings, which are this "
-                   "run's" if ds.attrs["published"] else
+    paper_final = (f"the paper states this value, {published.readings.WHITE_L_STAR}, for its own settings, which are "
+                   "this run's" if ds.attrs["published"] else
                    "the paper's value is for its own settings, so the table does not set it beside this run")
     run = next(iter(_runs(ds).values()))
     return dict(drop_shift=drop_shift(ds),

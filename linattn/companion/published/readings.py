@@ -1,6 +1,6 @@
 """What the published curves show, read off the authors' own plots: the readings of Figures 1b, 3a and 14 and the
 numbers the paper states in its text (data only; the rules that compare ours with them are
-:mod:`linattn.companion.published_rules`).
+:mod:`linattn.companion.published.rules`).
 
 The authors' plotting notebook carries the images of Figures 1b, 3a and 14 as the paper printed them. A *pixel* of
 an image is one column (steps) or one row (loss) of its axes; each image has its own scale (:class:`Image`):

@@ -1,5 +1,5 @@
 """What a figure page and the reproduction report show of the comparison rows
-(:mod:`linattn.companion.published_rules`): the tables, the sentences that say where ours and the published curves
+(:mod:`linattn.companion.published.rules`): the tables, the sentences that say where ours and the published curves
 agree and differ, the ``numbers.json`` rows, how the report files a row, and how a page names its figure.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .output import AGREES, CONSISTENT, DIFFERS, ESTIMATE, WITHIN_NOISE, MarkdownTable
-from .published_readings import Image
-from .published_rules import Claim, slug
+from ..output import AGREES, CONSISTENT, DIFFERS, ESTIMATE, WITHIN_NOISE, MarkdownTable
+from .readings import Image
+from .rules import Claim, slug
 
 
 def claims_table(claims: list[Claim]) -> MarkdownTable:

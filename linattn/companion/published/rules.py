@@ -1,4 +1,4 @@
-"""How ours compare with the published readings (:mod:`linattn.companion.published_readings`): measuring the same
+"""How ours compare with the published readings (:mod:`linattn.companion.published.readings`): measuring the same
 quantity on our curves, the difference and its verdict, Figure 3a's one-to-one pairing, and the claims of the
 paper's text.
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import theory
-from ..loss_curves import first_step_below
-from .output import AGREES, DIFFERS, loss_standard_error, verdict, words
-from .published_readings import (
+from ... import theory
+from ...loss_curves import first_step_below
+from ..output import AGREES, DIFFERS, loss_standard_error, verdict, words
+from .readings import (
     FIG1B,
     FIG1B_IMAGE,
     FIG3A_CROSSINGS,
