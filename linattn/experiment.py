@@ -157,7 +157,7 @@ def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot) -> RunResult
 
 def continued(result: RunResult, epoch: int) -> RunResult:
     """``result``'s gradient-descent run carried on to ``epoch`` steps: the remaining ones trained from its final
-    weights on its own data (:meth:`~linattn.plan.Plan.continued`; drawn again only where the result no longer holds
+    weights on its own data (``Plan.continued``; drawn again only where the result no longer holds
     them), its history and weight snapshots joined to the new ones (GD is a function of the weights alone, so this is
     the run of ``epoch`` steps). ValueError for a flow run or a run without final weights."""
     cfg = result.config
