@@ -761,8 +761,8 @@ def test_fig04_names_the_long_rests_the_theory_does_not_expect_and_says_when_the
     assert low_rank.extra_long_rests(ds) == {4: {10: [7], 11: [6]}, 2: {10: [1], 11: [1]}}
     assert low_rank.after_last_expected(ds, 4) and not low_rank.after_last_expected(ds, 2)
     text = low_rank.rests_text(ds)
-    assert "$R = 4$ rests long at $\\mathcal{M}_{6}$ and $\\mathcal{M}_{7}$" in text
-    assert "the longest, at $\\mathcal{M}_{7}$, lasts 4100 steps" in text
+    assert "R = 4 rests long at ℳ₆ and ℳ₇" in text
+    assert "the longest, at ℳ₇, lasts 4100 steps" in text
     assert text.count("two-factor strict saddle") == 1  # rank 4's sentence only
 
 

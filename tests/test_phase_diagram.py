@@ -200,7 +200,7 @@ def test_one_colour_scale_for_both_maps_and_phrases_true_to_the_data(tiny):
     plt.close(fig)
     words = pd_.words(ds)
     assert all("nan" not in str(v).lower() for v in words.values())
-    assert words["settled"].startswith("all 8 cells") and "$c$ = 0 and" not in words["icl_switch"]
+    assert words["settled"].startswith("all 8 cells") and "c = 0 and" not in words["icl_switch"]
     assert words["limits"].startswith(f"{int(ds.flat.sum())} of the 8 cells")
     # a constructed peak in the fresh sequences: at P = 40 the c > 0 cells hold 2, 8 and 40 of them, and the tiny
     # model's fixed task leaves free_directions = 3 directions, which lies between 2 and 40
@@ -209,16 +209,16 @@ def test_one_colour_scale_for_both_maps_and_phrases_true_to_the_data(tiny):
     peaked.final_test_icl.loc[dict(trainset_size=40.0)] = [2.0, 5.0, 300.0, 0.1]
     peaked["peak_icl"] = peaked.peak_icl.where(peaked.trainset_size != 40, 0.2)
     assert int(peaked.free_directions) == 3
-    assert phase_text.peak_phrase(peaked) == ("peaks at 8 fresh sequences at $P$ = 40 (300); the fixed task's "
+    assert phase_text.peak_phrase(peaked) == ("peaks at 8 fresh sequences at P = 40 (300); the fixed task's "
                                               "sequences leave 3 directions of ATTN_M's features to the fresh ones, "
                                               "and every peak sits next to that count")
     stalled = ds.copy()
     stalled["settled"] = stalled.settled.where((stalled.icl != 0.2) | (stalled.trainset_size != 40), False)
     stalled["switch_hi"] = stalled.switch_hi.where(stalled.trainset_size != 40)
-    assert phase_text.settled_phrase(stalled).startswith("7 of the 8 cells; $c$ = 0.2, $P$ = 40 still moved")
-    assert phase_text.switch_phrase(stalled).startswith("at no trained $c$ at $P$ = 40")
-    assert phase_text._per_P([(40.0, "at no $c$"), (np.inf, "at no $c$")]) == "at no $c$ at every $P$"
-    assert phase_text._per_P([(40.0, "at no $c$")], every=False) == "at no $c$ at $P$ = 40"
+    assert phase_text.settled_phrase(stalled).startswith("7 of the 8 cells; c = 0.2, P = 40 still moved")
+    assert phase_text.switch_phrase(stalled).startswith("at no trained c at P = 40")
+    assert phase_text._per_P([(40.0, "at no c"), (np.inf, "at no c")]) == "at no c at every P"
+    assert phase_text._per_P([(40.0, "at no c")], every=False) == "at no c at P = 40"
 
 
 def test_record_steps():

@@ -148,3 +148,12 @@ def test_one_formatter_rounds_prose_to_the_digits_a_number_means():
     assert prose_value(np.float64(2.0)) == 2 and type(prose_value(np.float64(2.0))) is int
     assert prose_text(1e-6) == "1e-06" and prose_text(0.25) == "0.25" and prose_text(None) == "–"
     assert words([0.4, 0.30000000000000004, 0.2]) == "0.4, 0.3 and 0.2"
+
+
+def test_glued_text_with_tex_is_refused_before_it_reaches_a_page():
+    """Glued text is shown as it is, so a $ would reach the reader; prose writes symbols in Unicode instead."""
+    from linattn.companion.output import glue, saddle, subscript
+
+    with pytest.raises(ValueError, match="rests"):
+        glue(rests="R = 4 rests long at $\\mathcal{M}_6$")
+    assert (saddle(6), subscript(12)) == ("ℳ₆", "₁₂")

@@ -340,6 +340,16 @@ def prose_value(value):
     return prose_number(value)
 
 
+def subscript(n: int) -> str:
+    """``n`` in subscript digits, for text that shows no math (glued prose): 12 → ₁₂."""
+    return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+
+
+def saddle(m: int) -> str:
+    """The saddle ℳ_m as glued prose writes it: ℳ₃."""
+    return "ℳ" + subscript(m)
+
+
 class _Words(str):
     """Text glued into prose: shown as it is (a ``str``'s repr would add quotes)."""
 
@@ -350,11 +360,17 @@ class _Words(str):
 def glue(**values) -> None:
     """Hand numbers and words from the run to the page's prose: each ``name=value`` is glued with myst-nb (not
     displayed), and the page quotes it as ``{glue:text}`name:.0f``` (a number) or ``{glue:text}`name``` (text,
-    shown without quotes). Values go through :func:`prose_value`. Returns None, so a cell may end with it."""
+    shown without quotes). Values go through :func:`prose_value`. Returns None, so a cell may end with it.
+
+    Glued text is shown as it is, never parsed, so TeX in it would reach the reader as dollar signs: a text with a
+    ``$`` is refused (ValueError naming it), and prose writes symbols in Unicode (:func:`saddle`, :func:`subscript`)."""
     from myst_nb import glue as _glue
 
     for name, v in values.items():
         v = prose_value(v)
+        if isinstance(v, str) and "$" in v:
+            raise ValueError(f"glued text {name}={v[:80]!r} holds TeX, which glued text shows as it is: write it in "
+                             "Unicode (output.saddle, output.subscript)")
         _glue(name, _Words(v) if isinstance(v, str) else v, display=False)
 
 

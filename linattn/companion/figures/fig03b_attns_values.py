@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import diagnostics, events, theory
 from .. import presets, published
-from ..output import MarkdownTable
+from ..output import MarkdownTable, subscript
 from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe, join, seed_run
@@ -132,7 +132,7 @@ def table(ds) -> MarkdownTable:
 
 def _e(d: int) -> str:
     """Direction d as plain text (glued text shows no math): e₁, e₂, …"""
-    return "e" + str(d).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+    return "e" + subscript(d)
 
 
 def words(ds) -> dict:

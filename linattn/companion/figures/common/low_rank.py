@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .... import loss_curves
-from ...output import words
+from ...output import saddle, words
 
 
 def summaries(losses, ranks, levels) -> dict:
@@ -145,20 +145,19 @@ def rests_text(ds) -> str:
         steps = ds.rest_steps.sel(rank=R).sel(m=found)
         longest = float(steps.max())
         m_long = int(found[int(np.nanargmax(steps.max("seed").values))])
-        line = (f"$R = {R}$ rests long at {saddles_words(found)}, where the theory expects short plateaus (in "
+        line = (f"R = {R} rests long at {saddles_words(found)}, where the theory expects short plateaus (in "
                 f"{sum(bool(ms) for ms in by_seed.values())} of {len(by_seed)} seeds; the longest, at "
-                f"$\\mathcal{{M}}_{{{m_long}}}$, lasts {longest:.0f} steps)")
+                f"{saddle(m_long)}, lasts {longest:.0f} steps)")
         if after_last_expected(ds, R):
             line += (": all of them after the last plateau the theory expects long, once a head's value weight has "
                      "grown. There the next direction escapes a two-factor strict saddle, in a time that still grows "
-                     "as $1/\\lambda^2$, so the rests before the directions of smallest eigenvalue are long whatever "
-                     "$R$")
+                     "as 1/λ², so the rests before the directions of smallest eigenvalue are long whatever R")
         lines.append(line + ".")
     return " ".join(lines) or "No rank rests long where the theory expects a short plateau."
 
 
 def saddles_words(ms) -> str:
-    return join([f"$\\mathcal{{M}}_{{{m}}}$" for m in ms])
+    return join([saddle(m) for m in ms])
 
 
 def join(items) -> str:

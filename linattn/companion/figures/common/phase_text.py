@@ -74,20 +74,20 @@ def _fresh(c, P) -> int:
 
 
 def _between(lo, hi, P) -> str:
-    """A bracket as prose: "between $c$ = 0.02 and 0.05 (4 to 10 fresh sequences)" at finite P."""
+    """A bracket as prose: "between c = 0.02 and 0.05 (4 to 10 fresh sequences)" at finite P."""
     if not np.isfinite(lo):
-        return f"at every trained $c$ > 0 (from {_c(hi)})"
+        return f"at every trained c > 0 (from {_c(hi)})"
     fresh = f" ({_fresh(lo, P)} to {_fresh(hi, P)} fresh sequences)" if np.isfinite(P) else ""
-    return f"between $c$ = {_c(lo)} and {_c(hi)}{fresh}"
+    return f"between c = {_c(lo)} and {_c(hi)}{fresh}"
 
 
 def _per_P(pairs, every: bool = True) -> str:
-    """"between … at $P$ = 200 and between … at $P$ = ∞"; one phrase "… at every $P$" where all say the same and
+    """"between … at P = 200 and between … at P = ∞"; one phrase "… at every P" where all say the same and
     ``every`` (the pairs cover every P of the grid)."""
     pairs = list(pairs)
     if every and len(pairs) > 1 and len({text for _, text in pairs}) == 1:
-        return f"{pairs[0][1]} at every $P$"
-    return _list(f"{text} at $P$ = {size_label(P)}" for P, text in pairs)
+        return f"{pairs[0][1]} at every P"
+    return _list(f"{text} at P = {size_label(P)}" for P, text in pairs)
 
 
 def _grid_fresh(ds, P) -> np.ndarray:
@@ -120,7 +120,7 @@ def settled_phrase(ds) -> str:
     change = np.fmax(ds.settle_iwl, ds.settle_icl)
     if settled == n:
         return f"all {n} cells (the largest change: {float(change.max()):.1e})"
-    bad = [f"$c$ = {_c(c)}, $P$ = {size_label(P)}" for c in ds.icl.values for P in ds.trainset_size.values
+    bad = [f"c = {_c(c)}, P = {size_label(P)}" for c in ds.icl.values for P in ds.trainset_size.values
            if not bool(ds.settled.sel(icl=c, trainset_size=P))]
     return (f"{settled} of the {n} cells; {_list(bad)} still moved by up to "
             f"{float(change.where(~ds.settled).max()):.1%} of its final value")
@@ -128,14 +128,14 @@ def settled_phrase(ds) -> str:
 
 def switch_phrase(ds, lo: str = "switch_lo", hi: str = "switch_hi", step=None) -> str:
     """Per P, where the bracket ``lo``/``hi`` (at ``step``; None: the last) puts a verdict that holds for good:
-    "between $c$ = 0.02 and 0.05 (4 to 10 fresh sequences) at $P$ = 200 and at no trained $c$ at $P$ = ∞"."""
+    "between c = 0.02 and 0.05 (4 to 10 fresh sequences) at P = 200 and at no trained c at P = ∞"."""
     def at(key, P):
         x = ds[key].sel(trainset_size=P)
         if "step" not in x.dims:
             return float(x)
         return float(x.isel(step=-1) if step is None else x.sel(step=step))
 
-    return _per_P((P, _between(at(lo, P), at(hi, P), P) if np.isfinite(at(hi, P)) else "at no trained $c$")
+    return _per_P((P, _between(at(lo, P), at(hi, P), P) if np.isfinite(at(hi, P)) else "at no trained c")
                   for P in ds.trainset_size.values)
 
 
@@ -146,9 +146,9 @@ def theory_phrase(ds) -> str:
         run = (_final(ds, "switch_lo", P), _final(ds, "switch_hi", P))
         end = (float(ds.theory_lo.sel(trainset_size=P)), float(ds.theory_hi.sel(trainset_size=P)))
         (same if np.allclose(run, end, equal_nan=True) else other).append(P)
-    out = "the same bracket at $P$ = " + _list(size_label(P) for P in same) if same else "no bracket of the runs"
+    out = "the same bracket at P = " + _list(size_label(P) for P in same) if same else "no bracket of the runs"
     if other:
-        out += "; at $P$ = " + _list(size_label(P) for P in other) + " it differs (the table's theory column)"
+        out += "; at P = " + _list(size_label(P) for P in other) + " it differs (the table's theory column)"
     return out
 
 
@@ -158,14 +158,14 @@ def iwl_wins_phrase(ds) -> str:
     for P in ds.trainset_size.values:
         c = ds.icl.values[ds.iwl_wins.sel(trainset_size=P).values]
         fresh = f" ({_list(str(_fresh(x, P)) for x in c)} fresh sequences)" if c.size and np.isfinite(P) else ""
-        parts.append((P, f"at $c$ = {_list(_c(x) for x in c)}{fresh}" if c.size else "at no trained $c$ > 0"))
+        parts.append((P, f"at c = {_list(_c(x) for x in c)}{fresh}" if c.size else "at no trained c > 0"))
     return _per_P(parts)
 
 
 def crossing_phrase(value) -> str:
     """A crossing solved in c, or why there is none."""
     value = float(value)
-    return f"at $c$ = {value:.2g}" if np.isfinite(value) else "at no $c$ found in the grid's bracket"
+    return f"at c = {value:.2g}" if np.isfinite(value) else "at no c found in the grid's bracket"
 
 
 def peak_phrase(ds) -> str:
@@ -175,8 +175,8 @@ def peak_phrase(ds) -> str:
     peaks = [(P, float(ds.peak_icl.sel(trainset_size=P))) for P in ds.trainset_size.values]
     peaks = [(P, c) for P, c in peaks if np.isfinite(c)]
     if not peaks:
-        return f"shows no peak inside the grid at any finite $P$ (the count of free directions: {k})"
-    where = _list(f"{_fresh(c, P)} fresh sequences at $P$ = {size_label(P)} "
+        return f"shows no peak inside the grid at any finite P (the count of free directions: {k})"
+    where = _list(f"{_fresh(c, P)} fresh sequences at P = {size_label(P)} "
                   f"({_loss(float(ds.final_test_icl.sel(trainset_size=P, icl=c)))})" for P, c in peaks)
     near = all(near_count(_grid_fresh(ds, P), _fresh(c, P), k) for P, c in peaks)
     return (f"peaks at {where}; the fixed task's sequences leave {k} directions of ATTN_M's features to the fresh "
@@ -202,8 +202,8 @@ def stage_phrase(ds) -> str:
         end, then = _final(ds, "switch_hi", P), float(ds.switch_hi.sel(trainset_size=P, step=ds.epoch))
         if not (np.isfinite(end) and np.isfinite(then)):
             continue
-        parts.append((P, "at the same $c$ as at the epoch" if end == then else
-                      f"at a {'smaller' if end < then else 'larger'} $c$ than at the epoch"))
+        parts.append((P, "at the same c as at the epoch" if end == then else
+                      f"at a {'smaller' if end < then else 'larger'} c than at the epoch"))
     if not parts:
         return "nowhere both switch on the grid"
     return _per_P(parts, every=len(parts) == ds.sizes["trainset_size"])
@@ -212,7 +212,7 @@ def stage_phrase(ds) -> str:
 def settling_phrase(ds) -> str:
     """Per P, the first recorded step from which the in-context bracket stays where it ends."""
     steps = settling_step(ds)
-    return _list(f"{_steps(s)} at $P$ = {size_label(P)}" for P, s in steps.items()) or "never (no final bracket)"
+    return _list(f"{_steps(s)} at P = {size_label(P)}" for P, s in steps.items()) or "never (no final bracket)"
 
 
 def numbers(ds, escape=None) -> list[dict]:
