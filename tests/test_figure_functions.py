@@ -469,6 +469,12 @@ def test_own_experiment_on_a_spectrum_of_two_from_given_weights():
     said = own_experiment.words(ds)
     assert (said["spectrum"], said["epoch"], said["epoch_more"], said["H"]) == ("0.6 and 0.3", 180, 240, 2)
     assert "Plateaus found" in own_experiment.summary(ds) and "linattn.run(" in own_experiment.recipe()
+    # the recipe the page shows, run with the public API alone, trains the page's very runs
+    first, continued = own_experiment.by_hand(S, own_experiment.example_weights(S))
+    assert np.array_equal(np.concatenate([first.history.train_loss, continued.history.train_loss]),
+                          ds.train_loss.values)
+    recipe = own_experiment.recipe()
+    assert "def by_hand(" in recipe and max(len(line) for line in recipe.splitlines()) <= 100  # readable on the page
 
 
 # ---------------------------------------------------------------- appendix: white covariance, the analytic course

@@ -2,11 +2,11 @@
 further from the weights the first run returned — with the public API only (``linattn.draw``, ``linattn.run``,
 ``linattn.theory``), so the recipe can be copied into a notebook of your own.
 
-:func:`config`, :func:`example_weights` and :func:`train` are the recipe (the page shows their code,
-:func:`recipe`); :func:`compute` packs what it trained into a labelled dataset beside the theory's plateau losses
-L(M_0) … L(M_D) of your covariance (``theory.plateau_losses``), and the flat stretches of the loss are named by the
-saddle they sit at (``loss_curves.saddle_levels``, the one rule). Pass ``weights=`` your own arrays (the layout of
-``init.npz``: ``linattn.models.weight_shapes``) to start from them.
+:func:`runs`, :func:`example_weights` and :func:`by_hand` are the recipe (the page shows their code, :func:`recipe`, and
+a test runs it); :func:`compute` packs what it trained into a labelled dataset beside the theory's plateau losses L(M_0)
+… L(M_D) of your covariance (``theory.plateau_losses``), and the flat stretches of the loss are named by the saddle they
+sit at (``loss_curves.saddle_levels``, the one rule). Pass ``weights=`` your own arrays (the layout of ``init.npz``:
+``linattn.models.weight_shapes``) to start from them.
 """
 
 from __future__ import annotations
@@ -40,25 +40,32 @@ TOLERANCES = [common.PLATEAUS]
 
 
 def runs(S: dict) -> dict:
-    """The two runs: the first (``epoch`` steps, from the weights you give), with the spectrum on the diagonal of
-    the input covariance (any symmetric positive-definite matrix works as ``cov_matrix``; options the authors' code
-    never had need linattn's own random streams, ``draws="streams"``), and its continuation (``epoch_more`` steps
-    from the weights the first returned, on the same training set)."""
-    first = linattn.RunConfig(model=S["model"], in_dim=len(S["spectrum"]), head_num=S["head_num"], rank=S["rank"],
-                              seq_len=S["seq_len"], trainset_size=S["trainset_size"], lr=S["lr"], epoch=S["epoch"],
-                              seed=S["seed"], cov_matrix=np.diag(S["spectrum"]).tolist(), draws=S["draws"])
+    """The two runs: the first (``epoch`` steps, from the weights you give), with
+    your spectrum on the diagonal of the input covariance (any symmetric
+    positive-definite matrix works as ``cov_matrix``; options the authors' code
+    never had need linattn's own random streams, ``draws="streams"``), and its
+    continuation: ``epoch_more`` steps from the weights the first returned, on
+    the same training set."""
+    first = linattn.RunConfig(
+        model=S["model"], in_dim=len(S["spectrum"]), head_num=S["head_num"],
+        rank=S["rank"], seq_len=S["seq_len"], trainset_size=S["trainset_size"],
+        lr=S["lr"], epoch=S["epoch"], seed=S["seed"], draws=S["draws"],
+        cov_matrix=np.diag(S["spectrum"]).tolist())
     more = linattn.RunConfig(**{**first.to_dict(), "epoch": S["epoch_more"]})
-    return {"first": first, "continued": FromRun(more, "first", "final", same_data=True)}
+    return {"first": first,
+            "continued": FromRun(more, "first", "final", same_data=True)}
 
 
 def example_weights(S: dict) -> dict:
-    """Initial weights given in Python, in the layout of ``init.npz``: for ATTN_S, W_Q and W_K (H, R, D+1) drawn
-    N(0, init²) and W_V (H, D+1, D+1) zero but for each head's label entry W_V[h][D, D] = init (only the last row
-    of each W_V[h], the label's value weights, enters the prediction). Other models: ``linattn.init_weights``."""
+    """Initial weights given in Python, in the layout of ``init.npz``: for
+    ATTN_S, W_Q and W_K (H, R, D+1) drawn N(0, init²) and W_V (H, D+1, D+1)
+    zero but for each head's label entry W_V[h][D, D] = init (only the last row
+    of each W_V[h] enters the prediction). Other models: linattn.init_weights."""
     D, H, R = len(S["spectrum"]), S["head_num"], S["rank"]
     rng = np.random.default_rng(S["seed"])
     if S["model"] != "attnS":
-        return linattn.init_weights(S["model"], head_num=H, in_dim=D, rank=R, init=S["init"], rng=rng)
+        return linattn.init_weights(S["model"], head_num=H, in_dim=D, rank=R,
+                                    init=S["init"], rng=rng)
     weights = {"W_Q": S["init"] * rng.standard_normal((H, R, D + 1)),
                "W_K": S["init"] * rng.standard_normal((H, R, D + 1)),
                "W_V": np.zeros((H, D + 1, D + 1))}
@@ -66,22 +73,25 @@ def example_weights(S: dict) -> dict:
     return weights
 
 
-# How the page's two runs are trained with the public API alone, for the recipe (the page itself trains them
-# through the run store, which caches them)
-BY_HAND = """first_cfg, more = runs(S)["first"], runs(S)["continued"]
-first = linattn.run(first_cfg, init=example_weights(S))  # your weights, on the data drawn from your covariance
-continued = linattn.run(more.config, init=first.weights, data=first.datasets)  # carries on from the returned weights
-"""
+def by_hand(S: dict, weights: dict) -> tuple:
+    """The two runs trained with the public API alone: the first from
+    ``weights`` on the data drawn from your covariance, the second from the
+    weights the first returned, on the same data. (The page trains the same
+    runs through the companion's run store, which keeps them.)"""
+    declared = runs(S)
+    first = linattn.run(declared["first"], init=weights)
+    more = declared["continued"].config
+    continued = linattn.run(more, init=first.weights, data=first.datasets)
+    return first, continued
 
 
 def recipe() -> str:
-    """The code of :func:`runs` and :func:`example_weights` and how to train them (:data:`BY_HAND`), as a Markdown
-    code block."""
+    """The code of :func:`runs`, :func:`example_weights` and :func:`by_hand`, as a Markdown code block."""
     import inspect
 
-    code = "\n\n".join(inspect.getsource(f) for f in (runs, example_weights))
+    code = "\n\n".join(inspect.getsource(f) for f in (runs, example_weights, by_hand))
     imports = "import numpy as np\nimport linattn\nfrom linattn.companion.figures.common.runs import FromRun"
-    return f"```python\n{imports}\n\n\n{code}\n\n{BY_HAND}```"
+    return f"```python\n{imports}\n\n\n{code}\n\nfirst, continued = by_hand(S, example_weights(S))\n```"
 
 
 def compute(S: dict, weights: dict | None = None):
