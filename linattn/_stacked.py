@@ -113,23 +113,20 @@ def _moments(objs: list) -> tuple:
             torch.stack([o.moments.yT for o in objs]), torch.stack([o.moments.TT for o in objs]))
 
 
-def _setup(p, built: dict):
-    """A member's data, initial weights, model and exact objectives, as ``run`` builds them. ``built``: the objectives
-    already made, by data set and the settings they depend on (members given the same data share them)."""
+def _setup(p, shared: dict):
+    """A member's data, initial weights, model and exact objectives, as ``run`` builds them. ``shared``: the draws and
+    moments of the members before it (``linattn.experiment._carry_out``'s), which members of the same data share."""
     start = time.perf_counter()
     cfg = p.config
     datasets, init = p.data if p.data is not None else p.drawn, p.init
     if p.to_draw == plan.COVARIANCE:
         datasets = plan._population_datasets(cfg)
     elif p.to_draw != plan.NOTHING:
-        drawn_data, drawn_init = plan._draw(cfg)
+        drawn_data, drawn_init = plan._draw(cfg, shared)
         datasets = drawn_data if datasets is None else datasets
         init = drawn_init if init is None else init
     model = build_model(cfg.model, init, dtype=getattr(torch, cfg.dtype), device=p.device)
-    key = (id(datasets), cfg.vary_len, cfg.normalize, cfg.chunk, cfg.cubic_feat)
-    if key not in built or built[key][0] is not datasets:
-        built[key] = (datasets, *objectives.build(cfg, model, datasets, p.device))
-    _, train, tests = built[key]
+    train, tests = objectives.build(cfg, model, datasets, p.device, shared=shared)
     return dict(datasets=datasets, init=init, model=model, train=train, tests=tests,
                 setup=time.perf_counter() - start)
 
@@ -144,8 +141,8 @@ def _load(model, stack: _Stack, row: int) -> None:
 def train_stacked(plans: list, *, snapshot_every: int = 0, snapshot=None) -> list:
     """Train the members of ``plans`` (checked by ``batch.run_many``) in one batched loop; see :mod:`linattn.batch`."""
     start = time.perf_counter()
-    built: dict = {}
-    members = [_setup(p, built) for p in plans]
+    shared: dict = {}
+    members = [_setup(p, shared) for p in plans]
     cfg0, device = plans[0].config, plans[0].device
     R = max(p.config.rank for p in plans)
     keys = list(members[0]["tests"])

@@ -10,7 +10,11 @@ fraction, learning rate, length, rank (ATTN_S) — and each result is what ``lin
   (``objectives/exact_kernel.c``), one run after the other. A member's step reads its own E[TTᵀ] (its own data), so
   members share no arithmetic to batch; one at a time keeps that matrix in cache for all of its steps (at F = 360 it
   is 1 MB: cycling through 16 members each step would stream 16 MB a step), and a member leaves by ending its loop.
-  What the call shares is the checking of every member before any work and the thread setting.
+  What the call shares is the checking of every member before any work, the thread setting, and the data: members
+  whose settings draw the same data sets (say the ranks or initial scales of one seed) draw them once and hold the
+  same :class:`~linattn.data.Datasets` object, and the exact engine reads the moments of a data set once for all
+  members with the same features (``objectives.build``'s ``shared``). Each member's initial weights are drawn as
+  its run alone draws them, so every result is still its run's.
 * **batched** (the default on CUDA, ``batched=True`` anywhere): the weights of all members stacked along a first
   axis and one step of all of them as a few batched products (``bmm``/``einsum``), so a GPU trains thousands at once.
   Smaller ranks are padded with zero key and query rows: their gradients are products with those zero rows, so
@@ -32,7 +36,8 @@ SHARED = ("model", "head_num", "in_dim", "seq_len", "dtype", "engine", "device",
 
 def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, snapshot=None,
              threads: int | None = None, max_memory=None, batched: bool | None = None) -> list:
-    """Train the runs of ``configs`` (RunConfigs of one model and shape) as one: a list with, for each member in
+    """Train the runs of ``configs`` (RunConfigs of one model and shape, or Plans made of them by
+    :func:`~linattn.plan.plan`, which hold their own init and data) as one: a list with, for each member in
     order, its :class:`~linattn.result.RunResult` (what ``linattn.run(configs[i], init=inits[i],
     data=datasets[i])`` returns) or, for a member that diverged, its :class:`~linattn.train.TrainingDiverged`.
 
@@ -58,7 +63,8 @@ def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, sna
         if batched:
             from ._stacked import train_stacked  # torch's batched loop, only where it runs
             return train_stacked(plans, snapshot_every=snapshot_every, snapshot=snapshot)
-        return [_alone(p, snapshot_every, snapshot) for p in plans]
+        shared = {}  # draws and moments the members share
+        return [_alone(p, snapshot_every, snapshot, shared) for p in plans]
 
 
 def _per_member(name: str, given, n: int) -> list:
@@ -80,6 +86,12 @@ def _plans(configs, inits, datasets, max_memory) -> list:
     datasets = _per_member("datasets", datasets, len(configs))
     plans = []
     for i, (cfg, init, data) in enumerate(zip(configs, inits, datasets)):
+        if isinstance(cfg, plan.Plan):
+            if init is not None or data is not None or max_memory is not None:
+                raise TypeError(f"configs[{i}] is a Plan, which holds its run's init, data and memory check: give "
+                                "them to plan()")
+            plans.append(cfg)
+            continue
         try:
             plans.append(plan.plan(cfg, init=init, data=data, max_memory=max_memory))
         except ConfigError as e:
@@ -94,6 +106,24 @@ def _plans(configs, inits, datasets, max_memory) -> list:
                                   f"{named(name, value)} differs from configs[0]'s {first[name]!r}",
                                   field=name, value=value)
     return plans
+
+
+def groups(configs, *, by_data: bool = False) -> list[list[int]]:
+    """The positions of ``configs`` (RunConfigs or Plans) in groups that one :func:`run_many` call can train: equal
+    ``SHARED`` settings (engine and device resolved) and test sets in all or none, in order of first appearance.
+    ``by_data``: groups of runs that also draw the same data (``plan.data_key``), e.g. one task each on a cluster."""
+    from . import objectives, plan
+
+    out: dict[tuple, list[int]] = {}
+    for i, cfg in enumerate(configs):
+        cfg = cfg.config if isinstance(cfg, plan.Plan) else cfg
+        engine = objectives.resolve(cfg)
+        shape = {name: getattr(cfg, name) for name in SHARED}
+        shape.update(engine=engine, device=objectives.device_for(cfg.device, engine), tests=bool(cfg.testset_size))
+        if by_data:
+            shape.update(data=plan.data_key(cfg))
+        out.setdefault(tuple(shape.items()), []).append(i)
+    return list(out.values())
 
 
 def _shared(p) -> dict:
@@ -118,14 +148,15 @@ def _check_batchable(plans) -> None:
                               value=q.config.testset_size)
 
 
-def _alone(p, snapshot_every: int, snapshot):
+def _alone(p, snapshot_every: int, snapshot, shared: dict):
     """One member through ``run``'s own path (the compiled loop where it applies); its divergence as a value."""
     from . import experiment
 
     try:
-        return experiment._carry_out(p, progress=False, snapshot_every=snapshot_every, snapshot=snapshot)
+        return experiment._carry_out(p, progress=False, snapshot_every=snapshot_every, snapshot=snapshot,
+                                     shared=shared)
     except experiment.TrainingDiverged as e:
         return e
 
 
-__all__ = ["run_many"]
+__all__ = ["run_many", "groups"]

@@ -115,15 +115,17 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
         return _carry_out(p, progress=progress, snapshot_every=snapshot_every, snapshot=snapshot)
 
 
-def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot) -> RunResult:
-    """:func:`run` of a checked plan: draw or take data and weights, build the engine, train."""
+def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot, shared: dict | None = None) -> RunResult:
+    """:func:`run` of a checked plan: draw or take data and weights, build the engine, train. ``shared``: a dict
+    that runs trained one after the other share, so that those drawing the same data draw it once and those training
+    on the same data sets with the same features read their moments once (``run_many``)."""
     cfg, device = p.config, p.device
     start = time.perf_counter()
     datasets, init = p.data if p.data is not None else p.drawn, p.init
     if p.to_draw == COVARIANCE:
         datasets = _population_datasets(cfg)
     elif p.to_draw != NOTHING:
-        drawn_data, drawn_init = _draw(cfg)
+        drawn_data, drawn_init = _draw(cfg, shared)
         datasets = drawn_data if datasets is None else datasets
         init = drawn_init if init is None else init
     import torch
@@ -131,7 +133,7 @@ def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot) -> RunResult
     from .models import build_model
 
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
-    train, tests = objectives.build(cfg, model, datasets, device)
+    train, tests = objectives.build(cfg, model, datasets, device, shared=shared)
     setup = time.perf_counter() - start
     try:
         if cfg.dynamics == "flow":

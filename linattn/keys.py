@@ -24,7 +24,7 @@ TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "weights
                    "objectives/population.py", "objectives/softmax.py", "objectives/softmax_kernel.c",
                    "objectives/native.py", "objectives/exact_kernel.c", "objectives/autograd.py", "train.py", "flow.py",
                    "config.py:RunConfig.__post_init__,RunConfig.to_dict",
-                   "plan.py:_draw,_population_datasets,_given_data,plan,Plan,EVERYTHING",
+                   "plan.py:_draw,_data_arguments,_draw_data,_population_datasets,_given_data,plan,Plan,EVERYTHING",
                    "experiment.py:run,_carry_out", "keys.py:run_key")
 #: The libraries whose versions can change a trajectory's numbers.
 NUMERICAL_LIBRARIES = ("torch", "numpy", "scipy")

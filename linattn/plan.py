@@ -35,21 +35,51 @@ def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
     return _draw(cfg)
 
 
-def _draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
-    """:func:`draw` for settings already checked."""
+def _draw(cfg: RunConfig, shared: dict | None = None) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
+    """:func:`draw` for settings already checked. ``shared``: a dict that keeps each data draw by the arguments
+    that decide it (:func:`_data_arguments`), so that runs drawing the same data (e.g. ranks or initial scales at one
+    seed, in one ``run_many`` call) draw it once; their initial weights are then drawn as each would draw them
+    alone (the runs then hold one and the same Datasets object)."""
+    key = data_key(cfg)
+    if shared is not None and key in shared:
+        datasets, generators = shared[key]
+    else:
+        datasets, generators = _draw_data(cfg.draws, _data_arguments(cfg))
+        if shared is not None:
+            shared[key] = datasets, generators
     if cfg.draws == "reference":
-        from .reference_draws import reference_draws  # torch's generator
+        from .reference_draws import reference_init
 
-        return reference_draws(model=cfg.model, init_scheme=cfg.init_scheme, in_dim=cfg.in_dim, seq_len=cfg.seq_len,
-                               trainset_size=cfg.trainset_size, testset_size=cfg.testset_size, icl=cfg.icl,
-                               white_cov=cfg.white_cov, head_num=cfg.head_num, rank=cfg.rank, init=cfg.init,
-                               seed=cfg.seed)
-    datasets = data_mod.make_datasets(in_dim=cfg.in_dim, seq_len=cfg.seq_len, trainset_size=cfg.trainset_size,
-                                      testset_size=cfg.testset_size, icl=cfg.icl, white_cov=cfg.white_cov,
-                                      spectrum=cfg.spectrum, cov_matrix=cfg.cov_matrix, seed=cfg.seed)
-    init = init_weights(cfg.model, head_num=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank, init=cfg.init,
-                        init_scheme=cfg.init_scheme, rng=data_mod.streams(cfg.seed, data_mod.INIT))
+        init = reference_init(generators, model=cfg.model, init_scheme=cfg.init_scheme, in_dim=cfg.in_dim,
+                              head_num=cfg.head_num, rank=cfg.rank, init=cfg.init)
+    else:
+        init = init_weights(cfg.model, head_num=cfg.head_num, in_dim=cfg.in_dim, rank=cfg.rank, init=cfg.init,
+                            init_scheme=cfg.init_scheme, rng=data_mod.streams(cfg.seed, data_mod.INIT))
     return datasets, init
+
+
+def data_key(cfg: RunConfig) -> tuple:
+    """What decides the data sets ``cfg`` draws, as a hashable value: runs with equal keys draw the same data."""
+    args = sorted(_data_arguments(cfg).items())
+    return cfg.draws, repr([(k, v.tolist() if isinstance(v, np.ndarray) else v) for k, v in args])
+
+
+def _data_arguments(cfg: RunConfig) -> dict:
+    """The arguments of ``cfg``'s data draw: all that decides its data sets (the same dict draws them)."""
+    common = dict(in_dim=cfg.in_dim, seq_len=cfg.seq_len, trainset_size=cfg.trainset_size,
+                  testset_size=cfg.testset_size, icl=cfg.icl, white_cov=cfg.white_cov, seed=cfg.seed)
+    if cfg.draws == "reference":
+        return dict(common, init_scheme=cfg.init_scheme)
+    return dict(common, spectrum=cfg.spectrum, cov_matrix=cfg.cov_matrix)
+
+
+def _draw_data(draws: str, args: dict):
+    """(data sets, what the weights are drawn from next: the reference's generators, or None for the streams)."""
+    if draws == "reference":
+        from .reference_draws import reference_data  # torch's generator
+
+        return reference_data(**args)
+    return data_mod.make_datasets(**args), None
 
 
 def _population_datasets(cfg: RunConfig) -> data_mod.Datasets:

@@ -6,6 +6,7 @@ Core and companion both write through here: ``run.json`` of a run, ``provenance.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -150,13 +151,17 @@ def git_commit(where: Path = PACKAGE_ROOT) -> str | None:
 
 def library_versions(libraries=LIBRARIES) -> dict[str, str | None]:
     """The installed version of each of ``libraries`` (default :data:`LIBRARIES`; None when absent)."""
-    out = {}
-    for lib in libraries:
-        try:
-            out[lib] = metadata.version(lib)
-        except metadata.PackageNotFoundError:
-            out[lib] = None
-    return out
+    return {lib: _version(lib) for lib in libraries}
+
+
+@functools.cache
+def _version(lib: str) -> str | None:
+    """The installed version of ``lib``, looked up once per process: the modules a process imported stay what they
+    were (every run written records it; a lookup scans the installed packages' metadata)."""
+    try:
+        return metadata.version(lib)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def peak_memory_mb() -> float:

@@ -51,6 +51,14 @@ class Draws:
         """What an ``nn.Linear`` constructor consumes: one uniform per weight entry (values then overwritten)."""
         torch.empty(numel, dtype=torch.float32).uniform_(generator=self.torch)
 
+    def fork(self) -> "Draws":
+        """Two generators in the state these are in now, drawing on independently of them (the numbers that
+        follow the data sets, for each of several models drawn after the same data)."""
+        twin = Draws(0)
+        twin.torch.set_state(self.torch.get_state())
+        twin.numpy.set_state(self.numpy.get_state())
+        return twin
+
 
 def _covariance(D: int, draws: Draws, *, white: bool) -> np.ndarray:
     """Λ: eigenvalues 1..D rotated by Q (QR of a Gaussian matrix), divided by the trace; or I/D (no draw)."""
@@ -175,15 +183,13 @@ def _init_weights(model: str, init_scheme: str, draws: Draws, *, H: int, D: int,
     raise ValueError(f"unknown model {model!r}")
 
 
-def reference_draws(*, model: str, init_scheme: str, in_dim: int, seq_len: int, trainset_size: int,
-                    testset_size: int = 0,
-                    icl: float = 1.0, white_cov: bool = False, head_num: int = 1, rank: int = 1,
-                    init: float = 0.01, seed: int = 10) -> tuple[Datasets, dict[str, np.ndarray]]:
-    """The data and initial weights the authors' code draws for these flags and seed, in its order.
+def reference_data(*, init_scheme: str, in_dim: int, seq_len: int, trainset_size: int, testset_size: int = 0,
+                   icl: float = 1.0, white_cov: bool = False, seed: int = 10) -> tuple[Datasets, Draws]:
+    """The data sets the authors' code draws for these flags and seed (steps 1–4 of the recipe above), and its two
+    generators as they stand afterwards, where the model's weights are drawn from (:func:`reference_init`).
 
-    Returns the data sets (float32 sequences, float64 Λ, float32 w_fix) and the initial weights in the layout of
-    ``init.npz`` (float32). In dec2024 the training set always follows the icl = 1 recipe (that code had no
-    ``--icl`` flag), so ``icl`` must be 1 there.
+    In dec2024 the training set always follows the icl = 1 recipe (that code had no ``--icl`` flag), so ``icl`` must
+    be 1 there.
     """
     if init_scheme not in INIT_SCHEMES:
         raise ValueError(f"init_scheme must be one of {', '.join(INIT_SCHEMES)}, got {init_scheme!r}")
@@ -198,6 +204,28 @@ def reference_draws(*, model: str, init_scheme: str, in_dim: int, seq_len: int, 
     if testset_size:
         test_iwl = _block(testset_size, seq_len, cov, w_fix, draws, icl=0.0, init_scheme=init_scheme)
         test_icl = _block(testset_size, seq_len, cov, w_fix, draws, icl=1.0, init_scheme=init_scheme)
-    weights = _init_weights(model, init_scheme, draws, H=head_num, D=D, R=rank, init=init)
-    data = Datasets(train=train, test_iwl=test_iwl, test_icl=test_icl, cov=cov, w_fix=w_fix[:, 0].numpy())
-    return data, weights
+    return Datasets(train=train, test_iwl=test_iwl, test_icl=test_icl, cov=cov, w_fix=w_fix[:, 0].numpy()), draws
+
+
+def reference_init(draws: Draws, *, model: str, init_scheme: str, in_dim: int, head_num: int = 1, rank: int = 1,
+                   init: float = 0.01) -> dict[str, np.ndarray]:
+    """The initial weights the authors' code draws after the data (step 5), from a fork of ``draws`` (the
+    generators :func:`reference_data` returned, which are left as they are), in the layout of ``init.npz``."""
+    return _init_weights(model, init_scheme, draws.fork(), H=head_num, D=in_dim, R=rank, init=init)
+
+
+def reference_draws(*, model: str, init_scheme: str, in_dim: int, seq_len: int, trainset_size: int,
+                    testset_size: int = 0,
+                    icl: float = 1.0, white_cov: bool = False, head_num: int = 1, rank: int = 1,
+                    init: float = 0.01, seed: int = 10) -> tuple[Datasets, dict[str, np.ndarray]]:
+    """The data and initial weights the authors' code draws for these flags and seed, in its order
+    (:func:`reference_data`, then :func:`reference_init`).
+
+    Returns the data sets (float32 sequences, float64 Λ, float32 w_fix) and the initial weights in the layout of
+    ``init.npz`` (float32).
+    """
+    data, draws = reference_data(init_scheme=init_scheme, in_dim=in_dim, seq_len=seq_len,
+                                 trainset_size=trainset_size, testset_size=testset_size, icl=icl,
+                                 white_cov=white_cov, seed=seed)
+    return data, reference_init(draws, model=model, init_scheme=init_scheme, in_dim=in_dim, head_num=head_num,
+                                rank=rank, init=init)

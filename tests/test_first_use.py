@@ -77,7 +77,7 @@ def test_run_and_draw_refuse_a_wrong_type_before_any_work(monkeypatch):
 
     import linattn.reference_draws  # experiment imports it where it draws
 
-    monkeypatch.setattr(linattn.reference_draws, "reference_draws", never)
+    monkeypatch.setattr(linattn.reference_draws, "reference_data", never)
     for call in (lambda c: linattn.run(c, progress=False), linattn.draw):
         with pytest.raises(ConfigError, match="^lr must be a number, got 'fast'$"):
             call(RunConfig(lr="fast"))

@@ -139,3 +139,28 @@ def test_the_benchmark_script_runs_at_tiny_sizes(capsys):
     spec.loader.exec_module(bench)
     rows = bench.measure([1, 3], device="cpu", trainset_size=100, epoch=20, batched=True)
     assert [r["batch"] for r in rows] == [1, 3] and all(r["runs_per_s"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("draws", ["streams", "reference"])
+def test_members_of_one_data_draw_and_read_it_once_each_equal_to_its_run(draws, monkeypatch):
+    """Ranks and initial scales of one seed share their data: drawn once, moments read once, every result (initial
+    weights drawn after the data included) equal to its run alone."""
+    from linattn.objectives.base import Moments
+
+    base = dict(BASE, draws=draws, seed=5, testset_size=40)
+    cfgs = [RunConfig(**dict(base, rank=1)), RunConfig(**dict(base, rank=2, init=0.1)),
+            RunConfig(**dict(base, rank=3, lr=0.01)), RunConfig(**dict(base, seed=6))]
+    reads = []
+    accumulate = Moments.accumulate.__func__
+    monkeypatch.setattr(Moments, "accumulate", classmethod(lambda cls, b: reads.append(1) or accumulate(cls, b)))
+    results = linattn.run_many(cfgs)
+    assert len(reads) == 2 * 3  # two data draws, each a training set and two test sets
+    assert results[0].datasets is results[1].datasets is results[2].datasets
+    assert results[3].datasets is not results[0].datasets
+    monkeypatch.undo()
+    for cfg, got in zip(cfgs, results):
+        alone = linattn.run(cfg, progress=False)
+        assert all(np.array_equal(got.init[k], alone.init[k]) for k in alone.init)
+        assert np.array_equal(got.datasets.train.X, alone.datasets.train.X)
+        _same(got, alone)
+        assert np.allclose(got.history.test_icl, alone.history.test_icl, rtol=1e-8)

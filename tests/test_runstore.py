@@ -55,10 +55,40 @@ def test_any_step_count_is_served_exactly_and_trained_once(tmp_path):
     assert len({row["key"] for row in log}) == 1
 
 
+def test_get_many_trains_the_missing_runs_together_and_serves_each_as_get(tmp_path, monkeypatch):
+    """A stored run is read, the missing ones are trained in one run_many call per shape (two ranks of one seed draw
+    their data once), each stored under its own key; every result is what get() serves, and a second call trains
+    nothing."""
+    cfgs = [replace(CFG, rank=2), CFG, replace(CFG, rank=3, epoch=200), replace(CFG, seed=2), CFG]
+    store = RunStore(tmp_path)
+    store.get(cfgs[0], snapshot_every=EVERY)
+    draws = []
+    monkeypatch.setattr(plan, "_draw_data", lambda kind, args, f=plan._draw_data: draws.append(args["seed"]) or
+                        f(kind, args))
+    got = store.get_many(cfgs, snapshot_every=EVERY)
+    assert draws == [1, 2]  # seed 1's data drawn once for both of its runs trained
+    assert [r.trained_steps for r in got] == [0, 300, 200, 300, 300]
+    for cfg, res in zip(cfgs, got):
+        _same_run(res, linattn.run(cfg, snapshot_every=EVERY, progress=False))
+    log = [json.loads(line) for line in (tmp_path / "trainings.jsonl").read_text().splitlines()]
+    assert sorted(row["trained_steps"] for row in log[1:]) == [0, 200, 300, 300]  # one line per key
+    again = RunStore(tmp_path).get_many(cfgs, snapshot_every=EVERY)
+    assert [r.trained_steps for r in again] == [0] * 5
+    assert again[2].extended(250).trained_steps == 50
+
+
+def test_get_many_stores_the_others_before_a_member_diverges(tmp_path):
+    cfgs = [CFG, replace(CFG, seed=3, lr=500.0)]
+    with pytest.raises(linattn.TrainingDiverged):
+        RunStore(tmp_path).get_many(cfgs)
+    assert RunStore(tmp_path).get(CFG).trained_steps == 0
+
+
 def test_a_run_carried_on_is_not_drawn_again(tmp_path, monkeypatch):
     """extended() continues with the data sets the run drew, bit for bit the run trained in one go."""
     draws = []
-    monkeypatch.setattr(experiment, "_draw", lambda cfg, f=plan._draw: draws.append(cfg) or f(cfg))
+    monkeypatch.setattr(experiment, "_draw",
+                        lambda cfg, shared=None, f=plan._draw: draws.append(cfg) or f(cfg, shared))
     stored = RunStore(tmp_path).get(CFG, snapshot_every=EVERY).extended(500).extended(700)
     assert len(draws) == 1 and stored.trained_steps == 200
     _same_run(stored, linattn.run(replace(CFG, epoch=700), snapshot_every=EVERY, progress=False))

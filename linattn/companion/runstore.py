@@ -50,7 +50,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -344,34 +344,98 @@ class RunStore:
              drawn=None) -> RunResult:
         """:meth:`get`; ``drawn``: the data sets this run drew when it was trained in this process (``extended``
         hands them on), so that carrying it on does not draw them again."""
-        # the one check (of the run as stored: value weights recorded, its snapshots); every run below carries it out
-        checked = plan(dataclasses.replace(cfg, track_value=True), init=init, data=data, snapshot_every=snapshot_every)
-        key = run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
-        E, started = cfg.epoch, time.perf_counter()
-
+        checked, key = self._checked(cfg, snapshot_every, init, data)
+        started = time.perf_counter()
         with self._locked(key):
-            entry, token = self._stored(key)
-            retrain = self.retrain is not None and self.retrain != token
-            if retrain:
-                entry = None
-            trained = 0
-            if entry is None:
-                res = run(checked, progress=progress, snapshot_every=snapshot_every)
-                res.key = key
-                entry, trained = _Entry.from_result(res), E
-            elif E not in entry.checkpoints:
-                start = max((c for c in entry.checkpoints if c < E), default=0)
-                begin = entry.run.init if start == 0 else entry.checkpoints[start]
-                res = run(checked.continued(begin, start, E - start, datasets=drawn), progress=progress,
-                          snapshot_every=snapshot_every)
-                entry.extend(res, start)
-                trained = E - start
-            if trained:
-                self._write(key, entry, self.retrain if retrain else token)
-                drawn = res.datasets
-            self._log(key=key, model=cfg.model, seed=cfg.seed, epoch=E, trained_steps=trained,
-                      seconds=round(time.perf_counter() - started, 3), **({"retrained": True} if retrain else {}))
+            entry, trained, drawn, retrained = self._serve(key, checked, snapshot_every, progress, drawn)
+            self._served(key, cfg, trained, retrained, started)
+        return self._view(cfg, key, entry, trained, checked, snapshot_every, init, data, progress, drawn)
 
+    def get_many(self, cfgs, *, snapshot_every: int = 0, progress: bool = False) -> list[RunResult]:
+        """The runs of ``cfgs`` (drawn data and weights), each as :meth:`get` serves it; the runs missing from the store
+        are trained first through :func:`linattn.run_many <linattn.batch.run_many>`, those of one model and shape
+        in one call (so that runs drawing the same data draw it and read its moments once), and each is then stored
+        under its own key. The keys are locked together (in sorted order, so that two such calls never wait on each
+        other) while they are trained. A run that diverges raises its :class:`~linattn.train.TrainingDiverged` once
+        the others are stored."""
+        from ..batch import groups, run_many
+
+        cfgs = list(cfgs)
+        asked = [self._checked(cfg, snapshot_every, None, None) for cfg in cfgs]
+        started, out, failed = time.perf_counter(), {}, None
+        with ExitStack() as held:
+            for key in sorted({key for _, key in asked}):
+                held.enter_context(self._locked(key))
+            first = {}  # one training per key
+            for checked, key in asked:
+                first.setdefault(key, checked)
+            entries = {key: self._stored(key) for key in first}
+            new = [key for key, (entry, token) in entries.items() if entry is None or self._retrains(token)]
+            plans = [first[key] for key in new]
+            for members in groups([p.config for p in plans]):
+                results = run_many([plans[i] for i in members], snapshot_every=snapshot_every)
+                for i, res in zip(members, results):
+                    if isinstance(res, Exception):
+                        failed = failed or res
+                        continue
+                    res.key, token = new[i], entries[new[i]][1]
+                    out[new[i]] = _Entry.from_result(res), res.config.epoch, res.datasets, self._retrains(token)
+                    self._write(new[i], out[new[i]][0], self._token(token))
+            for key, checked in first.items():
+                if key not in new:
+                    out[key] = self._serve(key, checked, snapshot_every, progress, None)
+                if key in out:
+                    self._served(key, checked.config, out[key][1], out[key][3], started)
+        if failed is not None:
+            raise failed
+        return [self._view(cfg, key, out[key][0], out[key][1], checked, snapshot_every, None, None, progress,
+                           out[key][2]) for cfg, (checked, key) in zip(cfgs, asked)]
+
+    def _checked(self, cfg: RunConfig, snapshot_every: int, init, data):
+        """(the run's plan, its key): the one check (of the run as stored: value weights recorded, its snapshots);
+        every run the store trains carries it out."""
+        checked = plan(dataclasses.replace(cfg, track_value=True), init=init, data=data, snapshot_every=snapshot_every)
+        return checked, run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
+
+    def _retrains(self, token: str | None) -> bool:
+        """Whether an entry last trained under the retraining ``token`` is trained again now."""
+        return self.retrain is not None and self.retrain != token
+
+    def _token(self, token: str | None) -> str | None:
+        """The retraining token an entry trained now is written under, from the one it had."""
+        return self.retrain if self._retrains(token) else token
+
+    def _serve(self, key: str, checked, snapshot_every: int, progress: bool, drawn):
+        """Under ``key``'s lock: (its entry, the steps trained for this request, the data sets drawn in this process
+        or None, whether it was retrained): the stored entry, trained or carried on (and written) where it is
+        missing, retrained or short."""
+        entry, token = self._stored(key)
+        retrained = self._retrains(token)
+        if retrained:
+            entry = None
+        E, trained = checked.config.epoch, 0
+        if entry is None:
+            res = run(checked, progress=progress, snapshot_every=snapshot_every)
+            res.key = key
+            entry, trained = _Entry.from_result(res), E
+        elif E not in entry.checkpoints:
+            start = max((c for c in entry.checkpoints if c < E), default=0)
+            begin = entry.run.init if start == 0 else entry.checkpoints[start]
+            res = run(checked.continued(begin, start, E - start, datasets=drawn), progress=progress,
+                      snapshot_every=snapshot_every)
+            entry.extend(res, start)
+            trained = E - start
+        if trained:
+            self._write(key, entry, self._token(token))
+            drawn = res.datasets
+        return entry, trained, drawn, retrained
+
+    def _served(self, key: str, cfg: RunConfig, trained: int, retrained: bool, started: float) -> None:
+        self._log(key=key, model=cfg.model, seed=cfg.seed, epoch=cfg.epoch, trained_steps=trained,
+                  seconds=round(time.perf_counter() - started, 3), **({"retrained": True} if retrained else {}))
+
+    def _view(self, cfg, key, entry, trained, checked, snapshot_every, init, data, progress, drawn) -> RunResult:
+        """The run of ``cfg`` as :meth:`get` returns it, which ``extended(epoch)`` carries on through the store."""
         def more(epoch: int) -> RunResult:
             return self._get(dataclasses.replace(cfg, epoch=epoch), snapshot_every=snapshot_every, init=init,
                              data=data, progress=progress, drawn=drawn)

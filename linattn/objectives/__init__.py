@@ -103,21 +103,26 @@ def threads_for(engine: str, device: str) -> int | None:
     return get(engine).threads if str(device).split(":")[0] == "cpu" else 1
 
 
-def build(cfg, model, datasets, device: str):
+def build(cfg, model, datasets, device: str, *, shared: dict | None = None):
     """(training objective, {"test_iwl"/"test_icl": test objective}) of a run of ``cfg`` on ``datasets``.
 
-    Test sets are evaluated by the training engine, or by :class:`Exact` for the moment-based engines."""
+    Test sets are evaluated by the training engine, or by :class:`Exact` for the moment-based engines. ``shared``:
+    a dict in which the exact engine keeps the moments of each data set it reads, for the runs after this one
+    (``Exact.from_data``)."""
     import torch
 
     engine = load(resolve(cfg))
     opts = dict(vary_len=cfg.vary_len, normalize=cfg.normalize, chunk=cfg.chunk, device=device,
                 dtype=getattr(torch, cfg.dtype))
-    if hasattr(engine, "for_run"):
-        train = engine.for_run(model, datasets, cfg, **opts)
-    else:
-        train = engine.for_data(model, datasets.train, **opts)
-    test_engine = load(ExactEngine) if engine.linear_only else engine
-    tests = {key: test_engine.for_data(model, getattr(datasets, key), **opts)
+    exact = load(ExactEngine)
+
+    def objective(engine, seqs):
+        return engine.for_data(model, seqs, **opts, **({"shared": shared} if engine is exact else {}))
+
+    train = engine.for_run(model, datasets, cfg, **opts) if hasattr(engine, "for_run") else \
+        objective(engine, datasets.train)
+    test_engine = exact if engine.linear_only else engine
+    tests = {key: objective(test_engine, getattr(datasets, key))
              for key in ("test_iwl", "test_icl") if getattr(datasets, key) is not None}
     return train, tests
 

@@ -25,6 +25,7 @@ numbers to rounding); float32 and other devices keep it too.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import warnings
 from pathlib import Path
@@ -115,21 +116,24 @@ class Exact(ExactEngine, Objective):
 
     @classmethod
     def from_data(cls, model, seqs, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK, device="cpu",
-                  dtype=torch.float64, fallback: bool = False) -> "Exact | Autograd":
+                  dtype=torch.float64, fallback: bool = False, shared: dict | None = None) -> "Exact | Autograd":
         """The objective on ``seqs`` after one pass over them for the moments.
 
         On the first ``CHECK_ROWS`` full-length sequences it first checks that ``model.features() @ model.combined()``
         is ``model.forward()`` (:func:`check_linear`). If not, it raises :class:`NotLinearError` (a ValueError), or
         with ``fallback=True`` warns and returns the :class:`~linattn.objectives.Autograd` objective on the same data
         (autograd through ``forward()``, so correct for any model, at a cost per step that grows with P·N).
+        ``shared``: a dict keeping the moments by data set and feature map, so that models with the same features
+        (ATTN_M and ATTN_S of any rank) trained on the same ``seqs`` object read them once (each model still checked).
         """
         if getattr(model, "softmax", False):
             raise ValueError("the exact engine covers linear models only; softmax needs engine 'autograd' or 'softmax'")
         n_tok = seqs.X.shape[1]
 
-        def batches():
+        def batches(rows=None):
             checked = False
-            for Xc, yc in chunks(seqs.X, seqs.y, chunk, device, torch.float64):
+            X, y = (seqs.X, seqs.y) if rows is None else (seqs.X[:rows], seqs.y[:rows])
+            for Xc, yc in chunks(X, y, chunk, device, torch.float64):
                 for Xn, yn, scale in prefix_terms(Xc, yc, vary_len=vary_len, normalize=normalize):
                     T = model.features(Xn, scale)
                     if not checked and Xn.shape[1] == n_tok:  # a few sequences show a different forward()
@@ -137,16 +141,24 @@ class Exact(ExactEngine, Objective):
                         checked = True
                     yield T, yn
 
+        key = (id(seqs), type(model).features, vary_len, normalize, chunk, str(device))
+        kept = None if shared is None else shared.get(key)
         try:
             with torch.no_grad():
-                mom = Moments.accumulate(batches())
+                if kept is None:
+                    mom = Moments.accumulate(batches())
+                else:
+                    for _ in batches(CHECK_ROWS):  # the check alone
+                        pass
+                    mom = kept[1]
         except NotLinearError as e:
             if not fallback:
                 raise
             warnings.warn(f"{str(e).split(';')[0]}; falling back to the autograd engine", stacklevel=2)
             return Autograd(seqs, vary_len=vary_len, normalize=normalize, chunk=chunk, dtype=dtype, device=device)
-        mom.yT, mom.TT = mom.yT.to(dtype), mom.TT.to(dtype)
-        return cls(mom, dtype)
+        if shared is not None and kept is None:
+            shared[key] = seqs, mom  # seqs kept alive: its id is the key
+        return cls(dataclasses.replace(mom, yT=mom.yT.to(dtype), TT=mom.TT.to(dtype)), dtype)
 
     @classmethod
     def for_data(cls, model, seqs, **opts):
