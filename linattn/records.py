@@ -120,9 +120,9 @@ def write_csv(path, columns: dict[str, np.ndarray], *, exact: bool = False) -> N
         atomic_write(path, lambda f: np.savetxt(f, table, delimiter=",", header=",".join(names), comments="",
                                                 fmt=fmt))
         return
-    step = names.index("step") if "step" in names else None
-    rows = (",".join(str(int(x)) if j == step else repr(x) for j, x in enumerate(row)) for row in table.tolist())
-    atomic_write(path, lambda f: f.write(",".join(names) + "\n" + "".join(line + "\n" for line in rows)))
+    row = ",".join("%d" if k == "step" else "%r" for k in names) + "\n"  # %r: the float's repr
+    cols = [col.astype(np.int64).tolist() if k == "step" else col.tolist() for k, col in zip(names, table.T)]
+    atomic_write(path, lambda f: f.write(",".join(names) + "\n" + "".join([row % r for r in zip(*cols)])))
 
 
 def _jsonable(x):

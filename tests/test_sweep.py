@@ -308,3 +308,21 @@ def test_a_zombie_task_counts_as_gone_and_its_leftover_is_removed(tmp_path):
         assert not dead.exists() and live.exists()
     finally:
         child.wait()
+
+
+def test_tasks_keep_one_shape_and_one_data_draw_together():
+    """Cells of one shape go to tasks together, the ranks of one seed side by side, at most one task per worker
+    of each shape and at most BATCH cells a task; another model is another task."""
+    from linattn.companion.sweeps.engine import tasks
+    from linattn.companion.sweeps.grid import Grid
+
+    base = RunConfig(model="attnS", in_dim=3, head_num=2, trainset_size=50, draws="streams")
+    grid = Grid(base, {"rank": [1, 2, 3], "seed": [0, 1, 2, 3]})
+    todo = [(cell, f"k{i}") for i, cell in enumerate(grid.cells())]
+    todo.append((Grid(RunConfig(model="attnM", in_dim=3, head_num=2, trainset_size=50), {"seed": [0]}).cells()[0],
+                 "m"))
+    parts = tasks(todo, workers=2, most=16)
+    assert [len(p) for p in parts] == [6, 6, 1] and parts[-1][0][1] == "m"
+    seeds = [[cell.config.seed for cell, _ in p] for p in parts[:2]]
+    assert seeds == [[0, 0, 0, 1, 1, 1], [2, 2, 2, 3, 3, 3]]
+    assert [len(p) for p in tasks(todo, workers=1, most=4)] == [4, 4, 4, 1]

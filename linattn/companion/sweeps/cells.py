@@ -13,10 +13,12 @@ A sweep folder ``DIR`` holds::
 libraries and the code that computes a trajectory): a run folder holds one finished run of exactly ``epoch`` steps.
 It is the one format of a run (:func:`linattn.result.write_outputs`), so :func:`linattn.load_run` reads it.
 
-:func:`train_cell` is the task a Dask worker runs: a pure function of the cell's settings and folder that returns a
-small summary. It checks for a finished run before training (a cell finished meanwhile is skipped), writes into a
-temporary folder, and renames it into place only when the run is complete, so an interrupted task leaves no run
-folder and a second writer of the same cell loses the rename harmlessly.
+:func:`train_cells` is the task a Dask worker runs: a pure function of some cells' settings and folder (cells of one
+shape, trained together by ``linattn.run_many``) that returns a small summary of each. Each cell is trained as
+:func:`train_cell` trains one: it checks for a finished run before training (a cell finished meanwhile is skipped),
+writes into a temporary folder, and renames it into place only when the run is complete, so an interrupted task
+leaves no run folder (its cells are trained again by the next sweep) and a second writer of the same cell loses the
+rename harmlessly.
 """
 
 from __future__ import annotations
@@ -147,21 +149,69 @@ def train_cell(settings: dict, root: str, key: str, *, save_data: bool = False, 
 def _train_cell(settings: dict, root: str, key: str, *, save_data: bool, threads: int) -> dict:
     folder = run_folder(root, key)
     if is_finished(folder):
-        return _result(key, DONE, "skipped", summary=json.loads((folder / "summary.json").read_text()))
-    import torch
-
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+        return _skipped(folder, key)
     cfg = RunConfig.from_dict(settings)
     start = time.perf_counter()
-    tmp = None
     try:
-        result = run(cfg, progress=False)
+        result = run(cfg, progress=False, threads=threads)
+    except Exception as e:  # noqa: BLE001 - any error is this cell's outcome, recorded; the others go on
+        return _failed(root, key, cfg, e, time.perf_counter() - start)
+    return _store(result, root, key, save_data=save_data)
+
+
+def train_cells(cells: list[tuple[dict, str, str]], root: str, *, save_data: bool = False, threads: int = 1) -> list:
+    """:func:`train_cell` of each ``(settings, key, label)`` of ``cells``, the unfinished ones trained together by
+    one :func:`linattn.run_many <linattn.batch.run_many>` call (cells of one model and shape; those drawing the same
+    data draw it once), each then stored, failed or logged on its own as :func:`train_cell` does it. Where the call
+    itself fails, each cell is trained alone."""
+    from ...batch import run_many
+
+    out, todo = {}, []
+
+    def done(key: str, label: str, result: dict) -> None:  # logged as soon as the cell is in place
+        out[key] = result
+        log(root, key=key, cell=label, outcome=result["outcome"], status=result["status"],
+            wall_time=round(result["wall_time"], 3))
+
+    for settings, key, label in cells:
+        if is_finished(run_folder(root, key)):
+            done(key, label, _skipped(run_folder(root, key), key))
+        else:
+            todo.append((RunConfig.from_dict(settings), key, label))
+    start = time.perf_counter()
+    try:
+        results = run_many([cfg for cfg, _, _ in todo], threads=threads) if todo else []
+    except Exception:  # noqa: BLE001 - a batch that cannot run: its cells one by one, each failure recorded
+        results = [None] * len(todo)
+    for (cfg, key, label), res in zip(todo, results):
+        if res is None:
+            done(key, label, _train_cell(cfg.to_dict(), root, key, save_data=save_data, threads=threads))
+        elif isinstance(res, Exception):
+            done(key, label, _failed(root, key, cfg, res, time.perf_counter() - start))
+        else:
+            done(key, label, _store(res, root, key, save_data=save_data))
+    return [out[key] for _, key, _ in cells]
+
+
+def _skipped(folder: Path, key: str) -> dict:
+    return _result(key, DONE, "skipped", summary=json.loads((folder / "summary.json").read_text()))
+
+
+def _failed(root, key: str, cfg: RunConfig, error: Exception, wall_time: float) -> dict:
+    if isinstance(error, TrainingDiverged):
+        return _record_failure(root, key, cfg, DIVERGED, str(error), wall_time)
+    return _record_failure(root, key, cfg, ERROR, f"{type(error).__name__}: {error}", wall_time)
+
+
+def _store(result, root: str, key: str, *, save_data: bool) -> dict:
+    """Write the finished run ``result`` into a temporary folder and rename it into ``root/runs/key``."""
+    folder, tmp = run_folder(root, key), None
+    try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_dir(folder.parent, key)
         result.key = key
         write_outputs(result, tmp, save_data=save_data)
-        summary = summarise(result.history, result.datasets.cov, cfg)
+        summary = summarise(result.history, result.datasets.cov, result.config)
         write_json(tmp / "summary.json", summary)
         tmp.chmod(0o755)
         try:
@@ -172,11 +222,8 @@ def _train_cell(settings: dict, root: str, key: str, *, save_data: bool, threads
                 raise
         failure_file(root, key).unlink(missing_ok=True)
         return _result(key, DONE, "trained", wall_time=result.wall_time, summary=summary)
-    except TrainingDiverged as e:
-        return _record_failure(root, key, cfg, DIVERGED, str(e), time.perf_counter() - start)
     except Exception as e:  # noqa: BLE001 - any error is this cell's outcome, recorded; the others go on
-        return _record_failure(root, key, cfg, ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
+        return _failed(root, key, result.config, e, result.wall_time)
     finally:
-        torch.set_num_threads(threads_before)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

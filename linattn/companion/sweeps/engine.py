@@ -3,7 +3,8 @@
 By default an embedded ``dask.distributed.LocalCluster`` with one single-threaded worker process per core; given a
 ``dask.distributed.Client``, the cells run on its cluster (a ``dask scheduler`` with workers on other machines, a
 SLURM or PBS cluster from ``dask-jobqueue``). Every worker must see the sweep folder at the same path (a shared
-file system), since each task writes its run folder there.
+file system), since each task writes its run folders there. A task trains several cells of one shape together
+(:func:`tasks`, ``linattn.run_many``); each cell is still stored, skipped or recorded as failed on its own.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from ..paths import environment
 from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
+
+#: The most cells one task trains together (``run_many``): a task interrupted loses its unfinished cells' work.
+BATCH = 16
 
 
 def _require_dask():
@@ -183,28 +187,44 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
 
 
 def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, threads: int, progress) -> None:
-    """Submit the cells of ``todo`` to ``client`` and log each as it completes; on an interruption cancel the rest."""
+    """Submit the cells of ``todo`` to ``client``, cells of one shape together (:func:`tasks`), and log each as it
+    completes; on an interruption cancel the rest."""
     from dask.distributed import as_completed
 
-    futures = [client.submit(cells_mod.train_cell, cell.config.to_dict(), str(out), key, save_data=save_data,
-                             threads=threads, label=cell.label, key=f"linattn-sweep-{key}", pure=False)
-               for cell, key in todo]
+    workers = max(1, len(client.nthreads()))
+    futures = [client.submit(cells_mod.train_cells, [(cell.config.to_dict(), key, cell.label) for cell, key in part],
+                             str(out), save_data=save_data, threads=threads,
+                             key=f"linattn-sweep-{part[0][1]}-{len(part)}", pure=False)
+               for part in tasks(todo, workers)]
     done = failed = 0
-    bar = _bar(len(futures), progress)
-    bar.set_postfix_str(f"done 0, running {min(len(futures), sum(client.nthreads().values()))}, failed 0")
+    bar = _bar(len(todo), progress)
+    bar.set_postfix_str(f"done 0, running {min(len(todo), sum(client.nthreads().values()))}, failed 0")
     try:
         for future in as_completed(futures):
-            result = future.result()  # the task has logged its outcome itself (cells.log)
-            if result["status"] == cells_mod.DONE:
-                done += 1
-            else:
-                failed += 1
-            pending = len(futures) - done - failed
+            results = future.result()  # the task has logged its cells' outcomes itself (cells.log)
+            ok = sum(r["status"] == cells_mod.DONE for r in results)
+            done, failed = done + ok, failed + len(results) - ok
+            pending = len(todo) - done - failed
             running = min(pending, sum(client.nthreads().values()) or pending)
             bar.set_postfix_str(f"done {done}, running {running}, failed {failed}", refresh=False)
-            bar.update()
+            bar.update(len(results))
     except BaseException:
         client.cancel(futures)
         raise
     finally:
         bar.close()
+
+
+def tasks(todo: list[tuple[Cell, str]], workers: int, most: int = BATCH) -> list[list[tuple[Cell, str]]]:
+    """The cells of ``todo`` cut into tasks: cells of one model and shape (``linattn.batch.groups``), those drawing
+    the same data next to each other, in parts of at most ``most`` cells and at most one part per worker of a
+    group, so that every worker has work and an interrupted task loses few finished cells."""
+    from ...batch import groups
+    from ...plan import data_key
+
+    out = []
+    for members in groups([cell.config for cell, _ in todo]):
+        cells = sorted((todo[i] for i in members), key=lambda c: data_key(c[0].config))
+        size = min(most, -(-len(cells) // workers))
+        out += [cells[i:i + size] for i in range(0, len(cells), size)]
+    return out
