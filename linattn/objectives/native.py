@@ -1,18 +1,20 @@
 """C kernels compiled where they run: the one helper that builds and loads the engines' ``.c`` files.
 
-A kernel (``softmax_kernel.c``, ``exact_kernel.c``) is compiled once per process and set of ``-D`` definitions by
-the system's C compiler (``$CC``, which may carry flags, else ``cc``, ``gcc`` or ``clang``) for this CPU
-(``-march=native`` where the compiler has it) into a temporary folder, and loaded through ctypes; the loaded library
-outlives the folder. No new dependency and no build step at install: the ``.c`` files ship as package data. Where
-no compiler works, :func:`load` raises and the engine falls back to its torch path with one warning, a
-:class:`KnownFallback`.
+A kernel (``softmax_kernel.c``, ``exact_kernel.c``) is compiled for each set of ``-D`` definitions by the system's
+C compiler (``$CC``, which may carry flags, else ``cc``, ``gcc`` or ``clang``) for this CPU (``-march=native`` where
+the compiler has it), kept in a cache folder (:func:`cache_dir`) so that later processes load it without compiling
+(a third of a second of CPU each, which every figure notebook paid), and loaded through ctypes. No new dependency
+and no build step at install: the ``.c`` files ship as package data. Where no compiler works, :func:`load` raises
+and the engine falls back to its torch path with one warning, a :class:`KnownFallback`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -45,17 +47,73 @@ def compiler() -> list[str]:
 @functools.cache
 def load(source: str, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     """The library of the kernel ``source`` (a file name in ``linattn/objectives``) compiled with ``-D`` each of
-    ``defines``, once per process. Raises RuntimeError where no C compiler works."""
+    ``defines``, once per process, or once per machine where the kernel cache can be written (:func:`cache_dir`).
+    Raises RuntimeError where no C compiler works."""
     path = HERE / source
     cc = compiler()
-    with tempfile.TemporaryDirectory(prefix="linattn-kernel-", ignore_cleanup_errors=True) as tmp:
-        lib = Path(tmp) / (path.stem + ".so")
-        base = [*cc, "-O3", "-ffp-contract=fast", "-shared", "-fPIC", *(f"-D{d}" for d in defines), str(path),
-                "-o", str(lib)]
-        for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
-            done = subprocess.run(base + flags, capture_output=True, text=True)
-            if done.returncode == 0:
-                break
-        else:
-            raise RuntimeError(f"{cc[0]} could not compile {path.name}: {done.stderr.strip()[:300]}")
-        return ctypes.CDLL(str(lib))
+    base = [*cc, "-O3", "-ffp-contract=fast", "-shared", "-fPIC", *(f"-D{d}" for d in defines), str(path)]
+    cache = cache_dir()
+    for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
+        cached = None if cache is None else cache / f"{path.stem}-{_build_id(path, base + flags)}.so"
+        if cached is not None and cached.is_file():
+            try:
+                return ctypes.CDLL(str(cached))
+            except OSError:  # unreadable: compiled again below, and replaced
+                pass
+        with tempfile.TemporaryDirectory(prefix="linattn-kernel-", ignore_cleanup_errors=True) as tmp:
+            lib = Path(tmp) / (path.stem + ".so")
+            done = subprocess.run([*base, "-o", str(lib), *flags], capture_output=True, text=True)
+            if done.returncode != 0:
+                continue
+            if cached is not None:
+                lib = _keep(lib, cached)
+            return ctypes.CDLL(str(lib))
+    raise RuntimeError(f"{cc[0]} could not compile {path.name}: {done.stderr.strip()[:300]}")
+
+
+def cache_dir() -> Path | None:
+    """Where compiled kernels are kept between processes: ``$LINATTN_KERNEL_CACHE``, else ``linattn/kernels`` under
+    ``$XDG_CACHE_HOME`` (default ``~/.cache``); None where it is set to an empty value or cannot be created (each
+    process then compiles its own). A kernel is kept under a name that hashes its source, the compiler's command,
+    the compiler itself (path, size and time of its executable) and this CPU (its model and instruction-set flags),
+    so a cache shared between machines or compilers never serves a library built for another."""
+    where = os.environ.get("LINATTN_KERNEL_CACHE")
+    if where is None:
+        where = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "linattn" / "kernels")
+    if not where:
+        return None
+    try:
+        Path(where).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return Path(where)
+
+
+def _build_id(path: Path, command: list[str]) -> str:
+    h = hashlib.sha256(path.read_bytes())
+    exe = shutil.which(command[0])
+    stat = os.stat(exe) if exe else None
+    h.update(repr((command, exe, stat and (stat.st_size, stat.st_mtime_ns), _cpu())).encode())
+    return h.hexdigest()[:24]
+
+
+@functools.cache
+def _cpu() -> str:
+    """This CPU's model and instruction-set flags (Linux: /proc/cpuinfo), else what the platform module says."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "\n".join(sorted({ln for ln in lines if ln.split(":")[0].strip() in ("model name", "flags")}))
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+
+
+def _keep(lib: Path, cached: Path) -> Path:
+    """Move the library just built into the cache (atomically: a reader sees the whole file or none); the library
+    itself where the cache cannot take it."""
+    try:
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+        shutil.copyfile(lib, tmp)
+        os.replace(tmp, cached)
+        return cached
+    except OSError:
+        return lib
