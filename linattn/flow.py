@@ -31,27 +31,50 @@ _METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
 _IMPLICIT = ("LSODA", "Radau", "BDF")  # the methods that use a Jacobian
 
 
+def moving_entries(model) -> np.ndarray:
+    """Boolean (n,) in ``parameters_to_vector``'s layout: False on the entries the model declares fixed
+    (``model.fixed_entries()``: their gradient is zero for all data and weights), True on the others, which the flow
+    integrates. Every entry of a model without the declaration."""
+    import torch
+
+    params = list(model.parameters())
+    fixed = getattr(model, "fixed_entries", lambda: [None] * len(params))()
+    return np.concatenate([np.ones(p.numel(), dtype=bool) if f is None else ~f.reshape(-1).cpu().numpy()
+                           for p, f in zip(params, fixed)]) if params else np.zeros(0, dtype=bool)
+
+
 class _Vectorised:
-    """The model's parameters as one float64 numpy vector, and the flow's right-hand side −η ∇L in that form."""
+    """The model's moving weights (:func:`moving_entries`) as one float64 numpy vector θ, and the flow's right-hand
+    side −η ∇L and its Jacobian −η ∇²L in that form, through the engine (``value_and_grad``) and
+    :func:`loss_hessian`. The fixed entries keep the values they had when this was built."""
 
     def __init__(self, model, objective, lr: float):
-        self.model, self.objective, self.lr = model, objective, lr
-        self.params = list(model.parameters())
-        self.evaluations = 0
-
-    def get(self) -> np.ndarray:
         import torch
         from torch.nn.utils import parameters_to_vector
 
-        return parameters_to_vector(self.params).detach().cpu().to(torch.float64).numpy().copy()
+        self.model, self.objective, self.lr = model, objective, lr
+        self.params = list(model.parameters())
+        self.moving = moving_entries(model)
+        self.full = parameters_to_vector(self.params).detach().cpu().to(torch.float64).numpy().copy()
+        self.evaluations = 0
+
+    def get(self) -> np.ndarray:
+        return self.full[self.moving].copy()
 
     def set(self, theta: np.ndarray) -> None:
         import torch
         from torch.nn.utils import vector_to_parameters
 
+        full = self.full.copy()
+        full[self.moving] = theta
         ref = self.params[0]
         with torch.no_grad():
-            vector_to_parameters(torch.as_tensor(theta, dtype=ref.dtype, device=ref.device), self.params)
+            vector_to_parameters(torch.as_tensor(full, dtype=ref.dtype, device=ref.device), self.params)
+
+    def _check(self, loss: float) -> None:
+        self.evaluations += 1
+        if not np.isfinite(loss):
+            raise TrainingDiverged(self.evaluations, loss, self.lr)
 
     def rhs(self, _t, theta: np.ndarray) -> np.ndarray:
         import torch
@@ -60,17 +83,113 @@ class _Vectorised:
         self.set(theta)
         for p in self.params:
             p.grad = None
-        loss = self.objective.value_and_grad(self.model)
-        self.evaluations += 1
-        if not np.isfinite(loss):
-            raise TrainingDiverged(self.evaluations, loss, self.lr)
+        self._check(self.objective.value_and_grad(self.model))
         grad = parameters_to_vector([p.grad for p in self.params])
-        return -self.lr * grad.detach().cpu().to(torch.float64).numpy()
+        return -self.lr * grad.detach().cpu().to(torch.float64).numpy()[self.moving]
 
     def jac(self, _t, theta: np.ndarray) -> np.ndarray:
-        """∂(−η ∇L)/∂θ = −η ∇²L (:func:`loss_hessian`)."""
+        """∂(−η ∇L)/∂θ = −η ∇²L (:func:`loss_hessian`, its rows and columns of the moving entries)."""
         self.set(theta)
-        return -self.lr * loss_hessian(self.model, self.objective.moments)
+        return -self.lr * loss_hessian(self.model, self.objective.moments)[np.ix_(self.moving, self.moving)]
+
+
+class BilinearLoss:
+    """The exact loss L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ of a model whose combined weight is bilinear in its
+    moving weights θ = (a, b) (``model.bilinear_map()``: m = Φ vec(Σ_h a_hᵀ b_h), a (H, n_a), b (H, n_b)), with its
+    gradient and Hessian in θ written out — set up once per flow, a few small products a call. With
+    G = ∂L/∂M = Σ_f g_f Φ[f] (n_a, n_b), g = ∂L/∂m = 2 (E[TTᵀ] m − E[yT]):
+
+        ∂L/∂a_h = G b_h,   ∂L/∂b_h = Gᵀ a_h,
+        ∇²L = 2 Jᵀ E[TTᵀ] J + (G between a_h and b_h of the same head),   J = ∂m/∂θ = [Φ·b | Φ·a].
+
+    The gradient is numpy float64 (products of at most F×F: no thread pool, no torch dispatch). The Hessian's
+    products are some n²·F flops, which numpy's BLAS would spread over every core and then spin between calls
+    (measured on two busy cores: 11 ms a Hessian instead of 0.2 ms), so it goes through torch, whose thread count
+    ``linattn.run`` sets (one for the exact engine).
+    """
+
+    def __init__(self, Phi: np.ndarray, heads: int, moments):
+        import torch
+
+        F, self.na, self.nb = Phi.shape
+        self.H = heads
+        self.Phi = np.ascontiguousarray(Phi.reshape(F, -1))  # m = Phi @ vec(M)
+        self.TT = moments.TT.detach().cpu().numpy().astype(np.float64)
+        self.yT = moments.yT.detach().cpu().numpy().astype(np.float64)
+        self.yy = float(moments.yy)
+        Phi_t = torch.as_tensor(np.array(Phi, dtype=np.float64))
+        self._Phi_a = Phi_t.reshape(F * self.na, self.nb)  # contracted with b: ∂m/∂a
+        self._Phi_b = Phi_t.transpose(1, 2).reshape(F * self.nb, self.na)  # contracted with a: ∂m/∂b
+        self._TT = torch.as_tensor(self.TT)
+
+    def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = self.H * self.na
+        return theta[:n].reshape(self.H, self.na), theta[n:].reshape(self.H, self.nb)
+
+    def combined(self, theta: np.ndarray) -> np.ndarray:
+        a, b = self.split(theta)
+        return self.Phi @ (a.T @ b).reshape(-1)
+
+    def _parts(self, theta):
+        """(a, b, L, G)."""
+        a, b = self.split(theta)
+        m = self.Phi @ (a.T @ b).reshape(-1)
+        r = self.TT @ m - self.yT  # E[TTᵀ] m − E[yT]
+        loss = self.yy + m @ (r - self.yT)
+        return a, b, loss, (2.0 * r @ self.Phi).reshape(self.na, self.nb)
+
+    def loss_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """(L(θ), ∇L(θ)), θ = (vec a, vec b)."""
+        a, b, loss, G = self._parts(theta)
+        return float(loss), np.concatenate([(b @ G.T).reshape(-1), (a @ G).reshape(-1)])
+
+    def hessian(self, theta: np.ndarray) -> np.ndarray:
+        """∇²L(θ) (n, n)."""
+        import torch
+
+        a, b, _, G = self._parts(theta)
+        H, na, nb = self.H, self.na, self.nb
+        a, b = torch.from_numpy(a), torch.from_numpy(b)
+        Ja = torch.mm(self._Phi_a, b.T).reshape(-1, na, H).transpose(1, 2).reshape(-1, H * na)
+        Jb = torch.mm(self._Phi_b, a.T).reshape(-1, nb, H).transpose(1, 2).reshape(-1, H * nb)
+        J = torch.cat([Ja, Jb], dim=1)
+        out = (2.0 * torch.mm(J.T, torch.mm(self._TT, J))).numpy()
+        cross = np.kron(np.eye(H), G)  # ∂²⟨g, m⟩/∂a_h[i]∂b_h'[j] = δ_hh' G[i, j]
+        out[:H * na, H * na:] += cross
+        out[H * na:, :H * na] += cross.T
+        return out
+
+
+class _Bilinear(_Vectorised):
+    """:class:`_Vectorised` with the right-hand side and Jacobian of :class:`BilinearLoss` (no torch a call)."""
+
+    def __init__(self, model, objective, lr: float, Phi: np.ndarray):
+        super().__init__(model, objective, lr)
+        self.loss = BilinearLoss(Phi, len(model.value_weights()), objective.moments)
+
+    def rhs(self, _t, theta: np.ndarray) -> np.ndarray:
+        loss, grad = self.loss.loss_and_grad(theta)
+        self._check(loss)
+        return -self.lr * grad
+
+    def jac(self, _t, theta: np.ndarray) -> np.ndarray:
+        return -self.lr * self.loss.hessian(theta)
+
+
+def _vectorised(model, objective, lr: float) -> _Vectorised:
+    """:class:`_Bilinear` where its numbers are the engine's: an exact or population engine (whose loss is its
+    moments' quadratic form) in float64, a float64 model on the CPU with a ``bilinear_map()``; else the engine's own
+    gradient (:class:`_Vectorised`)."""
+    import torch
+
+    from .objectives.exact import Exact
+
+    Phi = getattr(model, "bilinear_map", lambda: None)()
+    params = list(model.parameters())
+    if (Phi is None or not isinstance(objective, Exact) or objective.moments.TT.dtype != torch.float64
+            or not all(p.dtype == torch.float64 and p.device.type == "cpu" for p in params)):
+        return _Vectorised(model, objective, lr)
+    return _Bilinear(model, objective, lr, Phi)
 
 
 def loss_hessian(model, moments) -> np.ndarray:
@@ -140,7 +259,7 @@ def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None
     from scipy.integrate import solve_ivp  # here: importing scipy.integrate costs every run that never needs it
 
     start = time.perf_counter()
-    vec = _Vectorised(model, objective, lr)
+    vec = _vectorised(model, objective, lr)
     snap_steps = np.arange(0, epoch + 1, snapshot_every) if snapshot_every else np.zeros(0, dtype=np.int64)
     # every point evaluated: the records, the snapshots and the end (where GD's last step lands)
     k_eval = np.union1d(np.union1d(steps, snap_steps), [epoch])
