@@ -95,17 +95,21 @@ class _Vectorised:
 
 class BilinearLoss:
     """The exact loss L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ of a model whose combined weight is bilinear in its
-    moving weights θ = (a, b) (``model.bilinear_map()``: m = Φ vec(Σ_h a_hᵀ b_h), a (H, n_a), b (H, n_b)), with its
-    gradient and Hessian in θ written out — set up once per flow, a few small products a call. With
+    moving weights θ = (a, b) (``model.bilinear_map()``: m = Φ vec(M), M = Σ_h a_hᵀ b_h, a (H, n_a), b (H, n_b)),
+    with its gradient and Hessian in θ written out — set up once per flow, a few small products a call. With
     G = ∂L/∂M = Σ_f g_f Φ[f] (n_a, n_b), g = ∂L/∂m = 2 (E[TTᵀ] m − E[yT]):
 
         ∂L/∂a_h = G b_h,   ∂L/∂b_h = Gᵀ a_h,
-        ∇²L = 2 Jᵀ E[TTᵀ] J + (G between a_h and b_h of the same head),   J = ∂m/∂θ = [Φ·b | Φ·a].
+        ∇²L = 2 Kᵀ Q K + (G between a_h and b_h of the same head),   Q = Φᵀ E[TTᵀ] Φ,   K = ∂vec(M)/∂θ,
 
-    The gradient is numpy float64 (products of at most F×F: no thread pool, no torch dispatch). The Hessian's
-    products are some n²·F flops, which numpy's BLAS would spread over every core and then spin between calls
-    (measured on two busy cores: 11 ms a Hessian instead of 0.2 ms), so it goes through torch, whose thread count
-    ``linattn.run`` sets (one for the exact engine).
+    Q (n_a n_b × n_a n_b) computed once, and Kᵀ Q K contracted block by block with a and b (K is a ⊗ b's
+    derivative: ∂M[i, j]/∂a_h[i'] = δ_ii' b_h[j], ∂M[i, j]/∂b_h[j'] = δ_jj' a_h[i]), some n·n_a·n_b·(n_a + n_b)
+    flops instead of Jᵀ E[TTᵀ] J's n²·F.
+
+    The gradient is numpy float64 (products of at most F×F: one thread, no torch dispatch). The Hessian's products
+    are larger, and numpy's BLAS would spread them over every core and spin between calls (measured on two busy
+    cores: 11 ms a Hessian instead of 0.2 ms), so they go through torch, whose thread count ``linattn.run`` sets
+    (one for the exact engine).
     """
 
     def __init__(self, Phi: np.ndarray, heads: int, moments):
@@ -113,14 +117,15 @@ class BilinearLoss:
 
         F, self.na, self.nb = Phi.shape
         self.H = heads
-        self.Phi = np.ascontiguousarray(Phi.reshape(F, -1))  # m = Phi @ vec(M)
+        self.Phi = np.ascontiguousarray(Phi.reshape(F, -1), dtype=np.float64)  # m = Phi @ vec(M)
         self.TT = moments.TT.detach().cpu().numpy().astype(np.float64)
         self.yT = moments.yT.detach().cpu().numpy().astype(np.float64)
         self.yy = float(moments.yy)
-        Phi_t = torch.as_tensor(np.array(Phi, dtype=np.float64))
-        self._Phi_a = Phi_t.reshape(F * self.na, self.nb)  # contracted with b: ∂m/∂a
-        self._Phi_b = Phi_t.transpose(1, 2).reshape(F * self.nb, self.na)  # contracted with a: ∂m/∂b
-        self._TT = torch.as_tensor(self.TT)
+        Q = torch.as_tensor(2.0 * self.Phi.T @ self.TT @ self.Phi).reshape(self.na, self.nb, self.na, self.nb)
+        # 2Q[i, j, i', j'] laid out for the Hessian's blocks: (contracted with x, kept, kept, contracted with y)
+        self._Q_aa = Q.permute(1, 0, 2, 3).reshape(-1, self.nb)  # x = b over j, y = b over j'
+        self._Q_ab = Q.permute(1, 0, 3, 2).reshape(-1, self.na)  # x = b over j, y = a over i'
+        self._Q_bb = Q.permute(0, 1, 3, 2).reshape(-1, self.na)  # x = a over i, y = a over i'
 
     def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = self.H * self.na
@@ -144,20 +149,25 @@ class BilinearLoss:
         return float(loss), np.concatenate([(b @ G.T).reshape(-1), (a @ G).reshape(-1)])
 
     def hessian(self, theta: np.ndarray) -> np.ndarray:
-        """∇²L(θ) (n, n)."""
+        """∇²L(θ) (n, n), rows and columns in θ's order (a_h[i] at h·n_a + i, then b_h[j] at H·n_a + h·n_b + j)."""
         import torch
 
         a, b, _, G = self._parts(theta)
         H, na, nb = self.H, self.na, self.nb
-        a, b = torch.from_numpy(a), torch.from_numpy(b)
-        Ja = torch.mm(self._Phi_a, b.T).reshape(-1, na, H).transpose(1, 2).reshape(-1, H * na)
-        Jb = torch.mm(self._Phi_b, a.T).reshape(-1, nb, H).transpose(1, 2).reshape(-1, H * nb)
-        J = torch.cat([Ja, Jb], dim=1)
-        out = (2.0 * torch.mm(J.T, torch.mm(self._TT, J))).numpy()
-        cross = np.kron(np.eye(H), G)  # ∂²⟨g, m⟩/∂a_h[i]∂b_h'[j] = δ_hh' G[i, j]
-        out[:H * na, H * na:] += cross
-        out[H * na:, :H * na] += cross.T
-        return out
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+
+        def block(x, Q, y, rows):  # [h, r, h', c] = Σ_kl x_h[k] Q[k, r, c, l] y_h'[l], Q as (k·r·c, l)
+            inner = torch.mm(Q, y.T).reshape(x.shape[1], -1)
+            return torch.mm(x, inner).view(H, rows, -1, H).permute(0, 1, 3, 2)
+
+        out = torch.empty(H * (na + nb), H * (na + nb), dtype=torch.float64)
+        ab = out[:H * na, H * na:].view(H, na, H, nb)
+        out[:H * na, :H * na].view(H, na, H, na).copy_(block(tb, self._Q_aa, tb, na))
+        ab.copy_(block(tb, self._Q_ab, ta, na))
+        ab.diagonal(dim1=0, dim2=2).add_(torch.from_numpy(G)[..., None])  # ∂²⟨g, m⟩/∂a_h[i]∂b_h[j] = G[i, j]
+        out[H * na:, H * na:].view(H, nb, H, nb).copy_(block(ta, self._Q_bb, ta, nb))
+        out[H * na:, :H * na] = out[:H * na, H * na:].T
+        return out.numpy()
 
 
 class _Bilinear(_Vectorised):
