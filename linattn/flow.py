@@ -10,6 +10,15 @@ quadratic form L(m) = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ of the co
 written out (:func:`loss_hessian`): the Jacobian a stiff integrator (BDF, LSODA, Radau) needs to take long steps on
 the plateaus, where E[TTᵀ]'s curvatures span several decades.
 
+What is integrated. Only the weights that move: a model declares the entries whose gradient is zero for all data and
+weights (``fixed_entries()``: ATTN_M's label row of W_KQ, ATTN_S's label column of W_Q, which meet the query's zeroed
+label), and they stay where they start (200 of ATTN_M's 240 weights at H = 8, D = 4 are integrated). Where the
+combined weight is bilinear in those weights (``bilinear_map()``: ATTN_M, the MLP) and the engine is the exact or
+population one in float64, the right-hand side and the Hessian are ``BilinearLoss``'s, written out on the
+moments once per flow (numpy, no torch call a right-hand side); any other model or engine goes through the engine's
+``value_and_grad`` and :func:`loss_hessian` (``benchmarks/bench_flow.py`` compares the two on the phase diagram's
+cells).
+
 When does GD track the flow? At the published learning rates GD is the flow shifted slightly in time: measured
 (``benchmarks/bench_engines.py --only flow``, ``benchmarks/README.md``) the maximum relative loss difference is 4.1%
 for Figure 1b (lr 1e-3) and 8.7% for Figure 3a (lr 0.02), both in the middle of a drop (drops shifted by ≤ 10
@@ -35,8 +44,6 @@ def moving_entries(model) -> np.ndarray:
     """Boolean (n,) in ``parameters_to_vector``'s layout: False on the entries the model declares fixed
     (``model.fixed_entries()``: their gradient is zero for all data and weights), True on the others, which the flow
     integrates. Every entry of a model without the declaration."""
-    import torch
-
     params = list(model.parameters())
     fixed = getattr(model, "fixed_entries", lambda: [None] * len(params))()
     return np.concatenate([np.ones(p.numel(), dtype=bool) if f is None else ~f.reshape(-1).cpu().numpy()
@@ -253,6 +260,10 @@ def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None
                   atol: float = 1e-13) -> History:
     """Integrate dθ/dk = −lr ∂L/∂θ (the flow τ dθ/dt = −½ ∂L/∂θ at t/τ = 2·lr·k) from the model's current weights to
     k = epoch, leaving the model there.
+
+    Integrated are the weights that move (``model.fixed_entries()``; the others keep their values), through
+    ``flow.BilinearLoss`` where the model has a ``bilinear_map()`` and the engine is the exact or population one in
+    float64, else through the engine (see the module's docstring).
 
     Returns a :class:`~linattn.train.History` like ``gradient_descent``'s: row i holds the loss (and test losses,
     value weights) at step ``history.step[i]``: every k = 0 … epoch−1 by default, or the increasing integer steps
