@@ -97,6 +97,16 @@ def _dim_of_fold(size: int) -> int:
     return D
 
 
+@functools.lru_cache(maxsize=None)
+def _attn_m_bilinear_map(D: int) -> np.ndarray:
+    """ATTN_M's Φ (D·K, D·(D+1), D+1), K = (D+1)(D+2)/2 (``AttnM.bilinear_map``); read-only, shared."""
+    E = D + 1
+    fold = _fold_matrix(D, torch.float64, torch.device("cpu")).numpy().reshape(E, E, -1)
+    Phi = np.einsum("ad,bck->akdbc", np.eye(D), fold).reshape(D * fold.shape[-1], D * E, E)
+    Phi.flags.writeable = False
+    return Phi
+
+
 def cubic_features(X: torch.Tensor, scale) -> torch.Tensor:
     """z = vec(b x_qᵀ) with b = scale · Σ_{n≤N} y_n x_n; z[i·D + j] = b_i x_q,j (paper Eq. 6)."""
     D = X.shape[-1] - 1
@@ -150,6 +160,24 @@ class _Model(nn.Module):
             y = net(torch.as_tensor(X, dtype=torch.float64, device=params[0].device), scale)
         return y.cpu().numpy()
 
+
+    def fixed_entries(self) -> list[torch.Tensor | None]:
+        """Per parameter (``parameters()`` order) a boolean mask of its entries whose gradient is zero for every
+        data set and every weight, so that gradient descent and gradient flow never move them (None: every entry
+        moves). They multiply the query's label, which the data always zero. None for every parameter here; the
+        attention models override it (``flow.gradient_flow`` integrates only the other entries)."""
+        return [None for _ in self.parameters()]
+
+    def bilinear_map(self) -> np.ndarray | None:
+        """Φ (F, n_a, n_b), float64, where the combined weight is bilinear in two blocks of the moving weights:
+
+            combined() = Σ_ij Φ[:, i, j] Σ_h a[h, i] b[h, j],
+
+        a (H, n_a) and b (H, n_b) being the entries that move (not ``fixed_entries``), in ``parameters()`` order and
+        flattened, split into their first H·n_a and last H·n_b numbers. With it ``flow.gradient_flow`` writes the
+        gradient and Hessian of the exact loss in a few numpy products (``flow.BilinearLoss``). None (here) where m
+        is not of that form: the flow then goes through the engine and ``combined_jacobian``."""
+        return None
 
     def combined_jacobian(self) -> torch.Tensor:
         """J = ∂m/∂θ, (F, n): the combined weight m = ``combined()`` differentiated in every parameter, θ the
@@ -299,6 +327,17 @@ class AttnM(_Attention):
     def key_query_vjp(self, g_rows):
         return [torch.nn.functional.pad(g_rows, (0, 0, 0, 1))]  # the label row: zero
 
+    def fixed_entries(self) -> list[torch.Tensor | None]:
+        """W_KQ[h]'s label row W_KQ[h][D, :]: it multiplies the query's zeroed label in every score."""
+        mask = torch.zeros(self.W_KQ.shape, dtype=torch.bool)
+        mask[:, -1, :] = True
+        return [mask, None]
+
+    def bilinear_map(self) -> np.ndarray:
+        """Φ[(a, k), (a', b), c] = δ_aa' fold[(b, c), k] (``fold_combined``): m = fold(M), M[a, b, c] =
+        Σ_h W_KQ[h][a, b] v_h[c] (a < D), with a_h = W_KQ[h][:D] flattened (n_a = D(D+1)) and b_h = v_h (n_b = D+1)."""
+        return _attn_m_bilinear_map(self.in_dim)
+
     def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W₁ (H, D²), w₂ (H,)): the MLP with the same in-context matrix while the vector blocks are zero."""
         return _attn_m_to_mlp(self.W_KQ, self.v[:, -1])
@@ -362,6 +401,12 @@ class AttnS(_Attention):
         return [torch.nn.functional.pad(torch.bmm(self.W_K, g_rows.transpose(1, 2)), (0, 1)),
                 torch.bmm(self.W_Q[:, :, :D], g_rows)]
 
+    def fixed_entries(self) -> list[torch.Tensor | None]:
+        """W_Q[h]'s label column W_Q[h][:, D]: it multiplies the query's zeroed label in every score."""
+        mask = torch.zeros(self.W_Q.shape, dtype=torch.bool)
+        mask[:, :, -1] = True
+        return [mask, None, None]
+
     def conserved_quantities(self) -> dict[str, torch.Tensor]:
         """Per head ‖v_h‖² − ‖W_K[h]‖² ("v_minus_k"), ‖W_K[h]‖² − ‖W_Q[h]‖² ("k_minus_q") and "scale"
         (see :func:`_balances`)."""
@@ -397,6 +442,10 @@ class MLP(_Model):
 
     def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.W1, self.w2
+
+    def bilinear_map(self) -> np.ndarray:
+        """Φ[f, i, 0] = δ_fi: m = W₁ᵀ w₂ = Σ_h W₁[h] w₂[h], with a_h = W₁[h] (n_a = D²) and b_h = w₂[h] (n_b = 1)."""
+        return np.eye(self.W1.shape[1])[:, :, None]
 
     def in_context_heads(self) -> torch.Tensor:
         """(H, D, D): A_h = w₂[h] · reshape(W₁[h], (D, D)), so ŷ = bᵀ (Σ_h A_h) x_q exactly (z[i·D+j] = b_i x_q,j)."""

@@ -11,7 +11,7 @@ import torch
 from linattn import cli, data, models, objectives, theory
 from linattn.config import ConfigError, RunConfig, log_steps
 from linattn.experiment import run
-from linattn.flow import _Vectorised, gradient_flow, loss_hessian
+from linattn.flow import BilinearLoss, _Bilinear, _Vectorised, _vectorised, gradient_flow, loss_hessian, moving_entries
 from linattn.keys import run_key
 from linattn.memory import memory_parts
 from linattn.plan import draw
@@ -144,7 +144,9 @@ def test_loss_hessian_is_the_derivative_of_the_gradient():
     _, model, objective = _attn_m_problem()
     vec = _Vectorised(model, objective, lr=1.0)
     theta = vec.get()
-    H = loss_hessian(model, objective.moments)
+    full = loss_hessian(model, objective.moments)
+    assert not np.all(vec.moving) and np.all(full[~vec.moving] == 0)  # a weight that never moves: no curvature
+    H = full[np.ix_(vec.moving, vec.moving)]
     eps = 1e-6
     fd = np.stack([(vec.rhs(0, theta - eps * e) - vec.rhs(0, theta + eps * e)) / (2 * eps)
                    for e in np.eye(theta.size)], axis=1)
@@ -165,6 +167,100 @@ def test_the_flow_records_the_chosen_steps_and_takes_the_jacobian():
         assert np.array_equal(h.step, chosen) and h.train_loss.shape == (5,)
         np.testing.assert_allclose(h.train_loss[:4], every.train_loss[chosen[:4]], rtol=1e-6)
         assert h.train_loss[-1] == pytest.approx(objective.value(model), rel=1e-12)  # the model ends at k = epoch
+
+
+# ---------------------------------------------------------------- the moving weights and the bilinear loss
+
+def _random_model(name, seed=0, **opts):
+    cfg = RunConfig(model=name, head_num=3, in_dim=3, seq_len=6, trainset_size=40, icl=0.5, testset_size=0,
+                    draws="streams", init_scheme="dec2024", cubic_feat=name == "mlp",
+                    rank=2 if name == "attnS" else 1, seed=seed)
+    datasets, w = draw(cfg)
+    rng = np.random.default_rng(seed)
+    return models.build_model(name, {k: rng.normal(size=v.shape) for k, v in w.items()}, **opts), datasets
+
+
+@pytest.mark.parametrize("name, softmax", [("attnM", False), ("attnM", True), ("attnS", False), ("mlp", False)])
+def test_the_fixed_entries_get_no_gradient_from_autograd(name, softmax):
+    """Every entry a model declares fixed has a zero gradient by autograd through forward() on random weights and
+    data (so neither descent nor flow moves it), and the entries left moving have nonzero ones."""
+    model, datasets = _random_model(name, softmax=softmax)
+    objectives.Autograd(datasets.train).value_and_grad(model)
+    grad = torch.nn.utils.parameters_to_vector([p.grad for p in model.parameters()]).numpy()
+    moving = moving_entries(model)
+    assert np.all(grad[~moving] == 0.0)
+    assert np.all(grad[moving] != 0.0)
+    assert (~moving).sum() == {"attnM": 3 * 4, "attnS": 3 * 2, "mlp": 0}[name]  # the label row / column
+
+
+class _AllWeights(models.AttnM):
+    """ATTN_M without its declarations: the flow integrates every weight through the engine's torch step."""
+
+    def fixed_entries(self):
+        return [None, None]
+
+    def bilinear_map(self):
+        return None
+
+
+def test_the_flow_of_the_moving_weights_is_the_flow_of_all_weights():
+    """ATTN_M's flow on its moving weights, with numpy's gradient and Hessian, is the flow of every weight through
+    the engine (same losses at tight tolerance), and its label rows end where they started."""
+    cfg, model, objective = _attn_m_problem()
+    full = _AllWeights(model.W_KQ.detach(), torch.zeros(3, 3, 3, dtype=torch.float64).index_copy(
+        1, torch.tensor([2]), model.v.detach()[:, None, :]))
+    assert type(_vectorised(model, objective, 1.0)) is _Bilinear
+    assert type(_vectorised(full, objective, 1.0)) is _Vectorised and np.all(moving_entries(full))
+    label_rows = model.W_KQ.detach()[:, -1].clone()
+    chosen = np.array([0, 30, 300, 3000])
+    a, b = (gradient_flow(net, objective, lr=0.01, epoch=3000, record=chosen, jacobian=True, rtol=1e-10)
+            for net in (model, full))
+    assert a.train_loss[-1] < 0.9 * a.train_loss[0]
+    np.testing.assert_allclose(a.train_loss, b.train_loss, rtol=1e-8)
+    np.testing.assert_allclose(model.v.detach(), full.v.detach(), rtol=1e-6, atol=1e-9)
+    assert torch.equal(model.W_KQ.detach()[:, -1], label_rows)
+
+
+@pytest.mark.parametrize("name", ["attnM", "mlp"])
+def test_the_bilinear_loss_has_autograds_gradient_and_hessian(name):
+    """BilinearLoss on a model's bilinear_map: its combined weight is combined(), its loss, gradient and Hessian in
+    the moving weights are autograd's of the moments' quadratic form of combined() (to 1e-12 relative), at random
+    weights."""
+    model, datasets = _random_model(name)
+    objective = objectives.Exact.from_data(model, datasets.train)
+    loss = BilinearLoss(model.bilinear_map(), len(model.value_weights()), objective.moments)
+    moving = torch.as_tensor(moving_entries(model))
+    full = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    theta = full[moving].numpy()
+
+    mom = objective.moments
+
+    def of_moving(th):  # L = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ spelled out (moments.loss has no second derivative)
+        m = models._at(model, full.masked_scatter(moving, th), model.combined)
+        return mom.yy - 2 * m @ mom.yT + m @ mom.TT @ m
+
+    np.testing.assert_allclose(loss.combined(theta), model.combined().detach().numpy(), rtol=1e-13, atol=1e-15)
+    value, grad = loss.loss_and_grad(theta)
+    th = torch.as_tensor(theta).requires_grad_()
+    auto = of_moving(th)
+    auto.backward()
+    assert value == pytest.approx(auto.item(), rel=1e-12)
+    np.testing.assert_allclose(grad, th.grad.numpy(), rtol=0, atol=1e-12 * np.abs(th.grad.numpy()).max())
+    hess = torch.autograd.functional.hessian(of_moving, torch.as_tensor(theta)).numpy()
+    assert np.abs(hess).max() > 1.0
+    np.testing.assert_allclose(loss.hessian(theta), hess, rtol=0, atol=1e-12 * np.abs(hess).max())
+
+
+def test_the_numpy_flow_is_taken_only_where_its_numbers_are_the_engines():
+    """_Bilinear for a float64 ATTN_M or MLP on the exact engine; the engine's own step for ATTN_S (trilinear), a
+    float32 model or the autograd engine."""
+    model, datasets = _random_model("attnM")
+    exact = objectives.Exact.from_data(model, datasets.train)
+    assert type(_vectorised(model, exact, 1.0)) is _Bilinear
+    assert type(_vectorised(model, objectives.Autograd(datasets.train), 1.0)) is _Vectorised
+    assert type(_vectorised(model.to(torch.float32), exact, 1.0)) is _Vectorised
+    attn_s, datasets = _random_model("attnS")
+    assert type(_vectorised(attn_s, objectives.Exact.from_data(attn_s, datasets.train), 1.0)) is _Vectorised
 
 
 def test_the_flow_refuses_what_it_cannot_honour():
