@@ -58,6 +58,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_engines.py
 	$(BIN)/python benchmarks/bench_sweep.py
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python benchmarks/bench_flow.py
 	$(BIN)/python benchmarks/bench_startup.py
 
 clean:
