@@ -326,3 +326,11 @@ def test_tasks_keep_one_shape_and_one_data_draw_together():
     seeds = [[cell.config.seed for cell, _ in p] for p in parts[:2]]
     assert seeds == [[0, 0, 0, 1, 1, 1], [2, 2, 2, 3, 3, 3]]
     assert [len(p) for p in tasks(todo, workers=1, most=4)] == [4, 4, 4, 1]
+
+
+def test_no_workers_is_no_cluster():
+    """workers=0 starts nothing: the caller trains in its own process (the phase page at the paper preset)."""
+    from linattn.companion.sweeps.engine import local_client
+
+    with local_client(0) as client:
+        assert client is None

@@ -48,7 +48,9 @@ PRESETS = {
     # streams, so that every cell of the c × P grid shares its initial weights, test sets and fixed task and P = ∞
     # exists; its icl and trainset_size are each cell's. Every cell is trained by gradient flow to epoch_extended
     # (steps at that learning rate), where all have settled. attn_s: the drop-step-vs-init figure, whose init is
-    # each swept inits_s value and whose seeds are ``seeds``
+    # each swept inits_s value and whose seeds are ``seeds``. workers: a local Dask cluster for the quick preset (so
+    # the tests build the page through one); none for the paper preset, which make book runs beside another notebook
+    # on the same cores (a cluster there cost ~13 s more CPU than training in the kernel, and no wall time)
     "quick": dict(attn_m=dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=2000, testset_size=500, seed=10,
                               draws="streams"),
                   attn_s=common.run_settings(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02,
@@ -61,10 +63,10 @@ PRESETS = {
                                              epoch=20001, trainset_size=4000, init_scheme="jan2025"),
                   icl_values=[0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
                   trainset_sizes=[200, 1000, 5000, 20000], epoch_extended=10**9,
-                  inits_s=[0.02, 0.04, 0.08, 0.16], seeds=[0, 1, 2, 3], workers=2),
+                  inits_s=[0.02, 0.04, 0.08, 0.16], seeds=[0, 1, 2, 3], workers=0),
 }
 HELP = {
-    "workers": "worker processes of the local Dask cluster the sweeps run on (make book runs a notebook beside it)",
+    "workers": "worker processes of a local Dask cluster that trains the runs (0: none, the notebook trains them itself)",
 }
 # the population column at c = 1 ends at L* (measured on finite test sets), and every cell has settled
 TOLERANCES = [(r"final_test_icl\.Pinf\.c1", "abs", common.PLATEAU_TOLERANCE),

@@ -76,7 +76,11 @@ def plan(grid: Grid, out=None, *, max_memory=None) -> list[tuple[Cell, str, str]
 def local_client(workers: int | None = None):
     """A ``dask.distributed.Client`` of a new local cluster, closed on exit: ``workers`` single-threaded worker
     processes (default: one per core). Several sweeps can share it (``sweep(..., client=client)``) and start the
-    cluster once."""
+    cluster once. ``workers=0``: no cluster, None in place of a client (a figure's runs are then trained in the
+    process itself: where two notebooks already share the cores, a cluster only adds its processes' cost)."""
+    if workers == 0:
+        yield None
+        return
     _require_dask()
     from dask.distributed import Client, LocalCluster
 
