@@ -318,8 +318,12 @@ def sample_tasks(cov, P: int, seq_len: int, *, seed: int, icl: float = 1.0, cent
 
 def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, testset_size: int = 0,
                   icl: float = 1.0, white_cov: bool = False, spectrum=None, cov_matrix=None,
-                  seed: int = 10) -> Datasets:
-    """Training set (None when ``trainset_size`` is None, i.e. population training), test sets and task."""
+                  seed: int = 10, shared: dict | None = None) -> Datasets:
+    """Training set (None when ``trainset_size`` is None, i.e. population training), test sets and task.
+
+    Each part has its own stream, so the test sets do not depend on the training set's size or in-context fraction:
+    ``shared``, a dict, keeps them by what they do depend on, for the next call (runs of one seed that differ in P or
+    c then hold the same test sets, drawn once)."""
     cov = make_covariance(in_dim, streams(seed, COV), white=white_cov, spectrum=spectrum, matrix=cov_matrix)
     w_fix = _fixed_task(in_dim, streams(seed, W_FIX))
     train = None
@@ -327,6 +331,12 @@ def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, tests
         train = sample_sequences(trainset_size, seq_len, cov, icl, w_fix, streams(seed, TRAIN))
     test_iwl = test_icl = None
     if testset_size:
-        test_iwl = sample_sequences(testset_size, seq_len, cov, 0.0, w_fix, streams(seed, TEST_IWL))
-        test_icl = sample_sequences(testset_size, seq_len, cov, 1.0, w_fix, streams(seed, TEST_ICL))
+        key = ("test sets", repr((in_dim, seq_len, testset_size, white_cov, spectrum, cov_matrix, seed)))
+        tests = None if shared is None else shared.get(key)
+        if tests is None:
+            tests = (sample_sequences(testset_size, seq_len, cov, 0.0, w_fix, streams(seed, TEST_IWL)),
+                     sample_sequences(testset_size, seq_len, cov, 1.0, w_fix, streams(seed, TEST_ICL)))
+            if shared is not None:
+                shared[key] = tests
+        test_iwl, test_icl = tests
     return Datasets(train=train, test_iwl=test_iwl, test_icl=test_icl, cov=cov, w_fix=w_fix)

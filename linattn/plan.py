@@ -44,7 +44,7 @@ def _draw(cfg: RunConfig, shared: dict | None = None) -> tuple[data_mod.Datasets
     if shared is not None and key in shared:
         datasets, generators = shared[key]
     else:
-        datasets, generators = _draw_data(cfg.draws, _data_arguments(cfg))
+        datasets, generators = _draw_data(cfg.draws, _data_arguments(cfg), shared)
         if shared is not None:
             shared[key] = datasets, generators
     if cfg.draws == "reference":
@@ -73,13 +73,14 @@ def _data_arguments(cfg: RunConfig) -> dict:
     return dict(common, spectrum=cfg.spectrum, cov_matrix=cfg.cov_matrix)
 
 
-def _draw_data(draws: str, args: dict):
-    """(data sets, what the weights are drawn from next: the reference's generators, or None for the streams)."""
+def _draw_data(draws: str, args: dict, shared: dict | None = None):
+    """(data sets, what the weights are drawn from next: the reference's generators, or None for the streams).
+    ``shared``: what streams' test sets are kept in (``data.make_datasets``)."""
     if draws == "reference":
         from .reference_draws import reference_data  # torch's generator
 
         return reference_data(**args)
-    return data_mod.make_datasets(**args), None
+    return data_mod.make_datasets(**args, shared=shared), None
 
 
 def _population_datasets(cfg: RunConfig) -> data_mod.Datasets:

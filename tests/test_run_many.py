@@ -164,3 +164,18 @@ def test_members_of_one_data_draw_and_read_it_once_each_equal_to_its_run(draws, 
         assert np.array_equal(got.datasets.train.X, alone.datasets.train.X)
         _same(got, alone)
         assert np.allclose(got.history.test_icl, alone.history.test_icl, rtol=1e-8)
+
+
+def test_streams_runs_of_one_seed_share_their_test_sets_whatever_their_training_sets():
+    """linattn's test sets have streams of their own: runs of one seed that differ in P and c hold the same test
+    sets (drawn once, their moments read once), each run equal to its run alone."""
+    base = dict(BASE, model="attnM", seed=7, testset_size=40, epoch=200)
+    cfgs = [RunConfig(**dict(base, icl=c, trainset_size=P)) for c, P in ((1.0, 300), (0.5, 300), (0.2, 120))]
+    results = linattn.run_many(cfgs)
+    assert results[0].datasets is not results[1].datasets
+    assert results[0].datasets.test_icl is results[1].datasets.test_icl is results[2].datasets.test_icl
+    for cfg, got in zip(cfgs, results):
+        alone = linattn.run(cfg, progress=False)
+        assert np.array_equal(got.datasets.test_iwl.X, alone.datasets.test_iwl.X)
+        _same(got, alone)
+        assert np.allclose(got.history.test_iwl, alone.history.test_iwl, rtol=1e-8)

@@ -63,8 +63,8 @@ def test_get_many_trains_the_missing_runs_together_and_serves_each_as_get(tmp_pa
     store = RunStore(tmp_path)
     store.get(cfgs[0], snapshot_every=EVERY)
     draws = []
-    monkeypatch.setattr(plan, "_draw_data", lambda kind, args, f=plan._draw_data: draws.append(args["seed"]) or
-                        f(kind, args))
+    monkeypatch.setattr(plan, "_draw_data", lambda kind, args, shared=None, f=plan._draw_data:
+                        draws.append(args["seed"]) or f(kind, args, shared))
     got = store.get_many(cfgs, snapshot_every=EVERY)
     assert draws == [1, 2]  # seed 1's data drawn once for both of its runs trained
     assert [r.trained_steps for r in got] == [0, 300, 200, 300, 300]

@@ -66,7 +66,7 @@ PRESETS = {
                   inits_s=[0.02, 0.04, 0.08, 0.16], seeds=[0, 1, 2, 3], workers=0),
 }
 HELP = {
-    "workers": "worker processes of a local Dask cluster that trains the runs (0: none, the notebook trains them itself)",
+    "workers": "worker processes of a local Dask cluster for the runs (0: none, the notebook trains them itself)",
 }
 # the population column at c = 1 ends at L* (measured on finite test sets), and every cell has settled
 TOLERANCES = [(r"final_test_icl\.Pinf\.c1", "abs", common.PLATEAU_TOLERANCE),
