@@ -191,7 +191,7 @@ static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], co
     int j = 0;
     for (; j + AHEAD < n; j++) {
         for (long l = j * per; l < (j + 1) * per && l < lines; l++)
-            __builtin_prefetch(ahead + 64 * l);
+            __builtin_prefetch(ahead + 64 * l, 0, 2);    /* read, into L2 (prefetcht1) */
         key_terms next = weigh(q, v, shift, X + (j + AHEAD) * KEY);
         add_key(k[0], X + j * KEY, &Z, T, TU);
         for (int a = 0; a + 1 < AHEAD; a++) k[a] = k[a + 1];
@@ -220,8 +220,10 @@ static inline int any_above(vec Z, real limit) {
     return above;
 }
 
-/* A block's sums are added lane by lane into float64 vectors (`wide`, WIDE of them a vec) and the lanes summed once
- * at the end: summing 16 lanes into one float64 after every block took a fifth of the time. */
+/* dW and dv are summed in float32 vectors over FLUSH blocks, then added lane by lane into float64 vectors (`wide`,
+ * WIDE of them a vec), whose lanes are summed once at the end: summing 16 lanes into one float64 after every block
+ * took a fifth of the time, and converting after every block still a tenth. */
+#define FLUSH 2
 #ifdef USE_DOUBLE
 #define WIDE 1
 typedef vec wide;
@@ -265,7 +267,7 @@ int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const
                  const real *v, int H, real limit, int grad, double *loss, double *dW, double *dv) {
     const long nW = (long)H * DIM * DIM, nv = (long)H * DIM;
     head_sums *hs = vec_alloc((size_t)H * sizeof(head_sums) / sizeof(vec));   /* [h] */
-    vec *gW = vec_alloc((size_t)nW);                /* dW and dv of one block, summed over its groups */
+    vec *gW = vec_alloc((size_t)nW);                /* dW and dv of FLUSH blocks, summed over their groups */
     vec *gv = vec_alloc((size_t)nv);
     const size_t nwide = (size_t)(nW + nv + 1) * WIDE;   /* float64 sums of dW, dv and the loss, lane by lane */
     wide *sW = aligned_alloc(sizeof(wide), nwide * sizeof(wide)), *sv = sW + nW * WIDE, *sl = sv + nv * WIDE;
@@ -275,14 +277,14 @@ int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const
     }
     memset(sW, 0, nwide * sizeof(wide));
     const long block = n_all * DIM * BLOCK;         /* from one block to the next */
-    /* the next block's first n keys (contiguous) are fetched into cache while this block computes, a share in each
-     * pass over them */
+    /* the first n keys (contiguous) of the block after next are fetched into the L2 cache while this block
+     * computes, a share in each pass over it: a block's time to arrive from L3, and the L1 cache left to this one */
     const long passes = (long)H * (BLOCK / LANES);
     const long share = ((long)n * DIM * BLOCK * sizeof(real) / 64 + passes - 1) / passes;
     for (long k = 0; k < K; k++) {
-        const char *ahead = (const char *)(X + (k + 1 < K ? k + 1 : k) * block);
+        const char *ahead = (const char *)(X + (k + 2 < K ? k + 2 : k) * block);
         long pass = 0;
-        if (grad) {
+        if (grad && k % FLUSH == 0) {
             memset(gW, 0, sizeof(vec) * (size_t)nW);
             memset(gv, 0, sizeof(vec) * (size_t)nv);
         }
@@ -324,7 +326,7 @@ int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const
                 }
             }
         }
-        if (grad) {
+        if (grad && (k % FLUSH == FLUSH - 1 || k + 1 == K)) {
             for (long i = 0; i < nW; i++) widen_add(sW + i * WIDE, gW[i]);
             for (long i = 0; i < nv; i++) widen_add(sv + i * WIDE, gv[i]);
         }
