@@ -26,10 +26,11 @@ tokens, queries and targets) and the time to stream as many bytes once (:func:`s
 of an array of that size, numpy on the CPU, torch in GPU memory with ``--device cuda``), printed as "x ms vs floor
 y ms = z× the floor".
 
-Measured (2 cores under load 5, ``--quick``; the whole table, the H100's and the kernels before this one in
-``benchmarks/README.md``): softmax ATTN_S 35.7 ms a step against autograd's 750 ms, 21×, and 35.7 ms vs floor
-20.3 ms (51.5 MB a step) = 1.8× the floor; ATTN_M 1.5 ms against 138 ms, 92×. Called directly in one process, the
-AVX-512 kernel takes 14.0 ms of CPU a step at ATTN_S against the 8-lane kernel's 24.3 ms.
+Measured (2 cores under load 3.6–3.9, ``--quick``; the whole table, the H100's and the kernels before this one in
+``benchmarks/README.md``): softmax ATTN_S 8.60 ms a step against autograd's 354 ms, 41×, and 8.6 ms vs floor
+6.87 ms (51.5 MB a step) = 1.3× the floor; ATTN_M 1.15 ms against 59 ms, 51×. Alternating fresh processes, a step
+of the kernel with token-major blocks takes 8.1–8.7 ms of CPU at ATTN_S against the kernel before's 12.5–12.8 ms,
+and 1.0 ms at ATTN_M against 1.4 ms.
 """
 
 from __future__ import annotations

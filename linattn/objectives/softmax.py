@@ -29,17 +29,18 @@ the separate max pass of the usual two-pass softmax.
 
 Layout. Sequences are stored in blocks of ``BLOCK`` = 32, the sequence index innermost — the context tokens
 X (blocks, n−1, D+1, BLOCK), the queries (terms, blocks, D+1, BLOCK) — so every operation vectorises across
-sequences and a block (20 KB at D = 4, n = 32) stays in the L1 cache while all heads read it.
+sequences, a token's D+1 coordinates lie side by side (the kernel reads them at fixed offsets), and a block (20 KB
+at D = 4, n = 32) stays in the L1 cache while all heads read it.
 
 Kernels (``Softmax.kernel``). On the CPU, ``native``: ``softmax_kernel.c``, compiled on first use in each process
 by the system's C compiler for this CPU and the dimension D+1 (under a second; ``$CC`` picks the compiler) and
 called through ctypes, once per prefix length over the whole set. One SIMD instruction handles 16 sequences
 (float32; 8 in float64) where the CPU has AVX-512, else 8 (4), 2^z is a polynomial times 2^n (AVX-512's vscalef,
-else exponent bits), and for each head one pass over the keys forms the sums Z, T, TU (3)-(5) in registers, for two
-groups of sequences side by side while the next block is prefetched; a group of sequences where some key outscores
-the query by more than ``SHIFT_LIMIT`` is computed again in the kernel. On CUDA,
-``compiled``: ``chunk_sums`` through ``torch.compile`` (triton) chunk by chunk, for sets of at least
-``COMPILE_FROM`` sequence-terms. ``eager``: ``chunk_sums`` in plain torch (``compile=False``, the reference the
+else exponent bits), and for each head and group of sequences one pass over the keys forms the sums Z, T, TU (3)-(5)
+in registers, each key's weight 2^z computed two keys ahead of its terms while the block after next is prefetched;
+a group of sequences where some key outscores the query by more than ``SHIFT_LIMIT`` is computed again in the
+kernel. On CUDA, ``compiled``: ``chunk_sums`` through ``torch.compile`` (triton) chunk by chunk, for sets of at
+least ``COMPILE_FROM`` sequence-terms. ``eager``: ``chunk_sums`` in plain torch (``compile=False``, the reference the
 tests hold the others to, and the fallback, with a warning, where no compiler works).
 Data and arithmetic are in ``dtype`` (float32 by default); the loss, ∂L/∂v and ∂L/∂W_KQ accumulate in float64.
 Timings, the memory floor and the float32-vs-float64 trajectories: ``benchmarks/README.md``.

@@ -13,8 +13,8 @@
  * 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the shift.
  *
  * At Figure 5's ATTN_S setting (float32, AVX-512) the loop over keys is 31 vector instructions per key, head and 16
- * sequences, about two thirds of what two FMA units could issue; the data streams from the L3 cache under the
- * prefetches (benchmarks/README.md).
+ * sequences, issued at about three quarters of two FMA units' rate; the data streams from the L3 cache under the
+ * prefetches at about 8% over the same passes in the cache (benchmarks/README.md).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -187,7 +187,9 @@ static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], co
     }
     key_terms k[AHEAD];
     for (int a = 0; a < AHEAD && a < n; a++) k[a] = weigh(q, v, shift, X + a * KEY);
-    const long per = n > 0 ? (lines + n - 1) / n : 0;   /* lines prefetched a key (no division in the loop) */
+    /* lines prefetched a key (no division in the loop), the last keys' share after it: spreading all the lines over
+     * the loop's n - AHEAD keys instead was 3% slower */
+    const long per = n > 0 ? (lines + n - 1) / n : 0;
     int j = 0;
     for (; j + AHEAD < n; j++) {
         for (long l = j * per; l < (j + 1) * per && l < lines; l++)
@@ -197,6 +199,8 @@ static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], co
         for (int a = 0; a + 1 < AHEAD; a++) k[a] = k[a + 1];
         k[AHEAD - 1] = next;
     }
+    for (long l = j * per; l < lines; l++)
+        __builtin_prefetch(ahead + 64 * l, 0, 2);
     for (int a = 0; j + a < n; a++) add_key(k[a], X + (j + a) * KEY, &Z, T, TU);
     head_sums out;
     vec y = v[0] * T[0];
