@@ -163,8 +163,9 @@ static inline void add_key(key_terms k, const real *X, vec *Z, vec T[DIM], vec T
     }
 }
 
-/* Keys whose weights are computed ahead of their sums (below) */
-#define AHEAD 2
+/* Keys whose weights are computed ahead of their sums (below): two were no faster with AVX-512's 32 registers and
+ * 15% slower with AVX2's 16 */
+#define AHEAD 1
 
 /* X: the group's first key, key j's coordinate b at X[j*KEY + b*BLOCK]; xq: the query, coordinate b at
  * xq[b*BLOCK]; shift: the scores' shift c_h (3). One pass over the keys: each key's score, e = 2^z and e.u, then
