@@ -29,8 +29,8 @@ y ms = z× the floor".
 Measured (2 cores under load 3.6–3.9, ``--quick``; the whole table, the H100's and the kernels before this one in
 ``benchmarks/README.md``): softmax ATTN_S 8.60 ms a step against autograd's 354 ms, 41×, and 8.6 ms vs floor
 6.87 ms (51.5 MB a step) = 1.3× the floor; ATTN_M 1.15 ms against 59 ms, 51×. Alternating fresh processes, a step
-of the kernel with token-major blocks takes 8.1–8.7 ms of CPU at ATTN_S against the kernel before's 12.5–12.8 ms,
-and 1.0 ms at ATTN_M against 1.4 ms.
+of the kernel with token-major blocks takes 7.8 ms of CPU at ATTN_S against the kernel before's 12.2 ms, and
+0.97 ms at ATTN_M against 1.37 ms.
 """
 
 from __future__ import annotations
