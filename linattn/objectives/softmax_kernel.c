@@ -168,17 +168,22 @@ static inline void add_key(key_terms k, const real *X, vec *Z, vec T[DIM], vec T
 #define AHEAD 1
 
 /* X: the group's first key, key j's coordinate b at X[j*KEY + b*BLOCK]; xq: the query, coordinate b at
- * xq[b*BLOCK]; shift: the scores' shift c_h (3). One pass over the keys: each key's score, e = 2^z and e.u, then
- * its terms of Z, T, TU; `lines` cache lines from `ahead` are prefetched on the way.
+ * xq[b*BLOCK]; shift: the scores' shift c_h (3), `own` where it is the query's own score in every lane. One pass
+ * over the keys: each key's score, e = 2^z and e.u, then its terms of Z, T, TU; `lines` cache lines from `ahead`
+ * are prefetched on the way.
  * A weight is a chain of some 50 cycles (score, 2^z, e.u) that the sums wait on. The loop computes key j+AHEAD's
  * weight while it adds key j's terms, whose inputs are then ready: the out-of-order core need not hold several
  * keys' waiting chains to keep its FMA units busy. */
-static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], const vec v[DIM], vec shift,
+static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], const vec v[DIM], vec shift, int own,
                       const char *ahead, long lines) {
     const long KEY = DIM * BLOCK;
     vec x[DIM], Z, T[DIM], TU[DIM];
     token(x, xq);
-    vec e = pow2(score(q, x) - shift);           /* the query's own term: 1 unless the shift is a key's score */
+    /* the query's own term: exactly 2^0 = 1 where the shift is its own score (`own`, the first pass: z + 1, so that
+     * a NaN or infinite shift still gives NaN and the group is computed again; in a second pass, the lanes whose
+     * shift stayed), else 2^z; the polynomial's 2^0 is 1 + 1.2e-7 */
+    vec z = score(q, x) - shift;
+    vec e = own ? z + 1 : blend(z == 0, splat(1), pow2(z));
     vec u = v[0] * x[0];
     for (int b = 1; b < DIM; b++) u += v[b] * x[b];
     Z = e;
@@ -186,7 +191,7 @@ static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], co
         T[b] = e * x[b];
         TU[b] = e * u * x[b];
     }
-    key_terms k[AHEAD];
+    key_terms k[AHEAD] = {{splat(0), splat(0)}};      /* set below for the keys there are (n may be < AHEAD) */
     for (int a = 0; a < AHEAD && a < n; a++) k[a] = weigh(q, v, shift, X + a * KEY);
     /* lines prefetched a key (no division in the loop), the last keys' share after it: spreading all the lines over
      * the loop's n - AHEAD keys instead was 3% slower */
@@ -308,14 +313,14 @@ int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const
                     q[b] = acc;
                 }
                 vec shift = score(q, x_q);            /* c_h = s_hq, the query's own score */
-                hs[h] = sums(Xg, n, xqg, q, vh, shift, ahead + 64 * share * pass++, share);
+                hs[h] = sums(Xg, n, xqg, q, vh, shift, 1, ahead + 64 * share * pass++, share);
                 if (any_above(hs[h].Z, limit)) {     /* some key outscores the query by more: shift by the largest */
                     vec x[DIM];
                     for (int j = 0; j < n; j++) {
                         token(x, Xg + j * DIM * BLOCK);
                         shift = vmax(shift, score(q, x));
                     }
-                    hs[h] = sums(Xg, n, xqg, q, vh, shift, ahead, 0);
+                    hs[h] = sums(Xg, n, xqg, q, vh, shift, 0, ahead, 0);
                 }
                 r += hs[h].y;
             }
