@@ -9,8 +9,8 @@
  * the compiler targets AVX-512 (-march=native on such a CPU), else 256 bits.
  *
  * For one group of LANES sequences and one head, one pass over the n keys forms the 2·DIM + 1 sums Z, T, TU
- * (4)-(5), while a share of the next block is prefetched. A group where some key outscores the query by more than
- * 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the shift.
+ * (4)-(5), while a share of the block after next is prefetched. A group where some key outscores the query by more
+ * than 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the shift.
  *
  * At Figure 5's ATTN_S setting (float32, AVX-512) the loop over keys is 31 vector instructions per key, head and 16
  * sequences, issued at about three quarters of two FMA units' rate; the data streams from the L3 cache under the
@@ -130,7 +130,6 @@ static inline vec shifted_score(const vec q[DIM], const vec x[DIM], vec shift) {
     for (int b = 1; b < DIM; b++) s += q[b] * x[b];
     return s;
 }
-
 
 /* A token's DIM coordinates: coordinate b at X[b*BLOCK] (the layout puts a key's coordinates side by side, so that
  * every load in the loop over keys is one pointer plus a constant) */
