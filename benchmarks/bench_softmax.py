@@ -26,10 +26,11 @@ tokens, queries and targets) and the time to stream as many bytes once (:func:`s
 of an array of that size, numpy on the CPU, torch in GPU memory with ``--device cuda``), printed as "x ms vs floor
 y ms = z× the floor".
 
-Measured (2 cores under load 5, ``--quick``; the whole table, the H100's and the kernels before this one in
-``benchmarks/README.md``): softmax ATTN_S 35.7 ms a step against autograd's 750 ms, 21×, and 35.7 ms vs floor
-20.3 ms (51.5 MB a step) = 1.8× the floor; ATTN_M 1.5 ms against 138 ms, 92×. Called directly in one process, the
-AVX-512 kernel takes 14.0 ms of CPU a step at ATTN_S against the 8-lane kernel's 24.3 ms.
+Measured (2 cores under load 1.1, ``--quick``; the whole table, the H100's and the kernels before this one in
+``benchmarks/README.md``): softmax ATTN_S 8.33 ms a step against autograd's 337 ms, 40×, and 8.3 ms vs floor
+7.87 ms (51.5 MB a step) = 1.1× the floor; ATTN_M 1.08 ms against 34 ms, 32×. Alternating fresh processes, a step
+of the kernel with token-major blocks takes 8.8 ms of CPU at ATTN_S against the kernel before's 12.5 ms, and
+1.00 ms at ATTN_M against 1.42 ms (medians of rounds).
 """
 
 from __future__ import annotations

@@ -28,18 +28,19 @@ in the hundreds) is computed again with c_h = max_m s_hm, the largest score, whi
 the separate max pass of the usual two-pass softmax.
 
 Layout. Sequences are stored in blocks of ``BLOCK`` = 32, the sequence index innermost — the context tokens
-X (blocks, D+1, n−1, BLOCK), the queries (terms, blocks, D+1, BLOCK) — so every operation vectorises across
-sequences and a block (20 KB at D = 4, n = 32) stays in the L1 cache while all heads read it.
+X (blocks, n−1, D+1, BLOCK), the queries (terms, blocks, D+1, BLOCK) — so every operation vectorises across
+sequences, a token's D+1 coordinates lie side by side (the kernel reads them at fixed offsets), and a block (20 KB
+at D = 4, n = 32) stays in the L1 cache while all heads read it.
 
 Kernels (``Softmax.kernel``). On the CPU, ``native``: ``softmax_kernel.c``, compiled on first use in each process
 by the system's C compiler for this CPU and the dimension D+1 (under a second; ``$CC`` picks the compiler) and
 called through ctypes, once per prefix length over the whole set. One SIMD instruction handles 16 sequences
 (float32; 8 in float64) where the CPU has AVX-512, else 8 (4), 2^z is a polynomial times 2^n (AVX-512's vscalef,
-else exponent bits), and for each head one pass over the keys forms the sums Z, T, TU (3)-(5) in registers, for two
-groups of sequences side by side while the next block is prefetched; a group of sequences where some key outscores
-the query by more than ``SHIFT_LIMIT`` is computed again in the kernel. On CUDA,
-``compiled``: ``chunk_sums`` through ``torch.compile`` (triton) chunk by chunk, for sets of at least
-``COMPILE_FROM`` sequence-terms. ``eager``: ``chunk_sums`` in plain torch (``compile=False``, the reference the
+else exponent bits), and for each head and group of sequences one pass over the keys forms the sums Z, T, TU (3)-(5)
+in registers, each key's weight 2^z computed a key ahead of its terms while the block after next is prefetched;
+a group of sequences where some key outscores the query by more than ``SHIFT_LIMIT`` is computed again in the
+kernel. On CUDA, ``compiled``: ``chunk_sums`` through ``torch.compile`` (triton) chunk by chunk, for sets of at
+least ``COMPILE_FROM`` sequence-terms. ``eager``: ``chunk_sums`` in plain torch (``compile=False``, the reference the
 tests hold the others to, and the fallback, with a warning, where no compiler works).
 Data and arithmetic are in ``dtype`` (float32 by default); the loss, ∂L/∂v and ∂L/∂W_KQ accumulate in float64.
 Timings, the memory floor and the float32-vs-float64 trajectories: ``benchmarks/README.md``.
@@ -101,15 +102,15 @@ def _dot(a, b, start=None):
 def chunk_sums(X, xq, W, v, y, floor, grad: bool):
     """Loss, ∂L/∂W_KQ and ∂L/∂v summed over a chunk of blocks (unweighted), and the largest Z_h.
 
-    X (K, D+1, N, B): the N context tokens; xq (K, D+1, B): the query (also a key); W (H, D+1, D+1): W[h, b, a] =
+    X (K, N, D+1, B): the N context tokens; xq (K, D+1, B): the query (also a key); W (H, D+1, D+1): W[h, b, a] =
     log₂e · W_KQ[h][a, b]; v (H, D+1); y (K, B); floor (K, H, B): −inf, or the largest scores (log₂ units) when a
     chunk is computed again; the shift (3) is c = max(s_q, floor). Returns float64 Σ (ŷ − y)², float64
     (H, D+1, D+1) [h, a, b] or None, float64 (H, D+1) or None, and max Z_h (Z_h ≥ 1; above 2^``SHIFT_LIMIT`` a
     key outscored the shift by more than the limit, and the sums may have lost range). Zero tokens with a zero target
     (the padding of the last block) contribute nothing.
     """
-    d = X.shape[1]
-    x = [X[:, None, b] for b in range(d)]                            # (K, 1, N, B): coordinate b of each context token
+    d = X.shape[2]
+    x = [X[:, None, :, b] for b in range(d)]                         # (K, 1, N, B): coordinate b of each context token
     x_q = [xq[:, None, b] for b in range(d)]                         # (K, 1, B)
     Q = (W[None, :, :, :, None] * xq[:, None, None]).sum(3)          # (K, H, D+1, B): q_h (1), log₂ units
     q = [Q[:, :, b] for b in range(d)]
@@ -139,7 +140,7 @@ def chunk_sums(X, xq, W, v, y, floor, grad: bool):
 def max_scores(X, xq, W):
     """The largest score of each sequence and head over its keys (context and query), log₂ units: (K, H, B)."""
     Q = (W[None, :, :, :, None] * xq[:, None, None]).sum(3)
-    s = (Q[:, :, :, None] * X[:, None]).sum(2)                      # (K, H, N, B)
+    s = (Q[:, :, None] * X[:, None]).sum(3)                         # (K, H, N, B)
     return torch.maximum(s.amax(2), (Q * xq[:, None]).sum(2))
 
 
@@ -205,7 +206,7 @@ class Softmax(SoftmaxEngine, Objective):
         q_tok, targets = prefix_queries(tokens, y, self.terms)   # (K·B, terms, d), (K·B, terms)
         blocked = lambda t: t.reshape(K, BLOCK, *t.shape[1:]).movedim(1, -1)  # sequence index last
         # the last token is never a context token (it is the query of the whole sequence)
-        self.X = blocked(tokens[:, :n - 1]).transpose(1, 2).contiguous().to(self.device)  # (K, d, n−1, B)
+        self.X = blocked(tokens[:, :n - 1]).contiguous().to(self.device)                 # (K, n−1, d, B)
         self.xq = blocked(q_tok).permute(1, 0, 2, 3).contiguous().to(self.device)        # (terms, K, d, B)
         self.y = blocked(targets).transpose(0, 1).contiguous().to(self.device)           # (terms, K, B)
 
@@ -213,7 +214,7 @@ class Softmax(SoftmaxEngine, Objective):
     def step_bytes(self) -> int:
         """Bytes of data a step reads: every term's context tokens, queries and targets (the memory floor)."""
         item = self.X.element_size()
-        context = sum(self.X[:, :, :m - 1].numel() for m in self.terms)
+        context = sum(self.X[:, :m - 1].numel() for m in self.terms)
         return item * (context + self.xq.numel() + self.y.numel())
 
     def _check(self, model):
@@ -246,7 +247,7 @@ class Softmax(SoftmaxEngine, Objective):
         dv = torch.zeros(v.shape, dtype=torch.float64)
         X, xq, y = self.X, self.xq[t], self.y[t]
         limit = 2.0 ** SHIFT_LIMIT[self.dtype]
-        if fn(X.data_ptr(), X.shape[0], X.shape[2], m - 1, xq.data_ptr(), y.data_ptr(), W.data_ptr(), v.data_ptr(),
+        if fn(X.data_ptr(), X.shape[0], X.shape[1], m - 1, xq.data_ptr(), y.data_ptr(), W.data_ptr(), v.data_ptr(),
               W.shape[0], limit, int(grad), loss.data_ptr(), dW.data_ptr(), dv.data_ptr()) != 0:
             raise MemoryError("the softmax kernel could not allocate its buffers")
         return [(loss, dW, dv)]
@@ -258,7 +259,7 @@ class Softmax(SoftmaxEngine, Objective):
         no_floor = self._no_floor(W.shape[0])
         parts = []
         for blocks in self.chunks:
-            args = (self.X[blocks, :, :m - 1], self.xq[t, blocks], W, v, self.y[t, blocks])
+            args = (self.X[blocks, :m - 1], self.xq[t, blocks], W, v, self.y[t, blocks])
             part, dW_part, dv_part, Z_max = self._sums(*args, no_floor[blocks], grad)
             if not Z_max.item() <= z_limit:  # a key outscores the query by more than the limit (3), or NaN
                 part, dW_part, dv_part, _ = self._sums(*args, max_scores(*args[:3]), grad)
@@ -269,7 +270,7 @@ class Softmax(SoftmaxEngine, Objective):
         if self.kernel == "compiled":
             X, xq, W, v, y, floor, _ = args
             # one graph for every chunk, prefix length and head count
-            for t, dims in ((X, (0, 2)), (xq, (0,)), (W, (0,)), (v, (0,)), (y, (0,)), (floor, (0, 1))):
+            for t, dims in ((X, (0, 1)), (xq, (0,)), (W, (0,)), (v, (0,)), (y, (0,)), (floor, (0, 1))):
                 for dim in dims:
                     torch._dynamo.maybe_mark_dynamic(t, dim)
             try:

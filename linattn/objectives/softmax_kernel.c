@@ -8,13 +8,13 @@
  * every array), so each line below is one SIMD instruction for LANES sequences at once: one 512-bit register where
  * the compiler targets AVX-512 (-march=native on such a CPU), else 256 bits.
  *
- * For NG groups of LANES sequences and one head, one pass over the n keys forms the 2·DIM + 1 sums Z, T, TU
- * (4)-(5), while a share of the next block is prefetched. A group where some key outscores the query by more than
- * 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the shift.
+ * For one group of LANES sequences and one head, one pass over the n keys forms the 2·DIM + 1 sums Z, T, TU
+ * (4)-(5), while a share of the block after next is prefetched. A group where some key outscores the query by more
+ * than 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the shift.
  *
- * At Figure 5's ATTN_S setting (float32, AVX-512) the inner loop is 38 vector instructions per key, head and 16
- * sequences, and a step over the whole set takes the CPU time of the same passes over data already in cache: what
- * is left is that arithmetic (benchmarks/README.md).
+ * At Figure 5's ATTN_S setting (float32, AVX-512) the loop over keys is 31 vector instructions per key, head and 16
+ * sequences, issued at about three quarters of two FMA units' rate; the data streams from the L3 cache under the
+ * prefetches at about 8% over the same passes in the cache (benchmarks/README.md).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -86,21 +86,22 @@ static inline vec poly2(vec f) {
 #include <immintrin.h>
 #ifdef USE_DOUBLE
 #define VMAX(a, b) ((vec)_mm512_max_pd((__m512d)(a), (__m512d)(b)))
-#define VROUND(a) ((vec)_mm512_roundscale_pd((__m512d)(a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #define VSCALE(a, n) ((vec)_mm512_scalef_pd((__m512d)(a), (__m512d)(n)))
+#define VREDUCE(a) ((vec)_mm512_reduce_round_pd((__m512d)(a), _MM_FROUND_TO_NEAREST_INT, _MM_FROUND_NO_EXC))
 #else
 #define VMAX(a, b) ((vec)_mm512_max_ps((__m512)(a), (__m512)(b)))
-#define VROUND(a) ((vec)_mm512_roundscale_ps((__m512)(a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #define VSCALE(a, n) ((vec)_mm512_scalef_ps((__m512)(a), (__m512)(n)))
+#define VREDUCE(a) ((vec)_mm512_reduce_round_ps((__m512)(a), _MM_FROUND_TO_NEAREST_INT, _MM_FROUND_NO_EXC))
 #endif
 /* 2^z = 2^n 2^f, n = round(z), f = z - n, in AVX-512's own instructions: the same numbers as the generic version
- * below (n rounded to nearest even, 2^n applied exactly) in 4 instructions besides the polynomial instead of 9.
- * Below -EXP_MAX the term is 2^-EXP_MAX (max returns z itself when z is NaN); above EXP_MAX it overflows to
- * infinity, which the caller's Z > limit test catches, as it catches the generic version's clamped 2^EXP_MAX. */
+ * below (n rounded to nearest even, 2^n applied exactly) in 4 instructions besides the polynomial instead of 9:
+ * vreduce gives f = z - round(z) (exact) in one, and n = z - f is exact. Below -EXP_MAX the term is 2^-EXP_MAX
+ * (max returns z itself when z is NaN); above EXP_MAX it overflows to infinity, which the caller's Z > limit test
+ * catches, as it catches the generic version's clamped 2^EXP_MAX. */
 static inline vec pow2(vec z) {
     z = VMAX(splat(-EXP_MAX), z);
-    vec n = VROUND(z);
-    return VSCALE(poly2(z - n), n);
+    vec f = VREDUCE(z);
+    return VSCALE(poly2(f), z - f);
 }
 #else
 /* 2^z = 2^n 2^f, n = round(z), f = z - n; z clamped to +-EXP_MAX, so that 2^n is a normal number (below, the term is
@@ -130,58 +131,90 @@ static inline vec shifted_score(const vec q[DIM], const vec x[DIM], vec shift) {
     return s;
 }
 
-static inline void token(vec x[DIM], const real *X, long stride) {
-    for (int b = 0; b < DIM; b++) x[b] = load(X + b * stride);
+/* A token's DIM coordinates: coordinate b at X[b*BLOCK] (the layout puts a key's coordinates side by side, so that
+ * every load in the loop over keys is one pointer plus a constant) */
+static inline void token(vec x[DIM], const real *X) {
+    for (int b = 0; b < DIM; b++) x[b] = load(X + b * BLOCK);
 }
 
 /* What one head gives one group of sequences: Z, T_b, TU_b and y_h = v.T / Z (4) */
 typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
 
-/* Groups of LANES sequences that one pass over the keys takes side by side: independent chains of arithmetic for the
- * out-of-order core to overlap (a key's chain from its score to its sums is some 60 cycles long) */
-#define NG 2
+/* What one key gives the sums: its weight e = 2^z (3) and e.u */
+typedef struct { vec e, eu; } key_terms;
 
-/* X: the first group's first key, coordinate b at X[b*xs + j*BLOCK], group i at X[i*LANES]; xq: the queries,
- * coordinate b at xq[b*BLOCK]; shift: the scores' shift c_h (3) of each group. One pass over the keys: each key's
- * score, e = 2^z and e.u, then its terms of Z, T, TU. */
-static void sums(head_sums out[NG], const real *X, long xs, int n, const real *xq, const vec q[NG][DIM],
-                 const vec v[DIM], const vec shift[NG], const char *ahead, long lines) {
-    vec x[DIM], Z[NG], T[NG][DIM], TU[NG][DIM];
-    for (int i = 0; i < NG; i++) {
-        token(x, xq + i * LANES, BLOCK);
-        vec e = pow2(score(q[i], x) - shift[i]);     /* the query's own term: 1 unless the shift is a key's score */
-        vec u = v[0] * x[0];
-        for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-        Z[i] = e;
-        for (int b = 0; b < DIM; b++) {
-            T[i][b] = e * x[b];
-            TU[i][b] = e * u * x[b];
-        }
+static inline key_terms weigh(const vec q[DIM], const vec v[DIM], vec shift, const real *X) {
+    vec x[DIM];
+    token(x, X);
+    vec e = pow2(shifted_score(q, x, shift));
+    vec u = v[0] * x[0];
+    for (int b = 1; b < DIM; b++) u += v[b] * x[b];
+    return (key_terms){e, e * u};
+}
+
+static inline void add_key(key_terms k, const real *X, vec *Z, vec T[DIM], vec TU[DIM]) {
+    vec x[DIM];
+    token(x, X);
+    *Z += k.e;
+    for (int b = 0; b < DIM; b++) {
+        T[b] += k.e * x[b];
+        TU[b] += k.eu * x[b];
     }
-    for (int j = 0; j < n; j++) {
-        for (long l = j * lines / n; l < (j + 1) * lines / n; l++)
-            __builtin_prefetch(ahead + 64 * l);
-        for (int i = 0; i < NG; i++) {
-            token(x, X + j * BLOCK + i * LANES, xs);
-            vec e = pow2(shifted_score(q[i], x, shift[i]));
-            vec u = v[0] * x[0];
-            for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-            vec eu = e * u;
-            Z[i] += e;
-            for (int b = 0; b < DIM; b++) {
-                T[i][b] += e * x[b];
-                TU[i][b] += eu * x[b];
-            }
-        }
+}
+
+/* Keys whose weights are computed ahead of their sums (below): two were no faster with AVX-512's 32 registers and
+ * 15% slower with AVX2's 16 */
+#define AHEAD 1
+
+/* X: the group's first key, key j's coordinate b at X[j*KEY + b*BLOCK]; xq: the query, coordinate b at
+ * xq[b*BLOCK]; shift: the scores' shift c_h (3), `own` where it is the query's own score in every lane. One pass
+ * over the keys: each key's score, e = 2^z and e.u, then its terms of Z, T, TU; `lines` cache lines from `ahead`
+ * are prefetched on the way.
+ * A weight is a chain of some 50 cycles (score, 2^z, e.u) that the sums wait on. The loop computes key j+AHEAD's
+ * weight while it adds key j's terms, whose inputs are then ready: the out-of-order core need not hold several
+ * keys' waiting chains to keep its FMA units busy. */
+static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], const vec v[DIM], vec shift, int own,
+                      const char *ahead, long lines) {
+    const long KEY = DIM * BLOCK;
+    vec x[DIM], Z, T[DIM], TU[DIM];
+    token(x, xq);
+    /* the query's own term: exactly 2^0 = 1 where the shift is its own score (`own`, the first pass: z + 1, so that
+     * a NaN or infinite shift still gives NaN and the group is computed again; in a second pass, the lanes whose
+     * shift stayed), else 2^z; the polynomial's 2^0 is 1 + 1.2e-7 */
+    vec z = score(q, x) - shift;
+    vec e = own ? z + 1 : blend(z == 0, splat(1), pow2(z));
+    vec u = v[0] * x[0];
+    for (int b = 1; b < DIM; b++) u += v[b] * x[b];
+    Z = e;
+    for (int b = 0; b < DIM; b++) {
+        T[b] = e * x[b];
+        TU[b] = e * u * x[b];
     }
-    for (int i = 0; i < NG; i++) {
-        vec y = v[0] * T[i][0];
-        for (int b = 1; b < DIM; b++) y += v[b] * T[i][b];
-        out[i].Z = Z[i];
-        out[i].y = y / Z[i];
-        memcpy(out[i].T, T[i], sizeof T[i]);
-        memcpy(out[i].TU, TU[i], sizeof TU[i]);
+    key_terms k[AHEAD] = {{splat(0), splat(0)}};      /* set below for the keys there are (n may be < AHEAD) */
+    for (int a = 0; a < AHEAD && a < n; a++) k[a] = weigh(q, v, shift, X + a * KEY);
+    /* lines prefetched a key (no division in the loop), the last keys' share after it: spreading all the lines over
+     * the loop's n - AHEAD keys instead was 3% slower */
+    const long per = n > 0 ? (lines + n - 1) / n : 0;
+    int j = 0;
+    for (; j + AHEAD < n; j++) {
+        for (long l = j * per; l < (j + 1) * per && l < lines; l++)
+            __builtin_prefetch(ahead + 64 * l, 0, 2);    /* read, into L2 (prefetcht1) */
+        key_terms next = weigh(q, v, shift, X + (j + AHEAD) * KEY);
+        add_key(k[0], X + j * KEY, &Z, T, TU);
+        for (int a = 0; a + 1 < AHEAD; a++) k[a] = k[a + 1];
+        k[AHEAD - 1] = next;
     }
+    for (long l = j * per; l < lines; l++)
+        __builtin_prefetch(ahead + 64 * l, 0, 2);
+    for (int a = 0; j + a < n; a++) add_key(k[a], X + (j + a) * KEY, &Z, T, TU);
+    head_sums out;
+    vec y = v[0] * T[0];
+    for (int b = 1; b < DIM; b++) y += v[b] * T[b];
+    out.Z = Z;
+    out.y = y / Z;
+    memcpy(out.T, T, sizeof T);
+    memcpy(out.TU, TU, sizeof TU);
+    return out;
 }
 
 /* malloc aligns to 16 bytes, a vec needs its own size */
@@ -191,19 +224,49 @@ static void *vec_alloc(size_t count) {
 }
 
 static inline int any_above(vec Z, real limit) {
-    for (int l = 0; l < LANES; l++)
-        if (!(Z[l] <= limit)) return 1;
-    return 0;
+    int above = 0;
+    for (int l = 0; l < LANES; l++) above |= !(Z[l] <= limit);
+    return above;
 }
 
-static inline double lane_sum(vec a) {
+/* dW and dv are summed in float32 vectors over FLUSH blocks, then added lane by lane into float64 vectors (`wide`,
+ * WIDE of them a vec), whose lanes are summed once at the end: summing 16 lanes into one float64 after every block
+ * took a fifth of the time, and converting after every block still a tenth. */
+#define FLUSH 2
+#ifdef USE_DOUBLE
+#define WIDE 1
+typedef vec wide;
+static inline void widen_add(wide acc[WIDE], vec a) { acc[0] += a; }
+#else
+#define WIDE 2
+typedef double wide __attribute__((vector_size(LANES / 2 * sizeof(double))));
+#ifdef __AVX512F__
+static inline void widen_add(wide acc[WIDE], vec a) {
+    __m512 x = (__m512)a;
+    acc[0] += (wide)_mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    acc[1] += (wide)_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+#else
+typedef float half __attribute__((vector_size(LANES / 2 * sizeof(float))));
+static inline void widen_add(wide acc[WIDE], vec a) {
+    half lo, hi;
+    memcpy(&lo, &a, sizeof lo);
+    memcpy(&hi, (const char *)&a + sizeof lo, sizeof hi);
+    acc[0] += __builtin_convertvector(lo, wide);
+    acc[1] += __builtin_convertvector(hi, wide);
+}
+#endif
+#endif
+
+static inline double wide_sum(const wide acc[WIDE]) {
     double s = 0.0;
-    for (int l = 0; l < LANES; l++) s += (double)a[l];
+    for (int w = 0; w < WIDE; w++)
+        for (int l = 0; l < (int)(sizeof(wide) / sizeof(double)); l++) s += acc[w][l];
     return s;
 }
 
 /* The sums of one prefix length over K blocks.
- *   X  (K, DIM, n_all, BLOCK): context tokens; the first n of each sequence are this term's keys
+ *   X  (K, n_all, DIM, BLOCK): context tokens; the first n of each sequence are this term's keys
  *   xq (K, DIM, BLOCK): the queries; y (K, BLOCK): the targets
  *   W  (H, DIM, DIM): W[h, b, a] = log2(e) W_KQ[h][a, b]; v (H, DIM)
  * Adds to loss the sum of (y_hat - y)^2 and, when grad, to dW (H, DIM, DIM) [h, a, b] the sum of
@@ -211,78 +274,77 @@ static inline double lane_sum(vec a) {
  * P * terms). Returns 0, or -1 when out of memory. */
 int softmax_sums(const real *X, long K, long n_all, int n, const real *xq, const real *y, const real *W,
                  const real *v, int H, real limit, int grad, double *loss, double *dW, double *dv) {
-    head_sums *hs = vec_alloc((size_t)H * NG * sizeof(head_sums) / sizeof(vec));   /* [h][i] */
-    vec *gW = vec_alloc((size_t)H * DIM * DIM);    /* dW and dv of one block, summed over its groups */
-    vec *gv = vec_alloc((size_t)H * DIM);
-    if (!hs || !gW || !gv) {
-        free(hs); free(gW); free(gv);
+    const long nW = (long)H * DIM * DIM, nv = (long)H * DIM;
+    head_sums *hs = vec_alloc((size_t)H * sizeof(head_sums) / sizeof(vec));   /* [h] */
+    vec *gW = vec_alloc((size_t)nW);                /* dW and dv of FLUSH blocks, summed over their groups */
+    vec *gv = vec_alloc((size_t)nv);
+    const size_t nwide = (size_t)(nW + nv + 1) * WIDE;   /* float64 sums of dW, dv and the loss, lane by lane */
+    wide *sW = aligned_alloc(sizeof(wide), nwide * sizeof(wide)), *sv = sW + nW * WIDE, *sl = sv + nv * WIDE;
+    if (!hs || !gW || !gv || !sW) {
+        free(hs); free(gW); free(gv); free(sW);
         return -1;
     }
-    const long xs = n_all * BLOCK;                  /* from one coordinate of a token to the next */
-    /* the next block's keys (contiguous) are fetched into cache while this block computes, a share in each pass */
-    const long passes = (long)H * (BLOCK / (NG * LANES)), share = (DIM * xs * sizeof(real) / 64 + passes - 1) / passes;
-    double total = 0.0;
+    memset(sW, 0, nwide * sizeof(wide));
+    const long block = n_all * DIM * BLOCK;         /* from one block to the next */
+    /* the first n keys (contiguous) of the block after next are fetched into the L2 cache while this block
+     * computes, a share in each pass over it: a block's time to arrive from L3, and the L1 cache left to this one */
+    const long passes = (long)H * (BLOCK / LANES);
+    const long share = ((long)n * DIM * BLOCK * sizeof(real) / 64 + passes - 1) / passes;
     for (long k = 0; k < K; k++) {
-        const char *ahead = (const char *)(X + (k + 1 < K ? k + 1 : k) * DIM * xs);
+        const char *ahead = (const char *)(X + (k + 2 < K ? k + 2 : k) * block);
         long pass = 0;
-        if (grad) {
-            memset(gW, 0, sizeof(vec) * (size_t)H * DIM * DIM);
-            memset(gv, 0, sizeof(vec) * (size_t)H * DIM);
+        if (grad && k % FLUSH == 0) {
+            memset(gW, 0, sizeof(vec) * (size_t)nW);
+            memset(gv, 0, sizeof(vec) * (size_t)nv);
         }
-        for (int g = 0; g < BLOCK; g += NG * LANES) {
-            const real *Xg = X + k * DIM * xs + g, *xqg = xq + k * DIM * BLOCK + g;
-            vec x_q[NG][DIM], r[NG];
-            for (int i = 0; i < NG; i++) {
-                token(x_q[i], xqg + i * LANES, BLOCK);
-                r[i] = -load(y + k * BLOCK + g + i * LANES);
-            }
+        for (int g = 0; g < BLOCK; g += LANES) {
+            const real *Xg = X + k * block + g, *xqg = xq + k * DIM * BLOCK + g;
+            vec x_q[DIM];
+            token(x_q, xqg);
+            vec r = -load(y + k * BLOCK + g);
             for (int h = 0; h < H; h++) {
-                head_sums *hh = hs + (long)h * NG;
-                vec q[NG][DIM], vh[DIM], shift[NG];  /* q_h = W_KQ[h]^T x_q (1), log2 units */
+                vec q[DIM], vh[DIM];                 /* q_h = W_KQ[h]^T x_q (1), log2 units */
                 for (int b = 0; b < DIM; b++) vh[b] = splat(v[h * DIM + b]);
-                for (int i = 0; i < NG; i++) {
-                    for (int b = 0; b < DIM; b++) {
-                        const real *Wb = W + ((long)h * DIM + b) * DIM;
-                        vec acc = Wb[0] * x_q[i][0];
-                        for (int a = 1; a < DIM; a++) acc += Wb[a] * x_q[i][a];
-                        q[i][b] = acc;
-                    }
-                    shift[i] = score(q[i], x_q[i]);  /* c_h = s_hq, the query's own score */
+                for (int b = 0; b < DIM; b++) {
+                    const real *Wb = W + ((long)h * DIM + b) * DIM;
+                    vec acc = Wb[0] * x_q[0];
+                    for (int a = 1; a < DIM; a++) acc += Wb[a] * x_q[a];
+                    q[b] = acc;
                 }
-                sums(hh, Xg, xs, n, xqg, q, vh, shift, ahead + 64 * share * pass++, share);
-                int again = 0;
-                for (int i = 0; i < NG; i++)
-                    if (any_above(hh[i].Z, limit)) {  /* some key outscores the query by more: shift by the largest */
-                        again = 1;
-                        vec x[DIM];
-                        for (int j = 0; j < n; j++) {
-                            token(x, Xg + j * BLOCK + i * LANES, xs);
-                            shift[i] = vmax(shift[i], score(q[i], x));
-                        }
+                vec shift = score(q, x_q);            /* c_h = s_hq, the query's own score */
+                hs[h] = sums(Xg, n, xqg, q, vh, shift, 1, ahead + 64 * share * pass++, share);
+                if (any_above(hs[h].Z, limit)) {     /* some key outscores the query by more: shift by the largest */
+                    vec x[DIM];
+                    for (int j = 0; j < n; j++) {
+                        token(x, Xg + j * DIM * BLOCK);
+                        shift = vmax(shift, score(q, x));
                     }
-                if (again)                            /* a group whose shift stayed gets the same sums again */
-                    sums(hh, Xg, xs, n, xqg, q, vh, shift, ahead, 0);
-                for (int i = 0; i < NG; i++) r[i] += hh[i].y;
+                    hs[h] = sums(Xg, n, xqg, q, vh, shift, 0, ahead, 0);
+                }
+                r += hs[h].y;
             }
-            for (int i = 0; i < NG; i++) total += lane_sum(r[i] * r[i]);
+            widen_add(sl, r * r);
             if (!grad) continue;
-            for (int i = 0; i < NG; i++)
-                for (int h = 0; h < H; h++) {
-                    const head_sums *hi = hs + (long)h * NG + i;
-                    vec c = (real)2 * r[i] / hi->Z;
-                    for (int b = 0; b < DIM; b++) {
-                        vec dq = c * (hi->TU[b] - hi->y * hi->T[b]);   /* (5) */
-                        for (int a = 0; a < DIM; a++) gW[(h * DIM + a) * DIM + b] += x_q[i][a] * dq;
-                        gv[h * DIM + b] += c * hi->T[b];
-                    }
+            for (int h = 0; h < H; h++) {
+                const head_sums *hh = hs + h;
+                vec c = (real)2 * r / hh->Z;
+                for (int b = 0; b < DIM; b++) {
+                    vec dq = c * (hh->TU[b] - hh->y * hh->T[b]);   /* (5) */
+                    for (int a = 0; a < DIM; a++) gW[(h * DIM + a) * DIM + b] += x_q[a] * dq;
+                    gv[h * DIM + b] += c * hh->T[b];
                 }
+            }
         }
-        if (grad) {
-            for (long i = 0; i < (long)H * DIM * DIM; i++) dW[i] += lane_sum(gW[i]);
-            for (long i = 0; i < (long)H * DIM; i++) dv[i] += lane_sum(gv[i]);
+        if (grad && (k % FLUSH == FLUSH - 1 || k + 1 == K)) {
+            for (long i = 0; i < nW; i++) widen_add(sW + i * WIDE, gW[i]);
+            for (long i = 0; i < nv; i++) widen_add(sv + i * WIDE, gv[i]);
         }
     }
-    *loss += total;
-    free(hs); free(gW); free(gv);
+    *loss += wide_sum(sl);
+    if (grad) {
+        for (long i = 0; i < nW; i++) dW[i] += wide_sum(sW + i * WIDE);
+        for (long i = 0; i < nv; i++) dv[i] += wide_sum(sv + i * WIDE);
+    }
+    free(hs); free(gW); free(gv); free(sW);
     return 0;
 }
