@@ -4,8 +4,10 @@ same N runs through ``linattn.companion.sweeps.sweep`` on a local Dask cluster o
     .venv/bin/python benchmarks/bench_sweep.py                 # N = 12 runs of the issue's ATTN_S setting
     .venv/bin/python benchmarks/bench_sweep.py --runs 6 --epoch 2001 --json out.json
 
-Every variant does the same work per run: :func:`linattn.companion.sweeps.cells.train_cell` (train, write the run
-folder, summarise), into a fresh folder. The sequential loop calls it directly; the sweeps submit it to Dask. The
+Every variant does the same work per run (train, write the run folder, summarise), into a fresh folder: the
+sequential loop calls :func:`linattn.companion.sweeps.cells.train_cell` for each run; the sweeps submit parts of the
+grid to Dask, each part one :func:`~linattn.companion.sweeps.cells.train_cells` call (the runs through
+``linattn.run_many``). The
 cluster's start-up is timed on its own (``local_client``); the scheduler's overhead per run is the 1-worker sweep's
 time past the sequential loop, divided by N.
 """
