@@ -222,7 +222,7 @@ def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, th
 def tasks(todo: list[tuple[Cell, str]], workers: int, most: int = BATCH) -> list[list[tuple[Cell, str]]]:
     """The cells of ``todo`` cut into tasks: cells of one model and shape (``linattn.batch.groups``), those drawing
     the same data next to each other, in parts of at most ``most`` cells and at most one part per worker of a
-    group, so that every worker has work and an interrupted task loses few finished cells."""
+    group: every worker has work, and a task interrupted before it stored its cells loses at most ``most`` runs."""
     from ...batch import groups
     from ...plan import data_key
 
