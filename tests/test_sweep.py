@@ -237,8 +237,10 @@ def test_an_interrupted_sweep_resumes_losing_and_redoing_no_run(tmp_path):
         first.wait()
     kept = finished_folders(out)
     assert 2 <= len(kept) < 8
-    # each task logs its run once it is in place: the log lists every run the killed sweep kept
-    assert set(kept) <= {r["key"] for r in log_rows(out) if r["outcome"] == "trained"}
+    # each task logs a run once it is in place: the log claims no run that is not there, and misses at most the runs
+    # that were being put in place when the command was killed (one a worker)
+    claimed = {r["key"] for r in log_rows(out) if r["outcome"] == "trained"} if (out / "sweep.log").exists() else set()
+    assert claimed <= set(kept) and len(set(kept) - claimed) <= 2
     logged = len(log_rows(out)) if (out / "sweep.log").exists() else 0
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
