@@ -136,13 +136,18 @@ def _jsonable(x):
 
 
 def git_commit(where: Path = PACKAGE_ROOT) -> str | None:
-    """The commit of the checkout holding ``where`` ("+dirty" appended if it has changes), or None."""
+    """The commit of the checkout holding ``where`` ("+dirty" appended if it has changes), or None.
+
+    ``git status`` runs without its optional locks: by default it refreshes the index under ``.git/index.lock``,
+    and a run killed meanwhile (a sweep stopped by SIGKILL, a lost machine) would leave that lock in the reader's
+    repository, where every later git command refuses to work until it is removed by hand."""
+    git = ["git", "--no-optional-locks"]
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+        sha = subprocess.run([*git, "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
                              timeout=10).stdout.strip()
         if not sha:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], cwd=where,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

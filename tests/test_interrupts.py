@@ -2,6 +2,7 @@
 
 import ast
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 from linattn.cli import main
 from linattn.companion import lifetime
 from linattn.companion.interrupts import ENV_SIGNAL, ENV_SIGNAL_AT
-from linattn.records import process_alive
+from linattn.records import git_commit, process_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -257,3 +258,24 @@ def test_a_kernel_started_with_kernel_arguments_dies_with_its_parent_and_keeps_a
     assert printed[:2] == [str(int(signal.SIGTERM)), str(os.getpid())]
     # the start-up line left no name
     assert not {"linattn", "lifetime", "die_with_parent"} & set(ast.literal_eval(printed[2]))
+
+
+def test_provenance_never_writes_the_readers_git_index(tmp_path):
+    """git_commit asks git without its optional locks: a checkout whose index is stale is not rewritten, so a run
+    killed while git ran leaves no .git/index.lock behind (it did: a killed sweep's provenance left one)."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("x")
+    git("add", "f.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    index = tmp_path / ".git" / "index"
+    before = index.stat().st_mtime_ns
+    time.sleep(0.05)
+    os.utime(tmp_path / "f.txt", None)  # its stat changed, its content not: a plain status rewrites the index
+    assert git_commit(tmp_path) is not None and not git_commit(tmp_path).endswith("+dirty")
+    assert index.stat().st_mtime_ns == before
