@@ -139,13 +139,14 @@ class BilinearLoss:
         return theta[:n].reshape(self.H, self.na), theta[n:].reshape(self.H, self.nb)
 
     def combined(self, theta: np.ndarray) -> np.ndarray:
+        """m(θ) = Φ vec(Σ_h a_hᵀ b_h), the model's ``combined()``."""
         a, b = self.split(theta)
         return self.Phi @ (a.T @ b).reshape(-1)
 
     def _parts(self, theta):
         """(a, b, L, G)."""
         a, b = self.split(theta)
-        m = self.Phi @ (a.T @ b).reshape(-1)
+        m = self.combined(theta)
         r = self.TT @ m - self.yT  # E[TTᵀ] m − E[yT]
         loss = self.yy + m @ (r - self.yT)
         return a, b, loss, (2.0 * r @ self.Phi).reshape(self.na, self.nb)
