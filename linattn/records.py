@@ -89,15 +89,29 @@ def atomic_path(path):
     """A temporary path beside ``path`` to write to, renamed to ``path`` only if the block succeeds (else removed):
     for writers that take a file name (``xarray.Dataset.to_netcdf``)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=".tmp")
+    except OSError as err:
+        raise _naming(err, path) from None
     os.close(fd)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise _naming(err, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` about the file ``path`` a writer was making: a failed write of an open file (a full disk) names no
+    file, and one of the temporary file names a hidden name the reader never asked for."""
+    if err.errno is None or err.filename and not Path(err.filename).name.startswith(temp_prefix(path.name)):
+        return err
+    return type(err)(err.errno, err.strerror or str(err), str(path))
 
 
 def atomic_write(path, write, *, binary: bool = False) -> None:

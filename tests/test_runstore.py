@@ -314,34 +314,83 @@ def test_every_file_of_an_entry_is_digested(tmp_path):
 
 
 def _without_digests(folder: Path) -> None:
-    """Make ``folder`` an entry as the store wrote it before digests existed."""
+    """Remove ``"digests"`` from the entry's run.json (as an entry written before digests existed would be)."""
     info = json.loads((folder / "run.json").read_text())
     del info["digests"]
     (folder / "run.json").write_text(json.dumps(info, indent=2))
 
 
-@pytest.mark.parametrize("dynamics", ["gd", "flow"])
-def test_an_entry_from_before_digests_is_read_whole_and_given_them(tmp_path, dynamics):
-    cfg = replace(SMALL, dynamics=dynamics)
-    key = RunStore(tmp_path).get(cfg, snapshot_every=EVERY).key
-    folder = tmp_path / key
-    _without_digests(folder)
-    served = _served_quietly(tmp_path, cfg)
-    assert served.trained_steps == 0 and not (tmp_path / QUARANTINE).exists()
-    _same_run(served, linattn.run(cfg, snapshot_every=EVERY, progress=False))
-    digests = json.loads((folder / "run.json").read_text())["digests"]
-    assert digests["loss.csv"] == hashlib.sha256((folder / "loss.csv").read_bytes()).hexdigest()
-    assert _served_quietly(tmp_path, cfg).trained_steps == 0
+def _tail_lowered(path: Path, rows: int = 10, to: float = 0.01) -> None:
+    """Set the train loss of the last ``rows`` rows of ``loss.csv`` to ``to`` (an edit that moves a curve's end)."""
+    lines = path.read_text().splitlines()
+    col = lines[0].split(",").index("train_loss")
+    for i in range(len(lines) - rows, len(lines)):
+        fields = lines[i].split(",")
+        fields[col] = repr(to)
+        lines[i] = ",".join(fields)
+    path.write_text("\n".join(lines) + "\n")
 
 
-def test_an_unreadable_entry_from_before_digests_is_set_aside(tmp_path):
-    """Without digests, a loss.csv cut short is found by its rows (one per step) and the entry set aside."""
+@pytest.mark.parametrize("edited", [False, True])
+def test_an_entry_without_digests_is_set_aside_never_signed(tmp_path, edited):
+    """Issue 45, finding 3: run.json's digests deleted (and loss.csv's end edited) made the entry pass for one
+    written before digests and be served, then signed. Such an entry cannot prove its files: it is set aside whole
+    and its run trained again, bit for bit; nothing of it is signed."""
     folder = tmp_path / RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
     _without_digests(folder)
-    _cut_short(folder / "loss.csv")
-    with pytest.warns(KnownFallback, match=r"loss.csv has 35 rows of steps for a run of 40 steps"):
+    if edited:
+        _tail_lowered(folder / "loss.csv")
+    left = _files(folder)
+    with pytest.warns(KnownFallback, match=r"run.json has no digests") as caught:
+        again = RunStore(tmp_path).get(SMALL, snapshot_every=EVERY)
+    assert str(folder) in str(caught[0].message)
+    assert again.trained_steps == SMALL.epoch
+    _same_run(again, linattn.run(SMALL, snapshot_every=EVERY, progress=False))
+    set_aside, = (tmp_path / QUARANTINE).iterdir()
+    assert _files(set_aside) == left  # moved as it was: not given digests
+    assert "digests" in json.loads((folder / "run.json").read_text())  # the new entry is signed
+
+
+def test_an_entry_whose_loss_csv_disagrees_with_its_run_json_is_set_aside(tmp_path):
+    """Issue 45, finding 3: nothing compared run.json's final_train_loss with loss.csv. An entry whose loss.csv was
+    edited and then signed again (digests recomputed, as a tool that re-signs entries would) is caught by that
+    comparison."""
+    from linattn.companion.runstore import add_digests
+
+    folder = tmp_path / RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+    recorded = json.loads((folder / "run.json").read_text())["final_train_loss"]
+    _tail_lowered(folder / "loss.csv")
+    add_digests(folder)
+    with pytest.warns(KnownFallback, match=re.escape(f"last train loss 0.01 is not run.json's final_train_loss "
+                                                     f"{recorded!r}")):
         assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).trained_steps == SMALL.epoch
     assert len(list((tmp_path / QUARANTINE).iterdir())) == 1
+
+
+@pytest.mark.parametrize("target", ["dangling", "foreign"])
+def test_an_entry_that_is_a_symlink_is_set_aside_as_a_link_to_the_same_place(tmp_path, target):
+    """Issue 45, finding 11: an entry that is a symbolic link to nothing failed every request (NotADirectoryError)
+    and was never set aside, and a link set aside landed as a dangling relative link. A link (to nothing, or to a
+    folder the store did not write: here a copy of a real entry) is set aside as a link naming the same place, and
+    the run is trained into a real folder; the link's target is left as it was."""
+    store = tmp_path / "store"
+    folder = store / RunStore(store).get(SMALL, snapshot_every=EVERY).key
+    elsewhere = tmp_path / "elsewhere"
+    if target == "foreign":
+        shutil.copytree(folder, elsewhere)
+    shutil.rmtree(folder)
+    folder.symlink_to(Path("..") / "elsewhere")  # relative, as a hand-made link often is
+    before = _files(elsewhere) if target == "foreign" else None
+    with pytest.warns(KnownFallback, match=re.escape(f"entry {folder} was damaged (it is a symbolic link to "
+                                                     f"../elsewhere")):
+        again = RunStore(store).get(SMALL, snapshot_every=EVERY)
+    assert again.trained_steps == SMALL.epoch and folder.is_dir() and not folder.is_symlink()
+    link, = (store / QUARANTINE).iterdir()
+    assert link.is_symlink() and Path(os.readlink(link)).is_absolute()
+    assert os.path.realpath(link) == os.path.realpath(elsewhere)
+    if before is not None:
+        assert _files(elsewhere) == before
+    assert _served_quietly(store).trained_steps == 0
 
 
 def test_an_entry_that_cannot_be_set_aside_is_named(tmp_path):

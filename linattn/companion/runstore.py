@@ -27,9 +27,19 @@ and hold the fields the store reads (:func:`read_info`). An entry that is incomp
 (its history shorter than its steps, a checkpoint missing) or whose digests do not match is set aside, moved to
 ``<store>/quarantine/<key>-<time>`` (never deleted), and its run is trained again; a
 :class:`~linattn.objectives.native.KnownFallback` warning names the entry, which the figure runner says on the
-figure's line rather than on the page. An entry written before digests existed is read whole (every array, every
-row), checked the same way, and then given its digests. A failure that remains (an entry that cannot be set aside
-or written) raises :class:`StoreError`, which names the entry's folder.
+figure's line rather than on the page. Every entry's ``run.json`` must also agree with its own ``loss.csv`` (its
+``final_train_loss`` is the last row's train loss, exactly: both are written as the shortest text of the float).
+An entry without digests is set aside too, whatever its files say: removing the field would otherwise make an
+edited ``loss.csv`` pass for an entry written before digests existed, and one recorded loss cannot vouch for the
+other rows. An entry that is a symbolic link (dangling, or to a folder the store did not write) is set aside whole,
+as a link whose target is made absolute (it names the same place from the quarantine). A failure that remains
+(an entry that cannot be set aside or written) raises :class:`StoreError`, which names the entry's folder or file.
+
+A store that cannot be written to (a read-only shared store) is served read-only: its entries are read without a
+lock and checked as ever, and only a run that must be trained or an entry that must be set aside fails, before any
+training, with a :class:`StoreError` naming the store. A line that cannot be added to ``trainings.jsonl`` (a full
+or read-only disk) does not fail the request: it is said once per store and process as a :class:`KnownFallback`,
+which the figure runner puts on the figure's line and in its provenance, never on the page.
 
 Retraining on request: where ``$LINATTN_RETRAIN`` is set (``linattn figures --retrain`` sets it to a token of its
 own for the command's kernels), an entry not yet retrained under that token is trained again from its first step
@@ -73,6 +83,10 @@ REQUIRED = ("loss.csv", "init.npz", "weights.npz", CHECKPOINTS)
 #: The fields of an entry's ``run.json`` that the store reads, and their JSON types.
 SCHEMA = {"settings": dict, "key": str, "snapshot_every": int, "checkpoints": list, "given": list, "task": dict}
 QUARANTINE = "quarantine"
+
+
+#: The logs (``trainings.jsonl``) of this process that could not be written, each said once.
+_UNLOGGED: set[str] = set()
 
 
 class StoreError(RuntimeError):
@@ -156,6 +170,30 @@ def check_digests(folder: Path, info: dict) -> None:
             raise DamagedEntry(f"{name} does not match its digest")
 
 
+def check_summary(info: dict, res: RunResult) -> None:
+    """The entry's ``run.json`` agrees with its ``loss.csv``: its ``final_train_loss`` is the history's last train
+    loss, bit for bit (:class:`DamagedEntry` otherwise)."""
+    recorded, last = info.get("final_train_loss"), float(res.history.train_loss[-1])
+    if not isinstance(recorded, (int, float)) or not (recorded == last or (np.isnan(recorded) and np.isnan(last))):
+        raise DamagedEntry(f"loss.csv's last train loss {last!r} is not {INFO}'s final_train_loss {recorded!r}")
+
+
+def _link_words(link: Path) -> str:
+    """Why a symbolic link is no entry, in words (its target, and whether it leads anywhere)."""
+    target = os.readlink(link)
+    return f"it is a symbolic link to {target}" + ("" if link.exists() else ", which does not exist")
+
+
+def _named(err: OSError, tmp: Path | None, final: Path) -> Path:
+    """The file ``err`` is about, as the entry ``final`` would hold it (not in its temporary folder ``tmp``)."""
+    if tmp is None or not err.filename:
+        return final
+    try:
+        return final / Path(err.filename).relative_to(tmp / "entry")
+    except ValueError:
+        return Path(err.filename)
+
+
 def default_root() -> Path:
     """``$LINATTN_RUNS_DIR``, else ``_build/runs`` of the checkout (of the working directory when linattn is an
     installed copy: never site-packages; see :mod:`linattn.companion.paths`), as an absolute path."""
@@ -228,6 +266,7 @@ class _Entry:
         checkpoint's weights (and, where it records snapshots, its snapshot) are there. Anything else raises
         (:class:`DamagedEntry`, or the reader's error)."""
         res = load_run(folder)
+        check_summary(res.info, res)
         E, steps = res.config.epoch, res.history.step
         every_step = res.config.dynamics == "gd"  # a flow run may record fewer steps, in increasing order
         if not (np.array_equal(steps, np.arange(E)) if every_step else
@@ -259,67 +298,90 @@ class RunStore:
     def __init__(self, root=None, *, retrain: str | None = None):
         self.root = Path(root) if root is not None else default_root()
         self.retrain = retrain if retrain is not None else os.environ.get(ENV_RETRAIN) or None
+        self.read_only: str | None = None  # why the store cannot be written, once a lock could not be made
 
     @contextmanager
     def _locked(self, key: str):
-        locks = self.root / ".locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{key}.lock", "w") as handle:
+        """Hold ``key``'s lock (``<root>/.locks/<key>.lock``) for the block. Where the lock cannot be made (a
+        read-only store) the block runs without it, reading only: :attr:`read_only` says why."""
+        try:
+            (self.root / ".locks").mkdir(parents=True, exist_ok=True)
+            handle = open(self.root / ".locks" / f"{key}.lock", "w")
+        except OSError as err:
+            self.read_only, handle = err.strerror or fallback_reason(err), None
+        if handle is None:
+            yield
+            return
+        with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
+    def _writable(self, key: str) -> None:
+        """Raise :class:`StoreError` before ``key``'s run is trained where the store cannot take it."""
+        if self.read_only is not None:
+            raise StoreError(f"run store {self.root} is read-only ({self.read_only}): run {key} is not stored "
+                             "there, and cannot be trained into it; use a store you can write to "
+                             "($LINATTN_RUNS_DIR)")
+
     def _write(self, key: str, entry: _Entry, retrained: str | None = None) -> None:
-        """Write ``entry`` (digests included) into a temporary folder and rename it into place."""
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", dir=self.root))
+        """Write ``entry`` (digests included) into a temporary folder and rename it into place; a failure names the
+        file that could not be written, as the entry would hold it."""
+        tmp, final = None, self.root / key
         try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", dir=self.root))
             entry.save(tmp / "entry", retrained)
-            old = self.root / key
-            if old.exists():
-                old.rename(tmp / "old")
-            (tmp / "entry").rename(old)
+            if final.exists() or final.is_symlink():
+                final.rename(tmp / "old")
+            (tmp / "entry").rename(final)
         except OSError as err:
-            raise StoreError(f"run store entry {self.root / key}: could not be written ({fallback_reason(err)})"
-                             ) from err
+            raise StoreError(f"run store entry {final}: could not write {_named(err, tmp, final)} "
+                             f"({err.strerror or fallback_reason(err)})") from err
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def _stored(self, key: str) -> tuple[_Entry | None, str | None]:
         """The checked entry of ``key`` (None where there is none or it was set aside) and the retraining token it
         was last trained under. An entry from before digests is given them once it has been read whole."""
         folder = self.root / key
+        if folder.is_symlink():
+            self._quarantine(folder, _link_words(folder))
+            return None, None
         if not folder.exists():
             return None, None
         try:
             info = read_info(folder, key)
-            if "digests" in info:
-                check_digests(folder, info)
+            if "digests" not in info:
+                raise DamagedEntry(f"{INFO} has no digests (none of its files can be checked)")
+            check_digests(folder, info)
             entry = _Entry.load(folder)
         except Exception as err:  # noqa: BLE001 — whatever makes an entry unreadable, it is set aside, not served
             reason = str(err) if isinstance(err, DamagedEntry) else fallback_reason(err)
             self._quarantine(folder, reason)
             return None, None
-        if "digests" not in info:
-            try:
-                add_digests(folder)
-            except OSError as err:
-                raise StoreError(f"run store entry {folder}: its digests could not be added "
-                                 f"({fallback_reason(err)})") from err
         return entry, info.get("retrained")
 
     def _quarantine(self, folder: Path, reason: str) -> Path:
-        """Move the damaged entry ``folder`` to ``<root>/quarantine/<key>-<time>`` and warn, naming both."""
+        """Move the damaged entry ``folder`` to ``<root>/quarantine/<key>-<time>`` and warn, naming both. A symbolic
+        link is moved as a link to the same place (its target made absolute)."""
         stamp = time.strftime("%Y%m%dT%H%M%S")
         dest = self.root / QUARANTINE / f"{folder.name}-{stamp}"
         n = 1
-        while dest.exists():
+        while dest.exists() or dest.is_symlink():
             n += 1
             dest = self.root / QUARANTINE / f"{folder.name}-{stamp}-{n}"
         try:
+            if self.read_only is not None:
+                raise OSError(f"the store is read-only ({self.read_only})")
             dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(folder, dest)
+            if folder.is_symlink():
+                dest.symlink_to(os.path.join(folder.parent.absolute(), os.readlink(folder)))
+                folder.unlink()
+            else:
+                os.replace(folder, dest)
         except OSError as err:
             raise StoreError(f"run store entry {folder} is damaged ({reason}) and could not be set aside: "
                              f"{fallback_reason(err)}") from err
@@ -329,9 +391,19 @@ class RunStore:
         return dest
 
     def _log(self, **row) -> None:
+        """Add ``row`` to ``trainings.jsonl``. Where it cannot be added (a full or read-only disk), the request
+        still succeeds: a :class:`KnownFallback` says so once per store and process (off the page, on the figure's
+        line and in its provenance)."""
         row.update(figure=os.environ.get(ENV_FIGURE), time=round(time.time(), 3))
-        with open(self.root / "trainings.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        path = self.root / "trainings.jsonl"
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+        except OSError as err:
+            if str(path) not in _UNLOGGED:
+                _UNLOGGED.add(str(path))
+                warnings.warn(f"run store: requests are not logged in {path} ({err.strerror or fallback_reason(err)});"
+                              " the runs served are as stored", KnownFallback, stacklevel=4)
 
     def get(self, cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None,
             progress: bool = False) -> RunResult:
@@ -371,6 +443,8 @@ class RunStore:
                 first.setdefault(key, checked)
             entries = {key: self._stored(key) for key in first}
             new = [key for key, (entry, token) in entries.items() if entry is None or self._retrains(token)]
+            for key in new:
+                self._writable(key)
             plans = [first[key] for key in new]
             for members in groups([p.config for p in plans]):
                 results = run_many([plans[i] for i in members], snapshot_every=snapshot_every)
@@ -414,6 +488,8 @@ class RunStore:
         if retrained:
             entry = None
         E, trained = checked.config.epoch, 0
+        if entry is None or E not in entry.checkpoints:
+            self._writable(key)
         if entry is None:
             res = run(checked, progress=progress, snapshot_every=snapshot_every)
             res.key = key
