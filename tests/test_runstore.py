@@ -448,3 +448,58 @@ def test_figures_retrain_flag_retrains_and_reexecutes(tmp_path, monkeypatch):
     assert seen["force"] and seen["token"] and ENV_RETRAIN not in os.environ
     schedule.run_figures(preset="quick", only=["fig01b_attnm_loss"], out=tmp_path, progress=False)
     assert not seen["force"] and seen["token"] is None
+
+
+# ── full and read-only disks (a small tmpfs; skipped where mounting is not permitted) ─────────────────────────────
+
+def test_a_full_store_serves_its_runs_and_says_once_that_it_cannot_log_them(tmp_path):
+    """Issue 45, finding 12: with every run stored and the store's disk full, a request failed on its
+    trainings.jsonl line (OSError: [Errno 28], no path). Now the stored run is served; that the log cannot grow is
+    said once (a KnownFallback: off the page), naming the log; a run that must be trained fails naming a file."""
+    from disks import fill, tmpfs
+
+    with tmpfs(tmp_path / "disk", "2M") as disk:
+        store = disk / "store"
+        RunStore(store).get(SMALL, snapshot_every=EVERY)
+        log = store / "trainings.jsonl"
+        pad = -(log.stat().st_size + len('{"pad": ""}\n')) % 4096  # its last block full: a new line needs another
+        with open(log, "a") as f:
+            f.write(json.dumps({"pad": "x" * pad}) + "\n")
+        fill(disk)
+        log = log.read_text()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            same = RunStore(store)
+            assert same.get(SMALL, snapshot_every=EVERY).trained_steps == 0
+            assert same.get(SMALL, snapshot_every=EVERY).trained_steps == 0
+        said = [str(w.message) for w in caught]
+        assert said == [f"run store: requests are not logged in {store / 'trainings.jsonl'} (No space left on "
+                        "device); the runs served are as stored"]
+        assert issubclass(caught[0].category, KnownFallback)
+        assert (store / "trainings.jsonl").read_text() == log
+        with pytest.raises(StoreError, match=r"could not write .*(/\.locks/|/[0-9a-f]{64}).* \(No space left on "
+                                             r"device\)"):
+            RunStore(store).get(replace(SMALL, seed=2), snapshot_every=EVERY)
+        assert not [p for p in store.iterdir() if p.name.startswith(".") and p.name != ".locks"]
+
+
+def test_a_read_only_store_is_served_read_only(tmp_path, monkeypatch):
+    """Issue 45, finding 12: a read-only shared store was refused even with every run stored. It is read without a
+    lock; a run it lacks is refused before any training, naming the store."""
+    from disks import remount, tmpfs
+
+    from linattn.companion import runstore
+
+    with tmpfs(tmp_path / "disk", "4M") as disk:
+        store = disk / "store"
+        RunStore(store).get(SMALL, snapshot_every=EVERY)
+        shutil.rmtree(store / ".locks")  # a shared store may never have had a reader's lock
+        remount(disk, "ro")
+        with pytest.warns(KnownFallback, match="requests are not logged .*Read-only file system"):
+            served = RunStore(store).get(SMALL, snapshot_every=EVERY)
+        assert served.trained_steps == 0
+        _same_run(served, linattn.run(SMALL, snapshot_every=EVERY, progress=False))
+        monkeypatch.setattr(runstore, "run", lambda *a, **k: pytest.fail("trained a run it cannot store"))
+        with pytest.raises(StoreError, match=re.escape(f"run store {store} is read-only (Read-only file system)")):
+            RunStore(store).get(replace(SMALL, seed=2), snapshot_every=EVERY)
+        remount(disk, "rw")
