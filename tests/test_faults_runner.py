@@ -321,3 +321,69 @@ def test_a_killed_runner_leaves_no_worker_or_kernel(tmp_path):
         time.sleep(0.1)
     assert not [p for p in started if alive(p)], "processes of the killed runner are still running"
     assert not (out / "slow").exists() and not list(out.glob(".staging-*"))
+
+
+@pytest.mark.slow
+def test_a_killed_runs_stage_is_cleaned_by_a_run_that_has_nothing_to_do(tmp_path, capsys):
+    """Issue 45, finding 10: after SIGKILL of a whole runner (its workers too), its ``.staging-<name>-<pid>`` stayed,
+    and a plain re-run said "up to date" and left it. Every runner start cleans the stages of figures whose lock is
+    free, whether or not it runs them; a stage whose figure a live runner holds is left to that runner."""
+    src = make_src(tmp_path, {"one": WRITE, "two": WRITE})
+    out = tmp_path / "out"
+    assert [r.status for r in schedule.run_figures(src=src, out=out, jobs=1, progress=False)] == ["ran", "ran"]
+    capsys.readouterr()
+    killed = publish.stage_dir(out, "one", pid=dead_pid())
+    (killed / "one").mkdir(parents=True)
+    (killed / "one" / "partial.nc").write_bytes(b"CDF")
+    held = publish.stage_dir(out, "two", pid=dead_pid())
+    held.mkdir()
+    with publish.figure_lock(out, "two"):  # a live runner at work on "two" (this process, another lock handle)
+        results = schedule.run_figures(src=src, out=out, jobs=1, progress=False, only=["one"])
+    assert [r.status for r in results] == ["cached"]
+    assert f"note    one: removed the unfinished {killed.name}" in capsys.readouterr().out
+    assert not killed.exists() and held.exists() and (out / "one" / "out.txt").is_file()
+    assert [r.status for r in schedule.run_figures(src=src, out=out, jobs=1, progress=False)] == ["cached"] * 2
+    assert not list(out.glob(".staging-*"))
+
+
+@pytest.mark.slow
+def test_the_run_record_counts_the_figures_own_time_not_the_wait_for_a_lock(tmp_path, monkeypatch):
+    """Issue 45, finding 15: ``.run.json``'s "seconds" counted the wait for another runner's lock. It counts from
+    the moment the figure's lock is held: here the lock is held elsewhere for 3 s first."""
+    import json
+    import threading
+
+    for var in (*execute.THREAD_ENV, "MPLBACKEND", "LINATTN_FIGURE", "LINATTN_RUNS_DIR"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))  # execute_figure sets them for its kernel
+    text = (make_src(tmp_path, {"one": WRITE}) / "one.md").read_text()
+    out, held_s, got = tmp_path / "out", 3.0, {}
+    with publish.figure_lock(out, "one"):
+        worker = threading.Thread(target=lambda: got.update(execute.execute_figure(
+            "one", text, str(out), {"preset": "quick"}, "key", store=str(tmp_path / "runs"))))
+        started = time.perf_counter()
+        worker.start()
+        time.sleep(held_s)
+    worker.join(300)
+    total = time.perf_counter() - started
+    record = json.loads((out / "one" / ".run.json").read_text())
+    assert got["ok"] and got["seconds"] == pytest.approx(record["seconds"], abs=0.2)
+    assert record["seconds"] <= total - held_s + 0.2
+
+
+@pytest.mark.slow
+def test_a_read_only_run_store_is_not_refused(tmp_path, monkeypatch):
+    """Issue 45, finding 12: a read-only shared store was refused ("is not writable") even when every run the
+    figures need is stored; it is served read-only (a figure fails only where it must train a run)."""
+    from disks import remount, tmpfs
+
+    src = make_src(tmp_path, {"one": WRITE})
+    with tmpfs(tmp_path / "disk") as disk:
+        (disk / "store").mkdir()
+        remount(disk, "ro")
+        monkeypatch.setenv("LINATTN_RUNS_DIR", str(disk / "store"))
+        results = schedule.run_figures(src=src, out=tmp_path / "out", jobs=1, progress=False)
+        remount(disk, "rw")
+    assert [r.status for r in results] == ["ran"]
+    monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "out" / "one" / "out.txt"))  # a file: still refused
+    with pytest.raises(schedule.UnusableFolder, match="is a file, not a folder"):
+        schedule.run_figures(src=src, out=tmp_path / "out", jobs=1, progress=False)

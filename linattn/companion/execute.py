@@ -226,7 +226,9 @@ def _finish_page(nb, name: str, text: str, stage: Path, params: dict, values: di
 
 
 def _write_record(folder: Path, params: dict, key: str, seconds: float, cpu: float, fallbacks: list[str]) -> None:
-    """The run record (``.run.json``: preset, overrides, date, times, fallbacks) and the cache key."""
+    """The run record (``.run.json``: preset, overrides, date, fallbacks, and times: ``seconds``, the wall time from
+    when the figure's lock was held to its record, so not the wait for another runner; ``cpu_seconds``, its
+    kernel's CPU) and the cache key."""
     info = {"preset": params["preset"], "overrides": {k: v for k, v in params.items() if k != "preset"},
             "date": datetime.date.today().isoformat(), "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
             "fallbacks": list(fallbacks)}
@@ -264,6 +266,7 @@ def execute_figure(name: str, text: str, root: str, params: dict, key: str, *, t
 
     try:
         with publish.figure_lock(root_p, name):
+            start = time.perf_counter()  # the figure's own time: not the wait for another runner's lock
             result["notes"] = publish.recover(root_p, name)
             if not force and is_current(root_p, name, key):
                 return timed(ok=True, cached=True, notebook=str(root_p / f"{name}.ipynb"))

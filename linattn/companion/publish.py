@@ -7,6 +7,8 @@ writes them in place:
 1. it takes the figure's lock, ``<root>/.locks/<name>.lock`` (``fcntl.flock``; the holder's PID is written in
    it): a second runner on the same figure waits, and says which process holds it (:func:`figure_lock`);
 2. it cleans what a killed run left of the figure (:func:`recover`: with the lock held no live run owns any of it);
+   every runner also does so at its start for each figure whose lock is free, whether or not it runs that figure
+   (:func:`recover_idle`: a figure that is up to date keeps no killed run's stage);
 3. the notebook writes into a staging folder ``<root>/.staging-<name>-<pid>/`` — beside its destination, so on the
    same file system, where a rename is atomic (:func:`stage_dir`);
 4. :func:`swap_in` publishes the staged pair: it marks the stage complete (a ``SWAP`` file, fsynced), moves the old
@@ -53,10 +55,10 @@ def _holder(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def figure_lock(root: Path, name: str, say=None):
-    """Hold figure ``name``'s lock in ``root`` for the ``with`` block. When another process holds it, wait for it,
-    after ``say``-ing (default: a line on stderr) which process that is. The lock goes with the process: a killed
-    holder releases it."""
+def figure_lock(root: Path, name: str, say=None, *, wait: bool = True):
+    """Hold figure ``name``'s lock in ``root`` for the ``with`` block (it gives the lock file's path). When another
+    process holds it, wait for it, after ``say``-ing (default: a line on stderr) which process that is; with
+    ``wait=False`` give None at once instead. The lock goes with the process: a killed holder releases it."""
     folder = Path(root) / LOCKS
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.lock"
@@ -65,6 +67,9 @@ def figure_lock(root: Path, name: str, say=None):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if not wait:
+                yield None
+                return
             line = f"  waiting {name}: {_holder(path)} is writing it into {root}"
             (say or (lambda s: print(s, file=sys.stderr, flush=True)))(line)
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -173,10 +178,7 @@ def recover(root: Path, name: str) -> list[str]:
     this process's own, which it has not made yet). Returns one line per stage it dealt with."""
     root = Path(root)
     done = []
-    for stage in sorted(root.glob(f"{STAGE_PREFIX}{name}-*")):
-        pid = stage.name[len(STAGE_PREFIX) + len(name) + 1:]
-        if not pid.isdigit():
-            continue
+    for stage in stages(root, name):
         if (stage / MARKER).exists():
             with _signals_deferred():
                 _roll_forward(root, name, stage)
@@ -186,6 +188,22 @@ def recover(root: Path, name: str) -> list[str]:
             done.append(f"removed the unfinished {stage.name}")
         shutil.rmtree(stage, ignore_errors=True)
     return done
+
+
+def stages(root: Path, name: str) -> list[Path]:
+    """The staging folders of figure ``name`` in ``root`` (:func:`stage_dir`), any process's."""
+    prefix = f"{STAGE_PREFIX}{name}-"
+    return sorted(p for p in Path(root).glob(f"{prefix}*") if p.name[len(prefix):].isdigit())
+
+
+def recover_idle(root: Path, name: str) -> list[str]:
+    """:func:`recover` figure ``name`` in ``root`` where it has a stage and no live runner holds its lock (a runner
+    at work recovers it itself, and its stage is its own): what a runner does at its start for every figure, whether
+    or not it runs it, so that a killed runner's stage never outlives the next run. Returns :func:`recover`'s lines."""
+    if not stages(root, name):
+        return []
+    with figure_lock(root, name, wait=False) as held:
+        return recover(root, name) if held else []
 
 
 def discard(stage: Path) -> None:

@@ -417,8 +417,8 @@ class RunStore:
         """:meth:`get`; ``drawn``: the data sets this run drew when it was trained in this process (``extended``
         hands them on), so that carrying it on does not draw them again."""
         checked, key = self._checked(cfg, snapshot_every, init, data)
-        started = time.perf_counter()
         with self._locked(key):
+            started = time.perf_counter()  # the request's own time, not the wait for another's lock
             entry, trained, drawn, retrained = self._serve(key, checked, snapshot_every, progress, drawn)
             self._served(key, cfg, trained, retrained, started)
         return self._view(cfg, key, entry, trained, checked, snapshot_every, init, data, progress, drawn)
@@ -434,10 +434,11 @@ class RunStore:
 
         cfgs = list(cfgs)
         asked = [self._checked(cfg, snapshot_every, None, None) for cfg in cfgs]
-        started, out, failed = time.perf_counter(), {}, None
+        out, failed = {}, None
         with ExitStack() as held:
             for key in sorted({key for _, key in asked}):
                 held.enter_context(self._locked(key))
+            started = time.perf_counter()
             first = {}  # one training per key
             for checked, key in asked:
                 first.setdefault(key, checked)

@@ -103,7 +103,7 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     parsed = {n: read_notebook(p) for n, p in found.items()}
     _check_overrides(parsed, preset, overrides)
     store = run_store_dir()  # resolved here, where the command runs: the kernels run in the output root
-    if (why := unusable_output_dir(store)) is not None:
+    if (why := unusable_output_dir(store)) is not None and not _readable_folder(store):
         raise UnusableFolder(f"the run store (${ENV_RUNS_DIR} or the default) {why}")
     root = Path(out if out is not None else preset_root(preset)).resolve()
     created = not root.exists()
@@ -114,6 +114,12 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
                         progress, store)
     finally:
         _remove_if_unused(root, created)
+
+
+def _readable_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder this process can list and read: a run store that cannot be written to is served
+    read-only (:class:`~linattn.companion.runstore.RunStore`), and fails only a figure that must train a run."""
+    return path.is_dir() and os.access(path, os.R_OK | os.X_OK)
 
 
 def _remove_if_unused(root: Path, created: bool) -> None:
@@ -142,6 +148,7 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
     versions = library_versions()
     results: dict[str, FigureResult] = {}
     started, since = time.perf_counter(), time.time()
+    _clean_killed_stages(root, list(everything))
 
     keys: dict[str, str] = {}
 
@@ -172,6 +179,16 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
     pool.shutdown()
     run_figures.last_wall_time = time.perf_counter() - started
     return [results[n] for n in first + last]
+
+
+def _clean_killed_stages(root: Path, names: list[str]) -> None:
+    """What killed runners left in ``root`` of figures ``names`` (their stages) is finished or removed now, whether
+    or not this run executes those figures (:func:`linattn.companion.publish.recover_idle`); one line each."""
+    from .publish import recover_idle
+
+    for name in names:
+        for note in recover_idle(root, name):
+            print(f"  note    {name}: {note}", flush=True)
 
 
 def _made_since(root: Path, name: str, key: str, since: float) -> bool:
