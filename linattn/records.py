@@ -6,6 +6,7 @@ Core and companion both write through here: ``run.json`` of a run, ``provenance.
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import functools
 import json
 import os
@@ -65,6 +66,54 @@ def remove_stale_temps(parent, name: str | None = None) -> list[Path]:
             entry.unlink(missing_ok=True)
         removed.append(entry)
     return removed
+
+
+def lock_path(path) -> Path:
+    """The lock file of the output ``path``: ``.<name>.lock`` beside it (see :func:`output_lock`)."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
+
+
+@contextmanager
+def output_lock(path, say=None):
+    """Hold the lock of the output ``path`` (a file or folder one writer at a time makes) for the block: the lock
+    file :func:`lock_path` (``fcntl.flock``, the holder's PID in it), made in ``path``'s existing parent and removed
+    when the block ends. When another process holds it, ``say(pid)`` (its PID, or "" when unknown) is called once and
+    the lock waited for. A killed holder releases it; its lock file stays until the next writer's block ends.
+
+    A waiter may have opened a lock file that its holder then removed: it holds the lock only if its file is still
+    the one at the lock's path, and otherwise opens that one again."""
+    lock = lock_path(path)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say is not None:
+                say(os.pread(fd, 32, 0).decode(errors="replace").strip())
+                say = None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+        try:
+            current = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        os.close(fd)
+    try:
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:  # a full disk: the PID only tells a waiter whom it waits for
+            pass
+        yield lock
+    finally:
+        lock.unlink(missing_ok=True)  # while still held: a waiter then finds its file gone and opens a new one
+        os.close(fd)
 
 
 def process_alive(pid: int) -> bool:

@@ -310,3 +310,65 @@ def test_python_dash_m_works(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert (out / "loss.csv").exists()
+
+
+@pytest.mark.parametrize("second_seed", ["1", "2"])
+def test_two_trains_into_one_out_wait_for_each_other_and_say_so_truly(tmp_path, second_seed):
+    """Issue 45, finding 7: two `linattn train` into one --out at once both trained, and the loser exited 1 saying
+    "Directory not empty; nothing was written (… was not created)", which was false. Now one --out has one writer at
+    a time: both runs start while a third holder (this test) has the lock, each says it waits; one trains, and the
+    other, finding the same run there, keeps it (exit 0, nothing trained) or, finding another, is refused (exit 2).
+    Nothing is left beside the folder: no lock file, no temporary folder."""
+    out = tmp_path / "runs" / "run"
+    out.parent.mkdir()
+    flags = [f for f in FAST if f != "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    procs, logs = [], []
+    with provenance.output_lock(out):
+        for i, seed in enumerate(("1", second_seed)):
+            logs.append((tmp_path / f"out{i}", tmp_path / f"err{i}"))
+            with open(logs[-1][0], "w") as so, open(logs[-1][1], "w") as se:
+                procs.append(subprocess.Popen([sys.executable, "-m", "linattn", "train", *flags, "--seed", seed,
+                                               "--out", str(out)], stdout=so, stderr=se, env=env))
+        for p, (_, err) in zip(procs, logs):
+            for _ in range(600):
+                if "waiting" in err.read_text() or p.poll() is not None:
+                    break
+                subprocess.run(["sleep", "0.1"])
+            assert err.read_text() == f"linattn train: waiting: PID {os.getpid()} is writing {out}\n"
+    codes = [p.wait(120) for p in procs]
+    said = [o.read_text() for o, _ in logs]
+    trained = [i for i in (0, 1) if "engine, 5 steps in" in said[i]]
+    assert len(trained) == 1, said
+    other = 1 - trained[0]
+    assert codes[trained[0]] == 0
+    if second_seed == "1":
+        assert codes[other] == 0
+        assert said[other] == (f"linattn train: {out} was written meanwhile by another linattn train of the same run; "
+                               "kept it (nothing trained)\n")
+    else:
+        assert codes[other] == 2 and said[other] == ""
+        assert logs[other][1].read_text().splitlines()[-1] == (
+            f"linattn train: error: --out {out} was written by another process while this run waited for it, and is "
+            "not empty; pass --overwrite to replace it (it is replaced only once the new run has succeeded)")
+    assert [p.name for p in out.parent.iterdir()] == ["run"]
+    assert sorted(p.name for p in out.iterdir()) == ["init.npz", "loss.csv", "run.json", "weights.npz"]
+
+
+def test_a_full_disk_names_the_file_not_the_folder(tmp_path, capsys):
+    """Issue 45, finding 12: on a real full disk (a 1 MiB tmpfs filled to its last byte) the failed write named
+    --out, the folder, while the README says the file: a full disk's write fails without a file name, and the
+    temporary file's name is not the reader's."""
+    from disks import fill, tmpfs
+
+    with tmpfs(tmp_path / "disk") as disk:
+        fill(disk)
+        out = disk / "runs" / "run"
+        assert main(["train", *FAST, "--out", str(out)]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        named = re.fullmatch(r"linattn train: error: cannot write (\S+): No space left on device; nothing was "
+                             rf"written \({re.escape(str(out))} was not created\)", line)
+        assert named, line
+        assert Path(named[1]).parent == out and Path(named[1]).name in {"loss.csv", "init.npz", "weights.npz",
+                                                                        "run.json"}
+        assert [p.name for p in disk.iterdir()] == ["filler"]

@@ -5,10 +5,18 @@ when the run succeeded; a run that fails, diverges or is interrupted removes it 
 made. SIGINT and SIGTERM are handled alike (:mod:`linattn.companion.interrupts`): one line saying what was kept, exit
 130 or 143. A write that fails (a full disk) is one line naming the path, exit 1, nothing left behind. A run that
 completes removes the temporary folders that killed writers of the same ``--out`` left (their process is gone).
+
+One ``--out`` is written by one ``linattn train`` at a time: its lock, ``.<out>.lock`` beside it
+(:func:`linattn.records.output_lock`), is held from before the run trains until its folder is in place, and removed
+then. A second run into the same ``--out`` says which process it waits for, and waits (it trains nothing
+meanwhile); when the first has put the same run there (the same key, with its data where this one would save it), the
+second keeps it and exits 0, and when ``--out`` now holds anything else it is refused as any non-empty ``--out``
+(exit 2).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -23,7 +31,7 @@ from ..companion.interrupts import (
     signals_interrupt,
 )
 from ..config import ConfigError, RunConfig
-from ..records import remove_stale_temps, temp_dir, temp_prefix
+from ..records import output_lock, remove_stale_temps, temp_dir, temp_prefix
 from .common import UsageError, cli_message, config_from_args
 
 
@@ -122,6 +130,11 @@ def cmd_train(args) -> int:
         with signals_interrupt():
             done = _train_into(checked, out, args, placed, snapshot_every=every, snapshot=hook)
             _report(done, out, args)
+    except _MadeMeanwhile:
+        if not args.quiet:
+            print(f"linattn train: {out} was written meanwhile by another linattn train of the same run; kept it "
+                  "(nothing trained)")
+        return 0
     except KeyboardInterrupt as e:
         stop = as_interrupted(e)
         print(f"linattn train: {interrupted_words(stop, out, placed=bool(placed), existed=existed)}", file=sys.stderr)
@@ -130,6 +143,34 @@ def cmd_train(args) -> int:
         print(f"linattn train: error: {e}; nothing was written ({_unchanged(out, existed)})", file=sys.stderr)
         return 1
     return 0 if done else 1
+
+
+class _MadeMeanwhile(Exception):
+    """The run asked for was put in ``--out`` by another ``linattn train`` while this one waited for it."""
+
+
+def _waiting(out: Path):
+    """What a run says, once, when another process holds ``out``'s lock."""
+    def say(pid: str) -> None:
+        who = f"PID {pid}" if pid else "another process"
+        print(f"linattn train: waiting: {who} is writing {out}", file=sys.stderr, flush=True)
+    return say
+
+
+def _check_unchanged(out: Path, overwrite: bool, key: str, save_data: bool) -> None:
+    """With ``out``'s lock held after waiting for another writer: raise :class:`_MadeMeanwhile` where it put this
+    very run in ``out`` (``run.json``'s key is ``key``, and ``data.npz`` is there where this run saves it), or
+    :class:`UsageError` where ``out`` now holds anything else (without ``overwrite``)."""
+    if overwrite or not out.is_dir() or not any(out.iterdir()):
+        return
+    try:
+        same = json.loads((out / "run.json").read_text(encoding="utf-8")).get("key") == key
+    except (OSError, ValueError, AttributeError):
+        same = False
+    if same and (out / "loss.csv").is_file() and (not save_data or (out / "data.npz").is_file()):
+        raise _MadeMeanwhile()
+    raise UsageError(f"--out {out} was written by another process while this run waited for it, and is not empty; "
+                     "pass --overwrite to replace it (it is replaced only once the new run has succeeded)")
 
 
 class _WriteFailed(Exception):
@@ -146,21 +187,23 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
 
     tmp, created = prepare_out(out, args.overwrite)
     try:
-        try:
-            result = run(checked, progress=None if not args.quiet else False, threads=args.threads,
-                         snapshot_every=snapshot_every, snapshot=snapshot)
-        except TrainingDiverged as e:
-            print(f"linattn train: error: {e}", file=sys.stderr)
-            return None
-        result.key = run_key(result.config)
-        try:
-            _write(result, tmp, out, args)
-            with signals_deferred():  # the rename is never cut in two; the signal comes once it is done
-                _move_into_place(tmp, out, args.overwrite)
-                tmp = None
-                placed.append(out)
-        except OSError as e:
-            raise _WriteFailed(_write_error(e, tmp, out)) from None
+        with output_lock(out, say=_waiting(out)):
+            _check_unchanged(out, args.overwrite, run_key(checked.config), args.save_data)
+            try:
+                result = run(checked, progress=None if not args.quiet else False, threads=args.threads,
+                             snapshot_every=snapshot_every, snapshot=snapshot)
+            except TrainingDiverged as e:
+                print(f"linattn train: error: {e}", file=sys.stderr)
+                return None
+            result.key = run_key(result.config)
+            try:
+                _write(result, tmp, out, args)
+                with signals_deferred():  # the rename is never cut in two; the signal comes once it is done
+                    _move_into_place(tmp, out, args.overwrite)
+                    tmp = None
+                    placed.append(out)
+            except OSError as e:
+                raise _WriteFailed(_write_error(e, tmp, out)) from None
     finally:
         if tmp is not None:  # the run failed or was interrupted: leave nothing behind
             with signals_deferred():
@@ -193,7 +236,12 @@ def _write_error(error: OSError, tmp: Path | None, out: Path) -> str:
 
 
 def _unchanged(out: Path, existed: bool) -> str:
-    return f"{out} is unchanged" if existed else f"{out} was not created"
+    """What became of ``out``, truly: as it was, never made, or made meanwhile by another writer (left as it is)."""
+    if existed:
+        return f"{out} is unchanged"
+    if out.exists():
+        return f"{out} was made meanwhile by another process and is left as it is"
+    return f"{out} was not created"
 
 
 def interrupted_words(stop: Interrupted, out: Path, *, placed: bool, existed: bool) -> str:
