@@ -62,7 +62,7 @@ def figure_lock(root: Path, name: str, say=None, *, wait: bool = True):
     folder = Path(root) / LOCKS
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd, held = os.open(path, os.O_RDWR | os.O_CREAT, 0o644), False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -73,12 +73,14 @@ def figure_lock(root: Path, name: str, say=None, *, wait: bool = True):
             line = f"  waiting {name}: {_holder(path)} is writing it into {root}"
             (say or (lambda s: print(s, file=sys.stderr, flush=True)))(line)
             fcntl.flock(fd, fcntl.LOCK_EX)
+        held = True
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield path
     finally:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
+        if held:  # the PID in the file is the holder's: only the holder clears it
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
         os.close(fd)  # releases the lock
 
 
