@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -337,12 +338,14 @@ def test_a_killed_runs_stage_is_cleaned_by_a_run_that_has_nothing_to_do(tmp_path
     (killed / "one" / "partial.nc").write_bytes(b"CDF")
     held = publish.stage_dir(out, "two", pid=dead_pid())
     held.mkdir()
+    cut_short = out / f".one.failed.ipynb.{socket.gethostname()}.{dead_pid()}.x1.tmp"  # a traceback notebook's
+    cut_short.write_text("{")
     with publish.figure_lock(out, "two") as lock:  # a live runner at work on "two" (this process, its own handle)
         results = schedule.run_figures(src=src, out=out, jobs=1, progress=False, only=["one"])
         assert lock.read_text() == f"{os.getpid()}\n"  # the holder's PID, for those who wait, left as it was
     assert [r.status for r in results] == ["cached"]
     assert f"note    one: removed the unfinished {killed.name}" in capsys.readouterr().out
-    assert not killed.exists() and held.exists() and (out / "one" / "out.txt").is_file()
+    assert not killed.exists() and not cut_short.exists() and held.exists() and (out / "one" / "out.txt").is_file()
     assert [r.status for r in schedule.run_figures(src=src, out=out, jobs=1, progress=False)] == ["cached"] * 2
     assert not list(out.glob(".staging-*"))
 

@@ -503,3 +503,23 @@ def test_a_read_only_store_is_served_read_only(tmp_path, monkeypatch):
         with pytest.raises(StoreError, match=re.escape(f"run store {store} is read-only (Read-only file system)")):
             RunStore(store).get(replace(SMALL, seed=2), snapshot_every=EVERY)
         remount(disk, "rw")
+
+
+def test_a_killed_writers_temporary_folder_is_removed_by_the_next_writer_of_its_key(tmp_path):
+    """An entry is written into ``.<key>.<host>.<pid>.….tmp`` and renamed into place; a writer killed meanwhile left
+    that folder for ever. The next writer of the key removes it (its process is gone); a live writer's is kept."""
+    import socket
+    import subprocess
+    import sys
+
+    key = run_key(SMALL, length=False, snapshot_every=EVERY)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".{key}.{socket.gethostname()}.{dead.pid}.abc123.tmp"
+    live = tmp_path / f".{key}.{socket.gethostname()}.{os.getpid()}.def456.tmp"
+    for folder in (stale, live):
+        (folder / "entry").mkdir(parents=True)
+        (folder / "entry" / "loss.csv").write_text("step,train_loss\n0,1.0\n")
+    assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key == key
+    assert not stale.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted([".locks", live.name])

@@ -57,7 +57,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 import warnings
 from contextlib import ExitStack, contextmanager
@@ -71,7 +70,7 @@ from ..experiment import run
 from ..keys import run_key
 from ..objectives.native import KnownFallback, fallback_reason
 from ..plan import plan
-from ..records import write_json
+from ..records import remove_stale_temps, temp_dir, write_json
 from ..result import RunResult, load_run, write_outputs
 from ..train import History
 from .paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
@@ -330,8 +329,9 @@ class RunStore:
         """Write ``entry`` (digests included) into a temporary folder and rename it into place; a failure names the
         file that could not be written, as the entry would hold it."""
         tmp, final = None, self.root / key
+        remove_stale_temps(self.root, key)  # what writers of this key killed meanwhile left (their process is gone)
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", dir=self.root))
+            tmp = temp_dir(self.root, key)
             entry.save(tmp / "entry", retrained)
             if final.exists() or final.is_symlink():
                 final.rename(tmp / "old")

@@ -183,9 +183,12 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
 
 def _clean_killed_stages(root: Path, names: list[str]) -> None:
     """What killed runners left in ``root`` of figures ``names`` (their stages) is finished or removed now, whether
-    or not this run executes those figures (:func:`linattn.companion.publish.recover_idle`); one line each."""
+    or not this run executes those figures (:func:`linattn.companion.publish.recover_idle`); one line each. The
+    temporary files of killed writers there (a traceback notebook cut short) are removed too."""
+    from ..records import remove_stale_temps
     from .publish import recover_idle
 
+    remove_stale_temps(root)
     for name in names:
         for note in recover_idle(root, name):
             print(f"  note    {name}: {note}", flush=True)
