@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 from ..companion.interrupts import (
@@ -186,25 +187,27 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
     from ..train import TrainingDiverged
 
     tmp, created = prepare_out(out, args.overwrite)
+    held = ExitStack()  # out's lock: released before the folders made for the run are removed
     try:
-        with output_lock(out, say=_waiting(out)):
-            _check_unchanged(out, args.overwrite, run_key(checked.config), args.save_data)
-            try:
-                result = run(checked, progress=None if not args.quiet else False, threads=args.threads,
-                             snapshot_every=snapshot_every, snapshot=snapshot)
-            except TrainingDiverged as e:
-                print(f"linattn train: error: {e}", file=sys.stderr)
-                return None
-            result.key = run_key(result.config)
-            try:
-                _write(result, tmp, out, args)
-                with signals_deferred():  # the rename is never cut in two; the signal comes once it is done
-                    _move_into_place(tmp, out, args.overwrite)
-                    tmp = None
-                    placed.append(out)
-            except OSError as e:
-                raise _WriteFailed(_write_error(e, tmp, out)) from None
+        held.enter_context(output_lock(out, say=_waiting(out)))
+        _check_unchanged(out, args.overwrite, run_key(checked.config), args.save_data)
+        try:
+            result = run(checked, progress=None if not args.quiet else False, threads=args.threads,
+                         snapshot_every=snapshot_every, snapshot=snapshot)
+        except TrainingDiverged as e:
+            print(f"linattn train: error: {e}", file=sys.stderr)
+            return None
+        result.key = run_key(result.config)
+        try:
+            _write(result, tmp, out, args)
+            with signals_deferred():  # the rename is never cut in two; the signal comes once it is done
+                _move_into_place(tmp, out, args.overwrite)
+                tmp = None
+                placed.append(out)
+        except OSError as e:
+            raise _WriteFailed(_write_error(e, tmp, out)) from None
     finally:
+        held.close()
         if tmp is not None:  # the run failed or was interrupted: leave nothing behind
             with signals_deferred():
                 shutil.rmtree(tmp, ignore_errors=True)
