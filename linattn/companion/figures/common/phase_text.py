@@ -156,7 +156,8 @@ def band_phrase(ds) -> str:
     out = (f"{ds.band_z:g} standard errors of the mean over the {int(ds.n_test)} test sequences (each SE the standard "
            "deviation of the per-sequence losses over √n)")
     if bool(near.notnull().any()):
-        out += f"; near the midpoint the SE is {_sig(float(near.min()))} to {_sig(float(near.max()))}"
+        lo, hi = _sig(float(near.min())), _sig(float(near.max()))
+        out += f"; near the midpoint the SE is {lo if lo == hi else f'{lo} to {hi}'}"
     return out
 
 
