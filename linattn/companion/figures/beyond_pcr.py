@@ -22,6 +22,9 @@ from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+# other settings the page must stay true at, the same as the other pages on this run (one run each, shared): another
+# D and H, and more heads from a smaller start over fewer steps
+KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=1501))
 TOLERANCES = [(r"gap\.M\d+", "abs", 0.05), (r"diagonal\..*", "rel", 0.05)]
 
 

@@ -69,7 +69,8 @@ PRESETS = {
 }
 # other settings the page must stay true at (each cheap at the quick preset): another D and H (30 features, 6 free
 # directions), and a shorter context with other grids of c, P and the column
-KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=1501, epoch_extended=10**7, column_sizes=[10, 20, 30, 45, 90], workers=0),
+KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=1501, epoch_extended=10**7, column_sizes=[10, 20, 30, 45, 90],
+                   workers=0),
               dict(seq_len=16, icl_values=[0.0, 0.05, 0.5, 1.0], trainset_sizes=[100, 1000], epoch=1501,
                    epoch_extended=10**7, column_sizes=[20, 40, 60, 80, 120], workers=0))
 HELP = {
