@@ -141,6 +141,14 @@ def test_phase_prose_recomputed(phase_page):
     assert words["exploded"].startswith("No cell") == (not both)
     for c, P in both:
         assert f"P = {'∞' if np.isinf(P) else int(P)}" in words["exploded"] and _c(c) in words["exploded"]
+    # flat cells: fewer fresh sequences than free directions leave some of them undetermined (c > 0, finite P)
+    finite = ds.sel(icl=pos, trainset_size=ds.trainset_size.values[np.isfinite(ds.trainset_size.values)])
+    np.testing.assert_array_equal(finite.flat.values, finite.fresh.values < int(ds.free_directions))
+    unique = ~ds.flat.values
+    rel = max(np.max(np.abs(ds[f"final_{k}"].values - ds[f"limit_{k}"].values)[unique]
+                     / ds[f"limit_{k}"].values[unique]) for k in ("test_iwl", "test_icl"))
+    assert words["limits"].startswith(f"{int((~unique).sum())} of the {unique.size} cells")
+    assert words["limits"].endswith(f"within {rel:.1e} (relative) of theirs")
     settle = float(np.fmax(ds.settle_iwl, ds.settle_icl).max())
     if bool((np.fmax(ds.settle_iwl, ds.settle_icl) < ds.tolerance).all()):
         assert words["settled"] == f"all {ds.settled.size} cells (the largest change: {settle:.1e})"
