@@ -18,8 +18,14 @@ rtol 1e-4 moves every recorded test loss by < 1.3e-4 (relative) at the quick pre
 
 **When is a cell finished, and who wins?** A cell is *settled* when its test losses moved less than ``TOLERANCE``
 over the last ``WINDOW`` of its training; its end point, least squares on ATTN_M's features, checks it where it is
-unique. In-context learning wins where the in-context test loss is below the midpoint between tr Λ and L*; the rules
-(:func:`.common.phase.bracket`, ``sample_wise_peak``, ``free_directions``, ``population_crossing``) are in
+unique. In-context learning wins where the in-context test loss is below the midpoint between tr Λ and L* by more
+than ``BAND_Z`` standard errors, each the standard deviation of the cell's per-sequence test losses at its final
+weights (:func:`per_sequence_losses`) over √n (:func:`.common.phase.test_loss_se`); within that band the test set
+cannot tell, and a bracket in c spans such cells (:func:`.common.phase.banded_bracket`). The population crossings are
+solved on the population test moments, free of sampling error. The count of directions left to fresh sequences is
+the null space of the fixed task's E[TTᵀ] at the relative tolerance ``FLAT`` (:func:`.common.phase.free_directions`),
+and the pure in-context column (c = 1 over ``column_sizes``) is set beside the rank of the fresh sequences' feature
+covariance (:func:`.common.phase.feature_rank`), where minimum-norm least squares puts its peak. The rules are in
 :mod:`.common.phase`, the page's words in :mod:`.common.phase_text`, its figures in :mod:`.common.phase_plots`.
 """
 
@@ -37,7 +43,7 @@ from .. import presets
 from .common import phase, phase_text
 from .common import presets as common
 from .common.frame import settings_attrs
-from .common.phase import FLAT, TOLERANCE, WINDOW, triple
+from .common.phase import BAND_Z, FLAT, TOLERANCE, WINDOW, triple  # noqa: F401 — BAND_Z: the verdicts' band
 from .common.phase_plots import CAP, plot, plot_escape  # noqa: F401 — the page's figures
 from .common.phase_text import TABLE_COLUMNS, numbers, size_label, switch_table  # noqa: F401 — the page's table
 from .common.train import train

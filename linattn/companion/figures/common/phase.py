@@ -1,6 +1,8 @@
-"""The phase diagram's rules, pure functions of arrays: where a verdict sets in along c (:func:`bracket`), the
-sample-wise peak and the count it sits next to, the flat directions of the features, and the population end point
-and its crossings solved in c. Every verdict the phase diagram page states comes from one of them."""
+"""The phase diagram's rules, pure functions of arrays: a test loss's standard error from its per-sequence losses
+(:func:`test_loss_se`) and the banded verdict against a level (:func:`verdict`: wins, loses, cannot tell), where a
+verdict sets in along c (:func:`banded_bracket`; :func:`bracket` without a band, for the figure), the sample-wise peak
+and the count it sits next to, the null space and rank of the features' covariance, and the population end point and
+its crossings solved in c. Every verdict the phase diagram page states comes from one of them."""
 
 from __future__ import annotations
 
