@@ -128,7 +128,8 @@ def tiny(tmp_path_factory):
     mp.setenv("LINATTN_RUNS_DIR", str(root))
     try:
         S = _settings(attn_s=dict(model="attnS", head_num=2, rank=1, in_dim=2, seq_len=8, lr=0.05, epoch=50,
-                                  trainset_size=50, init_scheme="jan2025"), inits_s=[0.05], seeds=[0])
+                                  trainset_size=50, init_scheme="jan2025"), inits_s=[0.05], seeds=[0],
+                      column_sizes=[6, 12, 24])
         ds = pd_.compute(S)
         again = pd_.compute(S)  # read back from the store: the sparse records (the horizon among them) as stored
         xr.testing.assert_identical(ds.drop_vars("cell_seconds"), again.drop_vars("cell_seconds"))
@@ -140,8 +141,9 @@ def tiny(tmp_path_factory):
 def test_every_cell_is_a_stored_run_that_settles_at_the_theorys_end_point(tiny):
     ds, root = tiny
     trainings = [json.loads(line) for line in (root / "trainings.jsonl").read_text().splitlines()]
-    assert sum(t["model"] == "attnM" and t["trained_steps"] == 10**5 for t in trainings) == 8  # 4 c × (40, ∞)
-    assert sum(t.get("trained_steps") == 0 for t in trainings) == 8 and not any("quarantined" in t for t in trainings)
+    # 4 c × (40, ∞) and the column's 3 cells
+    assert sum(t["model"] == "attnM" and t["trained_steps"] == 10**5 for t in trainings) == 11
+    assert sum(t.get("trained_steps") == 0 for t in trainings) == 11 and not any("quarantined" in t for t in trainings)
     assert list(ds.trainset_size.values) == [40.0, np.inf] and ds.sizes["icl"] == 4
     assert bool(ds.settled.all()) and float(max(ds.settle_iwl.max(), ds.settle_icl.max())) < ds.tolerance
     unique = ~ds.flat
@@ -154,33 +156,76 @@ def test_every_cell_is_a_stored_run_that_settles_at_the_theorys_end_point(tiny):
     assert ds.step.values[0] == TINY["epoch"] // 10 and ds.epoch in ds.step.values and ds.step.values[-1] == 10**5
 
 
-def test_the_verdicts_are_brackets_on_the_c_positive_branch(tiny):
+def _per_sequence_se(ds, P, c):
+    """The SE of a cell's final in-context test loss recomputed from its stored run: the features of the test set
+    (drawn again from the streams) times the final combined weight (not the model's forward pass), std/√n."""
+    from linattn.companion.runstore import RunStore
+
+    res = RunStore().get_many([pd_.runs(_settings())[f"cell c={c:g} P={phase_text.size_label(P)}"]])[0]
+    test = draw(RunConfig(**dict(TINY, trainset_size=2)))[0].test_icl  # the streams: every cell's test set
+    m = res.model.combined().detach()
+    err = (models.attention_features(torch.as_tensor(test.X), 1.0) @ m).numpy() - test.y
+    return np.sqrt(np.var(err**2, ddof=1) / err.size)
+
+
+def test_the_verdicts_are_banded_brackets_on_the_c_positive_branch(tiny):
     ds, _ = tiny
+    mid, z = ds.midpoint, ds.band_z
     for P in ds.trainset_size.values:
-        loss = ds.final_test_icl.sel(trainset_size=P).values
-        lo, hi = (float(ds[k].sel(trainset_size=P).isel(step=-1)) for k in ("switch_lo", "switch_hi"))
-        assert hi > 0 and np.all(loss[ds.icl.values >= hi] < ds.midpoint)  # wins from hi on, for good
-        assert np.isnan(lo) or (lo > 0 and loss[ds.icl.values == lo][0] >= ds.midpoint)  # c = 0 is never a bound
+        cell = ds.sel(trainset_size=P, icl=ds.icl.values[ds.icl.values > 0])
+        wins = (cell.final_test_icl < mid - z * cell.se_test_icl).values
+        loses = (cell.final_test_icl > mid + z * cell.se_test_icl).values
+        lo, hi = float(ds.switch_lo.sel(trainset_size=P)), float(ds.switch_hi.sel(trainset_size=P))
+        if np.isfinite(hi):  # wins clearly from hi on, for good; lo the last cell below that clearly loses
+            assert wins[cell.icl.values >= hi].all() and not wins[cell.icl.values < hi][-1:].all()
+            below = loses & (cell.icl.values < hi)
+            assert (np.isnan(lo) and not below.any()) or lo == cell.icl.values[below][-1]
+        else:
+            assert not wins[-1]
         assert not bool(ds.iwl_wins.sel(trainset_size=P, icl=0.0))  # c = 0 is another recipe
-    assert bool((ds.iwl_wins == ((ds.final_test_iwl < ds.midpoint) & (ds.icl > 0))).all())
-    np.testing.assert_array_equal(ds.switch_hi.isel(step=-1), ds.theory_hi)
+    assert bool((ds.iwl_wins == ((ds.final_test_iwl < mid - z * ds.se_test_iwl) & (ds.icl > 0))).all())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LINATTN_RUNS_DIR", str(tiny[1]))
+        for P, c in ((40.0, 0.2), (np.inf, 1.0)):
+            assert float(ds.se_test_icl.sel(trainset_size=P, icl=c)) == pytest.approx(_per_sequence_se(ds, P, c),
+                                                                                       rel=1e-6)
     base = RunConfig(**dict(TINY, trainset_size=2))
-    datasets, init = draw(base)
-    model = models.build_model("attnM", init)
+    datasets, _ = draw(base)
     fixed, fresh = phase.task_moments(datasets.cov, datasets.w_fix, seq_len=base.seq_len, normalize="sum")
     assert int(ds.free_directions) == phase.free_directions(fixed[0]) > 0
-    for key, test in (("population_switch", "test_icl"), ("population_edge", "test_iwl")):
+    noise = phase.triple(mixture_moments("attention", datasets.cov, base.seq_len, icl=0.0, w_fix=datasets.w_fix,
+                                         normalize="sum"))
+    for key, test in (("population_switch", fresh), ("population_edge", noise)):
         c = float(ds[key])
         if np.isnan(c):
             continue
         assert 0 < c <= 1
-        mom = phase.triple(Exact.from_data(model, getattr(datasets, test)).moments)
-        gaps = [phase.quadratic_loss(phase.population_end_point(fixed, fresh, x), mom) - ds.midpoint
+        gaps = [phase.quadratic_loss(phase.population_end_point(fixed, fresh, x), test) - ds.midpoint
                 for x in (c * 0.95, c * 1.05)]
         assert gaps[0] * gaps[1] < 0, key
     mix = phase.triple(mixture_moments("attention", datasets.cov, base.seq_len, icl=0.2, w_fix=datasets.w_fix,
                                      normalize="sum"))
     np.testing.assert_allclose(mix[0], 0.8 * fixed[0] + 0.2 * fresh[0], rtol=1e-10, atol=1e-12)
+
+
+def test_the_pure_in_context_column_interpolates_up_to_the_rank_of_the_feature_covariance(tiny):
+    """D = 2: 12 features; at c = 1 the fresh sequences' feature covariance has full rank (no fixed task), so the
+    flow interpolates P ≤ 12 training sequences (training loss 0) and not 24; the column's phrase says where its
+    test loss peaks, beside that rank, in each case (a constructed peak at 12, one elsewhere, none)."""
+    ds, _ = tiny
+    assert int(ds.n_features) == 12 and int(ds.feature_rank) == 12
+    assert list(ds.column_P.values) == [6.0, 12.0, 24.0]
+    train = ds.column_train_loss.values
+    assert np.all(np.abs(train[:2]) < 1e-9) and train[2] > 1e-3
+    assert np.all(ds.column_se_icl > 0)
+    for loss, text in (([1.0, 9.0, 0.5], "peaks at P = 12 (test loss 9); least squares puts the peak at P = 12"),
+                       ([9.0, 1.0, 0.5], "shows no peak inside the grid"), ([1.0, 2.0, 9.0], "no peak")):
+        built = ds.assign(column_test_icl=("column_P", loss), column_peak=np.nan)
+        j = phase.sample_wise_peak(loss)
+        built["column_peak"] = np.nan if j is None else float(ds.column_P[j])
+        assert text in phase_text.column_phrase(built)
+    moved = ds.assign(column_test_icl=("column_P", [1.0, 9.0, 0.5]), column_peak=12.0, feature_rank=40)
+    assert phase_text.column_phrase(moved).endswith("lies away from it")
 
 
 def test_one_colour_scale_for_both_maps_and_phrases_true_to_the_data(tiny):
@@ -209,9 +254,9 @@ def test_one_colour_scale_for_both_maps_and_phrases_true_to_the_data(tiny):
     peaked.final_test_icl.loc[dict(trainset_size=40.0)] = [2.0, 5.0, 300.0, 0.1]
     peaked["peak_icl"] = peaked.peak_icl.where(peaked.trainset_size != 40, 0.2)
     assert int(peaked.free_directions) == 3
-    assert phase_text.peak_phrase(peaked) == ("peaks at 8 fresh sequences at P = 40 (300); the fixed task's "
-                                              "sequences leave 3 directions of ATTN_M's features to the fresh ones, "
-                                              "and every peak sits next to that count")
+    assert phase_text.peak_phrase(peaked) == ("peaks between 2 and 40 fresh sequences at P = 40 (the largest loss at "
+                                              "8: 300); the grid places a peak only between its neighbours, and the "
+                                              "count of free directions, 3, lies inside every such bracket")
     stalled = ds.copy()
     stalled["settled"] = stalled.settled.where((stalled.icl != 0.2) | (stalled.trainset_size != 40), False)
     stalled["switch_hi"] = stalled.switch_hi.where(stalled.trainset_size != 40)
@@ -297,3 +342,45 @@ def test_the_presets_give_a_finished_phase_diagram_worth_the_name():
     fig14 = presets.table("fig14_icl_iwl")["paper"]
     assert all(S["attn_m"][k] == fig14[k] for k in ("head_num", "in_dim", "init", "lr", "epoch", "white_cov"))
     assert S["epoch_extended"] >= 1000 * S["attn_m"]["epoch"]
+
+
+def test_the_test_loss_se_matches_the_spread_of_means_over_test_sets():
+    """Monte Carlo: squared errors of a heavy-tailed residual; the SE from one test set's per-sequence losses matches
+    the spread of the mean over 2000 independent test sets of the same size (median, within 10 %)."""
+    rng = np.random.default_rng(0)
+    sets = (rng.standard_t(df=12, size=(2000, 500)) * 0.7) ** 2
+    spread = sets.mean(axis=1).std(ddof=1)
+    se = np.array([phase.test_loss_se(s) for s in sets[:200]])
+    assert np.median(se) == pytest.approx(spread, rel=0.1)
+    with pytest.raises(ValueError, match="at least 2"):
+        phase.test_loss_se([1.0])
+
+
+def test_verdicts_use_the_band_and_brackets_span_the_cells_that_cannot_tell():
+    W, L, U = phase.WINS, phase.LOSES, phase.CANNOT_TELL
+    np.testing.assert_array_equal(phase.verdict([0.50, 0.56, 0.58, 0.70], [0.01, 0.01, 0.01, 0.01], 0.57),
+                                  [W, U, U, L])
+    icl = [0.01, 0.1, 0.5, 1.0]
+    assert phase.banded_bracket([L, L, W, W], icl) == (0.1, 0.5)          # a clean switch
+    assert phase.banded_bracket([L, U, W, W], icl) == (0.01, 0.5)         # cannot tell at 0.1: the bracket widens
+    assert phase.banded_bracket([W, L, U, W], icl) == (0.1, 1.0)          # an early win that does not last
+    lo, hi = phase.banded_bracket([U, U, W, W], icl)                       # nothing below clearly loses
+    assert np.isnan(lo) and hi == 0.5
+    assert all(np.isnan(phase.banded_bracket([L, W, W, U], icl)))         # undecided at the end: no verdict
+
+
+def test_the_null_space_count_its_gap_and_the_rank():
+    rng = np.random.default_rng(1)
+    basis = np.linalg.qr(rng.normal(size=(6, 6)))[0]
+    TT = basis @ np.diag([0, 0, 1e-5, 1e-3, 1, 4.0]) @ basis.T
+    assert phase.free_directions(TT) == 2 and phase.feature_rank(TT) == 4
+    flat, nxt = phase.null_space_gap(TT)
+    assert flat < 1e-14 and nxt == pytest.approx(1e-5 / 4, rel=1e-6)
+    assert phase.free_directions(TT, tol=1e-4) == 3  # the count follows the stated tolerance
+    assert np.isnan(phase.null_space_gap(np.eye(3))[0])
+
+
+def test_last_crossing_finds_the_crossing_that_holds_for_good():
+    # (c − 0.3)(c − 0.7) + 0.1 crosses 0.1 at 0.3 and 0.7: the last is 0.7
+    assert phase.last_crossing(lambda c: (c - 0.3) * (c - 0.7) + 0.1, 0.1, [0.2, 0.5, 1.0]) == pytest.approx(0.7)
+    assert np.isnan(phase.last_crossing(lambda c: c, 5.0, [0.2, 0.5, 1.0]))

@@ -16,12 +16,16 @@ from __future__ import annotations
 import numpy as np
 
 from ... import diagnostics, loss_curves, theory
+from .. import presets
 from .common import presets as common
 from .common.attn_s_run import describe, seed_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+# other settings the page must stay true at, the same as the other pages on this run (one run each, shared): another
+# D and H, and more heads from a smaller start over fewer steps
+KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=1501))
 TOLERANCES = [(r"gap\.M\d+", "abs", 0.05), (r"diagonal\..*", "rel", 0.05)]
 
 
@@ -73,7 +77,8 @@ def compute(S: dict):
                 "direction": np.arange(1, D + 1)},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]))
+    ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]),
+                    published=int(presets.is_published(NAME, S)))
     ds.gap.attrs["description"] = ("E[(b^T(A - A_m) x_q)^2] relative to the mean square of A_m's predictor "
                                    "(M_0: relative to tr Lambda)")
     ds.A_learned.attrs["description"] = "E^T A E mid-plateau M_m, E the eigenvectors of Lambda (largest first)"
@@ -116,7 +121,16 @@ def words(ds) -> dict:
 
     run = json.loads(ds.attrs["runs"])["attn_s"]
     return dict(rank=run["rank"], seed=run["seed"], snapshot_every=ds.attrs["snapshot_every"],
-                settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
+                settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]), source=source(ds))
+
+
+def source(ds) -> str:
+    """Which run the page reads: Figure 3a's seed-0 run at the published settings, else Figure 3a's experiment at
+    settings of our own (the paper's figure is not this run)."""
+    if ds.attrs.get("published"):
+        return "the seed-0 ATTN_S run of Figure 3a"
+    return ("an ATTN_S run of Figure 3a's experiment at settings of our own (the paper's Figure 3a is its seed 0 at "
+            "the published settings)")
 
 
 def plot(ds):

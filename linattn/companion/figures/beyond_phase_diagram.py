@@ -18,8 +18,14 @@ rtol 1e-4 moves every recorded test loss by < 1.3e-4 (relative) at the quick pre
 
 **When is a cell finished, and who wins?** A cell is *settled* when its test losses moved less than ``TOLERANCE``
 over the last ``WINDOW`` of its training; its end point, least squares on ATTN_M's features, checks it where it is
-unique. In-context learning wins where the in-context test loss is below the midpoint between tr Λ and L*; the rules
-(:func:`.common.phase.bracket`, ``sample_wise_peak``, ``free_directions``, ``population_crossing``) are in
+unique. In-context learning wins where the in-context test loss is below the midpoint between tr Λ and L* by more
+than ``BAND_Z`` standard errors, each the standard deviation of the cell's per-sequence test losses at its final
+weights (:func:`per_sequence_losses`) over √n (:func:`.common.phase.test_loss_se`); within that band the test set
+cannot tell, and a bracket in c spans such cells (:func:`.common.phase.banded_bracket`). The population crossings are
+solved on the population test moments, free of sampling error. The count of directions left to fresh sequences is
+the null space of the fixed task's E[TTᵀ] at the relative tolerance ``FLAT`` (:func:`.common.phase.free_directions`),
+and the pure in-context column (c = 1 over ``column_sizes``) is set beside the rank of the fresh sequences' feature
+covariance (:func:`.common.phase.feature_rank`), where minimum-norm least squares puts its peak. The rules are in
 :mod:`.common.phase`, the page's words in :mod:`.common.phase_text`, its figures in :mod:`.common.phase_plots`.
 """
 
@@ -37,7 +43,7 @@ from .. import presets
 from .common import phase, phase_text
 from .common import presets as common
 from .common.frame import settings_attrs
-from .common.phase import FLAT, TOLERANCE, WINDOW, triple
+from .common.phase import BAND_Z, FLAT, TOLERANCE, WINDOW, triple  # noqa: F401 — BAND_Z: the verdicts' band
 from .common.phase_plots import CAP, plot, plot_escape  # noqa: F401 — the page's figures
 from .common.phase_text import TABLE_COLUMNS, numbers, size_label, switch_table  # noqa: F401 — the page's table
 from .common.train import train
@@ -56,6 +62,7 @@ PRESETS = {
                   attn_s=common.run_settings(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02,
                                              epoch=3001, trainset_size=1000, init_scheme="jan2025"),
                   icl_values=[0.0, 0.02, 0.2, 1.0], trainset_sizes=[200, 2000], epoch_extended=10**8,
+                  column_sizes=[15, 30, 60, 120, 240],
                   inits_s=[0.08, 0.16], seeds=[0, 1], workers=2),
     "paper": dict(attn_m=dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000, seed=10,
                               draws="streams"),
@@ -63,9 +70,18 @@ PRESETS = {
                                              epoch=20001, trainset_size=4000, init_scheme="jan2025"),
                   icl_values=[0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
                   trainset_sizes=[200, 1000, 5000, 20000], epoch_extended=10**9,
+                  column_sizes=[15, 30, 45, 60, 75, 120, 240],
                   inits_s=[0.02, 0.04, 0.08, 0.16], seeds=[0, 1, 2, 3], workers=0),
 }
+# other settings the page must stay true at (each cheap at the quick preset): another D and H (30 features, 6 free
+# directions), and a shorter context with other grids of c, P and the column
+KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=1501, epoch_extended=10**7, column_sizes=[10, 20, 30, 45, 90],
+                   workers=0),
+              dict(seq_len=16, icl_values=[0.0, 0.05, 0.5, 1.0], trainset_sizes=[100, 1000], epoch=1501,
+                   epoch_extended=10**7, column_sizes=[20, 40, 60, 80, 120], workers=0))
 HELP = {
+    "column_sizes": "P of each run of the pure in-context column (every task fresh), around the rank of the feature "
+                    "covariance",
     "workers": "worker processes of a local Dask cluster for the runs (0: none, the notebook trains them itself)",
 }
 # the population column at c = 1 ends at L* (measured on finite test sets), and every cell has settled
@@ -76,6 +92,7 @@ TOLERANCES = [(r"final_test_icl\.Pinf\.c1", "abs", common.PLATEAU_TOLERANCE),
 #: The flow integrator's relative tolerance of every cell (see the module docstring for the measurement).
 FLOW_RTOL = 1e-4
 CELL = "cell"  # the label prefix of the phase diagram's runs
+COLUMN = "column"  # the label prefix of the pure in-context column's runs (c = 1 at small P)
 
 
 def recorded(S: dict) -> tuple[int, ...]:
@@ -111,7 +128,16 @@ def runs(S: dict) -> dict:
     icl, sizes = _grid(S)
     out.update({f"{CELL} c={c:g} P={size_label(P)}": RunConfig(**dict(
         flow, icl=c, trainset_size=int(P) if np.isfinite(P) else None)) for c in icl for P in sizes})
+    out.update({f"{COLUMN} P={P}": RunConfig(**dict(flow, icl=1.0, trainset_size=P)) for P in _column(S)})
     return out
+
+
+def _column(S: dict) -> list[int]:
+    """The P of the pure in-context column (``column_sizes``), sorted; ValueError for one below 1."""
+    sizes = sorted(int(P) for P in S.get("column_sizes") or [])
+    if sizes and sizes[0] < 1:
+        raise ValueError(f"column_sizes must be whole numbers ≥ 1, got {S['column_sizes']!r}")
+    return sizes
 
 
 def without_cells(S: dict) -> dict:
@@ -120,8 +146,10 @@ def without_cells(S: dict) -> dict:
     return {k: v for k, v in S.items() if k in ("attn_s", "inits_s", "seeds")}
 
 
-def _parts(S: dict, cells: bool) -> dict:
-    return {k: r for k, r in runs(S).items() if k.startswith(CELL) == cells}
+def _parts(S: dict, kind: str | None) -> dict:
+    """The runs of :func:`runs` whose label starts with ``kind`` (None: the escape-time sweep's)."""
+    return {k: r for k, r in runs(S).items()
+            if (k.startswith(kind) if kind else not k.startswith((CELL, COLUMN)))}
 
 
 def _train_moments(result) -> tuple:
@@ -134,13 +162,28 @@ def _train_moments(result) -> tuple:
     return triple(Exact.from_data(model, data.train, normalize=cfg.normalize).moments)
 
 
-def _cell(result, tests: dict) -> dict:
-    """A cell's losses at its recorded steps, their least-squares end points (None where the training loss is flat)
-    and E[TTᵀ]'s smallest eigenvalue relative to its largest."""
+def per_sequence_losses(result, seqs) -> np.ndarray:
+    """(ŷ − y)² of each sequence of ``seqs`` under ``result``'s final weights: the terms whose mean is the run's
+    recorded loss on that set at its last step."""
+    from ...normalization import token_scale
+
+    X = torch.as_tensor(seqs.X, dtype=torch.float64)
+    with torch.no_grad():
+        out = result.model(X, token_scale(X.shape[1], result.config.normalize)).reshape(-1).numpy()
+    return (out - np.asarray(seqs.y, dtype=np.float64)) ** 2
+
+
+def _cell(result, tests: dict, data) -> dict:
+    """A cell's losses at its recorded steps, their least-squares end points (None where the training loss is flat),
+    E[TTᵀ]'s smallest eigenvalue relative to its largest, and each final test loss's standard error from its
+    per-sequence losses (:func:`.common.phase.test_loss_se`) on the test sets ``data`` (linattn's streams give every
+    cell the same ones)."""
     mom = _train_moments(result)
     ev = np.linalg.eigvalsh(mom[0])
     m_star = np.linalg.lstsq(mom[0], mom[1], rcond=1e-12)[0] if ev[0] / ev[-1] >= FLAT else None
     out = {"curvature": float(ev[0] / ev[-1]), "seconds": float(result.history.wall_time)}
+    for name in tests:
+        out[f"se_{name}"] = phase.test_loss_se(per_sequence_losses(result, getattr(data, name)))
     for name, moments in (("train_loss", mom), *tests.items()):
         out[name] = np.asarray(getattr(result.history, name), dtype=np.float64)
         out[f"limit_{name}"] = None if m_star is None else phase.quadratic_loss(m_star, moments)
@@ -149,20 +192,25 @@ def _cell(result, tests: dict) -> dict:
 
 def compute(S: dict, client=None):
     """The phase diagram at the settings ``S`` as an xarray Dataset over ``icl`` × ``trainset_size`` (× ``step``):
-    the losses along the flow (``train_loss``, ``test_iwl``, ``test_icl``), at the horizon (``final_*``), at the
-    end point (``limit_*``; NaN where ``flat``), how much each test loss moved over the last ``WINDOW``
-    (``settle_*``, ``settled``), ``fresh`` (cP), ``cell_seconds`` and the verdicts of
-    :func:`.common.phase.verdicts`; its cells trained on ``client`` where given."""
+    the losses along the flow (``train_loss``, ``test_iwl``, ``test_icl``), at the horizon (``final_*``) with the
+    standard error of each final test loss from its per-sequence losses (``se_test_*``), at the end point
+    (``limit_*``; NaN where ``flat``), how much each test loss moved over the last ``WINDOW`` (``settle_*``,
+    ``settled``), ``fresh`` (cP), ``cell_seconds``, the verdicts of :func:`.common.phase.verdicts`, the fixed task's
+    free directions (:func:`.common.phase.free_directions` at the relative tolerance ``FLAT``, with
+    :func:`.common.phase.null_space_gap`), and the pure in-context column (c = 1 over ``column_P``: ``column_*``,
+    its peak and the rank of the fresh sequences' feature covariance, ``feature_rank``); its cells trained on
+    ``client`` where given."""
     import xarray as xr
 
-    results = train(_parts(S, True), S, client=client)
+    done = train({**_parts(S, CELL), **_parts(S, COLUMN)}, S, client=client)
+    results = {k: r for k, r in done.items() if k.startswith(CELL)}
     first = next(iter(results.values()))
     model = build_model("attnM", first.init, dtype=torch.float64)
     base, data = first.config, first.datasets
     tests = {k: triple(Exact.from_data(model, getattr(data, k), normalize=base.normalize).moments)
              for k in ("test_iwl", "test_icl")}
     icl, sizes = _grid(S)
-    cells = [_cell(r, tests) for r in results.values()]
+    cells = [_cell(r, tests, data) for r in results.values()]
     at, steps = first.history.step, phase.record_steps(int(S["attn_m"]["epoch"]), base.epoch)
     keep, last = np.searchsorted(at, steps), np.flatnonzero(at >= (1 - WINDOW) * base.epoch)[:-1]
 
@@ -178,21 +226,51 @@ def compute(S: dict, client=None):
         if k != "train_loss":
             change = np.abs(curve[..., last] - curve[..., -1:]).max(axis=-1) / np.abs(curve[..., -1])
             data_vars["settle_" + k.split("_")[1]] = (dims, change)
+            data_vars[f"se_{k}"] = (dims, grid(f"se_{k}")[..., 0])
     fresh = np.floor(np.outer(icl, np.where(np.isfinite(sizes), sizes, 0.0)) + 1e-9)
     data_vars.update(flat=(dims, grid("curvature")[..., 0] < FLAT), cell_seconds=(dims, grid("seconds")[..., 0]),
                      fresh=(dims, np.where(np.isfinite(sizes), fresh, np.inf)))
     ds = xr.Dataset(data_vars, coords={"icl": icl, "trainset_size": np.array(sizes), "step": steps})
     L_origin, L_star = float(np.trace(data.cov)), theory.loss_star(data.cov, base.N)
     midpoint = (L_origin + L_star) / 2
+    ds.attrs.update(L_origin=L_origin, L_star=L_star, midpoint=midpoint)
     ds["settled"] = (ds.settle_iwl < TOLERANCE) & (ds.settle_icl < TOLERANCE)
     fixed, fresh_m = phase.task_moments(data.cov, data.w_fix, seq_len=base.seq_len, normalize=base.normalize)
-    ds = phase.verdicts(ds, midpoint, fixed, fresh_m, tests)
+    ds = phase.verdicts(ds, midpoint, fixed, fresh_m, _population_tests(data, base, fresh_m))
     ds["free_directions"] = phase.free_directions(fixed[0])
+    ds["null_flat"], ds["null_next"] = phase.null_space_gap(fixed[0])
+    ds = _with_column(ds, {k: r for k, r in done.items() if k.startswith(COLUMN)}, fresh_m[0], data.test_icl)
     ds.attrs.update(settings_attrs(S, engine="exact (gradient flow)", seeds=S["attn_m"]["seed"]))
-    ds.attrs.update(L_origin=L_origin, L_star=L_star, midpoint=midpoint, tolerance=TOLERANCE, window=WINDOW,
-                    horizon=int(base.epoch), epoch=int(S["attn_m"]["epoch"]), lr=float(base.lr),
-                    flow_rtol=FLOW_RTOL, published=int(presets.is_published(NAME, S)))
+    ds.attrs.update(tolerance=TOLERANCE, window=WINDOW, horizon=int(base.epoch), epoch=int(S["attn_m"]["epoch"]),
+                    lr=float(base.lr), flow_rtol=FLOW_RTOL, published=int(presets.is_published(NAME, S)),
+                    band_z=phase.BAND_Z, flat_tol=FLAT, n_test=int(len(data.test_icl.y)),
+                    white_cov=int(bool(S["attn_m"].get("white_cov"))))
     return ds
+
+
+def _population_tests(data, cfg, fresh: tuple) -> dict:
+    """The population moments of the two test sets: the in-context test's sequences carry fresh tasks (``fresh``),
+    the in-weight test's the fixed task with noise context labels (the c = 0 mixture)."""
+    noise = triple(mixture_moments("attention", data.cov, cfg.seq_len, icl=0.0, w_fix=data.w_fix,
+                                   normalize=cfg.normalize))
+    return {"test_icl": fresh, "test_iwl": noise}
+
+
+def _with_column(ds, column: dict, fresh_TT: np.ndarray, test_set):
+    """``ds`` with the pure in-context column (c = 1 at the P of ``column``'s runs, coordinate ``column_P``): the
+    final training and in-context test losses (``column_train_loss``, ``column_test_icl``) and the test loss's
+    standard error (``column_se_icl``), the P of the peak of its test loss (``column_peak``: NaN where the grid
+    shows none, :func:`.common.phase.sample_wise_peak`) and where least squares predicts it, the rank of the fresh
+    sequences' feature covariance (``feature_rank``)."""
+    sizes = [int(r.config.trainset_size) for r in column.values()]
+    test = [float(r.history.test_icl[-1]) for r in column.values()]
+    se = [phase.test_loss_se(per_sequence_losses(r, test_set)) for r in column.values()]
+    peak = phase.sample_wise_peak(test) if column else None
+    return ds.assign(column_train_loss=("column_P", [float(r.history.train_loss[-1]) for r in column.values()]),
+                     column_test_icl=("column_P", test), column_se_icl=("column_P", se),
+                     column_peak=np.nan if peak is None else float(sizes[peak]),
+                     feature_rank=phase.feature_rank(fresh_TT),
+                     n_features=int(fresh_TT.shape[0])).assign_coords(column_P=np.array(sizes, dtype=float))
 
 
 def compute_escape(S: dict, client=None):
@@ -207,7 +285,7 @@ def compute_escape(S: dict, client=None):
 
     from ..sweeps.cells import summarise
 
-    results = list(train(_parts(S, False), S, client=client).values())
+    results = list(train(_parts(S, None), S, client=client).values())
     inits, seeds = sorted({r.config.init for r in results}), sorted({r.config.seed for r in results})
     base, cov = results[0].config, results[0].datasets.cov  # Λ's spectrum is the same for every seed
     D = base.in_dim
@@ -248,7 +326,7 @@ def escape_command(S: dict) -> str:
     """``linattn sweep`` of the escape-time runs: the fixed settings' flags and one ``--grid`` per swept setting."""
     from ..commands import train_command
 
-    flags = train_command(next(iter(_parts(S, False).values()))).split(" ", 2)[2]
+    flags = train_command(next(iter(_parts(S, None).values()))).split(" ", 2)[2]
     grid = " ".join(f"--grid {k}={','.join(f'{v:g}' for v in S[key])}" for k, key in (("init", "inits_s"),
                                                                                        ("seed", "seeds")))
     return f"linattn sweep {flags} {grid} --out sweeps/escape"
@@ -270,11 +348,14 @@ def words(ds, escape=None) -> dict:
                L_star=float(ds.L_star), L_origin=float(ds.L_origin), cap=f"{CAP:g}", flow_rtol=f"{ds.flow_rtol:g}",
                cells_seconds=f"{float(ds.cell_seconds.sum()):.0f} s",
                per_cell=f"{float(ds.cell_seconds.median()):.1f} s", free_directions=int(ds.free_directions),
-               settled=t.settled_phrase(ds), icl_switch=t.switch_phrase(ds), theory_switch=t.theory_phrase(ds),
+               settled=t.settled_phrase(ds), icl_switch=t.switch_phrase(ds), band=t.band_phrase(ds),
                population_switch=t.crossing_phrase(ds.population_switch), iwl_wins=t.iwl_wins_phrase(ds),
                iwl_loses=t.switch_phrase(ds, "iwl_lo", "iwl_hi"), population_edge=t.crossing_phrase(ds.population_edge),
-               peaks=t.peak_phrase(ds), limits=t.limit_phrase(ds), epoch_switch=t.switch_phrase(ds, step=int(ds.epoch)),
-               stage=t.stage_phrase(ds), settling=t.settling_phrase(ds),
+               exploded=t.exploded_phrase(ds), peaks=t.peak_phrase(ds), null_space=t.null_space_phrase(ds),
+               column=t.column_phrase(ds), feature_rank=int(ds.feature_rank), n_features=int(ds.n_features),
+               n_test=int(ds.n_test), limits=t.limit_phrase(ds),
+               column_sizes=t._list(f"{int(P)}" for P in ds.column_P.values) or "none",
+               covariance="white (Λ = I/D)" if ds.white_cov else "the run's own",
                zero_iwl="–" if zero is None else t._range(zero.final_test_iwl),
                zero_icl="–" if zero is None else t._range(zero.final_test_icl))
     if escape is not None:

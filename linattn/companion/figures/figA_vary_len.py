@@ -38,6 +38,8 @@ PRESETS = {
                               trainset_size=5000, vary_len=True), seed=10),
 }
 TOLERANCES = [common.PLATEAUS]
+# other settings the page must stay true at (each cheap at the quick preset): another D and H, and shorter contexts
+KNOB_CASES = (dict(in_dim=3, head_num=4), dict(seq_len=12, epoch=2001))
 MODELS = ("attn_m", "attn_s")
 LABELS = {"attn_m": "ATTN_M", "attn_s": "ATTN_S"}
 

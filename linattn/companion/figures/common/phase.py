@@ -1,6 +1,8 @@
-"""The phase diagram's rules, pure functions of arrays: where a verdict sets in along c (:func:`bracket`), the
-sample-wise peak and the count it sits next to, the flat directions of the features, and the population end point
-and its crossings solved in c. Every verdict the phase diagram page states comes from one of them."""
+"""The phase diagram's rules, pure functions of arrays: a test loss's standard error from its per-sequence losses
+(:func:`test_loss_se`) and the banded verdict against a level (:func:`verdict`: wins, loses, cannot tell), where a
+verdict sets in along c (:func:`banded_bracket`; :func:`bracket` without a band, for the figure), the sample-wise peak
+and the count it sits next to, the null space and rank of the features' covariance, and the population end point and
+its crossings solved in c. Every verdict the phase diagram page states comes from one of them."""
 
 from __future__ import annotations
 
@@ -17,6 +19,13 @@ TOLERANCE, WINDOW = 0.02, 0.1
 #: setting: such cells sit at 1e-16, the others above 1e-9.)
 FLAT = 1e-12
 
+#: How far from the midpoint a test loss must lie, in standard errors of its mean over the test sequences, for a
+#: verdict: within BAND_Z·SE of it the test set cannot tell which side the loss is on.
+BAND_Z = 2.0
+
+#: The verdicts of :func:`verdict`: below the level (wins), above it (loses), within the band (cannot tell).
+WINS, LOSES, CANNOT_TELL = 1, -1, 0
+
 
 def triple(moments) -> tuple[np.ndarray, np.ndarray, float]:
     """(E[TTᵀ], E[yT], E[y²]) of ``objectives.Moments`` as float64 numpy arrays (small, and picklable)."""
@@ -29,6 +38,38 @@ def quadratic_loss(m: np.ndarray, moments: tuple) -> float:
     A, b, c = moments
     return float(c - 2 * b @ m + m @ A @ m)
 
+
+
+def test_loss_se(losses) -> float:
+    """The standard error of a mean test loss, from the per-sequence losses ℓ_i themselves: std(ℓ)/√n (sample
+    standard deviation, n − 1 degrees of freedom), no assumed kurtosis."""
+    losses = np.asarray(losses, dtype=np.float64).ravel()
+    if losses.size < 2:
+        raise ValueError(f"a standard error needs at least 2 per-sequence losses, got {losses.size}")
+    return float(np.std(losses, ddof=1) / np.sqrt(losses.size))
+
+
+def verdict(loss, se, level: float, z: float = BAND_Z):
+    """Per test loss: :data:`WINS` where it is below ``level`` by more than ``z``·``se``, :data:`LOSES` where above
+    it by more, :data:`CANNOT_TELL` within the band (an int array of the broadcast shape)."""
+    loss, se = np.asarray(loss, dtype=np.float64), np.asarray(se, dtype=np.float64)
+    out = np.where(loss < level - z * se, WINS, np.where(loss > level + z * se, LOSES, CANNOT_TELL))
+    return out.astype(np.int64)
+
+
+def banded_bracket(state, icl) -> tuple[float, float]:
+    """Where a verdict sets in for good along the increasing grid ``icl``, from per-cell verdicts ``state``
+    (:data:`WINS` where it holds clearly, :data:`LOSES` where it clearly fails, :data:`CANNOT_TELL` between): (a, b)
+    with b the smallest grid value from which it holds clearly at every larger one, and a the largest grid value
+    below b where it clearly fails — the crossing lies between a and b, cells that cannot tell included. a is NaN
+    when no cell below b clearly fails; (NaN, NaN) when it does not hold clearly at the grid's last value."""
+    state, icl = np.asarray(state), np.asarray(icl, dtype=np.float64)
+    if state.size == 0 or state[-1] != WINS:
+        return float("nan"), float("nan")
+    not_won = np.flatnonzero(state != WINS)
+    b = 0 if not_won.size == 0 else not_won[-1] + 1
+    lost = np.flatnonzero(state[:b] == LOSES)
+    return (float(icl[lost[-1]]) if lost.size else float("nan")), float(icl[b])
 
 
 def record_steps(first: int, horizon: int, per_decade: int = 4) -> np.ndarray:
@@ -65,11 +106,28 @@ def sample_wise_peak(loss) -> int | None:
 
 
 def free_directions(TT: np.ndarray, tol: float | None = None) -> int:
-    """The number of directions of the features that E[TTᵀ] leaves flat: its eigenvalues below ``tol`` (default
-    :data:`FLAT`) times its largest. For the fixed task's sequences (context labels w_fixᵀx), the directions that only
-    sequences with a fresh task determine."""
+    """The number of directions of the features that E[TTᵀ] leaves flat: the dimension of its null space, its
+    eigenvalues below ``tol`` (default :data:`FLAT`) times its largest. For the fixed task's sequences (context
+    labels w_fixᵀx), the directions that only sequences with a fresh task determine."""
     ev = np.linalg.eigvalsh(np.asarray(TT, dtype=np.float64))
     return int(np.sum(ev < (FLAT if tol is None else tol) * ev[-1]))
+
+
+def feature_rank(TT: np.ndarray, tol: float | None = None) -> int:
+    """The rank of E[TTᵀ] at the relative tolerance ``tol`` (default :data:`FLAT`): the features' count less
+    :func:`free_directions`. Minimum-norm least squares on P sequences interpolates them while P is at most this
+    rank, and its test loss diverges where P reaches it (sample-wise double descent)."""
+    return int(np.asarray(TT).shape[0] - free_directions(TT, tol))
+
+
+def null_space_gap(TT: np.ndarray, tol: float | None = None) -> tuple[float, float]:
+    """E[TTᵀ]'s eigenvalues relative to its largest on either side of ``tol`` (default :data:`FLAT`): the largest
+    one counted flat and the smallest one not (NaN where a side is empty) — how clear the count of
+    :func:`free_directions` is."""
+    ev = np.linalg.eigvalsh(np.asarray(TT, dtype=np.float64))
+    rel, tol = ev / ev[-1], FLAT if tol is None else tol
+    below, above = rel[rel < tol], rel[rel >= tol]
+    return (float(below.max()) if below.size else float("nan")), (float(above.min()) if above.size else float("nan"))
 
 
 def solve_in_c(loss_at, level: float, lo: float, hi: float) -> float:
@@ -108,59 +166,60 @@ def population_crossing(fixed: tuple, fresh: tuple, test: tuple, level: float, l
     return solve_in_c(lambda c: quadratic_loss(population_end_point(fixed, fresh, c), test), level, lo, hi)
 
 
-def brackets(holds):
-    """:func:`bracket` along ``icl`` for each other coordinate: two DataArrays (a, b)."""
+def last_crossing(loss_at, level: float, grid) -> float:
+    """The c at which ``loss_at(c)`` crosses ``level`` for the last time along the increasing ``grid`` (c > 0; a
+    millionth of its first value added below it): :func:`solve_in_c` between the last two neighbours on opposite
+    sides; NaN where every point lies on one side."""
+    points = np.concatenate([[grid[0] / 1e6], np.asarray(grid, dtype=np.float64)])
+    side = np.sign([loss_at(c) - level for c in points])
+    change = np.flatnonzero(side[:-1] * side[1:] < 0)
+    return float("nan") if change.size == 0 else solve_in_c(loss_at, level, points[change[-1]],
+                                                             points[change[-1] + 1])
+
+
+def _along_icl(rule, da, n_out: int = 2):
+    """``rule(values, icl)`` along ``icl`` for each other coordinate of ``da``: ``n_out`` DataArrays."""
     import xarray as xr
 
-    return xr.apply_ufunc(lambda h, c: bracket(h, c), holds, holds.icl, input_core_dims=[["icl"], ["icl"]],
-                          output_core_dims=[[], []], vectorize=True)
+    return xr.apply_ufunc(lambda h, c: rule(h, c), da, da.icl, input_core_dims=[["icl"], ["icl"]],
+                          output_core_dims=[[]] * n_out, vectorize=True)
 
 
-def verdicts(ds, midpoint: float, fixed: tuple, fresh: tuple, tests: dict):
-    """Where each solution wins, on the c > 0 branch only (c = 0 trains on noise context labels, another recipe):
-    the brackets of :func:`bracket` (the in-context test loss below ``midpoint`` for good: ``switch_lo/hi`` per
-    step, ``theory_lo/hi`` of the end point; the in-weight test loss above it for good: ``iwl_lo/hi``), the cells
-    where the in-weight test loss is below it (``iwl_wins``), each finite P's :func:`sample_wise_peak` of the final
-    in-context test loss (``peak_icl``: its c, NaN without one), and at P = ∞ both crossings solved in c
-    (``population_switch``, ``population_edge``: :func:`population_crossing` inside the grid's bracket, or below its
-    first c > 0 down to a millionth of it)."""
-    pos = ds.sel(icl=ds.icl.values[ds.icl.values > 0])
-    ds["switch_lo"], ds["switch_hi"] = brackets(pos.test_icl < midpoint)
-    lo, hi = brackets(pos.limit_test_icl < midpoint)
-    unique = ~pos.flat.sel(icl=lo.fillna(pos.icl[0]))  # the theory claims no bracket whose lower cell is flat
-    ds["theory_lo"], ds["theory_hi"] = lo.where(unique), hi.where(unique)
-    ds["iwl_lo"], ds["iwl_hi"] = brackets(pos.final_test_iwl > midpoint)
-    ds["iwl_wins"] = (ds.final_test_iwl < midpoint) & (ds.icl > 0)
+def verdicts(ds, midpoint: float, fixed: tuple, fresh: tuple, population_tests: dict):
+    """Where each solution wins, on the c > 0 branch only (c = 0 trains on noise context labels, another recipe),
+    from the final test losses and their standard errors (``se_test_*``) by :func:`verdict` against ``midpoint``:
+    ``icl_state``/``iwl_state`` per cell; the brackets of :func:`banded_bracket` (in-context wins for good:
+    ``switch_lo/hi``; the in-weight solution loses for good: ``iwl_lo/hi``); the cells where the in-weight test loss
+    is clearly below it (``iwl_wins``); the cells where both test losses lie clearly above tr Λ (``exploded``: no
+    solution at all); each finite P's :func:`sample_wise_peak` of the final in-context test loss (``peak_icl``: its c,
+    NaN without one); the raw in-context bracket per recorded step (``horizon_switch``: :func:`bracket` of the
+    test loss below the midpoint, no band, for the figure); and the population end point's crossings of the
+    midpoint, solved in c on the population test moments ``population_tests`` (no sampling error:
+    ``population_switch``, ``population_edge``, :func:`last_crossing` over the grid's c > 0)."""
+    icl = ds.icl.values
+    for k in ("icl", "iwl"):
+        ds[f"{k}_state"] = (ds[f"final_test_{k}"].dims, verdict(ds[f"final_test_{k}"], ds[f"se_test_{k}"], midpoint))
+    pos = ds.sel(icl=icl[icl > 0])
+    ds["switch_lo"], ds["switch_hi"] = _along_icl(banded_bracket, pos.icl_state)
+    ds["iwl_lo"], ds["iwl_hi"] = _along_icl(banded_bracket, -pos.iwl_state)
+    ds["iwl_wins"] = (ds.iwl_state == WINS) & (ds.icl > 0)
+    origin = float(ds.attrs.get("L_origin", np.nan))
+    above = [verdict(ds[f"final_test_{k}"], ds[f"se_test_{k}"], origin) == LOSES for k in ("iwl", "icl")]
+    ds["exploded"] = (ds.final_test_icl.dims, above[0] & above[1])
+    ds["exploded"] = ds.exploded & (ds.icl > 0)
+    ds["horizon_switch"] = _along_icl(bracket, pos.test_icl < midpoint)[1]
     peaks = [sample_wise_peak(pos.final_test_icl.sel(trainset_size=P).values) if np.isfinite(P) else None
              for P in ds.trainset_size.values]
     ds["peak_icl"] = ("trainset_size", [np.nan if j is None else float(pos.icl[j]) for j in peaks])
-    exact = {"population_switch": np.nan, "population_edge": np.nan}
-    if np.isinf(ds.trainset_size.values[-1]):
-        inf = ds.isel(trainset_size=-1)
-        for key, (a, b), test in (("population_switch", (inf.theory_lo, inf.theory_hi), "test_icl"),
-                                  ("population_edge", (inf.iwl_lo, inf.iwl_hi), "test_iwl")):
-            a, b = float(a), float(b)
-            if np.isfinite(b):
-                exact[key] = population_crossing(fixed, fresh, tests[test], midpoint, a if np.isfinite(a) else b / 1e6,
-                                                 b)
-    return ds.assign(exact)
+    grid = icl[icl > 0]
+    ds["population_switch"] = last_crossing(
+        lambda c: quadratic_loss(population_end_point(fixed, fresh, c), population_tests["test_icl"]), midpoint, grid)
+    ds["population_edge"] = last_crossing(
+        lambda c: quadratic_loss(population_end_point(fixed, fresh, c), population_tests["test_iwl"]), midpoint, grid)
+    return ds
 
 
 # ---------------------------------------------------------------- the page: settings, computations, numbers, words
-
-def settling_step(ds) -> dict:
-    """Per P whose final in-context bracket exists, the first recorded step from which the bracket (``switch_lo``,
-    ``switch_hi``) stays where it ends."""
-    out = {}
-    for P in ds.trainset_size.values:
-        lo, hi = (ds[k].sel(trainset_size=P).values for k in ("switch_lo", "switch_hi"))
-        if not np.isfinite(hi[-1]):
-            continue
-        same = (hi == hi[-1]) & ((lo == lo[-1]) | (np.isnan(lo) & np.isnan(lo[-1])))
-        moved = np.flatnonzero(~same)
-        out[float(P)] = int(ds.step.values[moved[-1] + 1 if moved.size else 0])
-    return out
-
 
 def near_count(fresh, peak: int, k: int) -> bool:
     """Whether a peak at ``peak`` fresh sequences sits next to ``k``: k lies between the grid's fresh counts on

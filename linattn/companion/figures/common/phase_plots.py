@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .phase import WINS
 from .phase_text import size_label
 
 #: The maps' colour scale ends at this multiple of tr Λ (the loss of predicting 0); a loss above it shows in the top
@@ -29,7 +30,8 @@ def _plain_numbers(axis) -> None:
 def plot(ds):
     """The final in-weight and in-context test losses over (c, P) on one logarithmic colour scale (the c = 0 column,
     another recipe, set apart), with where each solution wins on c > 0; the in-context bracket against the horizon;
-    and the final in-context test loss against the number of fresh sequences cP."""
+    and the final in-context test loss against the number of fresh sequences cP, with the pure in-context column
+    (c = 1, cP = P) and the ranks the theory puts the peaks at."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
@@ -42,7 +44,7 @@ def plot(ds):
     highest = max(float(m.max()) for m in maps)
     norm = LogNorm(vmin=min(float(m.min()) for m in maps), vmax=min(highest, CAP * ds.L_origin))
     rows, cols = np.arange(len(sizes)), np.arange(len(icl))
-    won = {"iwl": ds.iwl_wins, "icl": (ds.final_test_icl < ds.midpoint) & (ds.icl > 0)}
+    won = {"iwl": ds.iwl_wins, "icl": (ds.icl_state == WINS) & (ds.icl > 0)}
     for key, loss, title in (("iwl", ds.final_test_iwl, "in-weight test loss"),
                              ("icl", ds.final_test_icl, "in-context test loss")):
         ax = axes[key]
@@ -66,7 +68,7 @@ def plot(ds):
     colours = dict(zip(sizes, plt.cm.viridis(np.linspace(0.0, 0.85, len(sizes)))))
     ax = axes["horizon"]
     for P in sizes:
-        ax.step(ds.step, ds.switch_hi.sel(trainset_size=P), where="post", color=colours[P],
+        ax.step(ds.step, ds.horizon_switch.sel(trainset_size=P), where="post", color=colours[P],
                 label=f"P = {size_label(P)}")
     ax.axvline(ds.epoch, color="0.4", linestyle=":", linewidth=1.1, label=f"epoch ({ds.epoch} steps)")
     ax.set_xscale("log")
@@ -79,13 +81,17 @@ def plot(ds):
     for P in sizes[np.isfinite(sizes)]:
         cell = ds.sel(trainset_size=P, icl=icl[icl > 0])
         ax.plot(cell.fresh.clip(min=0.5), cell.final_test_icl, "o-", color=colours[P], markersize=3)
+    if ds.sizes.get("column_P", 0):  # the pure in-context column: c = 1, so cP = P
+        ax.plot(ds.column_P, ds.column_test_icl, "s-", color="black", markersize=3, label="c = 1")
+        ax.axvline(int(ds.feature_rank), color="black", linestyle="-.", linewidth=1.0)
     ax.axhline(ds.midpoint, color="tab:red", linestyle="--", linewidth=1.0)
     ax.axvline(int(ds.free_directions), color="0.4", linestyle=":", linewidth=1.1)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("fresh sequences cP (0 at 0.5)")
     ax.set_ylabel("final in-context test loss")
-    bottom.legend(*axes["horizon"].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8)
+    handles = [h for ax in (axes["horizon"], axes["fresh"]) for h in zip(*ax.get_legend_handles_labels())]
+    bottom.legend(*zip(*handles), loc="outside lower center", ncols=4, fontsize=8)
     return fig
 
 

@@ -1,0 +1,342 @@
+"""Every number and comparison on the phase-diagram, vary_len and PCR pages, recomputed from the figure's dataset by
+a second route: this code forms the verdicts, brackets, peaks, ranks, crossings and levels with numpy of its own and
+never calls the rule that wrote the sentence or row (``common.phase``'s rules, ``phase_text``, ``theory``'s level
+formulas, ``loss_curves``; the pages' ``words``/``numbers``/``switch_table`` are only read). Each page is checked at
+the quick preset and at one of its knob cases (``KNOB_CASES``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from linattn import RunConfig, draw, models
+from linattn.companion import presets
+from linattn.companion.figures import beyond_pcr, beyond_phase_diagram, figA_vary_len
+
+
+def _settings(module, case: dict | None) -> dict:
+    return presets.resolve(module.NAME, "quick", case or {})
+
+
+def _c(c) -> str:
+    return f"{c:.2g}"
+
+
+# ------------------------------------------------------------------------------------------------ the phase diagram
+
+PHASE_CASES = [None, beyond_phase_diagram.KNOB_CASES[0]]
+
+
+@pytest.fixture(scope="module", params=PHASE_CASES, ids=["quick", "knob"])
+def phase_page(request):
+    S = _settings(beyond_phase_diagram, dict(request.param or {}, workers=0))
+    return S, beyond_phase_diagram.compute(S)
+
+
+def _positive(ds):
+    return ds.icl.values[ds.icl.values > 0]
+
+
+def _states(loss, se, level, z):
+    """+1 clearly below ``level``, −1 clearly above, 0 within z standard errors."""
+    loss, se = np.asarray(loss), np.asarray(se)
+    return np.where(loss < level - z * se, 1, np.where(loss > level + z * se, -1, 0))
+
+
+def _bracket(states, icl):
+    """(last clearly failing c below b, b = first c from which every cell clearly holds), by a plain loop."""
+    b = None
+    for j in range(len(states) - 1, -1, -1):
+        if states[j] != 1:
+            break
+        b = j
+    if b is None:
+        return np.nan, np.nan
+    lo = np.nan
+    for j in range(b):
+        if states[j] == -1:
+            lo = icl[j]
+    return lo, icl[b]
+
+
+def _interior_max(values):
+    j = int(np.argmax(values))
+    return j if 0 < j < len(values) - 1 and np.isfinite(values).all() else None
+
+
+def _features(S, *, fresh: bool, n: int = 3000, seed: int = 0):
+    """ATTN_M's features of ``n`` sequences drawn here (fixed task w_fix of the page's run, or a fresh task per
+    sequence), x ~ N(0, Λ), the query's label zeroed."""
+    cfg = RunConfig(**dict(S["attn_m"], trainset_size=2, icl=0.5))
+    data = draw(cfg)[0]
+    rng = np.random.default_rng(seed)
+    D, L = cfg.in_dim, cfg.seq_len
+    x = rng.standard_normal((n, L, D)) @ np.linalg.cholesky(data.cov).T
+    w = rng.standard_normal((n, D)) if fresh else np.broadcast_to(data.w_fix, (n, D))
+    y = np.einsum("pld,pd->pl", x, w)
+    X = np.concatenate([x, y[..., None]], axis=-1)
+    X[:, -1, -1] = 0.0
+    return models.attention_features(torch.as_tensor(X), 1.0).numpy(), data
+
+
+def _rank(T):
+    s = np.linalg.svd(T / np.sqrt(len(T)), compute_uv=False)
+    return int(np.sum(s > 1e-6 * s[0]))
+
+
+def test_phase_verdicts_brackets_and_table_by_a_second_route(phase_page):
+    S, ds = phase_page
+    mid, z, pos = float(ds.midpoint), float(ds.band_z), _positive(ds)
+    assert mid == pytest.approx((float(ds.L_origin) + float(ds.L_star)) / 2)
+    rows = beyond_phase_diagram.switch_table(ds)
+    for row, P in zip(rows, ds.trainset_size.values):
+        cell = ds.sel(trainset_size=P, icl=pos)
+        icl_state = _states(cell.final_test_icl, cell.se_test_icl, mid, z)
+        iwl_state = _states(cell.final_test_iwl, cell.se_test_iwl, mid, z)
+        lo, hi = _bracket(icl_state, pos)
+        want = "–" if not np.isfinite(hi) else (f"≤ {_c(hi)}" if not np.isfinite(lo) else f"{_c(lo)}–{_c(hi)}")
+        assert row["icl"] == want
+        assert row["iwl"] == (", ".join(_c(c) for c, s in zip(pos, iwl_state) if s == 1) or "none")
+        assert row["unsure"] == (", ".join(_c(c) for c, s in zip(pos, icl_state) if s == 0) or "none")
+        j = _interior_max(cell.final_test_icl.values) if np.isfinite(P) else None
+        if j is None:
+            assert row["peak"] == "–"
+        else:
+            fresh = np.floor(pos * P + 1e-9).astype(int)
+            assert row["peak"].startswith(f"{fresh[j - 1]}–{fresh[j + 1]} ({fresh[j]}: ")
+        assert row["settle"] == pytest.approx(float(max(cell.settle_iwl.max(), ds.sel(trainset_size=P).settle_icl.max(),
+                                                        ds.sel(trainset_size=P).settle_iwl.max())))
+
+
+def test_phase_prose_recomputed(phase_page):
+    S, ds = phase_page
+    words = beyond_phase_diagram.words(ds)
+    mid, z, pos = float(ds.midpoint), float(ds.band_z), _positive(ds)
+    assert all("nan" not in str(v).lower() for v in words.values())
+    for P in ds.trainset_size.values:
+        cell = ds.sel(trainset_size=P, icl=pos)
+        lo, hi = _bracket(_states(cell.final_test_icl, cell.se_test_icl, mid, z), pos)
+        label = "∞" if np.isinf(P) else f"{int(P)}"
+        if np.isfinite(lo):
+            assert f"between c = {_c(lo)} and {_c(hi)}" in words["icl_switch"]
+        elif np.isfinite(hi) and hi == pos[0]:
+            assert "at every trained c > 0" in words["icl_switch"]
+        assert f"P = {label}" in words["icl_switch"] or "at every P" in words["icl_switch"]
+    # the band: the SE near the midpoint, from the dataset's per-cell SE
+    near = ds.se_test_icl.values[(ds.final_test_icl.values < 2 * mid) & (ds.final_test_icl.values > mid / 2)]
+    if near.size:
+        assert f"{near.min():.2g}" in words["band"] and f"{near.max():.2g}" in words["band"]
+    assert f"over the {int(ds.n_test)} test sequences" in words["band"]
+    # cells where both test losses lie clearly above tr Λ
+    origin = float(ds.L_origin)
+    both = [(c, P) for P in ds.trainset_size.values for c in pos
+            if _states(ds.final_test_iwl.sel(icl=c, trainset_size=P), ds.se_test_iwl.sel(icl=c, trainset_size=P),
+                       origin, z) == -1
+            and _states(ds.final_test_icl.sel(icl=c, trainset_size=P), ds.se_test_icl.sel(icl=c, trainset_size=P),
+                        origin, z) == -1]
+    assert words["exploded"].startswith("No cell") == (not both)
+    for c, P in both:
+        assert f"P = {'∞' if np.isinf(P) else int(P)}" in words["exploded"] and _c(c) in words["exploded"]
+    # flat cells: fewer fresh sequences than free directions leave some of them undetermined (c > 0, finite P)
+    finite = ds.sel(icl=pos, trainset_size=ds.trainset_size.values[np.isfinite(ds.trainset_size.values)])
+    np.testing.assert_array_equal(finite.flat.values, finite.fresh.values < int(ds.free_directions))
+    unique = ~ds.flat.values
+    rel = max(np.max(np.abs(ds[f"final_{k}"].values - ds[f"limit_{k}"].values)[unique]
+                     / ds[f"limit_{k}"].values[unique]) for k in ("test_iwl", "test_icl"))
+    assert words["limits"].startswith(f"{int((~unique).sum())} of the {unique.size} cells")
+    assert words["limits"].endswith(f"within {rel:.1e} (relative) of theirs")
+    settle = float(np.fmax(ds.settle_iwl, ds.settle_icl).max())
+    if bool((np.fmax(ds.settle_iwl, ds.settle_icl) < ds.tolerance).all()):
+        assert words["settled"] == f"all {ds.settled.size} cells (the largest change: {settle:.1e})"
+
+
+def _population_crossing(S, data, ds, test_icl: bool) -> float:
+    """The c at which the population end point's test loss crosses the midpoint for the last time along the grid, by
+    bisection of our own on the mixture's moments (least squares on E_c[TTᵀ], E_c[yT])."""
+    from linattn.objectives.population import mixture_moments
+
+    cfg = RunConfig(**dict(S["attn_m"], trainset_size=2, icl=0.5))
+
+    def mom(c):
+        m = mixture_moments("attention", data.cov, cfg.seq_len, icl=c, w_fix=data.w_fix, normalize=cfg.normalize)
+        return m.TT.numpy(), m.yT.numpy(), float(m.yy)
+
+    test = mom(1.0 if test_icl else 0.0)
+    fresh, half = mom(1.0), mom(0.5)
+
+    def loss(c):
+        A = [(1 - c) * (2 * h - f) + c * f for h, f in zip(half[:2], fresh[:2])]
+        m = np.linalg.lstsq(A[0], A[1], rcond=None)[0]
+        return test[2] - 2 * test[1] @ m + m @ test[0] @ m - float(ds.midpoint)
+
+    grid = np.concatenate([[_positive(ds)[0] / 1e6], _positive(ds)])
+    f = np.array([loss(c) for c in grid])
+    change = np.flatnonzero(np.sign(f[:-1]) != np.sign(f[1:]))
+    if not change.size:
+        return np.nan
+    a, b = grid[change[-1]], grid[change[-1] + 1]
+    for _ in range(60):
+        m = (a + b) / 2
+        a, b = (m, b) if np.sign(loss(m)) == np.sign(loss(a)) else (a, m)
+    return (a + b) / 2
+
+
+def test_phase_population_crossings_null_space_and_column_by_a_second_route(phase_page):
+    S, ds = phase_page
+    words = beyond_phase_diagram.words(ds)
+    T_fixed, data = _features(S, fresh=False)
+    T_fresh, _ = _features(S, fresh=True)
+    F = T_fixed.shape[1]
+    assert int(ds.n_features) == F
+    # the null space of the fixed task's features: the rank of a drawn feature matrix, by SVD
+    assert int(ds.free_directions) == F - _rank(T_fixed)
+    assert int(ds.feature_rank) == _rank(T_fresh)
+    assert words["null_space"].startswith(f"{F - _rank(T_fixed)} of the {F} eigenvalues")
+    for key, icl in (("population_switch", True), ("population_edge", False)):
+        ours = _population_crossing(S, data, ds, icl)
+        assert words[key] == ("at no c along the grid" if np.isnan(ours) else f"at c = {ours:.3g}")
+    # the pure in-context column: its peak is the largest interior test loss, beside the feature rank
+    sizes, loss = ds.column_P.values.astype(int), ds.column_test_icl.values
+    assert list(sizes) == sorted(S["column_sizes"])
+    j = _interior_max(loss)
+    if j is None:
+        assert "shows no peak" in words["column"]
+    else:
+        assert f"peaks at P = {sizes[j]} " in words["column"]
+        assert words["column"].endswith("lies at that P") == (sizes[j] == _rank(T_fresh))
+    # the peaks over cP, and whether the count of free directions lies inside each bracket
+    k, inside = F - _rank(T_fixed), []
+    for P in ds.trainset_size.values[np.isfinite(ds.trainset_size.values)]:
+        cell = ds.sel(trainset_size=P, icl=_positive(ds)).final_test_icl.values
+        j = _interior_max(cell)
+        if j is not None:
+            fresh = np.floor(_positive(ds) * P + 1e-9).astype(int)
+            assert f"between {fresh[j - 1]} and {fresh[j + 1]} fresh sequences at P = {int(P)}" in words["peaks"]
+            inside.append(fresh[j - 1] < k < fresh[j + 1])
+    if inside:
+        assert ("lies inside every" in words["peaks"]) == all(inside)
+    else:
+        assert "shows no peak" in words["peaks"]
+
+
+def test_phase_escape_numbers_by_a_second_route(phase_page):
+    S, _ = phase_page
+    escape = beyond_phase_diagram.compute_escape(S)
+    words = beyond_phase_diagram.words(beyond_phase_diagram.compute(S), escape)
+    exps = []
+    for d in escape.direction.values:
+        steps = escape.drop_step.sel(direction=d)
+        x = np.log(steps.init.broadcast_like(steps).values.ravel())
+        y = np.log(steps.values.ravel())
+        ok = np.isfinite(y)
+        if len(set(x[ok])) >= 2:
+            exps.append(f"{np.polyfit(x[ok], y[ok], 1)[0]:.2f}")
+        ratio = (steps.median("seed") / escape.law.sel(direction=d)).values
+        if np.isfinite(ratio).any():
+            assert f"{np.nanmedian(ratio):.1f}" in words["ratios"]
+    assert words["exponents"] == (", ".join(exps[:-1]) + f" and {exps[-1]}" if len(exps) > 1 else
+                                  (exps[0] if exps else "–"))
+
+
+# ------------------------------------------------------------------------------------------------ vary_len
+
+VARY_CASES = [None, figA_vary_len.KNOB_CASES[1]]
+
+
+@pytest.fixture(scope="module", params=VARY_CASES, ids=["quick", "knob"])
+def vary(request):
+    return figA_vary_len.compute(_settings(figA_vary_len, request.param))
+
+
+def _c_d(lam, N):
+    """c_d = 1 + (1 + tr Λ/λ_d)/N (the paper's normalisation)."""
+    return 1 + (1 + lam.sum() / lam) / N
+
+
+def _vary_levels(lam, seq_len, normalize):
+    """tr Λ − Σ_{d≤m} λ_d ⟨s⟩²/⟨s² c_d⟩ over N = 1 … seq_len − 1, written out with a loop over N."""
+    num, den = 0.0, np.zeros_like(lam)
+    Ns = range(1, seq_len)
+    for N in Ns:
+        s = N / (N + 1.0) if normalize == "sum" else 1.0
+        num += s / len(Ns)
+        den += s**2 * _c_d(lam, N) / len(Ns)
+    return lam.sum() - np.concatenate([[0.0], np.cumsum(lam * num**2 / den)])
+
+
+def test_vary_len_levels_table_and_rests_by_a_second_route(vary):
+    ds = vary
+    runs = json.loads(ds.attrs["runs"])
+    words = figA_vary_len.words(ds)
+    for key in ("attn_m", "attn_s"):
+        run = runs[key]
+        lam = np.sort(ds.eigenvalue.sel(model=key).dropna("direction").values)[::-1]
+        averaged = _vary_levels(lam, run["seq_len"], run.get("normalize", "sum"))
+        fixed = lam.sum() - np.concatenate([[0.0], np.cumsum(lam / _c_d(lam, run["seq_len"] - 1))])
+        np.testing.assert_allclose(ds.plateau_theory.sel(model=key).dropna("m").values, averaged, rtol=1e-10)
+        np.testing.assert_allclose(ds.plateau_theory_fixed.sel(model=key).dropna("m").values, fixed, rtol=1e-10)
+        assert np.all(averaged[1:] > fixed[1:])  # "the levels sit above the fixed-length ones"
+        loss = ds.train_loss.sel(model=key).dropna("step").values
+        assert float(ds.final_loss.sel(model=key)) == loss[-1]
+        shown = [0, len(lam)] if key == "attn_m" else list(range(len(lam) + 1))
+        rested = []
+        for m in shown:
+            level = float(ds.plateau_level.sel(model=key, m=m))
+            if np.isfinite(level):  # a rest: the run's level near the theory's, and the curve there
+                rested.append(f"M_{m}")
+                assert abs(level - averaged[m]) <= 0.05 * max(averaged[0] - averaged[-1], 1e-12) + 0.05
+                assert np.min(np.abs(loss - level)) < 0.05
+        label = figA_vary_len.LABELS[key]
+        assert (f"{label} rests at none" in words["rests"]) == (not rested)
+        for r in rested:
+            assert r in words["rests"].split(label)[1].split(";")[0]
+    s = runs["attn_s"]
+    assert words["n_max"] == s["seq_len"] and words["N_max"] == s["seq_len"] - 1
+    for lam in ds.eigenvalue.sel(model="attn_s").dropna("direction").values:
+        assert f"{np.round(lam, 4):g}" in words["eigenvalues"]
+    rows = {r["key"]: r for r in figA_vary_len.numbers(ds)}
+    assert float(rows["final_loss.attn_m"]["theory"]) == pytest.approx(ds.plateau_theory.sel(model="attn_m").dropna(
+        "m").values[-1])
+
+
+# ------------------------------------------------------------------------------------------------ PCR
+
+PCR_CASES = [None, beyond_pcr.KNOB_CASES[0]]
+
+
+@pytest.fixture(scope="module", params=PCR_CASES, ids=["quick", "knob"])
+def pcr(request):
+    return beyond_pcr.compute(_settings(beyond_pcr, request.param))
+
+
+def _distance(B, lam, N):
+    """E[(βᵀ B x_q)²] for B in Λ's eigenbasis (paper normalisation, β = (1/N) Σ y_i x_i, w ~ N(0, I)):
+    Σ_ij B_ij² λ_i² c_i λ_j, from E[ββᵀ] = Λ² + (tr Λ Λ + Λ²)/N."""
+    return float(np.sum(B**2 * (lam**2 * _c_d(lam, N))[:, None] * lam[None, :]))
+
+
+def test_pcr_gaps_and_diagonals_by_a_second_route(pcr):
+    ds = pcr
+    run = json.loads(ds.attrs["runs"])["attn_s"]
+    N, lam = run["seq_len"] - 1, ds.eigenvalue.values
+    np.testing.assert_allclose(ds.diagonal_theory.values, 1 / (lam * _c_d(lam, N)), rtol=1e-10)
+    rows = {r["key"]: r for r in beyond_pcr.numbers(ds)}
+    summary = beyond_pcr.summary(ds)
+    rested = [int(m) for m in ds.m.values if np.isfinite(float(ds.mid_step.sel(m=m)))]
+    assert (summary == "This run: no plateau was detected.") == (not rested)
+    for m in rested:
+        theory = ds.A_theory.sel(m=m).values
+        np.testing.assert_allclose(np.diag(theory)[:m], 1 / (lam * _c_d(lam, N))[:m], rtol=1e-10)
+        learned = ds.A_learned.sel(m=m).values
+        scale = _distance(theory, lam, N) if m else lam.sum()
+        gap = _distance(learned - theory, lam, N) / scale
+        assert float(ds.gap.sel(m=m, step=ds.mid_step.sel(m=m))) == pytest.approx(gap, rel=1e-6, abs=1e-12)
+        assert rows[f"gap.M{m}"]["reproduced"] == pytest.approx(gap, rel=1e-6, abs=1e-12)
+        step = int(ds.mid_step.sel(m=m))
+        assert f"(step {step}): {gap:.2g}" in summary
+        for d in range(1, m + 1):
+            assert float(rows[f"diagonal.M{m}.e{d}"]["reproduced"]) == pytest.approx(learned[d - 1, d - 1])
