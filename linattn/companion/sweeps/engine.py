@@ -18,7 +18,7 @@ from ...data import named
 from ...keys import run_key
 from ...records import write_json
 from .. import extras
-from ..paths import environment
+from ..paths import environment, unusable_output_dir
 from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
@@ -33,7 +33,8 @@ def _require_dask():
 
 def check_out(out) -> Path:
     """``out`` as a Path if a sweep may write there: a folder that does not exist yet, is empty, or holds a sweep
-    (``sweep.json``); else ConfigError naming ``out``."""
+    (``sweep.json``), and takes new entries (:func:`~linattn.companion.paths.unusable_output_dir` tries); else
+    ConfigError naming ``out``."""
     if out is None or str(out) == "":
         raise ConfigError(f"{named('out')} must name the sweep folder (where the runs and the dataset go)",
                           field="out", value=out)
@@ -50,8 +51,8 @@ def check_out(out) -> Path:
     if out.is_dir() and any(out.iterdir()) and not (out / SPEC).is_file():
         refuse(f"is a non-empty folder that holds no sweep ({SPEC}); choose a new or empty folder, or the folder of "
                "an earlier sweep to continue it")
-    if blocker is not None and not os.access(blocker, os.W_OK):
-        refuse(f"cannot be written: no permission to write in {blocker}")
+    if (why := unusable_output_dir(out)) is not None:
+        raise ConfigError(f"{named('out')} {why}", field="out", value=out)
     return out
 
 
