@@ -4,6 +4,7 @@ pipe, cells stored one by one on slow engines, a Ctrl-C after every cell is stor
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +13,13 @@ import pytest
 
 from linattn import ConfigError, RunConfig
 from linattn.cli import main
+from linattn.keys import run_key
 
 pytest.importorskip("dask.distributed")
-pytest.importorskip("xarray")
+xr = pytest.importorskip("xarray")
 
 from linattn.companion import sweeps  # noqa: E402
+from linattn.companion.sweeps import cells  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TINY = dict(model="attnS", head_num=2, in_dim=2, seq_len=8, trainset_size=200, lr=0.05, init=0.1, draws="streams")
@@ -106,3 +109,88 @@ def test_a_dry_run_into_a_closed_pipe_ends_quietly(tmp_path):
     proc.stderr.close()
     assert proc.wait(timeout=120) == 141 and first.startswith(b"1200 cells")
     assert err == "", err
+
+
+def _finished(out: Path) -> set[str]:
+    runs = out / cells.RUNS
+    return {p.name for p in runs.iterdir() if cells.is_finished(p)} if runs.is_dir() else set()
+
+
+@pytest.mark.parametrize("engine", ["exact", "autograd"])
+def test_a_task_stores_each_cell_as_soon_as_it_is_done(tmp_path, monkeypatch, engine):
+    """A task trains its cells together (run_many) but stores each one before the next starts: with a slow engine a
+    part of 16 cells took minutes before any was stored, and a Ctrl-C lost them all."""
+    from linattn import experiment
+
+    base = RunConfig(**TINY, epoch=30, engine=engine)
+    part = [dict(base.to_dict(), seed=s) for s in range(3)]
+    keys = [run_key(RunConfig.from_dict(c)) for c in part]
+    seen, carry_out = [], experiment._carry_out
+
+    def train(*args, **kwargs):  # each member as it starts training: which cells are stored by then
+        seen.append(_finished(tmp_path))
+        return carry_out(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "_carry_out", train)
+    results = cells.train_cells([(c, k, f"seed={c['seed']}") for c, k in zip(part, keys)], str(tmp_path))
+    assert [r["outcome"] for r in results] == ["trained"] * 3
+    assert seen == [set(), {keys[0]}, {keys[0], keys[1]}]
+    assert _finished(tmp_path) == set(keys)
+    assert [r["key"] for r in _log(tmp_path)] == keys
+
+
+def _log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / cells.LOG).read_text().splitlines()]
+
+
+# a `linattn sweep` whose Ctrl-C comes once every cell is stored: right after the last cell, or while the dataset
+# is being built (the first call of build_dataset sends it)
+_CTRL_C = """
+import os, signal, sys
+from linattn.cli import main
+from linattn.keys import run_key
+from linattn.companion.sweeps import engine
+moment = sys.argv[1]
+original = getattr(engine, moment)
+calls = []
+def late(*args, **kwargs):
+    calls.append(1)
+    result = original(*args, **kwargs) if moment == "_run" else None
+    if len(calls) == 1:
+        os.kill(os.getpid(), signal.SIGINT)
+    return original(*args, **kwargs) if moment != "_run" else result
+setattr(engine, moment, late)
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["_run", "build_dataset"])
+def test_a_ctrl_c_after_every_cell_is_stored_writes_the_dataset(tmp_path, moment):
+    out = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, "-c", _CTRL_C, moment, "sweep", *TINY_FLAGS, "--grid", "seed=0:3",
+                           "--workers", "1", "--out", str(out), "--quiet"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 130, done.stderr
+    assert len(_finished(out)) == 3
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and "3 of 3 cells are stored" in err[0] and f"wrote {out / 'sweep.nc'}" in err[0], err
+    ds = xr.open_dataset(out / "sweep.nc")
+    assert (ds.status == "done").all() and ds.sizes["seed"] == 3
+    assert not [p.name for p in out.rglob("*.tmp")]
+
+
+@pytest.mark.slow
+def test_two_identical_sweeps_into_one_folder_train_each_cell_once(tmp_path):
+    """Started together, both submit every cell; a cell's lock makes the second wait for the first's cell and skip
+    it (or train it, where the first has not): every cell is trained once, and both end with the whole dataset."""
+    out = tmp_path / "sweep"
+    cmd = [str(BIN / "linattn"), "sweep", *TINY_FLAGS, "--engine", "autograd", "--epoch", "150", "--grid", "seed=0:6",
+           "--workers", "1", "--out", str(out), "--quiet"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    trained = [r["key"] for r in _log(out) if r["outcome"] == "trained"]
+    assert len(trained) == 6 and len(set(trained)) == 6
+    assert len(_finished(out)) == 6 and (xr.open_dataset(out / "sweep.nc").status == "done").all()

@@ -276,12 +276,16 @@ def _describe(ds, out: Path) -> str:
 
 def interrupted_words(stop, out: Path, rows) -> str:
     """The line an interrupted ``linattn sweep`` ends with: which signal, how many cells are stored in ``out`` (before
-    and by this sweep) and how many are not, and that the same command goes on from there."""
+    and by this sweep) and how many are not, whether the dataset was written (it is once every cell is stored,
+    ``sweeps.engine.all_settled``), and that the same command goes on from there."""
     from ..companion.sweeps import cells
+    from ..companion.sweeps.engine import all_settled
 
     stored = sum(cells.is_finished(cells.run_folder(out, key)) for _, key, _ in rows)
     before = sum(state == "finished" for _, _, state in rows)
+    where = (f"interrupted by {stop.name}; {stored} of {len(rows)} cells are stored in {out / cells.RUNS} "
+             f"({stored - before} by this sweep), {len(rows) - stored} are not")
+    if all_settled(out, [key for _, key, _ in rows]):
+        return f"{where}; every cell is done, and it wrote {out / 'sweep.nc'}"
     dataset = "sweep.nc was not updated" if (out / "sweep.nc").exists() else "sweep.nc was not written"
-    return (f"interrupted by {stop.name}; {stored} of {len(rows)} cells are stored in {out / cells.RUNS} "
-            f"({stored - before} by this sweep), {len(rows) - stored} are not, and {dataset}; the same command goes "
-            "on from there")
+    return f"{where}, and {dataset}; the same command goes on from there"

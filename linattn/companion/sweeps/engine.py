@@ -48,7 +48,8 @@ def check_out(out) -> Path:
     blocker = next((a for a in out.parents if a.exists()), None)
     if blocker is not None and not blocker.is_dir():
         refuse(f"cannot be written: {blocker} is a file, not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / SPEC).is_file():
+    # another sweep into the same new folder may be writing its sweep.json (a temporary file, then renamed)
+    if out.is_dir() and any(not p.name.startswith(f".{SPEC}.") for p in out.iterdir()) and not (out / SPEC).is_file():
         refuse(f"is a non-empty folder that holds no sweep ({SPEC}); choose a new or empty folder, or the folder of "
                "an earlier sweep to continue it")
     if (why := unusable_output_dir(out)) is not None:
@@ -156,7 +157,9 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
     Every cell is validated first (:meth:`Grid.validate <linattn.companion.sweeps.grid.Grid.validate>`): a bad
     setting raises ConfigError naming it and the cell, before anything is written. A cell that fails or diverges is
     recorded (``status`` and ``message`` in the dataset) and does not stop the others; a diverged cell is not tried
-    again by a later sweep (same settings, same numbers), a failed one is.
+    again by a later sweep (same settings, same numbers), a failed one is. Each cell is stored as soon as it is done;
+    an interruption (KeyboardInterrupt, which ``linattn sweep`` raises for SIGTERM too) that comes once every cell
+    is stored still writes the dataset. Two sweeps into one folder train each cell once (``cells.cell_lock``).
 
     The dataset: see :mod:`linattn.companion.sweeps.dataset`.
     """
@@ -179,16 +182,25 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
             cells_mod.log(out, key=key, cell=cell.label, outcome="skipped", status=record["status"])
         else:
             todo.append((cell, key))
-    if todo:  # a cluster only when there is something to run
-        try:
+    keys = [key for _, key, _ in rows]
+    try:
+        if todo:  # a cluster only when there is something to run
             with _client(client, workers) as dask_client:
                 _run(todo, out, dask_client, save_data=save_data, threads=threads, progress=progress)
-        except BaseException:
-            cells_mod.remove_stale_tmp(out)  # what the stopped tasks left (a live worker's folder is kept)
-            raise
-    ds = build_dataset(spec, out, [key for _, key, _ in rows])
-    save_dataset(ds, out)
+        ds = build_dataset(spec, out, keys)
+        save_dataset(ds, out)
+    except BaseException as e:
+        cells_mod.remove_stale_tmp(out)  # what the stopped tasks left (a live worker's folder is kept)
+        if isinstance(e, KeyboardInterrupt) and all_settled(out, keys):
+            save_dataset(build_dataset(spec, out, keys), out)  # stopped once every cell was stored: the dataset
+        raise
     return ds
+
+
+def all_settled(out, keys) -> bool:
+    """Whether every cell of ``keys`` has its outcome in the sweep folder ``out`` (``cells.settled``): then an
+    interrupted sweep still writes its dataset."""
+    return all(cells_mod.settled(out, key) for key in keys)
 
 
 def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, threads: int, progress) -> None:
