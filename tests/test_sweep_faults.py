@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import linattn
 from linattn import ConfigError, RunConfig
 from linattn.cli import main
 from linattn.keys import run_key
@@ -194,3 +195,18 @@ def test_two_identical_sweeps_into_one_folder_train_each_cell_once(tmp_path):
     trained = [r["key"] for r in _log(out) if r["outcome"] == "trained"]
     assert len(trained) == 6 and len(set(trained)) == 6
     assert len(_finished(out)) == 6 and (xr.open_dataset(out / "sweep.nc").status == "done").all()
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_run_many_reports_each_member_as_it_is_done(batched):
+    """run_many's on_result gets each member's place and its result (what the returned list holds there), member by
+    member in order; a diverged member's exception too."""
+    from linattn.batch import run_many
+
+    configs = [RunConfig(**dict(TINY, seed=s), epoch=20) for s in range(2)]
+    configs.append(RunConfig(**dict(TINY, lr=1e4), epoch=20))
+    got = []
+    results = run_many(configs, batched=batched, on_result=lambda i, r: got.append((i, r)))
+    assert [i for i, _ in got] == [0, 1, 2] and all(r is results[i] for i, r in got)
+    assert isinstance(results[2], linattn.TrainingDiverged)
+    assert all(r.config == c for r, c in zip(results[:2], configs[:2]))

@@ -4,7 +4,8 @@ By default an embedded ``dask.distributed.LocalCluster`` with one single-threade
 ``dask.distributed.Client``, the cells run on its cluster (a ``dask scheduler`` with workers on other machines, a
 SLURM or PBS cluster from ``dask-jobqueue``). Every worker must see the sweep folder at the same path (a shared
 file system), since each task writes its run folders there. A task trains several cells of one shape together
-(:func:`tasks`, ``linattn.run_many``); each cell is still stored, skipped or recorded as failed on its own.
+(:func:`tasks`, ``linattn.run_many``); each cell is still stored (as soon as it is done), skipped or recorded as
+failed on its own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
 
-#: The most cells one task trains together (``run_many``): a task interrupted loses its unfinished cells' work.
+#: The most cells one task trains together (``run_many``): the cells of a task interrupted that are not stored yet
+#: are trained by the next sweep.
 BATCH = 16
 
 
@@ -235,7 +237,8 @@ def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, th
 def tasks(todo: list[tuple[Cell, str]], workers: int, most: int = BATCH) -> list[list[tuple[Cell, str]]]:
     """The cells of ``todo`` cut into tasks: cells of one model and shape (``linattn.batch.groups``), those drawing
     the same data next to each other, in parts of at most ``most`` cells and at most one part per worker of a
-    group: every worker has work, and a task interrupted before it stored its cells loses at most ``most`` runs."""
+    group: every worker has work, and the cells of one data draw share it. Each cell is stored as soon as it is done,
+    so a task interrupted loses only the run it was training."""
     from ...batch import groups
     from ...plan import data_key
 
