@@ -78,7 +78,7 @@ def test_a_damaged_cached_kernel_is_built_again(cache):
 def test_a_kernel_cut_short_with_its_headers_intact_is_built_again_before_it_is_loaded(cache, cut):
     """Such a library loads (dlopen reads its headers) and then dies with a bus error when the kernel is called, in
     every later process: the digest in its name is checked before it is loaded."""
-    assert _fresh() == ["1", "exact", "True"]
+    native.load.__wrapped__(SOURCE)  # kept in the cache, as a first process does
     (kept,) = cache.glob("exact_kernel-*.so")
     data = kept.read_bytes()
     assert data[:4] == b"\x7fELF"
