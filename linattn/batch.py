@@ -35,7 +35,7 @@ SHARED = ("model", "head_num", "in_dim", "seq_len", "dtype", "engine", "device",
 
 
 def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, snapshot=None,
-             threads: int | None = None, max_memory=None, batched: bool | None = None) -> list:
+             threads: int | None = None, max_memory=None, batched: bool | None = None, on_result=None) -> list:
     """Train the runs of ``configs`` (RunConfigs of one model and shape, or Plans made of them by
     :func:`~linattn.plan.plan`, which hold their own init and data) as one: a list with, for each member in
     order, its :class:`~linattn.result.RunResult` (what ``linattn.run(configs[i], init=inits[i],
@@ -44,7 +44,9 @@ def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, sna
     ``inits``, ``datasets``: None or one entry (None: drawn) per member. ``snapshot_every``, ``snapshot``,
     ``threads``, ``max_memory``: as for ``linattn.run``, for every member. ``batched``: stack the members' weights
     and train them in one loop of batched products (None: on CUDA only; the module docstring says why), which needs
-    the exact or population engine and gradient descent.
+    the exact or population engine and gradient descent. ``on_result``: called as ``on_result(i, result)`` with each
+    member's place and result as soon as that member is done (member by member: after each one; batched: once the
+    loop ends), e.g. to store each run while the others train.
 
     Every member is checked before any work (``plan.plan``); a bad one raises ConfigError naming the setting
     and the member, ``configs[i]``. Members must agree on ``SHARED`` (the engine and device after "auto" resolved)
@@ -62,9 +64,18 @@ def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, sna
     with objectives.thread_count(engine_threads if threads is None else threads):
         if batched:
             from ._stacked import train_stacked  # torch's batched loop, only where it runs
-            return train_stacked(plans, snapshot_every=snapshot_every, snapshot=snapshot)
+            results = train_stacked(plans, snapshot_every=snapshot_every, snapshot=snapshot)
+            for i, result in enumerate(results):
+                _report(on_result, i, result)
+            return results
         shared = {}  # draws and moments the members share
-        return [_alone(p, snapshot_every, snapshot, shared) for p in plans]
+        return [_report(on_result, i, _alone(p, snapshot_every, snapshot, shared)) for i, p in enumerate(plans)]
+
+
+def _report(on_result, i: int, result):
+    if on_result is not None:
+        on_result(i, result)
+    return result
 
 
 def _per_member(name: str, given, n: int) -> list:

@@ -75,7 +75,7 @@ def test_a_bad_spec_file_or_out_folder_is_refused(tmp_path, capsys):
     spec = tmp_path / "grid.yaml"
     spec.write_text("seed: [0, 1]\nhead: 0:x\n")
     assert main(["sweep", "--spec", str(spec), "--out", str(tmp_path / "a")]) == 2
-    assert "--grid head=0:x: START:STOP[:STEP] takes integers" in capsys.readouterr().err
+    assert f"--spec {spec}: head: 0:x: START:STOP[:STEP] takes integers" in capsys.readouterr().err
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
     assert main(["sweep", "--grid", "seed=0,1", "--out", str(tmp_path / "notes")]) == 2

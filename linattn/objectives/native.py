@@ -3,7 +3,9 @@
 A kernel (``softmax_kernel.c``, ``exact_kernel.c``) is compiled for each set of ``-D`` definitions by the system's
 C compiler (``$CC``, which may carry flags, else ``cc``, ``gcc`` or ``clang``) for this CPU (``-march=native`` where
 the compiler has it), kept in a cache folder (:func:`cache_dir`) so that later processes load it without compiling
-(a third of a second of CPU each, which every figure notebook paid), and loaded through ctypes. No new dependency
+(a third of a second of CPU each, which every figure notebook paid), and loaded through ctypes. A cached library
+carries a digest of its bytes in its name and is checked against it before it is loaded: one cut short with its
+headers intact would load and then die with a bus error when called. No new dependency
 and no build step at install: the ``.c`` files ship as package data. Where no compiler works, :func:`load` raises
 and the engine falls back to its torch path with one warning, a :class:`KnownFallback`.
 """
@@ -54,19 +56,20 @@ def load(source: str, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     base = [*cc, "-O3", "-ffp-contract=fast", "-shared", "-fPIC", *(f"-D{d}" for d in defines), str(path)]
     cache = cache_dir()
     for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
-        cached = None if cache is None else cache / f"{path.stem}-{_build_id(path, base + flags)}.so"
-        if cached is not None and cached.is_file():
+        name = None if cache is None else f"{path.stem}-{_build_id(path, base + flags)}"
+        cached = None if cache is None else _verified(cache, name)
+        if cached is not None:
             try:
                 return ctypes.CDLL(str(cached))
-            except OSError:  # unreadable: compiled again below, and replaced
-                pass
+            except OSError:  # whole but unloadable: compiled again below, and replaced
+                _discard(cached)
         with tempfile.TemporaryDirectory(prefix="linattn-kernel-", ignore_cleanup_errors=True) as tmp:
             lib = Path(tmp) / (path.stem + ".so")
             done = subprocess.run([*base, "-o", str(lib), *flags], capture_output=True, text=True)
             if done.returncode != 0:
                 continue
-            if cached is not None:
-                lib = _keep(lib, cached)
+            if cache is not None:
+                lib = _keep(lib, cache, name)
             return ctypes.CDLL(str(lib))
     raise RuntimeError(f"{cc[0]} could not compile {path.name}: {done.stderr.strip()[:300]}")
 
@@ -74,9 +77,10 @@ def load(source: str, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
 def cache_dir() -> Path | None:
     """Where compiled kernels are kept between processes: ``$LINATTN_KERNEL_CACHE``, else ``linattn/kernels`` under
     ``$XDG_CACHE_HOME`` (default ``~/.cache``); None where it is set to an empty value or cannot be created (each
-    process then compiles its own). A kernel is kept under a name that hashes its source, the compiler's command,
-    the compiler itself (path, size and time of its executable) and this CPU (its model and instruction-set flags),
-    so a cache shared between machines or compilers never serves a library built for another."""
+    process then compiles its own). A kernel is kept as ``<stem>-<build>-<digest>.so``: ``<build>`` hashes its
+    source, the compiler's command, the compiler itself (path, size and time of its executable) and this CPU (its
+    model and instruction-set flags), so a cache shared between machines or compilers never serves a library built
+    for another; ``<digest>`` is the SHA-256 of the library's bytes (:func:`_verified`)."""
     where = os.environ.get("LINATTN_KERNEL_CACHE")
     if where is None:
         where = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "linattn" / "kernels")
@@ -107,13 +111,58 @@ def _cpu() -> str:
         return f"{platform.machine()} {platform.processor()}"
 
 
-def _keep(lib: Path, cached: Path) -> Path:
-    """Move the library just built into the cache (atomically: a reader sees the whole file or none); the library
-    itself where the cache cannot take it."""
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:24]
+
+
+def _discard(path: Path) -> None:
     try:
-        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+        path.unlink(missing_ok=True)
+    except OSError:  # a read-only cache: the library is built in a temporary folder each time
+        pass
+
+
+def _verified(cache: Path, name: str) -> Path | None:
+    """The cached library of build ``name`` whose bytes match the digest in its file name, or None. A file that does
+    not match (cut short, overwritten), and one of the older name without a digest (which cannot be checked), is
+    deleted, so that the next build replaces it."""
+    _discard(cache / f"{name}.so")
+    found = None
+    for lib in cache.glob(f"{name}-*.so"):
+        try:
+            whole = found is None and _digest(lib) == lib.stem.rpartition("-")[2]
+        except OSError:
+            whole = False
+        if whole:
+            found = lib
+        else:
+            _discard(lib)
+    return found
+
+
+def _keep(lib: Path, cache: Path, name: str) -> Path:
+    """Copy the library just built into the cache as ``<name>-<digest>.so`` (through a temporary file, checked against
+    the digest and renamed into place: a reader sees the whole file or none); the library itself where the cache
+    cannot take it (a full or read-only disk), leaving nothing there. Temporary files of killed processes of this
+    host are removed first."""
+    from ..records import remove_stale_temps, temp_prefix
+
+    cached = cache / f"{name}-{_digest(lib)}.so"
+    remove_stale_temps(cache)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=cache, prefix=temp_prefix(cached.name), suffix=".tmp")
+        os.close(fd)
+        tmp = Path(tmp)
         shutil.copyfile(lib, tmp)
+        if _digest(tmp) != _digest(lib):
+            raise OSError(f"{tmp} was not written whole")
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the library from other users of a shared cache
         os.replace(tmp, cached)
+        tmp = None
         return cached
     except OSError:
         return lib
+    finally:
+        if tmp is not None:
+            _discard(tmp)

@@ -7,6 +7,7 @@ A sweep folder ``DIR`` holds::
     failed/<key>.json  a cell that diverged or failed: its settings, status and message
     sweep.json       the grid last swept into DIR (what ``linattn sweep --collect`` rebuilds)
     sweep.log        one JSON line per cell and sweep: trained, skipped (already finished) or failed
+    .locks/<key>.lock  a cell's lock, held while a task trains it (:func:`cell_lock`)
     sweep.nc         the dataset (:mod:`linattn.companion.sweeps.dataset`)
 
 ``<key>`` is the run's key (:func:`linattn.keys.run_key`: the settings, its length included, the numerical
@@ -14,8 +15,9 @@ libraries and the code that computes a trajectory): a run folder holds one finis
 It is the one format of a run (:func:`linattn.result.write_outputs`), so :func:`linattn.load_run` reads it.
 
 :func:`train_cells` is the task a Dask worker runs: a pure function of some cells' settings and folder (cells of one
-shape, trained together by ``linattn.run_many``) that returns a small summary of each. Each cell is trained as
-:func:`train_cell` trains one: it checks for a finished run before training (a cell finished meanwhile is skipped),
+shape, trained together by ``linattn.run_many`` and each stored as soon as it is done) that returns a small summary
+of each. Each cell is trained as :func:`train_cell` trains one, under its lock: it checks for a finished run before
+training (a cell finished meanwhile, by another sweep into the same folder too, is skipped),
 writes into a temporary folder, and renames it into place only when the run is complete, so an interrupted task
 leaves no run folder (its cells are trained again by the next sweep) and a second writer of the same cell loses the
 rename harmlessly.
@@ -23,6 +25,8 @@ rename harmlessly.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -38,7 +42,7 @@ from ...records import remove_stale_temps, temp_dir, write_json
 from ...result import write_outputs
 from ...train import TrainingDiverged
 
-RUNS, FAILED, LOG = "runs", "failed", "sweep.log"
+RUNS, FAILED, LOG, LOCKS = "runs", "failed", "sweep.log", ".locks"
 DONE, DIVERGED, ERROR, MISSING = "done", "diverged", "failed", "missing"
 
 
@@ -54,6 +58,11 @@ def is_finished(folder: Path) -> bool:
     """A run folder is finished once it is in place: it only ever appears whole (renamed from its temporary
     folder)."""
     return (folder / "summary.json").is_file()
+
+
+def settled(root, key: str) -> bool:
+    """Whether the cell ``key`` has its outcome on disk: a finished run, or a record of its failure."""
+    return is_finished(run_folder(root, key)) or failure_file(root, key).is_file()
 
 
 def recorded_divergence(root, key: str) -> dict | None:
@@ -140,7 +149,9 @@ def train_cell(settings: dict, root: str, key: str, *, save_data: bool = False, 
     raises, so one cell's failure does not stop the others. The outcome is logged to ``root/sweep.log`` with
     ``label`` (the cell as ``--grid`` writes it) before the task returns (:func:`log`).
     """
-    result = _train_cell(settings, root, key, save_data=save_data, threads=threads)
+    with cell_lock(root, key) as lock:
+        lock.take(wait=True)  # another sweep's task training this cell: its run is then skipped
+        result = _train_cell(settings, root, key, save_data=save_data, threads=threads)
     log(root, key=key, cell=label, outcome=result["outcome"], status=result["status"],
         wall_time=round(result["wall_time"], 3))
     return result
@@ -162,35 +173,94 @@ def _train_cell(settings: dict, root: str, key: str, *, save_data: bool, threads
 def train_cells(cells: list[tuple[dict, str, str]], root: str, *, save_data: bool = False, threads: int = 1) -> list:
     """:func:`train_cell` of each ``(settings, key, label)`` of ``cells``, the unfinished ones trained together by
     one :func:`linattn.run_many <linattn.batch.run_many>` call (cells of one model and shape; those drawing the same
-    data draw it once), each then stored, failed or logged on its own as :func:`train_cell` does it. Where the call
-    itself fails, each cell is trained alone."""
+    data draw it once), each stored, failed or logged on its own as soon as it is done (run_many's ``on_result``),
+    while the others train. Where the call itself fails, each cell not done yet is trained alone.
+
+    Each cell is trained under its lock (:func:`cell_lock`): a cell that another sweep into the same folder is
+    training is left to it and waited for at the end, then skipped once it is in place (trained here where that
+    sweep stopped before storing it)."""
     from ...batch import run_many
 
-    out, todo = {}, []
+    out, todo, theirs = {}, [], []
 
     def done(key: str, label: str, result: dict) -> None:  # logged as soon as the cell is in place
         out[key] = result
         log(root, key=key, cell=label, outcome=result["outcome"], status=result["status"],
             wall_time=round(result["wall_time"], 3))
 
-    for settings, key, label in cells:
-        if is_finished(run_folder(root, key)):
-            done(key, label, _skipped(run_folder(root, key), key))
-        else:
-            todo.append((RunConfig.from_dict(settings), key, label))
-    start = time.perf_counter()
-    try:
-        results = run_many([cfg for cfg, _, _ in todo], threads=threads) if todo else []
-    except Exception:  # noqa: BLE001 - a batch that cannot run: its cells one by one, each failure recorded
-        results = [None] * len(todo)
-    for (cfg, key, label), res in zip(todo, results):
-        if res is None:
-            done(key, label, _train_cell(cfg.to_dict(), root, key, save_data=save_data, threads=threads))
-        elif isinstance(res, Exception):
-            done(key, label, _failed(root, key, cfg, res, time.perf_counter() - start))
-        else:
-            done(key, label, _store(res, root, key, save_data=save_data))
+    with contextlib.ExitStack() as held:
+        for settings, key, label in cells:
+            lock = held.enter_context(cell_lock(root, key))
+            if not lock.take(wait=False):
+                theirs.append((settings, key, label, lock))
+            elif is_finished(run_folder(root, key)):
+                done(key, label, _skipped(run_folder(root, key), key))
+                lock.release()
+            else:
+                todo.append((RunConfig.from_dict(settings), key, label, lock))
+        start = time.perf_counter()
+
+        def store(i: int, res) -> None:
+            cfg, key, label, lock = todo[i]
+            if isinstance(res, Exception):
+                done(key, label, _failed(root, key, cfg, res, time.perf_counter() - start))
+            else:
+                done(key, label, _store(res, root, key, save_data=save_data))
+            lock.release()
+
+        try:
+            if todo:
+                run_many([cfg for cfg, *_ in todo], threads=threads, on_result=store)
+        except Exception:  # noqa: BLE001 - a batch that cannot run: its cells not done yet one by one
+            for cfg, key, label, lock in todo:
+                if key not in out:
+                    done(key, label, _train_cell(cfg.to_dict(), root, key, save_data=save_data, threads=threads))
+                    lock.release()
+        for settings, key, label, lock in theirs:  # another sweep's cells: once it is done with them
+            lock.take(wait=True)
+            if (record := recorded_divergence(root, key)) is not None:
+                done(key, label, _result(key, DIVERGED, "skipped", message=record["message"]))
+            else:
+                done(key, label, _train_cell(settings, root, key, save_data=save_data, threads=threads))
+            lock.release()
     return [out[key] for _, key, _ in cells]
+
+
+class _CellLock:
+    """An exclusive lock (``flock``) on one cell's lock file, taken at most once, released early or at the end."""
+
+    def __init__(self, handle):
+        self.handle, self.held = handle, False
+
+    def take(self, *, wait: bool) -> bool:
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return False
+        except OSError:  # a file system without locks: trained as if no other sweep were there
+            return True
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        if self.held:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.held = False
+
+
+@contextlib.contextmanager
+def cell_lock(root, key: str):
+    """The lock of cell ``key`` in the sweep folder ``root`` (``root/.locks/<key>.lock``, as the run store locks a
+    key): two sweeps into one folder train each cell once, the second waiting for the first's. Not taken yet:
+    :meth:`_CellLock.take`; released when the block ends."""
+    locks = Path(root) / LOCKS
+    locks.mkdir(exist_ok=True)
+    with open(locks / f"{key}.lock", "a") as handle:
+        lock = _CellLock(handle)
+        try:
+            yield lock
+        finally:
+            lock.release()
 
 
 def _skipped(folder: Path, key: str) -> dict:

@@ -4,7 +4,8 @@ By default an embedded ``dask.distributed.LocalCluster`` with one single-threade
 ``dask.distributed.Client``, the cells run on its cluster (a ``dask scheduler`` with workers on other machines, a
 SLURM or PBS cluster from ``dask-jobqueue``). Every worker must see the sweep folder at the same path (a shared
 file system), since each task writes its run folders there. A task trains several cells of one shape together
-(:func:`tasks`, ``linattn.run_many``); each cell is still stored, skipped or recorded as failed on its own.
+(:func:`tasks`, ``linattn.run_many``); each cell is still stored (as soon as it is done), skipped or recorded as
+failed on its own.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from ...data import named
 from ...keys import run_key
 from ...records import write_json
 from .. import extras
-from ..paths import environment
+from ..paths import environment, unusable_output_dir
 from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
 
-#: The most cells one task trains together (``run_many``): a task interrupted loses its unfinished cells' work.
+#: The most cells one task trains together (``run_many``): the cells of a task interrupted that are not stored yet
+#: are trained by the next sweep.
 BATCH = 16
 
 
@@ -33,7 +35,8 @@ def _require_dask():
 
 def check_out(out) -> Path:
     """``out`` as a Path if a sweep may write there: a folder that does not exist yet, is empty, or holds a sweep
-    (``sweep.json``); else ConfigError naming ``out``."""
+    (``sweep.json``), and takes new entries (:func:`~linattn.companion.paths.unusable_output_dir` tries); else
+    ConfigError naming ``out``."""
     if out is None or str(out) == "":
         raise ConfigError(f"{named('out')} must name the sweep folder (where the runs and the dataset go)",
                           field="out", value=out)
@@ -47,11 +50,12 @@ def check_out(out) -> Path:
     blocker = next((a for a in out.parents if a.exists()), None)
     if blocker is not None and not blocker.is_dir():
         refuse(f"cannot be written: {blocker} is a file, not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / SPEC).is_file():
+    # another sweep into the same new folder may be writing its sweep.json (a temporary file, then renamed)
+    if out.is_dir() and any(not p.name.startswith(f".{SPEC}.") for p in out.iterdir()) and not (out / SPEC).is_file():
         refuse(f"is a non-empty folder that holds no sweep ({SPEC}); choose a new or empty folder, or the folder of "
                "an earlier sweep to continue it")
-    if blocker is not None and not os.access(blocker, os.W_OK):
-        refuse(f"cannot be written: no permission to write in {blocker}")
+    if (why := unusable_output_dir(out)) is not None:
+        raise ConfigError(f"{named('out')} {why}", field="out", value=out)
     return out
 
 
@@ -155,7 +159,9 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
     Every cell is validated first (:meth:`Grid.validate <linattn.companion.sweeps.grid.Grid.validate>`): a bad
     setting raises ConfigError naming it and the cell, before anything is written. A cell that fails or diverges is
     recorded (``status`` and ``message`` in the dataset) and does not stop the others; a diverged cell is not tried
-    again by a later sweep (same settings, same numbers), a failed one is.
+    again by a later sweep (same settings, same numbers), a failed one is. Each cell is stored as soon as it is done;
+    an interruption (KeyboardInterrupt, which ``linattn sweep`` raises for SIGTERM too) that comes once every cell
+    is stored still writes the dataset. Two sweeps into one folder train each cell once (``cells.cell_lock``).
 
     The dataset: see :mod:`linattn.companion.sweeps.dataset`.
     """
@@ -178,16 +184,25 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
             cells_mod.log(out, key=key, cell=cell.label, outcome="skipped", status=record["status"])
         else:
             todo.append((cell, key))
-    if todo:  # a cluster only when there is something to run
-        try:
+    keys = [key for _, key, _ in rows]
+    try:
+        if todo:  # a cluster only when there is something to run
             with _client(client, workers) as dask_client:
                 _run(todo, out, dask_client, save_data=save_data, threads=threads, progress=progress)
-        except BaseException:
-            cells_mod.remove_stale_tmp(out)  # what the stopped tasks left (a live worker's folder is kept)
-            raise
-    ds = build_dataset(spec, out, [key for _, key, _ in rows])
-    save_dataset(ds, out)
+        ds = build_dataset(spec, out, keys)
+        save_dataset(ds, out)
+    except BaseException as e:
+        cells_mod.remove_stale_tmp(out)  # what the stopped tasks left (a live worker's folder is kept)
+        if isinstance(e, KeyboardInterrupt) and all_settled(out, keys):
+            save_dataset(build_dataset(spec, out, keys), out)  # stopped once every cell was stored: the dataset
+        raise
     return ds
+
+
+def all_settled(out, keys) -> bool:
+    """Whether every cell of ``keys`` has its outcome in the sweep folder ``out`` (``cells.settled``): then an
+    interrupted sweep still writes its dataset."""
+    return all(cells_mod.settled(out, key) for key in keys)
 
 
 def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, threads: int, progress) -> None:
@@ -222,7 +237,8 @@ def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, th
 def tasks(todo: list[tuple[Cell, str]], workers: int, most: int = BATCH) -> list[list[tuple[Cell, str]]]:
     """The cells of ``todo`` cut into tasks: cells of one model and shape (``linattn.batch.groups``), those drawing
     the same data next to each other, in parts of at most ``most`` cells and at most one part per worker of a
-    group: every worker has work, and a task interrupted before it stored its cells loses at most ``most`` runs."""
+    group: every worker has work, and the cells of one data draw share it. Each cell is stored as soon as it is done,
+    so a task interrupted loses only the run it was training."""
     from ...batch import groups
     from ...plan import data_key
 
