@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import diagnostics, loss_curves, mlp_from_attn_m, theory
 from ...config import RunConfig
-from .. import presets, published
+from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import by_sign
 from ..runstore import population_twin
@@ -83,13 +83,17 @@ def compute(S: dict):
          "half_drop_step_theory": ("model", [loss_curves.half_drop_step(L, step) for L in population]),
          "half_drop_step_estimate": ("model", estimate),
          "final_loss": ("model", loss[:, -1]),
-         "plateau_theory": float(np.trace(cov)), "loss_star": theory.loss_star(cov, N)},
-        coords={"model": list(MODELS), "step": step},
+         "plateau_theory": float(np.trace(cov)), "loss_star": theory.loss_star(cov, N),
+         "standard_error": ("weights", [uncertainty.standard_error(uncertainty.per_sequence_losses(attn, "train", w))
+                                        for w in ("init", "final")])},
+        coords={"model": list(MODELS), "step": step, "weights": ["start", "final"]},
         attrs=settings_attrs(S, engine=attn.engine, seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in done.items()}))
     ds.attrs["commands"] = "\n".join(train_command(done[k].config) for k in ("attn_m", "mlp_own_init"))
     ds.attrs["published"] = int(presets.is_published(NAME, S))
     ds.loss_population.attrs["description"] = "population loss (P = ∞) of the same model from the run's initial weights"
+    ds.standard_error.attrs["description"] = ("standard error of ATTN_M's training loss from its per-sequence losses "
+                                              "at the initial and the final weights")
     ds.half_drop_step_estimate.attrs["description"] = ("logistic estimate: the step at which the top mode of "
                                                        "E[y z] is half grown (not the loss midpoint)")
     return ds
@@ -100,10 +104,11 @@ def comparison(ds) -> list[dict]:
     published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
-    loss = ds.train_loss
-    P = _runs(ds)["attn_m"]["trainset_size"]  # a loss reading's sampling error is that of P sequences
+    loss, se = ds.train_loss, ds.standard_error
+    sampling = published.rules.Sampling("train", float(se.sel(weights="start")), float(se.sel(weights="final")))
     return published.rules.fig1b_comparison(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
-                                      float(ds.loss_star), ds.step.values, P=P)
+                                            float(ds.loss_star), ds.step.values, sampling,
+                                            ds.loss_population.sel(model="attn_m").values)
 
 
 def numbers(ds) -> list[dict]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import loss_curves, theory
-from .. import presets, published
+from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import MarkdownTable
 from ..output import words as list_words
@@ -62,8 +62,10 @@ def compute(S: dict):
          "train_loss_over_start": (("icl", "step"), train / train[:, :1]),
          "test_iwl": (("icl", "step"), np.array([r.history.test_iwl for r in done])),
          "test_icl": (("icl", "step"), np.array([r.history.test_icl for r in done])),
-         "loss_star": theory.loss_star(first.datasets.cov, first.config.N)},
-        coords={"icl": [float(c) for c in S["icl_values"]], "step": first.history.step},
+         "loss_star": theory.loss_star(first.datasets.cov, first.config.N),
+         "standard_error": (("icl", "curve", "weights"), np.array([_standard_errors(r) for r in done]))},
+        coords={"icl": [float(c) for c in S["icl_values"]], "step": first.history.step, "curve": list(CURVES),
+                "weights": list(WEIGHTS)},
         attrs=settings_attrs(S, engine=first.engine, seeds=S["seed"],
                              runs={f"icl={r.config.icl:g}": r.config.to_dict() for r in done}))
     ds.attrs.update(published=int(presets.is_published(NAME, S)),
@@ -71,7 +73,38 @@ def compute(S: dict):
     ds.icl.attrs["description"] = "in-context fraction c: the share of training sequences with a fresh task vector"
     ds.test_iwl.attrs["description"] = "loss on held-out sequences with the fixed task vector (in-weight)"
     ds.test_icl.attrs["description"] = "loss on held-out sequences with fresh task vectors (in-context)"
+    ds.standard_error.attrs["description"] = ("standard error of each loss (the training loss over its start as drawn) "
+                                              "from its per-sequence losses at the initial and the final weights")
     return ds
+
+
+WEIGHTS = ("start", "final")  # the weights whose per-sequence losses give a loss its standard error
+
+
+def _standard_errors(result) -> list:
+    """[[se at the start, se at the end] for train (over its first value), iwl, icl]: the standard error of each loss
+    from its per-sequence losses (``uncertainty.standard_error``); NaN for a set the run lacks."""
+    first = float(result.history.train_loss[0])
+    out = []
+    for curve, which in (("train", "train"), ("iwl", "test_iwl"), ("icl", "test_icl")):
+        scale = first if curve == "train" else 1.0
+        if getattr(result.datasets, which, None) is None:
+            out.append([np.nan, np.nan])
+            continue
+        out.append([uncertainty.standard_error(uncertainty.per_sequence_losses(result, which, w)) / scale
+                    for w in ("init", "final")])
+    return out
+
+
+def sampling(ds) -> dict:
+    """c → {curve: ``published.rules.Sampling``}: each curve's kind (the training loss is biased, the tests are not)
+    and its standard errors at the start and the end, as the published comparison takes them."""
+    def known(x) -> float | None:
+        return float(x) if np.isfinite(x) else None
+
+    return {float(c): {k: published.rules.Sampling("train" if k == "train" else "test",
+                                                   *(known(ds.standard_error.sel(icl=c, curve=k, weights=w))
+                                                     for w in WEIGHTS)) for k in CURVES} for c in ds.icl.values}
 
 
 def curves(ds) -> dict:
@@ -87,9 +120,7 @@ def comparison(ds) -> list[dict]:
     """Each published panel's landmarks beside ours (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
-    run = next(iter(_runs(ds).values()))  # the readings' sampling error: that of the smaller of the two sets
-    P = min(run["trainset_size"], run["testset_size"])
-    return published.rules.fig14_comparison(curves(ds), ds.step.values, P=P)
+    return published.rules.fig14_comparison(curves(ds), ds.step.values, sampling(ds))
 
 
 def numbers(ds) -> list[dict]:
