@@ -371,25 +371,26 @@ def test_a_plateau_level_is_a_training_loss_and_never_agrees_by_sampling_error()
     assert steps and all(r["standard_error"] is None for r in steps)
 
 
-def test_figure_14_judges_its_low_losses_after_their_shared_offset():
-    """Constructed Figure 14 rows one pixel (−0.0099) off at every published loss reading below 0.7 (2 pixels beyond
-    their band alone): the offset is measured (−0.0099, no scatter), stated, removed, and those readings agree; the
-    readings at or above 0.7 are judged as they are."""
+def test_figure_14_judges_its_losses_after_the_offset_of_its_loss_scale():
+    """Constructed Figure 14 rows whose every loss reading is off by −0.0099 + 0.005 × its level (a scale read a
+    pixel off at low losses), judged beforehand in a band of half a pixel: the line is measured (value −0.0099, slope
+    0.005, no scatter), stated, removed, and they all agree; one reading off by 3 pixels more still differs."""
     from linattn.companion.uncertainty import AGREES, DIFFERS
 
     flat = {c: {k: np.full(5000, 0.5) for k in ("train", "iwl", "icl")} for c in readings.FIG14}
-    rows = [dict(r, difference=-0.0099, band=0.0049, unresolved=0.0, verdict=DIFFERS) if r["unit"] == "loss" else r
-            for r in rules.fig14_comparison(flat, np.arange(5000))]
-    judged = rules.judged_after_offset(rows, 0.7)
-    low = [r for r in judged if "offset_below" in r]
-    expected = sum(1 for rs in readings.FIG14.values() for x in rs
-                   if x.unit == "loss" and not isinstance(x.value, tuple) and x.value < 0.7)
-    assert len(low) == expected > 10
-    assert all(r["verdict"] == AGREES and r["offset"] == pytest.approx(-0.0099) for r in low)
-    assert all(r["verdict"] == DIFFERS for r in judged if r["unit"] == "loss" and r["paper"] >= 0.7)
+    rows = [dict(r, difference=-0.0099 + 0.005 * r["paper"], band=0.0049, unresolved=0.0, verdict=DIFFERS)
+            if r["unit"] == "loss" else r for r in rules.fig14_comparison(flat, np.arange(5000))]
+    judged = rules.judged_after_offset(rows)
+    loss = [r for r in judged if r["unit"] == "loss"]
+    assert len(loss) == sum(1 for rs in readings.FIG14.values() for x in rs if x.unit == "loss") > 30
+    assert all(r["verdict"] == AGREES for r in loss)
     stated = rules.offset_of(judged)
-    assert stated["value"] == pytest.approx(-0.0099) and stated["scatter"] == pytest.approx(0, abs=1e-12)
-    assert stated["n"] == expected and "-0.0099" in published.page.summary(judged, readings.FIG14_IMAGE)
+    assert (stated.value, stated.slope) == (pytest.approx(-0.0099), pytest.approx(0.005))
+    assert stated.scatter == pytest.approx(0, abs=1e-12) and stated.n == len(loss)
+    assert "-0.0099 + 0.0050 × loss" in published.page.summary(judged, readings.FIG14_IMAGE)
+    i = next(i for i, r in enumerate(rows) if r["unit"] == "loss")
+    rows[i] = dict(rows[i], difference=rows[i]["difference"] - 0.03)
+    assert rules.judged_after_offset(rows)[i]["verdict"] == DIFFERS
 
 
 def test_a_test_loss_band_carries_both_samples_and_a_step_its_finite_p_margin():

@@ -109,22 +109,41 @@ def verdict(difference, band, unresolved=0.0) -> str:
 
 @dataclass(frozen=True)
 class Offset:
-    """A systematic offset shared by ``n`` differences: their mean ``value``, their standard deviation ``scatter``
-    and the standard error of the mean, ``standard_error`` = scatter / √n."""
+    """A systematic offset shared by ``n`` differences, ``value`` + ``slope`` × level (a scale read a little off:
+    ``slope`` 0 for a constant offset); ``scatter``: the standard deviation of the differences about it;
+    ``standard_error``: that of ``value`` (scatter / √n for a constant offset)."""
 
     value: float
     scatter: float
     standard_error: float
     n: int
+    slope: float = 0.0
+
+    def at(self, level) -> float:
+        """The offset at ``level`` (a constant offset: ``value`` at every level)."""
+        return self.value + self.slope * float(level)
 
 
-def systematic_offset(differences) -> Offset | None:
-    """The offset the finite ``differences`` share (:class:`Offset`); None for fewer than two."""
-    d = np.asarray([x for x in np.ravel(np.asarray(differences, dtype=np.float64)) if math.isfinite(x)])
-    if d.size < 2:
+def systematic_offset(differences, levels=None) -> Offset | None:
+    """The offset the finite ``differences`` share (:class:`Offset`): their mean; or, with the ``levels`` they were
+    read at, the least-squares line d = value + slope × level (an offset that grows or shrinks along the scale).
+    None for fewer than two differences (three for a line)."""
+    d = np.ravel(np.asarray(differences, dtype=np.float64))
+    x = np.zeros_like(d) if levels is None else np.ravel(np.asarray(levels, dtype=np.float64))
+    keep = np.isfinite(d) & np.isfinite(x)
+    d, x = d[keep], x[keep]
+    params = 1 if levels is None else 2
+    if d.size < params + 1:
         return None
-    scatter = float(d.std(ddof=1))
-    return Offset(float(d.mean()), scatter, scatter / math.sqrt(d.size), int(d.size))
+    if levels is None:
+        scatter = float(d.std(ddof=1))
+        return Offset(float(d.mean()), scatter, scatter / math.sqrt(d.size), int(d.size))
+    design = np.column_stack([np.ones_like(x), x])
+    (value, slope), *_ = np.linalg.lstsq(design, d, rcond=None)
+    residual = d - design @ np.array([value, slope])
+    scatter = float(math.sqrt(residual @ residual / (d.size - 2)))
+    cov = scatter ** 2 * np.linalg.inv(design.T @ design)
+    return Offset(float(value), scatter, float(math.sqrt(cov[0, 0])), int(d.size), float(slope))
 
 
 def spread(values) -> float | None:

@@ -107,10 +107,11 @@ def summary(rows: list[dict], image: Image) -> str:
                if any(r.get("standard_error") for r in rows) else "") + "."]
     offset = offset_of(rows)
     if offset is not None:
-        text.append(f"At the {offset['n']} loss readings below {offset['below']:g}, ours sit {offset['value']:+.4f} ± "
-                    f"{offset['scatter']:.4f} from the published values (mean ± standard deviation, "
-                    f"{offset['pixels']:+.1f} px), all alike: an offset of the image's loss scale, not of the curves, "
-                    "so each is judged after removing it.")
+        px = [offset.at(x) / image.loss_per_px for x in (0.1, 1.0)]
+        text.append(f"All {offset.n} loss readings share one offset of the image's loss scale: ours − published ≈ "
+                    f"{offset.value:.4f} {'+' if offset.slope >= 0 else '−'} {abs(offset.slope):.4f} × loss "
+                    f"({px[0]:+.1f} px at a loss of 0.1, {px[1]:+.1f} px at 1), scatter {offset.scatter:.4f} about it. "
+                    "It is a reading of the scale, not of the curves, so each loss is judged after removing it.")
     if unsure:
         text.append(f"{unsure} cannot tell: beyond the band, but within what the draw of the training set alone "
                     "moves (a training loss, biased on the set it was fitted to, gets no sampling-error agreement; "
@@ -119,10 +120,18 @@ def summary(rows: list[dict], image: Image) -> str:
     if not differ:
         return " ".join(text) + " None differs."
     items = [f"{_where(r)}: published {r['published']}, ours {_shown(r['reproduced'], r['unit']) or 'none'}"
-             + (f" ({_signed(r['difference'], r['unit'])}, {r['pixels']:+.1f} px)" if math.isfinite(r["pixels"])
-                else "") for r in differ]
+             + _off_by(r, image) for r in differ]
     return " ".join(text) + f" {'These differ' if len(differ) > 1 else 'This one differs'}:\n\n" + "\n".join(
         f"* {item}" for item in items)
+
+
+def _off_by(r: dict, image: Image) -> str:
+    """How far a row that differs is off: its difference and, where an offset was removed, what is left, in pixels."""
+    if not math.isfinite(r["difference"]):
+        return ""
+    left = r["difference"] - r.get("offset", 0.0)
+    judged = f", {_signed(left, r['unit'])} after the scale's offset" if r.get("offset") else ""
+    return f" ({_signed(r['difference'], r['unit'])}{judged}, {left / image.pixel(r['unit']):+.1f} px)"
 
 
 def _where(r: dict) -> str:

@@ -237,10 +237,6 @@ FIG14 = {
     ]),
 }
 
-# The loss scale of Figure 14 sits about a pixel high at low losses (its ticks snap to whole pixels; against a
-# reproduction from the same draws the readings fit published ≈ 0.9935 × ours + 0.0091): the readings below this level
-# share a digitisation offset, which the comparison measures and removes (``rules.judged_after_offset``).
-FIG14_LOW_LOSS = 0.7
 FIG14_LAST_STEP = 4983  # where the published curves end (the axis runs to 5000)
 # Where a published extreme lies, for the readings that give its value only (the step of an in-weight minimum has a
 # reading of its own): the steps over which the curve stays within a pixel of it (its start: step 0).

@@ -54,7 +54,6 @@ from .readings import (
     FIG5_ATTN_M_DROPS,
     FIG14,
     FIG14_IMAGE,
-    FIG14_LOW_LOSS,
     Crossing,
     Image,
     Reading,
@@ -173,33 +172,29 @@ def compare(readings: list[Reading], curves: dict, image: Image, steps=None, sam
     return rows
 
 
-def judged_after_offset(rows: list[dict], below: float) -> list[dict]:
-    """``rows`` with the loss readings whose published value is below ``below`` judged after removing the offset
-    they share (:func:`linattn.companion.uncertainty.systematic_offset` of their differences; a digitisation offset
-    of the image's loss scale); the others as they are."""
-    low = [i for i, r in enumerate(rows) if r["unit"] == "loss" and isinstance(r["paper"], float)
-           and r["paper"] < below and math.isfinite(r["difference"])]
-    shared = systematic_offset([rows[i]["difference"] for i in low])
+def judged_after_offset(rows: list[dict]) -> list[dict]:
+    """``rows`` with every loss reading judged after removing the offset of the image's loss scale: the line
+    ours − published ≈ value + slope × published fitted to all of them
+    (:func:`linattn.companion.uncertainty.systematic_offset`), taken off each reading's difference at its level; the
+    other rows as they are."""
+    loss = [i for i, r in enumerate(rows) if r["unit"] == "loss" and isinstance(r["paper"], float)
+            and math.isfinite(r["difference"])]
+    shared = systematic_offset([rows[i]["difference"] for i in loss], [rows[i]["paper"] for i in loss])
     if shared is None:
         return rows
     out = list(rows)
-    for i in low:
+    for i in loss:
         r = rows[i]
-        judged = verdict(r["difference"] - shared.value, r["band"], r["unresolved"])
-        out[i] = dict(r, offset=shared.value, offset_below=below, verdict=judged)
+        offset = shared.at(r["paper"])
+        out[i] = dict(r, offset=offset, scale_offset=shared, verdict=verdict(r["difference"] - offset, r["band"],
+                                                                             r["unresolved"]))
     return out
 
 
-def offset_of(rows: list[dict]) -> dict | None:
-    """The digitisation offset the ``rows`` were judged after (:func:`judged_after_offset`): {"value", "scatter", "n",
-    "pixels", "below"} (the mean and standard deviation of the raw differences, their count, the mean in pixels, the
-    level below which the readings share it), or None."""
-    shifted = [r for r in rows if "offset_below" in r]
-    if not shifted:
-        return None
-    o = systematic_offset([r["difference"] for r in shifted])
-    return dict(value=o.value, scatter=o.scatter, n=o.n, pixels=float(np.mean([r["pixels"] for r in shifted])),
-                below=shifted[0]["offset_below"])
+def offset_of(rows: list[dict]):
+    """The offset of the loss scale the ``rows`` were judged after (:func:`judged_after_offset`), a
+    :class:`linattn.companion.uncertainty.Offset`, or None."""
+    return next((r["scale_offset"] for r in rows if "scale_offset" in r), None)
 
 
 # ----------------------------------------------------------------------------------- Figure 3a: one-to-one pairs
@@ -293,14 +288,14 @@ def fig1b_comparison(attn_m, mlp, L_star: float, steps=None, sampling=None, popu
 
 def fig14_comparison(curves: dict, steps=None, sampling=None) -> list[dict]:
     """Figure 14, panel by panel (``curves``: c → {"train": training loss / its first value, "iwl", "icl"};
-    ``sampling``: c → {curve: :class:`Sampling`}); panels we did not run are left out. The loss readings below
-    :data:`FIG14_LOW_LOSS` are judged after removing the offset they share (:func:`judged_after_offset`)."""
+    ``sampling``: c → {curve: :class:`Sampling`}); panels we did not run are left out. The loss readings are judged
+    after removing the offset of the image's loss scale (:func:`judged_after_offset`)."""
     rows = []
     for c, readings in FIG14.items():
         match = [k for k in curves if math.isclose(float(k), c)]
         if match:
             rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps, (sampling or {}).get(match[0]))
-    return judged_after_offset(rows, FIG14_LOW_LOSS)
+    return judged_after_offset(rows)
 
 
 # ------------------------------------------------------------------------------- claims of the paper's text
