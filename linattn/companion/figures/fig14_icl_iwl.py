@@ -16,7 +16,7 @@ import numpy as np
 from ... import loss_curves, theory
 from .. import presets, published, uncertainty
 from ..commands import train_command
-from ..output import MarkdownTable
+from ..output import MarkdownTable, prose_text
 from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe, join
@@ -134,8 +134,24 @@ def numbers(ds) -> list[dict]:
                  dict(key=f"final_test_iwl.{_slug(c)}", quantity=f"c={c:g}: final in-weight test loss",
                       reproduced=at.test_iwl[-1]),
                  dict(key=f"final_test_icl.{_slug(c)}", quantity=f"c={c:g}: final in-context test loss",
-                      theory=ds.loss_star if c == 1 else None, reproduced=at.test_icl[-1])]
+                      theory=ds.loss_star if c == 1 else None, reproduced=at.test_icl[-1],
+                      standard_error=float(at.standard_error.sel(curve="icl", weights="final")) if c == 1 else None)]
     return rows + published.page.number_rows(comparison(ds))
+
+
+def end_at_loss_star(ds) -> str:
+    """Where the in-context test loss of the all-in-context run (c = 1) ends beside L*, judged in twice its standard
+    error (``uncertainty``: the theory has none); "" where this run has no c = 1."""
+    ones = [c for c in ds.icl.values if np.isclose(float(c), 1.0)]
+    if not ones:
+        return ""
+    at = ds.sel(icl=ones[0])
+    end, se = float(at.test_icl[-1]), float(at.standard_error.sel(curve="icl", weights="final"))
+    diff = end - float(ds.loss_star)
+    judged = uncertainty.verdict(diff, uncertainty.difference_band(se))
+    where = {uncertainty.AGREES: "within", uncertainty.DIFFERS: "beyond"}.get(judged, "at the edge of")
+    return (f"At c = 1 the in-context test loss ends at {prose_text(end, 4)}, {prose_text(diff, 2)} from L*: "
+            f"{where} twice its standard error on the test set ({prose_text(2 * se, 2)}).")
 
 
 def run_table(ds) -> MarkdownTable:
@@ -176,7 +192,8 @@ def words(ds) -> dict:
                      "horizontal bars; where our line passes through a circle, the reading agrees."
                      if ds.attrs["published"] else
                      "This run is not at the published settings, so no published reading is drawn.")
-    return dict(n_panels=len(cs), landmark_note=landmark_note, L_star=float(ds.loss_star), epoch=run["epoch"],
+    return dict(n_panels=len(cs), landmark_note=landmark_note, end_at_loss_star=end_at_loss_star(ds), L_star=prose_text(float(ds.loss_star), 4),
+                epoch=run["epoch"],
                 iwl_course=in_weight_course(ds),
                 caption_lead=published.page.caption_lead("Figure 14", bool(ds.attrs["published"])),
                 paper_epoch=PRESETS["paper"]["epoch"], c_values=list_words(cs),
