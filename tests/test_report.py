@@ -152,3 +152,19 @@ def test_glued_text_with_tex_is_refused_before_it_reaches_a_page():
     with pytest.raises(ValueError, match="rests"):
         glue(rests="R = 4 rests long at $\\mathcal{M}_6$")
     assert (saddle(6), subscript(12)) == ("ℳ₆", "₁₂")
+
+
+def test_glue_is_the_one_formatter_of_a_page_s_numbers():
+    """No page re-formats a glued number (``{glue:text}`name:.4f``` printed 5/36, glued as 0.139, as "0.1390"): a
+    glued quote carries no numeric format spec, and a number meant with other digits is glued as text by
+    prose_text, the one formatter (5/36 to four digits: "0.1389")."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    quote = re.compile(r"\{glue:text\}`([^`]+)`")
+    specs = [(p.name, m.group(1)) for folder in ("figures_src", "book") for p in sorted((root / folder).glob("*.md"))
+             for m in quote.finditer(p.read_text(encoding="utf-8"))
+             if re.search(r":[^:]*[eEfFgG%d]$", m.group(1).split("::")[-1])]
+    assert specs == []
+    assert prose_text(5 / 36, 4) == "0.1389" and prose_text(5 / 36) == "0.139"
