@@ -298,13 +298,6 @@ def prose_text(x, digits: int = PROSE_DIGITS) -> str:
     return str(v) if isinstance(v, int) or 1e-4 <= abs(v) < 1e6 else f"{v:.{digits}g}"
 
 
-def step_text(step) -> str:
-    """A step as prose writes it: a whole number ("1431"), or "not within the run" where it is missing (None, NaN:
-    the event did not happen in the steps trained)."""
-    x = _number(step)
-    return "not within the run" if x is None else str(int(round(x)))
-
-
 def prose_value(value):
     """``value`` as a plain Python value, the form a page's prose shows: text and booleans as they are, numbers
     rounded to the digits they mean (:func:`prose_number`: numpy scalars become ``int`` or ``float``, whole numbers
@@ -339,7 +332,7 @@ def glue(**values) -> None:
     displayed), and the page quotes it as ``{glue:text}`name``` (shown as glued, text without quotes). Values go
     through :func:`prose_value`: glue is the one formatter of a page's numbers, so a page never adds a format spec
     (``name:.4f`` would re-format a number already rounded to 3 digits: 5/36 → 0.139 → "0.1390"); a number meant
-    with other digits is glued as text (:func:`prose_text` with ``digits``, :func:`step_text`). Returns None, so a
+    with other digits is glued as text (:func:`prose_text` with ``digits``). Returns None, so a
     cell may end with it.
 
     Glued text is shown as it is, never parsed, so TeX in it would reach the reader as dollar signs: a text with a

@@ -18,7 +18,7 @@ from ... import diagnostics, loss_curves, mlp_from_attn_m, theory
 from ...config import RunConfig
 from .. import presets, published, uncertainty
 from ..commands import train_command
-from ..output import by_sign, prose_text, step_text
+from ..output import by_sign, prose_text
 from ..runstore import population_twin
 from .common import presets as common
 from .common.frame import settings_attrs
@@ -141,13 +141,19 @@ def words(ds) -> dict:
     attn = runs["attn_m"]
     return dict(head_num=attn["head_num"], init=f"{attn['init']:g}", in_dim=attn["in_dim"],
                 trainset_size=attn["trainset_size"], epoch=attn["epoch"], seed=attn["seed"],
-                half_drop_attn_m=step_text(ds.half_drop_step.sel(model="attn_m")),
-                half_drop_population=step_text(ds.half_drop_step_theory.sel(model="attn_m")),
-                half_drop_estimate=step_text(ds.half_drop_step_estimate.sel(model="attn_m")),
+                half_drop_attn_m=_step(ds.half_drop_step.sel(model="attn_m")),
+                half_drop_population=_step(ds.half_drop_step_theory.sel(model="attn_m")),
+                half_drop_estimate=_step(ds.half_drop_step_estimate.sel(model="attn_m")),
                 lag_matched=lag_behind_attn_m(ds, "mlp_matched_init"), lag_own=lag_behind_attn_m(ds, "mlp_own_init"),
                 caption_lead=published.page.caption_lead("Figure 1b", bool(ds.attrs["published"])),
                 gap_matched=prose_text(np.abs(ds.train_loss.sel(model="attn_m")
                                               - ds.train_loss.sel(model="mlp_matched_init")).max(), 2))
+
+
+def _step(x):
+    """A step for the prose: the whole step, or "not within the run" where the loss never crossed its midpoint."""
+    x = float(x)
+    return int(round(x)) if np.isfinite(x) else "not within the run"
 
 
 def lag_behind_attn_m(ds, model: str) -> str:

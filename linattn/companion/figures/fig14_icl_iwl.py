@@ -192,7 +192,8 @@ def words(ds) -> dict:
                      "horizontal bars; where our line passes through a circle, the reading agrees."
                      if ds.attrs["published"] else
                      "This run is not at the published settings, so no published reading is drawn.")
-    return dict(n_panels=len(cs), landmark_note=landmark_note, end_at_loss_star=end_at_loss_star(ds), L_star=prose_text(float(ds.loss_star), 4),
+    return dict(n_panels=len(cs), landmark_note=landmark_note, end_at_loss_star=end_at_loss_star(ds),
+                L_star=prose_text(float(ds.loss_star), 4),
                 epoch=run["epoch"],
                 iwl_course=in_weight_course(ds),
                 caption_lead=published.page.caption_lead("Figure 14", bool(ds.attrs["published"])),
