@@ -26,6 +26,7 @@ PRESETS = {
     "quick": dict(),
     "paper": dict(),
 }
+KNOB_CASES = ()  # no parameter of its own (it reads the other pages' outputs): nothing for a reader to vary
 TOLERANCES = []  # nothing its quick build's numbers are held to (its page says why)
 # the names in linattn.companion.published it compares with
 PUBLISHED = ("REPORT_GROUPS",)

@@ -32,6 +32,8 @@ PRESETS = {
 }
 # The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
 # its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
+# Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
+KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=2001), dict(seed=3, init=1e-4, trainset_size=1000, epoch=1501))
 README_ROWS = (
     ("1b", "plateau, final loss (ATTN_M)", ("plateau.attn_m", "final_loss.attn_m")),
     ("1b", "half-drop step (ATTN_M)", ("half_drop_step.attn_m",)),

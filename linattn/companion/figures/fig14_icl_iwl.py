@@ -30,6 +30,9 @@ PRESETS = {
     "paper": dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000,
                   icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seed=10),
 }
+# Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
+KNOB_CASES = (dict(in_dim=3, head_num=4, icl_values=[0.0, 1.0], epoch=1501),
+              dict(seed=3, trainset_size=300, testset_size=200, icl_values=[0.3, 0.7], epoch=1201))
 # The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
 # its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
 README_ROWS = (

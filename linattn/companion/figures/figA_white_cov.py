@@ -28,6 +28,8 @@ PRESETS = {
     "quick": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=1000, seeds=[10], snapshot_every=5),
     "paper": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=5000, seeds=[10, 11, 12], snapshot_every=5),
 }
+# Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
+KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=2001), dict(seeds=[3, 4], trainset_size=500, epoch=2501))
 TOLERANCES = [common.PLATEAUS, (r"final_sigma\..*", "rel", 0.05)]
 # the names in linattn.companion.published it compares with
 PUBLISHED = ("WHITE_L_STAR",)
