@@ -75,7 +75,8 @@ def summary(report: dict, preset: str) -> str:
         agree, total = published.page.counts(rows)
         unsure = sum(r["verdict"] == CANNOT_TELL for r in rows)
         lines.append(f"* **{page}: {agree} of {total} readings agree** with ours in their band (the page states it)"
-                     + (f"; {unsure} cannot tell" if unsure else "") + f"; {total - agree - unsure} differ.")
+                     + (f"; {unsure} cannot tell" if unsure else "")
+                     + f"; {total - agree - unsure} differ{'s' if total - agree - unsure == 1 else ''}.")
     if not groups["reading"]:
         lines.append("* No figure ran at the published settings of Figures 1b, 3a and 14, so no published reading is "
                      "compared at this preset.")
