@@ -12,6 +12,8 @@ import pytest
 from linattn.companion import presets
 from linattn.companion.figures import fig01b_attnm_loss, fig14_icl_iwl, figA_white_cov
 
+pytestmark = pytest.mark.slow  # each builds a figure's dataset (seconds)
+
 
 def _dataset(module, case, tmp_path_factory):
     import os
@@ -215,3 +217,31 @@ def test_white_cov_shifts_gap_and_l_star(white):
     D, N = white.attrs["in_dim"], white.attrs["N"]
     assert said["L_star"] == _sig((D + 1) / (N + D + 1), 4)
     assert "settings" in said["paper_final"]  # not the published settings: the paper's value is not set beside it
+
+
+def test_fig14_published_comparison_by_a_second_route(tmp_path_factory):
+    """At the published settings, every loss row of Figure 14's comparison re-judged with numpy: the offset line of
+    the loss scale by np.polyfit over all loss readings, then each reading's band (a pixel or its ±; a test loss at the
+    start or the end, + 2·√2·se of its per-sequence losses; a training loss, that margin as cannot tell)."""
+    from linattn.companion.published import readings
+
+    ds = _dataset(fig14_icl_iwl, dict(presets.table(fig14_icl_iwl.NAME)["paper"]), tmp_path_factory)
+    ds.attrs["published"] = 1
+    rows = fig14_icl_iwl.comparison(ds)
+    loss = [r for r in rows if r["unit"] == "loss"]
+    slope, value = np.polyfit([r["paper"] for r in loss], [r["difference"] for r in loss], 1)
+    assert abs(value - (-0.0091)) < 0.002 and abs(slope - 0.0065) < 0.002  # the published scale's known calibration
+    last = ds.step.values[-1]
+    for r in loss:
+        c = float(r["panel"].split("= ")[1])
+        reading = next(x for x in readings.FIG14[c] if x.what == r["what"])
+        kind = reading.how[0]
+        where = "start" if (kind == "at" and reading.how[1] == 0) else \
+            "final" if kind == "final" or (kind in ("min", "mean") and isinstance(reading.how[1], tuple)
+                                           and reading.how[1][1] >= last) else ""
+        se = float(ds.standard_error.sel(icl=c, curve=reading.curve, weights=where)) if where else 0.0
+        tol = max(0.0099, reading.stated)
+        band, margin = (tol, 2 * math.sqrt(2) * se) if reading.curve == "train" else (tol + 2 * math.sqrt(2) * se, 0)
+        left = abs(r["difference"] - (value + slope * r["paper"]))
+        judged = "agrees" if left <= band else "cannot tell" if left <= band + margin else "differs"
+        assert r["verdict"] == judged, r["what"]
