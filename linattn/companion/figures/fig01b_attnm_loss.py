@@ -108,9 +108,9 @@ def comparison(ds) -> list[dict]:
         return []
     loss, se = ds.train_loss, ds.standard_error
     sampling = published.rules.Sampling("train", float(se.sel(weights="start")), float(se.sel(weights="final")))
+    twins = [ds.loss_population.sel(model=m).values for m in ("attn_m", "mlp_own_init")]
     return published.rules.fig1b_comparison(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
-                                            float(ds.loss_star), ds.step.values, sampling,
-                                            ds.loss_population.sel(model="attn_m").values)
+                                            float(ds.loss_star), ds.step.values, sampling, twins)
 
 
 def numbers(ds) -> list[dict]:

@@ -164,7 +164,7 @@ def compare(readings: list[Reading], curves: dict, image: Image, steps=None, sam
     rows = []
     for r in readings:
         ours = measure(curves, r.how, r.curve, steps)
-        twin = measure(twins, r.how, r.curve, steps) if r.curve in twins else None
+        twin = measure(twins, r.how, r.curve, steps) if r.curve in twins and r.unit == "step" else None
         se, margin = _errors(r, ours, sampling, {r.curve: twin} if twin is not None else {}, x[-1])
         rows.append(_check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
                                else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image), se,
@@ -278,10 +278,10 @@ def _crossing_value(crossing: Crossing):
 def fig1b_comparison(attn_m, mlp, L_star: float, steps=None, sampling=None, population=None) -> list[dict]:
     """Figure 1b: ATTN_M's plateau, crossings, late and final values, the theory's L* against the dotted line, and
     the MLP's (own initialisation) lag behind ATTN_M on the drop. ``sampling``: ATTN_M's training loss's
-    :class:`Sampling`; ``population``: ATTN_M's population twin (the same start, P = ∞), whose crossings give each
-    step reading its finite-P margin."""
+    :class:`Sampling`; ``population``: the population twins (the same starts, P = ∞) of ATTN_M and the MLP, a pair
+    of curves, whose crossings and lag give each step reading its finite-P margin."""
     curves = {"attn_m": attn_m, "mlp": mlp, "reference": attn_m, "L_star": [L_star]}
-    twins = {} if population is None else {"attn_m": population}
+    twins = {} if population is None else dict(zip(("attn_m", "mlp"), population), reference=population[0])
     return compare(FIG1B, curves, FIG1B_IMAGE, steps, {"attn_m": sampling} if sampling else None,
                    twins) if len(attn_m) else []
 
