@@ -73,29 +73,21 @@ def test_fig14_in_weight_course_and_end_at_loss_star(fig14):
     assert ("within" if abs(end - L_star) <= 2 * se else "beyond") in said["end_at_loss_star"]
 
 
-def test_fig14_standard_errors_are_the_scatter_of_the_per_sequence_losses(fig14, tmp_path_factory):
-    """The stored standard error of the final in-context test loss, recomputed from the final weights and the test
-    set with the model's own forward pass and numpy (a second route past ``uncertainty.per_sequence_losses``)."""
-    import os
-
+def test_fig14_standard_errors_are_the_scatter_of_the_per_sequence_losses(tmp_path, monkeypatch):
+    """The stored standard errors of the final test losses, recomputed from the final weights and the test sets with
+    the model's own forward pass and numpy (a second route past ``uncertainty.per_sequence_losses``), at a knob case."""
     import linattn
+    from linattn.companion.figures.common.train import trained
 
-    S = presets.resolve(fig14_icl_iwl.NAME, "quick", None)
-    if list(map(float, fig14.icl.values)) != list(map(float, S["icl_values"])):
-        pytest.skip("recomputed at the quick preset only (the knob case's runs are not retrained here)")
-    os.environ["LINATTN_RUNS_DIR"] = str(tmp_path_factory.mktemp("runs2"))
-    try:
-        from linattn.companion.figures.common.train import trained
-
-        runs = trained(fig14_icl_iwl.runs(S), S)
-    finally:
-        del os.environ["LINATTN_RUNS_DIR"]
-    for c, r in zip(fig14.icl.values, runs):
-        X, y = r.datasets.test_icl.X, r.datasets.test_icl.y
+    monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "runs"))
+    S = presets.resolve(fig14_icl_iwl.NAME, "quick", fig14_icl_iwl.KNOB_CASES[1])
+    ds = fig14_icl_iwl.compute(S)
+    for c, r in zip(ds.icl.values, trained(fig14_icl_iwl.runs(S), S)):
         model = linattn.build_model(r.config.model, r.weights)
-        per = (y - model.predict(X, r.config.normalize)) ** 2
-        assert float(fig14.standard_error.sel(icl=c, curve="icl", weights="final")) == pytest.approx(
-            per.std(ddof=1) / math.sqrt(per.size), rel=1e-9)
+        for curve, sequences in (("icl", r.datasets.test_icl), ("iwl", r.datasets.test_iwl)):
+            per = (sequences.y - model.predict(sequences.X, r.config.normalize)) ** 2
+            assert float(ds.standard_error.sel(icl=c, curve=curve, weights="final")) == pytest.approx(
+                per.std(ddof=1) / math.sqrt(per.size), rel=1e-9)
 
 
 def test_fig14_numbers_rows_and_comparison_at_other_settings(fig14):
