@@ -499,13 +499,15 @@ def test_figA_white_cov_at_settings_the_paper_never_used_follows_the_closed_form
     assert float(ds.sigma_final_theory) == pytest.approx(D / c) and float(ds.loss_star) == pytest.approx(1 - 1 / c)
     assert ds.loss_theory.isel(step=0).values == pytest.approx(1.0, abs=1e-2)  # near tr Λ = 1 from a small start
     rows = keyed(figA_white_cov.numbers(ds))
-    assert len(rows) == 8 and all(r["paper"] is None for r in rows.values())
+    assert len(rows) == 10 and all(r["paper"] is None for r in rows.values())
     for s in (1, 2):  # the drop comes near the analytic curve's (within 30 %), both read by one rule
         row = rows[f"half_drop_step.seed{s}"]
         assert row["reproduced"] == pytest.approx(row["theory"], rel=0.3)
         trained = ds.step.values[:-1]
         assert row["theory"] == lc.half_drop_step(ds.loss_theory.sel(seed=s).values[:-1], trained)
         assert row["reproduced"] == lc.half_drop_step(ds.train_loss.sel(seed=s).values[:-1], trained)
+        twin = rows[f"half_drop_step_population.seed{s}"]  # the population twin, read by the same rule
+        assert twin["reproduced"] == pytest.approx(twin["theory"], rel=0.1)
         assert rows[f"max_gap.seed{s}"]["reproduced"] == pytest.approx(
             float(np.nanmax(np.abs(ds.train_loss - ds.loss_theory).sel(seed=s))))
     assert "final_paper" not in figA_white_cov.seed_table(ds).columns
@@ -519,8 +521,12 @@ def test_figA_white_cov_words_the_shift_and_the_largest_gap_from_the_half_drops(
                      "half_drop_step_theory": ("seed", [100.0, 100.0, 100.0]),
                      "max_gap": ("seed", [0.4, 0.1, 0.0]), "max_gap_step": ("seed", [95, 300, 0])},
                     coords={"seed": [1, 2, 3]})
-    assert figA_white_cov.drop_shift(ds) == ("10 steps (10 %) earlier (seed 1), 10 steps (10 %) later (seed 2), "
-                                             "at the same step (seed 3)")
+    assert figA_white_cov.shift_words(ds.half_drop_step, ds.half_drop_step_theory) == \
+        "from 10 steps earlier to 10 steps later"
+    assert figA_white_cov.shift_words([90.0, 97.0], [100.0, 100.0]) == "3–10 steps (3–10 %) earlier"
+    assert figA_white_cov.shift_words([106.0, np.nan], [100.0, 100.0]) == "6 steps (6 %) later"
+    assert figA_white_cov.shift_words([100.0], [100.0]) == "at the same step"
+    assert figA_white_cov.shift_words([np.nan], [100.0]) == "not within the run"
     assert figA_white_cov.largest_gap(ds).startswith("0.4 (seed 1, step 95, on the drop")
     assert "on the drop" not in figA_white_cov.largest_gap(ds.assign(max_gap_step=("seed", [300, 300, 0])))
 

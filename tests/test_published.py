@@ -300,9 +300,10 @@ def test_the_report_counts_claims_apart_from_readings_and_estimates():
     rows = [number_row(**r) for r in [c.row() for c in claims] + readings
             + [dict(quantity="escape", theory=900.0, reproduced=1000.0, verdict=ESTIMATE),
                dict(quantity="plain", theory=1.0, reproduced=1.1),
-               dict(quantity="settled", reproduced=0.004, tolerance=0.01, verdict="agrees")]]  # our own criterion
+               dict(quantity="settled", reproduced=0.004, tolerance=0.01, verdict="agrees"),  # our own criterion
+               dict(key="drops.attn_m.check.seed_11", quantity="again", paper=1, reproduced=1, verdict="agrees")]]
     groups = [published.page.report_group({**r, **compare_row(r)}) for r in rows]
-    assert groups == ["claim"] * 2 + ["reading"] * len(readings) + ["estimate", "other", "check"]
+    assert groups == ["claim"] * 2 + ["reading"] * len(readings) + ["estimate", "other", "check", "robustness"]
     assert set(groups) == set(published.page.REPORT_GROUPS)
 
 
@@ -347,26 +348,68 @@ def test_every_published_row_has_its_own_key():
         assert len(rows) > 3 and len(set(keys)) == len(keys) and all(k.startswith("published.") for k in keys)
 
 
-def test_a_loss_reading_off_by_sampling_error_is_said_to_be_so():
-    """Figure 3a's plateau reading L(M_1) = 0.641 against a constructed level 0.651: 2.6 pixels off, so it does not
-    agree; on P = 5000 sequences that is within twice the standard error (0.641·√(2/5000) = 0.0128), on P = 80000
-    (0.0032) it differs; the step readings carry no sampling error; the residual's heavier tails on a later plateau
-    widen the band."""
-    from linattn.companion.output import DIFFERS, WITHIN_NOISE
+def test_a_plateau_level_is_a_training_loss_and_never_agrees_by_sampling_error():
+    """Figure 3a's plateau L(M_1) = 0.641 against seeds' levels around 0.651 (2.6 pixels off): no sampling-error
+    agreement (a training loss is biased); within 2·√(sd²/n + sd²) of the seeds' spread it cannot tell, beyond it it
+    differs; within a pixel it agrees; a step reading has no standard error."""
+    from linattn.companion.uncertainty import AGREES, CANNOT_TELL, DIFFERS
 
     drops = {s: np.full(4, np.nan) for s in range(6)}
-    levels = [1.001, 0.651, 0.381, 0.210, 0.138]
-    def level_row(P):
-        rows = rules.fig3a_comparison(drops, levels, P=P)
-        return next(r for r in rows if "L(M_1)" in r["what"])
 
-    assert level_row(5000)["verdict"] == WITHIN_NOISE and level_row(80000)["verdict"] == DIFFERS
-    assert level_row(None)["verdict"] == DIFFERS
-    steps = [r for r in rules.fig3a_comparison(drops, levels, P=5000) if r["unit"] == "step"]
+    def level_row(m1):
+        levels = [[1.001], m1, [0.381], [0.210], [0.138]]
+        return next(r for r in rules.fig3a_comparison(drops, levels) if "L(M_1)" in r["what"])
+
+    m1 = np.array([0.641, 0.661, 0.651, 0.646, 0.656, 0.651])
+    wide = level_row(m1)  # sd 0.0071: margin 2·√(sd²/6 + sd²) = 0.0153
+    assert wide["verdict"] == CANNOT_TELL and wide["reproduced"] == pytest.approx(0.651)
+    assert wide["unresolved"] == pytest.approx(2 * m1.std(ddof=1) * math.sqrt(7 / 6))
+    assert level_row([0.6505, 0.6515, 0.651])["verdict"] == DIFFERS  # sd 0.0005: 0.010 is beyond 0.0038 + 0.0012
+    assert level_row([0.651])["verdict"] == DIFFERS  # one seed: no spread, the pixel alone
+    assert level_row([0.643, np.nan])["verdict"] == AGREES  # 0.002 off, within the pixel 0.00383
+    steps = [r for r in rules.fig3a_comparison(drops, [[0.651]] * 5) if r["unit"] == "step"]
     assert steps and all(r["standard_error"] is None for r in steps)
-    # L(M_2) read 0.381, ours 0.376 on P = 80000: beyond 2 Gaussian SEs (0.0038), within 2 SEs of the residual left on
-    # M_2 (eigenvalues 0.2 and 0.1 unlearned, kurtosis 6.33: 0.0062)
-    lowered = [1.001, 0.641, 0.376, 0.210, 0.138]
-    def m2(**kw):
-        return next(r for r in rules.fig3a_comparison(drops, lowered, P=80000, **kw) if "L(M_2)" in r["what"])
-    assert m2()["verdict"] == DIFFERS and m2(eigenvalues=[0.4, 0.3, 0.2, 0.1])["verdict"] == WITHIN_NOISE
+
+
+def test_figure_14_judges_its_losses_after_the_offset_of_its_loss_scale():
+    """Constructed Figure 14 rows whose every loss reading is off by −0.0099 + 0.005 × its level (a scale read a
+    pixel off at low losses), judged beforehand in a band of half a pixel: the line is measured (value −0.0099, slope
+    0.005, no scatter), stated, removed, and they all agree; one reading off by 3 pixels more still differs."""
+    from linattn.companion.uncertainty import AGREES, DIFFERS
+
+    flat = {c: {k: np.full(5000, 0.5) for k in ("train", "iwl", "icl")} for c in readings.FIG14}
+    rows = [dict(r, difference=-0.0099 + 0.005 * r["paper"], band=0.0049, unresolved=0.0, verdict=DIFFERS)
+            if r["unit"] == "loss" else r for r in rules.fig14_comparison(flat, np.arange(5000))]
+    judged = rules.judged_after_offset(rows)
+    loss = [r for r in judged if r["unit"] == "loss"]
+    assert len(loss) == sum(1 for rs in readings.FIG14.values() for x in rs if x.unit == "loss") > 30
+    assert all(r["verdict"] == AGREES for r in loss)
+    stated = rules.offset_of(judged)
+    assert (stated.value, stated.slope) == (pytest.approx(-0.0099), pytest.approx(0.005))
+    assert stated.scatter == pytest.approx(0, abs=1e-12) and stated.n == len(loss)
+    assert "-0.0099 + 0.0050 × loss" in published.page.summary(judged, readings.FIG14_IMAGE)
+    i = next(i for i, r in enumerate(rows) if r["unit"] == "loss")
+    rows[i] = dict(rows[i], difference=rows[i]["difference"] - 0.03)
+    assert rules.judged_after_offset(rows)[i]["verdict"] == DIFFERS
+
+
+def test_a_test_loss_band_carries_both_samples_and_a_step_its_finite_p_margin():
+    """A final test-loss reading with per-sequence standard error se is judged in pixel + 2·√2·se; a training-loss
+    reading in the pixel alone, with the spread of two training sets as a cannot-tell margin; a step reading with a
+    population twin gets the twin's shift as its margin."""
+    from linattn.companion.uncertainty import AGREES, CANNOT_TELL
+
+    r_test = readings.Reading("", "final", "icl", ("final",), 0.148, "loss")
+    r_train = readings.Reading("", "final", "train", ("final",), 0.148, "loss")
+    r_step = readings.Reading("", "below 0.5", "train", ("below", 0.5), 1000, "step")
+    curve = np.r_[np.ones(1050), np.full(950, 0.130)]
+    twin = np.r_[np.ones(1100), np.full(900, 0.125)]
+    rows = rules.compare([r_test, r_train, r_step], {"icl": curve, "train": curve}, readings.FIG14_IMAGE,
+                         sampling={"icl": rules.Sampling("test", final=0.004),
+                                   "train": rules.Sampling("train", final=0.004)}, twins={"train": twin})
+    test_row, train_row, step_row = rows
+    assert test_row["band"] == pytest.approx(0.0099 + 2 * math.sqrt(2) * 0.004) and test_row["verdict"] == AGREES
+    assert train_row["band"] == pytest.approx(0.0099) and train_row["verdict"] == CANNOT_TELL
+    assert train_row["unresolved"] == pytest.approx(2 * math.sqrt(2) * 0.004)
+    assert step_row["difference"] == 50 and step_row["unresolved"] == 50 and step_row["verdict"] == CANNOT_TELL
+

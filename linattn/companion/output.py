@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..records import atomic_path, atomic_write, provenance, write_csv, write_json
+from .uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, difference_band, verdict  # noqa: F401 (re-exported)
 
 ENV_ROOT = "LINATTN_FIGURES_DIR"
 NUMBER_FIELDS = ("quantity", "paper", "theory", "reproduced", "abs_error")
@@ -44,51 +45,20 @@ def _number(x):
     return x if math.isfinite(x) else None
 
 
-AGREES, DIFFERS, ESTIMATE = "agrees", "differs", "estimate only"
-WITHIN_NOISE = "within sampling error"
-_VERDICTS = (AGREES, WITHIN_NOISE, DIFFERS, ESTIMATE)
-CONSISTENT = (AGREES, WITHIN_NOISE)  # the verdicts that do not contradict the reading
-
-#: How many standard errors a difference may reach and still be read as sampling error: 2, a two-sided 95 % band for
-#: a Gaussian estimate. A wider band (3) would call almost any plateau offset on P = 5000 noise (3 × 0.025); a
-#: narrower one would call one curve in three "differs" from noise alone.
-SAMPLING_FACTOR = 2.0
-
-
-def loss_standard_error(level, P, kurtosis: float = 3.0) -> float | None:
-    """The standard error of a training loss at ``level`` read on ``P`` sequences: level · √((κ − 1)/P).
-
-    A loss is a mean over P sequences of squared residuals r²; with residuals of variance L, E[r⁴] = κ L² (κ = 3 for
-    Gaussian residuals), so Var(r²) = (κ − 1) L² and the mean carries L·√((κ − 1)/P): L·√(2/P) for Gaussian ones.
-    Where the task vector is drawn afresh for each sequence the residual is Gaussian only given the task, and its
-    tails are heavier (``theory.residual_kurtosis``). None when ``P`` is not a finite number (the population loss: no
-    sampling error) or ``level`` is missing."""
-    L = _number(level)
-    if L is None or P is None or not math.isfinite(float(P)) or float(P) <= 0:
-        return None
-    return abs(L) * math.sqrt((float(kurtosis) - 1.0) / float(P))
-
-
-def verdict(difference, tolerance, standard_error=None) -> str:
-    """The verdict of one comparison: *agrees* when |difference| ≤ ``tolerance``; else *within sampling error*
-    when a ``standard_error`` of the compared quantity is given and |difference| ≤ :data:`SAMPLING_FACTOR` times
-    it; else *differs* (also when there is no difference to judge: the event did not happen in our run)."""
-    d = _number(difference)
-    if d is None:
-        return DIFFERS
-    if abs(d) <= float(tolerance):
-        return AGREES
-    se = _number(standard_error)
-    return WITHIN_NOISE if se is not None and abs(d) <= SAMPLING_FACTOR * se else DIFFERS
+# The verdicts of a comparison and their bands live in one module (:mod:`linattn.companion.uncertainty`); a row may
+# also say ESTIMATE: a theory value that is an order-of-magnitude estimate, not judged.
+ESTIMATE = "estimate only"
+_VERDICTS = (*VERDICTS, ESTIMATE)
 
 
 def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None, reproduced=None, abs_error=None,
                tolerance=None, verdict=None, standard_error=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
     there is no theory value), or None when neither is a number. A row that is a check may carry its
-    ``tolerance`` and ``verdict`` (one of ``_VERDICTS``; ``ESTIMATE`` for a theory value that is an
-    order-of-magnitude estimate, such as an escape time) and the ``standard_error`` of the compared quantity (its
-    sampling error, :func:`loss_standard_error`); these keys are present only when given. ``key``: the
+    ``tolerance`` and ``verdict`` (one of ``uncertainty.VERDICTS``, or ``ESTIMATE`` for a theory value that is an
+    order-of-magnitude estimate, such as an escape time) and the ``standard_error`` of the compared difference (from
+    per-sequence losses, :func:`linattn.companion.uncertainty.standard_error`); these keys are present only when
+    given. ``key``: the
     row's stable name (e.g. ``"final_loss.attn_m"``), by which the report, the README and the tests find it
     whatever its wording."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
@@ -122,14 +92,14 @@ def compare_row(row: dict) -> dict:
     ``"not comparable"``. Lists given as text (e.g. plateau indices ``"0 2 4"``) are compared as text: equal lists
     have error 0; lists that differ are not comparable as numbers, and the reason names both.
 
-    ``verdict`` is the row's own (:func:`number_row`), else, where the row states a ``tolerance``, :func:`verdict`
-    of its error (with the row's ``standard_error``, if any), else None (a number reported without a stated
-    tolerance)."""
+    ``verdict`` is the row's own (:func:`number_row`), else, where the row states a ``tolerance``,
+    :func:`linattn.companion.uncertainty.verdict` of its error in the band tolerance + 2 × the row's
+    ``standard_error`` (if any), else None (a number reported without a stated tolerance)."""
     result = _compare(row)
     stated, tol = row.get("verdict"), row.get("tolerance")
     if stated is None and tol is not None:
-        stated = verdict(result["error"] if not isinstance(result["error"], str) else None, tol,
-                         row.get("standard_error"))
+        stated = verdict(result["error"] if not isinstance(result["error"], str) else None,
+                         difference_band(row.get("standard_error"), resolution=tol))
     return {**result, "verdict": stated}
 
 
@@ -359,8 +329,11 @@ class _Words(str):
 
 def glue(**values) -> None:
     """Hand numbers and words from the run to the page's prose: each ``name=value`` is glued with myst-nb (not
-    displayed), and the page quotes it as ``{glue:text}`name:.0f``` (a number) or ``{glue:text}`name``` (text,
-    shown without quotes). Values go through :func:`prose_value`. Returns None, so a cell may end with it.
+    displayed), and the page quotes it as ``{glue:text}`name``` (shown as glued, text without quotes). Values go
+    through :func:`prose_value`: glue is the one formatter of a page's numbers, so a page never adds a format spec
+    (``name:.4f`` would re-format a number already rounded to 3 digits: 5/36 → 0.139 → "0.1390"); a number meant
+    with other digits is glued as text (:func:`prose_text` with ``digits``). Returns None, so a
+    cell may end with it.
 
     Glued text is shown as it is, never parsed, so TeX in it would reach the reader as dollar signs: a text with a
     ``$`` is refused (ValueError naming it), and prose writes symbols in Unicode (:func:`saddle`, :func:`subscript`)."""

@@ -2,7 +2,8 @@
 
 Each row is filed by what it carries, never by its wording (:func:`linattn.companion.published.page.report_group`):
 a *reading* of a published image (a verdict and a tolerance), a *claim* of the paper's text (a verdict, no
-tolerance), a *check* of our own run (a verdict with no published value beside it: the phase diagram's settling
+tolerance), a *robustness* run (the same claim on a run of ours at another seed or step size: not a claim of the paper,
+counted apart), a *check* of our own run (a verdict with no published value beside it: the phase diagram's settling
 criterion), an *estimate* (an order-of-magnitude theory value, not judged) or *other*; every row gets an error
 (:func:`linattn.companion.output.compare_row`). The report's own rows are keyed ``<figure>.<the row's key>``.
 """
@@ -17,13 +18,15 @@ import numpy as np
 
 from .. import published
 from ..notebooks import discover
-from ..output import AGREES, DIFFERS, NOT_COMPARABLE, NUMBER_FIELDS, WITHIN_NOISE, MarkdownTable, compare_row
+from ..output import NOT_COMPARABLE, NUMBER_FIELDS, MarkdownTable, compare_row
+from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
     "quick": dict(),
     "paper": dict(),
 }
+KNOB_CASES = ()  # no parameter of its own (it reads the other pages' outputs): nothing for a reader to vary
 TOLERANCES = []  # nothing its quick build's numbers are held to (its page says why)
 # the names in linattn.companion.published it compares with
 PUBLISHED = ("REPORT_GROUPS",)
@@ -70,10 +73,10 @@ def summary(report: dict, preset: str) -> str:
     for page in reading_pages(report):
         rows = [r for r in groups["reading"] if r["page"] == page]
         agree, total = published.page.counts(rows)
-        noise = sum(r["verdict"] == WITHIN_NOISE for r in rows)
-        lines.append(f"* **{page}: {agree} of {total} readings agree** with ours within a pixel (or the reading's own "
-                     "±)" + (f", {noise} of them only within the sampling error of a loss" if noise else "")
-                     + f"; {total - agree} differ.")
+        unsure = sum(r["verdict"] == CANNOT_TELL for r in rows)
+        lines.append(f"* **{page}: {agree} of {total} readings agree** with ours in their band (the page states it)"
+                     + (f"; {unsure} cannot tell" if unsure else "")
+                     + f"; {total - agree - unsure} differ{'s' if total - agree - unsure == 1 else ''}.")
     if not groups["reading"]:
         lines.append("* No figure ran at the published settings of Figures 1b, 3a and 14, so no published reading is "
                      "compared at this preset.")
@@ -84,6 +87,11 @@ def summary(report: dict, preset: str) -> str:
     if not groups["claim"]:
         lines.append("* No figure ran at the published settings of Figures 4 and 5, so no claim of the paper's text is "
                      "judged at this preset.")
+    runs = groups["robustness"]
+    if runs:
+        held = sum(r["verdict"] == AGREES for r in runs)
+        lines.append(f"* Robustness runs (a claim repeated on runs of ours at other seeds or step sizes, not claims of "
+                     f"the paper): the claim holds in {held} of {len(runs)}.")
     judged = groups["reading"] + groups["claim"]
     if judged:
         lines.append(f"* **In all, {published.page.counts(judged)[0]} of {len(judged)} verdicts agree** "
@@ -105,8 +113,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def tables(report: dict) -> dict:
-    """The page's tables by section: ``readings`` (one per published figure), ``claims``, ``checks`` (of our own
-    runs), ``estimates``, ``other`` and ``counts`` (how many rows of each kind, and why the rest are not
+    """The page's tables by section: ``readings`` (one per published figure), ``claims``, ``robustness``, ``checks``
+    (of our own runs), ``estimates``, ``other`` and ``counts`` (how many rows of each kind, and why the rest are not
     comparable)."""
     groups = report["groups"]
     reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
@@ -125,7 +133,11 @@ def tables(report: dict) -> dict:
                                             "relative": "relative"}, {"relative": ".2g"})
     checks = MarkdownTable(groups["check"], {"page": "page", "quantity": "quantity", "reproduced": "ours",
                                              "tolerance": "tolerance", "verdict": "verdict"})
+    robustness = MarkdownTable(groups["robustness"], {"page": "page", "quantity": "quantity", "paper": "paper",
+                                                      "reproduced": "ours", "verdict": "verdict"},
+                               {"paper": "g", "reproduced": "g"})
     return {"readings": readings, "claims": claims if groups["claim"] else None,
+            "robustness": robustness if groups["robustness"] else None,
             "checks": checks if groups["check"] else None, "estimates": estimates, "other": other,
             "counts": _counts(report)}
 
@@ -134,10 +146,11 @@ def _counts(report: dict) -> MarkdownTable:
     groups, rows = report["groups"], report["rows"]
     reasons = Counter(r["error"].split(" (")[0] for r in groups["other"] if r["kind"] == NOT_COMPARABLE)
     counted = [("readings that agree", sum(r["verdict"] == AGREES for r in groups["reading"])),
-               ("readings within sampling error", sum(r["verdict"] == WITHIN_NOISE for r in groups["reading"])),
+               ("readings we cannot tell", sum(r["verdict"] == CANNOT_TELL for r in groups["reading"])),
                ("readings that differ", sum(r["verdict"] == DIFFERS for r in groups["reading"])),
                ("claims of the paper's text that agree", sum(r["verdict"] == AGREES for r in groups["claim"])),
                ("claims of the paper's text that differ", sum(r["verdict"] == DIFFERS for r in groups["claim"])),
+               ("robustness runs (not claims of the paper)", len(groups["robustness"])),
                ("checks of our own runs (no published value)", len(groups["check"])),
                ("estimates (not judged)", len(groups["estimate"])),
                ("other numbers with a relative error", sum(r["kind"] == "relative" for r in groups["other"])),

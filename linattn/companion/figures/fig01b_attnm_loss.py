@@ -16,9 +16,9 @@ import numpy as np
 
 from ... import diagnostics, loss_curves, mlp_from_attn_m, theory
 from ...config import RunConfig
-from .. import presets, published
+from .. import presets, published, uncertainty
 from ..commands import train_command
-from ..output import by_sign
+from ..output import by_sign, prose_text
 from ..runstore import population_twin
 from .common import presets as common
 from .common.frame import settings_attrs
@@ -32,6 +32,8 @@ PRESETS = {
 }
 # The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
 # its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
+# Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
+KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=2001), dict(seed=3, init=1e-4, trainset_size=1000, epoch=1501))
 README_ROWS = (
     ("1b", "plateau, final loss (ATTN_M)", ("plateau.attn_m", "final_loss.attn_m")),
     ("1b", "half-drop step (ATTN_M)", ("half_drop_step.attn_m",)),
@@ -83,13 +85,17 @@ def compute(S: dict):
          "half_drop_step_theory": ("model", [loss_curves.half_drop_step(L, step) for L in population]),
          "half_drop_step_estimate": ("model", estimate),
          "final_loss": ("model", loss[:, -1]),
-         "plateau_theory": float(np.trace(cov)), "loss_star": theory.loss_star(cov, N)},
-        coords={"model": list(MODELS), "step": step},
+         "plateau_theory": float(np.trace(cov)), "loss_star": theory.loss_star(cov, N),
+         "standard_error": ("weights", [uncertainty.standard_error(uncertainty.per_sequence_losses(attn, "train", w))
+                                        for w in ("init", "final")])},
+        coords={"model": list(MODELS), "step": step, "weights": ["start", "final"]},
         attrs=settings_attrs(S, engine=attn.engine, seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in done.items()}))
     ds.attrs["commands"] = "\n".join(train_command(done[k].config) for k in ("attn_m", "mlp_own_init"))
     ds.attrs["published"] = int(presets.is_published(NAME, S))
     ds.loss_population.attrs["description"] = "population loss (P = ∞) of the same model from the run's initial weights"
+    ds.standard_error.attrs["description"] = ("standard error of ATTN_M's training loss from its per-sequence losses "
+                                              "at the initial and the final weights")
     ds.half_drop_step_estimate.attrs["description"] = ("logistic estimate: the step at which the top mode of "
                                                        "E[y z] is half grown (not the loss midpoint)")
     return ds
@@ -100,10 +106,11 @@ def comparison(ds) -> list[dict]:
     published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
-    loss = ds.train_loss
-    P = _runs(ds)["attn_m"]["trainset_size"]  # a loss reading's sampling error is that of P sequences
+    loss, se = ds.train_loss, ds.standard_error
+    sampling = published.rules.Sampling("train", float(se.sel(weights="start")), float(se.sel(weights="final")))
+    twins = [ds.loss_population.sel(model=m).values for m in ("attn_m", "mlp_own_init")]
     return published.rules.fig1b_comparison(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
-                                      float(ds.loss_star), ds.step.values, P=P)
+                                            float(ds.loss_star), ds.step.values, sampling, twins)
 
 
 def numbers(ds) -> list[dict]:
@@ -136,13 +143,19 @@ def words(ds) -> dict:
     attn = runs["attn_m"]
     return dict(head_num=attn["head_num"], init=f"{attn['init']:g}", in_dim=attn["in_dim"],
                 trainset_size=attn["trainset_size"], epoch=attn["epoch"], seed=attn["seed"],
-                half_drop_attn_m=float(ds.half_drop_step.sel(model="attn_m")),
-                half_drop_population=float(ds.half_drop_step_theory.sel(model="attn_m")),
-                half_drop_estimate=float(ds.half_drop_step_estimate.sel(model="attn_m")),
+                half_drop_attn_m=_step(ds.half_drop_step.sel(model="attn_m")),
+                half_drop_population=_step(ds.half_drop_step_theory.sel(model="attn_m")),
+                half_drop_estimate=_step(ds.half_drop_step_estimate.sel(model="attn_m")),
                 lag_matched=lag_behind_attn_m(ds, "mlp_matched_init"), lag_own=lag_behind_attn_m(ds, "mlp_own_init"),
                 caption_lead=published.page.caption_lead("Figure 1b", bool(ds.attrs["published"])),
-                gap_matched=float(np.abs(ds.train_loss.sel(model="attn_m")
-                                         - ds.train_loss.sel(model="mlp_matched_init")).max()))
+                gap_matched=prose_text(np.abs(ds.train_loss.sel(model="attn_m")
+                                              - ds.train_loss.sel(model="mlp_matched_init")).max(), 2))
+
+
+def _step(x):
+    """A step for the prose: the whole step, or "not within the run" where the loss never crossed its midpoint."""
+    x = float(x)
+    return int(round(x)) if np.isfinite(x) else "not within the run"
 
 
 def lag_behind_attn_m(ds, model: str) -> str:

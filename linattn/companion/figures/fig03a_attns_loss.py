@@ -160,9 +160,7 @@ def comparison(ds) -> list[dict]:
     if not ds.attrs["published"]:
         return []
     drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}
-    P = next(iter(_runs(ds).values()))["trainset_size"]  # a plateau level's sampling error is that of P sequences
-    return published.rules.fig3a_comparison(drops, [_mean(ds.plateau_level.sel(m=m)) for m in ds.m.values], P=P,
-                                      eigenvalues=ds.eigenvalue.values)
+    return published.rules.fig3a_comparison(drops, [ds.plateau_level.sel(m=m).values for m in ds.m.values])
 
 
 def numbers(ds) -> list[dict]:

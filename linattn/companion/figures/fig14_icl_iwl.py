@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from ... import loss_curves, theory
-from .. import presets, published
+from .. import presets, published, uncertainty
 from ..commands import train_command
-from ..output import MarkdownTable
+from ..output import MarkdownTable, prose_text
 from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe, join
@@ -30,6 +30,9 @@ PRESETS = {
     "paper": dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000,
                   icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seed=10),
 }
+# Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
+KNOB_CASES = (dict(in_dim=3, head_num=4, icl_values=[0.0, 1.0], epoch=1501),
+              dict(seed=3, trainset_size=300, testset_size=200, icl_values=[0.3, 0.7], epoch=1201))
 # The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
 # its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
 README_ROWS = (
@@ -62,8 +65,10 @@ def compute(S: dict):
          "train_loss_over_start": (("icl", "step"), train / train[:, :1]),
          "test_iwl": (("icl", "step"), np.array([r.history.test_iwl for r in done])),
          "test_icl": (("icl", "step"), np.array([r.history.test_icl for r in done])),
-         "loss_star": theory.loss_star(first.datasets.cov, first.config.N)},
-        coords={"icl": [float(c) for c in S["icl_values"]], "step": first.history.step},
+         "loss_star": theory.loss_star(first.datasets.cov, first.config.N),
+         "standard_error": (("icl", "curve", "weights"), np.array([_standard_errors(r) for r in done]))},
+        coords={"icl": [float(c) for c in S["icl_values"]], "step": first.history.step, "curve": list(CURVES),
+                "weights": list(WEIGHTS)},
         attrs=settings_attrs(S, engine=first.engine, seeds=S["seed"],
                              runs={f"icl={r.config.icl:g}": r.config.to_dict() for r in done}))
     ds.attrs.update(published=int(presets.is_published(NAME, S)),
@@ -71,7 +76,38 @@ def compute(S: dict):
     ds.icl.attrs["description"] = "in-context fraction c: the share of training sequences with a fresh task vector"
     ds.test_iwl.attrs["description"] = "loss on held-out sequences with the fixed task vector (in-weight)"
     ds.test_icl.attrs["description"] = "loss on held-out sequences with fresh task vectors (in-context)"
+    ds.standard_error.attrs["description"] = ("standard error of each loss (the training loss over its start as drawn) "
+                                              "from its per-sequence losses at the initial and the final weights")
     return ds
+
+
+WEIGHTS = ("start", "final")  # the weights whose per-sequence losses give a loss its standard error
+
+
+def _standard_errors(result) -> list:
+    """[[se at the start, se at the end] for train (over its first value), iwl, icl]: the standard error of each loss
+    from its per-sequence losses (``uncertainty.standard_error``); NaN for a set the run lacks."""
+    first = float(result.history.train_loss[0])
+    out = []
+    for curve, which in (("train", "train"), ("iwl", "test_iwl"), ("icl", "test_icl")):
+        scale = first if curve == "train" else 1.0
+        if getattr(result.datasets, which, None) is None:
+            out.append([np.nan, np.nan])
+            continue
+        out.append([uncertainty.standard_error(uncertainty.per_sequence_losses(result, which, w)) / scale
+                    for w in ("init", "final")])
+    return out
+
+
+def sampling(ds) -> dict:
+    """c → {curve: ``published.rules.Sampling``}: each curve's kind (the training loss is biased, the tests are not)
+    and its standard errors at the start and the end, as the published comparison takes them."""
+    def known(x) -> float | None:
+        return float(x) if np.isfinite(x) else None
+
+    return {float(c): {k: published.rules.Sampling("train" if k == "train" else "test",
+                                                   *(known(ds.standard_error.sel(icl=c, curve=k, weights=w))
+                                                     for w in WEIGHTS)) for k in CURVES} for c in ds.icl.values}
 
 
 def curves(ds) -> dict:
@@ -87,9 +123,7 @@ def comparison(ds) -> list[dict]:
     """Each published panel's landmarks beside ours (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
-    run = next(iter(_runs(ds).values()))  # the readings' sampling error: that of the smaller of the two sets
-    P = min(run["trainset_size"], run["testset_size"])
-    return published.rules.fig14_comparison(curves(ds), ds.step.values, P=P)
+    return published.rules.fig14_comparison(curves(ds), ds.step.values, sampling(ds))
 
 
 def numbers(ds) -> list[dict]:
@@ -103,8 +137,24 @@ def numbers(ds) -> list[dict]:
                  dict(key=f"final_test_iwl.{_slug(c)}", quantity=f"c={c:g}: final in-weight test loss",
                       reproduced=at.test_iwl[-1]),
                  dict(key=f"final_test_icl.{_slug(c)}", quantity=f"c={c:g}: final in-context test loss",
-                      theory=ds.loss_star if c == 1 else None, reproduced=at.test_icl[-1])]
+                      theory=ds.loss_star if c == 1 else None, reproduced=at.test_icl[-1],
+                      standard_error=float(at.standard_error.sel(curve="icl", weights="final")) if c == 1 else None)]
     return rows + published.page.number_rows(comparison(ds))
+
+
+def end_at_loss_star(ds) -> str:
+    """Where the in-context test loss of the all-in-context run (c = 1) ends beside L*, judged in twice its standard
+    error (``uncertainty``: the theory has none); "" where this run has no c = 1."""
+    ones = [c for c in ds.icl.values if np.isclose(float(c), 1.0)]
+    if not ones:
+        return ""
+    at = ds.sel(icl=ones[0])
+    end, se = float(at.test_icl[-1]), float(at.standard_error.sel(curve="icl", weights="final"))
+    diff = end - float(ds.loss_star)
+    judged = uncertainty.verdict(diff, uncertainty.difference_band(se))
+    where = {uncertainty.AGREES: "within", uncertainty.DIFFERS: "beyond"}.get(judged, "at the edge of")
+    return (f"At c = 1 the in-context test loss ends at {prose_text(end, 4)}, {prose_text(diff, 2)} from L*: "
+            f"{where} twice its standard error on the test set ({prose_text(2 * se, 2)}).")
 
 
 def run_table(ds) -> MarkdownTable:
@@ -145,7 +195,9 @@ def words(ds) -> dict:
                      "horizontal bars; where our line passes through a circle, the reading agrees."
                      if ds.attrs["published"] else
                      "This run is not at the published settings, so no published reading is drawn.")
-    return dict(n_panels=len(cs), landmark_note=landmark_note, L_star=float(ds.loss_star), epoch=run["epoch"],
+    return dict(n_panels=len(cs), landmark_note=landmark_note, end_at_loss_star=end_at_loss_star(ds),
+                L_star=prose_text(float(ds.loss_star), 4),
+                epoch=run["epoch"],
                 iwl_course=in_weight_course(ds),
                 caption_lead=published.page.caption_lead("Figure 14", bool(ds.attrs["published"])),
                 paper_epoch=PRESETS["paper"]["epoch"], c_values=list_words(cs),

@@ -16,7 +16,8 @@ import numpy as np
 from ... import diagnostics, loss_curves, theory
 from .. import presets, published
 from ..commands import train_command
-from ..output import MarkdownTable, by_sign
+from ..output import MarkdownTable, by_sign, prose_text
+from ..runstore import population_twin
 from .common import presets as common
 from .common.attn_s_run import describe
 from .common.frame import settings_attrs
@@ -27,6 +28,8 @@ PRESETS = {
     "quick": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=1000, seeds=[10], snapshot_every=5),
     "paper": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=5000, seeds=[10, 11, 12], snapshot_every=5),
 }
+# Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
+KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=2001), dict(seeds=[3, 4], trainset_size=500, epoch=2501))
 TOLERANCES = [common.PLATEAUS, (r"final_sigma\..*", "rel", 0.05)]
 # the names in linattn.companion.published it compares with
 PUBLISHED = ("WHITE_L_STAR",)
@@ -62,7 +65,7 @@ def compute(S: dict):
     t = theory.steps_to_time(step, S["lr"], normalize="sum", model="attnM", N=N)
     at = {int(s): i for i, s in enumerate(step)}
     per_seed = {k: [] for k in ("loss", "loss_theory", "sigma_theory", "sigma", "a0", "final_sigma", "drop",
-                                "drop_theory")}
+                                "drop_theory", "drop_population")}
     for r, snaps in zip(done, snapshots):
         cov, model = r.datasets.cov, build_model("attnM", r.init)
         a0 = diagnostics.attn_m_effective_a0(model, cov, N, normalize="sum")
@@ -80,6 +83,8 @@ def compute(S: dict):
         per_seed["final_sigma"].append(snaps[-1][1])
         per_seed["drop"].append(loss_curves.half_drop_step(r.history.train_loss, r.history.step))
         per_seed["drop_theory"].append(loss_curves.half_drop_step(loss_theory[trained_at], r.history.step))
+        twin = population_twin(r).history  # the same model, start and steps on the population loss (P = ∞)
+        per_seed["drop_population"].append(loss_curves.half_drop_step(twin.train_loss, twin.step))
     loss, loss_theory = np.array(per_seed["loss"]), np.array(per_seed["loss_theory"])
     gap = np.abs(loss - loss_theory)
     worst = np.argmax(np.where(np.isfinite(gap), gap, -np.inf), axis=1)
@@ -91,6 +96,7 @@ def compute(S: dict):
          "a0": ("seed", per_seed["a0"]),
          "half_drop_step": ("seed", per_seed["drop"]),
          "half_drop_step_theory": ("seed", per_seed["drop_theory"]),
+         "half_drop_step_population": ("seed", per_seed["drop_population"]),
          "final_sigma": ("seed", per_seed["final_sigma"]),
          "final_loss": ("seed", [r.history.train_loss[-1] for r in done]),
          "max_gap": ("seed", np.nanmax(gap, axis=1)), "max_gap_step": ("seed", step[worst]),
@@ -103,6 +109,8 @@ def compute(S: dict):
     ds.train_loss.attrs["description"] = "training loss (NaN at the last snapshot: the weights after the last step)"
     ds.sigma.attrs["description"] = "tr A / D of the combined in-context matrix, at the recorded weight snapshots"
     ds.t_over_tau.attrs["description"] = "gradient-flow time in the paper's units (theory.steps_to_time)"
+    ds.half_drop_step_population.attrs["description"] = ("half-drop step of the population twin: the same model "
+                                                         "trained on the population loss from the run's start")
     return ds
 
 
@@ -114,8 +122,12 @@ def numbers(ds) -> list[dict]:
     for s in ds.seed.values:
         at, label = ds.sel(seed=s), f"seed {s}"
         drop = float(at.half_drop_step)
+        twin = float(at.half_drop_step_population)
         rows += [dict(key=f"half_drop_step.seed{s}", quantity=f"{label}: half-drop step (loss midpoint)",
                       theory=float(at.half_drop_step_theory), reproduced=drop if np.isfinite(drop) else None),
+                 dict(key=f"half_drop_step_population.seed{s}",
+                      quantity=f"{label}: half-drop step of the population twin (the same start, P = ∞)",
+                      theory=float(at.half_drop_step_theory), reproduced=twin if np.isfinite(twin) else None),
                  dict(key=f"final_sigma.seed{s}", quantity=f"{label}: final σ (σ(∞) = D/c)",
                       theory=ds.sigma_final_theory, reproduced=at.final_sigma),
                  dict(key=f"final_loss.seed{s}", quantity=f"{label}: final loss (L* = 1 − 1/c)",
@@ -130,15 +142,18 @@ def seed_table(ds) -> MarkdownTable:
     """Per seed: the half-drop step predicted and found, the final loss (and the paper's, at the published
     settings), and the largest gap to the analytic loss."""
     rows = [dict(seed=int(s), drop_theory=float(ds.half_drop_step_theory.sel(seed=s)),
+                 drop_population=float(ds.half_drop_step_population.sel(seed=s)),
                  drop_run=float(ds.half_drop_step.sel(seed=s)), final_paper=published.readings.WHITE_L_STAR,
                  final_run=float(ds.final_loss.sel(seed=s)), gap=float(ds.max_gap.sel(seed=s)))
             for s in ds.seed.values]
-    columns = {"seed": "seed", "drop_theory": "half-drop step, analytic loss", "drop_run": "half-drop step, run",
+    columns = {"seed": "seed", "drop_theory": "half-drop step, analytic loss",
+               "drop_population": "half-drop step, population twin", "drop_run": "half-drop step, run",
                "final_paper": "final loss, paper", "final_run": "final loss, run",
                "gap": "max gap to the analytic loss"}
     if not ds.attrs["published"]:
         del columns["final_paper"]
-    return MarkdownTable(rows, columns, {"drop_theory": ".0f", "drop_run": ".0f", "final_paper": "g",
+    return MarkdownTable(rows, columns, {"drop_theory": ".0f", "drop_population": ".0f", "drop_run": ".0f",
+                                         "final_paper": "g",
                                          "final_run": ".4f", "gap": ".4f"})
 
 
@@ -148,19 +163,43 @@ def _runs(ds) -> dict:
     return json.loads(ds.attrs["runs"])
 
 
-def drop_shift(ds) -> str:
-    """Per seed, how far the run's half-drop lies from the analytic curve's (the same rule on both losses), in steps
-    and as a share of the analytic half-drop step, earlier or later (``output.by_sign``)."""
-    parts = []
-    for s in ds.seed.values:
-        run, th = float(ds.half_drop_step.sel(seed=s)), float(ds.half_drop_step_theory.sel(seed=s))
-        if not (np.isfinite(run) and np.isfinite(th)):
-            parts.append(f"– (seed {s}: no half-drop)")
-            continue
-        shift = run - th
-        size = f"{abs(shift):.0f} steps ({100 * abs(shift) / th:.2g} %) " if shift else ""
-        parts.append(f"{size}{by_sign(shift, 'earlier', 'later', 'at the same step')} (seed {s})")
-    return ", ".join(parts) or "–"
+def paper_final(ds) -> str:
+    """What the paper's stated final loss is beside this run's L*: at the published settings, whether it is this L*
+    to its four digits; else that it belongs to the paper's own settings."""
+    if not ds.attrs["published"]:
+        return "the paper's value is for its own settings, so the table does not set it beside this run"
+    stated, ours = published.readings.WHITE_L_STAR, float(ds.loss_star)
+    same = abs(stated - ours) <= 0.5e-4  # half a unit of its last digit
+    return f"the paper states {stated}, " + ("this L* to its four digits" if same else
+                                           f"which is not this L* ({prose_text(ours, 5)})")
+
+
+def shift_words(steps, reference) -> str:
+    """How far the half-drop ``steps`` lie from the ``reference`` steps, seed by seed, in one phrase: "2–117 steps
+    (0.1–7.6 %) earlier", "6 steps (0.4 %) later", "at the same step", or, with both signs, "from 51 steps earlier to
+    6 steps later"; "not within the run" where no seed has both. Steps are whole numbers, shares of the reference."""
+    steps, reference = np.asarray(steps, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    known = np.isfinite(steps) & np.isfinite(reference)
+    if not known.any():
+        return "not within the run"
+    d, ref = steps[known] - reference[known], reference[known]
+    if (d < 0).any() and (d > 0).any():
+        return f"from {-d.min():.0f} steps earlier to {d.max():.0f} steps later"
+    size, share = np.abs(d), 100 * np.abs(d) / ref
+    if not size.any():
+        return "at the same step"
+    lo, hi = int(np.argmin(size)), int(np.argmax(size))
+    steps_text = f"{size[lo]:.0f}–{size[hi]:.0f} steps" if size[lo] != size[hi] else f"{size[hi]:.0f} steps"
+    share_text = f"{share[lo]:.2g}–{share[hi]:.2g} %" if size[lo] != size[hi] else f"{share[hi]:.2g} %"
+    return f"{steps_text} ({share_text}) {by_sign(d[hi], 'earlier', 'later', '')}"
+
+
+def drop_shifts(ds) -> dict:
+    """The half-drops of the runs and of their population twins (the same starts on the population loss), each
+    against the analytic curve's from the same start (:func:`shift_words`): ``drop_shift``, ``twin_shift``."""
+    theory_steps = ds.half_drop_step_theory.values
+    return dict(drop_shift=shift_words(ds.half_drop_step.values, theory_steps),
+                twin_shift=shift_words(ds.half_drop_step_population.values, theory_steps))
 
 
 def largest_gap(ds) -> str:
@@ -178,14 +217,11 @@ def largest_gap(ds) -> str:
 
 def words(ds) -> dict:
     """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
-    paper_final = (f"the paper states this value, {published.readings.WHITE_L_STAR}, for its own settings, which are "
-                   "this run's" if ds.attrs["published"] else
-                   "the paper's value is for its own settings, so the table does not set it beside this run")
     run = next(iter(_runs(ds).values()))
-    return dict(drop_shift=drop_shift(ds),
+    return dict(**drop_shifts(ds),
                 final_gap=f"{float(np.abs(ds.final_loss - ds.loss_star).max()):.2g}",
-                max_gap=largest_gap(ds), paper_final=paper_final, D=ds.attrs["in_dim"],
-                N=ds.attrs["N"], L_star=float(ds.loss_star),
+                max_gap=largest_gap(ds), paper_final=paper_final(ds), D=ds.attrs["in_dim"],
+                N=ds.attrs["N"], L_star=prose_text(float(ds.loss_star), 4),
                 settings=describe(run, seeds=[int(s) for s in ds.seed.values],
                                   snapshot_every=ds.attrs["snapshot_every"])
                 + (", white input covariance" if run["white_cov"] else ""))

@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..output import AGREES, CONSISTENT, DIFFERS, ESTIMATE, WITHIN_NOISE, MarkdownTable
+from ..output import ESTIMATE, MarkdownTable
+from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS
 from .readings import Image
-from .rules import Claim, slug
+from .rules import Claim, offset_of, slug
 
 
 def claims_table(claims: list[Claim]) -> MarkdownTable:
@@ -22,34 +23,52 @@ def claims_table(claims: list[Claim]) -> MarkdownTable:
                           "verdict": "verdict", "reason": "why"}, {"paper": "g", "ours": "g"})
 
 
-REPORT_GROUPS = ("reading", "claim", "check", "estimate", "other")
+REPORT_GROUPS = ("reading", "claim", "robustness", "check", "estimate", "other")
+ROBUSTNESS_KEY = "check"  # a key part that marks a run of ours repeated at another seed or step size
 
 
 def report_group(row: dict) -> str:
     """How the reproduction report files a ``numbers.json`` row (its verdict as :func:`output.compare_row` gives
-    it): *reading* (a value read off a published image, judged within its tolerance), *claim* (a claim of the
-    paper's text, judged without a tolerance), *check* (a verdict on our own run with no published value beside
-    it, such as the phase diagram's settling criterion), *estimate* (an order-of-magnitude theory value, not
-    judged) or *other*."""
+    it): *reading* (a value read off a published image, judged in its band), *claim* (a claim of the paper's text,
+    judged without a tolerance), *robustness* (the same claim on a run of ours repeated at another seed or step size,
+    its key holding the part ``check``: not a claim of the paper, counted apart), *check* (a verdict on our own run
+    with no published value beside it, such as the phase diagram's settling criterion), *estimate* (an
+    order-of-magnitude theory value, not judged) or *other*."""
     judged = row.get("verdict")
-    if judged in (AGREES, WITHIN_NOISE, DIFFERS):
+    if judged in VERDICTS:
         if row.get("paper") is None:
             return "check"
-        return "reading" if row.get("tolerance") is not None else "claim"
+        if row.get("tolerance") is not None:
+            return "reading"
+        return "robustness" if ROBUSTNESS_KEY in str(row.get("key") or "").split(".") else "claim"
     return "estimate" if judged == ESTIMATE else "other"
 
 
 # ---------------------------------------------------------------------------------- what the page shows and says
 
 _COLUMNS = {"panel": "", "what": "quantity", "published": "published", "reproduced": "ours",
-           "difference": "difference", "pixels": "pixels", "verdict": "verdict"}
+           "difference": "difference", "pixels": "pixels", "band": "band (±)", "verdict": "verdict"}
 
 
 def table(rows: list[dict]) -> MarkdownTable:
-    """The comparison rows as the page's table (steps in whole numbers, losses to three decimals, pixels to one)."""
-    shown = [dict(r, reproduced=_shown(r["reproduced"], r["unit"]), difference=_signed(r["difference"], r["unit"]))
-             for r in rows]
+    """The comparison rows as the page's table (steps in whole numbers, losses to three decimals, pixels to one): the
+    difference, its band (:mod:`linattn.companion.uncertainty`; "+ offset" where a shared offset was removed first,
+    "to <band + margin>: cannot tell" where a further margin applies) and the verdict."""
+    shown = [dict(r, reproduced=_shown(r["reproduced"], r["unit"]), difference=_signed(r["difference"], r["unit"]),
+                  band=_band(r)) for r in rows]
     return MarkdownTable(shown, _COLUMNS, {"pixels": "+.1f"})
+
+
+def _band(r: dict) -> str | None:
+    """A row's band as the table shows it: ``0.018``, ``0.010 after −0.009``, ``22, cannot tell to 64``."""
+    band = _shown(r.get("band"), r["unit"])
+    if band is None:
+        return None
+    if r.get("offset"):
+        band += f" after {_signed(r['offset'], r['unit'])}"
+    if r.get("unresolved"):
+        band += f", cannot tell to {_shown(r['band'] + r['unresolved'], r['unit'])}"
+    return band
 
 
 def _shown(x, unit) -> str | None:
@@ -65,32 +84,54 @@ def _signed(x, unit) -> str | None:
 
 
 def counts(rows: list[dict]) -> tuple[int, int]:
-    """(rows that agree or are within sampling error, rows with a verdict)."""
-    judged = [r for r in rows if r["verdict"] in (AGREES, WITHIN_NOISE, DIFFERS)]
-    return sum(r["verdict"] in CONSISTENT for r in judged), len(judged)
+    """(rows that agree, rows with a verdict)."""
+    judged = [r for r in rows if r["verdict"] in VERDICTS]
+    return sum(r["verdict"] == AGREES for r in judged), len(judged)
 
 
 def summary(rows: list[dict], image: Image) -> str:
     """The sentences that say where ours and the published curves agree and differ, made from the rows themselves:
-    the count that agree within their tolerance and, for each row that differs, both values and the difference."""
+    the count that agree, the bands they were judged in (:mod:`linattn.companion.uncertainty`), the shared offset
+    removed first (if any), the count that cannot tell, and, for each row that differs, both values and the
+    difference."""
     if not rows:
         return ("These settings are not the published ones, so there is no published curve to set beside this "
                 "run.")
     agree, total = counts(rows)
-    noise = sum(r["verdict"] == WITHIN_NOISE for r in rows)
-    head = (f"**{image.name}: {agree} of {total} readings agree** with ours within their tolerance (one pixel of the "
-            f"published image, {image.steps_per_px:g} steps or {image.loss_per_px:g} in loss, or the reading's own ± "
-            "where it is larger)"
-            + (f" or, {noise} of them, within the sampling error of a loss on the training set"
-               if noise else "") + ".")
+    unsure = sum(r["verdict"] == CANNOT_TELL for r in rows)
+    text = [f"**{image.name}: {agree} of {total} readings agree** with ours. Each is judged in a band (the table's "
+            f"last columns): one pixel of the published image ({image.steps_per_px:g} steps or "
+            f"{image.loss_per_px:g} in loss) or the reading's own ± where it is larger"
+            + (", and for a test loss whose per-sequence losses we have (at the start or the end), twice the standard "
+               "error of the difference of two test sets, ours and the published one, as large"
+               if any(r.get("standard_error") for r in rows) else "") + "."]
+    offset = offset_of(rows)
+    if offset is not None:
+        px = [offset.at(x) / image.loss_per_px for x in (0.1, 1.0)]
+        text.append(f"All {offset.n} loss readings share one offset of the image's loss scale: ours − published ≈ "
+                    f"{offset.value:.4f} {'+' if offset.slope >= 0 else '−'} {abs(offset.slope):.4f} × loss "
+                    f"({px[0]:+.1f} px at a loss of 0.1, {px[1]:+.1f} px at 1), scatter {offset.scatter:.4f} about it. "
+                    "It is a reading of the scale, not of the curves, so each loss is judged after removing it.")
+    if unsure:
+        text.append(f"{unsure} cannot tell: beyond the band, but within what the draw of the training set alone "
+                    "moves (a training loss, biased on the set it was fitted to, gets no sampling-error agreement; "
+                    "a step, the shift between our run and its population twin).")
     differ = [r for r in rows if r["verdict"] == DIFFERS]
     if not differ:
-        return head + " None differs."
+        return " ".join(text) + " None differs."
     items = [f"{_where(r)}: published {r['published']}, ours {_shown(r['reproduced'], r['unit']) or 'none'}"
-             + (f" ({_signed(r['difference'], r['unit'])}, {r['pixels']:+.1f} px)" if math.isfinite(r["pixels"])
-                else "") for r in differ]
-    return head + f" {'These differ' if len(differ) > 1 else 'This one differs'}:\n\n" + "\n".join(
+             + _off_by(r, image) for r in differ]
+    return " ".join(text) + f" {'These differ' if len(differ) > 1 else 'This one differs'}:\n\n" + "\n".join(
         f"* {item}" for item in items)
+
+
+def _off_by(r: dict, image: Image) -> str:
+    """How far a row that differs is off: its difference and, where an offset was removed, what is left, in pixels."""
+    if not math.isfinite(r["difference"]):
+        return ""
+    left = r["difference"] - r.get("offset", 0.0)
+    judged = f", {_signed(left, r['unit'])} after the scale's offset" if r.get("offset") else ""
+    return f" ({_signed(r['difference'], r['unit'])}{judged}, {left / image.pixel(r['unit']):+.1f} px)"
 
 
 def _where(r: dict) -> str:

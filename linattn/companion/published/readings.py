@@ -49,7 +49,8 @@ class Reading:
     over steps a–b (``None`` for the whole curve); ``("final",)``: its last value; ``("lag", (low, high))``: the mean,
     over loss levels between ``low`` and ``high``, of the steps by which this curve crosses each level after the
     curve ``"reference"`` does. ``value`` is a number or a ``(low, high)`` range; ``stated`` the reading's own ± where
-    it is larger than a pixel."""
+    it is larger than a pixel. ``on_start``: a loss read on the first plateau, where the weights are still those of
+    the start (its sampling error is that of the initial weights' per-sequence losses)."""
 
     panel: str
     what: str
@@ -58,6 +59,20 @@ class Reading:
     value: float | tuple
     unit: str
     stated: float = 0.0
+    on_start: bool = False
+
+    def sampled(self, last_step) -> str:
+        """Which weights' per-sequence losses give this loss reading its sampling error: "start" (the value at step 0,
+        or ``on_start``), "final" (the last value, or a window that reaches ``last_step``, the curve's last), else ""
+        (none measured: the weights of that step are not kept)."""
+        kind, arg = self.how[0], (self.how[1] if len(self.how) > 1 else None)
+        if self.unit != "loss":
+            return ""
+        if self.on_start or (kind == "at" and arg == 0):
+            return "start"
+        if kind == "final" or (kind in ("mean", "median", "min") and isinstance(arg, tuple) and arg[1] >= last_step):
+            return "final"
+        return ""
 
     def tolerance(self, image: Image) -> float:
         """One pixel of ``image`` in this reading's unit, or the reading's own ± where that is larger."""
@@ -77,7 +92,8 @@ def _fmt(x: float, unit: str) -> str:
 # -------------------------------------------------------------------------------------------- Figure 1b (seed 10)
 # ATTN_M (H = 8, P = 5000, init 1e-6, lr 1e-3) and the MLP on the cubic feature (its own initialisation).
 FIG1B = [
-    Reading("", "ATTN_M plateau (median over steps 100–800)", "attn_m", ("median", (100, 800)), 1.007, "loss", 0.005),
+    Reading("", "ATTN_M plateau (median over steps 100–800)", "attn_m", ("median", (100, 800)), 1.007, "loss", 0.005,
+            on_start=True),
     *[Reading("", f"ATTN_M first below {level:g}, step", "attn_m", ("below", level), step, "step", 22)
       for level, step in ((0.9, 906), (0.7, 969), (0.5, 1019), (0.3, 1124))],
     Reading("", "ATTN_M at step 3000", "attn_m", ("at", 3000), 0.142, "loss"),

@@ -3,11 +3,20 @@ quantity on our curves, the difference and its verdict, Figure 3a's one-to-one p
 paper's text.
 
 Every comparison row carries its difference (ours minus the reading, 0 inside a range), that difference in pixels of
-the image, its tolerance and a verdict (:func:`linattn.companion.output.verdict`): *agrees* when the difference is
-within the tolerance; for a loss read on a curve of P sequences, *within sampling error* when it is within twice the
-loss's standard error on P sequences (:func:`linattn.companion.output.loss_standard_error`: ours and the published
-curve need not be trained on the same sample, since numpy's draw of the tokens goes through an SVD whose signs depend
-on the LAPACK library); else *differs*.
+the image, its tolerance (one pixel, or the reading's own ±), its band and a verdict by
+:mod:`linattn.companion.uncertainty` (ours and the published curve need not come from the same sample, since numpy's
+draw of the tokens goes through an SVD whose signs depend on the LAPACK library):
+
+* a **test loss** whose per-sequence losses we have (at the start or the end of the run) is judged in the band
+  tolerance + 2·√(se² + se²): ours and the published test set, as large, each with the standard error of our
+  per-sequence losses;
+* a **training loss** gets no sampling-error agreement (it is biased): its band is the tolerance; beyond it, but within
+  the spread two independent training sets would show (:func:`~linattn.companion.uncertainty.training_loss_margin`),
+  it *cannot tell*;
+* a **step** is judged in its tolerance; beyond it, but within the shift the finite training set alone gives that step
+  (ours against the population twin of our run, where the page has one), it *cannot tell*;
+* a digitisation **offset** shared by many readings (:func:`~linattn.companion.uncertainty.systematic_offset`) is
+  measured, stated, and removed before the difference is judged.
 
 Figure 3a draws six seeds in one colour (and seed 0 twice), so its published crossings cannot be tied to seeds: our
 curves are paired with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing
@@ -22,9 +31,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import theory
 from ...loss_curves import first_step_below
-from ..output import AGREES, DIFFERS, loss_standard_error, verdict, words
+from ..output import words
+from ..uncertainty import (
+    AGREES,
+    DIFFERS,
+    difference_band,
+    spread,
+    systematic_offset,
+    training_loss_margin,
+    verdict,
+)
 from .readings import (
     FIG1B,
     FIG1B_IMAGE,
@@ -96,35 +113,88 @@ def difference(ours: float, value) -> float:
 
 
 def _check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
-              tolerance: float, standard_error=None) -> dict:
+               tolerance: float, standard_error=None, unresolved=0.0, offset=0.0) -> dict:
     """One comparison row: the reading and ours, their difference in the unit and in pixels of ``image``, the
-    tolerance, the sampling error of the quantity where it has one, and the verdict. Rows of this shape feed the
-    page's table, its prose (:func:`summary`) and ``numbers.json`` (:func:`number_rows`)."""
+    tolerance, the standard error of the difference where the quantity has one (its band is then tolerance + 2 ×
+    it), the ``unresolved`` margin beyond the band (*cannot tell* there), the ``offset`` removed before judging, and
+    the verdict (:func:`linattn.companion.uncertainty.verdict`). Rows of this shape feed the page's table, its prose
+    (:func:`summary`) and ``numbers.json`` (:func:`number_rows`)."""
     pixels = diff / image.pixel(unit) if unit in ("step", "loss") and math.isfinite(diff) else math.nan
+    band = difference_band(standard_error, resolution=tolerance)
     return dict(figure=image.name, panel=panel, what=what, published=published, paper=paper,
                 reproduced=None if ours is None or not math.isfinite(ours) else float(ours),
                 difference=diff, pixels=pixels, unit=unit, tolerance=tolerance, standard_error=standard_error,
-                verdict=verdict(diff, tolerance, standard_error))
+                band=band, unresolved=unresolved, offset=offset, verdict=verdict(diff - offset, band, unresolved))
 
 
-def _loss_se(reading_value, unit: str, P, kurtosis: float = 3.0) -> float | None:
-    """The sampling error of a loss reading on a curve of ``P`` sequences, residuals of kurtosis ``kurtosis`` (None
-    for steps and counts, or no P)."""
-    if unit != "loss" or P is None or isinstance(reading_value, tuple):
-        return None
-    return loss_standard_error(reading_value, P, kurtosis)
+@dataclass(frozen=True)
+class Sampling:
+    """What is known of one curve's sampling error: ``kind`` "test" (a held-out set: unbiased) or "train" (the fitted
+    set: biased), and the standard error of its loss from the per-sequence losses at the ``start`` and at the
+    ``final`` weights (None where not measured), in the curve's own units."""
+
+    kind: str
+    start: float | None = None
+    final: float | None = None
 
 
-def compare(readings: list[Reading], curves: dict, image: Image, steps=None, P=None) -> list[dict]:
+def _errors(r: Reading, ours: float, sampling: dict, twins: dict, last_step) -> tuple:
+    """(standard error of the difference, unresolved margin) of reading ``r`` (see the module's docstring)."""
+    if r.unit == "step":
+        twin = twins.get(r.curve)
+        return None, (abs(ours - twin) if twin is not None and math.isfinite(ours) and math.isfinite(twin) else 0.0)
+    s = sampling.get(r.curve)
+    where = r.sampled(last_step)
+    se = getattr(s, where) if s is not None and where else None
+    if se is None or isinstance(r.value, tuple):
+        return None, 0.0
+    if s.kind == "train":
+        return None, training_loss_margin(se)
+    return math.sqrt(2.0) * se, 0.0  # ours and an independent published test set of the same size
+
+
+def compare(readings: list[Reading], curves: dict, image: Image, steps=None, sampling=None,
+            twins=None) -> list[dict]:
     """Every reading beside ours, one ``_check_row`` each. ``curves`` maps each reading's ``curve`` to an array;
-    ``P``: the sequences each loss is a mean over (the loss readings' sampling error; None: not judged by it)."""
+    ``sampling``: curve → :class:`Sampling` (the loss readings' sampling errors; missing: judged by the tolerance);
+    ``twins``: curve → the same curve of the population twin (a step reading's finite-P margin is the shift between
+    ours and the twin's)."""
+    sampling, twins = sampling or {}, twins or {}
+    x = np.arange(len(np.atleast_1d(next(iter(curves.values()))))) if steps is None else np.asarray(steps)
     rows = []
     for r in readings:
         ours = measure(curves, r.how, r.curve, steps)
+        twin = measure(twins, r.how, r.curve, steps) if r.curve in twins and r.unit == "step" else None
+        se, margin = _errors(r, ours, sampling, {r.curve: twin} if twin is not None else {}, x[-1])
         rows.append(_check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
-                              else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image),
-                              _loss_se(r.value, r.unit, P)))
+                               else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image), se,
+                               margin))
     return rows
+
+
+def judged_after_offset(rows: list[dict]) -> list[dict]:
+    """``rows`` with every loss reading judged after removing the offset of the image's loss scale: the line
+    ours − published ≈ value + slope × published fitted to all of them
+    (:func:`linattn.companion.uncertainty.systematic_offset`), taken off each reading's difference at its level; the
+    other rows as they are."""
+    loss = [i for i, r in enumerate(rows) if r["unit"] == "loss" and isinstance(r["paper"], float)
+            and math.isfinite(r["difference"])]
+    shared = systematic_offset([rows[i]["difference"] for i in loss], [rows[i]["paper"] for i in loss])
+    if shared is None:
+        return rows
+    out = list(rows)
+    for i in loss:
+        r = rows[i]
+        offset = shared.at(r["paper"])
+        out[i] = dict(r, offset=offset, scale_offset=shared, verdict=verdict(r["difference"] - offset, r["band"],
+                                                                             r["unresolved"]))
+    return out
+
+
+def offset_of(rows: list[dict]):
+    """The offset of the loss scale the ``rows`` were judged after (:func:`judged_after_offset`), a
+    :class:`linattn.companion.uncertainty.Offset`, or None."""
+    return next((r["scale_offset"] for r in rows if "scale_offset" in r), None)
 
 
 # ----------------------------------------------------------------------------------- Figure 3a: one-to-one pairs
@@ -167,13 +237,14 @@ def match_one_to_one(ours: dict, crossings) -> list[tuple]:
     return [(k, ours[k], pairs[k]) for k in keys if k in pairs]
 
 
-def fig3a_comparison(drops: dict, plateaus=None, P=None, eigenvalues=None) -> list[dict]:
+def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
     """Figure 3a: our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
     the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
-    the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: our plateau levels
-    L(M_0)…L(M_4), NaN where none was found) the plateau levels read off the image, with the sampling error of a
-    level on ``P`` training sequences (residuals of ``theory.residual_kurtosis`` on each plateau where the
-    ``eigenvalues`` are given, else Gaussian)."""
+    the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: for each of L(M_0)…L(M_4)
+    our seeds' levels, NaN where none was found) the plateau levels read off the image, ours the mean over seeds. A
+    plateau level is a training loss, so it gets no sampling-error agreement (:mod:`linattn.companion.uncertainty`):
+    beyond a pixel, but within 2·√(sd²/n + sd²) (sd: the spread of the n seeds' levels; our mean's error and that of
+    the one published curve read), it *cannot tell*."""
     rows = []
     for d, crossings in FIG3A_CROSSINGS.items():
         for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
@@ -186,12 +257,15 @@ def fig3a_comparison(drops: dict, plateaus=None, P=None, eigenvalues=None) -> li
     still = sum(1 for t in drops.values() if not float(t[3]) <= FIG3A_LAST_STEP)
     rows.append(_check_row(FIG3A_IMAGE, "", f"curves still on the M_3 plateau at step {FIG3A_LAST_STEP}",
                           str(FIG3A_STILL_ON_M3), FIG3A_STILL_ON_M3, still, still - FIG3A_STILL_ON_M3, "count", 0))
-    if plateaus is not None:
-        for m, (reading, ours) in enumerate(zip(FIG3A_PLATEAU_READINGS, plateaus)):
-            rows.append(_check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
-                                  f"{reading:.3f}", reading, ours, difference(ours, reading), "loss",
-                                  FIG3A_IMAGE.loss_per_px, _loss_se(reading, "loss", P, 3.0 if eigenvalues is None
-                                                                    else theory.residual_kurtosis(eigenvalues, m))))
+    for m, (reading, levels) in enumerate(zip(FIG3A_PLATEAU_READINGS, plateaus if plateaus is not None else ())):
+        found = np.asarray(levels, dtype=np.float64).ravel()
+        found = found[np.isfinite(found)]
+        ours = float(found.mean()) if found.size else math.nan
+        sd = spread(found)
+        margin = 0.0 if sd is None else difference_band(sd / math.sqrt(found.size), sd)
+        rows.append(_check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)", f"{reading:.3f}",
+                               reading, ours, difference(ours, reading), "loss", FIG3A_IMAGE.loss_per_px,
+                               unresolved=margin))
     return rows
 
 
@@ -201,24 +275,27 @@ def _crossing_value(crossing: Crossing):
     return float(low) if low == high and not rest else crossing.text
 
 
-def fig1b_comparison(attn_m, mlp, L_star: float, steps=None, P=None) -> list[dict]:
+def fig1b_comparison(attn_m, mlp, L_star: float, steps=None, sampling=None, population=None) -> list[dict]:
     """Figure 1b: ATTN_M's plateau, crossings, late and final values, the theory's L* against the dotted line, and
-    the MLP's (own initialisation) lag behind ATTN_M on the drop (``P``: the training-set size, for the loss
-    readings' sampling error)."""
+    the MLP's (own initialisation) lag behind ATTN_M on the drop. ``sampling``: ATTN_M's training loss's
+    :class:`Sampling`; ``population``: the population twins (the same starts, P = ∞) of ATTN_M and the MLP, a pair
+    of curves, whose crossings and lag give each step reading its finite-P margin."""
     curves = {"attn_m": attn_m, "mlp": mlp, "reference": attn_m, "L_star": [L_star]}
-    return compare(FIG1B, curves, FIG1B_IMAGE, steps, P) if len(attn_m) else []
+    twins = {} if population is None else dict(zip(("attn_m", "mlp"), population), reference=population[0])
+    return compare(FIG1B, curves, FIG1B_IMAGE, steps, {"attn_m": sampling} if sampling else None,
+                   twins) if len(attn_m) else []
 
 
-def fig14_comparison(curves: dict, steps=None, P=None) -> list[dict]:
-    """Figure 14, panel by panel (``curves``: c → {"train": training loss / its first value, "iwl", "icl"});
-    panels we did not run are left out (``P``: the sequences of the training and test sets, for the loss readings'
-    sampling error)."""
+def fig14_comparison(curves: dict, steps=None, sampling=None) -> list[dict]:
+    """Figure 14, panel by panel (``curves``: c → {"train": training loss / its first value, "iwl", "icl"};
+    ``sampling``: c → {curve: :class:`Sampling`}); panels we did not run are left out. The loss readings are judged
+    after removing the offset of the image's loss scale (:func:`judged_after_offset`)."""
     rows = []
     for c, readings in FIG14.items():
         match = [k for k in curves if math.isclose(float(k), c)]
         if match:
-            rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps, P)
-    return rows
+            rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps, (sampling or {}).get(match[0]))
+    return judged_after_offset(rows)
 
 
 # ------------------------------------------------------------------------------- claims of the paper's text

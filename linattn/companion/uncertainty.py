@@ -1,0 +1,153 @@
+"""How sure a comparison is, in one place: the standard error of a loss, the band of a difference, the verdict.
+
+Every page that sets two numbers side by side judges their difference d here, by one band::
+
+    band = resolution + COVERAGE · √(se_a² + se_b²)
+
+``resolution``: what the numbers cannot resolve at all (one pixel of a published image, or a reading's own ±);
+``se_a``, ``se_b``: the standard errors of the two numbers, each from its own sample (an independent sample carries its
+own error, so a difference from one carries both). The verdict (:func:`verdict`) is *agrees* when |d| ≤ band,
+*cannot tell* when |d| is beyond the band but within a further ``unresolved`` margin the band cannot cover (a training
+loss's bias, the shift a finite training set alone gives a step), else *differs*.
+
+Sources of the errors, and the rules this module keeps:
+
+* A **test loss** is a mean over n held-out sequences of the per-sequence losses (y − ŷ)²; its standard error is
+  their standard deviation over √n (:func:`standard_error`), measured on the sequences themselves
+  (:func:`per_sequence_losses`), never from a formula with an assumed kurtosis.
+* A **training loss** on the fitted set is biased (the weights were fitted to that sample: an optimism of about
+  −(p/P)·L for p fitted parameters), so it never *agrees* by sampling error: its band is the resolution alone, and the
+  spread two independent training sets would show is an ``unresolved`` margin (:func:`training_loss_margin`).
+* A **reading off a published plot** carries that plot's pixel; a systematic digitisation offset shared by many
+  readings is measured (:func:`systematic_offset`) and stated, and the differences are judged after removing it.
+* A **step** carries the spread across seeds or training draws where the page has them (:func:`spread`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+AGREES, CANNOT_TELL, DIFFERS = "agrees", "cannot tell", "differs"
+VERDICTS = (AGREES, CANNOT_TELL, DIFFERS)
+
+#: How many standard errors a difference may reach and still be read as sampling error: 2, a two-sided 95 % band
+#: for a Gaussian estimate (one comparison in twenty of two equal quantities falls outside it by chance).
+COVERAGE = 2.0
+
+
+def _finite(x) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def standard_error(per_sequence) -> float:
+    """The standard error of the mean of ``per_sequence`` (e.g. the per-sequence losses of a test set): their sample
+    standard deviation (ddof = 1) over √n. A ValueError for fewer than two finite values."""
+    x = np.asarray(per_sequence, dtype=np.float64).ravel()
+    if x.size < 2 or not np.isfinite(x).all():
+        raise ValueError(f"per_sequence must hold two or more finite values, got {x.size} values"
+                         + ("" if np.isfinite(x).all() else " with non-finite ones"))
+    return float(x.std(ddof=1) / math.sqrt(x.size))
+
+
+def per_sequence_losses(result, which: str = "test_icl", weights: str = "final") -> np.ndarray:
+    """The loss of each sequence of ``result.datasets.<which>`` ("train", "test_iwl" or "test_icl"), (y − ŷ)², with the
+    run's ``weights`` ("final" or "init"): the values whose mean is the recorded loss at that step. The prediction is
+    the model's own (``models.predict`` with the run's normalisation); runs on prefixes of varied length
+    (``vary_len``) are refused (ValueError), their loss not being one term per sequence."""
+    from ..models import build_model  # torch: imported where a model is built
+
+    if which not in ("train", "test_iwl", "test_icl"):
+        raise ValueError(f"which must be 'train', 'test_iwl' or 'test_icl', got {which!r}")
+    if weights not in ("final", "init"):
+        raise ValueError(f"weights must be 'final' or 'init', got {weights!r}")
+    cfg = result.config
+    if getattr(cfg, "vary_len", False):
+        raise ValueError("per_sequence_losses: a vary_len run's loss is a sum over prefixes, not one term a sequence")
+    seqs = getattr(result.datasets, which, None) if result.datasets is not None else None
+    if seqs is None:
+        raise ValueError(f"the run has no {which} set")
+    model = result.model if weights == "final" else build_model(cfg.model, result.init, softmax=cfg.softmax)
+    return (np.asarray(seqs.y, dtype=np.float64) - model.predict(seqs.X, cfg.normalize)) ** 2
+
+
+def difference_band(*standard_errors, resolution: float = 0.0, coverage: float = COVERAGE) -> float:
+    """The band of a difference: ``resolution`` + ``coverage`` · √(Σ se²) over the ``standard_errors`` of the numbers
+    compared (None: a number without sampling error, such as a theory value or a population loss)."""
+    ses = [_finite(se) for se in standard_errors]
+    return float(resolution) + coverage * math.sqrt(sum(se * se for se in ses if se is not None))
+
+
+def training_loss_margin(se_train, coverage: float = COVERAGE) -> float | None:
+    """The ``unresolved`` margin of a training-loss comparison with a published curve trained on another sample of
+    the same size: ``coverage`` · √2 · se_train (two independent training sets, each with the standard error of its
+    per-sequence losses). Within it a difference cannot be told from the draw of the training set; the bias of a
+    fitted set keeps it from counting as agreement. None without a standard error."""
+    se = _finite(se_train)
+    return None if se is None else difference_band(se, se, coverage=coverage)
+
+
+def verdict(difference, band, unresolved=0.0) -> str:
+    """*agrees* when |``difference``| ≤ ``band``; *cannot tell* when it is beyond the band but within ``band`` +
+    ``unresolved`` (an effect the band does not cover, of known size but unknown sign), or when there is no band
+    (None); else *differs*. A missing difference (None or NaN: the event did not happen in our run) *differs*."""
+    d = _finite(difference)
+    if d is None:
+        return DIFFERS
+    b = _finite(band)
+    if b is None:
+        return CANNOT_TELL
+    if abs(d) <= b:
+        return AGREES
+    return CANNOT_TELL if abs(d) <= b + (_finite(unresolved) or 0.0) else DIFFERS
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A systematic offset shared by ``n`` differences, ``value`` + ``slope`` × level (a scale read a little off:
+    ``slope`` 0 for a constant offset); ``scatter``: the standard deviation of the differences about it;
+    ``standard_error``: that of ``value`` (scatter / √n for a constant offset)."""
+
+    value: float
+    scatter: float
+    standard_error: float
+    n: int
+    slope: float = 0.0
+
+    def at(self, level) -> float:
+        """The offset at ``level`` (a constant offset: ``value`` at every level)."""
+        return self.value + self.slope * float(level)
+
+
+def systematic_offset(differences, levels=None) -> Offset | None:
+    """The offset the finite ``differences`` share (:class:`Offset`): their mean; or, with the ``levels`` they were
+    read at, the least-squares line d = value + slope × level (an offset that grows or shrinks along the scale).
+    None for fewer than two differences (three for a line)."""
+    d = np.ravel(np.asarray(differences, dtype=np.float64))
+    x = np.zeros_like(d) if levels is None else np.ravel(np.asarray(levels, dtype=np.float64))
+    keep = np.isfinite(d) & np.isfinite(x)
+    d, x = d[keep], x[keep]
+    params = 1 if levels is None else 2
+    if d.size < params + 1:
+        return None
+    if levels is None:
+        scatter = float(d.std(ddof=1))
+        return Offset(float(d.mean()), scatter, scatter / math.sqrt(d.size), int(d.size))
+    design = np.column_stack([np.ones_like(x), x])
+    (value, slope), *_ = np.linalg.lstsq(design, d, rcond=None)
+    residual = d - design @ np.array([value, slope])
+    scatter = float(math.sqrt(residual @ residual / (d.size - 2)))
+    cov = scatter ** 2 * np.linalg.inv(design.T @ design)
+    return Offset(float(value), scatter, float(math.sqrt(cov[0, 0])), int(d.size), float(slope))
+
+
+def spread(values) -> float | None:
+    """The spread of one quantity across seeds or training draws: the sample standard deviation (ddof = 1) of its
+    finite ``values``; None for fewer than two."""
+    x = np.asarray([v for v in np.ravel(np.asarray(values, dtype=np.float64)) if math.isfinite(v)])
+    return float(x.std(ddof=1)) if x.size >= 2 else None
