@@ -40,6 +40,7 @@ from ...models import build_model
 from ...objectives import Exact
 from ...objectives.population import mixture_moments
 from .. import presets
+from ..output import prose_text
 from .common import phase, phase_text
 from .common import presets as common
 from .common.frame import settings_attrs
@@ -345,7 +346,7 @@ def words(ds, escape=None) -> dict:
                epoch=int(ds.epoch), lr=f"{ds.lr:g}", head_num=base.get("head_num", "–"),
                init=f"{base.get('init', float('nan')):g}", in_dim=base.get("in_dim", "–"),
                tolerance=f"{ds.tolerance:.0%}", window=f"{ds.window:.0%}", midpoint=float(ds.midpoint),
-               L_star=float(ds.L_star), L_origin=float(ds.L_origin), cap=f"{CAP:g}", flow_rtol=f"{ds.flow_rtol:g}",
+               L_star=prose_text(float(ds.L_star), 4), L_origin=float(ds.L_origin), cap=f"{CAP:g}", flow_rtol=f"{ds.flow_rtol:g}",
                cells_seconds=f"{float(ds.cell_seconds.sum()):.0f} s",
                per_cell=f"{float(ds.cell_seconds.median()):.1f} s", free_directions=int(ds.free_directions),
                settled=t.settled_phrase(ds), icl_switch=t.switch_phrase(ds), band=t.band_phrase(ds),
