@@ -51,8 +51,9 @@ PRESETS = {
                   seed=10, check_seeds=[11, 12], half_lr_epoch=6001),
 }
 # Settings a page must stay true at beyond the presets (tests/test_knob_cases.py builds each at the quick preset):
-# another D with one check seed and a short half-rate run, and another seed and H with no check run at all
-KNOB_CASES = (dict(in_dim=3, check_seeds=[13], half_lr_epoch=601), dict(seed=4, head_num=3, check_seeds=[]))
+# another D with one check seed and a short half-rate run, and another seed and H at a learning rate large enough
+# for several drops within the quick steps, with no check run at all
+KNOB_CASES = (dict(in_dim=3, check_seeds=[13], half_lr_epoch=601), dict(seed=4, head_num=3, lr=0.3, check_seeds=[]))
 HELP = {
     "check_seeds": "ATTN_M run again at each of these seeds, to check its drops",
     "half_lr_epoch": "steps of the ATTN_M check run at half the learning rate",
