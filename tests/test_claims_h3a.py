@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from linattn.companion import presets
-from linattn.companion.figures import (beyond_own_experiment, fig03a_attns_loss, fig03b_attns_values,
-                                       fig05_softmax)
+from linattn.companion.figures import beyond_own_experiment, fig03a_attns_loss, fig03b_attns_values, fig05_softmax
 
 
 def _settings(module, case: dict | None) -> dict:

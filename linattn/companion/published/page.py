@@ -149,8 +149,8 @@ def cite_words(figure: str, at_published: bool) -> str:
     settings; a re-run names the figure whose experiment it ran and asks to cite the paper, not to call it that
     figure."""
     if at_published:
-        return (f"It reproduces **{figure}** of Zhang, Singh, Latham and Saxe (ICML 2025); cite that figure by its name "
-                "and the paper:")
+        return (f"It reproduces **{figure}** of Zhang, Singh, Latham and Saxe (ICML 2025); cite that figure by its "
+                "name and the paper:")
     return (f"It runs {experiment_name(figure, False)}, so it is not the published {figure} of Zhang, Singh, Latham "
             "and Saxe (ICML 2025); the paper's figure is that one. If you use this run, cite the paper:")
 
