@@ -238,3 +238,43 @@ def test_own_experiment_levels_and_summary_recomputed(own):
     rows = _rows(beyond_own_experiment.numbers(ds))
     assert rows["final_loss.continued"]["reproduced"] == pytest.approx(continued[-1])
     assert rows["final_loss.continued"]["theory"] == pytest.approx(levels[-1])
+
+
+# ------------------------------------------------------------------------------------------------ words before the figure
+
+MAX_WORDS_BEFORE_FIGURE = 150
+GLUE = re.compile(r"\{glue:text\}`(\w+)(?::[^`]*)?`")
+
+
+def words_before_figure(name: str, glued: dict) -> int:
+    """The words a reader meets before the figure on page ``name``: the notebook's prose (front matter, title and
+    code cells left out) up to its figure directive, each glued value counted as the words it shows."""
+    from linattn.companion import paths
+
+    text = (paths.SRC_DIR / f"{name}.md").read_text(encoding="utf-8")
+    text = text.split("\n---\n", 1)[1] if text.startswith("---") else text
+    head = re.sub(r"```.*?```", " ", text.split("```{figure}", 1)[0], flags=re.S)
+    head = "\n".join(line for line in head.splitlines() if not line.startswith("#"))
+    head = GLUE.sub(lambda m: str(glued[m.group(1)]), head)
+    return len(head.split())
+
+
+def _check_words_before_figure(module, ds):
+    n = words_before_figure(module.NAME, module.words(ds))
+    assert n <= MAX_WORDS_BEFORE_FIGURE, f"{module.NAME}: {n} words before the figure"
+
+
+def test_fig3a_at_most_150_words_before_the_figure(fig3a):
+    _check_words_before_figure(fig03a_attns_loss, fig3a)
+
+
+def test_fig3b_at_most_150_words_before_the_figure(fig3b):
+    _check_words_before_figure(fig03b_attns_values, fig3b)
+
+
+def test_fig5_at_most_150_words_before_the_figure(fig5):
+    _check_words_before_figure(fig05_softmax, fig5)
+
+
+def test_own_experiment_at_most_150_words_before_the_figure(own):
+    _check_words_before_figure(beyond_own_experiment, own)

@@ -160,11 +160,11 @@ def words(ds) -> dict:
     if np.isfinite(gaps).any() and np.isfinite(ratios).any():
         each = [f"{_e(d)}'s rise takes {r:.2g} times the ODE's time ({events.rise_verdict(r)})"
                 for d, r in ((d, ratios[d - 1]) for d, _ in learned) if np.isfinite(r)]
-        ode = (f"started at each head's own rise, with no free parameter, its solution stays within "
+        ode = (f"the ODE's solution, started at each head's own rise with no free parameter, stays within "
                f"{100 * np.nanmax(gaps):.0f} % of the final value of the run's curve through every rise; from 10 % "
                f"to 90 % of the final value, {join(each)}")
     else:
-        ode = "no rise was measured in this run, so there is none to set beside it"
+        ode = "no rise was measured in this run, so there is none to set beside the ODE"
     return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode,
                 caption_lead=published.page.caption_lead("Figure 3b", bool(ds.attrs["published"])),
                 rise_factor=f"{events.RISE_FACTOR:g}",
