@@ -16,6 +16,8 @@ import pytest
 from linattn.companion import presets
 from linattn.companion.figures import beyond_own_experiment, fig03a_attns_loss, fig03b_attns_values, fig05_softmax
 
+pytestmark = pytest.mark.slow  # each page's dataset is trained at the quick preset and a knob case
+
 
 def _settings(module, case: dict | None) -> dict:
     return presets.resolve(module.NAME, "quick", case or {})

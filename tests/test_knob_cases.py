@@ -76,6 +76,7 @@ NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 EXPONENT = re.compile(r"\d\.?\d*e\+0?\d")  # 1.474e+05: a step or count printed in exponent notation
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, case", CASES)
 def test_knob_case_builds_true_and_without_warnings(name, case, tmp_path, monkeypatch):
     monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "runs"))
