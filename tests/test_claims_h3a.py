@@ -242,7 +242,7 @@ def test_own_experiment_levels_and_summary_recomputed(own):
     assert rows["final_loss.continued"]["theory"] == pytest.approx(levels[-1])
 
 
-# ------------------------------------------------------------------------------------------------ words before the figure
+# ------------------------------------------------------------------------------------- words before the figure
 
 MAX_WORDS_BEFORE_FIGURE = 150
 GLUE = re.compile(r"\{glue:text\}`(\w+)(?::[^`]*)?`")
