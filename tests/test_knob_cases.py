@@ -99,3 +99,53 @@ def test_knob_case_builds_true_and_without_warnings(name, case, tmp_path, monkey
 def _around(text: str, pattern: re.Pattern) -> str:
     m = pattern.search(text)
     return text[max(0, m.start() - 80):m.end() + 40]
+
+
+# ------------------------------------------------------------------ the one place that says whether a page is the paper's
+
+def test_a_rerun_is_named_as_the_experiment_not_the_figure():
+    from linattn.companion.published import page
+
+    assert page.caption_lead("Figure 1b", True) == "The paper's Figure 1b, reproduced"
+    assert page.caption_lead("Figure 1b", False) == "Figure 1b's experiment at settings of our own"
+    assert page.reproduces("Figure 1b", True) == "This page reproduces the paper's Figure 1b"
+    rerun = page.reproduces("Figure 1b", False)
+    assert "reproduces" not in rerun and "Figure 1b's experiment at settings of our own" in rerun
+    title = "# Figure 4 — low-rank ATTN_S"
+    assert page.page_title(title, True) == title
+    assert page.page_title(title, False) == "# Figure 4's experiment at settings of our own — low-rank ATTN_S"
+    assert page.page_title("# Beyond the paper — your own experiment", False) == \
+        "# Beyond the paper — your own experiment"  # names no figure of the paper: kept
+
+
+def test_the_cite_block_cites_the_figure_only_at_the_published_settings():
+    from linattn.companion import citation
+
+    text = "# Figure 4 — low-rank ATTN_S\n"
+    assert "It reproduces **Figure 4**" in citation.cite_block("fig04_low_rank", text, at_published=True)
+    block = citation.cite_block("fig04_low_rank", text, at_published=False)
+    assert "reproduces" not in block and "not the published Figure 4" in block
+    assert "{ref}`Figure 4's experiment <fig-fig04_low_rank>`" in block
+
+
+def test_a_run_is_published_only_at_the_paper_presets_settings():
+    paper = {"preset": "paper", **presets.resolve("fig03a_attns_loss", "paper")}
+    assert is_published_run("fig03a_attns_loss", paper)
+    assert is_published_run("fig03a_attns_loss", {**paper, "epoch_extended": 30001})  # a longer run only
+    assert not is_published_run("fig03a_attns_loss", {**paper, "head_num": 7})
+    assert not is_published_run("fig03a_attns_loss", {"preset": "quick",
+                                                       **presets.resolve("fig03a_attns_loss", "quick")})
+
+
+def test_steps_are_whole_numbers_and_a_missing_one_is_said_in_words():
+    import numpy as np
+
+    from linattn.companion.output import NumbersTable, median_and_range, step_number, step_text
+
+    assert step_number(405.5) == 406 and step_number(711.3) == 711 and step_number(147350.0) == 147350
+    assert step_number(float("nan")) is None and step_number(None) is None
+    assert step_text(np.nan) == "not within the run" and step_text(1.474e5) == "147400"
+    assert median_and_range([405.0, 406.0]) == "406 (405–406)"
+    table = str(NumbersTable([{"quantity": "step", "paper": None, "theory": 147350.0, "reproduced": 64290.0,
+                               "abs_error": 0.5}]))
+    assert "147350" in table and "64290" in table and "e+" not in table and "0.5" in table
