@@ -101,7 +101,7 @@ def _around(text: str, pattern: re.Pattern) -> str:
     return text[max(0, m.start() - 80):m.end() + 40]
 
 
-# ------------------------------------------------------------------ the one place that says whether a page is the paper's
+# --------------------------------------------------------------- the one place that says whether a page is the paper's
 
 def test_a_rerun_is_named_as_the_experiment_not_the_figure():
     from linattn.companion.published import page
