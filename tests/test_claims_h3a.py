@@ -111,6 +111,13 @@ def test_fig3a_sentences_recomputed(fig3a):
     drawn = np.isfinite(ode)
     if drawn.any():
         assert f"is {np.abs(ode[drawn] - run[drawn]).max():.3f}" in w["ode"]
+    ref, own = (np.array([np.median(v[np.isfinite(v)]) if np.isfinite(v).any() else np.nan for v in x.T])
+                for x in (ds.drop_step.values, ds.drop_step_streams.values))
+    moved = np.abs(own - ref) / ref
+    if np.isfinite(moved).any() and np.nanmax(moved) > 0:
+        d = int(np.nanargmax(moved))
+        said = "most of all the last" if d == D - 1 else f"most of all drop {d + 1}"
+        assert said in w["streams"] and f"median step {_whole(ref[d])} with the authors' draws" in w["streams"]
     assert w["caption_lead"] == ("The paper's Figure 3a, reproduced" if ds.attrs["published"]
                                  else "Figure 3a's experiment at settings of our own")
     assert not re.search(r"\bnan\b", " ".join(str(v) for v in w.values()))
@@ -128,6 +135,16 @@ def test_fig3a_predictions_follow_each_seeds_own_covariance():
     # the two seeds' predictions differ (their covariances are rotated differently), so the check can fail
     assert not np.array_equal(forward.drop_step_predicted.sel(seed=3).values,
                               forward.drop_step_predicted.sel(seed=4).values, equal_nan=True)
+
+
+def test_fig3a_one_set_of_levels_only_for_covariances_of_one_spectrum():
+    rng = np.random.default_rng(0)
+    q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    lam = np.diag([0.5, 0.3, 0.2])
+    rotated = q @ lam @ q.T
+    np.testing.assert_allclose(fig03a_attns_loss.shared_levels([lam, rotated], 31), _levels([0.5, 0.3, 0.2], 31))
+    with pytest.raises(ValueError, match="different spectra"):
+        fig03a_attns_loss.shared_levels([lam, np.diag([0.6, 0.3, 0.1])], 31)
 
 
 # ------------------------------------------------------------------------------------------------ Figure 3b
