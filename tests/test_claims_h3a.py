@@ -219,6 +219,21 @@ def test_fig5_final_losses_and_lead_recomputed(fig5):
     assert w["caption_lead"] == "Figure 5's experiment at settings of our own"
 
 
+def test_fig5_table_rows_recomputed(fig5):
+    ds = fig5
+    lines = str(fig05_softmax.table(ds)).splitlines()[2:]
+    for key, line in zip(fig05_softmax.MODELS, lines):
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        loss = ds.train_loss.sel(model=key).values
+        final = loss[np.isfinite(loss)][-1]
+        L_star = np.nanmin(ds.plateau_theory.sel(model=key).values)  # the lowest saddle: the minimum L(M_D)
+        assert float(cells[-1]) == pytest.approx(L_star, abs=5e-4)
+        assert cells[-2] == f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"
+    for c, line in zip(ds.check.values, lines[2:]):
+        check = ds.check_loss.sel(check=c).values
+        assert [x.strip() for x in line.split("|")[1:-1]][-2] == f"{check[np.isfinite(check)][-1]:.4f}"
+
+
 def test_fig5_every_reported_drop_is_a_fall_of_the_curve(fig5):
     """A drop the page reports at step t lies where the curve falls: the loss a tenth of the way back to the
     previous drop (or the start) is above the loss a tenth of the way on to the next (or the end)."""
