@@ -753,7 +753,7 @@ def test_longest_figures_start_first(tmp_path):
 
 def test_median_and_range_ignores_what_did_not_happen():
     assert median_and_range([300.0, np.nan, 100.0, 200.0, np.inf]) == "200 (100–300)"
-    assert median_and_range([np.nan]) == "–"
+    assert median_and_range([np.nan]) == "not within the run"
 
 
 def test_save_rows_writes_text_and_numbers_and_empty_cells(tmp_path):

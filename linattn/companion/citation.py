@@ -60,10 +60,11 @@ def software_bibtex(version: str) -> str:
                                                     ("version", version)])
 
 
-def cite_block(name: str, text: str = "", *, netcdf: bool = False) -> str:
+def cite_block(name: str, text: str = "", *, netcdf: bool = False, at_published: bool = True) -> str:
     """The "Cite this figure" markdown cell appended to every executed figure notebook (paths relative to
     ``<root>``, where the executed notebook lies). A page whose title names a figure of the paper ("# Figure 1b —
-    …", the notebook's MyST ``text``) cites that figure by the paper's name."""
+    …", the notebook's MyST ``text``) cites that figure by the paper's name where it ran at the published settings
+    (``at_published``); a re-run at other settings says it is not that figure (``published.page.cite_words``)."""
     from .._version import __version__
     from . import published
 
@@ -73,12 +74,13 @@ def cite_block(name: str, text: str = "", *, netcdf: bool = False) -> str:
     links.append(f"{{download}}`runnable notebook <{name}/{name}.ipynb>`")
     title = next((line for line in text.splitlines() if line.startswith("# Figure ")), None)
     paper = published.page.paper_name(title) if title else None
-    what = (f"It reproduces **{paper}** of Zhang, Singh, Latham and Saxe (ICML 2025); cite that figure by its name "
-            "and the paper:" if paper else "If you use it, please cite the paper whose result it builds on:")
+    what = (published.page.cite_words(paper, at_published) if paper
+            else "If you use it, please cite the paper whose result it builds on:")
+    link = (paper if at_published else f"{paper}'s experiment") if paper else "this figure"
     return "\n".join([
         "## Cite this figure",
         "",
-        f"This figure's anchor is `fig-{name}` (link to it with `` {{ref}}`{paper or 'this figure'} <fig-{name}>` ``).",
+        f"This figure's anchor is `fig-{name}` (link to it with `` {{ref}}`{link} <fig-{name}>` ``).",
         f"Files: {' · '.join(links)}.",
         "",
         what,

@@ -199,6 +199,29 @@ def _unstage(nb, name: str, stage: Path, root: Path) -> None:
         record["output_path"] = str(root / f"{name}.ipynb")
 
 
+def is_published_run(name: str, values: dict) -> bool:
+    """Whether figure ``name`` ran at its published settings (``values``: what its parameters cell was given, the
+    preset included); a notebook without presets (a report) has no settings of its own to differ."""
+    if not presets.has_presets(name):
+        return True
+    return presets.is_published(name, {k: v for k, v in values.items() if k != "preset"})
+
+
+def _retitle(nb, at_published: bool) -> None:
+    """The executed page's title as :func:`linattn.companion.published.page.page_title` gives it (a re-run at
+    settings of our own does not carry the paper's figure name as its title)."""
+    from .published.page import page_title
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            lines = cell.source.split("\n")
+            for i, line in enumerate(lines):
+                if line.startswith("# "):
+                    lines[i] = page_title(line, at_published)
+                    cell.source = "\n".join(lines)
+                    return
+
+
 def _finish_page(nb, name: str, text: str, stage: Path, params: dict, values: dict) -> list[str]:
     """Turn the executed ``nb`` into the figure's page in ``stage`` (badge, cite cell, runnable copy); returns the
     known fallbacks it took. Raises :class:`PrintedWarning` for any other warning printed on the page."""
@@ -212,11 +235,14 @@ def _finish_page(nb, name: str, text: str, stage: Path, params: dict, values: di
     if fallbacks:
         _record_fallbacks(folder / "provenance.json", fallbacks)
     tag_code_cells(nb)
+    at_published = is_published_run(name, values)
+    _retitle(nb, at_published)
     overrides = {k: v for k, v in params.items() if k != "preset"}
     at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
     nb.cells.insert(at, nbformat.v4.new_markdown_cell(badge(params["preset"], overrides,
                                                             datetime.date.today().isoformat())))
-    nb.cells.append(nbformat.v4.new_markdown_cell(cite_block(name, text, netcdf=(folder / f"{name}.nc").is_file())))
+    nb.cells.append(nbformat.v4.new_markdown_cell(cite_block(name, text, netcdf=(folder / f"{name}.nc").is_file(),
+                                                             at_published=at_published)))
     folder.mkdir(exist_ok=True)  # a notebook that wrote nothing still gets its runnable copy
     standalone = nbformat.writes(notebooks.runnable(text, values))
     atomic_write(folder / f"{name}.ipynb", lambda f: f.write(standalone))

@@ -132,10 +132,12 @@ def _compare(row: dict) -> dict:
 
 
 def median_and_range(values) -> str:
-    """"median (min–max)" of the finite ``values``, to whole numbers (steps); "–" when none is finite."""
+    """"median (min–max)" of the finite ``values``, as whole steps (:func:`step_number`); "not within the run" when
+    none is finite (no run made the event)."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
-    return f"{np.median(v):.0f} ({v.min():.0f}–{v.max():.0f})" if v.size else "–"
+    return (f"{step_number(np.median(v))} ({step_number(v.min())}–{step_number(v.max())})" if v.size
+            else NOT_WITHIN_RUN)
 
 
 def _fmt(x) -> str:
@@ -143,7 +145,28 @@ def _fmt(x) -> str:
         return "–"
     if isinstance(x, str):
         return x
+    if float(x).is_integer() and abs(x) < 1e9:  # a step or a count: all its digits, never 1.474e+05
+        return str(int(x))
     return f"{x:.4g}"
+
+
+NOT_WITHIN_RUN = "not within the run"
+
+
+def step_number(x) -> int | None:
+    """A step as the pages print it: the nearest whole step (a median over an even number of seeds, 405.5, is
+    printed 406), None where there is none (NaN: the event did not come within the run)."""
+    if x is None:
+        return None
+    x = float(x)
+    return int(np.floor(x + 0.5)) if math.isfinite(x) else None
+
+
+def step_text(x, missing: str = NOT_WITHIN_RUN) -> str:
+    """A step in words: the whole step (:func:`step_number`), or ``missing`` ("not within the run") where there is
+    none, never "nan"."""
+    n = step_number(x)
+    return missing if n is None else str(n)
 
 
 class NumbersTable:

@@ -3,8 +3,9 @@
 A figure is its notebook ``figures_src/<name>.md`` and its module ``figures/<name>.py`` (the same name; a line in
 ``_toc.yml`` shows it). The module holds the whole recipe of one page, top to bottom:
 
-* ``NAME`` (its module's name) and, as data, ``PRESETS = {"paper": {...}, "quick": {...}}``, ``HELP`` for the knobs
-  only it has, ``TOLERANCES`` (what its quick build's numbers must show), ``PUBLISHED`` (the names in
+* ``NAME`` (its module's name) and, as data, ``PRESETS = {"paper": {...}, "quick": {...}}``, ``KNOB_CASES`` (two
+  or more cheap dicts of ``--param`` overrides beyond the presets that the page must stay true at), ``HELP`` for the
+  knobs only it has, ``TOLERANCES`` (what its quick build's numbers must show), ``PUBLISHED`` (the names in
   :mod:`linattn.companion.published` it compares with);
 * ``runs(S)``: the one declaration of what it trains, ``{label: RunConfig or common.runs.FromRun}``;
 * ``compute(S) -> xarray.Dataset``: trains ``runs(S)`` through the run store and returns every curve and derived

@@ -32,6 +32,9 @@ PRESETS = {
     "paper": dict(model="attnS", spectrum=[0.5, 0.25, 0.15, 0.1], head_num=4, rank=1, init=0.03, lr=0.025,
                   epoch=1000, epoch_more=3000, trainset_size=80000, seq_len=32, seed=0, draws="streams"),
 }
+# Settings a page must stay true at beyond the presets (tests/test_knob_cases.py builds each at the quick preset):
+# three directions and heads, and another seed with runs too short to reach every saddle
+KNOB_CASES = (dict(spectrum=[0.6, 0.3, 0.1], head_num=3), dict(seed=3, epoch=300, epoch_more=500))
 HELP = {
     "epoch_more": "steps of the continued run, from the final weights of the first run",
 }

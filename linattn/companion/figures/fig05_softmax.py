@@ -33,8 +33,7 @@ NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
     # Published: the settings of Figures 1b and 3a plus --softmax. At small weights a softmax head attends
     # uniformly, so its prediction and every gradient carry a factor 1/n (n = seq_len = 32) that linear attention
-    # does not: at the published learning rates neither model leaves its first plateau in the published steps
-    # (the page's "published learning rates" runs show it). The paper preset keeps everything published (P,
+    # does not (the linearisation of the softmax at small weights). The paper preset keeps everything published (P,
     # init, steps, era, the authors' draws) and multiplies the learning rate by n, which undoes that factor; it
     # trains in float32, as the authors' code does (the softmax engine's fast path).
     # check_seeds: ATTN_M again at each of these seeds (all its steps); half_lr_epoch: ATTN_M at half the learning
@@ -51,6 +50,10 @@ PRESETS = {
                   attn_s=dict(common.ATTN_S_PAPER, lr=32 * 0.02, dtype="float32", softmax=True),
                   seed=10, check_seeds=[11, 12], half_lr_epoch=6001),
 }
+# Settings a page must stay true at beyond the presets (tests/test_knob_cases.py builds each at the quick preset):
+# another D with one check seed and a short half-rate run, and another seed and H at a learning rate large enough
+# for several drops within the quick steps, with no check run at all
+KNOB_CASES = (dict(in_dim=3, check_seeds=[13], half_lr_epoch=601), dict(seed=4, head_num=3, lr=0.3, check_seeds=[]))
 HELP = {
     "check_seeds": "ATTN_M run again at each of these seeds, to check its drops",
     "half_lr_epoch": "steps of the ATTN_M check run at half the learning rate",

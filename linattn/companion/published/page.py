@@ -149,11 +149,51 @@ def number_rows(rows: list[dict]) -> list[dict]:
             for r in rows]
 
 
+# The one place that says whether a page is the paper's figure. A page is the paper's figure only at its published
+# settings (``presets.is_published``); a re-run at any other knob (the quick preset included) runs that figure's
+# experiment and says so in its title, caption, prose and cite block.
+
+def experiment_name(figure: str, at_published: bool) -> str:
+    """What a page shows: "the paper's Figure 3a" at the published settings, else "Figure 3a's experiment at settings
+    of our own"."""
+    return f"the paper's {figure}" if at_published else f"{figure}'s experiment at settings of our own"
+
+
 def caption_lead(figure: str, at_published: bool) -> str:
     """How a figure's caption begins, for every figure page: "The paper's Figure 3a, reproduced" only at the published
     settings (``presets.is_published``), else "Figure 3a's experiment at settings of our own" (a re-run at other
     knobs is not the paper's figure)."""
-    return f"The paper's {figure}, reproduced" if at_published else f"{figure}'s experiment at settings of our own"
+    name = experiment_name(figure, at_published)
+    return f"{name[0].upper()}{name[1:]}" + (", reproduced" if at_published else "")
+
+
+def reproduces(figure: str, at_published: bool) -> str:
+    """The sentence a page's prose glues where it says what it shows: "This page reproduces the paper's Figure 1b"
+    at the published settings, else "This page runs Figure 1b's experiment at settings of our own; the paper's
+    figure is Figure 1b"."""
+    if at_published:
+        return f"This page reproduces {experiment_name(figure, True)}"
+    return f"This page runs {experiment_name(figure, False)}; the paper's figure is {figure}"
+
+
+def page_title(title: str, at_published: bool) -> str:
+    """A page's title line as a re-run shows it: "# Figure 1b — ATTN_M …" unchanged at the published settings, else
+    "# Figure 1b's experiment at settings of our own — ATTN_M …" (a title that names no figure of the paper is kept)."""
+    if at_published or not title.startswith("# Figure "):
+        return title
+    figure, _, rest = title[2:].partition(" — ")
+    return f"# {experiment_name(figure.strip(), False)}" + (f" — {rest}" if rest else "")
+
+
+def cite_words(figure: str, at_published: bool) -> str:
+    """The cite block's sentence before the paper's BibTeX: cite the paper's figure by its name at the published
+    settings; a re-run names the figure whose experiment it ran and asks to cite the paper, not to call it that
+    figure."""
+    if at_published:
+        return (f"It reproduces **{figure}** of Zhang, Singh, Latham and Saxe (ICML 2025); cite that figure by its "
+                "name and the paper:")
+    return (f"It runs {experiment_name(figure, False)}, so it is not the published {figure} of Zhang, Singh, Latham "
+            "and Saxe (ICML 2025); the paper's figure is that one. If you use this run, cite the paper:")
 
 
 def paper_name(title: str) -> str:

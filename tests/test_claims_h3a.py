@@ -1,0 +1,314 @@
+"""Every number and comparison on the pages of Figures 3a, 3b, 5 and the own-experiment page, recomputed from the
+figure's dataset by a second route: this code reads the curves and finds the events with numpy of its own, and never
+calls the rule that wrote the sentence or row (``loss_curves.drop_steps``, ``events.compare_rise``, the pages'
+``words``/``numbers`` helpers are only read, not used to compute the expectation). Each page is checked at the quick
+preset and at one of its knob cases (``KNOB_CASES``), where the page must not claim to be the paper's figure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from linattn.companion import presets
+from linattn.companion.figures import beyond_own_experiment, fig03a_attns_loss, fig03b_attns_values, fig05_softmax
+
+pytestmark = pytest.mark.slow  # each page's dataset is trained at the quick preset and a knob case
+
+
+def _settings(module, case: dict | None) -> dict:
+    return presets.resolve(module.NAME, "quick", case or {})
+
+
+def _levels(eigenvalues, N: int) -> np.ndarray:
+    """L(M_0) … L(M_D) written out: tr Λ − Σ_{d≤m} λ_d / c_d with c_d = 1 + (1 + tr Λ/λ_d)/N, λ decreasing."""
+    lam = np.sort(np.asarray(eigenvalues, dtype=float))[::-1]
+    c = 1 + (1 + lam.sum() / lam) / N
+    return lam.sum() - np.concatenate([[0.0], np.cumsum(lam / c)])
+
+
+def _first_below(curve, level) -> float:
+    """The first index at which ``curve`` is below ``level``; NaN where it never is."""
+    below = np.flatnonzero(np.asarray(curve) < level)
+    return float(below[0]) if below.size else float("nan")
+
+
+def _drops(curve, levels) -> np.ndarray:
+    return np.array([_first_below(curve, (a + b) / 2) for a, b in zip(levels[:-1], levels[1:])])
+
+
+def _whole(x) -> int | None:
+    return None if not np.isfinite(x) else int(np.floor(x + 0.5))
+
+
+def _rows(numbers) -> dict:
+    return {r["key"]: r for r in numbers}
+
+
+# ------------------------------------------------------------------------------------------------ Figure 3a
+
+FIG3A_CASES = [None, fig03a_attns_loss.KNOB_CASES[1]]
+
+
+@pytest.fixture(scope="module", params=FIG3A_CASES, ids=["quick", "knob"])
+def fig3a(request):
+    return fig03a_attns_loss.compute(_settings(fig03a_attns_loss, request.param))
+
+
+def test_fig3a_levels_and_drop_steps_by_a_second_route(fig3a):
+    ds = fig3a
+    run = next(iter(json.loads(ds.attrs["runs"]).values()))
+    levels = _levels(ds.eigenvalue.values, run["seq_len"] - 1)
+    np.testing.assert_allclose(ds.plateau_theory.values, levels, rtol=1e-12)
+    for s in ds.seed.values:
+        ours = _drops(ds.train_loss.sel(seed=s).values, levels)
+        np.testing.assert_array_equal(ds.drop_step.sel(seed=s).values, ours)
+
+
+def test_fig3a_rows_and_table_recomputed(fig3a):
+    ds = fig3a
+    levels, D, window = ds.plateau_theory.values, ds.sizes["direction"], ds.attrs["window"]
+    drops = np.array([_drops(c, levels) for c in ds.train_loss.values])  # seed × direction
+    rows = _rows(fig03a_attns_loss.numbers(ds))
+    window_drops = np.array([_drops(c[:window], levels) for c in ds.train_loss.values])
+    assert rows["seeds_with_every_drop.window"]["reproduced"] == np.isfinite(window_drops).all(axis=1).sum()
+    assert rows["final_loss.extended"]["reproduced"] == pytest.approx(ds.train_loss.values[:, -1].mean())
+    for m in ds.m.values:
+        found = ds.plateau_level.sel(m=m).values
+        found = found[np.isfinite(found)]
+        assert rows[f"plateau.M{m}"]["reproduced"] == (pytest.approx(found.mean()) if found.size else None)
+    table = str(fig03a_attns_loss.drop_table(ds)).splitlines()[2:]
+    for d in range(D):
+        made = drops[:, d][np.isfinite(drops[:, d])]
+        median = _whole(np.median(made)) if made.size else None
+        assert rows[f"drop_step.median.d{d + 1}"]["reproduced"] == median
+        cell = table[d].split("|")[2].strip()
+        assert cell == (f"{median} ({_whole(made.min())}–{_whole(made.max())})" if made.size
+                        else "not within the run")
+        predicted = ds.drop_step_predicted.values[:, d]
+        predicted = predicted[np.isfinite(predicted)]
+        assert rows[f"drop_step_predicted.median.d{d + 1}"]["theory"] == (_whole(np.median(predicted))
+                                                                          if predicted.size else None)
+    for row in rows.values():  # steps are whole numbers
+        if "drop_step" in row["key"]:
+            assert all(v is None or float(v).is_integer() for v in (row["theory"], row["reproduced"]))
+
+
+def test_fig3a_sentences_recomputed(fig3a):
+    ds = fig3a
+    w = fig03a_attns_loss.words(ds)
+    levels, D = ds.plateau_theory.values, ds.sizes["direction"]
+    ratio = (ds.drop_step / ds.drop_step_predicted).values
+    ratio = ratio[np.isfinite(ratio)]
+    if ratio.size:
+        assert f"at {float(f'{ratio.min():.2g}'):g} to {float(f'{ratio.max():.2g}'):g} times" in w["predicted"]
+    made_all = [bool(np.isfinite(_drops(c, levels)).all()) for c in ds.train_loss.values]
+    assert w["reached"].startswith(f"{sum(made_all)} of {len(made_all)} seeds made all {D} drops")
+    ode, run = ds.ode_loss.values, ds.train_loss.values[0]
+    drawn = np.isfinite(ode)
+    if drawn.any():
+        assert f"is {np.abs(ode[drawn] - run[drawn]).max():.3f}" in w["ode"]
+    ref, own = (np.array([np.median(v[np.isfinite(v)]) if np.isfinite(v).any() else np.nan for v in x.T])
+                for x in (ds.drop_step.values, ds.drop_step_streams.values))
+    moved = np.abs(own - ref) / ref
+    if np.isfinite(moved).any() and np.nanmax(moved) > 0:
+        d = int(np.nanargmax(moved))
+        said = "most of all the last" if d == D - 1 else f"most of all drop {d + 1}"
+        assert said in w["streams"] and f"median step {_whole(ref[d])} with the authors' draws" in w["streams"]
+    assert w["caption_lead"] == ("The paper's Figure 3a, reproduced" if ds.attrs["published"]
+                                 else "Figure 3a's experiment at settings of our own")
+    assert not re.search(r"\bnan\b", " ".join(str(v) for v in w.values()))
+
+
+def test_fig3a_predictions_follow_each_seeds_own_covariance():
+    """Permuting the seeds permutes the predicted drops: seed s's prediction is made from seed s's own covariance
+    and initial weights, wherever s stands in the list (one seed's Λ used for every seed fails this)."""
+    case = dict(in_dim=3, head_num=3, epoch=1501, epoch_extended=2001, epoch_streams=1501)
+    forward = fig03a_attns_loss.compute(_settings(fig03a_attns_loss, {**case, "seeds": [3, 4]}))
+    backward = fig03a_attns_loss.compute(_settings(fig03a_attns_loss, {**case, "seeds": [4, 3]}))
+    for s in (3, 4):
+        np.testing.assert_array_equal(forward.drop_step_predicted.sel(seed=s).values,
+                                      backward.drop_step_predicted.sel(seed=s).values)
+    # the two seeds' predictions differ (their covariances are rotated differently), so the check can fail
+    assert not np.array_equal(forward.drop_step_predicted.sel(seed=3).values,
+                              forward.drop_step_predicted.sel(seed=4).values, equal_nan=True)
+
+
+def test_fig3a_one_set_of_levels_only_for_covariances_of_one_spectrum():
+    rng = np.random.default_rng(0)
+    q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    lam = np.diag([0.5, 0.3, 0.2])
+    rotated = q @ lam @ q.T
+    np.testing.assert_allclose(fig03a_attns_loss.shared_levels([lam, rotated], 31), _levels([0.5, 0.3, 0.2], 31))
+    with pytest.raises(ValueError, match="different spectra"):
+        fig03a_attns_loss.shared_levels([lam, np.diag([0.6, 0.3, 0.1])], 31)
+
+
+# ------------------------------------------------------------------------------------------------ Figure 3b
+
+@pytest.fixture(scope="module", params=[None, fig03b_attns_values.KNOB_CASES[0]], ids=["quick", "knob"])
+def fig3b(request):
+    return fig03b_attns_values.compute(_settings(fig03b_attns_values, request.param))
+
+
+def test_fig3b_learners_order_and_values_by_a_second_route(fig3b):
+    ds = fig3b
+    learned = [(int(d), int(h)) for d, h in zip(ds.direction.values, ds.learner.values) if h > 0]
+    w = fig03b_attns_values.words(ds)
+    H = ds.sizes["head"]
+    if not learned:
+        assert w["heads"] == f"none of the {H} heads rises to the final value of a direction"
+        return
+    assert w["heads"].startswith(f"{len(learned)} of the {H} heads rise")
+    step = ds.step.values
+    half = []
+    for d, h in learned:
+        v, target = ds.value.sel(head=h).values, float(ds.final_value_theory.sel(direction=d))
+        crossed = np.flatnonzero(v >= 0.5 * target)
+        half.append(step[crossed[0]] if crossed.size else step[0])
+        assert float(ds.final_value.sel(direction=d)) == pytest.approx(v[-1])
+    in_order = bool(np.all(np.diff(half) > 0))
+    if len(learned) > 1:
+        assert ("do not switch on in order" not in w["heads"]) == in_order
+    rows = _rows(fig03b_attns_values.numbers(ds))
+    assert rows["in_order"]["reproduced"] == float(in_order)
+    table = str(fig03b_attns_values.table(ds)).splitlines()[2:]
+    for (d, h), line, t in zip(learned, table, half):
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        assert cells[1] == str(h) and cells[-1] == str(_whole(t))
+
+
+def test_fig3b_ode_sentence_recomputed(fig3b):
+    ds = fig3b
+    w = fig03b_attns_values.words(ds)
+    gaps = []
+    for d, h in ((int(d), int(h)) for d, h in zip(ds.direction.values, ds.learner.values) if h > 0):
+        v, ode = ds.value.sel(head=h).values, ds.value_ode.sel(head=h).values
+        final = float(ds.final_value_theory.sel(direction=d))
+        during = (v > 0.05 * final) & (v < 0.95 * final) & np.isfinite(ode)
+        if during.any():
+            gaps.append(np.abs(v[during] - ode[during]).max() / final)
+    if gaps:
+        assert f"stays within {100 * max(gaps):.0f} % of the final value" in w["ode"]
+    for row in fig03b_attns_values.numbers(ds):  # rise times are whole steps
+        if row["key"].startswith("rise_steps"):
+            assert all(v is None or float(v).is_integer() for v in (row["theory"], row["reproduced"]))
+
+
+# ------------------------------------------------------------------------------------------------ Figure 5
+
+@pytest.fixture(scope="module", params=[None, *fig05_softmax.KNOB_CASES], ids=["quick", "knob0", "knob1"])
+def fig5(request):
+    return fig05_softmax.compute(_settings(fig05_softmax, request.param))
+
+
+def test_fig5_final_losses_and_lead_recomputed(fig5):
+    ds = fig5
+    w = fig05_softmax.words(ds)
+    for key in fig05_softmax.MODELS:
+        loss = ds.train_loss.sel(model=key).values
+        loss = loss[np.isfinite(loss)]
+        assert float(ds.final_loss.sel(model=key)) == pytest.approx(loss[-1])
+    counts = [len(fig05_softmax._found(ds, k).drop_steps) for k in ("attn_s", "attn_m")]
+    said = re.findall(r"(no|one|\d+) drops? in", w["lead_result"])
+    assert [{"no": 0, "one": 1}.get(x, None) if not x.isdigit() else int(x) for x in said] == counts
+    assert not ds.attrs["published"] and "caption_lead" in w
+    assert w["caption_lead"] == "Figure 5's experiment at settings of our own"
+
+
+def test_fig5_table_rows_recomputed(fig5):
+    ds = fig5
+    lines = str(fig05_softmax.table(ds)).splitlines()[2:]
+    for key, line in zip(fig05_softmax.MODELS, lines):
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        loss = ds.train_loss.sel(model=key).values
+        final = loss[np.isfinite(loss)][-1]
+        L_star = np.nanmin(ds.plateau_theory.sel(model=key).values)  # the lowest saddle: the minimum L(M_D)
+        assert float(cells[-1]) == pytest.approx(L_star, abs=5e-4)
+        assert cells[-2] == f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"
+    for c, line in zip(ds.check.values, lines[2:]):
+        check = ds.check_loss.sel(check=c).values
+        assert [x.strip() for x in line.split("|")[1:-1]][-2] == f"{check[np.isfinite(check)][-1]:.4f}"
+
+
+def test_fig5_every_reported_drop_is_a_fall_of_the_curve(fig5):
+    """A drop the page reports at step t lies where the curve falls: the loss a tenth of the way back to the
+    previous drop (or the start) is above the loss a tenth of the way on to the next (or the end)."""
+    ds = fig5
+    for key in fig05_softmax.MODELS:
+        p = fig05_softmax._found(ds, key)
+        loss = ds.train_loss.sel(model=key).values
+        loss = loss[np.isfinite(loss)]
+        bounds = [0, *[int(t) for t in p.drop_steps], loss.size - 1]
+        for k, t in enumerate(int(t) for t in p.drop_steps):
+            before = t - (t - bounds[k]) // 10
+            after = t + (bounds[k + 2] - t) // 10
+            assert loss[before] > loss[after], f"{key}: drop at {t} is no fall ({loss[before]} → {loss[after]})"
+
+
+# ------------------------------------------------------------------------------------------------ own experiment
+
+@pytest.fixture(scope="module", params=[None, beyond_own_experiment.KNOB_CASES[0]], ids=["quick", "knob"])
+def own(request):
+    return beyond_own_experiment.compute(_settings(beyond_own_experiment, request.param))
+
+
+def test_own_experiment_levels_and_summary_recomputed(own):
+    ds = own
+    run = json.loads(ds.attrs["runs"])["first"]
+    levels = _levels(ds.spectrum.values, run["seq_len"] - 1)
+    np.testing.assert_allclose(ds.plateau_theory.values, levels, rtol=1e-12)
+    text = beyond_own_experiment.summary(ds)
+    first = ds.train_loss.values[ds.run.values == "first"]
+    continued = ds.train_loss.values[ds.run.values == "continued"]
+    assert f"starts at {continued[0]:.6f}" in text and f"started at {first[-1]:.6f}" in text
+    for m in ds.m.values:
+        level = float(ds.plateau_level.sel(m=m))
+        if np.isfinite(level):
+            assert f"{level:.4f} (theory $L(\\mathcal M_{{{m}}})$ = {levels[m]:.4f})" in text
+    rows = _rows(beyond_own_experiment.numbers(ds))
+    assert rows["final_loss.continued"]["reproduced"] == pytest.approx(continued[-1])
+    assert rows["final_loss.continued"]["theory"] == pytest.approx(levels[-1])
+
+
+# ------------------------------------------------------------------------------------- words before the figure
+
+MAX_WORDS_BEFORE_FIGURE = 150
+GLUE = re.compile(r"\{glue:text\}`(\w+)(?::[^`]*)?`")
+
+
+def words_before_figure(name: str, glued: dict) -> int:
+    """The words a reader meets before the figure on page ``name``: the notebook's prose (front matter, title and
+    code cells left out) up to its figure directive, each glued value counted as the words it shows."""
+    from linattn.companion import paths
+
+    text = (paths.SRC_DIR / f"{name}.md").read_text(encoding="utf-8")
+    text = text.split("\n---\n", 1)[1] if text.startswith("---") else text
+    head = re.sub(r"```.*?```", " ", text.split("```{figure}", 1)[0], flags=re.S)
+    head = "\n".join(line for line in head.splitlines() if not line.startswith("#"))
+    head = GLUE.sub(lambda m: str(glued[m.group(1)]), head)
+    return len(head.split())
+
+
+def _check_words_before_figure(module, ds):
+    n = words_before_figure(module.NAME, module.words(ds))
+    assert n <= MAX_WORDS_BEFORE_FIGURE, f"{module.NAME}: {n} words before the figure"
+
+
+def test_fig3a_at_most_150_words_before_the_figure(fig3a):
+    _check_words_before_figure(fig03a_attns_loss, fig3a)
+
+
+def test_fig3b_at_most_150_words_before_the_figure(fig3b):
+    _check_words_before_figure(fig03b_attns_values, fig3b)
+
+
+def test_fig5_at_most_150_words_before_the_figure(fig5):
+    _check_words_before_figure(fig05_softmax, fig5)
+
+
+def test_own_experiment_at_most_150_words_before_the_figure(own):
+    _check_words_before_figure(beyond_own_experiment, own)
