@@ -186,6 +186,7 @@ def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str |
         what = "memory available now" if max_memory is None else "the limit given"
         raise ConfigError(f"this run needs about {format_size(need)} of memory (largest part: {largest}, "
                           f"{format_size(parts[largest])}), more than {named('max_memory')}: {format_size(limit)} "
-                          f"({what}); use {_smaller(largest, engine or objectives.resolve(cfg))}, or a larger {named('max_memory')}",
+                          f"({what}); use {_smaller(largest, engine or objectives.resolve(cfg))}, or a larger "
+                          f"{named('max_memory')}",
                           field="max_memory", value=max_memory)
     return need
