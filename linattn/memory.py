@@ -83,9 +83,8 @@ def memory_parts(cfg, *, draws_data: bool = True, engine: str | None = None,
         # a copy of every set in the run's dtype (softmax: padded to blocks, converted, then re-laid out: ~3 copies)
         copies = 1 if engine == "autograd" else 3
         parts["the engine's copy of the data"] = copies * (4 if cfg.dtype == "float32" else 8) * tokens * E
-    shapes = {"attnM": 2 * E * E, "attnS": 2 * cfg.rank * E + E * E, "mlp": D * D + 1}
-    weights = 8 * cfg.head_num * shapes.get(cfg.model, 0)  # one copy of the weights in float64
-    parts["the weights"] = 4 * weights  # weights, gradient, initial, final
+    weights = _weights(cfg) // 4  # one copy of the weights in float64
+    parts["the weights"] = 4 * weights
     # one row a step, float64: the step, the loss, the two test losses, each head's value weight (train._Records)
     row = 2 + 2 * bool(cfg.testset_size) + cfg.head_num * cfg.track_value
     steps = cfg.recorded_steps()
@@ -97,6 +96,14 @@ def memory_parts(cfg, *, draws_data: bool = True, engine: str | None = None,
     if cfg.dynamics == "flow":  # solve_ivp returns the weights at every evaluated step before the losses are
         parts["the integrated trajectory"] = weights * (rows + snapshots + 1)
     return parts
+
+
+def _weights(cfg) -> int:
+    """Bytes of four float64 copies of the weights of ``cfg``'s model: the weights, their gradient, the initial and
+    the final weights."""
+    D, E = cfg.in_dim, cfg.in_dim + 1
+    shapes = {"attnM": 2 * E * E, "attnS": 2 * cfg.rank * E + E * E, "mlp": D * D + 1}
+    return 4 * 8 * cfg.head_num * shapes.get(cfg.model, 0)
 
 
 # sequences on which the exact engine compares features() @ combined() with forward() (objectives.exact.CHECK_ROWS),
@@ -179,6 +186,17 @@ def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str |
     ``available_memory()``, no check where that is unknown), else :class:`~linattn.config.ConfigError` naming it, with
     the settings that shrink its largest part."""
     parts = memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every)
+    return _within(cfg, parts, max_memory, engine or objectives.resolve(cfg))
+
+
+def check_weights_memory(cfg, max_memory=None) -> int:
+    """:func:`check_memory` for a figure that only draws ``cfg``'s initial weights (a schematic) and trains nothing:
+    the weights and the copies made of them (``mlp_from_attn_m``) against ``max_memory``."""
+    return _within(cfg, {"the weights": _weights(cfg)}, max_memory, "exact")
+
+
+def _within(cfg, parts: dict[str, int], max_memory, engine: str) -> int:
+    """The peak of ``parts`` if it is within ``max_memory``, else the ConfigError of :func:`check_memory`."""
     need = _peak(parts)
     limit = available_memory() if max_memory is None else parse_size(max_memory)
     if limit is not None and need > limit:
@@ -186,7 +204,7 @@ def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str |
         what = "memory available now" if max_memory is None else "the limit given"
         raise ConfigError(f"this run needs about {format_size(need)} of memory (largest part: {largest}, "
                           f"{format_size(parts[largest])}), more than {named('max_memory')}: {format_size(limit)} "
-                          f"({what}); use {_smaller(largest, engine or objectives.resolve(cfg))}, or a larger "
+                          f"({what}); use {_smaller(largest, engine)}, or a larger "
                           f"{named('max_memory')}",
                           field="max_memory", value=max_memory)
     return need

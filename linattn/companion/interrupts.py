@@ -75,8 +75,8 @@ def signals_interrupt(stuck: Callable[[int], None] | None = None, grace: float |
     ``stuck(signum)``: what to remove when the main thread cannot take the signal. Python runs a handler between
     two bytecodes only, so one long operation in C (a step's einsum over many heads) would hold the signal for as
     long as it takes. With ``stuck`` given, a watchdog thread hears every signal at once (``signal.set_wakeup_fd``);
-    if the handler has not run ``grace`` seconds later (None: :data:`GRACE_S`), it calls ``stuck(signum)`` (the command's clean-up and its
-    one line) and ends the process with 128 + the signal's number."""
+    if the handler has not run ``grace`` seconds later (None: :data:`GRACE_S`), it calls ``stuck(signum)`` (the
+    command's clean-up and its one line) and ends the process with 128 + the signal's number."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
