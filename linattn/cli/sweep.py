@@ -164,7 +164,7 @@ def cmd_sweep(args) -> int:
         if args.out is not None:
             sweeps.check_out(args.out)
     except ConfigError as e:
-        raise UsageError(cli_message(e)) from None
+        raise UsageError(cli_message(e, args)) from None
     finished = sum(state != "to run" for _, _, state in rows)
     if args.dry_run:
         shape = " × ".join(f"{k} {len(v)}" for k, v in spec.axes.items())

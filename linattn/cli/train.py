@@ -111,7 +111,7 @@ def cmd_train(args) -> int:
     try:
         checked = plan(cfg, max_memory=args.max_memory, snapshot_every=every)  # checked once; run() carries it out
     except ConfigError as e:
-        raise UsageError(cli_message(e)) from None
+        raise UsageError(cli_message(e, args)) from None
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)

@@ -156,6 +156,7 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
             timeout=timeout, store=str(store), force=force, reads=tuple(reads) if name in last else ())
 
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch threads
+    _start_resource_tracker()
     pool = ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=context, initializer=worker_start,
                                initargs=(os.getpid(),))
     try:
@@ -172,6 +173,30 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
     pool.shutdown()
     run_figures.last_wall_time = time.perf_counter() - started
     return [results[n] for n in first + last]
+
+
+# how the resource tracker is told to clean up without a warning (-W's action:message:category)
+_TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker, which will clean up after the pool without a word.
+
+    The pool's call and result queues hold five named semaphores (three locks and a counter; named because spawned
+    workers open them by name). When this process is killed (SIGKILL) they are never released, and the tracker,
+    which outlives it, unlinks them, printing "There appear to be 5 leaked semaphore objects" on the terminal of a
+    command that was killed. The tracker takes its warning options from this process's ``sys.warnoptions`` when it
+    starts; it is started here with one that silences its own warnings (a no-op where it is running already)."""
+    from multiprocessing import resource_tracker
+
+    added = _TRACKER_QUIET not in sys.warnoptions
+    if added:
+        sys.warnoptions.append(_TRACKER_QUIET)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if added:
+            sys.warnoptions.remove(_TRACKER_QUIET)
 
 
 def _made_since(root: Path, name: str, key: str, since: float) -> bool:
