@@ -159,7 +159,7 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
     unfinished[:] = [tmp, *created]
     try:
         try:
-            result = run(checked, progress=None if not args.quiet else False, threads=args.threads,
+            result = run(checked, progress=not args.quiet, threads=args.threads,
                          snapshot_every=snapshot_every, snapshot=snapshot)
         except TrainingDiverged as e:
             print(f"linattn train: error: {e}", file=sys.stderr)

@@ -26,6 +26,8 @@ from .sources import notebook_sources, source_hash
 
 # seconds the workers get to remove their stages and shut their kernels down after an interruption
 WIND_DOWN_S = 20
+# a figure still running says so after FIRST_NOTE_S seconds, then every NOTE_EVERY_S (a log shows it is alive)
+FIRST_NOTE_S, NOTE_EVERY_S = 10.0, 30.0
 
 
 @dataclass
@@ -226,16 +228,20 @@ def _run_stage(pool, root, names, parsed, preset, force, key, job, jobs, results
     bar = tqdm(total=len(todo), desc=desc, unit="fig", disable=not progress or not sys.stderr.isatty(), leave=True)
     queue = sorted(todo, key=lambda n: -_expected_seconds(root, n, parsed[n], preset))  # stable
     pending = {}
+    notes = _RunningNotes(bar if progress else None)
     try:
         while queue or pending:
             while queue and len(pending) < max(1, jobs):  # submit only what runs now: the bar names it
                 name = queue.pop(0)
                 args, kwargs = job(name)
                 pending[pool.submit(*args, **kwargs)] = name
+                notes.started(name)
             bar.set_postfix_str("running: " + ", ".join(sorted(pending.values())), refresh=True)
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, timeout=notes.wait(), return_when=FIRST_COMPLETED)
+            notes.still_running()
             for fut in done:
                 name = pending.pop(fut)
+                notes.ended(name)
                 try:
                     out = fut.result()
                 except Exception as exc:  # noqa: BLE001 — the worker itself died
@@ -244,6 +250,43 @@ def _run_stage(pool, root, names, parsed, preset, force, key, job, jobs, results
                 bar.update(1)
     finally:
         bar.close()
+
+
+class _RunningNotes:
+    """The runner's lines about figures under way (through ``bar.write``; None: silent): one as each starts, and
+    one after FIRST_NOTE_S seconds and every NOTE_EVERY_S after that while it runs, with its elapsed time. They go
+    to the command's own output, never into a page (the kernel's output is the notebook's)."""
+
+    def __init__(self, bar):
+        self.bar = bar
+        self.since: dict[str, float] = {}  # name → when it started
+        self.next: dict[str, float] = {}  # name → when to say it is still running
+
+    def started(self, name: str) -> None:
+        now = time.monotonic()
+        self.since[name], self.next[name] = now, now + FIRST_NOTE_S
+        self._write(f"  start   {name}")
+
+    def ended(self, name: str) -> None:
+        self.since.pop(name, None)
+        self.next.pop(name, None)
+
+    def wait(self) -> float | None:
+        """Seconds until the next line is due (None: none is, or the notes are silent)."""
+        if self.bar is None or not self.next:
+            return None
+        return max(0.0, min(self.next.values()) - time.monotonic())
+
+    def still_running(self) -> None:
+        now = time.monotonic()
+        for name in sorted(self.next):
+            if now >= self.next[name]:
+                self.next[name] = now + NOTE_EVERY_S
+                self._write(f"  running {name}  ({now - self.since[name]:.0f} s so far)")
+
+    def _write(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line)
 
 
 def _report(name: str, out: dict, bar) -> FigureResult:
