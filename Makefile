@@ -16,20 +16,27 @@ STAMP   := $(VENV)/.installed
 setup: $(STAMP)
 
 # torch first, by itself: `torch==2.13.0` (a CPU wheel where one is provided locally), so nothing pulls CUDA builds.
+# Each stage says what it is doing before it starts (pip runs quietly: a few minutes without a line otherwise).
 $(STAMP): pyproject.toml constraints.txt
+	@echo "setup: creating $(VENV) with $(PY) ($$(date +%T))"
 	$(PY) -m venv $(VENV)
+	@echo "setup: installing pip, then torch 2.13.0 (the largest download; a few minutes on a slow link)"
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23.2"
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	@echo "setup: installing linattn and its figures, book and test dependencies ($$(date +%T))"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[figures,book,test]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@echo "setup: done ($$(date +%T))"
 	touch $@
 
 figures: setup
+	@echo "figures: running the $(PRESET) figures, $(JOBS) at a time (a line as each starts, every 30 s while it runs, and as it ends)"
 	$(BIN)/linattn figures --preset $(PRESET) --jobs $(JOBS)
 
 # a build writes only build outputs: README.md's reproduction table is checked against the paper build's numbers
 # (tests/test_readme_numbers.py), never rewritten by it
 book: figures
+	@echo "book: building the $(PRESET) book's HTML from the figures ($$(date +%T))"
 	$(BIN)/python -m linattn.companion.book build --preset $(PRESET)
 
 linkcheck: setup

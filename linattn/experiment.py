@@ -82,7 +82,8 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress:
             the authors' weights for that command; the sequences drawn alongside are discarded); with ``init`` nothing
             is drawn. The population engine takes no data; given ``init`` it needs only Λ, which with ``cov_matrix`` or
             ``white_cov`` is not drawn at all (so ``draws="reference"`` works there too).
-        progress: a progress bar (None: only when attached to a terminal).
+        progress: a progress bar on a terminal, plain lines every few seconds elsewhere (None: the bar on a
+            terminal only; False: nothing; ``train.progress_bar``).
         snapshot_every: store a snapshot in ``history.snapshots`` every k steps and at the end (0: none).
         snapshot: what a snapshot is, ``snapshot(model)``; default: the weights, in the layout of ``init.npz``.
         start_step: continue a gradient-descent run whose weights at that step are ``init``: the ``cfg.epoch``

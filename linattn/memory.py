@@ -77,13 +77,14 @@ def memory_parts(cfg, *, draws_data: bool = True, engine: str | None = None,
     elif engine == "population":
         # the Gaussian moment tensors up to order 6 (objectives/population.py) and 64 probe sequences (check_linear)
         parts["the engine's moments"] = 2 * 8 * F * F + 4 * 8 * E**6 + 3 * 8 * 64 * n * E
+    if (heads := _head_activations(cfg, engine, sets)):
+        parts["the per-head activations"] = heads
     if engine in ("autograd", "softmax"):
         # a copy of every set in the run's dtype (softmax: padded to blocks, converted, then re-laid out: ~3 copies)
         copies = 1 if engine == "autograd" else 3
         parts["the engine's copy of the data"] = copies * (4 if cfg.dtype == "float32" else 8) * tokens * E
-    shapes = {"attnM": 2 * E * E, "attnS": 2 * cfg.rank * E + E * E, "mlp": D * D + 1}
-    weights = 8 * cfg.head_num * shapes.get(cfg.model, 0)  # one copy of the weights in float64
-    parts["the weights"] = 4 * weights  # weights, gradient, initial, final
+    weights = _weights(cfg) // 4  # one copy of the weights in float64
+    parts["the weights"] = 4 * weights
     # one row a step, float64: the step, the loss, the two test losses, each head's value weight (train._Records)
     row = 2 + 2 * bool(cfg.testset_size) + cfg.head_num * cfg.track_value
     steps = cfg.recorded_steps()
@@ -97,17 +98,58 @@ def memory_parts(cfg, *, draws_data: bool = True, engine: str | None = None,
     return parts
 
 
+def _weights(cfg) -> int:
+    """Bytes of four float64 copies of the weights of ``cfg``'s model: the weights, their gradient, the initial and
+    the final weights."""
+    D, E = cfg.in_dim, cfg.in_dim + 1
+    shapes = {"attnM": 2 * E * E, "attnS": 2 * cfg.rank * E + E * E, "mlp": D * D + 1}
+    return 4 * 8 * cfg.head_num * shapes.get(cfg.model, 0)
+
+
+# sequences on which the exact engine compares features() @ combined() with forward() (objectives.exact.CHECK_ROWS),
+# and the probe sequences of the population engine's check (objectives.population)
+_CHECK_ROWS, _PROBE_ROWS = 256, 64
+# (P, H, n) tensors alive at once while the attention models' forward() runs: without a graph (the check: the
+# tokens' values, the scores, the scaled scores, their product) and with autograd's saved tensors and gradients
+_FORWARD_COPIES, _AUTOGRAD_COPIES = 4, 8
+
+
+def _head_activations(cfg, engine: str, sets: list) -> int:
+    """Bytes of the attention models' per-head activations at their largest: (rows, H, n) tensors of the forward
+    pass (models._Attention.forward: every token's value v_h·x̃_m and its score, per sequence and head).
+
+    exact: ``forward()`` once, on the first ``_CHECK_ROWS`` sequences of each set (check_linear, float64); population:
+    on 64 probe sequences; autograd: a chunk of ``chunk`` sequences with its graph, every step, in the run's dtype
+    (``vary_len``: twice, its prefixes); softmax: the largest scores, one per sequence and head (the native kernel
+    keeps the rest in a few KB). The MLP has no heads."""
+    if cfg.model == "mlp":
+        return 0
+    H, n, largest = cfg.head_num, cfg.seq_len, max(sets, default=0)
+    item = 4 if cfg.dtype == "float32" else 8
+    if engine == "exact":
+        return _FORWARD_COPIES * min(largest, _CHECK_ROWS) * H * n * 8
+    if engine == "population":
+        return _FORWARD_COPIES * _PROBE_ROWS * H * n * 8
+    if engine == "autograd":
+        return _AUTOGRAD_COPIES * (1 + cfg.vary_len) * min(largest, cfg.chunk) * H * n * item
+    if engine == "softmax":
+        return 2 * largest * H * item
+    return 0
+
+
 def memory_estimate(cfg, *, draws_data: bool = True, engine: str | None = None,
                     snapshot_every: int = 0) -> int:
     """The peak memory of a run of ``cfg`` in bytes, roughly (within a factor of ~2):
 
         peak = data sets + weights + history + snapshots + max(drawing the largest set, the engine's copy or
-               moments, gradient flow's trajectory)
+               moments, the per-head activations, gradient flow's trajectory)
 
     The drawn training and test sets hold P·seq_len·(in_dim+1) numbers each (float32 with ``draws="reference"``,
     float64 with ``"streams"``); drawing a set briefly holds its inputs in float64 and two more copies; the engine
     copies the data (autograd, softmax) or holds its moments (exact: two F×F float64 matrices, F the length of the
-    model's feature, and one chunk; population: no data, the moment tensors). The history holds one float64 row
+    model's feature, and one chunk; population: no data, the moment tensors). The attention models' forward pass
+holds a few (rows, H, n) tensors, per sequence, head and token (:func:`_head_activations`: the exact engine's check
+on 256 sequences, autograd's graph of a chunk): with many heads the largest part. The history holds one float64 row
     a recorded step (step, loss, test losses, value weights with ``track_value``; every step, or the ``record``
     steps of a flow), every ``snapshot_every`` steps a copy of the weights is kept, and gradient flow holds the
     weights at every recorded step while it evaluates the losses.
@@ -125,10 +167,13 @@ def _peak(parts: dict[str, int]) -> int:
     return sum(parts.get(name, 0) for name in _KEPT) + max(transient, default=0)
 
 
-def _smaller(part: str) -> str:
+def _smaller(part: str, engine: str) -> str:
     """The settings that make ``part`` of :func:`memory_parts` smaller."""
     if part in ("the recorded history", "the weight snapshots", "the integrated trajectory"):
         return f"a smaller {named('epoch')} (or, for a flow, fewer {named('record')} steps)"
+    if part == "the per-head activations":
+        chunk = f", or a smaller {named('chunk')}" if engine == "autograd" else ""
+        return f"a smaller {named('head_num')} or {named('seq_len')}{chunk}"
     if part == "the weights":
         return f"a smaller {named('head_num')} or {named('in_dim')}"
     return (f"a smaller {named('trainset_size')}, {named('testset_size')} or {named('seq_len')} (or "
@@ -141,6 +186,17 @@ def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str |
     ``available_memory()``, no check where that is unknown), else :class:`~linattn.config.ConfigError` naming it, with
     the settings that shrink its largest part."""
     parts = memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every)
+    return _within(cfg, parts, max_memory, engine or objectives.resolve(cfg))
+
+
+def check_weights_memory(cfg, max_memory=None) -> int:
+    """:func:`check_memory` for a figure that only draws ``cfg``'s initial weights (a schematic) and trains nothing:
+    the weights and the copies made of them (``mlp_from_attn_m``) against ``max_memory``."""
+    return _within(cfg, {"the weights": _weights(cfg)}, max_memory, "exact")
+
+
+def _within(cfg, parts: dict[str, int], max_memory, engine: str) -> int:
+    """The peak of ``parts`` if it is within ``max_memory``, else the ConfigError of :func:`check_memory`."""
     need = _peak(parts)
     limit = available_memory() if max_memory is None else parse_size(max_memory)
     if limit is not None and need > limit:
@@ -148,6 +204,7 @@ def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str |
         what = "memory available now" if max_memory is None else "the limit given"
         raise ConfigError(f"this run needs about {format_size(need)} of memory (largest part: {largest}, "
                           f"{format_size(parts[largest])}), more than {named('max_memory')}: {format_size(limit)} "
-                          f"({what}); use {_smaller(largest)}, or a larger {named('max_memory')}",
+                          f"({what}); use {_smaller(largest, engine)}, or a larger "
+                          f"{named('max_memory')}",
                           field="max_memory", value=max_memory)
     return need

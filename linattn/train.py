@@ -92,33 +92,35 @@ def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | N
     ``objective`` is any engine object with ``value_and_grad(model)`` and ``value(model)`` (``linattn.objectives``);
     ``tests`` maps "test_iwl"/"test_icl" to such objects, evaluated (without gradients) before every step.
     ``snapshot_every`` > 0 stores ``snapshot(model)`` (default: the weights) every k steps and at the end.
-    ``progress``: a tqdm bar (None: only for runs that touch a terminal). ``start_step``: the number of the first
-    step, for a run that continues another from its weights at that step (the history's ``step`` and the snapshots
-    then line up with a run that never stopped: GD is a function of the weights alone).
+    ``progress``: a tqdm bar on a terminal, and elsewhere (a log) a plain line every :data:`PROGRESS_EVERY_S`
+    seconds on stderr; None: the bar on a terminal, nothing elsewhere; False: nothing. ``start_step``: the number of
+    the first step, for a run that continues another from its weights at that step (the history's ``step`` and the
+    snapshots then line up with a run that never stopped: GD is a function of the weights alone).
 
     Where the objective offers a compiled loop for this model and these tests (``objective.compiled_steps``: the
-    exact engine's C kernel), the steps between two snapshots run there in one call; otherwise one Python step at a
-    time through ``value_and_grad``. Both record the same rows.
+    exact engine's C kernel), the steps run there, many a call; otherwise one Python step at a time through
+    ``value_and_grad``. Both record the same rows, and both report to the bar in blocks of about :data:`CALL_S`
+    seconds (the C loop returns between them, so a signal is heard there too).
     """
-    from tqdm import tqdm  # the text bar: tqdm.auto warns in a kernel without ipywidgets
-
     tests = tests or {}
     rec = _Records(epoch, tests, len(model.value_weights()) if track_value else 0)
     take = snapshot or weights_of
     snaps = []
     start = time.perf_counter()
-    bar = tqdm(total=epoch, desc="training", unit="step", disable=(None if progress is None else not progress),
-               mininterval=1.0, leave=False)
+    bar = progress_bar(epoch, progress)
     compiled = getattr(objective, "compiled_steps", None)
     steps = compiled(model, list(tests.values())) if compiled is not None else None
+    block = 16  # steps of the next call: grown to about CALL_S seconds a call
     try:
         t = 0
         while t < epoch:
             if snapshot_every and (start_step + t) % snapshot_every == 0:
                 snaps.append((start_step + t, take(model)))  # the weights before step t's update
             n = epoch - t if not snapshot_every else min(epoch - t, snapshot_every - (start_step + t) % snapshot_every)
+            n, called = min(n, block), time.perf_counter()
             done = steps(t, n, lr, rec.losses, list(rec.tests.values()), rec.values) if steps is not None else \
                 _torch_steps(model, objective, tests, rec, t, n, lr)
+            block = _next_block(block, done, time.perf_counter() - called)
             bar.update(done)
             if done < n:
                 raise TrainingDiverged(start_step + t + done, float(rec.losses[t + done]), lr)
@@ -130,6 +132,53 @@ def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | N
     return History(step=np.arange(start_step, start_step + epoch), train_loss=rec.losses,
                    test_iwl=rec.tests.get("test_iwl"), test_icl=rec.tests.get("test_icl"), values=rec.values,
                    snapshots=snaps, wall_time=time.perf_counter() - start)
+
+
+# seconds between two plain progress lines (a run whose output is no terminal), and of a block of steps
+PROGRESS_EVERY_S, CALL_S = 10.0, 0.25
+
+
+def _next_block(block: int, done: int, seconds: float) -> int:
+    """The steps of the next block: as many as take about CALL_S seconds at the rate of the last one."""
+    rate = done / seconds if seconds > 0 else 2 * block / CALL_S  # too quick to time: twice as many
+    return int(min(max(16, rate * CALL_S), 1 << 24))
+
+
+def progress_bar(total: int, progress: bool | None, desc: str = "training"):
+    """What counts a run's steps (``update(n)``, ``close()``): a tqdm bar on a terminal (stderr), else with
+    ``progress`` True :class:`ProgressLines`; nothing with ``progress`` False, or None off a terminal."""
+    import sys
+
+    from tqdm import tqdm  # the text bar: tqdm.auto warns in a kernel without ipywidgets
+
+    if progress and not sys.stderr.isatty():
+        return ProgressLines(total, desc)
+    return tqdm(total=total, desc=desc, unit="step", disable=(None if progress is None else not progress),
+                mininterval=1.0, leave=False)
+
+
+class ProgressLines:
+    """Progress for a log: ``"training: step 1,200 of 6,001 (20%), 10 s"`` on stderr every PROGRESS_EVERY_S
+    seconds (a bar's redraws would pile up there), nothing for a run shorter than that."""
+
+    def __init__(self, total: int, desc: str, every: float | None = None):
+        self.total, self.desc, self.n = total, desc, 0
+        self.every = PROGRESS_EVERY_S if every is None else every
+        self.start = time.monotonic()
+        self.next = self.start + self.every
+
+    def update(self, n: int) -> None:
+        import sys
+
+        self.n += n
+        now = time.monotonic()
+        if now >= self.next and self.n < self.total:
+            self.next = now + self.every
+            print(f"{self.desc}: step {self.n:,} of {self.total:,} ({100 * self.n // max(1, self.total)}%), "
+                  f"{now - self.start:.0f} s", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
 
 
 class _Records:

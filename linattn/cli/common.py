@@ -79,12 +79,15 @@ def _memory(text: str) -> int:
 _OTHER_FLAGS = {"max_memory": "--max-memory", "out": "--out", "threads": "--threads"}
 
 
-def flag_words(name: str, value=ALONE) -> str:
+def flag_words(name: str, value=ALONE, *, typed: dict | None = None) -> str:
     """A setting named in a :class:`~linattn.config.ConfigError` message, as ``linattn train`` writes it: ``--lr``,
     ``--model mlp`` (strings unquoted), the bare flag for a switch that is on (``--cubic_feat``), ``--trainset_size
-    inf`` for the population objective (:meth:`ConfigError.words <linattn.data.ConfigError.words>`)."""
+    inf`` for the population objective (:meth:`ConfigError.words <linattn.data.ConfigError.words>`). ``typed``: the
+    flag the user typed for each setting (:class:`StoreTyped`), used in place of the setting's first flag
+    (``--head -3`` is answered about ``--head``, not ``--head_num``)."""
     setting = SETTINGS.get(name)
     flag = setting.flags[0] if setting is not None and setting.flags else _OTHER_FLAGS.get(name, name)
+    flag = (typed or {}).get(name) or flag
     if value is ALONE:
         return flag
     if setting is not None and setting.kind == "bool":
@@ -92,9 +95,25 @@ def flag_words(name: str, value=ALONE) -> str:
     return f"{flag} {'inf' if value is None else value}"
 
 
-def cli_message(error: ConfigError) -> str:
-    """``error``'s message in the words of ``linattn train``: every setting it names by its flag."""
-    return error.words(flag_words)
+def cli_message(error: ConfigError, args: argparse.Namespace | None = None) -> str:
+    """``error``'s message in the words of ``linattn train``: every setting it names by its flag, the one typed on
+    the command line ``args`` where there was one."""
+    typed = getattr(args, TYPED, None)
+    return error.words(lambda name, *value: flag_words(name, *value, typed=typed))
+
+
+TYPED = "typed_flags"  # the attribute of the parsed arguments that holds the flags as typed (StoreTyped)
+
+
+class StoreTyped(argparse.Action):
+    """argparse's ``store`` that also records which of the setting's flags the user typed (``--head`` or
+    ``--head_num``), in ``args.typed_flags[dest]``: a message about the setting then names that flag."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        if getattr(namespace, TYPED, None) is None:
+            setattr(namespace, TYPED, {})
+        getattr(namespace, TYPED)[self.dest] = option_string
 
 
 _ARG_TYPES = {"int": int, "size": _size, "number": _finite, "numbers": _floats, "str": None}
@@ -114,7 +133,7 @@ def add_train_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> N
             group.add_argument(*s.flags, dest=s.name, action="store_true", help=s.describe())
         else:
             group.add_argument(*s.flags, dest=s.name, type=_ARG_TYPES[s.kind], choices=s.allowed(),
-                               default=s.default, help=s.describe())
+                               default=s.default, help=s.describe(), action=StoreTyped)
         if s.name == "in_dim":  # the reference's output dimension: the paper's models predict a scalar
             ref.add_argument("--out_dim", type=int, default=1, choices=[1],
                              help="must be 1 (accepted for the reference's commands)")

@@ -214,7 +214,7 @@ def cmd_sweep(args) -> int:
         if args.out is not None:
             sweeps.check_out(args.out)
     except ConfigError as e:
-        raise UsageError(cli_message(e)) from None
+        raise UsageError(cli_message(e, args)) from None
     finished = sum(state != "to run" for _, _, state in rows)
     if args.dry_run:
         return _print_plan(spec, rows, finished)
@@ -222,12 +222,7 @@ def cmd_sweep(args) -> int:
     try:
         with signals_interrupt():
             if args.scheduler:
-                from dask.distributed import Client
-
-                try:
-                    client = Client(args.scheduler, timeout=15)
-                except (OSError, TimeoutError, ValueError) as e:
-                    raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answers there ({e})") from None
+                client = connect(args.scheduler)
             try:
                 ds = sweeps.sweep(base, grid, client=client, out=args.out, workers=args.workers,
                                   save_data=args.save_data, threads=args.threads or 1, max_memory=args.max_memory,
@@ -264,6 +259,65 @@ def _print_plan(spec, rows, finished: int) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush goes nowhere
         return 141
     return 0
+
+
+# seconds to connect to a --scheduler and hear its handshake, and again for the client to join it
+SCHEDULER_TIMEOUT_S = 15.0
+# the largest first message a Dask scheduler sends (its handshake: a few hundred bytes of msgpack)
+_HANDSHAKE_MAX = 2**20
+
+
+def connect(address: str):
+    """A ``dask.distributed.Client`` of the scheduler at ``address``, or a UsageError within about twice
+    :data:`SCHEDULER_TIMEOUT_S` seconds where none answers there. A TCP address is first asked for the handshake a
+    Dask scheduler sends as soon as a connection opens (an 8-byte length, then that many bytes): a service that
+    sends nothing (a web server waiting for a request) or a length no handshake has (bytes of another protocol,
+    which Dask would try to allocate: "3.07 EiB") is refused before Dask reads from it."""
+    from dask.distributed import Client
+
+    why = _not_dask(address, SCHEDULER_TIMEOUT_S)
+    if why is not None:
+        raise UsageError(f"--scheduler {address}: no Dask scheduler answers there ({why})")
+    try:
+        return Client(address, timeout=SCHEDULER_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise UsageError(f"--scheduler {address}: no Dask scheduler answers there ({e})") from None
+
+
+def _not_dask(address: str, timeout: float) -> str | None:
+    """Why the TCP service at ``address`` is no Dask scheduler (None: it sent a handshake's first frame; other
+    schemes, such as tls://, are left to Dask's own timeout)."""
+    import socket
+    import struct
+    import time
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError) as e:
+        return f"not an address: {e}"
+    if scheme != "tcp":
+        return None
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            head = b""
+            while len(head) < 8:
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    return "it closed the connection without a handshake"
+                head += chunk
+    except socket.timeout:
+        return f"it sent no handshake within {timeout:g} s"
+    except OSError as e:
+        return e.strerror or str(e)
+    (size,) = struct.unpack("<Q", head)
+    if not 0 < size <= _HANDSHAKE_MAX:
+        return "it answers in another protocol"
+    return None
 
 
 def _describe(ds, out: Path) -> str:

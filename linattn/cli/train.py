@@ -32,7 +32,7 @@ from ..companion.interrupts import (
     signals_interrupt,
 )
 from ..config import ConfigError, RunConfig
-from ..records import output_lock, remove_stale_temps, temp_dir, temp_prefix
+from ..records import lock_path, output_lock, remove_stale_temps, temp_dir, temp_prefix
 from .common import UsageError, cli_message, config_from_args
 
 
@@ -120,16 +120,17 @@ def cmd_train(args) -> int:
     try:
         checked = plan(cfg, max_memory=args.max_memory, snapshot_every=every)  # checked once; run() carries it out
     except ConfigError as e:
-        raise UsageError(cli_message(e)) from None
+        raise UsageError(cli_message(e, args)) from None
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)
     existed = out.is_dir()
     placed = []  # set once the run's folder is in place: what an interruption after that keeps
+    unfinished = []  # the temporary folder and the parent folders made for it, while the run is not in place
     done = None
     try:
-        with signals_interrupt():
-            done = _train_into(checked, out, args, placed, snapshot_every=every, snapshot=hook)
+        with signals_interrupt(stuck=lambda signum: _stuck(signum, unfinished, out, existed)):
+            done = _train_into(checked, out, args, placed, snapshot_every=every, snapshot=hook, unfinished=unfinished)
             _report(done, out, args)
     except _MadeMeanwhile:
         if not args.quiet:
@@ -178,21 +179,44 @@ class _WriteFailed(Exception):
     """Writing the run's files failed (a full disk, a folder removed meanwhile): the message names the path."""
 
 
-def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, snapshot):
+def _stuck(signum: int, unfinished: list, out: Path, existed: bool) -> None:
+    """A signal the training could not take in time (one long step in C): remove the unfinished run's folders and say
+    so; the watchdog of :func:`~linattn.companion.interrupts.signals_interrupt` then ends the process."""
+    if unfinished:
+        shutil.rmtree(unfinished[0], ignore_errors=True)
+        _remove_empty(unfinished[1:])
+    _drop_own_lock(out)
+    words = interrupted_words(Interrupted(signum), out, placed=False, existed=existed)
+    print(f"linattn train: {words}; stopped in the middle of a step", file=sys.stderr, flush=True)
+
+
+def _drop_own_lock(out: Path) -> None:
+    """Remove ``out``'s lock file where this process holds it (its PID is written there): the process is about to end
+    without leaving its ``with`` block."""
+    lock = lock_path(out)
+    try:
+        if lock.read_text().strip() == str(os.getpid()):
+            lock.unlink()
+    except OSError:
+        pass
+
+
+def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, snapshot, unfinished: list):
     """Train ``checked`` and put its folder in place as ``out`` (then ``placed`` is made non-empty); the run's result,
     or None when it diverged (said on stderr). Whatever stops it before the folder is in place removes the temporary
-    folder and the parent folders made for it."""
+    folder and the parent folders made for it (held in ``unfinished`` meanwhile, for a signal that cannot wait)."""
     from ..experiment import run
     from ..keys import run_key
     from ..train import TrainingDiverged
 
     tmp, created = prepare_out(out, args.overwrite)
     held = ExitStack()  # out's lock: released before the folders made for the run are removed
+    unfinished[:] = [tmp, *created]
     try:
         held.enter_context(output_lock(out, say=_waiting(out)))
         _check_unchanged(out, args.overwrite, run_key(checked.config), args.save_data)
         try:
-            result = run(checked, progress=None if not args.quiet else False, threads=args.threads,
+            result = run(checked, progress=not args.quiet, threads=args.threads,
                          snapshot_every=snapshot_every, snapshot=snapshot)
         except TrainingDiverged as e:
             print(f"linattn train: error: {e}", file=sys.stderr)
@@ -203,6 +227,7 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
             with signals_deferred():  # the rename is never cut in two; the signal comes once it is done
                 _move_into_place(tmp, out, args.overwrite)
                 tmp = None
+                unfinished.clear()
                 placed.append(out)
         except OSError as e:
             raise _WriteFailed(_write_error(e, tmp, out)) from None
@@ -212,6 +237,7 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
             with signals_deferred():
                 shutil.rmtree(tmp, ignore_errors=True)
                 _remove_empty(created)
+                unfinished.clear()
     remove_stale_temps(out.parent, out.name)  # killed writers' leftovers of this --out
     return result
 

@@ -10,9 +10,11 @@ them in its badge. The root is checked before anything runs (:func:`linattn.comp
 
 Bad input is refused before anything runs, as by every linattn command: one line ``linattn <command>: error: …``
 on stderr, exit code 2 — an unknown figure, an unknown ``--param`` key or one of the wrong type
-(:func:`linattn.companion.notebooks.check_overrides`), and a value that would give a run ``RunConfig.validate``
-refuses (:func:`linattn.companion.presets.check_overrides`, e.g. ``seeds=[-1]``). Ctrl-C and SIGTERM end the
-command with one line saying which figures were finished and kept, exit code 130 or 143.
+(:func:`linattn.companion.notebooks.check_overrides`), and values that, taken together, would give a run
+``linattn.plan`` refuses (:func:`linattn.companion.presets.check_overrides`, e.g. ``seeds=[-1]``, or a run that
+does not fit in memory), or a figure that trains nothing settings it cannot use (a schematic's weights too large,
+a drawing too large to draw). Each figure says when it starts and, while it runs, every 30 s that it still does.
+Ctrl-C and SIGTERM end the command with one line saying which figures were finished and kept, exit code 130 or 143.
 """
 
 from __future__ import annotations

@@ -109,6 +109,11 @@ def _fits(value, kind) -> bool:
     return isinstance(value, kind)
 
 
+def with_article(noun: str) -> str:
+    """``noun`` after its indefinite article: "an int", "a float" (by its first letter's sound as a vowel)."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def check_overrides(name: str, nb, overrides: dict) -> dict:
     """``overrides`` if every key is a knob of notebook ``name`` and every value fits its type; else
     :class:`ParameterError` naming the valid knobs. For a figure with nested runs (``attn_m``, ``attn_s``) a
@@ -128,7 +133,7 @@ def check_overrides(name: str, nb, overrides: dict) -> dict:
         if key not in valid:
             raise ParameterError(f"{name} has no parameter {key!r}; its parameters: {listing}")
         if not _fits(value, valid[key].type):
-            raise ParameterError(f"{name}: {key} must be a {valid[key].type.__name__}, got {value!r}")
+            raise ParameterError(f"{name}: {key} must be {with_article(valid[key].type.__name__)}, got {value!r}")
     return dict(overrides)
 
 

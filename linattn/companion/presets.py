@@ -183,32 +183,106 @@ def run_configs(name, preset: str = "quick", overrides: dict | None = None) -> l
     return _declared(module.runs(S))
 
 
+def _check_values(overrides: dict) -> None:
+    """Each override that is a run setting (or a nested run's, ``attn_m={"lr": …}``) against that setting's own
+    type and range (:data:`linattn.config.SETTINGS`), before a figure's ``runs(S)`` computes with it (a negative
+    horizon would reach a logarithm)."""
+    from ..config import SETTINGS
+
+    for key, value in overrides.items():
+        for k, v in (value.items() if isinstance(value, dict) else [(key, value)]):
+            if k in SETTINGS:
+                SETTINGS[k].check_type(v)
+                SETTINGS[k].check_value(v)
+
+
+def _param_words(name: str, *value) -> str:
+    """A figure's setting as ``linattn figures`` names it: ``--param model='attnS'``, or the bare name."""
+    return f"--param {name}={value[0]!r}" if value else name
+
+
+def drawn_config(name, preset: str = "quick", overrides: dict | None = None):
+    """For figure ``name`` that trains nothing (no ``runs``: a schematic), a :class:`linattn.config.RunConfig` of its
+    settings that are run settings (``in_dim``, ``head_num``: the weights it draws, of its paper preset's ``model``),
+    not validated; None for a figure with runs or without such settings."""
+    from ..config import RunConfig
+
+    if hasattr(_module(name), "runs"):
+        return None
+    fields = set(RunConfig.field_names())
+    S = resolve(name, preset, {k: v for k, v in (overrides or {}).items() if k in table(name).get(preset, {})})
+    own = {k: v for k, v in S.items() if k in fields}
+    return RunConfig(**own) if own else None
+
+
+def _plan_all(name: str, preset: str, overrides: dict) -> None:
+    """Plan every run figure ``name`` trains with ``overrides`` (:func:`linattn.plan.plan`: bounds, draws, memory),
+    or, for a figure that trains nothing, check the weights it draws (bounds, memory), and the figure's own
+    ``check(S)`` where it declares one (a schematic's size); raises their ConfigError."""
+    from ..memory import check_weights_memory
+    from ..plan import plan
+
+    _check_values(overrides)
+    drawn = drawn_config(name, preset, overrides)
+    if drawn is not None:
+        drawn.validate()
+        check_weights_memory(drawn)
+    check = getattr(_module(name), "check", None)
+    if check is not None:  # what the figure itself cannot show (a schematic too large to draw)
+        check(resolve(name, preset, {k: v for k, v in overrides.items() if k in table(name).get(preset, {})}))
+    for cfg in run_configs(name, preset, overrides):
+        plan(cfg)
+
+
+def _check_values(overrides: dict) -> None:
+    """Each override that is a run setting (or a nested run's, ``attn_m={"lr": …}``) against that setting's own
+    type and range (:data:`linattn.config.SETTINGS`), before a figure's ``runs(S)`` computes with it (a negative
+    horizon would reach a logarithm)."""
+    from ..config import SETTINGS
+
+    for key, value in overrides.items():
+        for k, v in (value.items() if isinstance(value, dict) else [(key, value)]):
+            if k in SETTINGS:
+                SETTINGS[k].check_type(v)
+                SETTINGS[k].check_value(v)
+
+
 def _param_words(name: str, *value) -> str:
     """A figure's setting as ``linattn figures`` names it: ``--param model='attnS'``, or the bare name."""
     return f"--param {name}={value[0]!r}" if value else name
 
 
 def check_overrides(name: str, preset: str, overrides: dict) -> None:
-    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.plan.plan`
-    refuses (its settings, the reference's draws, its memory), before anything runs: every run of the module's
-    ``runs(S)`` is planned (:class:`linattn.config.ConfigError` with one line naming the figure, the parameter and
-    the reason, plan's own message). The overrides are applied one at a time, so the parameter named is the first
-    that makes a run invalid. Notebooks without presets (a reader's own) are not checked."""
+    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.plan.plan` refuses
+    (its settings, the reference's draws, its memory), or, for a figure that trains nothing, weights too large or
+    of invalid settings, before anything runs (:class:`linattn.config.ConfigError`: one line naming the figure, the
+    parameters and the reason). The overrides are applied together, as the runner gives them, so their order does
+    not matter; the line names the parameter the reason is about where it is one of them, else all of them.
+    Notebooks without presets (a reader's own) are not checked."""
     from ..config import ConfigError
-    from ..plan import plan
 
     if not overrides or not has_presets(name):
         return
-    applied = {}
-    for key, value in overrides.items():
-        applied[key] = value
-        try:
-            for cfg in run_configs(name, preset, applied):
-                plan(cfg)
-        except ConfigError as e:
-            if e.field in (key, f"{key}.model") and e.field.endswith("model"):  # check_model: the page's own model
-                raise ConfigError(f"{name}: {e.words(_param_words)}", field=e.field, value=e.value) from None
-            raise ConfigError(f"{name}: --param {key}={value!r} gives an invalid run: {e}") from None
-        except (TypeError, ValueError) as e:  # e.g. a seed that is not a number
-            raise ConfigError(f"{name}: --param {key}={value!r} gives an invalid run: not a valid value ({e})"
-                              ) from None
+    try:
+        _plan_all(name, preset, overrides)
+    except ConfigError as e:
+        if str(e.field).endswith("model") and e.field in {*overrides, *(f"{k}.model" for k in overrides)}:
+            # check_model: the page's own model
+            raise ConfigError(f"{name}: {e.words(_param_words)}", field=e.field, value=e.value) from None
+        raise ConfigError(f"{name}: {_given(overrides, e.field)} {_what(name)}: {e}", field=e.field,
+                          value=e.value) from None
+    except (TypeError, ValueError) as e:  # e.g. a seed that is not a number
+        raise ConfigError(f"{name}: {_given(overrides, None)} {_what(name)}: not a valid value ({e})") from None
+
+
+def _what(name: str) -> str:
+    """What a refused override gives: an invalid run, or (a figure that trains nothing) settings it cannot use."""
+    return "an invalid run" if hasattr(_module(name), "runs") else "settings the figure cannot use"
+
+
+def _given(overrides: dict, field) -> str:
+    """The overrides a refusal is about, with their verb: the one named ``field`` where there is one, else every
+    one (the reason may come from their combination, as ``ranks`` beyond a smaller ``in_dim``)."""
+    shown = {field: overrides[field]} if field in overrides else overrides
+    words = " ".join(f"--param {k}={v!r}" for k, v in shown.items())
+    return f"{words} gives" if len(shown) == 1 else f"{words} give"

@@ -26,6 +26,8 @@ from .sources import notebook_sources, source_hash
 
 # seconds the workers get to remove their stages and shut their kernels down after an interruption
 WIND_DOWN_S = 20
+# a figure still running says so after FIRST_NOTE_S seconds, then every NOTE_EVERY_S (a log shows it is alive)
+FIRST_NOTE_S, NOTE_EVERY_S = 10.0, 30.0
 
 
 @dataclass
@@ -163,6 +165,7 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
             timeout=timeout, store=str(store), force=force, reads=tuple(reads) if name in last else ())
 
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch threads
+    _start_resource_tracker()
     pool = ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=context, initializer=worker_start,
                                initargs=(os.getpid(),))
     try:
@@ -194,6 +197,30 @@ def _clean_killed_stages(root: Path, names: list[str]) -> None:
             print(f"  note    {name}: {note}", flush=True)
 
 
+# how the resource tracker is told to clean up without a warning (-W's action:message:category)
+_TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker, which will clean up after the pool without a word.
+
+    The pool's call and result queues hold five named semaphores (three locks and a counter; named because spawned
+    workers open them by name). When this process is killed (SIGKILL) they are never released, and the tracker,
+    which outlives it, unlinks them, printing "There appear to be 5 leaked semaphore objects" on the terminal of a
+    command that was killed. The tracker takes its warning options from this process's ``sys.warnoptions`` when it
+    starts; it is started here with one that silences its own warnings (a no-op where it is running already)."""
+    from multiprocessing import resource_tracker
+
+    added = _TRACKER_QUIET not in sys.warnoptions
+    if added:
+        sys.warnoptions.append(_TRACKER_QUIET)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if added:
+            sys.warnoptions.remove(_TRACKER_QUIET)
+
+
 def _made_since(root: Path, name: str, key: str, since: float) -> bool:
     """Whether figure ``name`` in ``root`` is current for ``key`` and its run record was written after ``since``
     (epoch seconds): it was published by this run."""
@@ -221,16 +248,20 @@ def _run_stage(pool, root, names, parsed, preset, force, key, job, jobs, results
     bar = tqdm(total=len(todo), desc=desc, unit="fig", disable=not progress or not sys.stderr.isatty(), leave=True)
     queue = sorted(todo, key=lambda n: -_expected_seconds(root, n, parsed[n], preset))  # stable
     pending = {}
+    notes = _RunningNotes(bar if progress else None)
     try:
         while queue or pending:
             while queue and len(pending) < max(1, jobs):  # submit only what runs now: the bar names it
                 name = queue.pop(0)
                 args, kwargs = job(name)
                 pending[pool.submit(*args, **kwargs)] = name
+                notes.started(name)
             bar.set_postfix_str("running: " + ", ".join(sorted(pending.values())), refresh=True)
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, timeout=notes.wait(), return_when=FIRST_COMPLETED)
+            notes.still_running()
             for fut in done:
                 name = pending.pop(fut)
+                notes.ended(name)
                 try:
                     out = fut.result()
                 except Exception as exc:  # noqa: BLE001 — the worker itself died
@@ -239,6 +270,43 @@ def _run_stage(pool, root, names, parsed, preset, force, key, job, jobs, results
                 bar.update(1)
     finally:
         bar.close()
+
+
+class _RunningNotes:
+    """The runner's lines about figures under way (through ``bar.write``; None: silent): one as each starts, and
+    one after FIRST_NOTE_S seconds and every NOTE_EVERY_S after that while it runs, with its elapsed time. They go
+    to the command's own output, never into a page (the kernel's output is the notebook's)."""
+
+    def __init__(self, bar):
+        self.bar = bar
+        self.since: dict[str, float] = {}  # name → when it started
+        self.next: dict[str, float] = {}  # name → when to say it is still running
+
+    def started(self, name: str) -> None:
+        now = time.monotonic()
+        self.since[name], self.next[name] = now, now + FIRST_NOTE_S
+        self._write(f"  start   {name}")
+
+    def ended(self, name: str) -> None:
+        self.since.pop(name, None)
+        self.next.pop(name, None)
+
+    def wait(self) -> float | None:
+        """Seconds until the next line is due (None: none is, or the notes are silent)."""
+        if self.bar is None or not self.next:
+            return None
+        return max(0.0, min(self.next.values()) - time.monotonic())
+
+    def still_running(self) -> None:
+        now = time.monotonic()
+        for name in sorted(self.next):
+            if now >= self.next[name]:
+                self.next[name] = now + NOTE_EVERY_S
+                self._write(f"  running {name}  ({now - self.since[name]:.0f} s so far)")
+
+    def _write(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line)
 
 
 def _report(name: str, out: dict, bar) -> FigureResult:

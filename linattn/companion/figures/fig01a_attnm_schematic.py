@@ -15,7 +15,7 @@ import numpy as np
 from ... import init_weights, mlp_from_attn_m
 from .. import presets
 from .common import presets as common
-from .common.schematic import size_words
+from .common.schematic import check_drawing, size_words
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -25,6 +25,13 @@ PRESETS = {
 TOLERANCES = [common.EXACT]
 LAYERS = ("z", "hidden", "output")
 
+
+
+def check(S: dict) -> None:
+    """Refuse a drawing too large to draw (``presets.check_overrides`` calls it before anything runs): D² inputs,
+    D²·H edges into the H hidden units, H edges out of them and the output."""
+    D, H = S["in_dim"], S["head_num"]
+    check_drawing(S, D * D + D * D * H + 2 * H + 1)
 
 
 def compute(S: dict):

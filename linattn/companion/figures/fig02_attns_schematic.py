@@ -17,7 +17,7 @@ import numpy as np
 from ... import init_weights
 from .. import presets
 from .common import presets as common
-from .common.schematic import size_words
+from .common.schematic import check_drawing, size_words
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -27,6 +27,13 @@ PRESETS = {
 TOLERANCES = [common.EXACT]
 LAYERS = ("z", "blocks", "head", "output")
 
+
+
+def check(S: dict) -> None:
+    """Refuse a drawing too large to draw (``presets.check_overrides`` calls it before anything runs): per head, D²
+    inputs and their edges, D block units and their edges, the head's unit and its edge to the output."""
+    D, H = S["in_dim"], S["head_num"]
+    check_drawing(S, H * (2 * D * D + 2 * D + 2) + 1)
 
 
 def compute(S: dict):
