@@ -127,3 +127,14 @@ def rise_verdict(ratio: float, factor: float = RISE_FACTOR) -> str:
     if ratio > factor:
         return "slower than the ODE"
     return "faster than the ODE" if ratio < 1 / factor else "as fast as the ODE"
+
+
+LEARNED = 0.5  # our choice: a direction is learned once the heads together carry more than half of its fixed point
+
+
+def learned_directions(fraction, threshold: float = LEARNED) -> np.ndarray:
+    """Which eigen-directions the weights have learned at each snapshot (snapshot × direction, booleans): those whose
+    share summed over the heads, Σ_h f_{h,d} (:func:`direction_fractions`: the fraction of the fixed point's weight
+    1/(λ_d c_d) on e_d), exceeds ``threshold``. At the fixed point A_S it is 1 on S and 0 elsewhere, whichever heads
+    carry S, so it names the saddle a rest sits at (``loss_curves.subset_rests``), in order or not."""
+    return np.asarray(fraction, dtype=np.float64).sum(axis=-2) > threshold
