@@ -132,9 +132,15 @@ def rise_verdict(ratio: float, factor: float = RISE_FACTOR) -> str:
 LEARNED = 0.5  # our choice: a direction is learned once the heads together carry more than half of its fixed point
 
 
-def learned_directions(fraction, threshold: float = LEARNED) -> np.ndarray:
-    """Which eigen-directions the weights have learned at each snapshot (snapshot × direction, booleans): those whose
-    share summed over the heads, Σ_h f_{h,d} (:func:`direction_fractions`: the fraction of the fixed point's weight
-    1/(λ_d c_d) on e_d), exceeds ``threshold``. At the fixed point A_S it is 1 on S and 0 elsewhere, whichever heads
-    carry S, so it names the saddle a rest sits at (``loss_curves.subset_rests``), in order or not."""
-    return np.asarray(fraction, dtype=np.float64).sum(axis=-2) > threshold
+def learned_share(fraction) -> np.ndarray:
+    """Σ_h f_{h,d}: the share of each direction's fixed-point weight 1/(λ_d c_d) that the heads carry together
+    (``fraction``: …, H, D from :func:`direction_fractions`; the head axis is summed). 1 on S and 0 elsewhere at the
+    fixed point A_S, whichever heads carry S."""
+    return np.asarray(fraction, dtype=np.float64).sum(axis=-2)
+
+
+def learned_directions(share, threshold: float = LEARNED) -> np.ndarray:
+    """Which eigen-directions the weights have learned (booleans, the shape of ``share``): those whose
+    :func:`learned_share` exceeds ``threshold``. Names the saddle a rest sits at (``loss_curves.subset_rests``), in
+    order or not."""
+    return np.asarray(share, dtype=np.float64) > threshold
