@@ -351,15 +351,14 @@ def is_transit(y, x, levels, m: int, a: int, b: int, *, min_dwell: float = REST_
 LONG_FRACTION = 0.5
 
 
-def expected_dwell(t0: float, eigenvalues, last, next_) -> float:
-    """The steps a rest lasts when a fresh head must escape a three-factor saddle to end it: a head along e_d
-    escapes at step ≈ t0·(λ_1/λ_d)² (the theory's time scale τ/(λ_d² v₀), paper Section 5, calibrated on ``t0``,
-    the end of the curve's own rest at M_0, its first escape), counted from step 0 for every free head. So a rest
-    entered by learning direction ``last`` (None at M_0) and left by learning ``next_`` (0-based) lasts
-    t0·λ_1²·(1/λ_next² − 1/λ_last²)."""
+def expected_dwell(t0: float, eigenvalues, start: float, next_: int) -> float:
+    """The steps a rest that begins at step ``start`` lasts when a fresh head must escape a three-factor saddle along
+    direction ``next_`` (0-based) to end it: a head from the initial scale escapes along e_d at step ≈ t0·(λ_1/λ_d)²
+    (the theory's time scale τ/(λ_d² v₀), paper Section 5, counted from step 0 for every free head and calibrated on
+    ``t0``, the end of the curve's own rest at M_0, its first escape), so the rest lasts t0·(λ_1/λ_next)² − start.
+    Not positive where a fresh head is already overdue: then the rest's length says nothing about what ends it."""
     lam = np.asarray(eigenvalues, dtype=np.float64)
-    before = 0.0 if last is None else (lam[0] / lam[last]) ** 2
-    return float(t0 * ((lam[0] / lam[next_]) ** 2 - before))
+    return float(t0 * (lam[0] / lam[next_]) ** 2 - start)
 
 
 def saddle_name(subset) -> str:
@@ -436,20 +435,20 @@ def subset_rests(loss, cov, N: int, *, steps=None, learned=None, learned_steps=N
 def classify_long(rests: list, eigenvalues, first_step=0) -> None:
     """Set ``long`` and ``expected`` of each complete rest of ``rests`` (in order; :class:`Rest`): long when it lasts
     at least :data:`LONG_FRACTION` of :func:`expected_dwell`, from t0 = the end of the rest at M_0 that starts the
-    curve (at ``first_step``), the direction learned last on the way in (the smallest eigenvalue among those gained
-    since the rest before) and the first learned on the way out (the largest eigenvalue among those the next rest
-    has gained; the largest not yet learned where no rest follows). Without a rest at M_0 no rest is classified."""
+    curve (at ``first_step``), the rest's start and the direction learned on the way out (the largest eigenvalue among
+    those the next rest has gained; the largest not yet learned where no rest follows). The rest at M_0 is long by
+    this rule (its expected dwell is its own); without one, or where a fresh head is already overdue (expected dwell
+    not positive), a rest is not classified."""
     t0 = next((r.end - first_step for r in rests[:1] if not r.subset and r.start == first_step and r.complete), None)
     for i, r in enumerate(rests):
         if t0 is None or not r.complete:
             continue
-        gained = sorted(set(r.subset) - set(rests[i - 1].subset)) if i else list(r.subset)
         following = set(rests[i + 1].subset) if i + 1 < len(rests) else set()
         new = sorted(following - set(r.subset)) or sorted(set(range(len(eigenvalues))) - set(r.subset))
-        if not new:
-            continue
-        r.expected = expected_dwell(t0, eigenvalues, max(gained) if gained else None, new[0])
-        r.long = bool(r.dwell >= LONG_FRACTION * r.expected)
+        expected = expected_dwell(t0, eigenvalues, r.start - first_step, new[0]) if new else 0.0
+        if expected > 0:
+            r.expected = expected
+            r.long = bool(r.dwell >= LONG_FRACTION * expected)
 
 
 def saddle_levels(loss, levels, *, band: float = REST_BAND, steps=None) -> np.ndarray:

@@ -149,7 +149,7 @@ def rests_text(ds) -> str:
         if odd:
             parts.append("out of order (a later direction learned before an earlier one): " + join(odd))
         if parts:
-            lines.append(f"$R = {R}$ rests " + "; ".join(parts) + ".")
+            lines.append(f"R = {R} rests " + "; ".join(parts) + ".")
     return " ".join(lines) or "Every classified rest is long or short where the theory expects it."
 
 
