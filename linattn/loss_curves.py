@@ -344,21 +344,23 @@ def is_transit(y, x, levels, m: int, a: int, b: int, *, min_dwell: float = REST_
     return bool(x[b] - x[a] + 1 < min_dwell * passage_steps(y, x, levels, m, a))
 
 
-#: A complete rest is *long* when it lasts at least this fraction of the three-factor escape the theory expects
-#: there (:func:`expected_dwell`). Our choice: that escape time is the one-head scale τ/(λ² v₀); with H heads the
-#: first to escape is the fastest, so a later escape comes no sooner than the scale says, and a rest under half of it
-#: is ended by something faster than a fresh head: a head whose value weight has grown.
+#: A complete rest is *long* when it lasts at least this fraction of the rest the rank-one theory expects at that
+#: saddle (:func:`expected_dwell`). Our choice: the one-head time scale τ/(λ² v₀) it rests on is an order of magnitude
+#: (the first of H heads to escape is the fastest of H), so a factor two either way is scatter; a rest under half of
+#: it was ended by something faster than a fresh head's escape: a head whose value weight has grown.
 LONG_FRACTION = 0.5
 
 
-def expected_dwell(t0: float, eigenvalues, start: float, next_: int) -> float:
-    """The steps a rest that begins at step ``start`` lasts when a fresh head must escape a three-factor saddle along
-    direction ``next_`` (0-based) to end it: a head from the initial scale escapes along e_d at step ≈ t0·(λ_1/λ_d)²
-    (the theory's time scale τ/(λ_d² v₀), paper Section 5, counted from step 0 for every free head and calibrated on
-    ``t0``, the end of the curve's own rest at M_0, its first escape), so the rest lasts t0·(λ_1/λ_next)² − start.
-    Not positive where a fresh head is already overdue: then the rest's length says nothing about what ends it."""
+def expected_dwell(t0: float, eigenvalues, last, next_) -> float:
+    """The steps a rest lasts when a fresh head must escape a three-factor saddle to end it, as for rank one: a head
+    from the initial scale escapes along e_d at step ≈ t0·(λ_1/λ_d)² (the theory's time scale τ/(λ_d² v₀), paper
+    Section 5, counted from step 0 for every free head, calibrated on ``t0``, the end of the curve's own rest at
+    M_0: its first escape). A rest entered by learning direction ``last`` (0-based; None at M_0) and left by learning
+    ``next_`` lasts t0·λ_1²·(1/λ_next² − 1/λ_last²); not positive where ``next_`` is a larger direction than
+    ``last`` (an out-of-order return, which rank one never makes)."""
     lam = np.asarray(eigenvalues, dtype=np.float64)
-    return float(t0 * (lam[0] / lam[next_]) ** 2 - start)
+    before = 0.0 if last is None else (lam[0] / lam[last]) ** 2
+    return float(t0 * ((lam[0] / lam[next_]) ** 2 - before))
 
 
 def saddle_name(subset) -> str:
@@ -435,17 +437,18 @@ def subset_rests(loss, cov, N: int, *, steps=None, learned=None, learned_steps=N
 def classify_long(rests: list, eigenvalues, first_step=0) -> None:
     """Set ``long`` and ``expected`` of each complete rest of ``rests`` (in order; :class:`Rest`): long when it lasts
     at least :data:`LONG_FRACTION` of :func:`expected_dwell`, from t0 = the end of the rest at M_0 that starts the
-    curve (at ``first_step``), the rest's start and the direction learned on the way out (the largest eigenvalue among
-    those the next rest has gained; the largest not yet learned where no rest follows). The rest at M_0 is long by
-    this rule (its expected dwell is its own); without one, or where a fresh head is already overdue (expected dwell
-    not positive), a rest is not classified."""
+    curve (at ``first_step``), the direction learned last on the way in (the smallest eigenvalue among those gained
+    since the rest before) and the first on the way out (the largest eigenvalue among those the next rest has
+    gained; the largest not yet learned where no rest follows). Without a rest at M_0, or where the expected dwell is
+    not positive (an out-of-order return), a rest is not classified."""
     t0 = next((r.end - first_step for r in rests[:1] if not r.subset and r.start == first_step and r.complete), None)
     for i, r in enumerate(rests):
         if t0 is None or not r.complete:
             continue
+        gained = sorted(set(r.subset) - set(rests[i - 1].subset)) if i else list(r.subset)
         following = set(rests[i + 1].subset) if i + 1 < len(rests) else set()
         new = sorted(following - set(r.subset)) or sorted(set(range(len(eigenvalues))) - set(r.subset))
-        expected = expected_dwell(t0, eigenvalues, r.start - first_step, new[0]) if new else 0.0
+        expected = expected_dwell(t0, eigenvalues, max(gained) if gained else None, new[0]) if new else 0.0
         if expected > 0:
             r.expected = expected
             r.long = bool(r.dwell >= LONG_FRACTION * expected)

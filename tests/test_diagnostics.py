@@ -339,8 +339,8 @@ def test_saddle_plateaus_names_each_flat_stretch_by_its_saddle_and_finds_the_lon
     loss = np.concatenate([np.full(n, lv) for lv, n in lengths])
     loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")  # drops of a few steps
     # eigenvalues 0.4, 0.3, 0.28: a fresh head escapes along e_d at ≈ t0 (λ_1/λ_d)², t0 ≈ 600 (the end of M_0's
-    # rest), so M_1 (from step ≈ 600) should last ≈ 600·16/9 − 600 = 467 steps (it lasts 40: short) and M_2 (from
-    # step ≈ 650) ≈ 600·2.04 − 650 = 574 (it lasts 500: long)
+    # rest), so M_1 should last ≈ 600·(16/9 − 1) = 467 steps (it lasts 40: short) and M_2 ≈ 600·(2.04 − 1.78) = 158
+    # (it lasts 500: long)
     sp = lc.saddle_plateaus(loss, levels, eigenvalues=[0.4, 0.3, 0.28])
     assert sp.visited == [0, 1, 2, 3] and sp.last_complete == 2
     assert [m for m, _ in sp.complete] == [0, 1, 2]  # M_3 runs to the end of the curve: not classified
@@ -393,7 +393,7 @@ def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theo
     levels = np.array([1.0, 0.8, 0.6, 0.4, 0.2])
     loss = np.concatenate([np.full(800, 1.0), np.full(30, 0.8), np.full(700, 0.6), np.full(400, 0.4)])
     loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")
-    s = lc.rank_summary(loss, levels, 2, eigenvalues=[0.4, 0.35, 0.3, 0.25])  # M_2: 800·1.78 − 830 = 592
+    s = lc.rank_summary(loss, levels, 2, eigenvalues=[0.4, 0.35, 0.3, 0.25])  # M_2 should last 800·0.49 = 392
     assert s.learned == 3 and s.final_theory == 0.4 and s.final_loss == pytest.approx(0.4)
     assert s.plateaus.long == [0, 2] and s.expected_long == [0, 2]  # M_3 is cut by the end: not classified
     rows = {r["quantity"]: r for r in s.rows(" (window)", paper_learned=4, predicted_learned=4)}
@@ -523,8 +523,8 @@ def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_ran
     sp = lc.saddle_plateaus(loss, levels, eigenvalues=lam)
     assert [mm for mm, _ in sp.complete] == [0, 1, 2, 3] and sp.long == [0, 2, 3]  # M_4 runs to the end
     t0 = sp.complete[0][1]  # the rest at M_0 starts the curve: its length is the first escape's step
-    # a fresh head escapes along e_{m+1} at t0 (λ_1/λ_{m+1})² from step 0; a rest at M_m began at its first step
-    expected = {m: t0 * (lam[0] / lam[m]) ** 2 - start for m, start in zip(sp.m, sp.plateaus.starts)}
+    # as for rank one: a fresh head escapes along e_d at t0 (λ_1/λ_d)² from step 0, so M_m lasts the difference
+    expected = {m: t0 * ((lam[0] / lam[m]) ** 2 - (lam[0] / lam[m - 1]) ** 2) for m in (1, 2, 3)}
     assert {m for m, d in sp.complete[1:] if d >= expected[m] / 2} | {0} == set(sp.long)
 
 

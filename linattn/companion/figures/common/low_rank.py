@@ -53,21 +53,25 @@ def rest_variables(loss, results, window: int) -> tuple[dict, np.ndarray]:
                                        learned_steps=snap)
               for L, r, (_, sh) in zip(by_L, by_r, by_g)] for by_L, by_r, by_g in zip(loss, results, grid)]
     n = max(1, max(len(f) for by_rank in found for f in by_rank))
-    shape = (len(found), len(found[0]), n)
-    out = {k: np.full(shape, -1, dtype=np.int64) for k in ("rest_subset", "rest_start", "rest_end", "rest_long")}
-    out.update({k: np.full(shape, np.nan) for k in ("rest_level", "rest_theory", "rest_expected")})
-    for i, by_rank in enumerate(found):
-        for j, rests in enumerate(by_rank):
-            for k, r in enumerate(rests):
-                out["rest_subset"][i, j, k], out["rest_start"][i, j, k], out["rest_end"][i, j, k] = (
-                    mask(r.subset), r.start, r.end)
-                out["rest_long"][i, j, k] = NOT_CLASSIFIED if r.long is None else int(r.long)
-                out["rest_level"][i, j, k], out["rest_theory"][i, j, k] = r.level, r.theory
-                out["rest_expected"][i, j, k] = np.nan if r.expected is None else r.expected
-    dims = ("seed", "rank", "rest")
-    variables = {k: (dims, v) for k, v in out.items()}
+    arrays = [[rest_arrays(rests, n) for rests in by_rank] for by_rank in found]
+    variables = {k: (("seed", "rank", "rest"), np.array([[a[k] for a in by_rank] for by_rank in arrays]))
+                 for k in arrays[0][0]}
     variables["learned_share"] = (("seed", "rank", "snapshot", "direction"), share)
     return variables, snap
+
+
+def rest_arrays(rests, n: int) -> dict:
+    """One curve's rests (``loss_curves.subset_rests``) as arrays of length ``n`` padded with −1 / NaN: the saddle
+    (``rest_subset``, :func:`mask`), first and last step, level, the saddle's loss, expected dwell and
+    ``rest_long`` (1 long, 0 short, −1 not classified)."""
+    out = {k: np.full(n, -1, dtype=np.int64) for k in ("rest_subset", "rest_start", "rest_end", "rest_long")}
+    out.update({k: np.full(n, np.nan) for k in ("rest_level", "rest_theory", "rest_expected")})
+    for k, r in enumerate(rests):
+        out["rest_subset"][k], out["rest_start"][k], out["rest_end"][k] = mask(r.subset), r.start, r.end
+        out["rest_long"][k] = NOT_CLASSIFIED if r.long is None else int(r.long)
+        out["rest_level"][k], out["rest_theory"][k] = r.level, r.theory
+        out["rest_expected"][k] = np.nan if r.expected is None else r.expected
+    return out
 
 
 def curve_variables(loss, levels) -> dict:
@@ -88,13 +92,13 @@ def saddle_words(subset) -> str:
     return "{" + ", ".join("e" + subscript(d + 1) for d in subset) + "}"
 
 
-def rest_classes(ds, R: int, seed: int) -> list[dict]:
+def rest_classes(ds, R: int, seed: int | None = None) -> list[dict]:
     """The rests of rank ``R`` at ``seed``, as the dataset holds them, each a dict: its saddle (``subset``, ``name``),
     whether it is in order, first and last step, dwell, level and the saddle's loss, whether it is long (True, False,
     or None: not classified), the expected three-factor dwell, and whether the theory expects it long (the number of
     directions learned a multiple of R: ``theory.long_plateaus``). The one reading of the rests: the table, the counts
     and the prose all use it."""
-    r = ds.sel(rank=R, seed=seed)
+    r = ds.sel({k: v for k, v in (("rank", R), ("seed", seed)) if k in ds.rest_subset.dims})
     D = ds.sizes["direction"]
     out = []
     for k in range(ds.sizes["rest"]):
@@ -131,10 +135,25 @@ def rest_counts(ds, R: int) -> dict:
     return out
 
 
+def missing_rests(ds, R: int) -> dict:
+    """{k: [seed, …]}: for each number k > 0 of directions after which the theory expects a long rest (a multiple of
+    R), the seeds whose curve learned more than k directions in the window without resting anywhere after k
+    (:func:`rest_classes`)."""
+    D, out = ds.sizes["direction"], {}
+    for k in theory.long_plateaus(D, R)[1:]:
+        seeds = [int(sd) for sd in ds.seed.values
+                 if int(ds.directions_learned.sel(rank=R, seed=sd)) > k
+                 and not any(len(c["subset"]) == k for c in rest_classes(ds, R, int(sd)))]
+        if seeds:
+            out[k] = seeds
+    return out
+
+
 def rests_text(ds) -> str:
-    """The page's sentences on the rests, per rank, from :func:`rest_counts`: the saddles where a rest is long in
-    some seeds though the theory expects it short, and short though it expects it long, each with "n of m" over the
-    seeds with a classified rest there; the out-of-order saddles a curve rested at."""
+    """The page's sentences on the rests, per rank, from :func:`rest_counts` and :func:`missing_rests`: the saddles
+    where a rest is long though the theory expects it short, and short though it expects it long, each "in n of the
+    m seeds with a classified rest there"; the counts of directions after which a long rest is expected but none
+    came; the out-of-order saddles a curve rested at."""
     lines = []
     for R in (int(x) for x in ds["rank"].values):
         counts, parts = rest_counts(ds, R), []
@@ -143,11 +162,14 @@ def rests_text(ds) -> str:
             found = [(name, e) for name, e in counts.items() if e["expected_long"] == wanted and e[kind]]
             if found:
                 parts.append(f"{word}: " + join([
-                    f"{name} in {len(e[kind])} of {len(e['long']) + len(e['short'])} seeds "
-                    f"({_dwells(e, kind)})" for name, e in found]))
+                    f"{name} in {len(e[kind])} of the {len(e['long']) + len(e['short'])} seeds with a classified "
+                    f"rest there ({_dwells(e, kind)})" for name, e in found]))
+        for k, seeds in missing_rests(ds, R).items():
+            parts.append(f"nowhere after {k} direction{'s' if k > 1 else ''} learned, where the theory expects a "
+                         f"long rest, at seed{'s' if len(seeds) > 1 else ''} {words(seeds)}")
         odd = sorted({c["name"] for sd in ds.seed.values for c in rest_classes(ds, R, int(sd)) if not c["in_order"]})
         if odd:
-            parts.append("out of order (a later direction learned before an earlier one): " + join(odd))
+            parts.append("out of order (a later direction learned before an earlier one) at " + join(odd))
         if parts:
             lines.append(f"R = {R} rests " + "; ".join(parts) + ".")
     return " ".join(lines) or "Every classified rest is long or short where the theory expects it."
