@@ -144,3 +144,19 @@ def learned_directions(share, threshold: float = LEARNED) -> np.ndarray:
     :func:`learned_share` exceeds ``threshold``. Names the saddle a rest sits at (``loss_curves.subset_rests``), in
     order or not."""
     return np.asarray(share, dtype=np.float64) > threshold
+
+
+def learned_steps(share, steps, threshold: float = LEARNED) -> np.ndarray:
+    """The first of ``steps`` (one per snapshot) at which each direction's :func:`learned_share` (snapshot ×
+    direction) exceeds ``threshold``; NaN for a direction never learned."""
+    share, steps = np.asarray(share, dtype=np.float64), np.asarray(steps)
+    above = share > threshold
+    return np.array([float(steps[np.argmax(col)]) if col.any() else np.nan for col in above.T])
+
+
+def out_of_order(first_steps) -> list[tuple[int, int]]:
+    """The pairs (d, d′) of directions (0-based), d < d′ (λ_d ≥ λ_d′), where d′ is learned strictly before d (or d is
+    never learned and d′ is): the learning order departs from the order of the eigenvalues there."""
+    t = np.asarray(first_steps, dtype=np.float64)
+    late = np.where(np.isfinite(t), t, np.inf)
+    return [(d, e) for d in range(t.size) for e in range(d + 1, t.size) if np.isfinite(t[e]) and late[e] < late[d]]

@@ -157,12 +157,19 @@ def rests_words(ds) -> str:
     """The page's sentence on where the loss rests, each rest's saddle named by what the heads carry there
     (:func:`~.common.low_rank.rest_classes`), with the out-of-order ones said as such."""
     classes = rest_classes(ds, words(ds)["R"])
-    if not classes:
-        return "The loss does not rest at any saddle in this run."
-    text = "The loss rests at " + ", ".join(f"{c['name']} (steps {c['start']}–{c['end']}, loss {c['level']:.3f})"
-                                             for c in classes) + "."
-    odd = [c for c in classes if not c["in_order"]]
-    for c in odd:
+    text = ("The loss rests at " + ", ".join(f"{c['name']} (steps {c['start']}–{c['end']}, loss {c['level']:.3f})"
+                                              for c in classes) + "."
+            if classes else "The loss does not rest at any saddle in this run.")
+    first = events.learned_steps(ds.learned_share.values, ds.snapshot.values)
+    for d, e in events.out_of_order(first):
+        subset = [int(k) for k in np.flatnonzero(first <= first[e])]  # what is learned once e is
+        when = f"step {first[d]:.0f}" if np.isfinite(first[d]) else "not within the run"
+        text += (f" The heads together learn e{_sub(e + 1)} (more than half of it carried from step {first[e]:.0f}) "
+                 f"before e{_sub(d + 1)} ({when}): from step {first[e]:.0f} they carry "
+                 "{" + ", ".join(f"e{_sub(k + 1)}" for k in subset) + "}"
+                 f", the saddle with L = {theory.fixed_point_loss(_cov_of(ds), _N_of(ds), subset):.3f}, not "
+                 f"ℳ{_sub(len(subset))} (L = {float(ds.plateau_theory.sel(m=len(subset))):.3f}).")
+    for c in (c for c in classes if not c["in_order"]):
         missing = sorted(set(range(max(c["subset"]) + 1)) - set(c["subset"]))
         text += (f" At {c['name']} the heads carry e{_sub(max(c['subset']) + 1)} but not "
                  + ", ".join(f"e{_sub(d + 1)}" for d in missing)
@@ -170,6 +177,17 @@ def rests_words(ds) -> str:
                  f"L(ℳ{_sub(len(c['subset']))}) = {float(ds.plateau_theory.sel(m=len(c['subset']))):.3f}, "
                  "though its level lies in that saddle's band.")
     return text
+
+
+def _cov_of(ds) -> np.ndarray:
+    """The run's covariance in its eigenbasis (the losses of the saddles depend on its eigenvalues alone)."""
+    return np.diag(ds.eigenvalue.values)
+
+
+def _N_of(ds) -> int:
+    import json
+
+    return int(json.loads(ds.attrs["settings"])["seq_len"]) - 1
 
 
 def _sub(n: int) -> str:
