@@ -74,7 +74,7 @@ def compute(S: dict):
          "drop_step": (("rank", "direction"), [loss_curves.drop_steps(L, levels) for L in loss[0]]),
          "drop_step_predicted": (("rank", "direction"), [loss_curves.predicted_drop_steps(r.config, r.init, cov)
                                                          for r in first]),
-         "plateau_theory": ("m", levels)},
+         "plateau_theory": ("m", levels), "eigenvalue": ("direction", theory.spectrum(cov)[0])},
         coords={"seed": seeds, "rank": ranks, "step": first[0].history.step, "m": np.arange(len(levels)),
                 "snapshot": snapshot,
                 "direction": np.arange(1, len(levels))},
