@@ -249,8 +249,9 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, tol: float | None = N
     Each step belongs to the saddle whose band (:func:`rest_bands`, :data:`REST_BAND`) holds its loss, or to none;
     a rest is a maximal run of consecutive steps at one saddle lasting at least ``min_length`` samples (default
     max(3, n/400); shorter runs are a drop passing through a band) and at least :data:`REST_MIN_DWELL` times the
-    steps a passage through its band would take at the speed of the drop into it (:func:`is_transit`). Two runs at the same saddle with nothing but
-    fewer than ``min_length`` unassigned samples between them are one rest (noise can leave a band for a moment).
+    steps a passage through its band would take at the speed of the drop into it (:func:`is_transit`). Two runs at
+    the same saddle with nothing but fewer than ``min_length`` unassigned samples between them are one rest (noise
+    can leave a band for a moment).
     Adjacent levels are never merged, however close: a step lies in one band at most. A rest's level is the median
     loss over its core (:func:`rest_core`), and a run whose level lies farther than ``tol`` (default
     :data:`REST_TOL`) from its saddle's is a shoulder on the way, not a rest there: it is left out. The drops

@@ -338,7 +338,8 @@ def test_figure_2_counts_by_a_second_route(case):
     assert (said["D"], said["H"], said["D2"], said["per_head"]) == (D, H, D * D, 2 * D + 1)
     assert ("not the size" in said["size"]) == (dict(D=D, H=H) != dict(D=3, H=2))
     rows = {r["key"]: r for r in fig02_attns_schematic.numbers(ds)}
-    assert rows["weights_per_head.first_layer"]["reproduced"] == D and rows["weights_per_head"]["reproduced"] == 2 * D + 1
+    assert rows["weights_per_head.first_layer"]["reproduced"] == D
+    assert rows["weights_per_head"]["reproduced"] == 2 * D + 1
 
 
 def test_the_low_rank_reading_has_one_source():

@@ -225,7 +225,8 @@ def rank_table(ds) -> MarkdownTable:
     return MarkdownTable(rows, {"rank": "rank", "window": f"directions learned in {_window(ds)} "
                                                          f"(seeds {list_words(seeds)})",
                                 "extended": f"in the extended run (seed {seeds[0]})",
-                                "last": f"step of drop {D} (the last)", "predicted": "predicted from its initial weights",
+                                "last": f"step of drop {D} (the last)",
+                                "predicted": "predicted from its initial weights",
                                 "long": "long rests in the window, per seed (theory, first seed)"},
                          {"last": ".0f"})
 

@@ -97,7 +97,8 @@ def numbers(ds) -> list[dict]:
         pred = r.drop_step_predicted.values
         rows.append(dict(key=f"R{R}.learned", quantity=f"R={R}: directions learned, seed {seeds[0]} (theory: drops "
                                                        "predicted from the initial weights)",
-                         theory=int(np.sum(np.isfinite(pred))), reproduced=int(r.directions_learned.sel(seed=seeds[0]))))
+                         theory=int(np.sum(np.isfinite(pred))),
+                         reproduced=int(r.directions_learned.sel(seed=seeds[0]))))
         rows += rest_rows(ds, R, f"R{R}", "")
         rows += predicted_rows(r, R, f"R{R}", f"seed {seeds[0]}")
     return rows
