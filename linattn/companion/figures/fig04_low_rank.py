@@ -5,7 +5,8 @@ Every rank is trained at each of ``seeds`` in the published window (the spread b
 of each rank is carried on to its own horizon (``epoch_extended``: a dict by rank) through the run store. The
 published window is the first ``epoch`` steps of each (gradient descent depends on the weights alone, and the loss
 is recorded before each step, so the window is exactly the published-length run). Measured in the window, per seed:
-each curve's rests at the saddles, their lengths and which are long (:mod:`~linattn.companion.figures.low_rank`); in
+each curve's rests, each saddle named by what is learned there (weights every ``snapshot_every`` steps), and which
+are long (:mod:`~linattn.companion.figures.common.low_rank`); in
 the extended run: the step of each drop (``loss_curves.drop_steps``: the first step below the midpoint of two
 consecutive saddle losses) and the directions learned. The prediction of each drop's step: the population gradient
 descent from the extended run's own initial weights, all heads included (``loss_curves.predicted_drop_steps``); the
@@ -79,13 +80,15 @@ def runs(S: dict) -> dict:
 def compute(S: dict):
     """Each rank's training loss in the published window at every seed (``train_loss``: seed × rank × step) and, for
     the first seed, over its extended run sampled evenly in log(step) (``train_loss_extended``: rank × step_log, NaN
-    past the rank's ``horizon``), with what is measured on them: in the window, per seed, each saddle's rest level and
-    length, which rests are long (and which the theory expects long), the directions learned and the final loss; in
-    the extended run, the step of each drop (``drop_step``: rank × direction, NaN where it never comes), the
-    directions learned and the final loss. The prediction: each drop's step for the population gradient descent from
-    the extended run's initial weights (``drop_step_predicted``: rank × direction, NaN where it does not come within
-    the horizon). The theory: the saddle losses (``plateau_theory``: m), the eigenvalues and the one-head escape-time
-    estimate of each drop (``drop_step_theory``: direction, an order of magnitude)."""
+    past the rank's ``horizon``), with what is measured on them: in the window, per seed, the heads' share of each
+    direction at every weight snapshot (``learned_share``), every rest with its saddle named by what is learned there,
+    its steps, level, the saddle's loss and whether it is long (``rest_*``: seed × rank × rest,
+    :func:`~.common.low_rank.rest_variables`), the directions learned and the final loss; in the extended run, the
+    step of each drop (``drop_step``: rank × direction, NaN where it never comes), the directions learned and the
+    final loss. The prediction: each drop's step for the population gradient descent from the extended run's initial
+    weights (``drop_step_predicted``: rank × direction, NaN where it does not come within the horizon). The theory:
+    the saddle losses (``plateau_theory``: m), the eigenvalues and the one-head escape-time estimate of each drop
+    (``drop_step_theory``: direction, an order of magnitude)."""
     import xarray as xr
 
     from ..plotting import log_thin

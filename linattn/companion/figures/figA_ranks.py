@@ -2,9 +2,9 @@
 setting. Where R does not divide D the last head is only partly filled; the theory still expects long plateaus only
 after 0, R, 2R, … learned directions (``theory.long_plateaus``).
 
-One run per rank and seed through the run store; each curve's rests at the saddles, their lengths, which are long
-and which the theory expects long (:mod:`~linattn.companion.figures.low_rank`), the directions learned and the final
-loss; for the first seed, each drop's step beside its prediction from the run's own initial weights
+One run per rank and seed through the run store, its weights recorded every ``snapshot_every`` steps; each curve's
+rests, each saddle named by what is learned there, which are long and which the theory expects long
+(:mod:`~linattn.companion.figures.common.low_rank`), the directions learned and the final loss; for the first seed, each drop's step beside its prediction from the run's own initial weights
 (``loss_curves.predicted_drop_steps``).
 """
 
@@ -53,11 +53,12 @@ def runs(S: dict) -> dict:
 
 
 def compute(S: dict):
-    """Each rank's training loss at every seed (``train_loss``: seed × rank × step) with what is measured on it: each
-    saddle's rest level and length (``plateau_level``, ``rest_steps``: seed × rank × m), which rests are long
-    (``plateau_long``) and which the theory expects long (``plateau_long_theory``), the directions learned and the
-    final loss; the first seed's drop steps beside those predicted from its initial weights (``drop_step``,
-    ``drop_step_predicted``: rank × direction); the theory's saddle losses (``plateau_theory``: m)."""
+    """Each rank's training loss at every seed (``train_loss``: seed × rank × step) with what is measured on it: the
+    heads' share of each direction at every weight snapshot (``learned_share``), every rest with its saddle named by
+    what is learned there, its steps, level, the saddle's loss and whether it is long (``rest_*``: seed × rank × rest,
+    :func:`~.common.low_rank.rest_variables`), the directions learned and the final loss; the first seed's drop steps
+    beside those predicted from its initial weights (``drop_step``, ``drop_step_predicted``: rank × direction); the
+    theory's saddle losses (``plateau_theory``: m) and eigenvalues."""
     import xarray as xr
 
     ranks, seeds = [int(R) for R in S["ranks"]], [int(x) for x in S["seeds"]]
