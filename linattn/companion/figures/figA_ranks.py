@@ -4,8 +4,8 @@ after 0, R, 2R, … learned directions (``theory.long_plateaus``).
 
 One run per rank and seed through the run store, its weights recorded every ``snapshot_every`` steps; each curve's
 rests, each saddle named by what is learned there, which are long and which the theory expects long
-(:mod:`~linattn.companion.figures.common.low_rank`), the directions learned and the final loss; for the first seed, each drop's step beside its prediction from the run's own initial weights
-(``loss_curves.predicted_drop_steps``).
+(:mod:`~linattn.companion.figures.common.low_rank`), the directions learned and the final loss; for the first
+seed, each drop's step beside its prediction from the run's own initial weights (``loss_curves.predicted_drop_steps``).
 """
 
 from __future__ import annotations
