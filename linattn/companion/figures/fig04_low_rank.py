@@ -230,7 +230,7 @@ def rank_table(ds) -> MarkdownTable:
                                 "extended": f"in the extended run (seed {seeds[0]})",
                                 "last": f"step of drop {D} (the last)",
                                 "predicted": "predicted from its initial weights",
-                                "long": "long rests in the window, per seed (theory, first seed)"},
+                                "long": "long rests in the window, per seed (theory)"},
                          {"last": ".0f"})
 
 

@@ -106,13 +106,13 @@ def numbers(ds) -> list[dict]:
 
 
 def rank_table(ds) -> MarkdownTable:
-    """Per rank: the long rests the theory expects among the first seed's classified rests, the long rests found
+    """Per rank: the saddles the theory expects long among those the curves left, the long rests found
     at each seed (:func:`~.common.low_rank.long_cell`), the directions learned and the final loss (first seed)."""
     D, seeds = ds.sizes["m"] - 1, [int(x) for x in ds.seed.values]
     rows = [dict(rank=f"$R = {R}$", expected=expected_cell(ds, int(R)), found=long_cell(ds, int(R)),
                  learned=", ".join(str(int(n)) for n in ds.directions_learned.sel(rank=R).values) + f" of {D}",
                  final=float(ds.final_loss.sel(rank=R, seed=seeds[0]))) for R in ds["rank"].values]
-    return MarkdownTable(rows, {"rank": "rank", "expected": f"long rests expected (seed {seeds[0]})",
+    return MarkdownTable(rows, {"rank": "rank", "expected": "long rests expected (theory)",
                                 "found": f"long rests found (seeds {list_words(seeds)})",
                                 "learned": "directions learned", "final": f"final loss (seed {seeds[0]})"},
                          {"final": ".4f"})

@@ -218,9 +218,10 @@ def long_cell(ds, R: int) -> str:
 
 
 def expected_cell(ds, R: int) -> str:
-    """A table cell: the saddles the theory expects long among the first seed's classified rests."""
-    judged = [c for c in rest_classes(ds, R, int(ds.seed.values[0])) if c["long"] is not None]
-    return ", ".join(c["name"] for c in judged if c["expected_long"]) or "none"
+    """A table cell: the saddles ℳ_k the theory expects long (k = 0, R, 2R, …: ``theory.long_plateaus``) that some
+    seed's curve left within the run (k below its directions learned), whether or not it rested there."""
+    left = int(ds.directions_learned.sel(rank=R).max())
+    return ", ".join(saddle(k) for k in theory.long_plateaus(ds.sizes["direction"], R) if k < left) or "none"
 
 
 def seed_runs(runs: dict, S: dict) -> list:
