@@ -510,7 +510,7 @@ def test_learning_course_tells_kept_transient_and_not_learned_apart():
 def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_range_apart():
     """A staircase with known rests whose last two levels (0.205, 0.2) lie 0.005 apart, under 1 % of the range
     (0.008): the detector by flatness merges them into one stretch, the classifier by saddle bands finds both rests,
-    each with its length, and calls every complete rest at least half as long as the longest long."""
+    each with its length, and calls long each complete rest at least half as long as rank one's rest there."""
     levels = np.array([1.0, 0.6, 0.3, 0.205, 0.2])
     rests = [(1.0, 600), (0.6, 40), (0.3, 400), (0.205, 700), (0.2, 300)]
     loss = _staircase(rests)
