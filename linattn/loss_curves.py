@@ -413,9 +413,7 @@ def subset_rests(loss, cov, N: int, *, steps=None, learned=None, learned_steps=N
     where no snapshots are given. A rest whose level lies farther than ``tol`` (default :data:`REST_TOL`) from L(A_S)
     (``theory.fixed_point_loss``) is a shoulder and left out. A complete rest is long when it lasts at least
     :data:`LONG_FRACTION` of :func:`expected_dwell`, from the end of the curve's rest at M_0 (none: not classified),
-    the direction learned last before it and the one learned after it."""
-    from . import theory
-
+    the direction learned last before it and the one learned after it (:func:`classify_long`)."""
     tol = REST_TOL if tol is None else float(tol)
     y = np.asarray(loss, dtype=np.float64)
     x = np.arange(y.size) if steps is None else np.asarray(steps)
