@@ -127,3 +127,36 @@ def rise_verdict(ratio: float, factor: float = RISE_FACTOR) -> str:
     if ratio > factor:
         return "slower than the ODE"
     return "faster than the ODE" if ratio < 1 / factor else "as fast as the ODE"
+
+
+LEARNED = 0.5  # our choice: a direction is learned once the heads together carry more than half of its fixed point
+
+
+def learned_share(fraction) -> np.ndarray:
+    """Σ_h f_{h,d}: the share of each direction's fixed-point weight 1/(λ_d c_d) that the heads carry together
+    (``fraction``: …, H, D from :func:`direction_fractions`; the head axis is summed). 1 on S and 0 elsewhere at the
+    fixed point A_S, whichever heads carry S."""
+    return np.asarray(fraction, dtype=np.float64).sum(axis=-2)
+
+
+def learned_directions(share, threshold: float = LEARNED) -> np.ndarray:
+    """Which eigen-directions the weights have learned (booleans, the shape of ``share``): those whose
+    :func:`learned_share` exceeds ``threshold``. Names the saddle a rest sits at (``loss_curves.subset_rests``), in
+    order or not."""
+    return np.asarray(share, dtype=np.float64) > threshold
+
+
+def learned_steps(share, steps, threshold: float = LEARNED) -> np.ndarray:
+    """The first of ``steps`` (one per snapshot) at which each direction's :func:`learned_share` (snapshot ×
+    direction) exceeds ``threshold``; NaN for a direction never learned."""
+    share, steps = np.asarray(share, dtype=np.float64), np.asarray(steps)
+    above = share > threshold
+    return np.array([float(steps[np.argmax(col)]) if col.any() else np.nan for col in above.T])
+
+
+def out_of_order(first_steps) -> list[tuple[int, int]]:
+    """The pairs (d, d′) of directions (0-based), d < d′ (λ_d ≥ λ_d′), where d′ is learned strictly before d (or d is
+    never learned and d′ is): the learning order departs from the order of the eigenvalues there."""
+    t = np.asarray(first_steps, dtype=np.float64)
+    late = np.where(np.isfinite(t), t, np.inf)
+    return [(d, e) for d in range(t.size) for e in range(d + 1, t.size) if np.isfinite(t[e]) and late[e] < late[d]]

@@ -218,7 +218,7 @@ class SaddlePlateaus:
     m: list  # for each rest, the saddle m it sits at
     visited: list  # the m of every rest, in order
     complete: list  # (m, length in steps) of the rests that end before the curve does
-    long: list  # the m of the complete rests lasting at least ``long_fraction`` of the longest one
+    long: list  # the m of the complete rests that are long (:func:`classify_long`)
 
     @property
     def last_complete(self) -> int:
@@ -248,8 +248,10 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, tol: float | None = N
 
     Each step belongs to the saddle whose band (:func:`rest_bands`, :data:`REST_BAND`) holds its loss, or to none;
     a rest is a maximal run of consecutive steps at one saddle lasting at least ``min_length`` samples (default
-    max(3, n/400); shorter runs are a drop passing through a band). Two runs at the same saddle with nothing but
-    fewer than ``min_length`` unassigned samples between them are one rest (noise can leave a band for a moment).
+    max(3, n/400); shorter runs are a drop passing through a band) and at least :data:`REST_MIN_DWELL` times the
+    steps a passage through its band would take at the speed of the drop into it (:func:`is_transit`). Two runs at
+    the same saddle with nothing but fewer than ``min_length`` unassigned samples between them are one rest (noise
+    can leave a band for a moment).
     Adjacent levels are never merged, however close: a step lies in one band at most. A rest's level is the median
     loss over its core (:func:`rest_core`), and a run whose level lies farther than ``tol`` (default
     :data:`REST_TOL`) from its saddle's is a shoulder on the way, not a rest there: it is left out. The drops
@@ -268,8 +270,9 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, tol: float | None = N
     change = np.flatnonzero(np.diff(label)) + 1
     runs = [[label[a], a, b - 1] for a, b in zip(np.r_[0, change], np.r_[change, n]) if label[a] >= 0]
     long_enough = [r for r in _join_runs(runs, min_len) if r[2] - r[1] + 1 >= min_len]  # else a drop passing by
-    rests = [(int(m), a, b) for m, a, b in _join_runs(long_enough, min_len)]
     levels = np.asarray(levels, dtype=np.float64)
+    rests = [(int(m), a, b) for m, a, b in _join_runs(long_enough, min_len)
+             if not is_transit(y, x, levels, int(m), a, b)]
     rests = [(m, a, b) for m, a, b in rests if abs(_rest_level(y[a:b + 1]) - levels[m]) <= tol]
     spans = [(a, b) for _, a, b in rests]
     rest_levels = np.array([_rest_level(y[a:b + 1]) for a, b in spans])
@@ -309,6 +312,147 @@ def _join_runs(runs, gap: int) -> list:
     return out
 
 
+#: A rest lasts at least this many times the steps a passage through its band takes at the speed of the drop into
+#: it (:func:`is_transit`). Our choice: at that speed the band is crossed in ``passage`` steps, so a run in the band
+#: that lasts twice as long has spent at least as long again at the level as passing it would have taken.
+REST_MIN_DWELL = 2.0
+
+
+def passage_steps(y, x, levels, m: int, a: int) -> float:
+    """The steps a curve ``y`` (at ``x``) would take to cross saddle m's band, b·(g_above + g_below) wide (b =
+    :data:`REST_BAND`, g the gaps to the neighbouring levels), at the speed of the drop into it: the steepest fall
+    per step between its leaving the band above (its last sample at or above that band's lower edge) and ``a``, where
+    it enters. 0 for the top saddle or a run that starts the curve (no drop into it). A shoulder on the way is slow and
+    does not count: the drop's speed is its steepest."""
+    if a == 0 or m == 0:
+        return 0.0
+    levels = np.asarray(levels, dtype=np.float64)
+    lo, _ = rest_bands(levels)
+    left = np.flatnonzero(y[:a] >= lo[m - 1])
+    i0 = int(left[-1]) if left.size else 0
+    fall = -np.diff(y[i0:a + 1]) / np.diff(np.asarray(x[i0:a + 1], dtype=np.float64))
+    speed = float(fall.max()) if fall.size else 0.0
+    if speed <= 0:
+        return 0.0
+    g_above = levels[m - 1] - levels[m]
+    g_below = levels[m] - levels[m + 1] if m + 1 < len(levels) else g_above
+    return REST_BAND * (g_above + g_below) / speed
+
+
+def is_transit(y, x, levels, m: int, a: int, b: int, *, min_dwell: float = REST_MIN_DWELL) -> bool:
+    """Whether samples a … b of ``y`` in saddle m's band are a drop passing through it rather than a rest: they
+    last fewer than ``min_dwell`` × :func:`passage_steps` steps."""
+    return bool(x[b] - x[a] + 1 < min_dwell * passage_steps(y, x, levels, m, a))
+
+
+#: A complete rest is *long* when it lasts at least this fraction of the rest the rank-one theory expects at that
+#: saddle (:func:`expected_dwell`). Our choice: the one-head time scale τ/(λ² v₀) it rests on is an order of magnitude
+#: (the first of H heads to escape is the fastest of H), so a factor two either way is scatter; a rest under half of
+#: it was ended by something faster than a fresh head's escape: a head whose value weight has grown.
+LONG_FRACTION = 0.5
+
+
+def expected_dwell(t0: float, eigenvalues, last, next_) -> float:
+    """The steps a rest lasts when a fresh head must escape a three-factor saddle to end it, as for rank one: a head
+    from the initial scale escapes along e_d at step ≈ t0·(λ_1/λ_d)² (the theory's time scale τ/(λ_d² v₀), paper
+    Section 5, counted from step 0 for every free head, calibrated on ``t0``, the end of the curve's own rest at
+    M_0: its first escape). A rest entered by learning direction ``last`` (0-based; None at M_0) and left by learning
+    ``next_`` lasts t0·λ_1²·(1/λ_next² − 1/λ_last²); not positive where ``next_`` is a larger direction than
+    ``last`` (an out-of-order return, which rank one never makes)."""
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    before = 0.0 if last is None else (lam[0] / lam[last]) ** 2
+    return float(t0 * ((lam[0] / lam[next_]) ** 2 - before))
+
+
+def saddle_name(subset) -> str:
+    """A saddle by what it has learned (0-based directions): ``"M_m"`` when ``subset`` is the m largest directions,
+    else the set itself, counted from 1 as the paper does: ``"{1,2,3,5}"``."""
+    s = sorted(int(d) for d in subset)
+    return f"M_{len(s)}" if s == list(range(len(s))) else "{" + ",".join(str(d + 1) for d in s) + "}"
+
+
+@dataclass
+class Rest:
+    """One rest of a curve (:func:`subset_rests`): the saddle it sits at, named by the directions learned there."""
+
+    subset: tuple  # the directions learned (0-based, increasing)
+    level: float  # the rest's loss, the median over its core (:func:`rest_core`)
+    theory: float  # the saddle's loss L(A_S) (``theory.fixed_point_loss``)
+    start: int  # first step
+    end: int  # last step
+    complete: bool  # ends before the curve does
+    long: bool | None  # lasts LONG_FRACTION of the expected three-factor escape (None: not classified)
+    expected: float | None  # that expected dwell in steps (:func:`expected_dwell`; None: not classified)
+
+    @property
+    def name(self) -> str:
+        return saddle_name(self.subset)
+
+    @property
+    def in_order(self) -> bool:
+        """Whether the saddle is an M_m (the m largest directions)."""
+        return list(self.subset) == list(range(len(self.subset)))
+
+    @property
+    def dwell(self) -> int:
+        return int(self.end - self.start)
+
+
+def learned_at(step, learned_steps, learned) -> tuple:
+    """The directions learned at ``step``: the row of ``learned`` (snapshot × direction, booleans) at the last
+    snapshot step of ``learned_steps`` at or before it (the first snapshot before any)."""
+    i = max(int(np.searchsorted(np.asarray(learned_steps), step, side="right")) - 1, 0)
+    return tuple(int(d) for d in np.flatnonzero(np.asarray(learned)[i]))
+
+
+def subset_rests(loss, cov, N: int, *, steps=None, learned=None, learned_steps=None, band: float = REST_BAND,
+                 tol: float | None = None) -> list[Rest]:
+    """The rests of ``loss`` (:func:`saddle_rests`: in a saddle's band, not a transit), each at the saddle of WHAT
+    IS LEARNED there: the subset S of eigen-directions the weights carry at the middle of its core (``learned``:
+    snapshot × direction booleans at ``learned_steps``, e.g. ``events.learned_directions``), the M_m of its band
+    where no snapshots are given. A rest whose level lies farther than ``tol`` (default :data:`REST_TOL`) from L(A_S)
+    (``theory.fixed_point_loss``) is a shoulder and left out. A complete rest is long when it lasts at least
+    :data:`LONG_FRACTION` of :func:`expected_dwell`, from the end of the curve's rest at M_0 (none: not classified),
+    the direction learned last before it and the one learned after it (:func:`classify_long`)."""
+    tol = REST_TOL if tol is None else float(tol)
+    y = np.asarray(loss, dtype=np.float64)
+    x = np.arange(y.size) if steps is None else np.asarray(steps)
+    levels = theory.plateau_losses(cov, N)
+    lam = theory.spectrum(cov)[0]
+    m_of, p = saddle_rests(y, levels, band=band, tol=np.inf, steps=x)
+    found = []
+    for m, a, b, level in zip(m_of, p.starts, p.ends, p.levels):
+        on = (x >= a) & (x <= b)
+        core = x[on][rest_core(y[on])]
+        middle = core[len(core) // 2]
+        subset = tuple(range(m)) if learned is None else learned_at(middle, learned_steps, learned)
+        loss_s = theory.fixed_point_loss(cov, N, subset)
+        if abs(level - loss_s) <= tol:
+            found.append(Rest(subset, float(level), loss_s, int(a), int(b), bool(b < x[-1]), None, None))
+    classify_long(found, lam, x[0])
+    return found
+
+
+def classify_long(rests: list, eigenvalues, first_step=0) -> None:
+    """Set ``long`` and ``expected`` of each complete rest of ``rests`` (in order; :class:`Rest`): long when it lasts
+    at least :data:`LONG_FRACTION` of :func:`expected_dwell`, from t0 = the end of the rest at M_0 that starts the
+    curve (at ``first_step``), the direction learned last on the way in (the smallest eigenvalue among those gained
+    since the rest before) and the first on the way out (the largest eigenvalue among those the next rest has
+    gained; the largest not yet learned where no rest follows). Without a rest at M_0, or where the expected dwell is
+    not positive (an out-of-order return), a rest is not classified."""
+    t0 = next((r.end - first_step for r in rests[:1] if not r.subset and r.start == first_step and r.complete), None)
+    for i, r in enumerate(rests):
+        if t0 is None or not r.complete:
+            continue
+        gained = sorted(set(r.subset) - set(rests[i - 1].subset)) if i else list(r.subset)
+        following = set(rests[i + 1].subset) if i + 1 < len(rests) else set()
+        new = sorted(following - set(r.subset)) or sorted(set(range(len(eigenvalues))) - set(r.subset))
+        expected = expected_dwell(t0, eigenvalues, max(gained) if gained else None, new[0]) if new else 0.0
+        if expected > 0:
+            r.expected = expected
+            r.long = bool(r.dwell >= LONG_FRACTION * expected)
+
+
 def saddle_levels(loss, levels, *, band: float = REST_BAND, steps=None) -> np.ndarray:
     """For each saddle M_0 … M_D (``levels``: L(M_0) … L(M_D), ``theory.plateau_losses``), the level of the first
     rest of ``loss`` there (:func:`saddle_rests`), NaN where the curve never rests there. Figures and sweeps put the
@@ -321,21 +465,23 @@ def saddle_levels(loss, levels, *, band: float = REST_BAND, steps=None) -> np.nd
     return out
 
 
-def saddle_plateaus(loss, levels, *, band: float = REST_BAND, long_fraction: float = 0.1,
-                    steps=None) -> SaddlePlateaus:
+def saddle_plateaus(loss, levels, *, band: float = REST_BAND, eigenvalues=None, steps=None) -> SaddlePlateaus:
     """The rests of ``loss`` at the saddles among ``levels`` (``theory.plateau_losses``: L(M_0) … L(M_D);
     :func:`saddle_rests`), and which of them are *long*.
 
     A rest is complete if it ends before the curve does (the last one is cut by the end of the run and is not
-    classified); a complete rest is long if it lasts at least ``long_fraction`` of the longest complete one, so every
-    complete rest at least half as long as the longest is long. The theory's long plateaus for rank-R heads are
-    ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
+    classified); a complete rest is long if it lasts at least :data:`LONG_FRACTION` of the three-factor escape the
+    theory expects there (:func:`classify_long`, from ``eigenvalues`` λ_1 ≥ … ≥ λ_D; none is long without them). The
+    theory's long plateaus for rank-R heads are ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
     """
     m_of, p = saddle_rests(loss, levels, band=band, steps=steps)
-    end = (np.arange(np.size(loss)) if steps is None else np.asarray(steps))[-1]
-    complete = [(m, int(b - a)) for m, a, b in zip(m_of, p.starts, p.ends) if b < end]
-    longest = max((d for _, d in complete), default=0)
-    long = sorted({m for m, d in complete if d >= long_fraction * longest})
+    x = np.arange(np.size(loss)) if steps is None else np.asarray(steps)
+    rests = [Rest(tuple(range(m)), float(lv), float(levels[m]), int(a), int(b), bool(b < x[-1]), None, None)
+             for m, lv, a, b in zip(m_of, p.levels, p.starts, p.ends)]
+    if eigenvalues is not None:
+        classify_long(rests, eigenvalues, x[0])
+    complete = [(m, r.dwell) for m, r in zip(m_of, rests) if r.complete]
+    long = sorted({m for m, r in zip(m_of, rests) if r.long})
     return SaddlePlateaus(plateaus=p, m=m_of, visited=list(m_of), complete=complete, long=long)
 
 
@@ -379,12 +525,12 @@ class RankSummary:
         return out
 
 
-def rank_summary(loss, levels, rank: int, *, band: float = REST_BAND) -> RankSummary:
+def rank_summary(loss, levels, rank: int, *, band: float = REST_BAND, eigenvalues=None) -> RankSummary:
     """The long plateaus of a rank-``rank`` ATTN_S curve (:func:`saddle_plateaus`) beside the theory's
     (``theory.long_plateaus``, counted up to the last complete plateau the curve reached), the directions it learned
     (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
     loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
-    sp = saddle_plateaus(loss, levels, band=band)
+    sp = saddle_plateaus(loss, levels, band=band, eigenvalues=eigenvalues)
     learned = directions_learned(loss, levels)
     expected = [m for m in theory.long_plateaus(len(levels) - 1, rank) if m <= sp.last_complete]
     return RankSummary(rank=rank, levels=levels, plateaus=sp, expected_long=expected, learned=learned,

@@ -338,10 +338,14 @@ def test_saddle_plateaus_names_each_flat_stretch_by_its_saddle_and_finds_the_lon
     lengths = [(1.0, 600), (0.8, 40), (0.5, 500), (0.3, 300)]
     loss = np.concatenate([np.full(n, lv) for lv, n in lengths])
     loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")  # drops of a few steps
-    sp = lc.saddle_plateaus(loss, levels)
+    # eigenvalues 0.4, 0.3, 0.28: a fresh head escapes along e_d at ≈ t0 (λ_1/λ_d)², t0 ≈ 600 (the end of M_0's
+    # rest), so M_1 should last ≈ 600·(16/9 − 1) = 467 steps (it lasts 40: short) and M_2 ≈ 600·(2.04 − 1.78) = 158
+    # (it lasts 500: long)
+    sp = lc.saddle_plateaus(loss, levels, eigenvalues=[0.4, 0.3, 0.28])
     assert sp.visited == [0, 1, 2, 3] and sp.last_complete == 2
     assert [m for m, _ in sp.complete] == [0, 1, 2]  # M_3 runs to the end of the curve: not classified
     assert sp.long == [0, 2]
+    assert lc.saddle_plateaus(loss, levels).long == []  # without eigenvalues there is no time scale to judge by
     off = lc.saddle_plateaus(np.concatenate([loss[:1000], np.full(300, 0.4)]), levels)  # 0.4: in no saddle's band
     assert off.visited == [0, 1, 2] and off.plateaus.ends[-1] < 1000  # no rest at 0.4, none at M_3
 
@@ -389,7 +393,7 @@ def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theo
     levels = np.array([1.0, 0.8, 0.6, 0.4, 0.2])
     loss = np.concatenate([np.full(800, 1.0), np.full(30, 0.8), np.full(700, 0.6), np.full(400, 0.4)])
     loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")
-    s = lc.rank_summary(loss, levels, 2)
+    s = lc.rank_summary(loss, levels, 2, eigenvalues=[0.4, 0.35, 0.3, 0.25])  # M_2 should last 800·0.49 = 392
     assert s.learned == 3 and s.final_theory == 0.4 and s.final_loss == pytest.approx(0.4)
     assert s.plateaus.long == [0, 2] and s.expected_long == [0, 2]  # M_3 is cut by the end: not classified
     rows = {r["quantity"]: r for r in s.rows(" (window)", paper_learned=4, predicted_learned=4)}
@@ -506,7 +510,7 @@ def test_learning_course_tells_kept_transient_and_not_learned_apart():
 def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_range_apart():
     """A staircase with known rests whose last two levels (0.205, 0.2) lie 0.005 apart, under 1 % of the range
     (0.008): the detector by flatness merges them into one stretch, the classifier by saddle bands finds both rests,
-    each with its length, and calls every complete rest at least half as long as the longest long."""
+    each with its length, and calls long each complete rest at least half as long as rank one's rest there."""
     levels = np.array([1.0, 0.6, 0.3, 0.205, 0.2])
     rests = [(1.0, 600), (0.6, 40), (0.3, 400), (0.205, 700), (0.2, 300)]
     loss = _staircase(rests)
@@ -515,10 +519,13 @@ def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_ran
     assert m == [0, 1, 2, 3, 4]
     assert np.allclose(p.ends - p.starts, [n for _, n in rests], atol=12)  # the smoothed drops take ~5 steps a side
     assert np.allclose(p.levels, [lv for lv, _ in rests])
-    sp = lc.saddle_plateaus(loss, levels)
+    lam = np.array([0.5, 0.45, 0.4, 0.3, 0.29])
+    sp = lc.saddle_plateaus(loss, levels, eigenvalues=lam)
     assert [mm for mm, _ in sp.complete] == [0, 1, 2, 3] and sp.long == [0, 2, 3]  # M_4 runs to the end
-    longest = max(d for _, d in sp.complete)
-    assert {mm for mm, d in sp.complete if d >= longest / 2} <= set(sp.long)
+    t0 = sp.complete[0][1]  # the rest at M_0 starts the curve: its length is the first escape's step
+    # as for rank one: a fresh head escapes along e_d at t0 (λ_1/λ_d)² from step 0, so M_m lasts the difference
+    expected = {m: t0 * ((lam[0] / lam[m]) ** 2 - (lam[0] / lam[m - 1]) ** 2) for m in (1, 2, 3)}
+    assert {m for m, d in sp.complete[1:] if d >= expected[m] / 2} | {0} == set(sp.long)
 
 
 def test_rest_bands_split_each_gap_in_thirds_and_a_loss_between_bands_is_no_rest():

@@ -601,8 +601,9 @@ def test_fig04_at_settings_the_paper_never_used(rank_runs):
         == [1, 2] and list(ds.seed.values) == [10, 11]
     assert ds.train_loss_extended.dims == ("rank", "step_log") and ds.drop_step.dims == ("rank", "direction")
     assert ds.drop_step_predicted.dims == ("rank", "direction")
-    assert ds.plateau_level.dims == ds.plateau_long.dims == ds.rest_steps.dims == ("seed", "rank", "m") \
+    assert ds.rest_subset.dims == ds.rest_long.dims == ds.rest_level.dims == ("seed", "rank", "rest") \
         and (ds.sizes["direction"], ds.sizes["m"]) == (3, 4)
+    assert ds.learned_share.dims == ("seed", "rank", "snapshot", "direction")
     assert list(ds.horizon.values) == [800, 500]
     # the window is the start of the extended run; past a rank's own horizon its extended curve is NaN
     ext, early = ds.train_loss_extended, ds.step_log.values[ds.step_log.values < 400]
@@ -613,7 +614,6 @@ def test_fig04_at_settings_the_paper_never_used(rank_runs):
     rows = keyed(fig04.numbers(ds))
     # no paper column and no claim away from the published settings
     assert all(r["paper"] is None for r in rows.values()) and fig04.claims(ds) == []
-    nearest_own_level({k: r for k, r in rows.items() if ".plateau.M" in k}, ds.plateau_theory.values)
     for R in (1, 2):  # drops counted never exceed the directions, and each count is the drop steps' own
         drops = ds.drop_step.sel(rank=R).values
         made = drops[np.isfinite(drops)]
@@ -626,7 +626,7 @@ def test_fig04_at_settings_the_paper_never_used(rank_runs):
     assert {k for k in rows if ".drop" in k and "predicted" not in k} == {f"R1.extended.drop{d}" for d in (1, 2, 3)}
     assert {k for k in rows if k.endswith(".predicted")} == {f"R{R}.extended.drop{d}.predicted" for R in (1, 2)
                                                               for d in (1, 2, 3)}
-    assert "R1.window.seed11.long_plateaus" in rows
+    assert "R1.window.seed11.long_plateaus" in rows and "R1.window.seed10.long_plateaus" in rows
     assert rows["R1.extended.drop1"]["verdict"] == "estimate only"
     said = fig04.words(ds)
     assert "seeds 10 and 11" in said["settings"] and "paper" not in said["caption"].lower()
@@ -651,19 +651,20 @@ def test_figA_ranks_at_settings_the_paper_never_used(rank_runs):
     S = presets.settings(figA_ranks, "quick", ranks=[2, 3], seeds=[10, 11], **TINY_RANKS)
     assert not presets.is_published(figA_ranks.NAME, S)
     ds = figA_ranks.compute(S)
-    assert ds.train_loss.dims == ("seed", "rank", "step") and dict(ds.sizes) == {"seed": 2, "rank": 2, "step": 400,
-                                                                                 "m": 4, "direction": 3}
-    assert ds.plateau_long_theory.dims == ("seed", "rank", "m")
+    assert ds.train_loss.dims == ("seed", "rank", "step") and {k: ds.sizes[k] for k in ("seed", "rank", "step", "m",
+                                                                                   "direction")} == {
+        "seed": 2, "rank": 2, "step": 400, "m": 4, "direction": 3}
+    assert ds.rest_subset.dims == ("seed", "rank", "rest")
     rows = keyed(figA_ranks.numbers(ds))
     assert all(r["paper"] is None for r in rows.values())
-    nearest_own_level({k: r for k, r in rows.items() if ".plateau.M" in k}, ds.plateau_theory.values)
-    for R in (2, 3):  # the theory's long plateaus at multiples of R below D; found ones only at complete plateaus
+    for R in (2, 3):  # the theory's long rests after a multiple of R directions; each rest beside its saddle's loss
         assert rows[f"R{R}.learned"]["reproduced"] == int(ds.directions_learned.sel(seed=10, rank=R)) <= 3
-        expected = [int(m) for m in ds.m.values if ds.plateau_long_theory.sel(seed=10, rank=R, m=m)]
-        assert set(expected) <= set(range(0, 3, R))
-        assert rows[f"R{R}.long_plateaus"]["theory"] == " ".join(map(str, expected))
+        assert set(rows[f"R{R}.seed10.long_plateaus"]["theory"].split()) <= {"ℳ₀", "ℳ₂", "ℳ₃", "none"}
+        for k, r in rows.items():
+            if k.startswith(f"R{R}.seed") and ".rest" in k:
+                assert abs(r["reproduced"] - r["theory"]) <= 0.04
     assert "H = 3 heads of rank R = 2 and 3" in figA_ranks.words(ds)["settings"]
-    assert len(figA_ranks.rank_table(ds).rows) == 2 and "the 2 seeds" in figA_ranks.verdict(ds)
+    assert len(figA_ranks.rank_table(ds).rows) == 2 and "nan" not in figA_ranks.verdict(ds)
     figA_ranks.plot(ds)
 
 
@@ -750,32 +751,44 @@ def test_fig14_words_the_in_weight_course_of_each_c_by_one_rule():
                                           "(1.00 → 0.10 → 1.00); not learned at c = 1 (1.00 → 1.00 → 1.00)")
 
 
-def test_fig04_names_the_long_rests_the_theory_does_not_expect_and_says_when_they_all_come_late():
-    """A constructed rank-4 summary on D = 8 at two seeds: long rests at M_0 and M_7 (seed 10) and M_0, M_6 (seed
-    11) where the theory expects M_0 and M_4 long: the extra ones all come after M_4, the last expected; a rank-2 row
-    with an extra long rest at M_1, before M_2, does not."""
+def test_the_rests_sentence_counts_each_saddle_over_the_seeds_with_a_rest_there():
+    """A constructed rank-4 dataset on D = 8 at three seeds: ℳ₅ long at two seeds and short at the third (the
+    referee's "3 of 3" that was 2 of 3), ℳ₄ short at one seed and passed without a rest at another, and an
+    out-of-order rest at {e₁, e₂, e₃, e₅}."""
     import xarray as xr
 
     from linattn.companion.figures.common import low_rank
 
-    long = np.zeros((2, 2, 9), dtype=bool)
-    expected = np.zeros_like(long)
-    expected[:, 0, [0, 4]] = True
-    long[0, 0, [0, 7]], long[1, 0, [0, 6]] = True, True
-    expected[:, 1, [0, 2, 4]] = True
-    long[:, 1, [0, 1, 2, 4]] = True
-    steps = np.full(long.shape, 100.0)
-    steps[0, 0, 7], steps[1, 0, 6] = 4100.0, 1200.0
-    ds = xr.Dataset({"plateau_long": (("seed", "rank", "m"), long),
-                     "plateau_long_theory": (("seed", "rank", "m"), expected),
-                     "rest_steps": (("seed", "rank", "m"), steps)},
-                    coords={"seed": [10, 11], "rank": [4, 2], "m": np.arange(9)})
-    assert low_rank.extra_long_rests(ds) == {4: {10: [7], 11: [6]}, 2: {10: [1], 11: [1]}}
-    assert low_rank.after_last_expected(ds, 4) and not low_rank.after_last_expected(ds, 2)
+    def rest(subset, a, b, flag):
+        return low_rank.mask(subset), a, b, flag
+
+    M = lambda m: tuple(range(m))  # noqa: E731
+    by_seed = {10: [rest(M(0), 0, 4000, 1), rest((0, 1, 2, 4), 4100, 4300, -1), rest(M(5), 4400, 9000, 1),
+                    rest(M(6), 9100, 20000, -1)],
+               11: [rest(M(0), 0, 4000, 1), rest(M(4), 4100, 4300, 0), rest(M(5), 4400, 9000, 1),
+                    rest(M(6), 9100, 20000, -1)],
+               12: [rest(M(0), 0, 4000, 1), rest(M(5), 4400, 4600, 0), rest(M(6), 4700, 20000, -1)]}
+    n = 4
+    arrays = {k: np.full((3, 1, n), -1, dtype=np.int64) for k in ("rest_subset", "rest_start", "rest_end",
+                                                                    "rest_long")}
+    for i, rests in enumerate(by_seed.values()):
+        for k, (bits, a, b, flag) in enumerate(rests):
+            for name, v in zip(("rest_subset", "rest_start", "rest_end", "rest_long"), (bits, a, b, flag)):
+                arrays[name][i, 0, k] = v
+    nan = np.full((3, 1, n), np.nan)
+    ds = xr.Dataset({**{k: (("seed", "rank", "rest"), v) for k, v in arrays.items()},
+                     **{k: (("seed", "rank", "rest"), nan) for k in ("rest_level", "rest_theory", "rest_expected")},
+                     "directions_learned": (("seed", "rank"), [[6], [6], [6]])},
+                    coords={"seed": [10, 11, 12], "rank": [4], "direction": np.arange(1, 9), "m": np.arange(9)})
+    assert low_rank.long_names(ds, 4, 10) == ["ℳ₀", "ℳ₅"] and low_rank.long_names(ds, 4, 12) == ["ℳ₀"]
+    counts = low_rank.rest_counts(ds, 4)
+    assert counts["ℳ₅"]["long"] == [10, 11] and counts["ℳ₅"]["short"] == [12] and not counts["ℳ₅"]["expected_long"]
+    assert low_rank.missing_rests(ds, 4) == {4: [12]}  # seed 10 rests after 4 directions, at {e₁, e₂, e₃, e₅}
     text = low_rank.rests_text(ds)
-    assert "R = 4 rests long at ℳ₆ and ℳ₇" in text
-    assert "the longest, at ℳ₇, lasts 4100 steps" in text
-    assert text.count("two-factor strict saddle") == 1  # rank 4's sentence only
+    assert "ℳ₅ in 2 of the 3 seeds with a classified rest there (4600 steps at seed 10, 4600 steps at seed 11)" in text
+    assert "ℳ₄ in 1 of the 1 seeds with a classified rest there (200 steps at seed 11)" in text
+    assert "nowhere after 4 directions learned, where the theory expects a long rest, at seed 12" in text
+    assert "out of order (a later direction learned before an earlier one) at {e₁, e₂, e₃, e₅}" in text
 
 
 def test_fig03a_scalar_ode_overlay_recovers_a_curve_made_of_the_ode():

@@ -25,6 +25,8 @@ PRESETS = {
     "paper": dict(in_dim=3, head_num=2),
 }
 TOLERANCES = [common.EXACT]
+# settings of a reader's own the page must stay true at (a drawing: any D and H)
+KNOB_CASES = (dict(in_dim=5, head_num=4), dict(in_dim=2, head_num=1))
 LAYERS = ("z", "blocks", "head", "output")
 
 

@@ -5,7 +5,8 @@ Every rank is trained at each of ``seeds`` in the published window (the spread b
 of each rank is carried on to its own horizon (``epoch_extended``: a dict by rank) through the run store. The
 published window is the first ``epoch`` steps of each (gradient descent depends on the weights alone, and the loss
 is recorded before each step, so the window is exactly the published-length run). Measured in the window, per seed:
-each curve's rests at the saddles, their lengths and which are long (:mod:`~linattn.companion.figures.low_rank`); in
+each curve's rests, each saddle named by what is learned there (weights every ``snapshot_every`` steps), and which
+are long (:mod:`~linattn.companion.figures.common.low_rank`); in
 the extended run: the step of each drop (``loss_curves.drop_steps``: the first step below the midpoint of two
 consecutive saddle losses) and the directions learned. The prediction of each drop's step: the population gradient
 descent from the extended run's own initial weights, all heads included (``loss_curves.predicted_drop_steps``); the
@@ -27,15 +28,18 @@ from ..output import words as list_words
 from .common import presets as common
 from .common.frame import settings_attrs
 from .common.low_rank import (
+    curve_variables,
     describe,
+    describe_rests,
+    expected_cell,
     gap_panel,
     join,
+    long_cell,
     predicted_rows,
+    rest_rows,
+    rest_variables,
     rests_text,
     seed_runs,
-    summaries,
-    summaries_of,
-    summary_variables,
 )
 
 NAME = __name__.rsplit(".", 1)[-1]
@@ -44,11 +48,16 @@ PRESETS = {
     # steps); a rank not listed gets the largest value. The values of both presets let every rank learn all
     # eight directions (the page gives the steps; at the quick preset rank one's last drop comes near step 8500).
     # seeds: every rank in the published window at each (the spread); only the first is carried on
+    # snapshot_every: the weights are recorded so that each rest's saddle is named by what is learned there
     "quick": dict(common.without(common.LOW_RANK_QUICK, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
-                  epoch_extended={1: 9001, 2: 9001, 4: 9001, 8: 5001}),
+                  epoch_extended={1: 9001, 2: 9001, 4: 9001, 8: 5001}, snapshot_every=10),
     "paper": dict(common.without(common.LOW_RANK_PAPER, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
-                  epoch_extended={1: 150001, 2: 120001, 4: 35001, 8: 20001}),
+                  epoch_extended={1: 150001, 2: 120001, 4: 35001, 8: 20001}, snapshot_every=20),
 }
+# settings of a reader's own the page must stay true at (each cheap at the quick preset)
+KNOB_CASES = (dict(in_dim=4, head_num=5, ranks=[1, 2], seeds=[10, 11], epoch=1501,
+                   epoch_extended={1: 3001, 2: 3001}),
+              dict(in_dim=3, head_num=3, ranks=[1, 3], seeds=[10], epoch=1001, epoch_extended={1: 2001, 3: 1001}))
 # The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
 # its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
 # (the claim row exists at the published settings only; R1.window.learned, the directions learned, one fewer, is
@@ -71,13 +80,15 @@ def runs(S: dict) -> dict:
 def compute(S: dict):
     """Each rank's training loss in the published window at every seed (``train_loss``: seed × rank × step) and, for
     the first seed, over its extended run sampled evenly in log(step) (``train_loss_extended``: rank × step_log, NaN
-    past the rank's ``horizon``), with what is measured on them: in the window, per seed, each saddle's rest level and
-    length, which rests are long (and which the theory expects long), the directions learned and the final loss; in
-    the extended run, the step of each drop (``drop_step``: rank × direction, NaN where it never comes), the
-    directions learned and the final loss. The prediction: each drop's step for the population gradient descent from
-    the extended run's initial weights (``drop_step_predicted``: rank × direction, NaN where it does not come within
-    the horizon). The theory: the saddle losses (``plateau_theory``: m), the eigenvalues and the one-head escape-time
-    estimate of each drop (``drop_step_theory``: direction, an order of magnitude)."""
+    past the rank's ``horizon``), with what is measured on them: in the window, per seed, the heads' share of each
+    direction at every weight snapshot (``learned_share``), every rest with its saddle named by what is learned there,
+    its steps, level, the saddle's loss and whether it is long (``rest_*``: seed × rank × rest,
+    :func:`~.common.low_rank.rest_variables`), the directions learned and the final loss; in the extended run, the
+    step of each drop (``drop_step``: rank × direction, NaN where it never comes), the directions learned and the
+    final loss. The prediction: each drop's step for the population gradient descent from the extended run's initial
+    weights (``drop_step_predicted``: rank × direction, NaN where it does not come within the horizon). The theory:
+    the saddle losses (``plateau_theory``: m), the eigenvalues and the one-head escape-time estimate of each drop
+    (``drop_step_theory``: direction, an order of magnitude)."""
     import xarray as xr
 
     from ..plotting import log_thin
@@ -96,6 +107,7 @@ def compute(S: dict):
     for i, L in enumerate(full):
         inside = step_log < len(L)
         extended[i, inside] = L[step_log[inside]]
+    rests, snapshot = rest_variables(loss, grid, window)
     predicted = [loss_curves.predicted_drop_steps(r.config, r.init, cov, horizon=horizon[R])
                  for R, r in zip(ranks, carried)]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=1, head_num=cfg.head_num,
@@ -107,13 +119,14 @@ def compute(S: dict):
          "horizon": ("rank", [len(L) for L in full]),
          "drop_step": (("rank", "direction"), [loss_curves.drop_steps(L, levels) for L in full]),
          "drop_step_predicted": (("rank", "direction"), predicted),
-         **summary_variables([summaries(by_seed, ranks, levels) for by_seed in loss], D),
+         **curve_variables(loss, levels),
+         **rests,
          "directions_learned_extended": ("rank", [loss_curves.directions_learned(L, levels) for L in full]),
          "final_loss_extended": ("rank", [L[-1] for L in full]),
          "plateau_theory": ("m", levels),
          "eigenvalue": ("direction", theory.spectrum(cov)[0]),
          "drop_step_theory": ("direction", estimate)},
-        coords={"seed": seeds, "rank": ranks, "step": np.arange(window), "step_log": step_log,
+        coords={"seed": seeds, "rank": ranks, "step": np.arange(window), "step_log": step_log, "snapshot": snapshot,
                 "direction": np.arange(1, D + 1), "m": np.arange(D + 1)},
         attrs=settings_attrs(S, engine=carried[0].engine, seeds=seeds,
                              runs={str(R): r.config.to_dict() for R, r in zip(ranks, carried)}))
@@ -124,8 +137,7 @@ def compute(S: dict):
     ds.drop_step_predicted.attrs["description"] = ("the same drop step of the population gradient descent from the "
                                                    "extended run's initial weights (loss_curves.predicted_drop_steps)")
     ds.drop_step_theory.attrs["description"] = "one-head escape time τ/(λ_d² v₀) in steps, an order of magnitude"
-    ds.plateau_level.attrs["description"] = "level of the first rest at saddle M_m within the window (saddle_plateaus)"
-    ds.rest_steps.attrs["description"] = "length in steps of the first complete rest at saddle M_m within the window"
+    describe_rests(ds)
     return ds
 
 
@@ -137,7 +149,8 @@ def claims(ds) -> list:
         return []
     return [published.rules.fig4_plateau_claim(ds.drop_step.sel(rank=1).values, ds.attrs["window"],
                                          ds.drop_step_predicted.sel(rank=1).values,
-                                         predicted="the drop steps predicted from the run's own initial weights")]
+                                         predicted="the drop steps predicted from the run's own initial weights",
+                                         horizon=int(ds.horizon.sel(rank=1)))]
 
 
 def _plateau_durations(drops) -> np.ndarray:
@@ -150,26 +163,22 @@ def _plateau_durations(drops) -> np.ndarray:
 
 
 def numbers(ds) -> list[dict]:
-    """``numbers.json``: per rank, the window's rows of the first seed's rank summary (long plateaus, directions
-    learned, each saddle's plateau level, final loss) and every other seed's long plateaus, the directions learned in
-    the extended run, the step of its last drop (when every direction was learned) and its final loss, each drop's
-    step beside its prediction from the run's own initial weights; for rank one also beside the one-head escape-time
-    estimate and how often a later plateau lasts longer; the paper's claim at the published settings."""
+    """``numbers.json``: per rank, the directions learned in the window at the first seed, every seed's rests in
+    the window (:func:`~.common.low_rank.rest_rows`), the directions learned in the extended run, the step of its last
+    drop (when every direction was learned) and its final loss, each drop's step beside its prediction from the run's
+    own initial weights; for rank one also beside the one-head escape-time estimate and how often a later plateau
+    lasts longer; the paper's claim at the published settings."""
     paper, window, D = bool(ds.attrs["published"]), ds.attrs["window"], ds.sizes["direction"]
     levels, rows, seeds = ds.plateau_theory.values, [], [int(x) for x in ds.seed.values]
-    for R, s in summaries_of(ds).items():
+    for R in (int(x) for x in ds["rank"].values):
         r, h = ds.sel(rank=R), int(ds.horizon.sel(rank=R))
         learned = int(r.directions_learned_extended)
         pred = r.drop_step_predicted.values
-        rows += s.rows(f" within {_window(ds)}, seed {seeds[0]}", key="window",
-                       predicted_learned=int(np.sum(pred < window)))
-        for sd in seeds[1:]:
-            other = summaries_of(ds, seed=sd)[R]
-            rows.append(dict(key=f"R{R}.window.seed{sd}.long_plateaus",
-                             quantity=f"R={R}: long plateaus m within {_window(ds)}, seed {sd} (theory: "
-                                      "multiples of R)",
-                             theory=" ".join(map(str, other.expected_long)),
-                             reproduced=" ".join(map(str, other.plateaus.long))))
+        rows.append(dict(key=f"R{R}.window.learned",
+                         quantity=f"R={R}: directions learned within {_window(ds)}, seed {seeds[0]} (theory: drops "
+                                  "predicted from the initial weights)",
+                         theory=int(np.sum(pred < window)), reproduced=int(r.directions_learned.sel(seed=seeds[0]))))
+        rows += rest_rows(ds, R, f"R{R}.window", f" within {_window(ds)}")
         rows.append(dict(key=f"R{R}.extended.learned",
                          quantity=f"R={R}: directions learned in the extended run ({h} steps); theory: predicted "
                                   "from its initial weights",
@@ -208,21 +217,21 @@ def rank_table(ds) -> MarkdownTable:
     D, rows, seeds = ds.sizes["direction"], [], [int(x) for x in ds.seed.values]
     for R in ds["rank"].values:
         r = ds.sel(rank=R)
-        learned = int(r.directions_learned_extended)
-        by_seed = [summaries_of(ds, seed=sd)[int(R)] for sd in seeds]
-        rows.append(dict(rank=f"$R = {R}$", window=", ".join(str(s.learned) for s in by_seed) + f" of {D}",
+        learned, pred = int(r.directions_learned_extended), r.drop_step_predicted.values
+        rows.append(dict(rank=f"$R = {R}$",
+                         window=", ".join(str(int(n)) for n in r.directions_learned.values) + f" of {D}",
                          extended=f"{learned} of {D} ({int(r.horizon)} steps)",
-                         last=float(np.nanmax(r.drop_step)) if learned else None,
-                         predicted=float(np.nanmax(r.drop_step_predicted))
-                         if np.isfinite(r.drop_step_predicted).any() else None,
-                         long="; ".join(list_words(s.plateaus.long) or "none" for s in by_seed)
-                         + f" ({list_words(by_seed[0].expected_long)})"))
+                         last=float(r.drop_step.values[-1]) if learned == D else None,
+                         predicted=(f"{pred[-1]:.0f}" if np.isfinite(pred[-1]) else
+                                    f"beyond the prediction run's {int(r.horizon)} steps"),
+                         long=long_cell(ds, int(R)) + f" ({expected_cell(ds, int(R))})"))
     return MarkdownTable(rows, {"rank": "rank", "window": f"directions learned in {_window(ds)} "
                                                          f"(seeds {list_words(seeds)})",
-                                "extended": f"in the extended run (seed {seeds[0]})", "last": "step of the last drop",
+                                "extended": f"in the extended run (seed {seeds[0]})",
+                                "last": f"step of drop {D} (the last)",
                                 "predicted": "predicted from its initial weights",
-                                "long": "long plateaus in the window, per seed (theory)"},
-                         {"last": ".0f", "predicted": ".0f"})
+                                "long": "long rests in the window, per seed (theory)"},
+                         {"last": ".0f"})
 
 
 def _window(ds) -> str:
@@ -240,6 +249,16 @@ def _steps(values) -> str:
     return join([f"{v:.0f}" if np.isfinite(v) else "–" for v in values])
 
 
+def _predicted_words(pred, horizon: int) -> str:
+    """The predicted drop steps, each one the prediction run does not make said in words."""
+    made = _steps(pred[np.isfinite(pred)]) if np.isfinite(pred).any() else "none"
+    missing = [d + 1 for d in np.flatnonzero(~np.isfinite(pred))]
+    if not missing:
+        return made
+    return (made + f" (drop{'s' if len(missing) > 1 else ''} {join([str(d) for d in missing])} beyond the prediction "
+            f"run's {horizon} steps)")
+
+
 def drops_text(ds) -> str:
     """The page's lines on where each rank's drops come (the first seed's extended run): how many inside the
     published window, the later ones, those never made, beside the steps predicted from the run's own initial
@@ -253,7 +272,7 @@ def drops_text(ds) -> str:
         line += (f", then {later.size} more in the extended run" if later.size else "")
         missing = int(np.sum(~np.isfinite(t)))
         line += f"; {missing} not reached by step {int(ds.horizon.sel(rank=R))}" if missing else ""
-        line += f". Drop steps {_steps(t)}; predicted {_steps(pred)}"
+        line += f". Drop steps {_steps(t)}; predicted {_predicted_words(pred, int(ds.horizon.sel(rank=R)))}"
         after = t[-1] - t[0] if np.isfinite(t[[0, -1]]).all() else np.nan
         line += f" (the last comes {after:.0f} steps after the first)" if np.isfinite(after) and R > 1 else ""
         lines.append(line + ".")
@@ -286,6 +305,7 @@ def words(ds) -> dict:
     short = [R for R in ranks if int(ds.directions_learned_extended.sel(rank=R)) < D]
     out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"],
                rest_tol=loss_curves.REST_TOL, band=loss_curves.rest_band_words(ds.attrs["band"]),
+               min_dwell=f"{loss_curves.REST_MIN_DWELL:g}", long_fraction=f"{loss_curves.LONG_FRACTION:g}",
                seeds=list_words(list(ds.seed.values)),
                seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
                horizons=join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),

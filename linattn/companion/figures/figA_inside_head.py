@@ -19,7 +19,7 @@ from ..output import MarkdownTable
 from ..output import words as list_words
 from .common import presets as common
 from .common.frame import settings_attrs
-from .common.low_rank import describe
+from .common.low_rank import describe, describe_rests, rest_arrays, rest_classes
 from .common.train import train
 
 NAME = __name__.rsplit(".", 1)[-1]
@@ -29,6 +29,9 @@ PRESETS = {
 }
 TOLERANCES = [common.PLATEAUS]
 THRESHOLD = 0.5  # a head has learned a direction when it carries more than this fraction of it
+# settings of a reader's own the page must stay true at (each cheap at the quick preset)
+KNOB_CASES = (dict(in_dim=4, head_num=3, rank=2, epoch=1501, snapshot_every=10),
+              dict(in_dim=5, head_num=4, rank=3, epoch=1501, snapshot_every=10))
 
 
 
@@ -59,8 +62,12 @@ def compute(S: dict):
     for (h, d), s in events.first_crossings(fraction, THRESHOLD, snap_steps).items():
         learn_step[h, d] = s
     levels = theory.plateau_losses(cov, N)
+    found = loss_curves.subset_rests(loss, cov, N, steps=step,
+                                     learned=events.learned_directions(events.learned_share(fraction)),
+                                     learned_steps=snap_steps)
+    rests = {k: ("rest", v) for k, v in rest_arrays(found, max(1, len(found))).items()}
     ds = xr.Dataset(
-        {"train_loss": ("step", loss), "value": (("step", "head"), values),
+        {**rests, "train_loss": ("step", loss), "value": (("step", "head"), values),
          "fraction": (("snapshot", "head", "direction"), fraction),
          "learn_step": (("head", "direction"), learn_step),
          "directions_learned": loss_curves.directions_learned(loss, levels),
@@ -73,6 +80,8 @@ def compute(S: dict):
     ds.fraction.attrs["description"] = "f_{h,d} = λ_d c_d e_dᵀ A_h e_d: the share of direction d head h carries"
     ds.snapshot.attrs["description"] = "the step of each weight snapshot"
     ds.learn_step.attrs["description"] = f"first snapshot step at which the head carries more than {THRESHOLD} of it"
+    ds["learned_share"] = (("snapshot", "direction"), events.learned_share(fraction))
+    describe_rests(ds)
     return ds
 
 
@@ -99,6 +108,10 @@ def numbers(ds) -> list[dict]:
                              quantity=f"head {h}: steps from its first to its last direction "
                                       f"(relative to the first delay; theory: short)",
                              reproduced=(s[-1] - s[0]) / max(s[0], 1)))
+    for k, c in enumerate(rest_classes(ds, words(ds)["R"])):
+        rows.append(dict(key=f"rest{k + 1}", quantity=f"rest {k + 1}, at the saddle {c['name']} (steps {c['start']}–"
+                                                     f"{c['end']}); theory: L of that saddle",
+                         theory=c["theory"], reproduced=c["level"]))
     learned = int(ds.directions_learned)
     rows.append(dict(key="final_loss",
                      quantity=f"final loss (theory: L(M_{learned}), the saddle after the {learned} directions learned)",
@@ -138,6 +151,49 @@ def summary(ds) -> str:
                  "(two factors left to grow, not three), but the growth rate along a direction is still proportional "
                  "to $\\lambda^2$, so a direction of small eigenvalue is learned slowly even by a grown head.")
     return text.strip()
+
+
+def rests_words(ds) -> str:
+    """The page's sentence on where the loss rests, each rest's saddle named by what the heads carry there
+    (:func:`~.common.low_rank.rest_classes`), with the out-of-order ones said as such."""
+    classes = rest_classes(ds, words(ds)["R"])
+    text = ("The loss rests at " + ", ".join(f"{c['name']} (steps {c['start']}–{c['end']}, loss {c['level']:.3f})"
+                                              for c in classes) + "."
+            if classes else "The loss does not rest at any saddle in this run.")
+    first = events.learned_steps(ds.learned_share.values, ds.snapshot.values)
+    for d, e in events.out_of_order(first):
+        subset = [int(k) for k in np.flatnonzero(first <= first[e])]  # what is learned once e is
+        when = f"step {first[d]:.0f}" if np.isfinite(first[d]) else "not within the run"
+        text += (f" The heads together learn e{_sub(e + 1)} (more than half of it carried from step {first[e]:.0f}) "
+                 f"before e{_sub(d + 1)} ({when}): from step {first[e]:.0f} they carry "
+                 "{" + ", ".join(f"e{_sub(k + 1)}" for k in subset) + "}"
+                 f", the saddle with L = {theory.fixed_point_loss(_cov_of(ds), _N_of(ds), subset):.3f}, not "
+                 f"ℳ{_sub(len(subset))} (L = {float(ds.plateau_theory.sel(m=len(subset))):.3f}).")
+    for c in (c for c in classes if not c["in_order"]):
+        missing = sorted(set(range(max(c["subset"]) + 1)) - set(c["subset"]))
+        text += (f" At {c['name']} the heads carry e{_sub(max(c['subset']) + 1)} but not "
+                 + ", ".join(f"e{_sub(d + 1)}" for d in missing)
+                 + f": a saddle out of the order of the eigenvalues, with L = {c['theory']:.3f}, not "
+                 f"L(ℳ{_sub(len(c['subset']))}) = {float(ds.plateau_theory.sel(m=len(c['subset']))):.3f}, "
+                 "though its level lies in that saddle's band.")
+    return text
+
+
+def _cov_of(ds) -> np.ndarray:
+    """The run's covariance in its eigenbasis (the losses of the saddles depend on its eigenvalues alone)."""
+    return np.diag(ds.eigenvalue.values)
+
+
+def _N_of(ds) -> int:
+    import json
+
+    return int(json.loads(ds.attrs["settings"])["seq_len"]) - 1
+
+
+def _sub(n: int) -> str:
+    from ..output import subscript
+
+    return subscript(n)
 
 
 def words(ds) -> dict:

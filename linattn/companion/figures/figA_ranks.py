@@ -2,10 +2,10 @@
 setting. Where R does not divide D the last head is only partly filled; the theory still expects long plateaus only
 after 0, R, 2R, … learned directions (``theory.long_plateaus``).
 
-One run per rank and seed through the run store; each curve's rests at the saddles, their lengths, which are long
-and which the theory expects long (:mod:`~linattn.companion.figures.low_rank`), the directions learned and the final
-loss; for the first seed, each drop's step beside its prediction from the run's own initial weights
-(``loss_curves.predicted_drop_steps``).
+One run per rank and seed through the run store, its weights recorded every ``snapshot_every`` steps; each curve's
+rests, each saddle named by what is learned there, which are long and which the theory expects long
+(:mod:`~linattn.companion.figures.common.low_rank`), the directions learned and the final loss; for the first
+seed, each drop's step beside its prediction from the run's own initial weights (``loss_curves.predicted_drop_steps``).
 """
 
 from __future__ import annotations
@@ -19,23 +19,30 @@ from ..output import words as list_words
 from .common import presets as common
 from .common.frame import settings_attrs
 from .common.low_rank import (
+    curve_variables,
     describe,
-    extra_long_rests,
+    describe_rests,
+    expected_cell,
     gap_panel,
-    long_words,
+    long_cell,
     predicted_rows,
+    rest_rows,
+    rest_variables,
     rests_text,
     seed_runs,
-    summaries,
-    summaries_of,
-    summary_variables,
 )
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
-    "quick": dict(common.without(common.LOW_RANK_QUICK, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12]),
-    "paper": dict(common.without(common.LOW_RANK_PAPER, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12]),
+    # snapshot_every: the weights are recorded so that each rest's saddle is named by what is learned there
+    "quick": dict(common.without(common.LOW_RANK_QUICK, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12],
+                  snapshot_every=10),
+    "paper": dict(common.without(common.LOW_RANK_PAPER, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12],
+                  snapshot_every=20),
 }
+# settings of a reader's own the page must stay true at (each cheap at the quick preset)
+KNOB_CASES = (dict(in_dim=4, head_num=3, ranks=[3], seeds=[10, 11], epoch=1501),
+              dict(in_dim=5, head_num=3, ranks=[2, 4], seeds=[12], epoch=1501))
 TOLERANCES = [common.PLATEAUS]
 
 
@@ -46,11 +53,12 @@ def runs(S: dict) -> dict:
 
 
 def compute(S: dict):
-    """Each rank's training loss at every seed (``train_loss``: seed × rank × step) with what is measured on it: each
-    saddle's rest level and length (``plateau_level``, ``rest_steps``: seed × rank × m), which rests are long
-    (``plateau_long``) and which the theory expects long (``plateau_long_theory``), the directions learned and the
-    final loss; the first seed's drop steps beside those predicted from its initial weights (``drop_step``,
-    ``drop_step_predicted``: rank × direction); the theory's saddle losses (``plateau_theory``: m)."""
+    """Each rank's training loss at every seed (``train_loss``: seed × rank × step) with what is measured on it: the
+    heads' share of each direction at every weight snapshot (``learned_share``), every rest with its saddle named by
+    what is learned there, its steps, level, the saddle's loss and whether it is long (``rest_*``: seed × rank × rest,
+    :func:`~.common.low_rank.rest_variables`), the directions learned and the final loss; the first seed's drop steps
+    beside those predicted from its initial weights (``drop_step``, ``drop_step_predicted``: rank × direction); the
+    theory's saddle losses (``plateau_theory``: m) and eigenvalues."""
     import xarray as xr
 
     ranks, seeds = [int(R) for R in S["ranks"]], [int(x) for x in S["seeds"]]
@@ -59,84 +67,60 @@ def compute(S: dict):
     cfg, cov = first[0].config, first[0].datasets.cov
     levels = theory.plateau_losses(cov, cfg.N)
     loss = np.array([[r.history.train_loss for r in by_rank] for by_rank in grid])
+    rests, snapshot = rest_variables(loss, grid, loss.shape[-1])
     ds = xr.Dataset(
         {"train_loss": (("seed", "rank", "step"), loss),
-         **summary_variables([summaries(by_seed, ranks, levels) for by_seed in loss], len(levels) - 1),
+         **curve_variables(loss, levels),
+         **rests,
          "drop_step": (("rank", "direction"), [loss_curves.drop_steps(L, levels) for L in loss[0]]),
          "drop_step_predicted": (("rank", "direction"), [loss_curves.predicted_drop_steps(r.config, r.init, cov)
                                                          for r in first]),
-         "plateau_theory": ("m", levels)},
+         "plateau_theory": ("m", levels), "eigenvalue": ("direction", theory.spectrum(cov)[0])},
         coords={"seed": seeds, "rank": ranks, "step": first[0].history.step, "m": np.arange(len(levels)),
+                "snapshot": snapshot,
                 "direction": np.arange(1, len(levels))},
         attrs=settings_attrs(S, engine=first[0].engine, seeds=seeds,
                              runs={str(R): r.config.to_dict() for R, r in zip(ranks, first)}))
     ds.attrs.update(band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)))
-    ds.plateau_level.attrs["description"] = "level of the first rest at saddle M_m (loss_curves.saddle_plateaus)"
-    ds.rest_steps.attrs["description"] = "length in steps of the first complete rest at saddle M_m"
+    describe_rests(ds)
     ds.drop_step_predicted.attrs["description"] = ("drop steps of the population gradient descent from the first "
                                                    "seed's initial weights (loss_curves.predicted_drop_steps)")
     return ds
 
 
 def numbers(ds) -> list[dict]:
-    """``numbers.json``: each rank's summary rows at the first seed (long plateaus found beside the theory's,
-    directions learned, each saddle's plateau level, the final loss), the other seeds' long plateaus, and each drop's
-    step beside its prediction from the run's initial weights."""
+    """``numbers.json``: per rank, the directions learned at the first seed beside the drops predicted from its
+    initial weights, every seed's rests (each level beside its saddle's loss, the long ones beside the theory's:
+    :func:`~.common.low_rank.rest_rows`), and each drop's step beside its prediction."""
     seeds, rows = [int(x) for x in ds.seed.values], []
-    for R, s in summaries_of(ds).items():
-        pred = ds.drop_step_predicted.sel(rank=R).values
-        rows += s.rows(f", seed {seeds[0]}", predicted_learned=int(np.sum(np.isfinite(pred))))
-        for sd in seeds[1:]:
-            other = summaries_of(ds, seed=sd)[R]
-            rows.append(dict(key=f"R{R}.seed{sd}.long_plateaus",
-                             quantity=f"R={R}: long plateaus m, seed {sd} (theory: multiples of R)",
-                             theory=" ".join(map(str, other.expected_long)),
-                             reproduced=" ".join(map(str, other.plateaus.long))))
+    for R in (int(x) for x in ds["rank"].values):
         r = ds.sel(rank=R)
+        pred = r.drop_step_predicted.values
+        rows.append(dict(key=f"R{R}.learned", quantity=f"R={R}: directions learned, seed {seeds[0]} (theory: drops "
+                                                       "predicted from the initial weights)",
+                         theory=int(np.sum(np.isfinite(pred))),
+                         reproduced=int(r.directions_learned.sel(seed=seeds[0]))))
+        rows += rest_rows(ds, R, f"R{R}", "")
         rows += predicted_rows(r, R, f"R{R}", f"seed {seeds[0]}")
     return rows
 
 
 def rank_table(ds) -> MarkdownTable:
-    """Per rank: the long plateaus expected and found at each seed, the directions learned and the final loss (first
-    seed)."""
+    """Per rank: the saddles the theory expects long among those the curves left, the long rests found
+    at each seed (:func:`~.common.low_rank.long_cell`), the directions learned and the final loss (first seed)."""
     D, seeds = ds.sizes["m"] - 1, [int(x) for x in ds.seed.values]
-    rows = []
-    for R in ds["rank"].values:
-        by_seed = [summaries_of(ds, seed=sd)[int(R)] for sd in seeds]
-        rows.append(dict(rank=f"$R = {R}$", expected=long_words(by_seed[0].expected_long),
-                         found="; ".join(long_words(s.plateaus.long) or "none" for s in by_seed),
-                         learned=", ".join(str(s.learned) for s in by_seed) + f" of {D}",
-                         final=by_seed[0].final_loss))
-    return MarkdownTable(rows, {"rank": "rank", "expected": "long plateaus expected (multiples of R)",
-                                "found": f"long plateaus found (seeds {list_words(seeds)})",
+    rows = [dict(rank=f"$R = {R}$", expected=expected_cell(ds, int(R)), found=long_cell(ds, int(R)),
+                 learned=", ".join(str(int(n)) for n in ds.directions_learned.sel(rank=R).values) + f" of {D}",
+                 final=float(ds.final_loss.sel(rank=R, seed=seeds[0]))) for R in ds["rank"].values]
+    return MarkdownTable(rows, {"rank": "rank", "expected": "long rests expected (theory)",
+                                "found": f"long rests found (seeds {list_words(seeds)})",
                                 "learned": "directions learned", "final": f"final loss (seed {seeds[0]})"},
                          {"final": ".4f"})
 
 
 def verdict(ds) -> str:
-    """The page's sentences on which ranks have their long plateaus where the theory puts them at every seed, and
-    what the others found instead (:func:`~.common.low_rank.rests_text`)."""
-    extra = extra_long_rests(ds)
-    missing = {int(R): any(bool(ds.plateau_long_theory.sel(rank=R, seed=sd, m=m))
-                           and not bool(ds.plateau_long.sel(rank=R, seed=sd, m=m))
-                           for sd in ds.seed.values for m in ds.m.values) for R in ds["rank"].values}
-    agree = [R for R in extra if not any(extra[R].values()) and not missing[R]]
-    differ = [R for R in extra if R not in agree]
-    n = ds.sizes["seed"]
-    seeds = f"at each of the {n} seeds" if n > 1 else "in this run"
-    if not differ:
-        text = f"Every rank has its long plateaus where the theory puts them, {seeds}. "
-    elif not agree:
-        text = f"No rank has its long plateaus exactly where the theory puts them {seeds}. "
-    else:
-        text = (f"Rank{'s' if len(agree) > 1 else ''} {list_words(agree)} "
-                f"{'have their' if len(agree) > 1 else 'has its'} long plateaus where the theory puts them, {seeds}. ")
-    short = [R for R in differ if missing[R]]
-    if short:
-        text += (f"Rank{'s' if len(short) > 1 else ''} {list_words(short)} rest{'s' if len(short) == 1 else ''} only "
-                 "briefly at a plateau the theory expects long, in at least one seed. ")
-    return (text + rests_text(ds)).strip()
+    """The page's sentences on the rests (:func:`~.common.low_rank.rests_text`)."""
+    return rests_text(ds)
 
 
 def words(ds) -> dict:
@@ -147,6 +131,7 @@ def words(ds) -> dict:
     ranks = [int(R) for R in ds["rank"].values]
     return dict(H=S["head_num"], D=ds.sizes["m"] - 1, ranks=list_words(ranks),
                 rest_tol=loss_curves.REST_TOL, band=loss_curves.rest_band_words(ds.attrs["band"]),
+                min_dwell=f"{loss_curves.REST_MIN_DWELL:g}", long_fraction=f"{loss_curves.LONG_FRACTION:g}",
                 seeds=list_words(list(ds.seed.values)),
                 settings=describe(S, ranks=ranks),
                 caption=published.page.caption_lead("Figure 12", bool(ds.attrs["published"])),

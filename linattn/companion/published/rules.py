@@ -330,11 +330,13 @@ class Claim:
 
 
 def fig4_plateau_claim(drops, window: int, escape_steps, *,
-                       predicted: str = "The theory's escape-time estimates τ/(λ_d² v₀)") -> Claim:
+                       predicted: str = "The theory's escape-time estimates τ/(λ_d² v₀)",
+                       horizon: int | None = None) -> Claim:
     """Figure 4's rank-one claim: the loss rests on the :data:`FIG4_R1_PLATEAUS` plateaus L(M_0) … L(M_7) within
     the published ``window``. ``drops``: the step of each drop d = 1 … D of our rank-one run (NaN: not made; it may
     run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``),
-    or another prediction of the drop steps named by ``predicted`` (e.g. ``loss_curves.predicted_drop_steps``).
+    or another prediction of the drop steps named by ``predicted`` (e.g. ``loss_curves.predicted_drop_steps``, NaN
+    where the prediction run of ``horizon`` steps does not make the drop: said in words, and beyond the window).
     Ours counts the levels L(M_0) … L(M_{D−1}) the loss reaches inside the window; the reason gives the estimates for
     the directions not learned inside it, and when our run learned them."""
     drops, escape = np.asarray(drops, dtype=np.float64), np.asarray(escape_steps, dtype=np.float64)
@@ -349,9 +351,11 @@ def fig4_plateau_claim(drops, window: int, escape_steps, *,
               + f", so the loss reaches L(M_0) … L(M_{reached - 1}) there.")
     missing = np.flatnonzero(~made)
     if missing.size:
-        beyond = [d for d in missing if escape[d] >= window]
+        beyond = [d for d in missing if not escape[d] < window]  # a prediction not made at all is beyond it too
+        never = ("beyond the prediction run's " + (f"{int(horizon)} steps" if horizon is not None else "steps"))
         reason += (f" {predicted[0].upper()}{predicted[1:]} for the directions not learned inside it: "
-                   + ", ".join(f"drop {d + 1} ≈ step {escape[d]:.0f}" for d in missing)
+                   + ", ".join(f"drop {d + 1} ≈ step {escape[d]:.0f}" if np.isfinite(escape[d])
+                               else f"drop {d + 1} {never}" for d in missing)
                    + f" ({len(beyond)} of {missing.size} beyond the window).")
         late = [d for d in missing if np.isfinite(drops[d])]
         if late:

@@ -1,56 +1,227 @@
-"""What the low-rank pages share (Figure 4, the paper's Figures 11 and 12): the long plateaus of a rank-R curve
-measured one way, as dataset variables, and a run's settings in words.
+"""What the low-rank pages share (Figure 4, the paper's Figures 11 and 12): each curve's rests, the saddle each sits
+at named by WHAT IS LEARNED there, which rests are long, as dataset variables, and a run's settings in words.
 
-A rank-R ATTN_S curve is summarised by ``loss_curves.rank_summary``: its rests at the saddles M_m (the steps whose
-loss lies in M_m's band, ``loss_curves.REST_BAND`` of the gap to the neighbouring level:
-``loss_curves.saddle_plateaus``),
-which complete ones are long (at least a tenth of the longest), the theory's long ones (m = 0, R, 2R, …:
-``theory.long_plateaus``), the directions learned and the final loss. Several seeds per rank: the summaries are
-kept per seed (dimension ``seed``).
+A rest (``loss_curves.subset_rests``) is time spent in a saddle's band, not a passage through it; its saddle is the
+subset S of eigen-directions the heads carry together at its slowest steps (``events.learned_share`` on the weight
+snapshots: ``M_m`` when S is the m largest, else the set, e.g. {1,2,3,5}), and it is long when it lasts at least
+``loss_curves.LONG_FRACTION`` of the three-factor escape the theory expects there (``loss_curves.expected_dwell``,
+calibrated on the curve's own rest at M_0). The theory of rank-R heads expects a rest long exactly where the number
+of directions learned is a multiple of R (``theory.long_plateaus``). One function (:func:`rest_classes`) reads all of
+it back from the dataset; the tables, the counts and the prose all come from it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .... import loss_curves
+from .... import diagnostics, events, loss_curves, theory
 from ...output import saddle, words
 
-
-def summaries(losses, ranks, levels) -> dict:
-    """``{R: loss_curves.RankSummary}`` of each curve of ``losses`` (rank × step) against ``levels``."""
-    return {int(R): loss_curves.rank_summary(np.asarray(L), levels, int(R)) for R, L in zip(ranks, losses)}
+NOT_CLASSIFIED = -1  # rest_long: a rest cut by the end of the run, or a curve with no rest at M_0 to time it by
 
 
-def summaries_of(ds, variable: str = "train_loss", seed=None) -> dict:
-    """The same summaries, of the curves ``ds[variable]`` (rank × step) of a page's dataset at ``seed`` (default:
-    the first, the seed of the extended runs)."""
-    curves = ds[variable].sel(seed=ds.seed.values[0] if seed is None else seed)
-    return summaries(curves.values, ds["rank"].values, ds.plateau_theory.values)
+def learned_share(result, window: int):
+    """The snapshot steps below ``window`` and, at each, the share of each direction the heads of ``result`` carry
+    together (``events.learned_share``; the run's own covariance and N): (steps, snapshot × direction)."""
+    cfg = result.config
+    snaps = [(s, v) for s, v in result.snapshots_of(diagnostics.snapshot_fn(cfg.N, normalize=cfg.normalize))
+             if s < window]
+    heads = np.array([v["heads"] for _, v in snaps])
+    return (np.array([s for s, _ in snaps]),
+            events.learned_share(events.direction_fractions(heads, result.datasets.cov, cfg.N)))
 
 
-def summary_variables(summary: list, D: int) -> dict:
-    """Dataset variables of the summaries (one ``{R: RankSummary}`` per seed; dims ``seed``, ``rank`` and ``m``): the
-    level of each saddle's first rest (``plateau_level``, NaN where the curve never rests there), its length in steps
-    (``rest_steps``, NaN where it is not complete), which rests are long (``plateau_long``) and which the theory
-    expects long (``plateau_long_theory``, up to the last complete one), the directions learned and the final loss."""
-    shape = (len(summary), len(summary[0]), D + 1)
-    level, length = np.full(shape, np.nan), np.full(shape, np.nan)
-    long, expected = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
-    for i, by_rank in enumerate(summary):
-        for j, s in enumerate(by_rank.values()):
-            for m, lev in zip(s.plateaus.m, s.plateaus.plateaus.levels):
-                if np.isnan(level[i, j, m]):
-                    level[i, j, m] = lev
-            for m, steps in s.plateaus.complete:
-                length[i, j, m] = steps if np.isnan(length[i, j, m]) else length[i, j, m]
-            long[i, j, list(s.plateaus.long)] = True
-            expected[i, j, list(s.expected_long)] = True
-    dims = ("seed", "rank", "m")
-    return {"plateau_level": (dims, level), "rest_steps": (dims, length), "plateau_long": (dims, long),
-            "plateau_long_theory": (dims, expected),
-            "directions_learned": (dims[:2], [[s.learned for s in r.values()] for r in summary]),
-            "final_loss": (dims[:2], [[s.final_loss for s in r.values()] for r in summary])}
+def mask(subset) -> int:
+    """A subset of directions (0-based) as one integer, bit d set for direction d (the dataset's ``rest_subset``)."""
+    return int(sum(1 << int(d) for d in subset))
+
+
+def subset_of(bits: int) -> tuple:
+    return tuple(d for d in range(int(bits).bit_length()) if int(bits) >> d & 1)
+
+
+def rest_variables(loss, results, window: int) -> tuple[dict, np.ndarray]:
+    """Dataset variables of every curve's rests (``loss``: seed × rank × step, the window; ``results``: the runs,
+    ``[seed][rank]``): ``learned_share`` (seed × rank × snapshot × direction) and, over a ``rest`` dimension padded
+    with −1 / NaN, each rest's saddle (``rest_subset``, :func:`mask`), first and last step, level, the saddle's loss
+    L(A_S), the expected three-factor dwell and whether it is long (1), short (0) or not classified (−1); and the
+    snapshot steps (the ``snapshot`` coordinate)."""
+    grid = [[learned_share(r, window) for r in by_rank] for by_rank in results]
+    snap = grid[0][0][0]
+    share = np.array([[sh for _, sh in by_rank] for by_rank in grid])
+    found = [[loss_curves.subset_rests(L, r.datasets.cov, r.config.N, learned=events.learned_directions(sh),
+                                       learned_steps=snap)
+              for L, r, (_, sh) in zip(by_L, by_r, by_g)] for by_L, by_r, by_g in zip(loss, results, grid)]
+    n = max(1, max(len(f) for by_rank in found for f in by_rank))
+    arrays = [[rest_arrays(rests, n) for rests in by_rank] for by_rank in found]
+    variables = {k: (("seed", "rank", "rest"), np.array([[a[k] for a in by_rank] for by_rank in arrays]))
+                 for k in arrays[0][0]}
+    variables["learned_share"] = (("seed", "rank", "snapshot", "direction"), share)
+    return variables, snap
+
+
+def rest_arrays(rests, n: int) -> dict:
+    """One curve's rests (``loss_curves.subset_rests``) as arrays of length ``n`` padded with −1 / NaN: the saddle
+    (``rest_subset``, :func:`mask`), first and last step, level, the saddle's loss, expected dwell and
+    ``rest_long`` (1 long, 0 short, −1 not classified)."""
+    out = {k: np.full(n, -1, dtype=np.int64) for k in ("rest_subset", "rest_start", "rest_end", "rest_long")}
+    out.update({k: np.full(n, np.nan) for k in ("rest_level", "rest_theory", "rest_expected")})
+    for k, r in enumerate(rests):
+        out["rest_subset"][k], out["rest_start"][k], out["rest_end"][k] = mask(r.subset), r.start, r.end
+        out["rest_long"][k] = NOT_CLASSIFIED if r.long is None else int(r.long)
+        out["rest_level"][k], out["rest_theory"][k] = r.level, r.theory
+        out["rest_expected"][k] = np.nan if r.expected is None else r.expected
+    return out
+
+
+def curve_variables(loss, levels) -> dict:
+    """The directions learned (``loss_curves.directions_learned``) and the final loss of each curve of ``loss``
+    (seed × rank × step)."""
+    return {"directions_learned": (("seed", "rank"), [[loss_curves.directions_learned(L, levels) for L in by_rank]
+                                                      for by_rank in loss]),
+            "final_loss": (("seed", "rank"), [[float(L[-1]) for L in by_rank] for by_rank in loss])}
+
+
+def saddle_words(subset) -> str:
+    """A saddle as the page writes it: ℳ₄ for the four largest directions, {e₁, e₂, e₃, e₅} otherwise."""
+    from ...output import subscript
+
+    subset = tuple(subset)
+    if list(subset) == list(range(len(subset))):
+        return saddle(len(subset))
+    return "{" + ", ".join("e" + subscript(d + 1) for d in subset) + "}"
+
+
+def rest_classes(ds, R: int, seed: int | None = None) -> list[dict]:
+    """The rests of rank ``R`` at ``seed``, as the dataset holds them, each a dict: its saddle (``subset``, ``name``),
+    whether it is in order, first and last step, dwell, level and the saddle's loss, whether it is long (True, False,
+    or None: not classified), the expected three-factor dwell, and whether the theory expects it long (the number of
+    directions learned a multiple of R: ``theory.long_plateaus``). The one reading of the rests: the table, the counts
+    and the prose all use it."""
+    r = ds.sel({k: v for k, v in (("rank", R), ("seed", seed)) if k in ds.rest_subset.dims})
+    D = ds.sizes["direction"]
+    out = []
+    for k in range(ds.sizes["rest"]):
+        bits = int(r.rest_subset.values[k])
+        if bits < 0:
+            continue
+        sub, verdict = subset_of(bits), int(r.rest_long.values[k])
+        start, end = int(r.rest_start.values[k]), int(r.rest_end.values[k])
+        out.append(dict(subset=sub, name=saddle_words(sub), in_order=list(sub) == list(range(len(sub))),
+                        start=start, end=end, dwell=end - start, level=float(r.rest_level.values[k]),
+                        theory=float(r.rest_theory.values[k]),
+                        long=None if verdict == NOT_CLASSIFIED else bool(verdict),
+                        expected=float(r.rest_expected.values[k]),
+                        expected_long=len(sub) in theory.long_plateaus(D, R)))
+    return out
+
+
+def long_names(ds, R: int, seed: int) -> list[str]:
+    """The saddles of the long rests of rank ``R`` at ``seed`` (:func:`rest_classes`), in order."""
+    return [c["name"] for c in rest_classes(ds, R, seed) if c["long"]]
+
+
+def rest_counts(ds, R: int) -> dict:
+    """Per saddle (by name, in order of first appearance), over the seeds: the seeds where a classified rest there is
+    long and those where it is short, and whether the theory expects it long (:func:`rest_classes`)."""
+    out: dict[str, dict] = {}
+    for sd in ds.seed.values:
+        for c in rest_classes(ds, R, int(sd)):
+            if c["long"] is None:
+                continue
+            e = out.setdefault(c["name"], dict(long=[], short=[], expected_long=c["expected_long"], dwell={}))
+            e["long" if c["long"] else "short"].append(int(sd))
+            e["dwell"][int(sd)] = c["dwell"]
+    return out
+
+
+def missing_rests(ds, R: int) -> dict:
+    """{k: [seed, …]}: for each number k > 0 of directions after which the theory expects a long rest (a multiple of
+    R), the seeds whose curve learned more than k directions in the window without resting anywhere after k
+    (:func:`rest_classes`)."""
+    D, out = ds.sizes["direction"], {}
+    for k in theory.long_plateaus(D, R)[1:]:
+        seeds = [int(sd) for sd in ds.seed.values
+                 if int(ds.directions_learned.sel(rank=R, seed=sd)) > k
+                 and not any(len(c["subset"]) == k for c in rest_classes(ds, R, int(sd)))]
+        if seeds:
+            out[k] = seeds
+    return out
+
+
+def rests_text(ds) -> str:
+    """The page's sentences on the rests, per rank, from :func:`rest_counts` and :func:`missing_rests`: the saddles
+    where a rest is long though the theory expects it short, and short though it expects it long, each "in n of the
+    m seeds with a classified rest there"; the counts of directions after which a long rest is expected but none
+    came; the out-of-order saddles a curve rested at."""
+    lines = []
+    for R in (int(x) for x in ds["rank"].values):
+        counts, parts = rest_counts(ds, R), []
+        for kind, wanted, word in (("long", False, "long where the theory expects a short rest"),
+                                   ("short", True, "short where the theory expects a long rest")):
+            found = [(name, e) for name, e in counts.items() if e["expected_long"] == wanted and e[kind]]
+            if found:
+                parts.append(f"{word}: " + join([
+                    f"{name} in {len(e[kind])} of the {len(e['long']) + len(e['short'])} seeds with a classified "
+                    f"rest there ({_dwells(e, kind)})" for name, e in found]))
+        for k, seeds in missing_rests(ds, R).items():
+            parts.append(f"nowhere after {k} direction{'s' if k > 1 else ''} learned, where the theory expects a "
+                         f"long rest, at seed{'s' if len(seeds) > 1 else ''} {words(seeds)}")
+        odd = sorted({c["name"] for sd in ds.seed.values for c in rest_classes(ds, R, int(sd)) if not c["in_order"]})
+        if odd:
+            parts.append("out of order (a later direction learned before an earlier one) at " + join(odd))
+        if parts:
+            lines.append(f"R = {R} rests " + "; ".join(parts) + ".")
+    return " ".join(lines) or "Every classified rest is long or short where the theory expects it."
+
+
+def _dwells(e: dict, kind: str) -> str:
+    return ", ".join(f"{e['dwell'][sd]} steps at seed {sd}" for sd in e[kind])
+
+
+def describe_rests(ds) -> None:
+    """The descriptions of :func:`rest_variables`' variables, in the dataset's attributes."""
+    for k, text in (("learned_share", "Σ_h f_{h,d}: the share of direction d's fixed-point weight the heads carry"),
+                    ("rest_subset", "the saddle of each rest: bit d set when direction d+1 is learned; -1: none"),
+                    ("rest_start", "first step of each rest (-1: none)"), ("rest_end", "last step of each rest"),
+                    ("rest_level", "the rest's loss, median over its slowest steps"),
+                    ("rest_theory", "L(A_S) of the rest's saddle (theory.fixed_point_loss)"),
+                    ("rest_expected", "the dwell in steps of a three-factor escape there (loss_curves.expected_dwell)"),
+                    ("rest_long", "1 long, 0 short, -1 not classified (cut by the end, or no rest at M_0)")):
+        ds[k].attrs["description"] = text
+
+
+def rest_rows(ds, R: int, key: str, where: str) -> list[dict]:
+    """``numbers.json`` rows of rank ``R``'s rests at every seed (:func:`rest_classes`): each rest's level beside
+    its saddle's loss L(A_S), and the long rests beside those the theory expects long among the classified ones
+    (``key`` prefixes each key, ``where`` is added to each quantity)."""
+    rows = []
+    for sd in (int(x) for x in ds.seed.values):
+        classes = rest_classes(ds, R, sd)
+        for k, c in enumerate(classes):
+            rows.append(dict(key=f"{key}.seed{sd}.rest{k + 1}",
+                             quantity=f"R={R}: rest {k + 1}{where}, seed {sd}, at the saddle {c['name']} (steps "
+                                      f"{c['start']}–{c['end']}); theory: L of that saddle",
+                             theory=c["theory"], reproduced=c["level"]))
+        judged = [c for c in classes if c["long"] is not None]
+        rows.append(dict(key=f"{key}.seed{sd}.long_plateaus",
+                         quantity=f"R={R}: long rests among the classified ones{where}, seed {sd} (theory: those "
+                                  "after a multiple of R directions)",
+                         theory=" ".join(c["name"] for c in judged if c["expected_long"]) or "none",
+                         reproduced=" ".join(c["name"] for c in judged if c["long"]) or "none"))
+    return rows
+
+
+def long_cell(ds, R: int) -> str:
+    """A table cell: each seed's long rests (:func:`long_names`), "none" where it has none, seeds separated by ;."""
+    return "; ".join(", ".join(long_names(ds, R, int(sd))) or "none" for sd in ds.seed.values)
+
+
+def expected_cell(ds, R: int) -> str:
+    """A table cell: the saddles ℳ_k the theory expects long (k = 0, R, 2R, …: ``theory.long_plateaus``) that some
+    seed's curve left within the run (k below its directions learned), whether or not it rested there."""
+    left = int(ds.directions_learned.sel(rank=R).max())
+    return ", ".join(saddle(k) for k in theory.long_plateaus(ds.sizes["direction"], R) if k < left) or "none"
 
 
 def seed_runs(runs: dict, S: dict) -> list:
@@ -107,53 +278,6 @@ def describe(S: dict, *, ranks=None) -> str:
         parts.append(S["dtype"])
     seeds = S["seeds"] if "seeds" in S else [S["seed"]]
     return ", ".join(parts + [f"seed{'s' if len(seeds) > 1 else ''} {words(seeds)}"])
-
-
-def long_words(ms) -> str:
-    """The saddles of ``ms`` as the page writes them: ``"$\\mathcal{M}_{0}$, $\\mathcal{M}_{4}$"``, or None."""
-    return ", ".join(f"$\\mathcal{{M}}_{{{m}}}$" for m in ms) or None
-
-
-def extra_long_rests(ds) -> dict:
-    """``{R: {seed: [m, …]}}``: the long rests in the window (``plateau_long``) that the theory does not expect long
-    (``plateau_long_theory``), per rank and seed."""
-    extra = ds.plateau_long & ~ds.plateau_long_theory
-    return {int(R): {int(sd): [int(m) for m in ds.m.values if extra.sel(rank=R, seed=sd, m=m)]
-                     for sd in ds.seed.values} for R in ds["rank"].values}
-
-
-def after_last_expected(ds, R: int) -> bool:
-    """Whether every extra long rest of rank ``R`` (:func:`extra_long_rests`, over the seeds) comes after the last
-    plateau the theory expects long, i.e. once a head's value weight has grown; False when there is none."""
-    extra = extra_long_rests(ds)[R]
-    found = [(sd, m) for sd, ms in extra.items() for m in ms]
-    if not found:
-        return False
-    last = {int(sd): max((int(m) for m in ds.m.values if ds.plateau_long_theory.sel(rank=R, seed=sd, m=m)),
-                         default=0) for sd in ds.seed.values}
-    return all(m > last[sd] for sd, m in found)
-
-
-def rests_text(ds) -> str:
-    """The page's sentences on the long rests the theory does not expect, from :func:`extra_long_rests` and
-    :func:`after_last_expected`, with the longest such rest's length from the run."""
-    lines = []
-    for R, by_seed in extra_long_rests(ds).items():
-        found = sorted({m for ms in by_seed.values() for m in ms})
-        if not found:
-            continue
-        steps = ds.rest_steps.sel(rank=R).sel(m=found)
-        longest = float(steps.max())
-        m_long = int(found[int(np.nanargmax(steps.max("seed").values))])
-        line = (f"R = {R} rests long at {saddles_words(found)}, where the theory expects short plateaus (in "
-                f"{sum(bool(ms) for ms in by_seed.values())} of {len(by_seed)} seeds; the longest, at "
-                f"{saddle(m_long)}, lasts {longest:.0f} steps)")
-        if after_last_expected(ds, R):
-            line += (": all of them after the last plateau the theory expects long, once a head's value weight has "
-                     "grown. There the next direction escapes a two-factor strict saddle, in a time that still grows "
-                     "as 1/λ², so the rests before the directions of smallest eigenvalue are long whatever R")
-        lines.append(line + ".")
-    return " ".join(lines) or "No rank rests long where the theory expects a short plateau."
 
 
 def saddles_words(ms) -> str:
