@@ -8,9 +8,9 @@ by ``loss_curves.MIN_FALL`` of its start, which ``loss_curves.first_drop_course`
 small scales with a drop (``diagnostics.escape_law``: steps per unit of ln(1/init) for ATTN_M, the exponent for
 ATTN_S). The theory, for both models: the same rule on the population loss of the same model from each run's own
 initial weights (``runstore.population_twin``, every head included); beside it for ATTN_M the slope τ/s
-(``theory.attn_m_mode``), for ATTN_S the one-head escape time τ/(λ₁² v₀) of ``theory.attn_s_drop_steps`` (v₀ the geometric mean of a head's
-starting value and key/query scales for the run's initialisation era; exponent −1), an order of magnitude: it knows
-neither the number of heads nor the random start's direction.
+(``theory.attn_m_mode``), for ATTN_S the one-head escape time τ/(λ₁² v₀) of ``theory.attn_s_drop_steps`` (v₀ the
+geometric mean of a head's starting value and key/query scales for the run's initialisation era; exponent −1), an
+order of magnitude: it knows neither the number of heads nor the random start's direction.
 """
 
 from __future__ import annotations
