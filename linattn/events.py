@@ -127,3 +127,67 @@ def rise_verdict(ratio: float, factor: float = RISE_FACTOR) -> str:
     if ratio > factor:
         return "slower than the ODE"
     return "faster than the ODE" if ratio < 1 / factor else "as fast as the ODE"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Alignment read against the weights' growth
+# --------------------------------------------------------------------------------------------------------------
+
+#: The size at which a head counts as grown, as a fraction of its final value weight |v_h(T)|: a tenth, well above
+#: its start (the run's init is 1–2 % of the final value) and well below the rise that makes its drop.
+GROWN = 0.1
+
+
+def value_fraction(values) -> np.ndarray:
+    """(snapshots, H): |v_h(t)| / |v_h(T)|, each head's value weight as a fraction of its last (T = the last
+    snapshot; NaN for a head that ends at exactly 0)."""
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    return v / np.where(v[-1] > 0, v[-1], np.nan)
+
+
+def first_index_at_least(series, level: float) -> int | None:
+    """The first index at which ``series`` is at least ``level`` (None if it never is)."""
+    hit = np.flatnonzero(np.asarray(series, dtype=np.float64) >= level)
+    return int(hit[0]) if hit.size else None
+
+
+@dataclass
+class GrowthAlignment:
+    """One head's alignment with one direction read against its growth (:func:`alignment_against_growth`)."""
+
+    overlap_at_start: float  # its overlap with the direction at the first snapshot
+    overlap_when_grown: float | None  # its overlap when |v| first reaches ``grown`` of its final size (None: never)
+    grown_step: int | None  # that step
+    aligned_step: int | None  # the first step its overlap is at least ``aligned`` (None: never)
+    size_when_aligned: float | None  # |v| / |v(T)| at that step
+
+    def verdict(self, aligned: float) -> str:
+        """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
+        at least ``aligned`` at the first snapshot, by its random draw), "aligned before it grew" (reached
+        ``aligned`` before its value reached the grown fraction), "grew before it aligned" (its value reached the
+        grown fraction while its overlap was below ``aligned``) or "not aligned" (never reached ``aligned``)."""
+        if self.overlap_at_start >= aligned:
+            return "aligned from the start"
+        if self.aligned_step is None:
+            return "not aligned"
+        if self.grown_step is None or self.aligned_step <= self.grown_step:
+            return "aligned before it grew"
+        return "grew before it aligned"
+
+
+def alignment_against_growth(overlap, values, steps, *, aligned: float, grown: float = GROWN) -> GrowthAlignment:
+    """One head's overlap with a direction (``overlap``: one per snapshot, e.g. the smaller of its key's and its
+    query's, :func:`vector_alignment`) read against its value weight (``values``: v_h at the same snapshots): its
+    overlap at the start and when |v_h| first reaches ``grown`` × |v_h(T)| (:func:`value_fraction`), and its size
+    |v_h|/|v_h(T)| when the overlap first reaches ``aligned``. Silent alignment (Atanasov et al. 2022) is the case
+    where a head's direction is found while its size is still small, before it grows: :meth:`GrowthAlignment.verdict`
+    says whether this head's data show it."""
+    overlap = np.asarray(overlap, dtype=np.float64)
+    steps = np.asarray(steps)
+    size = value_fraction(np.asarray(values, dtype=np.float64)[:, None])[:, 0]
+    g, a = first_index_at_least(size, grown), first_index_at_least(overlap, aligned)
+    return GrowthAlignment(overlap_at_start=float(overlap[0]),
+                           overlap_when_grown=None if g is None else float(overlap[g]),
+                           grown_step=None if g is None else int(steps[g]),
+                           aligned_step=None if a is None else int(steps[a]),
+                           size_when_aligned=None if a is None else float(size[a]))
