@@ -171,8 +171,8 @@ def table(ds):
          for i, d in enumerate(order)],
         {"order": "learned", "direction": "direction", "head": "head", "start": "overlap at step 0",
          "aligned": f"step overlap > {ds.attrs['aligned']:g}", "size": "value over its final value then",
-         "grown": f"overlap when the value reached {100 * ds.attrs['grown']:g} % of final", "drop": "step of the loss drop",
-         "verdict": "alignment and growth"},
+         "grown": f"overlap when the value reached {100 * ds.attrs['grown']:g} % of final",
+         "drop": "step of the loss drop", "verdict": "alignment and growth"},
         {"aligned": ".0f", "drop": ".0f", "start": ".3f", "size": ".3f", "grown": ".3f"})
 
 
