@@ -133,16 +133,18 @@ def rise_verdict(ratio: float, factor: float = RISE_FACTOR) -> str:
 # Alignment read against the weights' growth
 # --------------------------------------------------------------------------------------------------------------
 
-#: The size at which a head counts as grown, as a fraction of its final value weight |v_h(T)|: a tenth, well above
-#: its start (the run's init is 1–2 % of the final value) and well below the rise that makes its drop.
+#: The size at which a head counts as grown, as a fraction of its largest value weight max_t |v_h(t)|: a tenth, well
+#: above its start (the paper's init is 1–2 % of a learned head's value) and well below the rise that makes its drop.
 GROWN = 0.1
 
 
 def value_fraction(values) -> np.ndarray:
-    """(snapshots, H): |v_h(t)| / |v_h(T)|, each head's value weight as a fraction of its last (T = the last
-    snapshot; NaN for a head that ends at exactly 0)."""
+    """(snapshots, H): |v_h(t)| / max_t |v_h(t)|, each head's value weight as a fraction of its largest over the run
+    (its final one for a head that keeps what it learned; the largest, for one that hands a direction over to another
+    head and shrinks; NaN for a head that is 0 throughout)."""
     v = np.abs(np.asarray(values, dtype=np.float64))
-    return v / np.where(v[-1] > 0, v[-1], np.nan)
+    top = v.max(axis=0)
+    return v / np.where(top > 0, top, np.nan)
 
 
 def first_index_at_least(series, level: float) -> int | None:
@@ -156,10 +158,10 @@ class GrowthAlignment:
     """One head's alignment with one direction read against its growth (:func:`alignment_against_growth`)."""
 
     overlap_at_start: float  # its overlap with the direction at the first snapshot
-    overlap_when_grown: float | None  # its overlap when |v| first reaches ``grown`` of its final size (None: never)
+    overlap_when_grown: float | None  # its overlap when |v| first reaches ``grown`` of its largest (None: never)
     grown_step: int | None  # that step
     aligned_step: int | None  # the first step its overlap is at least ``aligned`` (None: never)
-    size_when_aligned: float | None  # |v| / |v(T)| at that step
+    size_when_aligned: float | None  # |v| / max |v| at that step
 
     def verdict(self, aligned: float) -> str:
         """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
@@ -178,8 +180,8 @@ class GrowthAlignment:
 def alignment_against_growth(overlap, values, steps, *, aligned: float, grown: float = GROWN) -> GrowthAlignment:
     """One head's overlap with a direction (``overlap``: one per snapshot, e.g. the smaller of its key's and its
     query's, :func:`vector_alignment`) read against its value weight (``values``: v_h at the same snapshots): its
-    overlap at the start and when |v_h| first reaches ``grown`` × |v_h(T)| (:func:`value_fraction`), and its size
-    |v_h|/|v_h(T)| when the overlap first reaches ``aligned``. Silent alignment (Atanasov et al. 2022) is the case
+    overlap at the start and when |v_h| first reaches ``grown`` × max_t |v_h| (:func:`value_fraction`), and its size
+    |v_h|/max_t |v_h| when the overlap first reaches ``aligned``. Silent alignment (Atanasov et al. 2022) is the case
     where a head's direction is found while its size is still small, before it grows: :meth:`GrowthAlignment.verdict`
     says whether this head's data show it."""
     overlap = np.asarray(overlap, dtype=np.float64)

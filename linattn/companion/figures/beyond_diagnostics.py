@@ -23,6 +23,9 @@ from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+#: Other settings the page must stay true at (built at the quick preset by the suite): another D and H, and a
+#: smaller start with more heads in a shorter run (the cases of Figure 3c: the pages share their runs)
+KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=1501))
 # the effective rank exp(entropy) counts what a finite start leaves in the other directions: a second singular
 # value at 2 % of the first adds 0.1 (the quick preset's larger start; the paper's reads 1.016 on M_1)
 TOLERANCES = [(r"numerical_rank\..*", "abs", 0.0), (r"eff_rank\..*", "abs", 0.1),
@@ -39,10 +42,12 @@ def runs(S: dict) -> dict:
 
 def compute(S: dict):
     """The measures at every snapshot (``eff_rank``, ``numerical_rank``, ``subspace_dist``, ``drift_max``, …:
-    along ``step``), the training loss at every step (``train_loss`` along ``loss_step``), the theory's effective
-    rank and loss at each saddle (``eff_rank_theory``, ``plateau_theory``: m), and each flat stretch of the loss
-    (``plateau``: its saddle ``plateau_m``, -1 where it sits at none, its first and last step, and the medians of
-    the numerical and effective rank over the snapshots inside it)."""
+    along ``step``) and the in-context matrix itself (``A``: step × row × col) with the eigenvectors of Λ
+    (``eigenvectors``: row × direction), the training loss at every step (``train_loss`` along ``loss_step``), the
+    theory's effective rank and loss at each saddle (``eff_rank_theory``, ``plateau_theory``: m), and each flat
+    stretch of the loss (``plateau``: its saddle ``plateau_m``, -1 where it sits at none, its first and last step,
+    the medians of the numerical and effective rank and of ``subspace_dist`` over the snapshots inside it, and how
+    far its learned subspace lies outside those learned later, ``subspace_moved_after``)."""
     import xarray as xr
 
     res = seed_run(runs(S), S)
@@ -70,6 +75,7 @@ def compute(S: dict):
     ds = xr.Dataset(
         {**{k: ("step", np.asarray(tab[k], dtype=float)) for k in MEASURES},
          "train_loss": ("loss_step", loss),
+         "A": (("step", "row", "col"), A), "eigenvectors": (("row", "direction"), theory.spectrum(cov)[1]),
          "eff_rank_theory": ("m", [diagnostics.effective_rank(theory.pcr_weights(cov, N, m, normalize="mean"))
                                    for m in range(D + 1)]),
          "plateau_theory": ("m", levels),
@@ -85,6 +91,8 @@ def compute(S: dict):
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
     ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]))
+    ds.A.attrs["description"] = "the in-context matrix A(t) = sum of the heads' A_h, paper normalisation"
+    ds.eigenvectors.attrs["description"] = "eigenvectors e_d of the covariance, by decreasing eigenvalue"
     ds.eff_rank.attrs["description"] = "exp of the entropy of the normalised singular values of A(t)"
     ds.numerical_rank.attrs["description"] = "singular values of A(t) above 5 % of the largest"
     ds.subspace_dist.attrs["description"] = ("distance of A(t)'s learned subspace (top-r singular subspace, r its "

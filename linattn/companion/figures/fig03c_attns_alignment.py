@@ -7,7 +7,7 @@ with each eigenvector, |e_dᵀ k_h| / ‖k_h‖ (``events.vector_alignment``); a
 snapshot where some head's key and query both overlap it by more than :data:`ALIGNED`
 (``events.first_crossings``, ``events.first_learner``), and is set beside the step of the loss's drop
 (``loss_curves.drop_steps``). Alignment is read against the head's growth (``events.alignment_against_growth``):
-its overlap at step 0 and when its value weight first reaches ``events.GROWN`` of its final size, and its size when
+its overlap at step 0 and when its value weight first reaches ``events.GROWN`` of its largest, and its size when
 its overlap first passes :data:`ALIGNED`. The scalar reduction of the theory starts a head along its direction, so
 that only its size grows (silent alignment, Atanasov et al. 2022: the direction is found while the weights are
 small); whether a head of this run did so is :meth:`events.GrowthAlignment.verdict`, read off the data.
@@ -47,8 +47,8 @@ def compute(S: dict):
     where none did; ``aligned_step``), the order in which it was learned (``learned_order``: 1 for the first; 0:
     never), its best final alignment over heads (``final_alignment``: the smaller of key and query), and the
     aligned head's alignment against its growth (``events.alignment_against_growth``): ``overlap_at_start``,
-    ``overlap_when_grown`` and ``grown_step`` (its value at ``events.GROWN`` of its final size),
-    ``size_when_aligned`` (|v|/|v(T)| at ``aligned_step``) and ``growth_verdict``."""
+    ``overlap_when_grown`` and ``grown_step`` (its value at ``events.GROWN`` of its largest),
+    ``size_when_aligned`` (|v|/max |v| at ``aligned_step``) and ``growth_verdict``."""
     import xarray as xr
 
     res = seed_run(runs(S), S)
@@ -103,8 +103,8 @@ def _order(ds) -> list[int]:
 
 def numbers(ds) -> list[dict]:
     """``numbers.json``: which direction was learned i-th (theory: the i-th largest), how far each alignment lies
-    from the matching drop of the loss, the aligned head's overlap when it had grown to ``events.GROWN`` of its final
-    value and its size when it aligned, and each direction's best final alignment."""
+    from the matching drop of the loss, the aligned head's overlap when it had grown to ``events.GROWN`` of its
+    largest value and its size when it aligned, and each direction's best final alignment."""
     rows = []
     drops = ds.drop_step.values
     for i, d in enumerate(_order(ds)):
@@ -116,8 +116,8 @@ def numbers(ds) -> list[dict]:
                              quantity=f"step head {h} aligns with e_{d} − step of drop {i + 1}",
                              reproduced=s - int(drops[i])))
         for name, what in (("overlap_when_grown", f"overlap of head {h} with e_{d} when its value reached "
-                                                  f"{ds.attrs['grown']:g} of its final"),
-                           ("size_when_aligned", f"value of head {h} over its final when it aligned with e_{d}")):
+                                                  f"{ds.attrs['grown']:g} of its largest"),
+                           ("size_when_aligned", f"value of head {h} over its largest when it aligned with e_{d}")):
             x = float(ds[name].sel(direction=d))
             if np.isfinite(x):
                 rows.append(dict(key=f"{name}.e{d}", quantity=what, reproduced=x))
@@ -170,8 +170,8 @@ def table(ds):
               verdict=str(cell[d].growth_verdict.item()))
          for i, d in enumerate(order)],
         {"order": "learned", "direction": "direction", "head": "head", "start": "overlap at step 0",
-         "aligned": f"step overlap > {ds.attrs['aligned']:g}", "size": "value over its final value then",
-         "grown": f"overlap when the value reached {100 * ds.attrs['grown']:g} % of final",
+         "aligned": f"step overlap > {ds.attrs['aligned']:g}", "size": "value over its largest then",
+         "grown": f"overlap when the value reached {100 * ds.attrs['grown']:g} % of its largest",
          "drop": "step of the loss drop", "verdict": "alignment and growth"},
         {"aligned": ".0f", "drop": ".0f", "start": ".3f", "size": ".3f", "grown": ".3f"})
 
@@ -194,14 +194,17 @@ def growth_words(ds) -> str:
         parts.append(f"the head of e{subscript(d)} aligns before it grows (overlap already "
                      f"{float(ds.overlap_at_start.sel(direction=d)):.2f} at step 0 by its random draw; "
                      f"{ds.attrs['aligned']:g} reached at "
-                     f"{100 * float(ds.size_when_aligned.sel(direction=d)):.0f} % of its final value)")
+                     f"{100 * float(ds.size_when_aligned.sel(direction=d)):.0f} % of its largest value)")
     late = by.get("grew before it aligned", [])
     if late:
         names = _and([f"e{subscript(d)}" for d in late])
         overlaps = _and([f"{float(ds.overlap_when_grown.sel(direction=d)):.2g}" for d in late])
         sizes = [100 * float(ds.size_when_aligned.sel(direction=d)) for d in late]
-        parts.append(f"the heads of {names} grow while pointing elsewhere: their overlaps with that direction are "
-                     f"{overlaps} when their value reaches {100 * grown:g} % of its final size, and they pass "
+        one = len(late) == 1
+        parts.append(f"the {'head' if one else 'heads'} of {names} {'grows' if one else 'grow'} while pointing "
+                     f"elsewhere: {'its overlap' if one else 'their overlaps'} with that direction "
+                     f"{'is' if one else 'are'} {overlaps} when {'its' if one else 'their'} value reaches "
+                     f"{100 * grown:g} % of its largest, and {'it passes' if one else 'they pass'} "
                      f"{ds.attrs['aligned']:g} only at {_percent_range(sizes)} of it")
     return "; ".join(parts)
 

@@ -44,7 +44,7 @@ PRESETS = {
 }
 #: Other settings the page must stay true at (built at the quick preset by the suite): another D and H, and a
 #: smallest ATTN_S scale too small to leave its plateau within the run (no drop, no law point)
-KNOB_CASES = (dict(in_dim=3, inits_s=[0.005, 0.01, 0.3], inits_m=[1e-4, 1e-2, 0.3]),
+KNOB_CASES = (dict(in_dim=3, head_num=2, inits_s=[0.005, 0.01, 0.3], inits_m=[1e-4, 1e-2, 0.3]),
               dict(inits_s=[1e-4, 0.01, 0.02, 0.3]))
 HELP = {
     "inits_m": "ATTN_M initialisation scales, one run each",
