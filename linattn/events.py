@@ -147,9 +147,9 @@ def value_fraction(values) -> np.ndarray:
     return v / np.where(top > 0, top, np.nan)
 
 
-def first_index_at_least(series, level: float) -> int | None:
-    """The first index at which ``series`` is at least ``level`` (None if it never is)."""
-    hit = np.flatnonzero(np.asarray(series, dtype=np.float64) >= level)
+def first_index(mask) -> int | None:
+    """The first index at which ``mask`` is true (None if it never is)."""
+    hit = np.flatnonzero(mask)
     return int(hit[0]) if hit.size else None
 
 
@@ -160,15 +160,15 @@ class GrowthAlignment:
     overlap_at_start: float  # its overlap with the direction at the first snapshot
     overlap_when_grown: float | None  # its overlap when |v| first reaches ``grown`` of its largest (None: never)
     grown_step: int | None  # that step
-    aligned_step: int | None  # the first step its overlap is at least ``aligned`` (None: never)
+    aligned_step: int | None  # the first step its overlap exceeds ``aligned`` (None: never)
     size_when_aligned: float | None  # |v| / max |v| at that step
 
     def verdict(self, aligned: float) -> str:
         """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
-        at least ``aligned`` at the first snapshot, by its random draw), "aligned before it grew" (reached
-        ``aligned`` before its value reached the grown fraction), "grew before it aligned" (its value reached the
-        grown fraction while its overlap was below ``aligned``) or "not aligned" (never reached ``aligned``)."""
-        if self.overlap_at_start >= aligned:
+        above ``aligned`` at the first snapshot, by its random draw), "aligned before it grew" (passed ``aligned``
+        no later than its value reached the grown fraction), "grew before it aligned" (its value reached the grown
+        fraction while its overlap was at most ``aligned``) or "not aligned" (never passed ``aligned``)."""
+        if self.overlap_at_start > aligned:
             return "aligned from the start"
         if self.aligned_step is None:
             return "not aligned"
@@ -181,13 +181,13 @@ def alignment_against_growth(overlap, values, steps, *, aligned: float, grown: f
     """One head's overlap with a direction (``overlap``: one per snapshot, e.g. the smaller of its key's and its
     query's, :func:`vector_alignment`) read against its value weight (``values``: v_h at the same snapshots): its
     overlap at the start and when |v_h| first reaches ``grown`` × max_t |v_h| (:func:`value_fraction`), and its size
-    |v_h|/max_t |v_h| when the overlap first reaches ``aligned``. Silent alignment (Atanasov et al. 2022) is the case
-    where a head's direction is found while its size is still small, before it grows: :meth:`GrowthAlignment.verdict`
-    says whether this head's data show it."""
+    |v_h|/max_t |v_h| when the overlap first exceeds ``aligned`` (as ``first_crossings`` counts a crossing).
+    Silent alignment (Atanasov et al. 2022) is the case where a head's direction is found while its size is still
+    small, before it grows: :meth:`GrowthAlignment.verdict` says whether this head's data show it."""
     overlap = np.asarray(overlap, dtype=np.float64)
     steps = np.asarray(steps)
     size = value_fraction(np.asarray(values, dtype=np.float64)[:, None])[:, 0]
-    g, a = first_index_at_least(size, grown), first_index_at_least(overlap, aligned)
+    g, a = first_index(size >= grown), first_index(overlap > aligned)
     return GrowthAlignment(overlap_at_start=float(overlap[0]),
                            overlap_when_grown=None if g is None else float(overlap[g]),
                            grown_step=None if g is None else int(steps[g]),

@@ -59,7 +59,7 @@ def compute(S: dict):
     loss = res.history.train_loss
     sp = loss_curves.saddle_plateaus(loss, levels)
     medians = {"numerical_rank": [], "eff_rank": [], "subspace_dist": []}
-    moved = []
+    moved, read = [], []
     A = np.array([v["heads"].sum(axis=0) for _, v in snapshots])
     step = res.history.step
     for m, a, b in zip(sp.m, sp.plateaus.starts, sp.plateaus.ends):
@@ -72,6 +72,7 @@ def compute(S: dict):
             medians[k].append(float(np.median(tab[k][inside])))
         middle = np.flatnonzero(inside)[np.count_nonzero(inside) // 2]  # the rest's learned subspace, read here
         moved.append(diagnostics.learned_subspace_moved(A[middle], A[middle + 1:], m) if m > 0 else np.nan)
+        read.append(tab["step"][middle])
     ds = xr.Dataset(
         {**{k: ("step", np.asarray(tab[k], dtype=float)) for k in MEASURES},
          "train_loss": ("loss_step", loss),
@@ -85,7 +86,7 @@ def compute(S: dict):
          "numerical_rank_on_plateau": ("plateau", medians["numerical_rank"]),
          "eff_rank_on_plateau": ("plateau", medians["eff_rank"]),
          "subspace_dist_on_plateau": ("plateau", medians["subspace_dist"]),
-         "subspace_moved_after": ("plateau", moved)},
+         "subspace_moved_after": ("plateau", moved), "subspace_read_step": ("plateau", read)},
         coords={"step": tab["step"], "loss_step": res.history.step, "m": np.arange(D + 1),
                 "plateau": np.arange(len(sp.m))},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
@@ -98,6 +99,7 @@ def compute(S: dict):
     ds.subspace_dist.attrs["description"] = ("distance of A(t)'s learned subspace (top-r singular subspace, r its "
                                              "numerical rank) from span(e_1..e_r) "
                                              "(diagnostics.learned_subspace_distance)")
+    ds.subspace_read_step.attrs["description"] = "the snapshot at which a rest's learned subspace is read"
     ds.subspace_moved_after.attrs["description"] = ("largest distance of a rest's learned subspace from those learned "
                                                     "later while A is not yet full rank "
                                                     "(diagnostics.learned_subspace_moved); NaN: M_0, or none later")

@@ -114,12 +114,13 @@ def compute(S: dict):
          "drop_step": (("model", "init"), drop), "drop_course": (("model", "init"), course.astype(str)),
          "drop_step_theory": (("model", "init"), drop_theory),
          "drop_step_estimate": (("model", "init"), estimate),
-         "law": ("model", law), "law_theory": ("model", law_theory)},
+         "law": ("model", law), "law_theory": ("model", law_theory), "cov": (("row", "col"), cov)},
         coords={"model": list(MODELS), "init": inits, "step": np.arange(steps)},
         attrs=settings_attrs(S, engine=some.engine, seeds=S["seed"],
                              runs={f"{k}_init{init:g}": r.config.to_dict() for k in MODELS
                                    for init, r in by_init[k].items()}))
     ds.attrs.update(small=SMALL, min_fall=loss_curves.MIN_FALL, published=int(presets.is_published(NAME, S)))
+    ds.cov.attrs["description"] = "the input covariance Λ of every run"
     ds.drop_step.attrs["description"] = ("first step below the midpoint of the curve's start and end (NaN: no plateau, "
                                          "or no fall of loss_curves.MIN_FALL of its start: see drop_course)")
     ds.drop_step_theory.attrs["description"] = "the same rule on the population loss from the same start"
