@@ -162,6 +162,7 @@ def _numpy_drop(L, min_step=10):
     return ("drop", float(k)) if k >= min_step else ("no plateau", np.nan)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _cases(figA_init_scale), ids=str)
 def test_init_scale_claims_by_a_second_route(case, store, monkeypatch):
     page = figA_init_scale
@@ -219,6 +220,7 @@ def _own_rank(A):
     return int((s > 0.05 * s[0]).sum()) if s[0] > 0 else 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _cases(beyond_diagnostics), ids=str)
 def test_diagnostics_subspace_claims_by_a_second_route(case, store, monkeypatch):
     page = beyond_diagnostics
@@ -250,6 +252,7 @@ def test_diagnostics_subspace_claims_by_a_second_route(case, store, monkeypatch)
     assert "final one" not in summary and "nan" not in summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _cases(fig03c_attns_alignment), ids=str)
 def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
     page = fig03c_attns_alignment
@@ -279,6 +282,7 @@ def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
     assert "silent" not in words and "before the drop" not in words
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _cases(beyond_population), ids=str)
 def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
     page = beyond_population
