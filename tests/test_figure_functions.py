@@ -355,14 +355,6 @@ def test_fig03c_alignment_on_the_shared_run(fig03_runs):
     fig03c.plot(ds)
 
 
-def test_fig03c_words_the_lag_of_an_alignment_by_its_sign_and_the_snapshot_interval():
-    assert fig03c.alignment_timing(-345, 10) == "345 steps before the drop"
-    assert fig03c.alignment_timing(65, 10) == "65 steps after the drop"
-    within = "within the snapshot interval of the drop"
-    assert fig03c.alignment_timing(-5, 10) == fig03c.alignment_timing(0, 10) == within
-    assert fig03c.alignment_timing(float("nan"), 10) == "–"
-
-
 def test_the_diagnostics_page_on_the_shared_run(fig03_runs):
     ds = seed0(diagnostics_page)
     assert ds.eff_rank.dims == ("step",) and ds.train_loss.dims == ("loss_step",)

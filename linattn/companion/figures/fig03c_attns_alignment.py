@@ -19,7 +19,7 @@ import numpy as np
 
 from ... import events, loss_curves, theory
 from .. import presets, published
-from ..output import MarkdownTable, by_sign, subscript
+from ..output import MarkdownTable, subscript
 from .common import presets as common
 from .common.attn_s_run import describe, seed_run
 from .common.frame import settings_attrs
@@ -128,25 +128,6 @@ def numbers(ds) -> list[dict]:
     return rows
 
 
-def alignment_timing(lag: float, resolution: int) -> str:
-    """A lag (step aligned − step of the drop) in words: "N steps before the drop" (the theory's order: the key and
-    query turn during the plateau, before the value weight grows), "N steps after the drop", or "within the snapshot
-    interval of the drop" when |lag| is below the ``resolution`` at which the weights were recorded."""
-    if not np.isfinite(lag):
-        return "–"
-    if abs(lag) < resolution:
-        return "within the snapshot interval of the drop"
-    return f"{abs(lag):.0f} steps {by_sign(lag, 'before', 'after', 'at')} the drop"
-
-
-def lags(ds) -> list[float]:
-    """Per direction in the order learned, step aligned − step of the matching drop (NaN where the drop never
-    comes)."""
-    drops = ds.drop_step.values
-    return [float(ds.aligned_step.sel(direction=d)) - float(drops[i]) if i < len(drops) else np.nan
-            for i, d in enumerate(_order(ds))]
-
-
 def table(ds):
     """Per direction in the order learned: the head that took it, its overlap at step 0, the step it aligned and its
     size then, its overlap when it had grown, the step of the matching drop of the loss and how alignment and growth
@@ -225,16 +206,8 @@ def words(ds) -> dict:
         heads = "one head for each direction"
     else:
         heads = f"until the heads run out: {H} heads can learn only the first {H} of the {D} directions"
-    lag = lags(ds)
-    timing = [alignment_timing(x, ds.attrs["snapshot_every"]) if np.isfinite(x) else
-              f"at step {float(ds.aligned_step.sel(direction=d)):.0f}, its drop not reached"
-              for x, d in zip(lag, _order(ds))]
-    lag_words = (", ".join(f"{t} ({_nth(i + 1)})" for i, t in enumerate(timing)) if timing
-                 else "at no step: no direction was aligned, so there is no lag to measure")
-    before = sum(t.endswith("before the drop") for t in timing)
     return dict(rank=run["rank"], seed=run["seed"], H=H, D=D, spare=heads, aligned=ds.attrs["aligned"],
                 growth=growth_words(ds), grown=f"{100 * ds.attrs['grown']:g} %",
-                lags=lag_words, before=f"{before} of the {int(np.isfinite(lag).sum())}",
                 caption_lead=published.page.caption_lead("Figure 3c", bool(ds.attrs.get("published"))),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
 
@@ -248,11 +221,6 @@ def _percent_range(values) -> str:
     """[23.3, 25.1] → "23 to 25 %"; one value, or values equal to the percent, → "23 %"."""
     lo, hi = f"{min(values):.0f}", f"{max(values):.0f}"
     return f"{lo} %" if lo == hi else f"{lo} to {hi} %"
-
-
-def _nth(i: int) -> str:
-    """1 → "1st", 2 → "2nd", 3 → "3rd", 4 → "4th" (up to 20, enough for the directions of a page)."""
-    return f"{i}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(i if i < 20 else i % 10, 'th')}"
 
 
 def plot(ds):
