@@ -182,8 +182,10 @@ def alignment_against_growth(overlap, values, steps, *, aligned: float, grown: f
     query's, :func:`vector_alignment`) read against its value weight (``values``: v_h at the same snapshots): its
     overlap at the start and when |v_h| first reaches ``grown`` × max_t |v_h| (:func:`value_fraction`), and its size
     |v_h|/max_t |v_h| when the overlap first exceeds ``aligned`` (as ``first_crossings`` counts a crossing).
-    Silent alignment (Atanasov et al. 2022) is the case where a head's direction is found while its size is still
-    small, before it grows: :meth:`GrowthAlignment.verdict` says whether this head's data show it."""
+    Silent alignment (Atanasov et al. 2022: from a small start the tangent kernel turns to the task while the weights
+    are small, then grows in scale without changing its directions) has as its analogue here a head that points
+    along its direction before its value grows: :meth:`GrowthAlignment.verdict` says whether this head's data show
+    it."""
     overlap = np.asarray(overlap, dtype=np.float64)
     steps = np.asarray(steps)
     size = value_fraction(np.asarray(values, dtype=np.float64)[:, None])[:, 0]
