@@ -250,6 +250,9 @@ def test_diagnostics_subspace_claims_by_a_second_route(case, store, monkeypatch)
         if on.any():  # a median over the rest's core lies within the rest's own range
             assert min(np.array(own)[on]) - 1e-9 <= median <= max(np.array(own)[on]) + 1e-9
     assert "final one" not in summary and "nan" not in summary
+    said = page.words(ds)["run"]
+    assert ("Figure 3a" in said and "our own" not in said) == presets.is_published(page.NAME,
+                                                                                   json.loads(ds.attrs["settings"]))
 
 
 @pytest.mark.slow
@@ -280,6 +283,9 @@ def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
         elif verdict == "aligned from the start":
             assert f"overlap {o[0]:.2f} at step 0" in words
     assert "silent" not in words and "before the drop" not in words
+    said = page.words(ds)["run"]
+    assert ("Figure 3a" in said and "our own" not in said) == presets.is_published(page.NAME,
+                                                                                   json.loads(ds.attrs["settings"]))
 
 
 @pytest.mark.slow
@@ -299,3 +305,5 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
         assert f"{c}: {abs(gap[m]):.3f} {side} L(" in summary
     words = page.words(ds)
     assert "0.013" not in summary and "nan" not in summary and "Figure 3a" not in words["caption"]
+    assert (words["where"] == "at Figure 3a's settings") == presets.is_published(page.NAME,
+                                                                                json.loads(ds.attrs["settings"]))

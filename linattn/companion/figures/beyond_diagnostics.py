@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from ... import diagnostics, loss_curves, theory
+from .. import presets
 from .common import presets as common
-from .common.attn_s_run import describe, seed_run
+from .common.attn_s_run import describe, seed_run, which_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
@@ -91,7 +92,8 @@ def compute(S: dict):
                 "plateau": np.arange(len(sp.m))},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]))
+    ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]),
+                    published=int(presets.is_published(NAME, S)))
     ds.A.attrs["description"] = "the in-context matrix A(t) = sum of the heads' A_h, paper normalisation"
     ds.eigenvectors.attrs["description"] = "eigenvectors e_d of the covariance, by decreasing eigenvalue"
     ds.eff_rank.attrs["description"] = "exp of the entropy of the normalised singular values of A(t)"
@@ -170,6 +172,7 @@ def words(ds) -> dict:
 
     run = json.loads(ds.attrs["runs"])["attn_s"]
     return dict(rank=run["rank"], seed=run["seed"], snapshot_every=ds.attrs["snapshot_every"],
+                **which_run(bool(ds.attrs["published"])),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
 
 

@@ -174,7 +174,9 @@ def words(ds) -> dict:
     if finite:
         caption.append(f"gradient descent on P training sequences (P = {list_words(finite)})")
     samples = S["population_samples"]
-    return dict(rank=run["rank"], seed=run["seed"], H=run["head_num"], D=run["in_dim"], init=f"{run['init']:g}",
+    return dict(rank=run["rank"], seed=run["seed"], H=run["head_num"],
+                where="at Figure 3a's settings" if ds.attrs["published"] else "at settings of our own",
+                D=run["in_dim"], init=f"{run['init']:g}",
                 lr=f"{run['lr']:g}", epoch=run["epoch"], trained=trained, n_ways=ds.sizes["curve"],
                 caption=", ".join(caption[:-1]) + (" and " if len(caption) > 1 else "") + caption[-1],
                 ways=", ".join(str(c) for c in ds.curve.values), finite_P=list_words(finite) if finite else "none",

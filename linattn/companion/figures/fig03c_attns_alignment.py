@@ -21,7 +21,7 @@ from ... import events, loss_curves, theory
 from .. import presets, published
 from ..output import MarkdownTable, subscript
 from .common import presets as common
-from .common.attn_s_run import describe, seed_run
+from .common.attn_s_run import describe, seed_run, which_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
@@ -208,6 +208,7 @@ def words(ds) -> dict:
         heads = f"until the heads run out: {H} heads can learn only the first {H} of the {D} directions"
     return dict(rank=run["rank"], seed=run["seed"], H=H, D=D, spare=heads, aligned=ds.attrs["aligned"],
                 growth=growth_words(ds), grown=f"{100 * ds.attrs['grown']:g} %",
+                **which_run(bool(ds.attrs.get("published"))),
                 caption_lead=published.page.caption_lead("Figure 3c", bool(ds.attrs.get("published"))),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
 
