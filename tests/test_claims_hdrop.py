@@ -175,6 +175,12 @@ def test_init_scale_claims_by_a_second_route(case, store, monkeypatch):
         np.testing.assert_array_equal(ds.drop_step.sel(model=k, init=scales).values, drop)
         assert list(ds.drop_course.sel(model=k, init=scales).values) == list(course)
         stuck = [i for i, c in zip(scales, course) if c == "no drop within the run"]
+        at_once = [i for i, c in zip(scales, course) if c == "no plateau"]
+        row = next(r for r in table if r["what"] == f"{page.LABELS[k]}: scales with no plateau")
+        assert row["ours"] == (", ".join(f"{i:g}" for i in at_once) or "none")
+        last = {"drop": f"drops at step {drop[-1]:.0f}", "no plateau": "shows no plateau",
+                "no drop within the run": "does not drop within the run"}[course[-1]]
+        assert f"{page.LABELS[k]} (init {scales[-1]:g}) {last}" in page.words(ds)["largest"]
         row = next(r for r in table if r["what"] == f"{page.LABELS[k]}: scales with no drop within the run")
         assert row["ours"] == (", ".join(f"{i:g}" for i in stuck) or "none")
         assert (f"{page.LABELS[k]} from init" in summary) == bool(stuck)
@@ -204,6 +210,12 @@ def test_init_scale_claims_by_a_second_route(case, store, monkeypatch):
         v0 = init_p / (R * (D + 1)) ** (1 / 3)
         expected = theory.time_to_steps(1 / (lam1**2 * v0), run["lr"], normalize="sum", model="attnS", N=N)
         assert float(ds.drop_step_estimate.sel(model="attn_s", init=init)) == pytest.approx(float(expected))
+    # the median ratio of the small scales' drops to that estimate, as the summary words it
+    sim = ds.drop_step.sel(model="attn_s", init=S["inits_s"]).values
+    est = ds.drop_step_estimate.sel(model="attn_s", init=S["inits_s"]).values
+    small = (np.array(S["inits_s"]) < page.SMALL) & np.isfinite(sim)
+    if np.isfinite(float(ds.law.sel(model="attn_s"))):
+        assert f"median {np.median(sim[small] / est[small]):.1f} times" in summary
     assert "v_0$ = init" not in summary and "nan" not in summary
 
 
@@ -303,6 +315,9 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
         m = int(np.nanargmax(np.abs(gap)))
         side = "at" if f"{abs(gap[m]):.3f}" == "0.000" else ("below" if gap[m] < 0 else "above")
         assert f"{c}: {abs(gap[m]):.3f} {side} L(" in summary
+    if page.FLOW in ds.curve.values:  # the flow sentence: the largest |GD − flow| over the run
+        gap = np.abs(ds.train_loss.sel(curve=page.GD).values - ds.train_loss.sel(curve=page.FLOW).values).max()
+        assert f"over the run: {gap:.2g}." in summary
     words = page.words(ds)
     assert "0.013" not in summary and "nan" not in summary and "Figure 3a" not in words["caption"]
     assert (words["where"] == "at Figure 3a's settings") == presets.is_published(page.NAME,
