@@ -9,8 +9,9 @@ snapshot where some head's key and query both overlap it by more than :data:`ALI
 (``loss_curves.drop_steps``). Alignment is read against the head's growth (``events.alignment_against_growth``):
 its overlap at step 0 and when its value weight first reaches ``events.GROWN`` of its largest, and its size when
 its overlap first passes :data:`ALIGNED`. The scalar reduction of the theory starts a head along its direction, so
-that only its size grows (silent alignment, Atanasov et al. 2022: the direction is found while the weights are
-small); whether a head of this run did so is :meth:`events.GrowthAlignment.verdict`, read off the data.
+that only its size grows (the analogue of Atanasov et al. 2022's silent alignment: directions found while the
+weights are small, growth after); whether a head of this run did so is :meth:`events.GrowthAlignment.verdict`, read
+off the data.
 """
 
 from __future__ import annotations
