@@ -116,18 +116,48 @@ def _marginal_effective_rank(heads) -> float:
     return effective_rank(np.concatenate(list(heads), axis=1))
 
 
-def _subspace_distance(A, B, k: int) -> float:
-    """Distance between the top-k left singular subspaces of A and B: sqrt(mean sin²θ_i) over the k principal angles
-    θ_i (scipy ``subspace_angles``), in [0, 1]; 0 when the subspaces coincide."""
+def top_subspace(A, k: int) -> np.ndarray:
+    """(D, k): the top-k left singular vectors of A, an orthonormal basis of the subspace A's k largest singular values
+    act on (for A on the saddle M_k with k = its numerical rank: its column space, span(e_1 … e_k))."""
+    return np.linalg.svd(np.asarray(A, float))[0][:, :k]
+
+
+def subspace_distance(U, V) -> float:
+    """How far the subspace spanned by the orthonormal columns of ``U`` lies from that of ``V``: sqrt(mean sin²θ_i)
+    over the min(k_U, k_V) principal angles θ_i (scipy ``subspace_angles``), in [0, 1]. 0 when the smaller subspace
+    lies inside the larger; 0 also when either is empty (nothing to compare)."""
     from scipy.linalg import subspace_angles  # here: most pages never need scipy.linalg's import
 
-    Ua = np.linalg.svd(np.asarray(A, float))[0][:, :k]
-    Ub = np.linalg.svd(np.asarray(B, float))[0][:, :k]
-    theta = subspace_angles(Ua, Ub)
-    return float(np.sqrt(np.mean(np.sin(theta) ** 2)))
+    U, V = np.asarray(U, float), np.asarray(V, float)
+    if not U.shape[1] or not V.shape[1]:
+        return 0.0
+    return float(np.sqrt(np.mean(np.sin(subspace_angles(U, V)) ** 2)))
 
 
-def _numerical_rank(A, rel_tol: float = 0.05) -> int:
+def learned_subspace_distance(A, cov, rank: int | None = None) -> float:
+    """The distance (:func:`subspace_distance`) between the subspace A has learned, its top-r singular subspace with
+    r = ``rank`` (default its numerical rank, :func:`numerical_rank`), and the theory's after r drops,
+    span(e_1 … e_r) of the r largest eigenvalues of Λ (the column space of the saddle M_r). 0 on every saddle; 1 when
+    A has learned directions orthogonal to those; 0 for r = 0."""
+    r = numerical_rank(A) if rank is None else int(rank)
+    _, E = theory.spectrum(cov)
+    return subspace_distance(top_subspace(A, r), E[:, :r])
+
+
+def learned_subspace_moved(A, later, rank: int) -> float:
+    """How far the subspace A has learned (its top-``rank`` singular subspace, :func:`top_subspace`) lies outside the
+    subspaces learned afterwards: the largest :func:`subspace_distance` from the top-r' singular subspace of each
+    later matrix in ``later`` (a sequence of D×D matrices), r' its numerical rank, over those with
+    ``rank`` ≤ r' < D (a full-rank learned subspace is all of R^D and holds every subspace: no test). 0 when the
+    learned directions never move again (theory); NaN where no later matrix qualifies."""
+    U = top_subspace(A, rank)
+    D = np.asarray(A).shape[0]
+    ranked = [(B, numerical_rank(B)) for B in later]
+    d = [subspace_distance(U, top_subspace(B, r)) for B, r in ranked if rank <= r < D]
+    return float(max(d)) if d else float("nan")
+
+
+def numerical_rank(A, rel_tol: float = 0.05) -> int:
     """The number of singular values above ``rel_tol`` times the largest (0 for the zero matrix)."""
     s = np.linalg.svd(np.asarray(A, float), compute_uv=False)
     return int((s > rel_tol * s[0]).sum()) if s[0] > 0 else 0
@@ -179,7 +209,7 @@ def _plateau_index(A, cov, N) -> tuple[int, float]:
     return m, float(d[m])
 
 
-def tidy(snapshots, cov, N: int, *, normalize: str, k: int | None = None, lr: float | None = None,
+def tidy(snapshots, cov, N: int, *, normalize: str, lr: float | None = None,
          model: str | None = None) -> dict[str, np.ndarray]:
     """One row per snapshot (from :func:`snapshot_fn`) as a dict of equal-length arrays, for plotting.
 
@@ -187,9 +217,9 @@ def tidy(snapshots, cov, N: int, *, normalize: str, k: int | None = None, lr: fl
     (``theory.steps_to_time``, which for "sum" needs ``model`` too).
 
     Columns: step, [time (t/τ, if ``lr`` is given)], loss_theory (L(A) from theory), overlap_d (e_dᵀAe_d, d = 1..D),
-    eff_rank, marginal_eff_rank, numerical_rank, subspace_dist (top-k left singular subspace vs the last snapshot's;
-    k = 1 by default: a full-rank final A makes larger k trivial), subspace_change (top-r subspace vs the previous
-    snapshot's, r the current numerical rank: spikes where a new direction is being learned), drift_max (largest
+    eff_rank, marginal_eff_rank, numerical_rank r, subspace_dist (the learned subspace, A's top-r singular subspace,
+    against the theory's span(e_1 … e_r): :func:`learned_subspace_distance`), subspace_change (top-r subspace vs
+    the previous snapshot's: spikes where a new direction is being learned), drift_max (largest
     relative conservation drift over heads), plateau (the nearest M_m) and pcr_dist (mean squared gap to M_m's
     predictor), pcr_dist_rel (the same relative to that
     predictor's mean square, or to A's for m = 0).
@@ -200,9 +230,6 @@ def tidy(snapshots, cov, N: int, *, normalize: str, k: int | None = None, lr: fl
     values = [v for _, v in snapshots]
     A_all = [v["heads"].sum(axis=0) for v in values]
     D = A_all[0].shape[0]
-    A_final = A_all[-1]
-    if k is None:
-        k = 1
     first = {key[5:]: val for key, val in values[0].items() if key.startswith("cons_")}
     rows: dict[str, list] = {name: [] for name in
                              ["loss_theory", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist",
@@ -214,10 +241,12 @@ def tidy(snapshots, cov, N: int, *, normalize: str, k: int | None = None, lr: fl
         overlaps.append(mode_overlaps(A, cov))
         rows["eff_rank"].append(effective_rank(A))
         rows["marginal_eff_rank"].append(_marginal_effective_rank(v["heads"]))
-        rows["numerical_rank"].append(_numerical_rank(A))
-        rows["subspace_dist"].append(_subspace_distance(A, A_final, k))
-        r = max(1, _numerical_rank(A))
-        rows["subspace_change"].append(_subspace_distance(A, A_all[i - 1], r) if i else 0.0)
+        rows["numerical_rank"].append(numerical_rank(A))
+        r = numerical_rank(A)
+        rows["subspace_dist"].append(learned_subspace_distance(A, cov, r))
+        rows["subspace_change"].append(subspace_distance(top_subspace(A, max(1, r)), top_subspace(A_all[i - 1],
+                                                                                                   max(1, r)))
+                                       if i else 0.0)
         cur = {key[5:]: val for key, val in v.items() if key.startswith("cons_")}
         rows["drift_max"].append(float(_conservation_drift(first, cur).max()))
         m, dist = _plateau_index(A, cov, N)

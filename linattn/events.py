@@ -160,3 +160,71 @@ def out_of_order(first_steps) -> list[tuple[int, int]]:
     t = np.asarray(first_steps, dtype=np.float64)
     late = np.where(np.isfinite(t), t, np.inf)
     return [(d, e) for d in range(t.size) for e in range(d + 1, t.size) if np.isfinite(t[e]) and late[e] < late[d]]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Alignment read against the weights' growth
+# --------------------------------------------------------------------------------------------------------------
+
+#: The size at which a head counts as grown, as a fraction of its largest value weight max_t |v_h(t)|: a tenth, well
+#: above its start (the paper's init is 1–2 % of a learned head's value) and well below the rise that makes its drop.
+GROWN = 0.1
+
+
+def value_fraction(values) -> np.ndarray:
+    """(snapshots, H): |v_h(t)| / max_t |v_h(t)|, each head's value weight as a fraction of its largest over the run
+    (its final one for a head that keeps what it learned; the largest, for one that hands a direction over to another
+    head and shrinks; NaN for a head that is 0 throughout)."""
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    top = v.max(axis=0)
+    return v / np.where(top > 0, top, np.nan)
+
+
+def first_index(mask) -> int | None:
+    """The first index at which ``mask`` is true (None if it never is)."""
+    hit = np.flatnonzero(mask)
+    return int(hit[0]) if hit.size else None
+
+
+@dataclass
+class GrowthAlignment:
+    """One head's alignment with one direction read against its growth (:func:`alignment_against_growth`)."""
+
+    overlap_at_start: float  # its overlap with the direction at the first snapshot
+    overlap_when_grown: float | None  # its overlap when |v| first reaches ``grown`` of its largest (None: never)
+    grown_step: int | None  # that step
+    aligned_step: int | None  # the first step its overlap exceeds ``aligned`` (None: never)
+    size_when_aligned: float | None  # |v| / max |v| at that step
+
+    def verdict(self, aligned: float) -> str:
+        """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
+        above ``aligned`` at the first snapshot, by its random draw), "aligned before it grew" (passed ``aligned``
+        no later than its value reached the grown fraction), "grew before it aligned" (its value reached the grown
+        fraction while its overlap was at most ``aligned``) or "not aligned" (never passed ``aligned``)."""
+        if self.overlap_at_start > aligned:
+            return "aligned from the start"
+        if self.aligned_step is None:
+            return "not aligned"
+        if self.grown_step is None or self.aligned_step <= self.grown_step:
+            return "aligned before it grew"
+        return "grew before it aligned"
+
+
+def alignment_against_growth(overlap, values, steps, *, aligned: float, grown: float = GROWN) -> GrowthAlignment:
+    """One head's overlap with a direction (``overlap``: one per snapshot, e.g. the smaller of its key's and its
+    query's, :func:`vector_alignment`) read against its value weight (``values``: v_h at the same snapshots): its
+    overlap at the start and when |v_h| first reaches ``grown`` × max_t |v_h| (:func:`value_fraction`), and its size
+    |v_h|/max_t |v_h| when the overlap first exceeds ``aligned`` (as ``first_crossings`` counts a crossing).
+    Silent alignment (Atanasov et al. 2022: from a small start the tangent kernel turns to the task while the weights
+    are small, then grows in scale without changing its directions) has as its analogue here a head that points
+    along its direction before its value grows: :meth:`GrowthAlignment.verdict` says whether this head's data show
+    it."""
+    overlap = np.asarray(overlap, dtype=np.float64)
+    steps = np.asarray(steps)
+    size = value_fraction(np.asarray(values, dtype=np.float64)[:, None])[:, 0]
+    g, a = first_index(size >= grown), first_index(overlap > aligned)
+    return GrowthAlignment(overlap_at_start=float(overlap[0]),
+                           overlap_when_grown=None if g is None else float(overlap[g]),
+                           grown_step=None if g is None else int(steps[g]),
+                           aligned_step=None if a is None else int(steps[a]),
+                           size_when_aligned=None if a is None else float(size[a]))

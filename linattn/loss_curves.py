@@ -94,18 +94,36 @@ def first_step_below(loss, level: float, steps=None) -> float:
     return float(below[0] if steps is None else np.asarray(steps)[below[0]])
 
 
-def drop_steps(loss, levels, steps=None) -> np.ndarray:
+#: The least fall that counts as a drop, as a fraction of the level the curve falls from: a pair of levels
+#: L_{d−1} > L_d with L_{d−1} − L_d < MIN_FALL·|L_{d−1}| makes no drop, whatever the curve does. Why 1 %: a curve
+#: resting on a plateau still creeps (ATTN_S from init 0.001 falls 1e-8 of its level in 20000 steps, and its
+#: midpoint crossing would be an event that never happened), while the smallest gap between neighbouring saddle
+#: levels the package draws is L(M_7) − L(M_8) at D = 8, N = 15: 2.2 % of L(M_7).
+MIN_FALL = 0.01
+
+
+def drop_steps(loss, levels, steps=None, *, min_fall: float = MIN_FALL) -> np.ndarray:
     """The step of each drop d = 1 … len(levels)−1 between plateau levels L_{d−1} > L_d: the first step at which the
     loss is below their midpoint (L_{d−1} + L_d)/2 (:func:`first_step_below`; NaN if it never gets there).
+
+    A drop is a fall of at least ``min_fall`` (:data:`MIN_FALL`) of the level it leaves: where
+    L_{d−1} − L_d < min_fall·|L_{d−1}| (a flat curve's own start and end, two levels that are one) there is no drop
+    to find and the answer is NaN. Passing the midpoint is then a fall of at least half that gap.
 
     The one drop-step rule of the package (figures, benchmarks and ``published``): with ``theory.plateau_losses``
     as levels, drop d is the passage M_{d−1} → M_d of the paper; with a curve's start and end value, its one drop.
     """
     levels = np.asarray(levels, dtype=np.float64)
-    return np.array([first_step_below(loss, mid, steps) for mid in (levels[:-1] + levels[1:]) / 2])
+    if not 0 <= min_fall < 1:
+        raise ValueError(f"min_fall must be a fraction of a level in [0, 1), got {min_fall}")
+    upper, lower = levels[:-1], levels[1:]
+    falls = upper - lower >= min_fall * np.abs(upper)
+    return np.array([first_step_below(loss, (a + b) / 2, steps) if fall else np.nan
+                     for a, b, fall in zip(upper, lower, falls)])
 
 
-def half_drop_step(loss, steps=None, *, start: float | None = None, final: float | None = None) -> float:
+def half_drop_step(loss, steps=None, *, start: float | None = None, final: float | None = None,
+                   min_fall: float = MIN_FALL) -> float:
     """The half-drop step of a curve that falls once: the first recorded step at which ``loss`` is strictly below
     the midpoint (start + final)/2 of its level before the drop and its level after it (:func:`drop_steps` with
     the two levels; no interpolation, so the answer is one of ``steps``).
@@ -114,7 +132,8 @@ def half_drop_step(loss, steps=None, *, start: float | None = None, final: float
     step 0, and a run or a theory curve that has finished its drop ends at its final level. Give the levels where
     they are known better (a noisy curve: the plateau's median). The one half-drop rule for a simulated loss and a
     theory loss alike, so that the two are the same quantity. NaN where the curve never gets below the midpoint,
-    or where it does not fall (final ≥ start).
+    or where it does not fall by ``min_fall`` of its start (start − final < min_fall·|start|: a flat or rising
+    curve has no drop).
     """
     y = np.asarray(loss, dtype=np.float64)
     if y.ndim != 1 or y.size < 2:
@@ -125,7 +144,7 @@ def half_drop_step(loss, steps=None, *, start: float | None = None, final: float
     final = float(y[-1]) if final is None else float(final)
     if not final < start:
         return float("nan")
-    return float(drop_steps(y, [start, final], steps)[0])
+    return float(drop_steps(y, [start, final], steps, min_fall=min_fall)[0])
 
 
 LEARNED_FALL, GIVEN_BACK = 0.25, 0.5  # our choices for :func:`learning_course`: a quarter off the start is learning
@@ -182,12 +201,27 @@ def predicted_drop_steps(config, init: dict, cov, *, horizon: int | None = None,
     return drop_steps(np.concatenate(losses), levels)
 
 
-def first_drop_step(loss, *, min_step: int = 10) -> int | None:
+#: A first drop before this many steps is no drop off a plateau (:func:`first_drop_step`): the curve fell at once.
+FIRST_DROP_MIN_STEP = 10
+
+
+def first_drop_step(loss, *, min_step: int = FIRST_DROP_MIN_STEP) -> int | None:
     """The step of a curve's first drop, from its start to its end value (:func:`half_drop_step` with its default
-    levels ``loss[0]`` and ``loss[-1]``, as an index); None where it comes before ``min_step`` or never: a curve that
-    falls at once has no plateau to leave (a large initialisation)."""
+    levels ``loss[0]`` and ``loss[-1]``, as an index); None where it comes before ``min_step`` (a curve that falls at
+    once has no plateau to leave: a large initialisation) or never (a curve that does not fall by
+    :data:`MIN_FALL` of its start: it stays on its plateau). :func:`first_drop_course` tells the two apart."""
     k = half_drop_step(loss)
     return int(k) if k >= min_step else None
+
+
+def first_drop_course(loss, *, min_step: int = FIRST_DROP_MIN_STEP) -> str:
+    """What a curve's first drop did, in the words a page prints: "drop" (:func:`first_drop_step` finds one),
+    "no plateau" (it falls by :data:`MIN_FALL` but below its midpoint before ``min_step``) or "no drop within the run"
+    (it never falls by :data:`MIN_FALL` of its start, or never below the midpoint)."""
+    k = half_drop_step(loss)
+    if not np.isfinite(k):
+        return "no drop within the run"
+    return "drop" if k >= min_step else "no plateau"
 
 
 #: The band around a saddle level L(M_m) within which a loss counts as resting there, as a fraction of the gap to the

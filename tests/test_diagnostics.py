@@ -148,11 +148,17 @@ def test_scalar_ode_overlays_each_drop(separated_drops):
 
 @pytest.mark.slow
 def test_subspace_measures(rank_one):
-    _, table, plateaus, _, _ = rank_one
+    result, table, plateaus, _, ms = rank_one
     step = table["step"]
-    # the final top direction (e_4, weight 1/(λ_4 c_4)) is only present after the last drop
-    assert np.all(table["subspace_dist"][step >= plateaus.starts[-1] + 1000] < 1e-3)
-    assert np.all(table["subspace_dist"][(step > plateaus.starts[1]) & (step < plateaus.ends[-2])] > 0.9)
+    A = [v["heads"].sum(axis=0) for _, v in result.history.snapshots]
+    # on each long rest at M_m (0 < m < D) the learned subspace is span(e_1 … e_m) (measured at most 8e-5), and it
+    # lies inside every subspace learned after it until A is of full rank (measured at most 0.0013; seed 3's M_1,
+    # 412 steps long, 0.012: the next head is already growing)
+    for m, a, b in zip(ms, plateaus.starts, plateaus.ends):
+        if 0 < m < 4 and b - a >= 1000:
+            i = _middle(table, a, b)
+            assert table["subspace_dist"][i] < 1e-3
+            assert dg.learned_subspace_moved(A[i], A[i + 1:], m) < 5e-3
     on_plateau = np.zeros(step.size, bool)
     for a, b in zip(plateaus.starts[1:], plateaus.ends[1:]):
         if b - a >= 1000:  # a shorter plateau is already the start of the next drop (seed 3's M_1: 412 steps)

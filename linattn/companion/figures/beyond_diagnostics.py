@@ -17,12 +17,16 @@ from __future__ import annotations
 import numpy as np
 
 from ... import diagnostics, loss_curves, theory
+from .. import presets
 from .common import presets as common
-from .common.attn_s_run import describe, seed_run
+from .common.attn_s_run import describe, seed_run, which_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+#: Other settings the page must stay true at (built at the quick preset by the suite): another D and H, and a
+#: smaller start with more heads in a shorter run (the cases of Figure 3c: the pages share their runs)
+KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=1501))
 # the effective rank exp(entropy) counts what a finite start leaves in the other directions: a second singular
 # value at 2 % of the first adds 0.1 (the quick preset's larger start; the paper's reads 1.016 on M_1)
 TOLERANCES = [(r"numerical_rank\..*", "abs", 0.0), (r"eff_rank\..*", "abs", 0.1),
@@ -39,10 +43,12 @@ def runs(S: dict) -> dict:
 
 def compute(S: dict):
     """The measures at every snapshot (``eff_rank``, ``numerical_rank``, ``subspace_dist``, ``drift_max``, …:
-    along ``step``), the training loss at every step (``train_loss`` along ``loss_step``), the theory's effective
-    rank and loss at each saddle (``eff_rank_theory``, ``plateau_theory``: m), and each flat stretch of the loss
-    (``plateau``: its saddle ``plateau_m``, -1 where it sits at none, its first and last step, and the medians of
-    the numerical and effective rank over the snapshots inside it)."""
+    along ``step``) and the in-context matrix itself (``A``: step × row × col) with the eigenvectors of Λ
+    (``eigenvectors``: row × direction), the training loss at every step (``train_loss`` along ``loss_step``), the
+    theory's effective rank and loss at each saddle (``eff_rank_theory``, ``plateau_theory``: m), and each flat
+    stretch of the loss (``plateau``: its saddle ``plateau_m``, -1 where it sits at none, its first and last step,
+    the medians of the numerical and effective rank and of ``subspace_dist`` over the snapshots inside it, and how
+    far its learned subspace lies outside those learned later, ``subspace_moved_after``)."""
     import xarray as xr
 
     res = seed_run(runs(S), S)
@@ -53,9 +59,11 @@ def compute(S: dict):
     levels = theory.plateau_losses(cov, N)
     loss = res.history.train_loss
     sp = loss_curves.saddle_plateaus(loss, levels)
-    medians = {"numerical_rank": [], "eff_rank": []}
+    medians = {"numerical_rank": [], "eff_rank": [], "subspace_dist": []}
+    moved, read = [], []
+    A = np.array([v["heads"].sum(axis=0) for _, v in snapshots])
     step = res.history.step
-    for a, b in zip(sp.plateaus.starts, sp.plateaus.ends):
+    for m, a, b in zip(sp.m, sp.plateaus.starts, sp.plateaus.ends):
         on = (step >= a) & (step <= b)
         core = step[on][loss_curves.rest_core(loss[on])]  # the rest's slowest steps, nearest the saddle
         inside = (tab["step"] >= core.min()) & (tab["step"] <= core.max())
@@ -63,9 +71,13 @@ def compute(S: dict):
             inside = np.abs(tab["step"] - np.median(core)) == np.abs(tab["step"] - np.median(core)).min()
         for k in medians:
             medians[k].append(float(np.median(tab[k][inside])))
+        middle = np.flatnonzero(inside)[np.count_nonzero(inside) // 2]  # the rest's learned subspace, read here
+        moved.append(diagnostics.learned_subspace_moved(A[middle], A[middle + 1:], m) if m > 0 else np.nan)
+        read.append(tab["step"][middle])
     ds = xr.Dataset(
         {**{k: ("step", np.asarray(tab[k], dtype=float)) for k in MEASURES},
          "train_loss": ("loss_step", loss),
+         "A": (("step", "row", "col"), A), "eigenvectors": (("row", "direction"), theory.spectrum(cov)[1]),
          "eff_rank_theory": ("m", [diagnostics.effective_rank(theory.pcr_weights(cov, N, m, normalize="mean"))
                                    for m in range(D + 1)]),
          "plateau_theory": ("m", levels),
@@ -73,15 +85,26 @@ def compute(S: dict):
          "plateau_start": ("plateau", sp.plateaus.starts), "plateau_end": ("plateau", sp.plateaus.ends),
          "plateau_level": ("plateau", sp.plateaus.levels),
          "numerical_rank_on_plateau": ("plateau", medians["numerical_rank"]),
-         "eff_rank_on_plateau": ("plateau", medians["eff_rank"])},
+         "eff_rank_on_plateau": ("plateau", medians["eff_rank"]),
+         "subspace_dist_on_plateau": ("plateau", medians["subspace_dist"]),
+         "subspace_moved_after": ("plateau", moved), "subspace_read_step": ("plateau", read)},
         coords={"step": tab["step"], "loss_step": res.history.step, "m": np.arange(D + 1),
                 "plateau": np.arange(len(sp.m))},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]))
+    ds.attrs.update(band=loss_curves.REST_BAND, snapshot_every=int(S["snapshot_every"]),
+                    published=int(presets.is_published(NAME, S)))
+    ds.A.attrs["description"] = "the in-context matrix A(t) = sum of the heads' A_h, paper normalisation"
+    ds.eigenvectors.attrs["description"] = "eigenvectors e_d of the covariance, by decreasing eigenvalue"
     ds.eff_rank.attrs["description"] = "exp of the entropy of the normalised singular values of A(t)"
     ds.numerical_rank.attrs["description"] = "singular values of A(t) above 5 % of the largest"
-    ds.subspace_dist.attrs["description"] = "distance of A(t)'s top singular subspace to the final A's"
+    ds.subspace_dist.attrs["description"] = ("distance of A(t)'s learned subspace (top-r singular subspace, r its "
+                                             "numerical rank) from span(e_1..e_r) "
+                                             "(diagnostics.learned_subspace_distance)")
+    ds.subspace_read_step.attrs["description"] = "the snapshot at which a rest's learned subspace is read"
+    ds.subspace_moved_after.attrs["description"] = ("largest distance of a rest's learned subspace from those learned "
+                                                    "later while A is not yet full rank "
+                                                    "(diagnostics.learned_subspace_moved); NaN: M_0, or none later")
     ds.drift_max.attrs["description"] = "largest relative drift of the conserved quantities over heads"
     ds.plateau_m.attrs["description"] = "the saddle M_m the stretch sits at (loss_curves.saddle_plateaus), -1: none"
     return ds
@@ -96,7 +119,8 @@ def _plateaus(ds) -> list[tuple[int, int]]:
 
 def numbers(ds) -> list[dict]:
     """``numbers.json``: the numerical and effective rank of A on each plateau beside the theory's at its saddle,
-    the final distance of the top subspace to the final one and the largest conservation drift."""
+    the distance of its learned subspace from the theory's and how far it later moves, and the largest conservation
+    drift."""
     rows, seen = [], {}
     for p, m in _plateaus(ds):
         seen[m] = seen.get(m, 0) + 1
@@ -105,23 +129,41 @@ def numbers(ds) -> list[dict]:
                          theory=m, reproduced=ds.numerical_rank_on_plateau.sel(plateau=p)))
         rows.append(dict(key=f"eff_rank.M{m}{again}", quantity=f"effective rank of A on plateau M_{m}",
                          theory=ds.eff_rank_theory.sel(m=m), reproduced=ds.eff_rank_on_plateau.sel(plateau=p)))
-    rows.append(dict(key="subspace_dist.final", quantity="subspace distance to final, last snapshot", theory=0.0,
-                     reproduced=float(ds.subspace_dist[-1])))
+        if m < ds.sizes["m"] - 1:  # on M_D the learned subspace is all of R^D: nothing to compare
+            rows.append(dict(key=f"subspace_dist.M{m}{again}",
+                             quantity=f"learned subspace of A on plateau M_{m} vs span(e_1..e_{m})", theory=0.0,
+                             reproduced=ds.subspace_dist_on_plateau.sel(plateau=p)))
+        moved = float(ds.subspace_moved_after.sel(plateau=p))
+        if np.isfinite(moved):
+            rows.append(dict(key=f"subspace_moved.M{m}{again}",
+                             quantity=f"largest later move of the subspace learned on plateau M_{m}", theory=0.0,
+                             reproduced=moved))
     rows.append(dict(key="drift_max", quantity="max relative conservation drift over the run (gradient flow: 0)",
                      theory=0.0, reproduced=float(ds.drift_max.max())))
     return rows
 
 
 def summary(ds) -> str:
-    """The page's sentence on this run: the numerical rank on each plateau it settled on, the final subspace
-    distance and the largest drift."""
+    """The page's sentence on this run: the numerical rank on each plateau it settled on, the learned subspace there
+    against the theory's and how far it moves later, and the largest drift."""
+    rests = _plateaus(ds)
     found = "; ".join(f"$\\mathcal{{M}}_{{{m}}}$: {float(ds.numerical_rank_on_plateau.sel(plateau=p)):g} (theory {m})"
-                      for p, m in _plateaus(ds))
-    last, drift = float(ds.subspace_dist[-1]), float(ds.drift_max.max())
-    return ("This run: numerical rank of $A$ on the plateaus it settled on: "
-            + (found or "no plateau after the first was detected")
-            + f". Distance of the top subspace to the final one at the last snapshot: {last:.2g}; "
-            f"largest relative conservation drift over the run: {drift:.2g}.")
+                      for p, m in rests)
+    learned = "; ".join(f"$\\mathcal{{M}}_{{{m}}}$: {float(ds.subspace_dist_on_plateau.sel(plateau=p)):.2g}"
+                        for p, m in rests if m < ds.sizes["m"] - 1)
+    moved = [(m, float(ds.subspace_moved_after.sel(plateau=p))) for p, m in rests]
+    moved_words = "; ".join(f"$\\mathcal{{M}}_{{{m}}}$: {x:.2g}" for m, x in moved if np.isfinite(x))
+    drift = float(ds.drift_max.max())
+    text = "This run: numerical rank of $A$ on the plateaus it settled on: " + (
+        found or "no plateau after the first was detected") + "."
+    if learned:
+        text += (" Distance of the subspace $A$ has learned there (its top singular subspace of that rank) from "
+                 f"$\\mathrm{{span}}(e_1, \\dots, e_m)$, the theory's (0 at the saddle; $\\mathcal{{M}}_D$ is left "
+                 f"out, where it is all of $\\mathbb{{R}}^D$): {learned}.")
+    if moved_words:
+        text += (" Largest distance of that subspace from the subspaces learned later, while $A$ is not yet of full "
+                 f"rank: {moved_words}.")
+    return text + f" Largest relative conservation drift over the run: {drift:.2g}."
 
 
 def words(ds) -> dict:
@@ -130,12 +172,14 @@ def words(ds) -> dict:
 
     run = json.loads(ds.attrs["runs"])["attn_s"]
     return dict(rank=run["rank"], seed=run["seed"], snapshot_every=ds.attrs["snapshot_every"],
+                **which_run(bool(ds.attrs["published"])),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
 
 
 def plot(ds):
     """(a) effective and numerical rank of A(t) with the loss behind and the theory's effective rank at each saddle
-    (dotted); (b) distance of the top subspace to the final one; (c) the largest relative conservation drift."""
+    (dotted); (b) distance of the learned subspace from the theory's span(e_1..e_r); (c) the largest relative
+    conservation drift."""
     import matplotlib.pyplot as plt
 
     s, L = ds.loss_step.values, ds.train_loss.values
@@ -155,8 +199,8 @@ def plot(ds):
     ax2.spines["right"].set_visible(True)
     ax = axes[1]
     ax.plot(step, ds.subspace_dist, color="black")
-    ax.set_ylabel("distance to final\ntop subspace")
-    ax.set_title("(b) subspace stability")
+    ax.set_ylabel("learned subspace vs\nspan$(e_1..e_r)$")
+    ax.set_title("(b) the learned subspace against the theory's")
     ax = axes[2]
     ax.semilogy(step, np.maximum(ds.drift_max.values, 1e-8), color="black")
     ax.set_ylim(bottom=1e-8)

@@ -6,9 +6,12 @@ weights recorded every ``snapshot_every`` steps. Measured on each snapshot: the 
 with each eigenvector, |e_dᵀ k_h| / ‖k_h‖ (``events.vector_alignment``); a direction counts as learned at the first
 snapshot where some head's key and query both overlap it by more than :data:`ALIGNED`
 (``events.first_crossings``, ``events.first_learner``), and is set beside the step of the loss's drop
-(``loss_curves.drop_steps``). The theory puts the alignment before the drop: in the scalar reduction the learning
-head already points along its direction during the plateau, while its size is still small (silent alignment), so
-the lag, step aligned − step of the drop, is negative (:func:`alignment_timing` words it).
+(``loss_curves.drop_steps``). Alignment is read against the head's growth (``events.alignment_against_growth``):
+its overlap at step 0 and when its value weight first reaches ``events.GROWN`` of its largest, and its size when
+its overlap first passes :data:`ALIGNED`. The scalar reduction of the theory starts a head along its direction, so
+that only its size grows (the analogue of Atanasov et al. 2022's silent alignment: directions found while the
+weights are small, growth after); whether a head of this run did so is :meth:`events.GrowthAlignment.verdict`, read
+off the data.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import numpy as np
 
 from ... import events, loss_curves, theory
 from .. import presets, published
-from ..output import MarkdownTable, by_sign
+from ..output import MarkdownTable, subscript
 from .common import presets as common
-from .common.attn_s_run import describe, seed_run
+from .common.attn_s_run import describe, seed_run, which_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
 TOLERANCES = [(r"learned\.\d+", "abs", 0.0)]
+#: Other settings the page must stay true at (built at the quick preset by the suite): another D and H, and more
+#: heads than the paper's with a smaller start
+KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=1501))
 ALIGNED = 0.9  # a head has learned e_d when its key's and its query's overlaps with e_d both exceed this
 
 
@@ -40,7 +46,10 @@ def compute(S: dict):
     step × head × direction, at the snapshots), and per direction: the step of the loss's drop that learns it
     (``drop_step``, NaN where it never comes), the head that first aligned with it and when (``aligned_head``: 0
     where none did; ``aligned_step``), the order in which it was learned (``learned_order``: 1 for the first; 0:
-    never) and its best final alignment over heads (``final_alignment``: the smaller of key and query)."""
+    never), its best final alignment over heads (``final_alignment``: the smaller of key and query), and the
+    aligned head's alignment against its growth (``events.alignment_against_growth``): ``overlap_at_start``,
+    ``overlap_when_grown`` and ``grown_step`` (its value at ``events.GROWN`` of its largest),
+    ``size_when_aligned`` (|v|/max |v| at ``aligned_step``) and ``growth_verdict``."""
     import xarray as xr
 
     res = seed_run(runs(S), S)
@@ -55,8 +64,17 @@ def compute(S: dict):
     first = events.first_learner(events.first_crossings(both, ALIGNED, step))  # {direction: (head, step)}
     order = [d for _, d in sorted((s, d) for d, (_, s) in first.items())]  # by the step aligned
     aligned_head, aligned_step, learned_order = np.zeros(D, dtype=int), np.full(D, np.nan), np.zeros(D, dtype=int)
+    value = np.array([w["W_V"][:, -1, -1] for _, w in snaps])  # v_h, each head's value weight on the label
+    growth = {name: np.full(D, np.nan) for name in ("overlap_at_start", "overlap_when_grown", "grown_step",
+                                                    "size_when_aligned")}
+    verdict = np.full(D, "not aligned", dtype=object)
     for i, d in enumerate(order):
-        aligned_head[d], aligned_step[d], learned_order[d] = first[d][0] + 1, first[d][1], i + 1
+        h = first[d][0]
+        aligned_head[d], aligned_step[d], learned_order[d] = h + 1, first[d][1], i + 1
+        g = events.alignment_against_growth(both[:, h, d], value[:, h], step, aligned=ALIGNED)
+        for name in growth:
+            growth[name][d] = np.nan if getattr(g, name) is None else getattr(g, name)
+        verdict[d] = g.verdict(ALIGNED)
     H = key.shape[1]
     ds = xr.Dataset(
         {"key_alignment": (("step", "head", "direction"), key),
@@ -64,11 +82,13 @@ def compute(S: dict):
          "drop_step": ("direction", loss_curves.drop_steps(res.history.train_loss, levels)),
          "aligned_head": ("direction", aligned_head), "aligned_step": ("direction", aligned_step),
          "learned_order": ("direction", learned_order), "final_alignment": ("direction", both[-1].max(axis=0)),
-         "eigenvalue": ("direction", theory.spectrum(cov)[0])},
+         "eigenvalue": ("direction", theory.spectrum(cov)[0]),
+         "value": (("step", "head"), value), "growth_verdict": ("direction", verdict.astype(str)),
+         **{name: ("direction", x) for name, x in growth.items()}},
         coords={"step": step, "head": np.arange(1, H + 1), "direction": np.arange(1, D + 1)},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(aligned=ALIGNED, snapshot_every=int(S["snapshot_every"]),
+    ds.attrs.update(aligned=ALIGNED, grown=events.GROWN, snapshot_every=int(S["snapshot_every"]),
                     published=int(presets.is_published(NAME, S)))
     ds.key_alignment.attrs["description"] = "|e_d^T k_h| / |k_h|: the key of head h against eigenvector e_d"
     ds.query_alignment.attrs["description"] = "|e_d^T q_h| / |q_h|: the query of head h against eigenvector e_d"
@@ -84,7 +104,8 @@ def _order(ds) -> list[int]:
 
 def numbers(ds) -> list[dict]:
     """``numbers.json``: which direction was learned i-th (theory: the i-th largest), how far each alignment lies
-    from the matching drop of the loss, and each direction's best final alignment."""
+    from the matching drop of the loss, the aligned head's overlap when it had grown to ``events.GROWN`` of its
+    largest value and its size when it aligned, and each direction's best final alignment."""
     rows = []
     drops = ds.drop_step.values
     for i, d in enumerate(_order(ds)):
@@ -93,8 +114,14 @@ def numbers(ds) -> list[dict]:
                          theory=i + 1, reproduced=d))
         if i < len(drops) and np.isfinite(drops[i]):
             rows.append(dict(key=f"aligned_minus_drop.{i + 1}",
-                             quantity=f"step head {h} aligns with e_{d} − step of drop {i + 1} (theory: before, < 0)",
+                             quantity=f"step head {h} aligns with e_{d} − step of drop {i + 1}",
                              reproduced=s - int(drops[i])))
+        for name, what in (("overlap_when_grown", f"overlap of head {h} with e_{d} when its value reached "
+                                                  f"{ds.attrs['grown']:g} of its largest"),
+                           ("size_when_aligned", f"value of head {h} over its largest when it aligned with e_{d}")):
+            x = float(ds[name].sel(direction=d))
+            if np.isfinite(x):
+                rows.append(dict(key=f"{name}.e{d}", quantity=what, reproduced=x))
     for d in ds.direction.values:
         rows.append(dict(key=f"final_alignment.e{d}",
                          quantity=f"final alignment with e_{d}, best head (min of key, query)", theory=1.0,
@@ -102,41 +129,66 @@ def numbers(ds) -> list[dict]:
     return rows
 
 
-def alignment_timing(lag: float, resolution: int) -> str:
-    """A lag (step aligned − step of the drop) in words: "N steps before the drop" (the theory's order: the key and
-    query turn during the plateau, before the value weight grows), "N steps after the drop", or "within the snapshot
-    interval of the drop" when |lag| is below the ``resolution`` at which the weights were recorded."""
-    if not np.isfinite(lag):
-        return "–"
-    if abs(lag) < resolution:
-        return "within the snapshot interval of the drop"
-    return f"{abs(lag):.0f} steps {by_sign(lag, 'before', 'after', 'at')} the drop"
-
-
-def lags(ds) -> list[float]:
-    """Per direction in the order learned, step aligned − step of the matching drop (NaN where the drop never
-    comes)."""
-    drops = ds.drop_step.values
-    return [float(ds.aligned_step.sel(direction=d)) - float(drops[i]) if i < len(drops) else np.nan
-            for i, d in enumerate(_order(ds))]
-
-
 def table(ds):
-    """The order in which the directions were learned, the head that took each, the step it aligned and the step
-    of the matching drop of the loss (a sentence where none aligned)."""
+    """Per direction in the order learned: the head that took it, its overlap at step 0, the step it aligned and its
+    size then, its overlap when it had grown, the step of the matching drop of the loss and how alignment and growth
+    came (a sentence where none aligned)."""
     from IPython.display import Markdown
 
     order, drops = _order(ds), ds.drop_step.values
     if not order:
         return Markdown(f"*(No direction reached an overlap of {ds.attrs['aligned']:g} in this run.)*")
+    cell = {d: ds.sel(direction=d) for d in order}
+
+    def num(d, name):
+        x = float(cell[d][name])
+        return x if np.isfinite(x) else None
+
     return MarkdownTable(
-        [dict(order=f"{i + 1}.", direction=f"$e_{d}$", head=int(ds.aligned_head.sel(direction=d)),
-              aligned=float(ds.aligned_step.sel(direction=d)),
-              drop=float(drops[i]) if i < len(drops) and np.isfinite(drops[i]) else None,
-              timing=alignment_timing(lag, ds.attrs["snapshot_every"]))
-         for i, (d, lag) in enumerate(zip(order, lags(ds)))],
-        {"order": "learned", "direction": "direction", "head": "head", "aligned": "step aligned",
-         "drop": "step of the loss drop", "timing": "aligned"}, {"aligned": ".0f", "drop": ".0f"})
+        [dict(order=f"{i + 1}.", direction=f"$e_{d}$", head=int(cell[d].aligned_head),
+              start=num(d, "overlap_at_start"), aligned=num(d, "aligned_step"), size=num(d, "size_when_aligned"),
+              grown=num(d, "overlap_when_grown"),
+              drop=float(drops[i]) if i < len(drops) and np.isfinite(drops[i]) else "not within the run",
+              verdict=str(cell[d].growth_verdict.item()))
+         for i, d in enumerate(order)],
+        {"order": "learned", "direction": "direction", "head": "head", "start": "overlap at step 0",
+         "aligned": f"step overlap > {ds.attrs['aligned']:g}", "size": "value over its largest then",
+         "grown": f"overlap when the value reached {100 * ds.attrs['grown']:g} % of its largest",
+         "drop": "step of the loss drop", "verdict": "alignment and growth"},
+        {"aligned": ".0f", "drop": ".0f", "start": ".3f", "size": ".3f", "grown": ".3f"})
+
+
+def growth_words(ds) -> str:
+    """The page's sentence on alignment against growth: how many learned heads grew before they aligned, which
+    started aligned by their draw, and the overlaps and sizes that show it (each from ``growth_verdict``)."""
+    order = _order(ds)
+    if not order:
+        return "no head aligned, so there is no growth to read it against"
+    by = {}
+    for d in order:
+        by.setdefault(str(ds.growth_verdict.sel(direction=d).item()), []).append(d)
+    grown = ds.attrs["grown"]
+    parts = []
+    for d in by.get("aligned from the start", []):
+        parts.append(f"the head of e{subscript(d)} starts aligned by its random draw (overlap "
+                     f"{float(ds.overlap_at_start.sel(direction=d)):.2f} at step 0)")
+    for d in by.get("aligned before it grew", []):
+        parts.append(f"the head of e{subscript(d)} aligns before it grows (overlap already "
+                     f"{float(ds.overlap_at_start.sel(direction=d)):.2f} at step 0 by its random draw; "
+                     f"{ds.attrs['aligned']:g} reached at "
+                     f"{100 * float(ds.size_when_aligned.sel(direction=d)):.0f} % of its largest value)")
+    late = by.get("grew before it aligned", [])
+    if late:
+        names = _and([f"e{subscript(d)}" for d in late])
+        overlaps = _and([f"{float(ds.overlap_when_grown.sel(direction=d)):.2g}" for d in late])
+        sizes = [100 * float(ds.size_when_aligned.sel(direction=d)) for d in late]
+        one = len(late) == 1
+        parts.append(f"the {'head' if one else 'heads'} of {names} {'grows' if one else 'grow'} while pointing "
+                     f"elsewhere: {'its overlap' if one else 'their overlaps'} with that direction "
+                     f"{'is' if one else 'are'} {overlaps} when {'its' if one else 'their'} value reaches "
+                     f"{100 * grown:g} % of its largest, and {'it passes' if one else 'they pass'} "
+                     f"{ds.attrs['aligned']:g} only at {_percent_range(sizes)} of it")
+    return "; ".join(parts)
 
 
 def words(ds) -> dict:
@@ -155,22 +207,22 @@ def words(ds) -> dict:
         heads = "one head for each direction"
     else:
         heads = f"until the heads run out: {H} heads can learn only the first {H} of the {D} directions"
-    lag = lags(ds)
-    timing = [alignment_timing(x, ds.attrs["snapshot_every"]) if np.isfinite(x) else
-              f"at step {float(ds.aligned_step.sel(direction=d)):.0f}, its drop not reached"
-              for x, d in zip(lag, _order(ds))]
-    lag_words = (", ".join(f"{t} ({_nth(i + 1)})" for i, t in enumerate(timing)) if timing
-                 else "at no step: no direction was aligned, so there is no lag to measure")
-    before = sum(t.endswith("before the drop") for t in timing)
     return dict(rank=run["rank"], seed=run["seed"], H=H, D=D, spare=heads, aligned=ds.attrs["aligned"],
-                lags=lag_words, before=f"{before} of the {int(np.isfinite(lag).sum())}",
+                growth=growth_words(ds), grown=f"{100 * ds.attrs['grown']:g} %",
+                **which_run(bool(ds.attrs.get("published"))),
                 caption_lead=published.page.caption_lead("Figure 3c", bool(ds.attrs.get("published"))),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
 
 
-def _nth(i: int) -> str:
-    """1 → "1st", 2 → "2nd", 3 → "3rd", 4 → "4th" (up to 20, enough for the directions of a page)."""
-    return f"{i}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(i if i < 20 else i % 10, 'th')}"
+def _and(items: list[str]) -> str:
+    """["a", "b", "c"] → "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _percent_range(values) -> str:
+    """[23.3, 25.1] → "23 to 25 %"; one value, or values equal to the percent, → "23 %"."""
+    lo, hi = f"{min(values):.0f}", f"{max(values):.0f}"
+    return f"{lo} %" if lo == hi else f"{lo} to {hi} %"
 
 
 def plot(ds):

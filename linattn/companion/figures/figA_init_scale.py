@@ -3,12 +3,14 @@ logarithmically for ATTN_M and as a power law for ATTN_S; a large scale shows no
 
 One run per initialisation scale of each model (``inits_m`` for the ``attn_m`` run settings, ``inits_s`` for
 ``attn_s``) through the run store. Measured: the step of each curve's first drop (``loss_curves.first_drop_step``:
-the first step below the midpoint of its start and end; none where it falls at once), and the law fitted to the
-small scales (``diagnostics.escape_law``: steps per unit of ln(1/init) for ATTN_M, the exponent for ATTN_S). The
-theory, for both models: the same rule on the population loss of the same model from each run's own initial weights
-(``runstore.population_twin``, every head included); beside it for ATTN_M the slope τ/s (``theory.attn_m_mode``), for
-ATTN_S the one-head escape time τ/(λ₁² v₀) (``theory.attn_s_escape_time``, exponent −1), an order of magnitude: it
-knows neither the number of heads nor the random start's direction.
+the first step below the midpoint of its start and end; none where it falls at once, and none where it never falls
+by ``loss_curves.MIN_FALL`` of its start, which ``loss_curves.first_drop_course`` words), and the law fitted to the
+small scales with a drop (``diagnostics.escape_law``: steps per unit of ln(1/init) for ATTN_M, the exponent for
+ATTN_S). The theory, for both models: the same rule on the population loss of the same model from each run's own
+initial weights (``runstore.population_twin``, every head included); beside it for ATTN_M the slope τ/s
+(``theory.attn_m_mode``), for ATTN_S the one-head escape time τ/(λ₁² v₀) of ``theory.attn_s_drop_steps`` (v₀ the
+geometric mean of a head's starting value and key/query scales for the run's initialisation era; exponent −1), an
+order of magnitude: it knows neither the number of heads nor the random start's direction.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ PRESETS = {
                   inits_m=[1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 0.3], inits_s=[1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 0.3],
                   seed=10),
 }
+#: Other settings the page must stay true at (built at the quick preset by the suite): another D and H, and a
+#: smallest ATTN_S scale too small to leave its plateau within the run (no drop, no law point)
+KNOB_CASES = (dict(in_dim=3, head_num=2, inits_s=[0.005, 0.01, 0.3], inits_m=[1e-4, 1e-2, 0.3]),
+              dict(inits_s=[1e-4, 0.01, 0.02, 0.3]))
 HELP = {
     "inits_m": "ATTN_M initialisation scales, one run each",
 }
@@ -59,7 +65,8 @@ def runs(S: dict) -> dict:
 def compute(S: dict):
     """Every run's training loss (``train_loss``: model × init × step, over the scales of both models and the
     longer run's steps; NaN where a model was not run at a scale, and past a shorter run's end), which runs were
-    trained (``trained``), each run's first-drop step (``drop_step``: NaN where it has no plateau) beside the
+    trained (``trained``), each run's first-drop step (``drop_step``: NaN where it has no plateau or no drop; which of
+    the two in ``drop_course``, ``loss_curves.first_drop_course``) beside the
     theory's from the same start where the theory gives a loss curve (``drop_step_theory``: the population
     loss, the same rule) and the closed-form estimate (``drop_step_estimate``: ATTN_M's logistic
     mode strength at half its final value, ATTN_S's one-head escape time), and per model the law fitted to the small
@@ -73,12 +80,12 @@ def compute(S: dict):
                for k in MODELS}
     some = next(iter(by_init["attn_m"].values()))
     cov, N = some.datasets.cov, some.config.N
-    lam1 = theory.spectrum(cov)[0][0]
     inits = sorted({float(i) for k in MODELS for i in S[_INITS[k]]})
     steps = max(len(r.history.train_loss) for k in MODELS for r in by_init[k].values())
     loss = np.full((len(MODELS), len(inits), steps), np.nan)
     trained = np.zeros((len(MODELS), len(inits)), dtype=bool)
     drop, drop_theory, estimate = (np.full(trained.shape, np.nan) for _ in range(3))
+    course = np.full(trained.shape, "not run", dtype=object)
     law, law_theory = np.full(len(MODELS), np.nan), np.zeros(len(MODELS))
     for i, (k, model) in enumerate(MODELS.items()):
         lr = S[k]["lr"]
@@ -86,15 +93,15 @@ def compute(S: dict):
             j = inits.index(float(init))
             L = r.history.train_loss
             loss[i, j, :len(L)], trained[i, j] = L, True
-            drop[i, j] = _first_drop(L)
+            drop[i, j], course[i, j] = _first_drop(L), loss_curves.first_drop_course(L)
             drop_theory[i, j] = _first_drop(population_twin(r).history.train_loss)
             if model == "attnM":
                 th = diagnostics.attn_m_drop_step(build_model("attnM", r.init), cov, N, lr=lr,
                                                   normalize=r.config.normalize)
             else:
-                _, v0 = theory.to_paper_normalisation("attnS", N, lr=lr, init=init)
-                th = theory.time_to_steps(theory.attn_s_escape_time(lam1, v0), lr, normalize="sum", model="attnS",
-                                          N=N)
+                c = r.config
+                th = theory.attn_s_drop_steps(cov, N, lr=lr, init=init, rank=c.rank, head_num=c.head_num,
+                                              init_scheme=c.init_scheme, normalize=c.normalize)[0]
             estimate[i, j] = np.nan if th is None else float(th)
         x = np.array(inits)
         ok = trained[i] & np.isfinite(drop[i]) & (x < SMALL)  # only the small-scale regime the theory describes
@@ -104,18 +111,22 @@ def compute(S: dict):
                                                     model="attnM", N=N)) if model == "attnM" else -1.0)
     ds = xr.Dataset(
         {"train_loss": (("model", "init", "step"), loss), "trained": (("model", "init"), trained),
-         "drop_step": (("model", "init"), drop), "drop_step_theory": (("model", "init"), drop_theory),
+         "drop_step": (("model", "init"), drop), "drop_course": (("model", "init"), course.astype(str)),
+         "drop_step_theory": (("model", "init"), drop_theory),
          "drop_step_estimate": (("model", "init"), estimate),
-         "law": ("model", law), "law_theory": ("model", law_theory)},
+         "law": ("model", law), "law_theory": ("model", law_theory), "cov": (("row", "col"), cov)},
         coords={"model": list(MODELS), "init": inits, "step": np.arange(steps)},
         attrs=settings_attrs(S, engine=some.engine, seeds=S["seed"],
                              runs={f"{k}_init{init:g}": r.config.to_dict() for k in MODELS
                                    for init, r in by_init[k].items()}))
-    ds.attrs.update(small=SMALL, published=int(presets.is_published(NAME, S)))
-    ds.drop_step.attrs["description"] = "first step below the midpoint of the curve's start and end (NaN: no plateau)"
+    ds.attrs.update(small=SMALL, min_fall=loss_curves.MIN_FALL, published=int(presets.is_published(NAME, S)))
+    ds.cov.attrs["description"] = "the input covariance Λ of every run"
+    ds.drop_step.attrs["description"] = ("first step below the midpoint of the curve's start and end (NaN: no plateau, "
+                                         "or no fall of loss_curves.MIN_FALL of its start: see drop_course)")
     ds.drop_step_theory.attrs["description"] = "the same rule on the population loss from the same start"
     ds.drop_step_estimate.attrs["description"] = ("closed-form estimate: ATTN_M's logistic mode strength at half its "
-                                                  "final value; ATTN_S's one-head escape time (order of magnitude)")
+                                                  "final value; ATTN_S's one-head escape time tau/(lambda_1^2 v0), "
+                                                  "theory.attn_s_drop_steps (order of magnitude)")
     ds.law.attrs["description"] = ("fitted to the scales below `small`: ATTN_M, steps per unit of ln(1/init); "
                                    "ATTN_S, the exponent of the drop step in the scale")
     return ds
@@ -135,8 +146,8 @@ def _scales(ds, k: str) -> list[float]:
 
 
 def numbers(ds) -> list[dict]:
-    """``numbers.json``: each run's first-drop step beside the theory's (ATTN_M: the same rule on the population
-    loss from the same start; ATTN_S: the one-head escape time, an estimate), and each model's fitted law beside
+    """``numbers.json``: each run's first-drop step beside the theory's (the same rule on the population loss from
+    the same start; ATTN_S also beside the one-head escape time, an estimate), and each model's fitted law beside
     the theory's."""
     rows = []
     for k, model in MODELS.items():
@@ -144,7 +155,7 @@ def numbers(ds) -> list[dict]:
             cell = ds.sel(model=k, init=init)
             sim = float(cell.drop_step)
             th = float(cell.drop_step_theory)
-            what = " (theory: population loss, same start)" if np.isfinite(sim) else " (no plateau)"
+            what = (" (theory: population loss, same start)" if np.isfinite(sim) else f" ({cell.drop_course.item()})")
             rows.append(dict(key=f"drop_step.{k}.init_{slug(f'{init:g}')}",
                              quantity=f"{model} init {init:g}: drop step{what}",
                              theory=None if np.isnan(th) else th, reproduced=None if np.isnan(sim) else sim))
@@ -161,27 +172,40 @@ def numbers(ds) -> list[dict]:
     return rows
 
 
-def _no_plateau(ds, k: str) -> list[float]:
-    return [i for i in _scales(ds, k) if np.isnan(ds.drop_step.sel(model=k, init=i))]
+def _with_course(ds, k: str, course: str) -> list[float]:
+    """The scales of model ``k`` whose first drop did ``course`` (``loss_curves.first_drop_course``)."""
+    return [i for i in _scales(ds, k) if ds.drop_course.sel(model=k, init=i).item() == course]
 
 
 def claims_table(ds) -> MarkdownTable:
-    """The paper's claims beside the theory and this run: the fitted law of each model and the scales with no
-    plateau."""
+    """The paper's claims beside the theory and this run: the fitted law of each model, the scales with no plateau
+    and the scales whose run never left its plateau."""
     rows = []
     for k, what, claim, fmt in (("attn_m", "ATTN_M: drop step per unit of ln(1/init)", "logarithmic in the scale",
                                  ".0f"),
                                 ("attn_s", "ATTN_S: exponent of the drop step in the scale", "power law", ".2f")):
         law = float(ds.law.sel(model=k))
         rows.append(dict(what=what, claim=claim, theory=f"{float(ds.law_theory.sel(model=k)):.0f}",
-                         ours=format(law, fmt) if np.isfinite(law) else None))
+                         ours=format(law, fmt) if np.isfinite(law) else "not fitted (fewer than two drops)"))
     rows += [dict(what=f"{LABELS[k]}: scales with no plateau", claim="a large scale", theory=None,
-                  ours=", ".join(f"{i:g}" for i in _no_plateau(ds, k)) or "none") for k in MODELS]
+                  ours=", ".join(f"{i:g}" for i in _with_course(ds, k, "no plateau")) or "none") for k in MODELS]
+    rows += [dict(what=f"{LABELS[k]}: scales with no drop within the run", claim=None, theory=None,
+                  ours=", ".join(f"{i:g}" for i in _with_course(ds, k, "no drop within the run")) or "none")
+             for k in MODELS]
     return MarkdownTable(rows, {"what": "", "claim": "paper's claim", "theory": "theory", "ours": "this run"})
 
 
+def ratio_range(ratio) -> str:
+    """A set of ratios in words: "0.88 times" when they agree to two decimals, else "0.85 to 0.91 times"."""
+    lo, hi = f"{np.min(ratio):.2f}", f"{np.max(ratio):.2f}"
+    return f"{lo} times" if lo == hi else f"{lo} to {hi} times"
+
+
 def summary(ds) -> str:
-    """The page's sentence on how the run follows each law, and where ATTN_S's drop comes at its largest scale."""
+    """The page's sentence on how the run follows each law, which runs never left their plateau, and where ATTN_S's
+    drop comes at its largest scale."""
+    import json
+
     parts = []
     law_m, law_s = float(ds.law.sel(model="attn_m")), float(ds.law.sel(model="attn_s"))
     if np.isfinite(law_m):
@@ -189,31 +213,42 @@ def summary(ds) -> str:
         parts.append(f"In this run ATTN_M's drop steps follow the logarithmic law ({law_m:.0f} steps per unit of "
                      f"$\\ln(1/\\mathrm{{init}})$ against the theory's {theory_m:.0f}).")
     else:
-        parts.append("In this run fewer than two of ATTN_M's small scales have a plateau, so no law is fitted.")
+        parts.append("In this run fewer than two of ATTN_M's small scales have a drop, so no law is fitted.")
+    S = json.loads(ds.attrs["settings"])
+    for k in MODELS:
+        stuck = _with_course(ds, k, "no drop within the run")
+        if stuck:
+            parts.append(f"{LABELS[k]} from init {list_words([f'{i:g}' for i in stuck])} does not leave its plateau "
+                         f"within the {S[k]['epoch']} steps (its loss never falls by "
+                         f"{100 * ds.attrs['min_fall']:g} % of its start), so it has no drop and is not fitted.")
     for k in MODELS:
         m = ds.sel(model=k, init=_scales(ds, k))
         both = np.isfinite(m.drop_step.values) & np.isfinite(m.drop_step_theory.values)
         if both.any():
             ratio = m.drop_step.values[both] / m.drop_step_theory.values[both]
-            parts.append(f"Each {LABELS[k]} run with a plateau drops at {ratio.min():.2f} to {ratio.max():.2f} times "
-                         "the step at which the population loss of the same model from the same initial weights "
-                         "crosses its own midpoint (the same rule on both curves).")
+            parts.append(f"Each {LABELS[k]} run with a drop drops at {ratio_range(ratio)} the step at which the "
+                         "population loss of the same model from the same initial weights crosses its own midpoint "
+                         "(the same rule on both curves).")
     s = ds.sel(model="attn_s")
     scales = _scales(ds, "attn_s")
     sim, th = (np.array([float(v.sel(init=i)) for i in scales]) for v in (s.drop_step, s.drop_step_estimate))
     small = (np.array(scales) < SMALL) & np.isfinite(sim)
+    course = s.drop_course.sel(init=scales[-1]).item()
     last = (f"at its largest scale ({scales[-1]:g}) "
-            + ("it shows no plateau" if np.isnan(sim[-1]) else f"the first drop comes at step {sim[-1]:.0f}"))
+            + (f"the first drop comes at step {sim[-1]:.0f}" if course == "drop" else
+               "it shows no plateau" if course == "no plateau" else "it does not drop within the run"))
     if np.isfinite(law_s):
         late = float(np.median(sim[small] / th[small]))
         parts.append(f"ATTN_S's drops follow a power law (fitted exponent {law_s:.2f} against the theory's "
                      f"{float(ds.law_theory.sel(model='attn_s')):.0f}) "
-                     + (f"but come about {late:.1f} times later than" if late > 1 else f"and come at {late:.1f} times")
-                     + f" the leading-order estimate $\\tau/(\\lambda_1^2 v_0)$ with $v_0$ = init, which is an order "
-                     "of magnitude only: it assumes one head started along $e_1$ with $v = \\lVert k\\rVert = "
-                     f"\\lVert q\\rVert = v_0$, which a random start is not; {last}.")
+                     + (f"but come a median {late:.1f} times later than" if late > 1 else
+                        f"and come at a median {late:.1f} times")
+                     + " the leading-order estimate $\\tau/(\\lambda_1^2 v_0)$, with $v_0$ the geometric mean of a "
+                     "head's starting value and key and query scales as its initialisation sets them, which is an "
+                     "order of magnitude only: it assumes one head started along $e_1$ with "
+                     f"$v = \\lVert k\\rVert = \\lVert q\\rVert = v_0$, which a random start is not; {last}.")
     else:
-        parts.append(f"Fewer than two of ATTN_S's small scales have a plateau, so no law is fitted; {last}.")
+        parts.append(f"Fewer than two of ATTN_S's small scales have a drop, so no law is fitted; {last}.")
     return " ".join(parts)
 
 
@@ -232,8 +267,10 @@ def words(ds) -> dict:
     for k in MODELS:
         i = _scales(ds, k)[-1]
         sim = float(ds.drop_step.sel(model=k, init=i))
-        largest.append(f"{LABELS[k]} (init {i:g}) " + ("shows no plateau" if np.isnan(sim) else
-                                                       f"drops at step {sim:.0f}"))
+        course = ds.drop_course.sel(model=k, init=i).item()
+        largest.append(f"{LABELS[k]} (init {i:g}) " + (f"drops at step {sim:.0f}" if course == "drop" else
+                                                       "shows no plateau" if course == "no plateau" else
+                                                       "does not drop within the run"))
     return dict(small=ds.attrs["small"], H_m=run_m["head_num"], H_s=run_s["head_num"], R_s=run_s["rank"],
                 heads_s=f"{run_s['head_num']} head{'s' if run_s['head_num'] > 1 else ''}",
                 D=run_m["in_dim"], seq_len=run_m["seq_len"], lr_m=run_m["lr"], lr_s=run_s["lr"],

@@ -55,3 +55,16 @@ def join(items, last: str = "and") -> str:
     if not items:
         return "–"
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+def which_run(published: bool) -> dict[str, str]:
+    """What a page on the seed-0 run calls it, by whether its settings are the paper preset's
+    (``presets.is_published``): ``run`` ("the seed-0 ATTN_S run of Figure 3a", or "an ATTN_S run at settings of our
+    own" for a re-run at other knobs, which is not Figure 3a's run) and ``origin``, the clause on where it comes
+    from."""
+    if published:
+        return dict(run="the seed-0 ATTN_S run of Figure 3a",
+                    origin="it is the seed-0 run of Figure 3a, trained once and read back from the run store")
+    return dict(run="an ATTN_S run at settings of our own, not Figure 3a's",
+                origin="a run at settings of our own (Figure 3a's seed-0 run is the paper preset's), trained once "
+                       "and read back from the run store")

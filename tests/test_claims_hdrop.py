@@ -1,0 +1,324 @@
+"""Events that happened (issue 44, findings 2, 3, 4 and 11): the drop rule with a stated minimum fall, alignment read
+against the weights' growth and subspace stability at the rank learned, each on constructed cases (flat, creeping,
+transit, shoulder, out of order); and the claims of the four pages that use them (initialisation scale, diagnostics,
+Figure 3c, population), recomputed from each figure's dataset by a second route (numpy on the stored curves and
+weights, never the rule that wrote the claim), at the quick preset and at each page's knob cases."""
+
+import json
+
+import numpy as np
+import pytest
+
+from linattn import diagnostics as dg
+from linattn import events, theory
+from linattn import loss_curves as lc
+from linattn.companion import presets
+from linattn.companion.figures import beyond_diagnostics, beyond_population, fig03c_attns_alignment, figA_init_scale
+
+# ---------------------------------------------------------------- the drop rule on constructed curves
+
+
+def _logistic(step, centre, start, final, width=20.0):
+    return final + (start - final) / (1 + np.exp((step - centre) / width))
+
+
+def test_a_flat_or_creeping_curve_has_no_drop():
+    """The referee's case: ATTN_S from init 0.001 creeps down by 1e-8 of its level and never drops; its midpoint
+    crossing (step 18577) was an event that never happened."""
+    step = np.arange(20001)
+    creep = 1.0257691496786647 - 1e-8 * step / step[-1]
+    assert np.isnan(lc.half_drop_step(creep))
+    assert lc.first_drop_step(creep) is None and lc.first_drop_course(creep) == "no drop within the run"
+    assert np.isnan(lc.drop_steps(creep, [creep[0], creep[-1]])[0])
+    flat = np.full(500, 0.7)
+    assert np.isnan(lc.half_drop_step(flat)) and lc.first_drop_course(flat) == "no drop within the run"
+
+
+def test_the_minimum_fall_is_a_fraction_of_the_level_left():
+    step = np.arange(1000)
+    small = _logistic(step, 500.0, 1.0, 1.0 - 0.5 * lc.MIN_FALL)  # half the least fall: no drop
+    large = _logistic(step, 500.0, 1.0, 1.0 - 2 * lc.MIN_FALL)  # twice it: a drop, at the midpoint crossing
+    assert np.isnan(lc.half_drop_step(small))
+    crossing = int(np.argmax(large < (large[0] + large[-1]) / 2))
+    assert crossing in (500, 501) and lc.half_drop_step(large) == crossing and lc.first_drop_course(large) == "drop"
+    assert np.isfinite(lc.half_drop_step(small, min_fall=0.0))  # with no least fall the small one would count
+    with pytest.raises(ValueError, match="min_fall"):
+        lc.drop_steps(large, [1.0, 0.5], min_fall=1.5)
+
+
+def test_every_saddle_gap_the_package_draws_is_a_drop():
+    """The stated reason for 1 %: the smallest relative gap between neighbouring saddle levels, L(M_7) − L(M_8) at
+    D = 8, N = 15 on an evenly spread spectrum, is 2.2 % of L(M_7), so no true drop is dropped."""
+    for D in (2, 4, 8):
+        for N in (15, 31):
+            levels = theory.plateau_losses(np.diag(np.arange(D, 0, -1.0) / D), N)
+            assert np.all(-np.diff(levels) >= lc.MIN_FALL * levels[:-1]), (D, N)
+
+
+def test_a_transit_through_a_level_counts_both_drops_at_their_crossings():
+    levels = np.array([1.0, 0.6, 0.3])
+    step = np.arange(1000)
+    transit = _logistic(step, 400.0, 1.0, 0.3, width=10.0)  # no rest at 0.6: straight from L_0 to L_2
+    found = lc.drop_steps(transit, levels)
+    assert found[0] == np.argmax(transit < 0.8) and found[1] == np.argmax(transit < 0.45)
+    assert found[0] <= found[1]
+
+
+def test_a_shoulder_above_the_midpoint_is_no_drop():
+    """A curve that slows at 0.5, above the midpoint 0.45 of L_1 = 0.6 and L_2 = 0.3, makes drop 1 only."""
+    step = np.arange(1000)
+    shoulder = _logistic(step, 300.0, 1.0, 0.5, width=10.0)
+    found = lc.drop_steps(shoulder, [1.0, 0.6, 0.3])
+    assert np.isfinite(found[0]) and np.isnan(found[1])
+
+
+def test_out_of_order_a_dip_that_comes_back_counts_its_first_passage():
+    """A curve that dips to L_2, returns to L_1 and falls again: the drops are its first passages below each
+    midpoint, in order, whatever came after."""
+    loss = np.concatenate([np.full(100, 1.0), np.full(50, 0.3), np.full(100, 0.6), np.full(50, 0.3)])
+    assert list(lc.drop_steps(loss, [1.0, 0.6, 0.3])) == [100.0, 100.0]
+    # a curve that rises has no drop, and a curve that starts below its midpoint falls at once: no plateau
+    assert np.isnan(lc.half_drop_step(loss[::-1].copy()))
+    at_once = np.concatenate([[1.0], np.full(200, 0.2)])
+    assert lc.first_drop_course(at_once) == "no plateau" and lc.first_drop_step(at_once) is None
+
+
+# ---------------------------------------------------------------- alignment against growth, constructed
+
+
+def test_alignment_against_growth_on_constructed_heads():
+    step = 10 * np.arange(100)
+    grows = np.concatenate([np.full(50, 0.01), np.linspace(0.01, 1.0, 50)])  # grows from index 50 on
+    early = np.concatenate([np.linspace(0.2, 0.95, 30), np.full(70, 0.99)])  # aligned at index ≈ 28
+    late = np.concatenate([np.full(80, 0.3), np.full(20, 0.99)])  # aligned at index 80, long after it grew
+    start = np.full(100, 0.95)
+    never = np.full(100, 0.5)
+    g = events.alignment_against_growth(early, grows, step, aligned=0.9)
+    assert g.verdict(0.9) == "aligned before it grew" and g.size_when_aligned == pytest.approx(0.01)
+    g = events.alignment_against_growth(late, grows, step, aligned=0.9)
+    assert g.verdict(0.9) == "grew before it aligned" and g.overlap_when_grown == 0.3
+    assert g.grown_step == step[np.argmax(grows >= 0.1)] and g.aligned_step == 800
+    assert events.alignment_against_growth(start, grows, step, aligned=0.9).verdict(0.9) == "aligned from the start"
+    assert events.alignment_against_growth(never, grows, step, aligned=0.9).verdict(0.9) == "not aligned"
+    # a head that grows and then hands its direction over (shrinks) is measured against its largest value
+    handed = np.concatenate([grows, np.full(20, 0.05)])
+    assert np.nanmax(events.value_fraction(handed[:, None])) == 1.0
+
+
+# ---------------------------------------------------------------- subspace stability, constructed
+
+
+def _rotated_cov(seed=0):
+    q = np.linalg.qr(np.random.default_rng(seed).standard_normal((4, 4)))[0]
+    return q @ np.diag([0.4, 0.3, 0.2, 0.1]) @ q.T, q
+
+
+def test_the_learned_subspace_of_each_saddle_is_the_theorys_and_the_final_top_direction_is_not():
+    cov, q = _rotated_cov()
+    for m in range(1, 4):
+        A = theory.pcr_weights(cov, 31, m, normalize="mean")
+        assert dg.numerical_rank(A) == m and dg.learned_subspace_distance(A, cov) < 1e-12
+    # the final matrix's top singular direction is e_4 (its largest value 1/(λ_4 c_4)): comparing k = 1 with it, as
+    # the page did, jumps at every drop
+    final = theory.pcr_weights(cov, 31, 4, normalize="mean")
+    assert abs(dg.top_subspace(final, 1)[:, 0] @ q[:, 3]) == pytest.approx(1.0)
+    wrong = np.outer(q[:, 1], q[:, 1])  # rank one, but along e_2
+    assert dg.learned_subspace_distance(wrong, cov) == pytest.approx(1.0)
+
+
+def test_a_learned_subspace_that_stays_does_not_move_and_one_that_is_swapped_does():
+    cov, q = _rotated_cov(1)
+    M1, M2 = (theory.pcr_weights(cov, 31, m, normalize="mean") for m in (1, 2))
+    assert dg.learned_subspace_moved(M1, [M1, M2, M2], 1) < 1e-12
+    swapped = np.outer(q[:, 1], q[:, 1]) + np.outer(q[:, 2], q[:, 2])  # rank two without e_1
+    assert dg.learned_subspace_moved(M1, [M2, swapped], 1) == pytest.approx(1.0)
+    assert np.isnan(dg.learned_subspace_moved(M1, [theory.pcr_weights(cov, 31, 4, normalize="mean")], 1))
+
+
+# ---------------------------------------------------------------- the pages, by a second route
+
+
+def _cases(module):
+    return [dict()] + [dict(c) for c in module.KNOB_CASES]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return tmp_path_factory.mktemp("hdrop_runs")
+
+
+def _build(module, case, store, monkeypatch):
+    monkeypatch.setenv("LINATTN_RUNS_DIR", str(store))
+    return module.compute(presets.resolve(module.NAME, "quick", case))
+
+
+def _numpy_drop(L, min_step=10):
+    """The first drop of a curve by numpy: none unless it falls by 1 % of its start; the first index below the
+    midpoint of its start and end; too early is no plateau."""
+    L = L[np.isfinite(L)]
+    if L[0] - L[-1] < 0.01 * abs(L[0]) or not (L < (L[0] + L[-1]) / 2).any():
+        return "no drop within the run", np.nan
+    k = int(np.argmax(L < (L[0] + L[-1]) / 2))
+    return ("drop", float(k)) if k >= min_step else ("no plateau", np.nan)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _cases(figA_init_scale), ids=str)
+def test_init_scale_claims_by_a_second_route(case, store, monkeypatch):
+    page = figA_init_scale
+    ds = _build(page, case, store, monkeypatch)
+    S = json.loads(ds.attrs["settings"])
+    summary, table = page.summary(ds), page.claims_table(ds).rows
+    for k, model in page.MODELS.items():
+        scales = [float(i) for i in S[page._INITS[k]]]
+        course, drop = zip(*[_numpy_drop(ds.train_loss.sel(model=k, init=i).values) for i in scales])
+        np.testing.assert_array_equal(ds.drop_step.sel(model=k, init=scales).values, drop)
+        assert list(ds.drop_course.sel(model=k, init=scales).values) == list(course)
+        stuck = [i for i, c in zip(scales, course) if c == "no drop within the run"]
+        at_once = [i for i, c in zip(scales, course) if c == "no plateau"]
+        row = next(r for r in table if r["what"] == f"{page.LABELS[k]}: scales with no plateau")
+        assert row["ours"] == (", ".join(f"{i:g}" for i in at_once) or "none")
+        last = {"drop": f"drops at step {drop[-1]:.0f}", "no plateau": "shows no plateau",
+                "no drop within the run": "does not drop within the run"}[course[-1]]
+        assert f"{page.LABELS[k]} (init {scales[-1]:g}) {last}" in page.words(ds)["largest"]
+        row = next(r for r in table if r["what"] == f"{page.LABELS[k]}: scales with no drop within the run")
+        assert row["ours"] == (", ".join(f"{i:g}" for i in stuck) or "none")
+        assert (f"{page.LABELS[k]} from init" in summary) == bool(stuck)
+        # the fitted law: only the small scales that drop
+        x, y = np.array(scales), np.array(drop)
+        ok = np.isfinite(y) & (x < page.SMALL)
+        law = float(ds.law.sel(model=k))
+        if ok.sum() >= 2:
+            fit = (np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0] if model == "attnS"
+                   else np.polyfit(-np.log(x[ok]), y[ok], 1)[0])
+            assert law == pytest.approx(fit, rel=1e-9)
+        else:
+            assert np.isnan(law)
+        # the ratio sentence: run over population twin, over the runs where both drop
+        th = ds.drop_step_theory.sel(model=k, init=scales).values
+        both = np.isfinite(y) & np.isfinite(th)
+        if both.any():
+            r = y[both] / th[both]
+            lo, hi = f"{r.min():.2f}", f"{r.max():.2f}"
+            assert f"drops at {lo} times" in summary if lo == hi else f"drops at {lo} to {hi} times" in summary
+    # the escape estimate is τ/(λ_1² v_0), v_0 the geometric mean of v = init and k = q = init/√(R(D+1)) (jan2025)
+    run = S["attn_s"]
+    D, R, N = run["in_dim"], run["rank"], run["seq_len"] - 1
+    lam1 = float(np.linalg.eigvalsh(ds.cov.values)[-1])
+    for init in S["inits_s"]:
+        _, init_p = theory.to_paper_normalisation("attnS", N, lr=run["lr"], init=init)
+        v0 = init_p / (R * (D + 1)) ** (1 / 3)
+        expected = theory.time_to_steps(1 / (lam1**2 * v0), run["lr"], normalize="sum", model="attnS", N=N)
+        assert float(ds.drop_step_estimate.sel(model="attn_s", init=init)) == pytest.approx(float(expected))
+    # the median ratio of the small scales' drops to that estimate, as the summary words it
+    sim = ds.drop_step.sel(model="attn_s", init=S["inits_s"]).values
+    est = ds.drop_step_estimate.sel(model="attn_s", init=S["inits_s"]).values
+    small = (np.array(S["inits_s"]) < page.SMALL) & np.isfinite(sim)
+    if np.isfinite(float(ds.law.sel(model="attn_s"))):
+        assert f"median {np.median(sim[small] / est[small]):.1f} times" in summary
+    assert "v_0$ = init" not in summary and "nan" not in summary
+
+
+def _own_distance(U, V):
+    """sqrt(mean sin²θ) over the principal angles, by the cosines (the singular values of UᵀV)."""
+    if not U.shape[1] or not V.shape[1]:
+        return 0.0
+    c = np.clip(np.linalg.svd(U.T @ V, compute_uv=False), 0, 1)
+    return float(np.sqrt(np.mean(1 - c**2)))
+
+
+def _own_rank(A):
+    s = np.linalg.svd(A, compute_uv=False)
+    return int((s > 0.05 * s[0]).sum()) if s[0] > 0 else 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _cases(beyond_diagnostics), ids=str)
+def test_diagnostics_subspace_claims_by_a_second_route(case, store, monkeypatch):
+    page = beyond_diagnostics
+    ds = _build(page, case, store, monkeypatch)
+    A, E = ds.A.values, ds.eigenvectors.values
+    D = E.shape[0]
+    ranks = [_own_rank(a) for a in A]
+    assert list(ds.numerical_rank.values) == ranks
+    own = [_own_distance(np.linalg.svd(a)[0][:, :r], E[:, :r]) for a, r in zip(A, ranks)]
+    np.testing.assert_allclose(ds.subspace_dist.values, own, atol=1e-6)
+    rows = {r["key"]: r for r in page.numbers(ds)}
+    assert "subspace_dist.final" not in rows and not any(k.startswith(f"subspace_dist.M{D}") for k in rows)
+    summary = page.summary(ds)
+    steps = ds.step.values
+    for p, m in page._plateaus(ds):
+        i = int(np.flatnonzero(steps == int(ds.subspace_read_step.sel(plateau=p)))[0])
+        U = np.linalg.svd(A[i])[0][:, :m]
+        later = [_own_distance(U, np.linalg.svd(b)[0][:, :r]) for b, r in zip(A[i + 1:], ranks[i + 1:]) if m <= r < D]
+        moved = float(ds.subspace_moved_after.sel(plateau=p))
+        if later:
+            assert moved == pytest.approx(max(later), abs=1e-6)
+            assert f"{moved:.2g}" in summary
+        else:
+            assert np.isnan(moved)
+        on = (steps >= ds.plateau_start.sel(plateau=p).item()) & (steps <= ds.plateau_end.sel(plateau=p).item())
+        median = float(ds.subspace_dist_on_plateau.sel(plateau=p))
+        if on.any():  # a median over the rest's core lies within the rest's own range
+            assert min(np.array(own)[on]) - 1e-9 <= median <= max(np.array(own)[on]) + 1e-9
+    assert "final one" not in summary and "nan" not in summary
+    said = page.words(ds)["run"]
+    assert ("Figure 3a" in said and "our own" not in said) == presets.is_published(page.NAME,
+                                                                                   json.loads(ds.attrs["settings"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _cases(fig03c_attns_alignment), ids=str)
+def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
+    page = fig03c_attns_alignment
+    ds = _build(page, case, store, monkeypatch)
+    both = np.minimum(ds.key_alignment.values, ds.query_alignment.values)
+    size = np.abs(ds.value.values) / np.abs(ds.value.values).max(axis=0)
+    steps, words = ds.step.values, page.words(ds)["growth"]
+    aligned, grown = ds.attrs["aligned"], ds.attrs["grown"]
+    for d in ds.direction.values:
+        h = int(ds.aligned_head.sel(direction=d)) - 1
+        if h < 0:
+            assert ds.growth_verdict.sel(direction=d).item() == "not aligned"
+            continue
+        o, v = both[:, h, d - 1], size[:, h]
+        a, g = int(np.argmax(o > aligned)), int(np.argmax(v >= grown))
+        assert steps[a] == float(ds.aligned_step.sel(direction=d))
+        assert float(ds.overlap_at_start.sel(direction=d)) == o[0]
+        assert float(ds.overlap_when_grown.sel(direction=d)) == o[g]
+        assert float(ds.size_when_aligned.sel(direction=d)) == pytest.approx(v[a])
+        verdict = ("aligned from the start" if o[0] > aligned else
+                   "aligned before it grew" if a <= g else "grew before it aligned")
+        assert ds.growth_verdict.sel(direction=d).item() == verdict
+        if verdict == "grew before it aligned":
+            assert f"{o[g]:.2g}" in words
+        elif verdict == "aligned from the start":
+            assert f"overlap {o[0]:.2f} at step 0" in words
+    assert "silent" not in words and "before the drop" not in words
+    said = page.words(ds)["run"]
+    assert ("Figure 3a" in said and "our own" not in said) == presets.is_published(page.NAME,
+                                                                                   json.loads(ds.attrs["settings"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _cases(beyond_population), ids=str)
+def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
+    page = beyond_population
+    ds = _build(page, case, store, monkeypatch)
+    summary = page.summary(ds)
+    theory_levels = ds.plateau_theory.values
+    for c in ds.curve.values:
+        found = ds.plateau_level.sel(curve=c).values
+        gap = found - theory_levels
+        if not np.isfinite(gap).any():
+            continue
+        m = int(np.nanargmax(np.abs(gap)))
+        side = "at" if f"{abs(gap[m]):.3f}" == "0.000" else ("below" if gap[m] < 0 else "above")
+        assert f"{c}: {abs(gap[m]):.3f} {side} L(" in summary
+    if page.FLOW in ds.curve.values:  # the flow sentence: the largest |GD − flow| over the run
+        gap = np.abs(ds.train_loss.sel(curve=page.GD).values - ds.train_loss.sel(curve=page.FLOW).values).max()
+        assert f"over the run: {gap:.2g}." in summary
+    words = page.words(ds)
+    assert "0.013" not in summary and "nan" not in summary and "Figure 3a" not in words["caption"]
+    assert (words["where"] == "at Figure 3a's settings") == presets.is_published(page.NAME,
+                                                                                json.loads(ds.attrs["settings"]))
