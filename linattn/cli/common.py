@@ -95,10 +95,11 @@ def flag_words(name: str, value=ALONE, *, typed: dict | None = None) -> str:
     return f"{flag} {'inf' if value is None else value}"
 
 
-def cli_message(error: ConfigError, args: argparse.Namespace | None = None) -> str:
+def cli_message(error: ConfigError, args: argparse.Namespace | None = None, *, swept=()) -> str:
     """``error``'s message in the words of ``linattn train``: every setting it names by its flag, the one typed on
-    the command line ``args`` where there was one."""
-    typed = getattr(args, TYPED, None)
+    the command line ``args`` where there was one (not for the settings ``swept`` by a grid, whose values came from
+    the grid, not from that flag)."""
+    typed = {k: v for k, v in (getattr(args, TYPED, None) or {}).items() if k not in swept}
     return error.words(lambda name, *value: flag_words(name, *value, typed=typed))
 
 

@@ -214,7 +214,7 @@ def cmd_sweep(args) -> int:
         if args.out is not None:
             sweeps.check_out(args.out)
     except ConfigError as e:
-        raise UsageError(cli_message(e, args)) from None
+        raise UsageError(cli_message(e, args, swept=grid)) from None
     finished = sum(state != "to run" for _, _, state in rows)
     if args.dry_run:
         return _print_plan(spec, rows, finished)
