@@ -166,13 +166,13 @@ def out_of_order(first_steps) -> list[tuple[int, int]]:
 # Alignment read against the weights' growth
 # --------------------------------------------------------------------------------------------------------------
 
-#: The size at which a head counts as grown, as a fraction of its largest value weight max_t |v_h(t)|: a tenth, well
+#: The size at which a head counts as grown, as a fraction of its largest value weight max_t abs(v_h). A tenth is well
 #: above its start (the paper's init is 1–2 % of a learned head's value) and well below the rise that makes its drop.
 GROWN = 0.1
 
 
 def value_fraction(values) -> np.ndarray:
-    """(snapshots, H): |v_h(t)| / max_t |v_h(t)|, each head's value weight as a fraction of its largest over the run
+    """(snapshots, H): abs(v_h(t)) / max_t abs(v_h), each head's value weight as a fraction of its largest over the run
     (its final one for a head that keeps what it learned; the largest, for one that hands a direction over to another
     head and shrinks; NaN for a head that is 0 throughout)."""
     v = np.abs(np.asarray(values, dtype=np.float64))
@@ -191,10 +191,10 @@ class GrowthAlignment:
     """One head's alignment with one direction read against its growth (:func:`alignment_against_growth`)."""
 
     overlap_at_start: float  # its overlap with the direction at the first snapshot
-    overlap_when_grown: float | None  # its overlap when |v| first reaches ``grown`` of its largest (None: never)
+    overlap_when_grown: float | None  # its overlap when abs(v) first reaches ``grown`` of its largest (None: never)
     grown_step: int | None  # that step
     aligned_step: int | None  # the first step its overlap exceeds ``aligned`` (None: never)
-    size_when_aligned: float | None  # |v| / max |v| at that step
+    size_when_aligned: float | None  # abs(v) / max abs(v) at that step
 
     def verdict(self, aligned: float) -> str:
         """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
@@ -213,8 +213,8 @@ class GrowthAlignment:
 def alignment_against_growth(overlap, values, steps, *, aligned: float, grown: float = GROWN) -> GrowthAlignment:
     """One head's overlap with a direction (``overlap``: one per snapshot, e.g. the smaller of its key's and its
     query's, :func:`vector_alignment`) read against its value weight (``values``: v_h at the same snapshots): its
-    overlap at the start and when |v_h| first reaches ``grown`` × max_t |v_h| (:func:`value_fraction`), and its size
-    |v_h|/max_t |v_h| when the overlap first exceeds ``aligned`` (as ``first_crossings`` counts a crossing).
+    overlap at the start and when abs(v_h) first reaches ``grown`` × its largest (:func:`value_fraction`), and its size
+    abs(v_h)/max_t abs(v_h) when the overlap first exceeds ``aligned`` (as ``first_crossings`` counts a crossing).
     Silent alignment (Atanasov et al. 2022: from a small start the tangent kernel turns to the task while the weights
     are small, then grows in scale without changing its directions) has as its analogue here a head that points
     along its direction before its value grows: :meth:`GrowthAlignment.verdict` says whether this head's data show

@@ -94,8 +94,8 @@ def first_step_below(loss, level: float, steps=None) -> float:
     return float(below[0] if steps is None else np.asarray(steps)[below[0]])
 
 
-#: The least fall that counts as a drop, as a fraction of the level the curve falls from: a pair of levels
-#: L_{d−1} > L_d with L_{d−1} − L_d < MIN_FALL·|L_{d−1}| makes no drop, whatever the curve does. Why 1 %: a curve
+#: The least fall that counts as a drop, as a fraction of the level the curve falls from. A pair of levels
+#: L_{d−1} > L_d with L_{d−1} − L_d < MIN_FALL·L_{d−1} makes no drop, whatever the curve does. Why 1 %: a curve
 #: resting on a plateau still creeps (ATTN_S from init 0.001 falls 1e-8 of its level in 20000 steps, and its
 #: midpoint crossing would be an event that never happened), while the smallest gap between neighbouring saddle
 #: levels the package draws is L(M_7) − L(M_8) at D = 8, N = 15: 2.2 % of L(M_7).
@@ -107,7 +107,7 @@ def drop_steps(loss, levels, steps=None, *, min_fall: float = MIN_FALL) -> np.nd
     loss is below their midpoint (L_{d−1} + L_d)/2 (:func:`first_step_below`; NaN if it never gets there).
 
     A drop is a fall of at least ``min_fall`` (:data:`MIN_FALL`) of the level it leaves: where
-    L_{d−1} − L_d < min_fall·|L_{d−1}| (a flat curve's own start and end, two levels that are one) there is no drop
+    L_{d−1} − L_d < min_fall·abs(L_{d−1}) (a flat curve's own start and end, two levels that are one) there is no drop
     to find and the answer is NaN. Passing the midpoint is then a fall of at least half that gap.
 
     The one drop-step rule of the package (figures, benchmarks and ``published``): with ``theory.plateau_losses``
@@ -132,7 +132,7 @@ def half_drop_step(loss, steps=None, *, start: float | None = None, final: float
     step 0, and a run or a theory curve that has finished its drop ends at its final level. Give the levels where
     they are known better (a noisy curve: the plateau's median). The one half-drop rule for a simulated loss and a
     theory loss alike, so that the two are the same quantity. NaN where the curve never gets below the midpoint,
-    or where it does not fall by ``min_fall`` of its start (start − final < min_fall·|start|: a flat or rising
+    or where it does not fall by ``min_fall`` of its start (start − final < min_fall·abs(start): a flat or rising
     curve has no drop).
     """
     y = np.asarray(loss, dtype=np.float64)

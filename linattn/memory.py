@@ -148,8 +148,8 @@ def memory_estimate(cfg, *, draws_data: bool = True, engine: str | None = None,
     float64 with ``"streams"``); drawing a set briefly holds its inputs in float64 and two more copies; the engine
     copies the data (autograd, softmax) or holds its moments (exact: two F×F float64 matrices, F the length of the
     model's feature, and one chunk; population: no data, the moment tensors). The attention models' forward pass
-holds a few (rows, H, n) tensors, per sequence, head and token (:func:`_head_activations`: the exact engine's check
-on 256 sequences, autograd's graph of a chunk): with many heads the largest part. The history holds one float64 row
+    holds a few (rows, H, n) tensors, per sequence, head and token (the per-head activations: the exact engine's check
+    on 256 sequences, autograd's graph of a chunk): with many heads the largest part. The history holds one float64 row
     a recorded step (step, loss, test losses, value weights with ``track_value``; every step, or the ``record``
     steps of a flow), every ``snapshot_every`` steps a copy of the weights is kept, and gradient flow holds the
     weights at every recorded step while it evaluates the losses.

@@ -92,14 +92,14 @@ def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | N
     ``objective`` is any engine object with ``value_and_grad(model)`` and ``value(model)`` (``linattn.objectives``);
     ``tests`` maps "test_iwl"/"test_icl" to such objects, evaluated (without gradients) before every step.
     ``snapshot_every`` > 0 stores ``snapshot(model)`` (default: the weights) every k steps and at the end.
-    ``progress``: a tqdm bar on a terminal, and elsewhere (a log) a plain line every :data:`PROGRESS_EVERY_S`
+    ``progress``: a tqdm bar on a terminal, and elsewhere (a log) a plain line every ``PROGRESS_EVERY_S``
     seconds on stderr; None: the bar on a terminal, nothing elsewhere; False: nothing. ``start_step``: the number of
     the first step, for a run that continues another from its weights at that step (the history's ``step`` and the
     snapshots then line up with a run that never stopped: GD is a function of the weights alone).
 
     Where the objective offers a compiled loop for this model and these tests (``objective.compiled_steps``: the
     exact engine's C kernel), the steps run there, many a call; otherwise one Python step at a time through
-    ``value_and_grad``. Both record the same rows, and both report to the bar in blocks of about :data:`CALL_S`
+    ``value_and_grad``. Both record the same rows, and both report to the bar in blocks of about ``CALL_S``
     seconds (the C loop returns between them, so a signal is heard there too).
     """
     tests = tests or {}
