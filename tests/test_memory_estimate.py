@@ -1,5 +1,5 @@
 """The memory estimate against measured runs (issue 45, finding 4): a run's peak resident memory, measured in a fresh
-process (``ru_maxrss``) less that of a one-head run of the same engine (the interpreter, torch, the engine's code),
+process (its ``VmHWM``) less that of a one-head run of the same engine (the interpreter, torch, the engine's code),
 is within a factor of two of :func:`linattn.memory.memory_estimate`, across models, engines, heads, P, n and D.
 Before, many heads were counted as their weights alone: 2 MiB for runs that took 200 MiB."""
 
@@ -19,12 +19,15 @@ from linattn.memory import memory_estimate, memory_parts
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+# the child's own peak: VmHWM, the high-water mark of its address space. Not ru_maxrss, which Linux carries over
+# exec from the process that forked it (a test worker grown past the run's peak would measure itself every time).
 _MEASURE = """
-import json, resource, sys
+import json, re, sys
 import linattn
 cfg = linattn.RunConfig(**json.loads(sys.argv[1]))
 linattn.run(cfg, progress=False, max_memory="1T")
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+status = open("/proc/self/status").read()
+print(int(re.search(r"VmHWM:\\s*(\\d+) kB", status).group(1)) * 1024)
 """
 # engine → the settings of a one-head run of it: what every run of that engine holds whatever its size
 BASELINES = {"exact": {}, "autograd": dict(engine="autograd"), "softmax": dict(softmax=True),

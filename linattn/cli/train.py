@@ -182,10 +182,10 @@ class _WriteFailed(Exception):
 def _stuck(signum: int, unfinished: list, out: Path, existed: bool) -> None:
     """A signal the training could not take in time (one long step in C): remove the unfinished run's folders and say
     so; the watchdog of :func:`~linattn.companion.interrupts.signals_interrupt` then ends the process."""
+    _drop_own_lock(out)  # first: it lies in out's parent, which may be one of the folders made for the run
     if unfinished:
         shutil.rmtree(unfinished[0], ignore_errors=True)
         _remove_empty(unfinished[1:])
-    _drop_own_lock(out)
     words = interrupted_words(Interrupted(signum), out, placed=False, existed=existed)
     print(f"linattn train: {words}; stopped in the middle of a step", file=sys.stderr, flush=True)
 

@@ -147,6 +147,8 @@ def _fmt(x) -> str:
         return x
     if float(x).is_integer() and abs(x) < 1e9:  # a step or a count: all its digits, never 1.474e+05
         return str(int(x))
+    if 1e4 <= abs(x) < 1e9:  # a step estimate (86190.4): whole steps, never 8.619e+04
+        return str(step_number(x))
     return f"{x:.4g}"
 
 

@@ -83,7 +83,7 @@ HELP: dict[str, str] = {
 # counts as none (a settled cell, a drifting weight).
 PLATEAU_TOLERANCE = 0.04
 SETTLED = 0.02
-PLATEAUS = (r"(.*\.)?(plateau|final_loss)(\..*)?", "abs", PLATEAU_TOLERANCE)
+PLATEAUS = (r"(.*\.)?(plateau|rest\d+|final_loss)(\..*)?", "abs", PLATEAU_TOLERANCE)  # a rest: at its saddle
 EXACT = (r".*", "abs", 0.0)  # counts (schematics): equal to the theory
 
 
