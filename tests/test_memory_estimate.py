@@ -37,7 +37,7 @@ GRID = [
     ("exact", dict(head_num=1000, trainset_size=256)),
     ("exact", dict(model="attnS", rank=2, head_num=600, in_dim=6, seq_len=48, trainset_size=256)),
     ("exact", dict(head_num=1000, trainset_size=128, testset_size=256)),
-    ("autograd", dict(engine="autograd", head_num=300, trainset_size=512, chunk=128)),
+    ("autograd", dict(engine="autograd", head_num=600, trainset_size=512, chunk=128)),
     ("autograd", dict(engine="autograd", model="attnS", head_num=300, trainset_size=256)),
     ("autograd", dict(engine="autograd", softmax=True, head_num=300, trainset_size=256)),
     ("softmax", dict(softmax=True, head_num=20000, trainset_size=256)),
