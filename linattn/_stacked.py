@@ -159,7 +159,7 @@ def train_stacked(plans: list, *, snapshot_every: int = 0, snapshot=None) -> lis
     heads = cfg0.head_num
     values = torch.empty(len(plans), T, heads, **f64) if any(p.config.track_value for p in plans) else None
     take = snapshot or weights_of
-    snaps = [[] for _ in plans]
+    snaps: list[list] = [[] for _ in plans]
     results: list = [None] * len(plans)
     t = 0
     with torch.no_grad():

@@ -68,7 +68,7 @@ def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, sna
             for i, result in enumerate(results):
                 _report(on_result, i, result)
             return results
-        shared = {}  # draws and moments the members share
+        shared: dict = {}  # draws and moments the members share
         return [_report(on_result, i, _alone(p, snapshot_every, snapshot, shared)) for i, p in enumerate(plans)]
 
 

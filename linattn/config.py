@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 
@@ -272,7 +272,7 @@ class RunConfig:
         if self.record is None:
             return None
         if is_int(self.record):
-            return log_steps(self.epoch, int(self.record))
+            return log_steps(self.epoch, int(cast(int, self.record)))
         return np.asarray(self.record, dtype=np.int64)
 
     def to_dict(self) -> dict:

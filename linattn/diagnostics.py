@@ -55,7 +55,7 @@ def combined_A(model, N: int | None = None, *, normalize: str) -> np.ndarray:
     The model's own A for ``normalize="mean"``, N times it for ``"sum"`` (which then needs ``N``)."""
     if normalize == "sum" and N is None:
         raise ValueError("a reference-normalised model needs N to convert A to the paper's normalisation")
-    return head_matrices(model).sum(axis=0) * theory.feature_scale(N, normalize=normalize)
+    return head_matrices(model).sum(axis=0) * theory.feature_scale(N or 0, normalize=normalize)  # N: checked above
 
 
 def white_sigma(model, N: int | None = None, *, normalize: str) -> float:
@@ -259,9 +259,9 @@ def tidy(snapshots, cov, N: int, *, normalize: str, lr: float | None = None,
     if lr is not None:
         table["time"] = theory.steps_to_time(steps, lr, normalize=normalize, model=model, N=N)
     table.update({name: np.asarray(col) for name, col in rows.items()})
-    overlaps = np.asarray(overlaps)
+    overlap_table = np.asarray(overlaps)
     for d in range(D):
-        table[f"overlap_{d + 1}"] = overlaps[:, d]
+        table[f"overlap_{d + 1}"] = overlap_table[:, d]
     return table
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any, cast
 
 import numpy as np
 
@@ -129,6 +130,7 @@ def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot, shared: dict
         drawn_data, drawn_init = _draw(cfg, shared)
         datasets = drawn_data if datasets is None else datasets
         init = drawn_init if init is None else init
+    init = cast(dict, init)  # the plan or the draw above holds the initial weights
     import torch
 
     from .models import build_model
@@ -174,7 +176,7 @@ def continued(result: RunResult, epoch: int) -> RunResult:
     drawn = None if given is not None else result.datasets  # read back: drawn again on first use
     more = run(p.continued(result.weights, cfg.epoch, epoch - cfg.epoch, drawn), snapshot_every=result.snapshot_every)
     h, k = result.history, more.history
-    join = {name: None if getattr(h, name) is None else np.concatenate([getattr(h, name), getattr(k, name)])
+    join: dict[str, Any] = {name: None if getattr(h, name) is None else np.concatenate([getattr(h, name), getattr(k, name)])
             for name in ("step", "train_loss", "test_iwl", "test_icl", "values")}
     snaps = dict(h.snapshots) | dict(k.snapshots)
     history = History(**join, snapshots=sorted(snaps.items(), key=lambda s: s[0]),

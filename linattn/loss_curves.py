@@ -8,6 +8,7 @@ learned (:func:`learning_course`), and the drops a run should make, predicted fr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def detect_plateaus(loss, steps=None, *, rel_tol: float = 0.01, abs_tol: float |
     edges = np.diff(np.concatenate([[0], flat.astype(int), [0]]))
     run_starts, run_ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
     runs = [(a, b) for a, b in zip(run_starts, run_ends) if b - a + 1 >= min_len]
-    merged: list[list[int]] = []
+    merged: list[list[Any]] = []
     for a, b in runs:
         if merged and abs(np.median(y[a:b + 1]) - np.median(y[merged[-1][0]:merged[-1][1] + 1])) < 2 * tol:
             merged[-1][1] = b
@@ -190,6 +191,7 @@ def predicted_drop_steps(config, init: dict, cov, *, horizon: int | None = None,
     levels = theory.plateau_losses(cov, config.N)
     horizon = config.epoch if horizon is None else int(horizon)
     base = dataclasses.replace(config.on_population(cov), dynamics="gd")  # in chunks, continued by start_step
+    weights: dict | None
     losses, weights, done = [], init, 0
     while done < horizon:
         part = run(dataclasses.replace(base, epoch=min(chunk, horizon - done)), init=weights, start_step=done,
@@ -540,7 +542,7 @@ class RankSummary:
         (``R1.<key>.learned``, ``R1.<key>.plateau.M2``, …)."""
         R = self.rank
         k = f"R{R}" + (f".{key}" if key else "")
-        out = [dict(key=f"{k}.long_plateaus",
+        out: list[dict] = [dict(key=f"{k}.long_plateaus",
                     quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
                     theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
                dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}"
@@ -548,7 +550,7 @@ class RankSummary:
                     paper=paper_learned,
                     theory=predicted_learned,
                     reproduced=self.learned)]
-        firsts = {}
+        firsts: dict[int, float] = {}
         for m, level in zip(self.plateaus.m, self.plateaus.plateaus.levels):
             if m is not None:
                 firsts.setdefault(m, level)  # a saddle's first rest (a curve may come back near it)

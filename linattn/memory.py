@@ -200,7 +200,7 @@ def _within(cfg, parts: dict[str, int], max_memory, engine: str) -> int:
     need = _peak(parts)
     limit = available_memory() if max_memory is None else parse_size(max_memory)
     if limit is not None and need > limit:
-        largest = max(parts, key=parts.get)
+        largest = max(parts, key=lambda part: parts[part])
         what = "memory available now" if max_memory is None else "the limit given"
         raise ConfigError(f"this run needs about {format_size(need)} of memory (largest part: {largest}, "
                           f"{format_size(parts[largest])}), more than {named('max_memory')}: {format_size(limit)} "

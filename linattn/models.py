@@ -463,6 +463,7 @@ def build_model(model: str, weights: dict[str, np.ndarray], *, softmax: bool = F
     ``device`` in ``dtype``. Wrong keys or shapes raise one ValueError naming the expected ones."""
     weights = check_weights(model, weights)
     w = {k: torch.as_tensor(np.asarray(v), dtype=dtype) for k, v in weights.items()}
+    net: nn.Module
     if model == "attnM":
         net = AttnM(w["W_KQ"], w["W_V"], softmax=softmax)
     elif model == "attnS":

@@ -11,6 +11,8 @@ prefix's output by n. :func:`cut_prefix` is the one place that cuts a prefix.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 NORMALIZATIONS = ("sum", "mean")
@@ -81,12 +83,12 @@ def lengths(n_tokens: int, vary_len: bool) -> range:
     return range(2, n_tokens + 1) if vary_len else range(n_tokens, n_tokens + 1)
 
 
-def cut_prefix(X, y, n: int):
+def cut_prefix(X: Any, y: Any, n: int) -> tuple[Any, Any]:
     """(X_n, y_n): the sequences ``X`` (numpy or torch, (P, seq_len, D+1)) cut to their first ``n`` tokens, the n-th
     becoming the query: its label is zeroed in X_n and kept as the target y_n. ``n = seq_len`` returns ``X, y``."""
     if n == X.shape[1]:
         return X, y
-    Xn = X[:, :n].clone() if hasattr(X, "clone") else np.array(X[:, :n])
+    Xn: Any = X[:, :n].clone() if hasattr(X, "clone") else np.array(X[:, :n])
     yn = Xn[:, -1, -1].clone() if hasattr(Xn, "clone") else Xn[:, -1, -1].copy()
     Xn[:, -1, -1] = 0.0
     return Xn, yn

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -114,7 +115,7 @@ def _given_data(cfg: RunConfig, data) -> tuple[RunConfig, data_mod.Datasets]:
                               field="testset_size", value=cfg.testset_size)
         x = data.X[..., :-1].reshape(-1, data.X.shape[-1] - 1).astype(np.float64)
         datasets = data_mod.Datasets(train=data, test_iwl=None, test_icl=None, cov=x.T @ x / x.shape[0], w_fix=None)
-    P, n, E = datasets.train.X.shape
+    P, n, E = cast(data_mod.Sequences, datasets.train).X.shape  # both branches above hold a training set
     for name in ("test_iwl", "test_icl"):
         s = getattr(datasets, name)
         if s is not None and s.X.shape[1:] != (n, E):

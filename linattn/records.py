@@ -51,7 +51,7 @@ def remove_stale_temps(parent, name: str | None = None) -> list[Path]:
     and any other file are kept. Returns what was deleted."""
     host = re.escape(socket.gethostname())
     pattern = re.compile(rf"\.(?P<name>.+)\.{host}\.(?P<pid>\d+)\.[^.]*\.tmp")
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(Path(parent).iterdir())
     except OSError:

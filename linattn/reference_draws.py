@@ -156,11 +156,11 @@ def _init_weights(model: str, init_scheme: str, draws: Draws, *, H: int, D: int,
         if init_scheme == "jan2025":
             K = torch.stack([draws.normal((R, E), init / (R * E) ** 0.5) for _ in range(H)])
             Q = torch.stack([draws.normal((R, E), init / (R * E) ** 0.5) for _ in range(H)])
-            V = []
+            heads: list[torch.Tensor] = []
             for h in range(H):
                 draws.normal((E, E), init / (E * E) ** 0.5)
-                V.append(draws.normal((E, E), init))
-            V = torch.stack(V)
+                heads.append(draws.normal((E, E), init))
+            V = torch.stack(heads)
         else:
             K = draws.normal((H * R, E), init / (H * R * E) ** 0.5).reshape(H, R, E)
             Q = draws.normal((H * R, E), init / (H * R * E) ** 0.5).reshape(H, R, E)

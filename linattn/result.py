@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
@@ -144,13 +144,13 @@ def write_outputs(result: RunResult, out_dir, *, save_data: bool = False, extra:
             atomic_write(out / name, lambda f, a=arrays: np.savez(f, **a), binary=True)
     snaps = result.history.snapshots
     if snaps and all(isinstance(w, dict) and w.keys() == snaps[0][1].keys() for _, w in snaps):
-        stacked = {"steps": np.array([s for s, _ in snaps], dtype=np.int64)}
+        stacked: dict[str, Any] = {"steps": np.array([s for s, _ in snaps], dtype=np.int64)}
         stacked.update({n: np.stack([np.asarray(w[n]) for _, w in snaps]) for n in snaps[0][1]})
         atomic_write(out / "snapshots.npz", lambda f: np.savez(f, **stacked), binary=True)
     ds = result.datasets
     if save_data and ds is not None:
-        arrays = ds.arrays()
-        atomic_write(out / "data.npz", lambda f: np.savez_compressed(f, **arrays), binary=True)
+        data_arrays: dict[str, Any] = ds.arrays()
+        atomic_write(out / "data.npz", lambda f: np.savez_compressed(f, **data_arrays), binary=True)
     task = {} if ds is None else {k: v for k, v in (("cov", ds.cov), ("w_fix", ds.w_fix)) if v is not None}
     info = provenance()
     info.update(settings=result.config.to_dict(), engine=result.engine, device=result.device,
@@ -210,11 +210,11 @@ def load_run(out_dir) -> RunResult:
     task = {k: np.asarray(v["values"], dtype=v["dtype"]) for k, v in info.get("task", {}).items()}
     given = tuple(info.get("given", ()))
     if (out / "data.npz").is_file():
-        datasets = data_mod.Datasets.from_arrays(_arrays(out / "data.npz"))
+        datasets = data_mod.Datasets.from_arrays(cast(dict, _arrays(out / "data.npz")))  # the file is there
     elif "data" in given:
         datasets = None  # given data that were not saved
     elif info.get("engine") == "population":  # no data sets: the task alone
-        datasets = data_mod.Datasets(train=None, test_iwl=None, test_icl=None, cov=task.get("cov"),
+        datasets = data_mod.Datasets(train=None, test_iwl=None, test_icl=None, cov=cast(np.ndarray, task.get("cov")),
                                      w_fix=task.get("w_fix"))
     else:
         datasets = _DrawnOnUse(cfg, task.get("cov"), task.get("w_fix"))

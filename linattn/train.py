@@ -23,7 +23,7 @@ class TrainingDiverged(RuntimeError):
 
     def __init__(self, step: int, loss: float, lr: float):
         self.step, self.loss, self.lr = step, loss, lr
-        self.suggested_lr = None
+        self.suggested_lr: float | None = None
         super().__init__(f"the training loss became {loss} at step {step} (lr = {lr:g}); "
                          f"try a smaller learning rate, e.g. --lr {lr / 4:g}")
 

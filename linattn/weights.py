@@ -99,7 +99,7 @@ def weight_shapes(model: str, *, head_num: int, in_dim: int, rank: int = 1) -> d
     MLP: W1 (H, D²), w2 (H,). Only the last row of each W_V[h] (v_h) enters the prediction.
     """
     H, E, R = head_num, in_dim + 1, rank
-    shapes = {"attnM": {"W_KQ": (H, E, E), "W_V": (H, E, E)},
+    shapes: dict[str, dict[str, tuple[int, ...]]] = {"attnM": {"W_KQ": (H, E, E), "W_V": (H, E, E)},
               "attnS": {"W_Q": (H, R, E), "W_K": (H, R, E), "W_V": (H, E, E)},
               "mlp": {"W1": (H, in_dim * in_dim), "w2": (H,)}}
     if model not in shapes:
@@ -110,7 +110,7 @@ def weight_shapes(model: str, *, head_num: int, in_dim: int, rank: int = 1) -> d
 def _sizes_of(model: str, weights) -> dict:
     """H, D and R read off the first array of ``weights`` (empty if it is missing or malformed)."""
     first = {"attnM": "W_KQ", "attnS": "W_Q", "mlp": "W1"}.get(model)
-    shape = np.shape(weights[first]) if first in weights else ()
+    shape: tuple[int, ...] = np.shape(weights[first]) if first in weights else ()
     if model == "attnM" and len(shape) == 3:
         return dict(head_num=shape[0], in_dim=shape[2] - 1)
     if model == "attnS" and len(shape) == 3:

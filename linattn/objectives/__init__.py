@@ -18,6 +18,7 @@ first looked up (module ``__getattr__``), as ``load`` and :func:`build` do.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from .. import _lazy
 from ..data import named
@@ -89,7 +90,7 @@ def device_for(device: str, engine: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load(engine: str | type) -> type:
+def load(engine: str | type) -> type[Any]:
     """The class that trains ``engine`` (a registered name, or its :data:`ENGINES` entry): the class a declaration
     names, imported now (with torch), or the entry itself where an engine class was registered."""
     entry = get(engine) if isinstance(engine, str) else engine

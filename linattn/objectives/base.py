@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ class Objective(Engine):
     @classmethod
     def for_data(cls, model, seqs, **opts) -> "Objective":
         """The objective on the sequences ``seqs`` (``opts``: vary_len, normalize, chunk, device, dtype)."""
-        return cls(seqs, **opts)
+        return cls(seqs, **opts)  # type: ignore[call-arg]  # each engine class defines its own __init__
 
 
 @contextmanager
@@ -57,8 +57,8 @@ def thread_count(threads: int | None):
 def chunks(X, y, chunk, device, dtype) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Consecutive chunks of ``chunk`` sequences as tensors (a copy of that chunk only, never of the whole set)."""
     for i in range(0, X.shape[0], chunk):
-        yield (torch.as_tensor(np.require(X[i:i + chunk], requirements="CW"), dtype=dtype, device=device),
-               torch.as_tensor(np.require(y[i:i + chunk], requirements="CW"), dtype=dtype, device=device))
+        yield (torch.as_tensor(np.require(X[i:i + chunk], requirements=["C", "W"]), dtype=dtype, device=device),
+               torch.as_tensor(np.require(y[i:i + chunk], requirements=["C", "W"]), dtype=dtype, device=device))
 
 
 @dataclass
@@ -73,7 +73,9 @@ class Moments:
     @classmethod
     def accumulate(cls, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> "Moments":
         """Averages over batches of (features (B, F), targets (B,)), all weighted by their size."""
-        yy, yT, TT, count = 0.0, None, None, 0
+        yT: Any = None
+        TT: Any = None
+        yy, count = 0.0, 0
         for T, y in batches:
             T, y = T.to(torch.float64), y.to(torch.float64)
             yy += float(y @ y)

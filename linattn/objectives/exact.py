@@ -28,6 +28,7 @@ import ctypes
 import dataclasses
 import functools
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -185,7 +186,7 @@ class Exact(ExactEngine, Objective):
         with torch.no_grad():
             return self.moments.loss(model.combined()).item()
 
-    def compiled_steps(self, model, tests: list = ()) -> CompiledSteps | None:
+    def compiled_steps(self, model, tests: Sequence = ()) -> CompiledSteps | None:
         """The compiled loop of ``model`` with the test objectives ``tests`` (:class:`CompiledSteps`), or None where
         it does not apply: ``kernel`` is not "native", the model is not exactly ATTN_M, ATTN_S or the MLP (a subclass
         may change what it computes), or the weights, data moments or a test objective are not float64 exact

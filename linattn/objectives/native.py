@@ -57,7 +57,7 @@ def load(source: str, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     cache = cache_dir()
     for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
         name = None if cache is None else f"{path.stem}-{_build_id(path, base + flags)}"
-        cached = None if cache is None else _verified(cache, name)
+        cached = None if cache is None or name is None else _verified(cache, name)
         if cached is not None:
             try:
                 return ctypes.CDLL(str(cached))
@@ -68,7 +68,7 @@ def load(source: str, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
             done = subprocess.run([*base, "-o", str(lib), *flags], capture_output=True, text=True)
             if done.returncode != 0:
                 continue
-            if cache is not None:
+            if cache is not None and name is not None:
                 lib = _keep(lib, cache, name)
             return ctypes.CDLL(str(lib))
     raise RuntimeError(f"{cc[0]} could not compile {path.name}: {done.stderr.strip()[:300]}")
@@ -149,11 +149,11 @@ def _keep(lib: Path, cache: Path, name: str) -> Path:
 
     cached = cache / f"{name}-{_digest(lib)}.so"
     remove_stale_temps(cache)
-    tmp = None
+    tmp: Path | None = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=cache, prefix=temp_prefix(cached.name), suffix=".tmp")
+        fd, tmp_name = tempfile.mkstemp(dir=cache, prefix=temp_prefix(cached.name), suffix=".tmp")
+        tmp = Path(tmp_name)
         os.close(fd)
-        tmp = Path(tmp)
         shutil.copyfile(lib, tmp)
         if _digest(tmp) != _digest(lib):
             raise OSError(f"{tmp} was not written whole")

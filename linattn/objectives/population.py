@@ -30,7 +30,7 @@ def _pad(A: np.ndarray, axes: int) -> np.ndarray:
 def _isserlis(Lam: np.ndarray, order: int) -> np.ndarray:
     """E[x_{i1} ⋯ x_{ik}] for x ~ N(0, Λ), k = ``order`` ∈ {4, 6}: the sum over all pairings (Isserlis/Wick)."""
     letters = "abcdef"[:order]
-    out = 0.0
+    out: np.ndarray | float = 0.0
     seen = set()
     for perm in itertools.permutations(range(order)):
         pairs = tuple(sorted(tuple(sorted(perm[i:i + 2])) for i in range(0, order, 2)))
@@ -39,7 +39,7 @@ def _isserlis(Lam: np.ndarray, order: int) -> np.ndarray:
         seen.add(pairs)
         spec = ",".join(letters[i] + letters[j] for i, j in pairs) + "->" + letters
         out = out + np.einsum(spec, *([Lam] * (order // 2)))
-    return out
+    return np.asarray(out)
 
 
 def _attention_population(cov: np.ndarray, N: int, scale: float):

@@ -53,6 +53,7 @@ import functools
 import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -286,7 +287,7 @@ class Softmax(SoftmaxEngine, Objective):
         H, d = W.shape[0], W.shape[1]
         Wl = (W.detach().transpose(1, 2) * LOG2E).to(self.dtype).contiguous()   # [h, b, a] = log₂e · W_KQ[h][a, b]
         v = model.v.detach().to(self.dtype).contiguous()
-        f64 = dict(dtype=torch.float64, device=self.device)
+        f64: dict[str, Any] = dict(dtype=torch.float64, device=self.device)
         loss, dW, dv = torch.zeros((), **f64), torch.zeros(H, d, d, **f64), torch.zeros(H, d, **f64)
         if self.device.type in _compile_failed:
             self.kernel = "eager"
