@@ -176,8 +176,9 @@ def continued(result: RunResult, epoch: int) -> RunResult:
     drawn = None if given is not None else result.datasets  # read back: drawn again on first use
     more = run(p.continued(result.weights, cfg.epoch, epoch - cfg.epoch, drawn), snapshot_every=result.snapshot_every)
     h, k = result.history, more.history
-    join: dict[str, Any] = {name: None if getattr(h, name) is None else np.concatenate([getattr(h, name), getattr(k, name)])
-            for name in ("step", "train_loss", "test_iwl", "test_icl", "values")}
+    join: dict[str, Any] = {
+        name: None if getattr(h, name) is None else np.concatenate([getattr(h, name), getattr(k, name)])
+        for name in ("step", "train_loss", "test_iwl", "test_icl", "values")}
     snaps = dict(h.snapshots) | dict(k.snapshots)
     history = History(**join, snapshots=sorted(snaps.items(), key=lambda s: s[0]),
                       wall_time=h.wall_time + k.wall_time)
