@@ -257,7 +257,7 @@ def tidy(snapshots, cov, N: int, *, normalize: str, lr: float | None = None,
         rows["pcr_dist_rel"].append(dist / norm if norm > 0 else 0.0)
     table = {"step": steps}
     if lr is not None:
-        table["time"] = theory.steps_to_time(steps, lr, normalize=normalize, model=model, N=N)
+        table["time"] = np.asarray(theory.steps_to_time(steps, lr, normalize=normalize, model=model, N=N))
     table.update({name: np.asarray(col) for name, col in rows.items()})
     overlap_table = np.asarray(overlaps)
     for d in range(D):

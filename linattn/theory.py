@@ -23,9 +23,11 @@ terms vanish while the heads' "null" blocks are zero.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .normalization import (  # noqa: F401
     N_FACTORS,
@@ -52,14 +54,14 @@ def _as_covariance(cov) -> np.ndarray:
     return cov
 
 
-def spectrum(cov) -> tuple[np.ndarray, np.ndarray]:
+def spectrum(cov: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """(λ, E): eigenvalues in decreasing order and the matching eigenvectors as columns of E."""
     lam, vecs = np.linalg.eigh(_as_covariance(cov))
     order = np.argsort(lam)[::-1]
     return lam[order], vecs[:, order]
 
 
-def residual_kurtosis(cov, learned: int = 0) -> float:
+def residual_kurtosis(cov: ArrayLike, learned: int = 0) -> float:
     """κ of the residual on the plateau M_m (``learned`` = m directions learned) over fresh tasks w ~ N(0, I) and
     inputs x ~ N(0, Λ) (``cov``: Λ, or its eigenvalues), leaving out the in-context estimation error: the residual
     is Σ_{d>m} w_d x_d, Gaussian given w with variance s = Σ_{d>m} λ_d w_d², so E[r⁴] = 3 E[s²] and
@@ -74,19 +76,19 @@ def residual_kurtosis(cov, learned: int = 0) -> float:
     return float(3.0 * (1.0 + 2.0 * np.sum(lam**2) / np.sum(lam) ** 2))
 
 
-def c_d(cov, N: int) -> np.ndarray:
+def c_d(cov: ArrayLike, N: int) -> np.ndarray:
     """c_d = 1 + (1 + tr Λ / λ_d) / N for each eigen-direction (decreasing λ); λ_d c_d is E[Λ̂²]'s eigenvalue / λ_d."""
     lam, _ = spectrum(cov)
     return 1.0 + (1.0 + lam.sum() / lam) / N
 
 
-def expected_lambda_hat_sq(cov, N: int) -> np.ndarray:
+def expected_lambda_hat_sq(cov: ArrayLike, N: int) -> np.ndarray:
     """E[Λ̂²] = Λ² + (Λ + tr(Λ) I) Λ / N for Λ̂ = (1/N) Σ_n x_n x_nᵀ with Gaussian x (Isserlis' theorem)."""
     L = _as_covariance(cov)
     return L @ L + (L + np.trace(L) * np.eye(len(L))) @ L / N
 
 
-def mean_yz(cov, N: int, *, normalize: str) -> np.ndarray:
+def mean_yz(cov: ArrayLike, N: int, *, normalize: str) -> np.ndarray:
     """E[y_q z] = vec(Λ²) (D²,) for the cubic feature z[i·D + j] = b_i x_q,j (``models.cubic_features``).
 
     b = β in the paper's normalisation, N β in the reference's (then the result is N vec(Λ²)). Λ² is symmetric, so
@@ -96,7 +98,7 @@ def mean_yz(cov, N: int, *, normalize: str) -> np.ndarray:
     return feature_scale(N, normalize=normalize) * (L @ L).reshape(-1)
 
 
-def second_moment_z(cov, N: int, *, normalize: str) -> np.ndarray:
+def second_moment_z(cov: ArrayLike, N: int, *, normalize: str) -> np.ndarray:
     """E[z zᵀ] (D², D²) in the ordering z[i·D + j] = b_i x_q,j: kron(E[Λ̂²], Λ), i.e. entry [iD+j, kD+l] =
     E[Λ̂²]_ik Λ_jl (β and x_q are independent, E_w[β βᵀ] = E[Λ̂²]). Times N² in the reference's normalisation.
 
@@ -105,7 +107,7 @@ def second_moment_z(cov, N: int, *, normalize: str) -> np.ndarray:
     return feature_scale(N, normalize=normalize) ** 2 * np.kron(expected_lambda_hat_sq(cov, N), _as_covariance(cov))
 
 
-def loss_of_A(A, cov, N: int, *, normalize: str) -> float:
+def loss_of_A(A: ArrayLike, cov: ArrayLike, N: int, *, normalize: str) -> float:
     """Population loss of ŷ = βᵀ A x_q: tr Λ − 2 tr(A Λ²) + tr(A Λ Aᵀ E[Λ̂²]).
 
     With ``normalize="sum"``, ``A`` is the matrix of a reference-normalised model (ŷ = N βᵀ A x_q), i.e. N·A is
@@ -117,7 +119,7 @@ def loss_of_A(A, cov, N: int, *, normalize: str) -> float:
     return float(np.trace(L) - 2 * np.trace(A @ L @ L) + np.trace(A @ L @ A.T @ M))
 
 
-def predictor_distance(A, B, cov, N: int, *, normalize: str) -> float:
+def predictor_distance(A: ArrayLike, B: ArrayLike, cov: ArrayLike, N: int, *, normalize: str) -> float:
     """E[(βᵀ A x_q − βᵀ B x_q)²] = tr((A−B) Λ (A−B)ᵀ E[Λ̂²]): the mean squared gap between two predictors."""
     Dm = feature_scale(N, normalize=normalize) * (np.asarray(A, float) - np.asarray(B, float))
     return float(np.trace(Dm @ _as_covariance(cov) @ Dm.T @ expected_lambda_hat_sq(cov, N)))
@@ -127,7 +129,8 @@ def predictor_distance(A, B, cov, N: int, *, normalize: str) -> float:
 # Normalisation and time conversion
 # --------------------------------------------------------------------------------------------------------------
 
-def steps_to_time(steps, lr: float, *, normalize: str, model: str | None = None, N: int | None = None):
+def steps_to_time(steps: ArrayLike, lr: float, *, normalize: str, model: str | None = None,
+                  N: int | None = None) -> np.ndarray | float:
     """The gradient-flow time of GD step ``steps`` in units of τ, in the paper's normalisation: t/τ = 2·η·step.
 
     η is the paper-normalised rate: ``lr`` itself for ``normalize="mean"``; for ``normalize="sum"`` (give ``model``
@@ -143,7 +146,8 @@ def steps_to_time(steps, lr: float, *, normalize: str, model: str | None = None,
     return 2.0 * lr * np.asarray(steps, dtype=np.float64)
 
 
-def time_to_steps(t, lr: float, *, normalize: str, model: str | None = None, N: int | None = None):
+def time_to_steps(t: ArrayLike, lr: float, *, normalize: str, model: str | None = None,
+                  N: int | None = None) -> np.ndarray | float:
     """Inverse of :func:`steps_to_time`: the (float) GD step at which t/τ (paper normalisation) is reached."""
     return np.asarray(t, dtype=np.float64) / steps_to_time(1.0, lr, normalize=normalize, model=model, N=N)
 
@@ -161,7 +165,7 @@ class FixedPoint:
     loss: float
 
 
-def optimal_A(cov, N: int, *, normalize: str) -> np.ndarray:
+def optimal_A(cov: ArrayLike, N: int, *, normalize: str) -> np.ndarray:
     """The global minimiser A* = E[Λ̂²]⁻¹ Λ = (Λ + (Λ + tr(Λ) I)/N)⁻¹ (→ Λ⁻¹, least squares, as N → ∞).
 
     Paper normalisation. With ``normalize="sum"`` the reference's model computes N βᵀ A x_q, so its converged
@@ -172,13 +176,13 @@ def optimal_A(cov, N: int, *, normalize: str) -> np.ndarray:
     return A / feature_scale(N, normalize=normalize)
 
 
-def loss_star(cov, N: int) -> float:
+def loss_star(cov: ArrayLike, N: int) -> float:
     """L* = tr Λ − Σ_d λ_d / c_d, the loss at the global minimum (either normalisation)."""
     lam, _ = spectrum(cov)
     return float(lam.sum() - np.sum(lam / c_d(cov, N)))
 
 
-def attn_m_mode(cov, N: int) -> tuple[float, float, np.ndarray]:
+def attn_m_mode(cov: ArrayLike, N: int) -> tuple[float, float, np.ndarray]:
     """(s, λ_z, ê): s = ‖E[y_q z]‖ (the top singular value of the vector E[y_q z]), ê its direction, and the
     curvature λ_z = êᵀ E[zzᵀ] ê along it (paper normalisation)."""
     m = mean_yz(cov, N, normalize="mean")
@@ -187,7 +191,7 @@ def attn_m_mode(cov, N: int) -> tuple[float, float, np.ndarray]:
     return s, float(e @ second_moment_z(cov, N, normalize="mean") @ e), e
 
 
-def attn_m_escape_time(cov, N: int, w_init: float) -> float:
+def attn_m_escape_time(cov: ArrayLike, N: int, w_init: float) -> float:
     """Leading-order escape time from the origin, (1/s) ln(1/w_init) in units of τ (paper normalisation)."""
     s, _, _ = attn_m_mode(cov, N)
     return float(np.log(1.0 / w_init) / s)
@@ -201,7 +205,7 @@ def logistic_half_time(s: float, lam_z: float, a0: float) -> float:
     return float(np.log(ratio) / (2.0 * s)) if ratio > 1 else float("nan")  # ratio ≤ 1: a0 ≥ s/(2 λ_z)
 
 
-def attn_m_drop_time(cov, N: int, a0: float) -> float:
+def attn_m_drop_time(cov: ArrayLike, N: int, a0: float) -> float:
     """Half-drop time of ATTN_M (t/τ, paper normalisation) from an initial product a0 along the top mode ê.
 
     Exact for white Λ from an aligned balanced start (a0 = w_init²). For a random small start use
@@ -212,7 +216,7 @@ def attn_m_drop_time(cov, N: int, a0: float) -> float:
     return logistic_half_time(s, lam_z, a0)
 
 
-def white_sigma(t, D: int, N: int, w_init: float, kappa: float = 1.0):
+def white_sigma(t: ArrayLike, D: int, N: int, w_init: float, kappa: float = 1.0) -> np.ndarray | float:
     """σ(t) of ATTN_M for white Λ = κ I from a small balanced start aligned with the solution (ŷ = σ βᵀ x_q).
 
     The product a = ‖w₂‖‖W₁‖ follows τ ȧ = 2a(s − λ_z a), a(0) = w_init², with s = κ²√D, λ_z = c κ³,
@@ -237,7 +241,7 @@ def white_c(D: int, N: int) -> float:
     return 1.0 + (1.0 + D) / N
 
 
-def white_loss(sigma, D: int, N: int, kappa: float = 1.0):
+def white_loss(sigma: ArrayLike, D: int, N: int, kappa: float = 1.0) -> np.ndarray | float:
     """L(σ) for A = σ I and Λ = κ I: Dκ − 2σDκ² + cσ²Dκ³ (κ = 1: D[1 − 2σ + cσ²]; κ = 1/D: 1 − 2σ/D + cσ²/D²)."""
     sigma = np.asarray(sigma, dtype=np.float64)
     c = white_c(D, N)
@@ -248,7 +252,7 @@ def white_loss(sigma, D: int, N: int, kappa: float = 1.0):
 # ATTN_S: 2^D fixed points, saddle-to-saddle dynamics
 # --------------------------------------------------------------------------------------------------------------
 
-def fixed_point_A(cov, N: int, subset, *, normalize: str) -> np.ndarray:
+def fixed_point_A(cov: ArrayLike, N: int, subset: Iterable[int], *, normalize: str) -> np.ndarray:
     """A_S = Σ_{d∈S} (λ_d c_d)⁻¹ e_d e_dᵀ, the fixed point that has learned the eigen-directions in ``subset``
     (indices into the decreasing order; the empty set is the origin). Divided by N for ``normalize="sum"``."""
     lam, E = spectrum(cov)
@@ -260,14 +264,14 @@ def fixed_point_A(cov, N: int, subset, *, normalize: str) -> np.ndarray:
     return (E[:, idx] * weights) @ E[:, idx].T / feature_scale(N, normalize=normalize)
 
 
-def fixed_point_loss(cov, N: int, subset) -> float:
+def fixed_point_loss(cov: ArrayLike, N: int, subset: Iterable[int]) -> float:
     """L(A_S) = tr Λ − Σ_{d∈S} λ_d / c_d (either normalisation)."""
     lam, _ = spectrum(cov)
     idx = np.asarray(sorted(set(int(i) for i in subset)), dtype=int)
     return float(lam.sum() - np.sum(lam[idx] / c_d(cov, N)[idx]))
 
 
-def all_fixed_points(cov, N: int, *, normalize: str) -> list[FixedPoint]:
+def all_fixed_points(cov: ArrayLike, N: int, *, normalize: str) -> list[FixedPoint]:
     """All 2^D fixed points of ATTN_S (enough heads, R·H ≥ D), one per subset of eigen-directions."""
     D = _as_covariance(cov).shape[0]
     out = []
@@ -278,26 +282,26 @@ def all_fixed_points(cov, N: int, *, normalize: str) -> list[FixedPoint]:
     return out
 
 
-def plateau_losses(cov, N: int) -> np.ndarray:
+def plateau_losses(cov: ArrayLike, N: int) -> np.ndarray:
     """L(M_0), …, L(M_D): M_m has learned the m largest directions; L(M_m) = tr Λ − Σ_{d≤m} λ_d/c_d."""
     lam, _ = spectrum(cov)
     return lam.sum() - np.concatenate([[0.0], np.cumsum(lam / c_d(cov, N))])
 
 
-def pcr_weights(cov, N: int, m: int, *, normalize: str) -> np.ndarray:
+def pcr_weights(cov: ArrayLike, N: int, m: int, *, normalize: str) -> np.ndarray:
     """The in-context algorithm at plateau M_m: Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ (PCR on the top m components as
     N → ∞; m = D gives the minimum, ``optimal_A``)."""
     return fixed_point_A(cov, N, range(m), normalize=normalize)
 
 
-def final_value_weights(cov, N: int, *, normalize: str, model: str = "attnS") -> np.ndarray:
+def final_value_weights(cov: ArrayLike, N: int, *, normalize: str, model: str = "attnS") -> np.ndarray:
     """The converged value weight of the head that learned direction d, (λ_d c_d)^{-1/3} (balanced rank-one heads,
     paper normalisation; ÷N^{1/3} for ``normalize="sum"``), decreasing λ order."""
     lam, _ = spectrum(cov)
     return (lam * c_d(cov, N)) ** (-1.0 / 3.0) / weight_scale_to_paper(model, N, normalize=normalize)
 
 
-def scalar_ode(lam: float, c: float, v0: float, t) -> np.ndarray:
+def scalar_ode(lam: float, c: float, v0: float, t: ArrayLike) -> np.ndarray:
     """v(t) from τ v̇ = λ² v² − c λ³ v⁵, v(0) = v0 (the learning head of ATTN_S, R = 1), at the times ``t`` (t/τ,
     increasing, from 0). Solved with scipy's ``solve_ivp`` (LSODA: the approach to the fixed point is stiff)."""
     from scipy.integrate import solve_ivp  # here: importing scipy.integrate costs every page that never needs it
@@ -312,20 +316,20 @@ def scalar_ode(lam: float, c: float, v0: float, t) -> np.ndarray:
     return sol.y[0]
 
 
-def scalar_loss(cov, N: int, m: int, v) -> np.ndarray:
+def scalar_loss(cov: ArrayLike, N: int, m: int, v: ArrayLike) -> np.ndarray:
     """L = L(M_m) − 2λ²v³ + cλ³v⁶ with λ = λ_{m+1}, c = c_{m+1}: the loss while the (m+1)-th direction is learned."""
     lam, c = spectrum(cov)[0][m], c_d(cov, N)[m]
     v = np.asarray(v, dtype=np.float64)
     return plateau_losses(cov, N)[m] - 2 * lam**2 * v**3 + c * lam**3 * v**6
 
 
-def scalar_loss_curve(cov, N: int, m: int, v0: float, t) -> np.ndarray:
+def scalar_loss_curve(cov: ArrayLike, N: int, m: int, v0: float, t: ArrayLike) -> np.ndarray:
     """The scalar reduction's loss curve for drop m → m+1 from v(0) = v0, at times ``t`` (t/τ from 0)."""
     lam, c = spectrum(cov)[0][m], c_d(cov, N)[m]
     return scalar_loss(cov, N, m, scalar_ode(lam, c, v0, t))
 
 
-def v_from_loss_drop(cov, N: int, m: int, drop: float) -> float:
+def v_from_loss_drop(cov: ArrayLike, N: int, m: int, drop: float) -> float:
     """The head size v at which the loss has fallen ``drop`` below L(M_m) during drop m → m+1 (before the
     minimum): the smaller root x = v³ of cλ³x² − 2λ²x + drop = 0."""
     lam, c = spectrum(cov)[0][m], c_d(cov, N)[m]
@@ -341,7 +345,7 @@ def attn_s_escape_time(lam: float, v0: float) -> float:
     return float(1.0 / (lam**2 * v0))
 
 
-def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, head_num: int = 1,
+def attn_s_drop_steps(cov: ArrayLike, N: int, *, lr: float, init: float, rank: int = 1, head_num: int = 1,
                       init_scheme: str = "jan2025", normalize: str) -> np.ndarray:
     """Escape-time estimate of each drop d = 1 … D, in GD steps from step 0, for ATTN_S.
 
@@ -356,7 +360,7 @@ def attn_s_drop_steps(cov, N: int, *, lr: float, init: float, rank: int = 1, hea
     kq, v = attn_s_scales(init_scheme, init, head_num=head_num, in_dim=len(lam), rank=rank)
     v0 = (v * kq * kq) ** (1.0 / 3.0)
     t = np.array([attn_s_escape_time(lam_d, v0) for lam_d in lam])
-    return time_to_steps(t, lr, normalize=normalize, model="attnS", N=N)
+    return np.asarray(time_to_steps(t, lr, normalize=normalize, model="attnS", N=N))
 
 
 def long_plateaus(D: int, rank: int) -> list[int]:
@@ -366,7 +370,7 @@ def long_plateaus(D: int, rank: int) -> list[int]:
     return list(range(0, D, rank))
 
 
-def vary_len_plateau_losses(cov, seq_len: int, *, normalize: str) -> np.ndarray:
+def vary_len_plateau_losses(cov: ArrayLike, seq_len: int, *, normalize: str) -> np.ndarray:
     """L(M_0), …, L(M_D) for the loss averaged over prefix lengths (``--vary_len``): n = 2 … seq_len tokens,
     N = n − 1 context pairs each, one model shared by all lengths.
 
