@@ -7,12 +7,17 @@ learned (:func:`learning_course`), and the drops a run should make, predicted fr
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import theory
+
+if TYPE_CHECKING:
+    from .config import RunConfig
 
 # --------------------------------------------------------------------------------------------------------------
 # Plateau detection
@@ -32,7 +37,8 @@ class Plateaus:
         return len(self.levels)
 
 
-def detect_plateaus(loss, steps=None, *, rel_tol: float = 0.01, abs_tol: float | None = None,
+def detect_plateaus(loss: ArrayLike, steps: ArrayLike | None = None, *, rel_tol: float = 0.01,
+                    abs_tol: float | None = None,
                     window: int | None = None, min_length: int | None = None, smooth: int = 1) -> Plateaus:
     """Find the flat stretches of a loss curve.
 
@@ -86,7 +92,7 @@ def _drops_between(y, x, spans, levels) -> np.ndarray:
     return np.array(drops)
 
 
-def first_step_below(loss, level: float, steps=None) -> float:
+def first_step_below(loss: ArrayLike, level: float, steps: ArrayLike | None = None) -> float:
     """The first step at which ``loss`` is strictly below ``level`` (NaN if it never is); ``steps`` defaults to
     0, 1, 2, … (the index into ``loss``)."""
     below = np.flatnonzero(np.asarray(loss) < level)
@@ -103,7 +109,8 @@ def first_step_below(loss, level: float, steps=None) -> float:
 MIN_FALL = 0.01
 
 
-def drop_steps(loss, levels, steps=None, *, min_fall: float = MIN_FALL) -> np.ndarray:
+def drop_steps(loss: ArrayLike, levels: ArrayLike, steps: ArrayLike | None = None, *,
+               min_fall: float = MIN_FALL) -> np.ndarray:
     """The step of each drop d = 1 … len(levels)−1 between plateau levels L_{d−1} > L_d: the first step at which the
     loss is below their midpoint (L_{d−1} + L_d)/2 (:func:`first_step_below`; NaN if it never gets there).
 
@@ -123,7 +130,8 @@ def drop_steps(loss, levels, steps=None, *, min_fall: float = MIN_FALL) -> np.nd
                      for a, b, fall in zip(upper, lower, falls)])
 
 
-def half_drop_step(loss, steps=None, *, start: float | None = None, final: float | None = None,
+def half_drop_step(loss: ArrayLike, steps: ArrayLike | None = None, *, start: float | None = None,
+                   final: float | None = None,
                    min_fall: float = MIN_FALL) -> float:
     """The half-drop step of a curve that falls once: the first recorded step at which ``loss`` is strictly below
     the midpoint (start + final)/2 of its level before the drop and its level after it (:func:`drop_steps` with
@@ -152,7 +160,7 @@ LEARNED_FALL, GIVEN_BACK = 0.25, 0.5  # our choices for :func:`learning_course`:
 # that shows on the page; giving back half of the fall is more than noise on a test set of thousands of sequences
 
 
-def learning_course(loss, *, learned: float = LEARNED_FALL, given_back: float = GIVEN_BACK) -> str:
+def learning_course(loss: ArrayLike, *, learned: float = LEARNED_FALL, given_back: float = GIVEN_BACK) -> str:
     """What a test loss says about the solution it measures: "not learned" when its lowest value L_low never comes
     ``learned`` × L_start below its start (L_low > (1 − learned) L_start); "transient" when it is learned and the
     loss then climbs back by at least ``given_back`` of the fall, L_end − L_low ≥ given_back (L_start − L_low);
@@ -167,7 +175,8 @@ def learning_course(loss, *, learned: float = LEARNED_FALL, given_back: float = 
     return "transient" if end - low >= given_back * (start - low) else "kept"
 
 
-def predicted_drop_steps(config, init: dict, cov, *, horizon: int | None = None, chunk: int = 20000) -> np.ndarray:
+def predicted_drop_steps(config: RunConfig, init: dict, cov: ArrayLike, *, horizon: int | None = None,
+                         chunk: int = 20000) -> np.ndarray:
     """The step of each drop d = 1 … D that a rank-R ATTN_S run should make, predicted from its own initial weights
     with all its heads: the population (P = ∞) gradient descent of the same model from ``init`` at the same learning
     rate, normalisation and precision, on inputs of covariance ``cov`` (the run's Λ), with its drops read by the
@@ -207,7 +216,7 @@ def predicted_drop_steps(config, init: dict, cov, *, horizon: int | None = None,
 FIRST_DROP_MIN_STEP = 10
 
 
-def first_drop_step(loss, *, min_step: int = FIRST_DROP_MIN_STEP) -> int | None:
+def first_drop_step(loss: ArrayLike, *, min_step: int = FIRST_DROP_MIN_STEP) -> int | None:
     """The step of a curve's first drop, from its start to its end value (:func:`half_drop_step` with its default
     levels ``loss[0]`` and ``loss[-1]``, as an index); None where it comes before ``min_step`` (a curve that falls at
     once has no plateau to leave: a large initialisation) or never (a curve that does not fall by
@@ -216,7 +225,7 @@ def first_drop_step(loss, *, min_step: int = FIRST_DROP_MIN_STEP) -> int | None:
     return int(k) if k >= min_step else None
 
 
-def first_drop_course(loss, *, min_step: int = FIRST_DROP_MIN_STEP) -> str:
+def first_drop_course(loss: ArrayLike, *, min_step: int = FIRST_DROP_MIN_STEP) -> str:
     """What a curve's first drop did, in the words a page prints: "drop" (:func:`first_drop_step` finds one),
     "no plateau" (it falls by :data:`MIN_FALL` but below its midpoint before ``min_step``) or "no drop within the run"
     (it never falls by :data:`MIN_FALL` of its start, or never below the midpoint)."""
@@ -262,7 +271,7 @@ class SaddlePlateaus:
         return max((m for m, _ in self.complete), default=0)
 
 
-def rest_bands(levels, band: float = REST_BAND) -> tuple[np.ndarray, np.ndarray]:
+def rest_bands(levels: ArrayLike, band: float = REST_BAND) -> tuple[np.ndarray, np.ndarray]:
     """The lower and upper edge of each saddle's band (:data:`REST_BAND`): L(M_m) − b·(L(M_m) − L(M_{m+1})) and
     L(M_m) + b·(L(M_{m−1}) − L(M_m)), the first and last level mirroring their one gap. ``levels`` must fall
     strictly (L(M_0) > L(M_1) > …) and 0 < ``band`` < 1/2, so that no two bands overlap."""
@@ -277,8 +286,9 @@ def rest_bands(levels, band: float = REST_BAND) -> tuple[np.ndarray, np.ndarray]
     return levels - band * below, levels + band * above
 
 
-def saddle_rests(loss, levels, *, band: float = REST_BAND, tol: float | None = None, steps=None,
-                 min_length: int | None = None):
+def saddle_rests(loss: ArrayLike, levels: ArrayLike, *, band: float = REST_BAND, tol: float | None = None,
+                 steps: ArrayLike | None = None,
+                 min_length: int | None = None) -> tuple[list[int], Plateaus]:
     """The rests of ``loss`` at the saddles L(M_0) … L(M_D) (``levels``, ``theory.plateau_losses``): the one
     plateau classifier of the package. Returns ``(m, Plateaus)``: the saddle of each rest and the rests.
 
@@ -320,7 +330,7 @@ def saddle_rests(loss, levels, *, band: float = REST_BAND, tol: float | None = N
 REST_LEVEL_QUANTILE = 0.1  # the slowest tenth of a rest's steps: its closest approach to the saddle
 
 
-def rest_core(y) -> np.ndarray:
+def rest_core(y: ArrayLike) -> np.ndarray:
     """Which samples of a rest's loss ``y`` are its core: its slowest steps (``|Δloss|`` at most its
     ``REST_LEVEL_QUANTILE`` quantile). The gradient is smallest where the curve passes closest to the saddle, so
     the core is the saddle whether the curve sits there long or only slows down on its way through the band; what is
@@ -354,7 +364,7 @@ def _join_runs(runs, gap: int) -> list:
 REST_MIN_DWELL = 2.0
 
 
-def passage_steps(y, x, levels, m: int, a: int) -> float:
+def passage_steps(y: np.ndarray, x: np.ndarray | Sequence[float], levels: ArrayLike, m: int, a: int) -> float:
     """The steps a curve ``y`` (at ``x``) would take to cross saddle m's band, b·(g_above + g_below) wide (b =
     :data:`REST_BAND`, g the gaps to the neighbouring levels), at the speed of the drop into it: the steepest fall
     per step between its leaving the band above (its last sample at or above that band's lower edge) and ``a``, where
@@ -375,7 +385,8 @@ def passage_steps(y, x, levels, m: int, a: int) -> float:
     return REST_BAND * (g_above + g_below) / speed
 
 
-def is_transit(y, x, levels, m: int, a: int, b: int, *, min_dwell: float = REST_MIN_DWELL) -> bool:
+def is_transit(y: np.ndarray, x: np.ndarray | Sequence[float], levels: ArrayLike, m: int, a: int, b: int, *,
+               min_dwell: float = REST_MIN_DWELL) -> bool:
     """Whether samples a … b of ``y`` in saddle m's band are a drop passing through it rather than a rest: they
     last fewer than ``min_dwell`` × :func:`passage_steps` steps."""
     return bool(x[b] - x[a] + 1 < min_dwell * passage_steps(y, x, levels, m, a))
@@ -388,7 +399,7 @@ def is_transit(y, x, levels, m: int, a: int, b: int, *, min_dwell: float = REST_
 LONG_FRACTION = 0.5
 
 
-def expected_dwell(t0: float, eigenvalues, last, next_) -> float:
+def expected_dwell(t0: float, eigenvalues: ArrayLike, last: int | None, next_: int) -> float:
     """The steps a rest lasts when a fresh head must escape a three-factor saddle to end it, as for rank one: a head
     from the initial scale escapes along e_d at step ≈ t0·(λ_1/λ_d)² (the theory's time scale τ/(λ_d² v₀), paper
     Section 5, counted from step 0 for every free head, calibrated on ``t0``, the end of the curve's own rest at
@@ -400,7 +411,7 @@ def expected_dwell(t0: float, eigenvalues, last, next_) -> float:
     return float(t0 * ((lam[0] / lam[next_]) ** 2 - before))
 
 
-def saddle_name(subset) -> str:
+def saddle_name(subset: Iterable[int]) -> str:
     """A saddle by what it has learned (0-based directions): ``"M_m"`` when ``subset`` is the m largest directions,
     else the set itself, counted from 1 as the paper does: ``"{1,2,3,5}"``."""
     s = sorted(int(d) for d in subset)
@@ -434,14 +445,15 @@ class Rest:
         return int(self.end - self.start)
 
 
-def learned_at(step, learned_steps, learned) -> tuple:
+def learned_at(step: float, learned_steps: ArrayLike, learned: ArrayLike) -> tuple:
     """The directions learned at ``step``: the row of ``learned`` (snapshot × direction, booleans) at the last
     snapshot step of ``learned_steps`` at or before it (the first snapshot before any)."""
     i = max(int(np.searchsorted(np.asarray(learned_steps), step, side="right")) - 1, 0)
     return tuple(int(d) for d in np.flatnonzero(np.asarray(learned)[i]))
 
 
-def subset_rests(loss, cov, N: int, *, steps=None, learned=None, learned_steps=None, band: float = REST_BAND,
+def subset_rests(loss: ArrayLike, cov: ArrayLike, N: int, *, steps: ArrayLike | None = None,
+                 learned: ArrayLike | None = None, learned_steps: ArrayLike | None = None, band: float = REST_BAND,
                  tol: float | None = None) -> list[Rest]:
     """The rests of ``loss`` (:func:`saddle_rests`: in a saddle's band, not a transit), each at the saddle of WHAT
     IS LEARNED there: the subset S of eigen-directions the weights carry at the middle of its core (``learned``:
@@ -461,7 +473,7 @@ def subset_rests(loss, cov, N: int, *, steps=None, learned=None, learned_steps=N
         on = (x >= a) & (x <= b)
         core = x[on][rest_core(y[on])]
         middle = core[len(core) // 2]
-        subset = tuple(range(m)) if learned is None else learned_at(middle, learned_steps, learned)
+        subset = tuple(range(m)) if learned is None else learned_at(middle, cast(ArrayLike, learned_steps), learned)
         loss_s = theory.fixed_point_loss(cov, N, subset)
         if abs(level - loss_s) <= tol:
             found.append(Rest(subset, float(level), loss_s, int(a), int(b), bool(b < x[-1]), None, None))
@@ -469,7 +481,7 @@ def subset_rests(loss, cov, N: int, *, steps=None, learned=None, learned_steps=N
     return found
 
 
-def classify_long(rests: list, eigenvalues, first_step=0) -> None:
+def classify_long(rests: list, eigenvalues: np.ndarray | Sequence[float], first_step: float = 0) -> None:
     """Set ``long`` and ``expected`` of each complete rest of ``rests`` (in order; :class:`Rest`): long when it lasts
     at least :data:`LONG_FRACTION` of :func:`expected_dwell`, from t0 = the end of the rest at M_0 that starts the
     curve (at ``first_step``), the direction learned last on the way in (the smallest eigenvalue among those gained
@@ -489,7 +501,8 @@ def classify_long(rests: list, eigenvalues, first_step=0) -> None:
             r.long = bool(r.dwell >= LONG_FRACTION * expected)
 
 
-def saddle_levels(loss, levels, *, band: float = REST_BAND, steps=None) -> np.ndarray:
+def saddle_levels(loss: ArrayLike, levels: np.ndarray | Sequence[float], *, band: float = REST_BAND,
+                  steps: ArrayLike | None = None) -> np.ndarray:
     """For each saddle M_0 … M_D (``levels``: L(M_0) … L(M_D), ``theory.plateau_losses``), the level of the first
     rest of ``loss`` there (:func:`saddle_rests`), NaN where the curve never rests there. Figures and sweeps put the
     plateaus they found beside the theory with this."""
@@ -501,7 +514,9 @@ def saddle_levels(loss, levels, *, band: float = REST_BAND, steps=None) -> np.nd
     return out
 
 
-def saddle_plateaus(loss, levels, *, band: float = REST_BAND, eigenvalues=None, steps=None) -> SaddlePlateaus:
+def saddle_plateaus(loss: ArrayLike, levels: np.ndarray | Sequence[float], *, band: float = REST_BAND,
+                    eigenvalues: np.ndarray | Sequence[float] | None = None,
+                    steps: ArrayLike | None = None) -> SaddlePlateaus:
     """The rests of ``loss`` at the saddles among ``levels`` (``theory.plateau_losses``: L(M_0) … L(M_D);
     :func:`saddle_rests`), and which of them are *long*.
 
@@ -561,7 +576,8 @@ class RankSummary:
         return out
 
 
-def rank_summary(loss, levels, rank: int, *, band: float = REST_BAND, eigenvalues=None) -> RankSummary:
+def rank_summary(loss: ArrayLike, levels: ArrayLike, rank: int, *, band: float = REST_BAND,
+                 eigenvalues: np.ndarray | Sequence[float] | None = None) -> RankSummary:
     """The long plateaus of a rank-``rank`` ATTN_S curve (:func:`saddle_plateaus`) beside the theory's
     (``theory.long_plateaus``, counted up to the last complete plateau the curve reached), the directions it learned
     (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
@@ -573,14 +589,14 @@ def rank_summary(loss, levels, rank: int, *, band: float = REST_BAND, eigenvalue
                        final_loss=float(loss[-1]), final_theory=float(levels[learned]))
 
 
-def directions_learned(loss, levels, steps=None) -> int:
+def directions_learned(loss: ArrayLike, levels: ArrayLike, steps: ArrayLike | None = None) -> int:
     """How many eigen-directions a curve has learned: the drops between consecutive saddle levels ``levels``
     (L(M_0) … L(M_D)) whose midpoint it has passed (:func:`drop_steps`)."""
     return int(np.sum(np.isfinite(drop_steps(loss, levels, steps))))
 
 
-def scalar_ode_overlay(loss, lr: float, cov, N: int, m: int, *, level: float | None = None,
-                       start_frac: float = 0.05, normalize: str, model: str = "attnS"):
+def scalar_ode_overlay(loss: ArrayLike, lr: float, cov: ArrayLike, N: int, m: int, *, level: float | None = None,
+                       start_frac: float = 0.05, normalize: str, model: str = "attnS") -> tuple[np.ndarray, np.ndarray]:
     """The scalar ODE's prediction for drop m → m+1 of a rank-one ATTN_S run, started from the run itself.
 
     The start is the first step where the loss has fallen ``start_frac`` of the theoretical drop below ``level`` (the
