@@ -28,9 +28,12 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 from torch import nn
 
 from .normalization import token_scale
@@ -52,7 +55,7 @@ def _triangle(D: int):
     return torch.triu_indices(D + 1, D + 1)
 
 
-def attention_features(X: torch.Tensor, scale) -> torch.Tensor:
+def attention_features(X: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
     """T = x_q ⊗ triu(S), S = scale · Σ_m x̃_m x̃_mᵀ: the (P, D·(D+1)(D+2)/2) feature of linear attention."""
     D = X.shape[-1] - 1
     S = torch.einsum("pmb,pmc->pbc", X, X)
@@ -107,7 +110,7 @@ def _attn_m_bilinear_map(D: int) -> np.ndarray:
     return Phi
 
 
-def cubic_features(X: torch.Tensor, scale) -> torch.Tensor:
+def cubic_features(X: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
     """z = vec(b x_qᵀ) with b = scale · Σ_{n≤N} y_n x_n; z[i·D + j] = b_i x_q,j (paper Eq. 6)."""
     D = X.shape[-1] - 1
     b = torch.einsum("pn,pnd->pd", X[:, :-1, D], X[:, :-1, :D]) * scale
@@ -134,7 +137,7 @@ class _Model(nn.Module):
         """D, the input coordinates of a token (a token is D + 1 numbers: x and its label)."""
         raise NotImplementedError
 
-    def predict(self, X, normalize: str = "sum") -> np.ndarray:
+    def predict(self, X: ArrayLike | torch.Tensor, normalize: str = "sum") -> np.ndarray:
         """The predictions ŷ (P,) for the sequences ``X``, as a float64 numpy array (no gradient is recorded).
 
         ``X``: a numpy array or torch tensor of shape (P, seq_len, D+1) in the layout of
@@ -211,7 +214,7 @@ class _Call(nn.Module):
         super().__init__()
         self.inner, self.method = inner, method
 
-    def forward(self):
+    def forward(self) -> Any:
         return getattr(self.inner, self.method)()
 
 
@@ -239,23 +242,23 @@ class _Attention(_Model):
         """(H, D+1, D+1): each head's merged key-query matrix W_KQ[h] (ATTN_S: W_Q[h]ᵀ W_K[h])."""
         raise NotImplementedError
 
-    def query_weights(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
+    def query_weights(self, X: torch.Tensor, scale: float | torch.Tensor = 1.0) -> torch.Tensor:
         """(P, H, n): the query's attention to each token — softmax(s) or scale·s, s_m = x̃_qᵀ W_KQ[h] x̃_m."""
         scores = torch.einsum("phb,pmb->phm", self.query_projection(X[:, -1]), X)
         return torch.softmax(scores, dim=-1) if self.softmax else scores * scale
 
-    def forward(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
+    def forward(self, X: torch.Tensor, scale: float | torch.Tensor = 1.0) -> torch.Tensor:
         values = torch.einsum("pmc,hc->phm", X, self.v)  # each token's value, last output entry: v_h · x̃_m
         return (self.query_weights(X, scale) * values).sum(dim=(1, 2))
 
-    def features(self, X: torch.Tensor, scale=1.0) -> torch.Tensor:
+    def features(self, X: torch.Tensor, scale: float | torch.Tensor = 1.0) -> torch.Tensor:
         return attention_features(X, scale)
 
     def combined(self) -> torch.Tensor:
         """fold(M), M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] for a < D: ŷ = ⟨combined(), features(X)⟩."""
         return self.combined_with_vjp()[0]
 
-    def combined_with_vjp(self):
+    def combined_with_vjp(self) -> tuple[torch.Tensor, Callable[[torch.Tensor], list[torch.Tensor]]]:
         """(``combined()``, vjp): vjp(g) is ∂⟨g, combined()⟩/∂θ for each parameter, in ``parameters()`` order,
         written out rather than recorded by autograd (the exact engine's step: a few small products, no graph, the
         key-query product computed once for both). With A[h] = W_KQ[h][:D] flattened, M = Σ_h A[h] ⊗ v_h and
@@ -318,13 +321,13 @@ class AttnM(_Attention):
         self.v = nn.Parameter(torch.as_tensor(W_V)[:, -1].clone())
         self.softmax = softmax
 
-    def query_projection(self, xq):
+    def query_projection(self, xq: torch.Tensor) -> torch.Tensor:
         return torch.einsum("pa,hab->phb", xq, self.W_KQ)
 
-    def key_query(self):
+    def key_query(self) -> torch.Tensor:
         return self.W_KQ
 
-    def key_query_vjp(self, g_rows):
+    def key_query_vjp(self, g_rows: torch.Tensor) -> list[torch.Tensor]:
         return [torch.nn.functional.pad(g_rows, (0, 0, 0, 1))]  # the label row: zero
 
     def fixed_entries(self) -> list[torch.Tensor | None]:
@@ -388,13 +391,13 @@ class AttnS(_Attention):
         self.v = nn.Parameter(torch.as_tensor(W_V)[:, -1].clone())
         self.softmax = softmax
 
-    def query_projection(self, xq):
+    def query_projection(self, xq: torch.Tensor) -> torch.Tensor:
         return torch.einsum("pa,hra,hrb->phb", xq, self.W_Q, self.W_K)
 
-    def key_query(self):
+    def key_query(self) -> torch.Tensor:
         return torch.bmm(self.W_Q.transpose(1, 2), self.W_K)
 
-    def key_query_vjp(self, g_rows):
+    def key_query_vjp(self, g_rows: torch.Tensor) -> list[torch.Tensor]:
         """W_KQ[h] = W_Q[h]ᵀ W_K[h] with G = ∂/∂W_KQ[h] (its label row D zero): ∂/∂W_Q[h] = W_K[h] Gᵀ (zero in column
         D), ∂/∂W_K[h] = W_Q[h] G = W_Q[h][:, :D] G[:D]."""
         D = g_rows.shape[1]
@@ -428,16 +431,16 @@ class MLP(_Model):
     def in_dim(self) -> int:
         return math.isqrt(self.W1.shape[1])
 
-    def features(self, X, scale=1.0):
+    def features(self, X: torch.Tensor, scale: float | torch.Tensor = 1.0) -> torch.Tensor:
         return cubic_features(X, scale)
 
-    def forward(self, X, scale=1.0):
+    def forward(self, X: torch.Tensor, scale: float | torch.Tensor = 1.0) -> torch.Tensor:
         return self.features(X, scale) @ self.W1.T @ self.w2
 
-    def combined(self):
+    def combined(self) -> torch.Tensor:
         return self.W1.T @ self.w2
 
-    def value_weights(self):
+    def value_weights(self) -> torch.Tensor:
         return self.w2
 
     def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -458,7 +461,7 @@ class MLP(_Model):
 
 
 def build_model(model: str, weights: dict[str, np.ndarray], *, softmax: bool = False,
-                dtype=torch.float64, device="cpu") -> nn.Module:
+                dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> nn.Module:
     """A model from ``init_weights``-style arrays (the layout of ``init.npz``, see :func:`weight_shapes`), on
     ``device`` in ``dtype``. Wrong keys or shapes raise one ValueError naming the expected ones."""
     weights = check_weights(model, weights)
