@@ -19,9 +19,16 @@ TypeError.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import theory
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # --------------------------------------------------------------------------------------------------------------
 # The in-context matrix of a model
@@ -40,7 +47,7 @@ def _from_model(model, method: str):
     return fn()
 
 
-def head_matrices(model) -> np.ndarray:
+def head_matrices(model: nn.Module) -> np.ndarray:
     """(H, D, D): each head's in-context matrix A_h as the model's weights are (``model.in_context_heads()``).
 
     ŷ = bᵀ (Σ_h A_h) x_q + terms even in the labels, b = scale Σ_{n≤N} y_n x_n; for attention
@@ -50,7 +57,7 @@ def head_matrices(model) -> np.ndarray:
     return _np(_from_model(model, "in_context_heads"))
 
 
-def combined_A(model, N: int | None = None, *, normalize: str) -> np.ndarray:
+def combined_A(model: nn.Module, N: int | None = None, *, normalize: str) -> np.ndarray:
     """A = Σ_h A_h in the paper's normalisation: ŷ = βᵀ A x_q + terms even in the labels, β = (1/N) Σ y_n x_n.
     The model's own A for ``normalize="mean"``, N times it for ``"sum"`` (which then needs ``N``)."""
     if normalize == "sum" and N is None:
@@ -58,26 +65,26 @@ def combined_A(model, N: int | None = None, *, normalize: str) -> np.ndarray:
     return head_matrices(model).sum(axis=0) * theory.feature_scale(N or 0, normalize=normalize)  # N: checked above
 
 
-def white_sigma(model, N: int | None = None, *, normalize: str) -> float:
+def white_sigma(model: nn.Module, N: int | None = None, *, normalize: str) -> float:
     """σ = tr(A)/D for the combined A (:func:`combined_A`, paper normalisation): the one number the white-covariance
     theory tracks, where A stays a multiple σ I of the identity (``theory.white_sigma``, Appendix)."""
     A = combined_A(model, N, normalize=normalize)
     return float(np.trace(A)) / A.shape[0]
 
 
-def in_eigenbasis(A, cov) -> np.ndarray:
+def in_eigenbasis(A: ArrayLike, cov: ArrayLike) -> np.ndarray:
     """Eᵀ A E: A (D×D, or a stack (..., D, D)) in the eigenbasis of Λ, entry [d, d'] = e_dᵀ A e_d' (decreasing λ)."""
     _, E = theory.spectrum(cov)
     return E.T @ np.asarray(A, float) @ E
 
 
-def mode_overlaps(A, cov) -> np.ndarray:
+def mode_overlaps(A: ArrayLike, cov: ArrayLike) -> np.ndarray:
     """e_dᵀ A e_d for each eigen-direction (decreasing λ): the diagonal of :func:`in_eigenbasis` (one row per matrix
     of a stack). At the fixed point M_m it is 1/(λ_d c_d) for d ≤ m, else 0."""
     return np.diagonal(in_eigenbasis(A, cov), axis1=-2, axis2=-1)
 
 
-def head_alignment(heads, cov) -> np.ndarray:
+def head_alignment(heads: ArrayLike, cov: ArrayLike) -> np.ndarray:
     """(H, D): e_dᵀ A_h e_d / ‖A_h‖_F per head — ±1 when head h is the rank-one map along e_d, ≈ 0 when unrelated.
 
     The squares over d sum to at most 1 (equality when A_h is diagonal in the eigenbasis).
@@ -88,7 +95,7 @@ def head_alignment(heads, cov) -> np.ndarray:
     return proj / np.where(norm > 0, norm, 1.0)[:, None]
 
 
-def head_direction(heads, cov) -> np.ndarray:
+def head_direction(heads: ArrayLike, cov: ArrayLike) -> np.ndarray:
     """For each head, the eigen-direction (0-based, decreasing λ) it is most aligned with."""
     return np.argmax(np.abs(head_alignment(heads, cov)), axis=1)
 
@@ -97,7 +104,7 @@ def head_direction(heads, cov) -> np.ndarray:
 # Spectral measures
 # --------------------------------------------------------------------------------------------------------------
 
-def effective_rank(M, eps: float = 1e-300) -> float:
+def effective_rank(M: ArrayLike, eps: float = 1e-300) -> float:
     """exp(−Σ p_i ln p_i), p_i = σ_i/Σσ_j over M's singular values (Roy & Vetterli): 1 for rank one, r for r equal
     singular values, between otherwise. 0 for the zero matrix."""
     s = np.linalg.svd(np.asarray(M, float), compute_uv=False)
@@ -116,13 +123,13 @@ def _marginal_effective_rank(heads) -> float:
     return effective_rank(np.concatenate(list(heads), axis=1))
 
 
-def top_subspace(A, k: int) -> np.ndarray:
+def top_subspace(A: ArrayLike, k: int) -> np.ndarray:
     """(D, k): the top-k left singular vectors of A, an orthonormal basis of the subspace A's k largest singular values
     act on (for A on the saddle M_k with k = its numerical rank: its column space, span(e_1 … e_k))."""
     return np.linalg.svd(np.asarray(A, float))[0][:, :k]
 
 
-def subspace_distance(U, V) -> float:
+def subspace_distance(U: ArrayLike, V: ArrayLike) -> float:
     """How far the subspace spanned by the orthonormal columns of ``U`` lies from that of ``V``: sqrt(mean sin²θ_i)
     over the min(k_U, k_V) principal angles θ_i (scipy ``subspace_angles``), in [0, 1]. 0 when the smaller subspace
     lies inside the larger; 0 also when either is empty (nothing to compare)."""
@@ -134,7 +141,7 @@ def subspace_distance(U, V) -> float:
     return float(np.sqrt(np.mean(np.sin(subspace_angles(U, V)) ** 2)))
 
 
-def learned_subspace_distance(A, cov, rank: int | None = None) -> float:
+def learned_subspace_distance(A: ArrayLike, cov: ArrayLike, rank: int | None = None) -> float:
     """The distance (:func:`subspace_distance`) between the subspace A has learned, its top-r singular subspace with
     r = ``rank`` (default its numerical rank, :func:`numerical_rank`), and the theory's after r drops,
     span(e_1 … e_r) of the r largest eigenvalues of Λ (the column space of the saddle M_r). 0 on every saddle; 1 when
@@ -144,7 +151,7 @@ def learned_subspace_distance(A, cov, rank: int | None = None) -> float:
     return subspace_distance(top_subspace(A, r), E[:, :r])
 
 
-def learned_subspace_moved(A, later, rank: int) -> float:
+def learned_subspace_moved(A: ArrayLike, later: Iterable[ArrayLike], rank: int) -> float:
     """How far the subspace A has learned (its top-``rank`` singular subspace, :func:`top_subspace`) lies outside the
     subspaces learned afterwards: the largest :func:`subspace_distance` from the top-r' singular subspace of each
     later matrix in ``later`` (a sequence of D×D matrices), r' its numerical rank, over those with
@@ -157,7 +164,7 @@ def learned_subspace_moved(A, later, rank: int) -> float:
     return float(max(d)) if d else float("nan")
 
 
-def numerical_rank(A, rel_tol: float = 0.05) -> int:
+def numerical_rank(A: ArrayLike, rel_tol: float = 0.05) -> int:
     """The number of singular values above ``rel_tol`` times the largest (0 for the zero matrix)."""
     s = np.linalg.svd(np.asarray(A, float), compute_uv=False)
     return int((s > rel_tol * s[0]).sum()) if s[0] > 0 else 0
@@ -167,7 +174,7 @@ def numerical_rank(A, rel_tol: float = 0.05) -> int:
 # Conservation laws
 # --------------------------------------------------------------------------------------------------------------
 
-def conserved_quantities(model) -> dict[str, np.ndarray]:
+def conserved_quantities(model: nn.Module) -> dict[str, np.ndarray]:
     """Per head, the quantities gradient flow keeps constant (``model.conserved_quantities()``, from the rescaling
     symmetry of each head's factors). ATTN_S: ‖v_h‖² − ‖W_K[h]‖², ‖W_K[h]‖² − ‖W_Q[h]‖² ("v_minus_k",
     "k_minus_q"); ATTN_M: ‖v_h‖² − ‖W_KQ[h]‖²; MLP: w₂[h]² − ‖W₁[h]‖² (both "v_minus_k"); and "scale", the largest
@@ -187,7 +194,7 @@ def _conservation_drift(first: dict, current: dict) -> np.ndarray:
 # Snapshots and tidy tables
 # --------------------------------------------------------------------------------------------------------------
 
-def snapshot_fn(N: int, *, normalize: str):
+def snapshot_fn(N: int, *, normalize: str) -> Callable[[nn.Module], dict[str, np.ndarray]]:
     """A ``snapshot(model)`` for ``gradient_descent``/``run``: the head matrices in the paper's normalisation (times N
     for ``normalize="sum"``) and the conserved quantities. Cheap (a few small arrays), so it can be recorded often."""
     factor = theory.feature_scale(N, normalize=normalize)
@@ -209,7 +216,8 @@ def _plateau_index(A, cov, N) -> tuple[int, float]:
     return m, float(d[m])
 
 
-def tidy(snapshots, cov, N: int, *, normalize: str, lr: float | None = None,
+def tidy(snapshots: Iterable[tuple[int, dict[str, np.ndarray]]], cov: ArrayLike, N: int, *, normalize: str,
+         lr: float | None = None,
          model: str | None = None) -> dict[str, np.ndarray]:
     """One row per snapshot (from :func:`snapshot_fn`) as a dict of equal-length arrays, for plotting.
 
@@ -265,7 +273,7 @@ def tidy(snapshots, cov, N: int, *, normalize: str, lr: float | None = None,
     return table
 
 
-def attn_m_effective_a0(model, cov, N: int, *, normalize: str) -> float:
+def attn_m_effective_a0(model: nn.Module, cov: ArrayLike, N: int, *, normalize: str) -> float:
     """The initial product a0 that feeds ``theory.attn_m_drop_time`` for a random small ATTN_M (or MLP) start.
 
     In the linear regime u = W₁ê and w₂ obey τ u̇ = s w₂, τ ẇ₂ = s u, so a = w₂ᵀu ≈ ¼‖u(0) + w₂(0)‖² e^{2st/τ} once
@@ -279,7 +287,7 @@ def attn_m_effective_a0(model, cov, N: int, *, normalize: str) -> float:
     return float(0.25 * np.sum((u + w2 * factor) ** 2))
 
 
-def attn_m_drop_step(model, cov, N: int, *, lr: float, normalize: str) -> float:
+def attn_m_drop_step(model: nn.Module, cov: ArrayLike, N: int, *, lr: float, normalize: str) -> float:
     """The GD step of ATTN_M's (or the MLP's) half-drop predicted from the model's current (initial) weights.
 
     a0 from :func:`attn_m_effective_a0`, the half-drop time t/τ from ``theory.attn_m_drop_time`` (the logistic
@@ -290,7 +298,7 @@ def attn_m_drop_step(model, cov, N: int, *, lr: float, normalize: str) -> float:
     return float(theory.time_to_steps(t, lr, normalize=normalize, model="attnM", N=N))
 
 
-def escape_law(model: str, inits, steps) -> float:
+def escape_law(model: str, inits: ArrayLike, steps: ArrayLike) -> float:
     """The fitted law of the first drop's step against the initialisation scale (entries that are not finite are
     left out; at least two are needed).
 

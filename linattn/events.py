@@ -8,15 +8,17 @@ snapshots) and return plain numbers, so each figure's reading of its run is one 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import theory
 from .diagnostics import mode_overlaps
 
 
-def vector_alignment(W, cov) -> np.ndarray:
+def vector_alignment(W: ArrayLike, cov: ArrayLike) -> np.ndarray:
     """(H, D): ``abs(e_dᵀ w_h) / ‖w_h‖`` for the rank-one key or query rows w_h = W[h, 0, :D] (``W_K`` or ``W_Q`` of a
     rank-one ATTN_S, shape (H, 1, D+1)): 1 when the row points along e_d, ≈ 0 when orthogonal to it."""
     W = np.asarray(W, dtype=np.float64)
@@ -25,7 +27,7 @@ def vector_alignment(W, cov) -> np.ndarray:
     return np.abs(w @ E) / np.linalg.norm(w, axis=1, keepdims=True)
 
 
-def direction_fractions(heads, cov, N: int) -> np.ndarray:
+def direction_fractions(heads: ArrayLike, cov: ArrayLike, N: int) -> np.ndarray:
     """f_{h,d} = λ_d c_d · e_dᵀ A_h e_d for head matrices ``heads`` (…, H, D, D) in the paper's normalisation: the
     fraction of the fixed point's weight 1/(λ_d c_d) on e_d that head h carries (1: the head alone implements it).
     Rotation-free, so meaningful for heads of any rank."""
@@ -33,7 +35,7 @@ def direction_fractions(heads, cov, N: int) -> np.ndarray:
     return mode_overlaps(heads, cov) * (lam * theory.c_d(cov, N))
 
 
-def first_crossings(series, threshold: float, steps) -> dict[tuple[int, int], int]:
+def first_crossings(series: ArrayLike, threshold: float, steps: ArrayLike) -> dict[tuple[int, int], int]:
     """For a series (snapshots, H, D), the first step (from ``steps``, one per snapshot) at which entry (h, d)
     exceeds ``threshold``, for every (h, d) that ever does; keyed (h, d)."""
     series, steps = np.asarray(series), np.asarray(steps)
@@ -61,7 +63,8 @@ def heads_in_order(crossings: dict[tuple[int, int], int]) -> list[tuple[int, lis
     return sorted(rows, key=lambda r: (r[2][0], r[0]))
 
 
-def value_learners(final_values, directions, v_final) -> dict[int, int]:
+def value_learners(final_values: ArrayLike, directions: ArrayLike,
+                   v_final: np.ndarray | Sequence[float]) -> dict[int, int]:
     """{direction d: head h} for the rank-one heads whose final value weight exceeds half the theory's
     v_final[d] = (λ_d c_d)^{-1/3} of the direction they align with (``directions[h]``, e.g.
     ``diagnostics.head_direction``); where two heads share a direction the larger value keeps it."""
@@ -81,7 +84,7 @@ def _half_rise_time(v, t, v_inf: float) -> float:
     return float(t[np.argmax(v >= 0.5 * v_inf)])
 
 
-def scalar_ode_rise(v, t, lam: float, c: float, *, v_start: float = 1e-3) -> np.ndarray:
+def scalar_ode_rise(v: ArrayLike, t: ArrayLike, lam: float, c: float, *, v_start: float = 1e-3) -> np.ndarray:
     """The scalar ODE τ v̇ = λ² v² − cλ³ v⁵ (``theory.scalar_ode``, paper Section 5) for one head learning direction
     (λ, c), shifted in time so that it reaches half its final value (λc)^{-1/3} when the run's ``v`` does; sampled at
     the run's times ``t`` (t/τ; NaN before the shifted start). ``v_start`` (× the final value) only sets where the
@@ -103,7 +106,7 @@ class RiseComparison:
     rise_steps_ode: float  # the same for the ODE
 
 
-def compare_rise(v, v_ode, steps, v_inf: float) -> RiseComparison:
+def compare_rise(v: ArrayLike, v_ode: ArrayLike, steps: ArrayLike, v_inf: float) -> RiseComparison:
     """How closely a head's value weight ``v`` follows its shifted ODE ``v_ode`` (:func:`scalar_ode_rise`), both
     sampled at ``steps``, relative to the final value ``v_inf``."""
     v, v_ode, steps = (np.asarray(a, dtype=np.float64) for a in (v, v_ode, steps))
@@ -132,21 +135,21 @@ def rise_verdict(ratio: float, factor: float = RISE_FACTOR) -> str:
 LEARNED = 0.5  # our choice: a direction is learned once the heads together carry more than half of its fixed point
 
 
-def learned_share(fraction) -> np.ndarray:
+def learned_share(fraction: ArrayLike) -> np.ndarray:
     """Σ_h f_{h,d}: the share of each direction's fixed-point weight 1/(λ_d c_d) that the heads carry together
     (``fraction``: …, H, D from :func:`direction_fractions`; the head axis is summed). 1 on S and 0 elsewhere at the
     fixed point A_S, whichever heads carry S."""
     return np.asarray(fraction, dtype=np.float64).sum(axis=-2)
 
 
-def learned_directions(share, threshold: float = LEARNED) -> np.ndarray:
+def learned_directions(share: ArrayLike, threshold: float = LEARNED) -> np.ndarray:
     """Which eigen-directions the weights have learned (booleans, the shape of ``share``): those whose
     :func:`learned_share` exceeds ``threshold``. Names the saddle a rest sits at (``loss_curves.subset_rests``), in
     order or not."""
     return np.asarray(share, dtype=np.float64) > threshold
 
 
-def learned_steps(share, steps, threshold: float = LEARNED) -> np.ndarray:
+def learned_steps(share: ArrayLike, steps: ArrayLike, threshold: float = LEARNED) -> np.ndarray:
     """The first of ``steps`` (one per snapshot) at which each direction's :func:`learned_share` (snapshot ×
     direction) exceeds ``threshold``; NaN for a direction never learned."""
     share, steps = np.asarray(share, dtype=np.float64), np.asarray(steps)
@@ -154,7 +157,7 @@ def learned_steps(share, steps, threshold: float = LEARNED) -> np.ndarray:
     return np.array([float(steps[np.argmax(col)]) if col.any() else np.nan for col in above.T])
 
 
-def out_of_order(first_steps) -> list[tuple[int, int]]:
+def out_of_order(first_steps: ArrayLike) -> list[tuple[int, int]]:
     """The pairs (d, d′) of directions (0-based), d < d′ (λ_d ≥ λ_d′), where d′ is learned strictly before d (or d is
     never learned and d′ is): the learning order departs from the order of the eigenvalues there."""
     t = np.asarray(first_steps, dtype=np.float64)
@@ -171,7 +174,7 @@ def out_of_order(first_steps) -> list[tuple[int, int]]:
 GROWN = 0.1
 
 
-def value_fraction(values) -> np.ndarray:
+def value_fraction(values: ArrayLike) -> np.ndarray:
     """(snapshots, H): abs(v_h(t)) / max_t abs(v_h), each head's value weight as a fraction of its largest over the run
     (its final one for a head that keeps what it learned; the largest, for one that hands a direction over to another
     head and shrinks; NaN for a head that is 0 throughout)."""
@@ -180,7 +183,7 @@ def value_fraction(values) -> np.ndarray:
     return v / np.where(top > 0, top, np.nan)
 
 
-def first_index(mask) -> int | None:
+def first_index(mask: ArrayLike) -> int | None:
     """The first index at which ``mask`` is true (None if it never is)."""
     hit = np.flatnonzero(mask)
     return int(hit[0]) if hit.size else None
@@ -210,7 +213,8 @@ class GrowthAlignment:
         return "grew before it aligned"
 
 
-def alignment_against_growth(overlap, values, steps, *, aligned: float, grown: float = GROWN) -> GrowthAlignment:
+def alignment_against_growth(overlap: ArrayLike, values: ArrayLike, steps: ArrayLike, *, aligned: float,
+                             grown: float = GROWN) -> GrowthAlignment:
     """One head's overlap with a direction (``overlap``: one per snapshot, e.g. the smaller of its key's and its
     query's, :func:`vector_alignment`) read against its value weight (``values``: v_h at the same snapshots): its
     overlap at the start and when abs(v_h) first reaches ``grown`` × its largest (:func:`value_fraction`), and its size
