@@ -92,7 +92,7 @@ class Setting:
         if self.low is not None and value is not None:
             check_int(self.name, value, low=self.low, high=self.high, what=self.what or "a positive integer")
         if self.choices is not None:
-            check_choice(self.name, value, self.allowed())
+            check_choice(self.name, value, cast(tuple, self.allowed()))  # not None: choices are set
         if self.check is not None:
             self.check(self.name, value)
 

@@ -22,9 +22,12 @@ training set does not change when test sets are added.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 # Child streams of the seed, one per purpose (init weights use INIT, see models.init_weights).
 COV, W_FIX, TRAIN, TEST_IWL, TEST_ICL, INIT, POPULATION = range(7)
@@ -120,13 +123,13 @@ _OPEN, _SEP, _CLOSE = "\x02", "\x1f", "\x03"  # around a setting named in a mess
 ALONE = object()  # named(name): the setting alone, no value
 
 
-def named(name: str, value=ALONE) -> str:
+def named(name: str, value: Any = ALONE) -> str:
     """A setting named in a :class:`ConfigError` message, with a value (``named("model", "mlp")``) or alone
     (``named("lr")``): each reader of the message words it its own way (:meth:`ConfigError.words`)."""
     return f"{_OPEN}{name}{_CLOSE}" if value is ALONE else f"{_OPEN}{name}{_SEP}{json.dumps(value)}{_CLOSE}"
 
 
-def python_words(name: str, value=ALONE) -> str:
+def python_words(name: str, value: Any = ALONE) -> str:
     """A setting as Python writes it: ``lr``, ``model="mlp"``, ``cubic_feat=True``, ``trainset_size=None``."""
     if value is ALONE:
         return name
@@ -143,7 +146,7 @@ class ConfigError(ValueError):
         self.template, self.field, self.value = template, field, value
         super().__init__(self.words(python_words))
 
-    def words(self, word) -> str:
+    def words(self, word: Callable[..., str]) -> str:
         """The message with each setting it names written by ``word(name)`` or ``word(name, value)``."""
         parts = self.template.split(_OPEN)
         out = [parts[0]]
@@ -154,17 +157,17 @@ class ConfigError(ValueError):
         return "".join(out)
 
 
-def is_int(value) -> bool:
+def is_int(value: Any) -> bool:
     """An integer (Python or numpy), and not a bool: True is not a size."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def is_number(value) -> bool:
+def is_number(value: Any) -> bool:
     """A real number (int or float, Python or numpy), and not a bool."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_int(name: str, value, *, low: int = 1, high: int | None = None, what: str = "a positive integer") -> int:
+def check_int(name: str, value: Any, *, low: int = 1, high: int | None = None, what: str = "a positive integer") -> int:
     """``value`` if it is an integer with low <= value (< high when given), else ConfigError
     ``"<name> must be <what>, got <value>"``."""
     if not is_int(value) or value < low or (high is not None and value >= high):
@@ -172,14 +175,14 @@ def check_int(name: str, value, *, low: int = 1, high: int | None = None, what: 
     return int(value)
 
 
-def check_positive(name: str, value) -> float:
+def check_positive(name: str, value: Any) -> float:
     """``value`` if it is a finite number > 0, else ConfigError naming ``name``."""
     if not is_number(value) or not (value > 0 and np.isfinite(value)):
         raise ConfigError(f"{named(name)} must be a positive finite number, got {value!r}", field=name, value=value)
     return float(value)
 
 
-def check_choice(name: str, value, choices) -> str:
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """``value`` if it is one of the strings ``choices``, else ConfigError naming ``name`` and listing them."""
     if not isinstance(value, str) or value not in choices:
         raise ConfigError(f"{named(name)} must be one of {', '.join(map(repr, choices))}, got {value!r}", field=name,
@@ -187,7 +190,7 @@ def check_choice(name: str, value, choices) -> str:
     return value
 
 
-def _check_spd(cov: np.ndarray) -> np.ndarray:
+def _check_spd(cov: ArrayLike) -> np.ndarray:
     """Return ``cov`` as a float64 array, or raise ValueError if it is not symmetric positive definite."""
     try:
         cov = np.asarray(cov, dtype=np.float64)
@@ -204,7 +207,7 @@ def _check_spd(cov: np.ndarray) -> np.ndarray:
     return cov
 
 
-def check_spectrum(spectrum, D: int) -> np.ndarray:
+def check_spectrum(spectrum: ArrayLike, D: int) -> np.ndarray:
     """``spectrum`` as a float64 array of D positive eigenvalues, else ConfigError."""
     if isinstance(spectrum, (str, bytes)) or not all(is_number(v) for v in np.ravel(np.asarray(spectrum, object))):
         raise ConfigError(f"{named('spectrum')} must be a sequence of numbers, got {spectrum!r}", field="spectrum",
@@ -219,7 +222,7 @@ def check_spectrum(spectrum, D: int) -> np.ndarray:
     return eig
 
 
-def check_covariance(matrix, D: int) -> np.ndarray:
+def check_covariance(matrix: ArrayLike, D: int) -> np.ndarray:
     """``matrix`` as a float64 D×D symmetric positive definite array, else ValueError."""
     cov = _check_spd(matrix)
     if cov.shape != (D, D):
@@ -228,7 +231,7 @@ def check_covariance(matrix, D: int) -> np.ndarray:
 
 
 def make_covariance(D: int, rng: np.random.Generator, *, white: bool = False,
-                    spectrum=None, matrix=None) -> np.ndarray:
+                    spectrum: ArrayLike | None = None, matrix: ArrayLike | None = None) -> np.ndarray:
     """Input covariance Λ.
 
     Default: Q diag(1, …, D) Qᵀ / (D(D+1)/2) with Q a random rotation, so tr Λ = 1. ``white``: I / D.
@@ -287,7 +290,8 @@ def sample_sequences(P: int, seq_len: int, cov: np.ndarray, icl: float, w_fix: n
     return Sequences(X=X, y=y)
 
 
-def sample_tasks(cov, P: int, seq_len: int, *, seed: int, icl: float = 1.0, centre: bool = True) -> Sequences:
+def sample_tasks(cov: ArrayLike, P: int, seq_len: int, *, seed: int, icl: float = 1.0,
+                 centre: bool = True) -> Sequences:
     """P sequences of ``seq_len`` tokens of the in-context regression task with the caller's own input covariance.
 
     x_n ~ N(0, Λ) with Λ = ``cov`` (D×D, symmetric positive definite: checked), y_n = wᵀx_n, the last token the
@@ -317,7 +321,8 @@ def sample_tasks(cov, P: int, seq_len: int, *, seed: int, icl: float = 1.0, cent
 
 
 def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, testset_size: int = 0,
-                  icl: float = 1.0, white_cov: bool = False, spectrum=None, cov_matrix=None,
+                  icl: float = 1.0, white_cov: bool = False, spectrum: ArrayLike | None = None,
+                  cov_matrix: ArrayLike | None = None,
                   seed: int = 10, shared: dict | None = None) -> Datasets:
     """Training set (None when ``trainset_size`` is None, i.e. population training), test sets and task.
 

@@ -17,9 +17,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,12 +42,12 @@ def temp_prefix(name: str) -> str:
     return f".{name}.{socket.gethostname()}.{os.getpid()}."
 
 
-def temp_dir(parent, name: str) -> Path:
+def temp_dir(parent: str | os.PathLike[str], name: str) -> Path:
     """A new temporary folder in ``parent`` for what becomes ``parent/name`` (:func:`temp_prefix`)."""
     return Path(tempfile.mkdtemp(dir=parent, prefix=temp_prefix(name), suffix=".tmp"))
 
 
-def remove_stale_temps(parent, name: str | None = None) -> list[Path]:
+def remove_stale_temps(parent: str | os.PathLike[str], name: str | None = None) -> list[Path]:
     """Delete the temporary files and folders in ``parent`` (those of ``name`` only, if given) that writers on this
     host left when they were killed: their process is gone (:func:`process_alive`). A live writer's, another host's
     and any other file are kept. Returns what was deleted."""
@@ -68,14 +70,14 @@ def remove_stale_temps(parent, name: str | None = None) -> list[Path]:
     return removed
 
 
-def lock_path(path) -> Path:
+def lock_path(path: str | os.PathLike[str]) -> Path:
     """The lock file of the output ``path``: ``.<name>.lock`` beside it (see :func:`output_lock`)."""
     path = Path(path)
     return path.parent / f".{path.name}.lock"
 
 
 @contextmanager
-def output_lock(path, say=None):
+def output_lock(path: str | os.PathLike[str], say: Callable[[int | str], object] | None = None) -> Iterator[Path]:
     """Hold the lock of the output ``path`` (a file or folder one writer at a time makes) for the block: the lock
     file :func:`lock_path` (``fcntl.flock``, the holder's PID in it), made in ``path``'s existing parent and removed
     when the block ends. When another process holds it, ``say(pid)`` (its PID, or "" when unknown) is called once and
@@ -134,7 +136,7 @@ def process_alive(pid: int) -> bool:
 
 
 @contextmanager
-def atomic_path(path):
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """A temporary path beside ``path`` to write to, renamed to ``path`` only if the block succeeds (else removed):
     for writers that take a file name (``xarray.Dataset.to_netcdf``)."""
     path = Path(path)
@@ -163,17 +165,17 @@ def _naming(err: OSError, path: Path) -> OSError:
     return type(err)(err.errno, err.strerror or str(err), str(path))
 
 
-def atomic_write(path, write, *, binary: bool = False) -> None:
+def atomic_write(path: str | os.PathLike[str], write: Callable[..., object], *, binary: bool = False) -> None:
     """Call ``write(file)`` on a temporary file beside ``path`` and rename it into place only if it succeeded."""
     with atomic_path(path) as tmp, open(tmp, "wb" if binary else "w") as f:
         write(f)
 
 
-def write_json(path, obj) -> None:
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write(path, lambda f: json.dump(obj, f, indent=2, sort_keys=False, default=_jsonable))
 
 
-def write_csv(path, columns: dict[str, np.ndarray], *, exact: bool = False) -> None:
+def write_csv(path: str | os.PathLike[str], columns: dict[str, np.ndarray], *, exact: bool = False) -> None:
     """A CSV with a header row; the ``step`` column is written as integers, the rest with 10 significant digits,
     or with ``exact`` as the shortest text that reads back to the same float64 (``repr``)."""
     names = list(columns)
@@ -217,7 +219,7 @@ def git_commit(where: Path = PACKAGE_ROOT) -> str | None:
         return None
 
 
-def library_versions(libraries=LIBRARIES) -> dict[str, str | None]:
+def library_versions(libraries: Iterable[str] = LIBRARIES) -> dict[str, str | None]:
     """The installed version of each of ``libraries`` (default :data:`LIBRARIES`; None when absent)."""
     return {lib: _version(lib) for lib in libraries}
 
