@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 
-def attribute(package: str, table: dict, namespace: dict, name: str):
+def attribute(package: str, table: dict, namespace: dict, name: str) -> Any:
     """``name`` of ``package``, looked up in ``table`` (name → submodule) and imported now; kept in the package's
     ``namespace`` so the next lookup is a plain attribute. AttributeError for a name the table does not hold."""
     if name not in table:

@@ -14,6 +14,7 @@ and when a member ends, so a GPU is not synchronised every step.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ class _Stack:
         self.tests = {k: tuple(x[rows] for x in v) for k, v in self.tests.items()}
         self.members = self.members[rows]
 
-    def combined(self):
+    def combined(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(m (B, F), what the gradient needs)."""
         if self.kind == "mlp":
             W1, w2 = self.params
@@ -69,7 +70,7 @@ class _Stack:
         M = torch.einsum("bhi,bhc->bic", A, v).reshape(B, D, E * E)
         return torch.matmul(M, _fold_matrix(D, v.dtype, v.device)).reshape(B, -1), A
 
-    def grads(self, g: torch.Tensor, A) -> list[torch.Tensor]:
+    def grads(self, g: torch.Tensor, A: torch.Tensor | None) -> list[torch.Tensor]:
         """∂L/∂θ of every member from g = ∂L/∂m (B, F), through the combination (``combined_with_vjp``)."""
         if self.kind == "mlp":
             W1, w2 = self.params
@@ -88,13 +89,14 @@ class _Stack:
         return [dQ, dK, dv]
 
     @staticmethod
-    def quadratic(moments, m):
+    def quadratic(moments: tuple[torch.Tensor, torch.Tensor, torch.Tensor], m: torch.Tensor) -> tuple[torch.Tensor,
+                  torch.Tensor]:
         """(L (B,), r = E[TTᵀ] m − E[yT] (B, F)) of each member."""
         yy, yT, TT = moments
         r = torch.bmm(TT, m[..., None])[..., 0] - yT
         return yy + (m * (r - yT)).sum(-1), r
 
-    def step(self, t: int, losses, tests: dict, values) -> None:
+    def step(self, t: int, losses: torch.Tensor, tests: dict, values: torch.Tensor | None) -> None:
         """One step of every member; step t's losses (and value weights) written into the buffers."""
         m, ctx = self.combined()
         loss, r = self.quadratic((self.yy, self.yT, self.TT), m)
@@ -138,7 +140,7 @@ def _load(model, stack: _Stack, row: int) -> None:
             q.copy_(p[row][tuple(slice(0, n) for n in q.shape)])
 
 
-def train_stacked(plans: list, *, snapshot_every: int = 0, snapshot=None) -> list:
+def train_stacked(plans: list, *, snapshot_every: int = 0, snapshot: Callable | None = None) -> list:
     """Train the members of ``plans`` (checked by ``batch.run_many``) in one batched loop; see :mod:`linattn.batch`."""
     start = time.perf_counter()
     shared: dict = {}

@@ -28,14 +28,25 @@ raises it), every other place a :class:`~linattn.result.RunResult`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 from .data import ConfigError, named
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+    from .data import Datasets
+    from .plan import Plan
 
 # settings every member must share (the shape of the stacked weights and what trains them)
 SHARED = ("model", "head_num", "in_dim", "seq_len", "dtype", "engine", "device", "dynamics", "softmax")
 
 
-def run_many(configs, *, inits=None, datasets=None, snapshot_every: int = 0, snapshot=None,
-             threads: int | None = None, max_memory=None, batched: bool | None = None, on_result=None) -> list:
+def run_many(configs: Sequence[RunConfig | Plan], *, inits: Sequence[dict | None] | None = None,
+             datasets: Sequence[Datasets | None] | None = None, snapshot_every: int = 0,
+             snapshot: Callable | None = None,
+             threads: int | None = None, max_memory: int | str | None = None, batched: bool | None = None,
+             on_result: Callable[[int, Any], object] | None = None) -> list:
     """Train the runs of ``configs`` (RunConfigs of one model and shape, or Plans made of them by
     :func:`~linattn.plan.plan`, which hold their own init and data) as one: a list with, for each member in
     order, its :class:`~linattn.result.RunResult` (what ``linattn.run(configs[i], init=inits[i],
@@ -119,7 +130,7 @@ def _plans(configs, inits, datasets, max_memory) -> list:
     return plans
 
 
-def groups(configs, *, by_data: bool = False) -> list[list[int]]:
+def groups(configs: Sequence[RunConfig], *, by_data: bool = False) -> list[list[int]]:
     """The positions of ``configs`` (RunConfigs or Plans) in groups that one :func:`run_many` call can train: equal
     ``SHARED`` settings (engine and device resolved) and test sets in all or none, in order of first appearance.
     ``by_data``: groups of runs that also draw the same data (``plan.data_key``), e.g. one task each on a cluster."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Callable, cast
+from typing import Any, Callable, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import objectives
 from .data import (
@@ -81,13 +82,13 @@ class Setting:
         """What the setting means, after the paper's symbol: ``"H, the number of heads"``."""
         return f"{self.symbol}, {self.help}" if self.symbol else self.help
 
-    def check_type(self, value) -> None:
+    def check_type(self, value: Any) -> None:
         """ConfigError unless ``value`` has this setting's type."""
         ok, wanted = _KINDS[self.kind]
         if not ok(value):
             raise ConfigError(f"{named(self.name)} must be {wanted}, got {value!r}", field=self.name, value=value)
 
-    def check_value(self, value) -> None:
+    def check_value(self, value: Any) -> None:
         """ConfigError unless ``value`` (of the right type) is allowed: its range, choices and rule."""
         if self.low is not None and value is not None:
             check_int(self.name, value, low=self.low, high=self.high, what=self.what or "a positive integer")
@@ -257,7 +258,7 @@ class RunConfig:
         when the training set is infinite, softmax for softmax attention)."""
         return objectives.resolve(self)
 
-    def on_population(self, cov) -> "RunConfig":
+    def on_population(self, cov: ArrayLike) -> "RunConfig":
         """The same run on the population loss (P → ∞, the ``population`` engine) of inputs of covariance ``cov``
         (the run's own Λ, drawn or given, passed as ``cov_matrix``): no training or test sets, so nothing is drawn
         but what the run is given. Trained from the run's own initial weights, it is the theory's loss curve from the

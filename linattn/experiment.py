@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -34,8 +35,12 @@ from .plan import (
 from .result import RunResult
 from .train import History, TrainingDiverged, gradient_descent, weights_of
 
+if TYPE_CHECKING:
+    from .data import Datasets, Sequences
+    from .objectives.base import Objective
 
-def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, steps: int,
+
+def stable_lr(cfg: RunConfig, init: dict, objective: Objective, device: str, *, lr: float, steps: int,
               max_halvings: int = 20) -> tuple[float | None, int]:
     """The first of lr/2, lr/4, … (at most ``max_halvings`` halvings) for which ``steps`` steps of gradient descent
     from ``init`` on ``objective`` keep the loss finite and end below the initial loss; ``(lr, halvings)``, or
@@ -58,8 +63,10 @@ def stable_lr(cfg: RunConfig, init: dict, objective, device: str, *, lr: float, 
     return None, max_halvings
 
 
-def run(cfg: RunConfig | Plan, *, init: dict | None = None, data=None, progress: bool | None = None,
-        snapshot_every: int = 0, snapshot=None, start_step: int = 0, max_memory=None,
+def run(cfg: RunConfig | Plan, *, init: dict | None = None, data: Datasets | Sequences | tuple | None = None,
+        progress: bool | None = None,
+        snapshot_every: int = 0, snapshot: Callable | None = None, start_step: int = 0,
+        max_memory: int | str | None = None,
         threads: int | None = None) -> RunResult:
     """Check ``cfg`` (:func:`~linattn.plan.plan`), draw or take data and weights, build the engine, train, and return a
     :class:`~linattn.result.RunResult`.
@@ -136,7 +143,7 @@ def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot, shared: dict
     from .models import build_model
 
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
-    train, tests = objectives.build(cfg, model, datasets, device, shared=shared)
+    train, tests = objectives.build(cfg, model, cast(Datasets, datasets), device, shared=shared)
     setup = time.perf_counter() - start
     try:
         if cfg.dynamics == "flow":

@@ -29,18 +29,23 @@ GD departs from the flow when η times the largest Hessian eigenvalue is no long
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .data import ConfigError
 from .train import History, TrainingDiverged, _Records, weights_of
+
+if TYPE_CHECKING:
+    from .models import Model
+    from .objectives.base import Moments, Objective
 
 _METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
 _IMPLICIT = ("LSODA", "Radau", "BDF")  # the methods that use a Jacobian
 
 
-def moving_entries(model) -> np.ndarray:
+def moving_entries(model: Model) -> np.ndarray:
     """Boolean (n,) in ``parameters_to_vector``'s layout: False on the entries the model declares fixed
     (``model.fixed_entries()``: their gradient is zero for all data and weights), True on the others, which the flow
     integrates. Every entry of a model without the declaration."""
@@ -83,7 +88,7 @@ class _Vectorised:
         if not np.isfinite(loss):
             raise TrainingDiverged(self.evaluations, loss, self.lr)
 
-    def rhs(self, _t, theta: np.ndarray) -> np.ndarray:
+    def rhs(self, _t: float, theta: np.ndarray) -> np.ndarray:
         import torch
         from torch.nn.utils import parameters_to_vector
 
@@ -94,7 +99,7 @@ class _Vectorised:
         grad = parameters_to_vector([p.grad for p in self.params])
         return -self.lr * grad.detach().cpu().to(torch.float64).numpy()[self.moving]
 
-    def jac(self, _t, theta: np.ndarray) -> np.ndarray:
+    def jac(self, _t: float, theta: np.ndarray) -> np.ndarray:
         """∂(−η ∇L)/∂θ = −η ∇²L (:func:`loss_hessian`, its rows and columns of the moving entries)."""
         self.set(theta)
         return -self.lr * loss_hessian(self.model, self.objective.moments)[np.ix_(self.moving, self.moving)]
@@ -185,12 +190,12 @@ class _Bilinear(_Vectorised):
         super().__init__(model, objective, lr)
         self.loss = BilinearLoss(Phi, len(model.value_weights()), objective.moments)
 
-    def rhs(self, _t, theta: np.ndarray) -> np.ndarray:
+    def rhs(self, _t: float, theta: np.ndarray) -> np.ndarray:
         loss, grad = self.loss.loss_and_grad(theta)
         self._check(loss)
         return -self.lr * grad
 
-    def jac(self, _t, theta: np.ndarray) -> np.ndarray:
+    def jac(self, _t: float, theta: np.ndarray) -> np.ndarray:
         return -self.lr * self.loss.hessian(theta)
 
 
@@ -210,7 +215,7 @@ def _vectorised(model, objective, lr: float) -> _Vectorised:
     return _Bilinear(model, objective, lr, Phi)
 
 
-def loss_hessian(model, moments) -> np.ndarray:
+def loss_hessian(model: Model, moments: Moments) -> np.ndarray:
     """∇²L(θ) (n, n) of the quadratic loss L = E[y²] − 2⟨m, E[yT]⟩ + ⟨m, E[TTᵀ] m⟩ of the model's combined weight
     m(θ), θ its parameters in ``parameters()`` order:
 
@@ -229,7 +234,8 @@ def loss_hessian(model, moments) -> np.ndarray:
     return out.detach().cpu().numpy().astype(np.float64)
 
 
-def check_flow(objective, *, method: str, jacobian: bool, record=None, epoch: int) -> np.ndarray:
+def check_flow(objective: Objective, *, method: str, jacobian: bool, record: ArrayLike | None = None,
+               epoch: int) -> np.ndarray:
     """The recorded steps (``record``; None: every step 0 … epoch−1) as an int64 array, after checking what
     :func:`gradient_flow` is asked: ConfigError for a method that is not solve_ivp's, a Jacobian for an explicit
     method or for an objective without moments (only the exact and population engines have them), or recorded steps
@@ -255,9 +261,9 @@ def check_flow(objective, *, method: str, jacobian: bool, record=None, epoch: in
     return steps.astype(np.int64)
 
 
-def gradient_flow(model, objective, *, lr: float, epoch: int, tests: dict | None = None,
+def gradient_flow(model: Model, objective: Objective, *, lr: float, epoch: int, tests: dict | None = None,
                   track_value: bool = False, snapshot_every: int = 0, snapshot: Callable | None = None,
-                  record=None, jacobian: bool = False, method: str = "LSODA", rtol: float = 1e-8,
+                  record: ArrayLike | None = None, jacobian: bool = False, method: str = "LSODA", rtol: float = 1e-8,
                   atol: float = 1e-13) -> History:
     """Integrate dθ/dk = −lr ∂L/∂θ (the flow τ dθ/dt = −½ ∂L/∂θ at t/τ = 2·lr·k) from the model's current weights to
     k = epoch, leaving the model there.

@@ -9,13 +9,18 @@ import ast
 import functools
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from . import data as data_mod
 from .config import RunConfig
 from .records import library_versions
+
+if TYPE_CHECKING:
+    from .data import Datasets, Sequences
 
 #: The code that computes a trajectory, relative to the package: whole modules, or (after a colon) the top-level
 #: definitions of one that decide a run. Diagnostics, theory, events, validation and the companion are not in it.
@@ -30,7 +35,7 @@ TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "weights
 NUMERICAL_LIBRARIES = ("torch", "numpy", "scipy")
 
 
-def code_digest(source: str, names=None) -> str:
+def code_digest(source: str, names: Iterable[str] | None = None) -> str:
     """SHA-256 of Python ``source`` as the interpreter reads it: its syntax tree without docstrings (comments and
     layout never reach the tree), so only a change of code changes it. ``names``: only these top-level definitions
     (``"f"``, ``"Class"``, a method ``"Class.f"``, or an assignment's first target)."""
@@ -82,7 +87,7 @@ def _hash_arrays(h, arrays: dict) -> None:
 
 
 def run_key(cfg: RunConfig, *, length: bool = True, snapshot_every: int = 0, init: dict | None = None,
-            data=None) -> str:
+            data: Datasets | Sequences | tuple | None = None) -> str:
     """The address of the run of ``cfg`` (64 hex digits): a hash of what decides its numbers — the settings
     (``to_dict``), the snapshot interval, the arrays of initial weights or data given in place of drawn ones, the
     versions of ``NUMERICAL_LIBRARIES`` and the code that computes a trajectory (``trajectory_code_hash``).
@@ -106,5 +111,6 @@ def run_key(cfg: RunConfig, *, length: bool = True, snapshot_every: int = 0, ini
         if isinstance(data, (tuple, list)) and len(data) == 2:
             data = data_mod.Sequences(*data)
         h.update(b"data\0")
-        _hash_arrays(h, data.arrays() if isinstance(data, data_mod.Datasets) else {"X": data.X, "y": data.y})
+        seqs = cast(data_mod.Sequences, data)  # a Datasets or, after the line above, a Sequences
+        _hash_arrays(h, data.arrays() if isinstance(data, data_mod.Datasets) else {"X": seqs.X, "y": seqs.y})
     return h.hexdigest()

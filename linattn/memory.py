@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING, Any
 
 from . import objectives
 from .data import ConfigError, is_int, named
 
+if TYPE_CHECKING:
+    from .config import RunConfig
+
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-def parse_size(size) -> int:
+def parse_size(size: Any) -> int:
     """A number of bytes from an int or a string such as ``"8G"``, ``"500M"``, ``"1.5GiB"`` or ``"4096"``
     (K, M, G, T: powers of 1024). ConfigError (a ValueError) naming ``max_memory`` for anything else."""
     if is_int(size) and size > 0:
@@ -52,14 +56,14 @@ def available_memory() -> int | None:
         return None
 
 
-def memory_parts(cfg, *, draws_data: bool = True, engine: str | None = None,
+def memory_parts(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None,
                  snapshot_every: int = 0) -> dict[str, int]:
     """What holds the memory of a run of ``cfg`` (trained by ``engine``; None: ``objectives.resolve(cfg)``;
     a weight snapshot every ``snapshot_every`` steps), in bytes (rough; :func:`memory_estimate` adds them up).
     E = in_dim + 1 numbers per token, n = seq_len tokens per sequence."""
     D, n, E = cfg.in_dim, cfg.seq_len, cfg.in_dim + 1
     engine = engine or objectives.resolve(cfg)
-    sets = [] if engine == "population" else [cfg.trainset_size] + [cfg.testset_size] * 2 * bool(cfg.testset_size)
+    sets: list = [] if engine == "population" else [cfg.trainset_size] + [cfg.testset_size] * 2 * bool(cfg.testset_size)
     tokens = sum(sets) * n
     parts = {}
     if draws_data and sets:
@@ -137,7 +141,7 @@ def _head_activations(cfg, engine: str, sets: list) -> int:
     return 0
 
 
-def memory_estimate(cfg, *, draws_data: bool = True, engine: str | None = None,
+def memory_estimate(cfg: RunConfig, *, draws_data: bool = True, engine: str | None = None,
                     snapshot_every: int = 0) -> int:
     """The peak memory of a run of ``cfg`` in bytes, roughly (within a factor of ~2):
 
@@ -180,7 +184,8 @@ def _smaller(part: str, engine: str) -> str:
             f"{named('in_dim')})")
 
 
-def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str | None = None,
+def check_memory(cfg: RunConfig, max_memory: int | str | None = None, *, draws_data: bool = True,
+                 engine: str | None = None,
                  snapshot_every: int = 0) -> int:
     """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``; None:
     ``available_memory()``, no check where that is unknown), else :class:`~linattn.config.ConfigError` naming it, with
@@ -189,7 +194,7 @@ def check_memory(cfg, max_memory=None, *, draws_data: bool = True, engine: str |
     return _within(cfg, parts, max_memory, engine or objectives.resolve(cfg))
 
 
-def check_weights_memory(cfg, max_memory=None) -> int:
+def check_weights_memory(cfg: RunConfig, max_memory: int | str | None = None) -> int:
     """:func:`check_memory` for a figure that only draws ``cfg``'s initial weights (a schematic) and trains nothing:
     the weights and the copies made of them (``mlp_from_attn_m``) against ``max_memory``."""
     return _within(cfg, {"the weights": _weights(cfg)}, max_memory, "exact")

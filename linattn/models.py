@@ -460,13 +460,17 @@ class MLP(_Model):
         return _balances(v=self.w2, k=self.W1)
 
 
+#: The models of the package, as :func:`build_model` makes them (for type annotations).
+Model = AttnM | AttnS | MLP
+
+
 def build_model(model: str, weights: dict[str, np.ndarray], *, softmax: bool = False,
-                dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> nn.Module:
+                dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> Model:
     """A model from ``init_weights``-style arrays (the layout of ``init.npz``, see :func:`weight_shapes`), on
     ``device`` in ``dtype``. Wrong keys or shapes raise one ValueError naming the expected ones."""
     weights = check_weights(model, weights)
     w = {k: torch.as_tensor(np.asarray(v), dtype=dtype) for k, v in weights.items()}
-    net: nn.Module
+    net: Model
     if model == "attnM":
         net = AttnM(w["W_KQ"], w["W_V"], softmax=softmax)
     elif model == "attnS":

@@ -11,6 +11,7 @@ prefix's output by n. :func:`cut_prefix` is the one place that cuts a prefix.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,7 @@ def cut_prefix(X: Any, y: Any, n: int) -> tuple[Any, Any]:
     return Xn, yn
 
 
-def prefix_terms(X, y, *, vary_len: bool, normalize: str):
+def prefix_terms(X: Any, y: Any, *, vary_len: bool, normalize: str) -> Iterator[tuple[Any, Any, float]]:
     """(X_n, y_n, scale) for each term of the loss on a batch of sequences: the whole sequences, or every prefix
     n = 2 … seq_len under ``vary_len`` (:func:`cut_prefix`), with the prefix's :func:`token_scale`."""
     n_tok = X.shape[1]
@@ -103,7 +104,7 @@ def prefix_terms(X, y, *, vary_len: bool, normalize: str):
         yield Xn, yn, token_scale(n, normalize, vary_len)
 
 
-def prefix_queries(X, y, terms):
+def prefix_queries(X: Any, y: Any, terms: Sequence[int]) -> tuple[Any, Any]:
     """The queries and targets of the prefixes of length ``terms`` at once (torch, X (P, seq_len, D+1)), for engines
     that keep the context tokens whole: (queries (P, len(terms), D+1), targets (P, len(terms))). The rule is
     :func:`cut_prefix`'s: prefix n's query is token n with its label zeroed, the label its target (the whole

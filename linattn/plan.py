@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from .config import ConfigError, RunConfig
 from .data import named
 from .memory import check_memory
 from .weights import check_weights, init_weights
+
+if TYPE_CHECKING:
+    from .data import Datasets, Sequences
 
 
 def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
@@ -175,7 +178,8 @@ class Plan:
                                    start_step=start_step, to_draw=to_draw, drawn=drawn)
 
 
-def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None, start_step: int = 0,
+def plan(cfg: RunConfig, *, init: dict | None = None, data: Datasets | Sequences | tuple | None = None,
+         max_memory: int | str | None = None, start_step: int = 0,
          snapshot_every: int = 0) -> Plan:
     """Check a run of ``cfg`` (with the initial weights ``init`` and the data ``data`` given in place of drawn ones, as
     for :func:`~linattn.experiment.run`) once, before any work, and decide what follows from its settings: the engine,
@@ -214,7 +218,7 @@ def plan(cfg: RunConfig, *, init: dict | None = None, data=None, max_memory=None
                 to_draw=to_draw, init=init, data=given, start_step=start_step)
 
 
-def check_threads(threads) -> None:
+def check_threads(threads: int | None) -> None:
     """``threads`` (of :func:`~linattn.experiment.run`) is None or a positive integer, else a ConfigError naming it."""
     if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
         raise ConfigError(f"{named('threads')} must be None (the engine's choice) or a positive integer, got "

@@ -43,7 +43,7 @@ class Draws:
         self.torch = torch.Generator(device="cpu").manual_seed(seed)
         self.numpy = np.random.RandomState(seed)
 
-    def normal(self, shape, std: float = 1.0) -> torch.Tensor:
+    def normal(self, shape: tuple[int, ...], std: float = 1.0) -> torch.Tensor:
         """One float32 ``normal_(0, std)`` call on a fresh tensor of ``shape`` (the call's size matters)."""
         return torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=self.torch)
 

@@ -6,6 +6,7 @@ run store).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
@@ -83,7 +84,7 @@ class RunResult:
             self._model = build_model(self.config.model, self.weights, softmax=self.config.softmax)
         return self._model
 
-    def snapshots_of(self, fn, **kwargs) -> list:
+    def snapshots_of(self, fn: Callable, **kwargs: Any) -> list:
         """``[(step, fn(model, **kwargs))]`` for each weight snapshot, the model rebuilt from it: what
         ``linattn.run(..., snapshot=fn)`` would have recorded."""
         from .models import build_model
@@ -122,7 +123,8 @@ class _DrawnOnUse(data_mod.Datasets):
         raise AttributeError(name)
 
 
-def write_outputs(result: RunResult, out_dir, *, save_data: bool = False, extra: dict | None = None) -> None:
+def write_outputs(result: RunResult, out_dir: str | os.PathLike[str], *, save_data: bool = False,
+                  extra: dict | None = None) -> None:
     """Write ``result`` into the folder ``out_dir`` in the one format of a run, each file atomically:
 
     * ``loss.csv``: the history, one row per step (``step``, ``train_loss``, the test losses, ``value_h``), every
@@ -190,7 +192,7 @@ def _arrays(path: Path) -> dict | None:
         return dict(f)
 
 
-def load_run(out_dir) -> RunResult:
+def load_run(out_dir: str | os.PathLike[str]) -> RunResult:
     """Read a run folder back into a :class:`RunResult`: what ``linattn train --out``, :func:`write_outputs`, a
     sweep's run or a run-store entry holds (:func:`write_outputs` says what each file is).
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .models import Model
+    from .objectives.base import Objective
 
 
 class TrainingDiverged(RuntimeError):
@@ -64,7 +68,7 @@ class History:
         return cols
 
 
-def weights_of(model, like: dict | None = None) -> dict[str, np.ndarray]:
+def weights_of(model: Model, like: dict | None = None) -> dict[str, np.ndarray]:
     """The model's current weights in the layout of ``init.npz`` (float64 numpy copies), so that
     ``build_model(name, weights_of(model))`` rebuilds it.
 
@@ -84,7 +88,7 @@ def weights_of(model, like: dict | None = None) -> dict[str, np.ndarray]:
     return out
 
 
-def gradient_descent(model, objective, *, lr: float, epoch: int, tests: dict | None = None,
+def gradient_descent(model: Model, objective: Objective, *, lr: float, epoch: int, tests: dict | None = None,
                      track_value: bool = False, snapshot_every: int = 0,
                      snapshot: Callable | None = None, progress: bool | None = None, start_step: int = 0) -> History:
     """Train ``model`` in place for ``epoch`` steps of full-batch GD on ``objective``.
@@ -144,7 +148,7 @@ def _next_block(block: int, done: int, seconds: float) -> int:
     return int(min(max(16, rate * CALL_S), 1 << 24))
 
 
-def progress_bar(total: int, progress: bool | None, desc: str = "training"):
+def progress_bar(total: int, progress: bool | None, desc: str = "training") -> Any:
     """What counts a run's steps (``update(n)``, ``close()``): a tqdm bar on a terminal (stderr), else with
     ``progress`` True :class:`ProgressLines`; nothing with ``progress`` False, or None off a terminal."""
     import sys

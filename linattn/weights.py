@@ -7,7 +7,10 @@ from such arrays (and gives these names too, ``linattn.models.init_weights`` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .data import check_choice, check_int, check_positive, named
 
@@ -27,7 +30,7 @@ def attn_s_scales(init_scheme: str, init: float, *, head_num: int, in_dim: int, 
             "dec2025": (init / np.sqrt(head_num * rank * E), init / (np.sqrt(head_num) * E))}[init_scheme]
 
 
-def check_weight_settings(*, model, head_num, in_dim, rank, init, init_scheme) -> None:
+def check_weight_settings(*, model: str, head_num: int, in_dim: int, rank: int, init: float, init_scheme: str) -> None:
     """The rules for the settings that shape the initial weights (shared by :func:`init_weights` and
     ``RunConfig.validate``): one ConfigError (a ValueError) naming the first invalid one."""
     check_choice("model", model, MODELS)
@@ -120,7 +123,8 @@ def _sizes_of(model: str, weights) -> dict:
     return {}
 
 
-def check_weights(model: str, weights, *, head_num: int | None = None, in_dim: int | None = None,
+def check_weights(model: str, weights: Mapping[str, ArrayLike], *, head_num: int | None = None,
+                  in_dim: int | None = None,
                   rank: int | None = None) -> dict[str, np.ndarray]:
     """``weights`` as numpy arrays if they have exactly the keys and shapes of :func:`weight_shapes` and finite
     values; otherwise one ValueError naming the expected keys and shapes. Sizes not given are read off the arrays."""

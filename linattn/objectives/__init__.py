@@ -18,11 +18,16 @@ first looked up (module ``__getattr__``), as ``load`` and :func:`build` do.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
 from ..data import named
 from .declarations import AutogradEngine, Engine, ExactEngine, PopulationEngine, SoftmaxEngine
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+    from ..data import Datasets
+    from ..models import Model
 
 #: The registered engines by name, each a declaration (``linattn.objectives.declarations.Engine``), or an
 #: engine class (a subclass of :class:`~linattn.objectives.base.Objective`) registered as it is.
@@ -48,7 +53,7 @@ def engine_choices() -> tuple[str, ...]:
     return ("auto", *ENGINES)
 
 
-def get(name: str):
+def get(name: str) -> type[Any]:
     """The engine registered as ``name`` (its declaration, or a registered class; ``load``: the class that
     trains it)."""
     try:
@@ -57,7 +62,7 @@ def get(name: str):
         raise ValueError(f"engine must be one of {', '.join(map(repr, engine_choices()))}, got {name!r}") from None
 
 
-def resolve(cfg) -> str:
+def resolve(cfg: RunConfig) -> str:
     """The engine ``cfg`` trains with: ``cfg.engine``, or for ``"auto"`` population when the training set is
     infinite (``trainset_size=None``), softmax for softmax attention, else exact."""
     if cfg.engine != "auto":
@@ -67,7 +72,7 @@ def resolve(cfg) -> str:
     return SoftmaxEngine.name if cfg.softmax else ExactEngine.name
 
 
-def refusal(cfg) -> str | None:
+def refusal(cfg: RunConfig) -> str | None:
     """Why the engine of ``cfg`` (after :func:`resolve`) cannot train it, or None."""
     engine = get(resolve(cfg))
     reason = engine.refuses(cfg)
@@ -104,7 +109,8 @@ def threads_for(engine: str, device: str) -> int | None:
     return get(engine).threads if str(device).split(":")[0] == "cpu" else 1
 
 
-def build(cfg, model, datasets, device: str, *, shared: dict | None = None):
+def build(cfg: RunConfig, model: Model, datasets: Datasets, device: str, *,
+          shared: dict | None = None) -> tuple[Any, dict[str, Any]]:
     """(training objective, {"test_iwl"/"test_icl": test objective}) of a run of ``cfg`` on ``datasets``.
 
     Test sets are evaluated by the training engine, or by :class:`Exact` for the moment-based engines. ``shared``:

@@ -8,11 +8,16 @@ softmax included, and is the reference the faster objectives are tested against.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ..normalization import lengths, prefix_terms
 from .base import DEFAULT_CHUNK, Objective
 from .declarations import AutogradEngine
+
+if TYPE_CHECKING:
+    from ..models import Model
 
 
 class Autograd(AutogradEngine, Objective):
@@ -44,10 +49,10 @@ class Autograd(AutogradEngine, Objective):
                 total += part.item()
         return total
 
-    def value_and_grad(self, model) -> float:
+    def value_and_grad(self, model: Model) -> float:
         """The loss; its gradient is accumulated into the parameters' ``.grad``."""
         return self._run(model, backward=True)
 
     @torch.no_grad()
-    def value(self, model) -> float:
+    def value(self, model: Model) -> float:
         return self._run(model, backward=False)

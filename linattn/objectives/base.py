@@ -18,13 +18,17 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 import torch
 
 from ..normalization import prefix_terms
 from .declarations import Engine
+
+if TYPE_CHECKING:
+    from ..data import Sequences
+    from ..models import Model
 
 DEFAULT_CHUNK = 4096
 
@@ -34,14 +38,22 @@ class Objective(Engine):
     ``linattn.objectives.declarations.Engine`` (torch-free, in ``declarations.py``).
     """
 
+    def value_and_grad(self, model: Model) -> float:
+        """The loss of ``model``; its gradient is accumulated into the parameters' ``.grad`` (each engine's own)."""
+        raise NotImplementedError
+
+    def value(self, model: Model) -> float:
+        """The loss of ``model``, without a gradient (each engine's own)."""
+        raise NotImplementedError
+
     @classmethod
-    def for_data(cls, model, seqs, **opts) -> "Objective":
+    def for_data(cls, model: Model, seqs: Sequences, **opts: Any) -> "Objective":
         """The objective on the sequences ``seqs`` (``opts``: vary_len, normalize, chunk, device, dtype)."""
         return cls(seqs, **opts)  # type: ignore[call-arg]  # each engine class defines its own __init__
 
 
 @contextmanager
-def thread_count(threads: int | None):
+def thread_count(threads: int | None) -> Iterator[None]:
     """torch's intra-op thread count set to ``threads`` for the block (None: left as it is), and the caller's
     setting restored afterwards, also when the block raises."""
     before = torch.get_num_threads()
@@ -54,7 +66,8 @@ def thread_count(threads: int | None):
             torch.set_num_threads(before)
 
 
-def chunks(X, y, chunk, device, dtype) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def chunks(X: np.ndarray, y: np.ndarray, chunk: int, device: str | torch.device,
+           dtype: torch.dtype) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Consecutive chunks of ``chunk`` sequences as tensors (a copy of that chunk only, never of the whole set)."""
     for i in range(0, X.shape[0], chunk):
         yield (torch.as_tensor(np.require(X[i:i + chunk], requirements=["C", "W"]), dtype=dtype, device=device),
@@ -118,7 +131,8 @@ class _Quadratic(torch.autograd.Function):
         return 2.0 * grad * r, None, None, None
 
 
-def feature_batches(model, seqs, *, vary_len, normalize, chunk=DEFAULT_CHUNK, device="cpu"):
+def feature_batches(model: Model, seqs: Sequences, *, vary_len: bool, normalize: str, chunk: int = DEFAULT_CHUNK,
+                    device: str | torch.device = "cpu") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(features, targets) of every loss term and chunk, in float64 on ``device``; at most ``chunk`` rows each."""
     for Xc, yc in chunks(seqs.X, seqs.y, chunk, device, torch.float64):
         for Xn, yn, scale in prefix_terms(Xc, yc, vary_len=vary_len, normalize=normalize):
@@ -139,7 +153,8 @@ def _linearity_gap(net, X, scale, T) -> float:
     return float((linear - direct).abs().max()) / size if size > 0 else 0.0
 
 
-def check_linear(model, X: torch.Tensor, scale=1.0, features: torch.Tensor | None = None, *,
+def check_linear(model: Model, X: torch.Tensor, scale: float | torch.Tensor = 1.0,
+                 features: torch.Tensor | None = None, *,
                  engine: str = "exact") -> None:
     """Raise :class:`NotLinearError` unless ``model.features(X) @ model.combined()`` equals ``model.forward(X)`` on
     the sequences ``X`` to a relative 1e-9 (of the largest prediction), both in float64 at the current weights.

@@ -9,7 +9,12 @@ checking a run's settings never imports torch. Each engine class (``exact.py``, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..data import named
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 
 class Engine:
@@ -30,7 +35,7 @@ class Engine:
     threads: int | None = None
 
     @staticmethod
-    def refuses(cfg) -> str | None:
+    def refuses(cfg: RunConfig) -> str | None:
         """Why this engine cannot train a run of ``cfg`` (None: it can)."""
         return None
 
@@ -50,7 +55,7 @@ class ExactEngine(Engine):
     threads = 1  # a step is microseconds: more threads only add a fork/join to each small product
 
     @staticmethod
-    def refuses(cfg) -> str | None:
+    def refuses(cfg: RunConfig) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if cfg.softmax:
             return (f"{named('engine')} 'exact' covers linear attention only; {named('softmax')} needs "
@@ -71,7 +76,7 @@ class PopulationEngine(ExactEngine):
     trains = "Population"
 
     @staticmethod
-    def refuses(cfg) -> str | None:
+    def refuses(cfg: RunConfig) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if cfg.softmax:
             return (f"{named('engine')} 'population' covers linear attention only; {named('softmax')} needs "
@@ -96,7 +101,7 @@ class SoftmaxEngine(Engine):
     trains = "Softmax"
 
     @staticmethod
-    def refuses(cfg) -> str | None:
+    def refuses(cfg: RunConfig) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if not cfg.softmax:
             return (f"{named('engine')} 'softmax' covers softmax attention only (set {named('softmax', True)}, or use "

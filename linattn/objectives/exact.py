@@ -30,6 +30,7 @@ import functools
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -40,6 +41,10 @@ from .autograd import Autograd
 from .base import DEFAULT_CHUNK, Moments, NotLinearError, Objective, check_linear, chunks
 from .declarations import ExactEngine
 from .native import KnownFallback, fallback_reason
+
+if TYPE_CHECKING:
+    from ..data import Sequences
+    from ..models import Model
 
 KERNEL_SOURCE = Path(__file__).with_name("exact_kernel.c")
 # the model classes the compiled loop knows, by exact type, with its code for each
@@ -116,8 +121,10 @@ class Exact(ExactEngine, Objective):
         self.kernel = kernel  # "native": gradient descent may take compiled_steps(); "torch": value_and_grad only
 
     @classmethod
-    def from_data(cls, model, seqs, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK, device="cpu",
-                  dtype=torch.float64, fallback: bool = False, shared: dict | None = None) -> "Exact | Autograd":
+    def from_data(cls, model: Model, seqs: Sequences, *, vary_len: bool = False, normalize: str = "sum",
+                  chunk: int = DEFAULT_CHUNK, device: str | torch.device = "cpu",
+                  dtype: torch.dtype = torch.float64, fallback: bool = False,
+                  shared: dict | None = None) -> "Exact | Autograd":
         """The objective on ``seqs`` after one pass over them for the moments.
 
         On the first ``CHECK_ROWS`` full-length sequences it first checks that ``model.features() @ model.combined()``
@@ -162,11 +169,11 @@ class Exact(ExactEngine, Objective):
         return cls(dataclasses.replace(mom, yT=mom.yT.to(dtype), TT=mom.TT.to(dtype)), dtype)
 
     @classmethod
-    def for_data(cls, model, seqs, **opts):
+    def for_data(cls, model: Model, seqs: Sequences, **opts: Any) -> Exact | Autograd:
         """:meth:`from_data` (the registry's name for it)."""
         return cls.from_data(model, seqs, **opts)
 
-    def value_and_grad(self, model) -> float:
+    def value_and_grad(self, model: Model) -> float:
         """The loss; its gradient is accumulated into the parameters' ``.grad``: through the model's own
         ``combined_with_vjp`` where it has one (the attention models: no autograd graph, about three times faster a
         step), else by autograd through ``combined()``."""
@@ -175,18 +182,18 @@ class Exact(ExactEngine, Objective):
             loss.backward()
             return loss.item()
         with torch.no_grad():
-            m, vjp = model.combined_with_vjp()
+            m, vjp = cast("AttnM | AttnS", model).combined_with_vjp()  # the attention models have it
             loss, g = self.moments.loss_and_grad(m)
             for p, grad in zip(model.parameters(), vjp(g)):
                 grad = grad.to(p.dtype)
                 p.grad = grad if p.grad is None else p.grad + grad
         return loss.item()
 
-    def value(self, model) -> float:
+    def value(self, model: Model) -> float:
         with torch.no_grad():
             return self.moments.loss(model.combined()).item()
 
-    def compiled_steps(self, model, tests: Sequence = ()) -> CompiledSteps | None:
+    def compiled_steps(self, model: Model, tests: Sequence = ()) -> CompiledSteps | None:
         """The compiled loop of ``model`` with the test objectives ``tests`` (:class:`CompiledSteps`), or None where
         it does not apply: ``kernel`` is not "native", the model is not exactly ATTN_M, ATTN_S or the MLP (a subclass
         may change what it computes), or the weights, data moments or a test objective are not float64 exact

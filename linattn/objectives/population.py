@@ -10,6 +10,7 @@ w ~ N(0, I_D), y = wᵀx, no centring (paper, Section 2).
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -20,6 +21,11 @@ from ..normalization import lengths, token_scale
 from .base import DEFAULT_CHUNK, Moments, check_linear, feature_batches
 from .declarations import PopulationEngine
 from .exact import Exact
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+    from ..data import Datasets
+    from ..models import Model
 
 
 def _pad(A: np.ndarray, axes: int) -> np.ndarray:
@@ -137,7 +143,7 @@ def _averaged(parts, kind: str, D: int, seq_len: int, normalize: str, vary_len: 
     return Moments(yy / k, torch.as_tensor(yT / k), torch.as_tensor(TT / k), count=0)
 
 
-def population_moments(kind: str, cov: np.ndarray, seq_len: int, *, normalize: str, vary_len=False) -> Moments:
+def population_moments(kind: str, cov: np.ndarray, seq_len: int, *, normalize: str, vary_len: bool = False) -> Moments:
     """The exact P → ∞ moments of the icl = 1 task (x ~ N(0, Λ), w ~ N(0, I), no centring) for one feature map.
 
     ``kind="attention"``: T = x_q ⊗ triu(S) (``models.attention_features``); ``kind="cubic"``: z = vec(b x_qᵀ)
@@ -151,8 +157,8 @@ def population_moments(kind: str, cov: np.ndarray, seq_len: int, *, normalize: s
                      vary_len)
 
 
-def mixture_moments(kind: str, cov: np.ndarray, seq_len: int, *, icl: float, w_fix, normalize: str,
-                    vary_len=False) -> Moments:
+def mixture_moments(kind: str, cov: np.ndarray, seq_len: int, *, icl: float, w_fix: np.ndarray, normalize: str,
+                    vary_len: bool = False) -> Moments:
     """The exact P → ∞ moments of the mixed task of a run with ``icl`` = c < 1 (Figure 14's training sets).
 
     A fraction c of the sequences carries a fresh task w ~ N(0, I) (the moments of :func:`population_moments`), the
@@ -176,11 +182,12 @@ class Population(PopulationEngine, Exact):
     """The P → ∞ objective of the icl = 1 task: :class:`~linattn.objectives.Exact` on the population moments."""
 
     @classmethod
-    def for_run(cls, model, datasets, cfg, **opts):
+    def for_run(cls, model: Model, datasets: Datasets, cfg: RunConfig, **opts: Any) -> Population:
         """The training objective of a run of ``cfg`` (its covariance from ``datasets``; at ``cfg.icl`` < 1 the
         mixture's moments, :func:`mixture_moments`, with the run's fixed task ``datasets.w_fix``)."""
         if cfg.icl != 1.0:
-            mom = mixture_moments(model.feature_map, datasets.cov, cfg.seq_len, icl=cfg.icl, w_fix=datasets.w_fix,
+            mom = mixture_moments(cast(str, model.feature_map), datasets.cov, cfg.seq_len, icl=cfg.icl,
+                                  w_fix=cast(np.ndarray, datasets.w_fix),  # the run's fixed task at icl < 1
                                   normalize=cfg.normalize)
             dtype, device = opts.get("dtype", torch.float64), opts.get("device", "cpu")
             mom.yT, mom.TT = mom.yT.to(dtype=dtype, device=device), mom.TT.to(dtype=dtype, device=device)
@@ -189,8 +196,10 @@ class Population(PopulationEngine, Exact):
                       **opts)
 
     @classmethod
-    def of(cls, model, *, cov: np.ndarray, seq_len: int, samples: int = 0, seed: int = 10, vary_len=False,
-           normalize="sum", chunk=DEFAULT_CHUNK, device="cpu", dtype=torch.float64) -> "Population":
+    def of(cls, model: Model, *, cov: np.ndarray, seq_len: int, samples: int = 0, seed: int = 10,
+           vary_len: bool = False,
+           normalize: str = "sum", chunk: int = DEFAULT_CHUNK, device: str | torch.device = "cpu",
+           dtype: torch.dtype = torch.float64) -> "Population":
         """The P → ∞ objective of the icl = 1 task.
 
         ``samples=0`` (default): the exact moments of ``population_moments``. ``samples > 0``: a Monte-Carlo

@@ -53,7 +53,7 @@ import functools
 import math
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -64,6 +64,9 @@ from . import native
 from .base import DEFAULT_CHUNK, Objective
 from .declarations import SoftmaxEngine
 from .native import KnownFallback, fallback_reason
+
+if TYPE_CHECKING:
+    from ..models import Model
 
 BLOCK = 32
 LOG2E = 1.0 / math.log(2.0)
@@ -304,9 +307,9 @@ class Softmax(SoftmaxEngine, Objective):
             torch.autograd.backward([W, model.v], [(dW * weight).to(W.dtype), (dv * weight).to(model.v.dtype)])
         return loss.item() * weight
 
-    def value_and_grad(self, model) -> float:
+    def value_and_grad(self, model: Model) -> float:
         """The loss; its gradient is accumulated into the parameters' ``.grad``."""
         return self._run(model, grad=True)
 
-    def value(self, model) -> float:
+    def value(self, model: Model) -> float:
         return self._run(model, grad=False)
