@@ -143,7 +143,7 @@ def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot, shared: dict
     from .models import build_model
 
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
-    train, tests = objectives.build(cfg, model, cast(Datasets, datasets), device, shared=shared)
+    train, tests = objectives.build(cfg, model, cast("Datasets", datasets), device, shared=shared)
     setup = time.perf_counter() - start
     try:
         if cfg.dynamics == "flow":
