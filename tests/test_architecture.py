@@ -162,6 +162,37 @@ def test_the_api_page_documents_exactly_linattn_all():
     assert claimed <= public, f"the API page names linattn.{sorted(claimed - public)}, not in linattn.__all__"
 
 
+def _autodoc_target(path: str):
+    """The object an autodoc directive's dotted ``path`` names: its longest importable module, then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            target = getattr(target, name)
+        return target
+    raise ImportError(path)
+
+
+def test_the_api_reference_documents_every_name_in_linattn_all():
+    """Each name of ``linattn.__all__`` is rendered in the API page's reference: an autodoc directive names that very
+    object (by any path), not only the table. ``__version__`` is a string, with no docstring to render: the table
+    names it."""
+    page = (ROOT.parent / "book" / "api.md").read_text(encoding="utf-8")
+    paths = re.findall(r"^\.\. auto(?:function|class|exception|module|method)::\s*(\S+)", page, re.M)
+    targets = []
+    for path in paths:
+        try:
+            targets.append(_autodoc_target(path))
+        except (ImportError, AttributeError) as err:
+            raise AssertionError(f"the API page documents {path}, which does not import: {err}") from None
+    undocumented = [name for name in linattn.__all__ if name != "__version__"
+                    and not any(target is getattr(linattn, name) for target in targets)]
+    assert not undocumented, f"in linattn.__all__, not rendered by the API page's reference: {undocumented}"
+
+
 # ---------------------------------------------------------------- a figure is its notebook and its module
 
 FIGURES_DIR = ROOT / "companion" / "figures"
