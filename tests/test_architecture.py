@@ -32,15 +32,30 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:``: imports for annotations, which never run."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, (ast.Name, ast.Attribute)) and \
+                (getattr(node.test, "id", None) or getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            inside.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    return inside
+
+
 def _graph() -> dict[str, set[str]]:
-    """module → the package modules it imports anywhere in its code (inside functions too). ``from P import x`` is an
-    edge to the module ``P.x`` when there is one, else to ``P`` itself (whose ``__init__`` must then have run)."""
+    """module → the package modules it imports anywhere in its code (inside functions too; not under ``if
+    TYPE_CHECKING:``, which never runs). ``from P import x`` is an edge to the module ``P.x`` when there is one, else
+    to ``P`` itself (whose ``__init__`` must then have run)."""
     mods = _modules()
     graph = {}
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.Import):
                 edges.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
