@@ -52,7 +52,7 @@ def code_digest(source: str, names: Iterable[str] | None = None) -> str:
                 name = getattr(node, "name", None)
                 if name is None and isinstance(node, ast.Assign):
                     target = node.targets[0]
-                    name = (target.elts[0] if isinstance(target, ast.Tuple) else target).id
+                    name = cast(ast.Name, target.elts[0] if isinstance(target, ast.Tuple) else target).id
                 if name is not None:
                     yield prefix + name, node
                 if isinstance(node, ast.ClassDef):

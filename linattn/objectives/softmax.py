@@ -84,7 +84,7 @@ GPU_CHUNK = 2 ** 17
 # thresholds keep the scores and 2^z in registers inside the reduction over keys. unroll_reductions_threshold=1
 # keeps the 5-term reductions that give q_h and the query's own score buffers of their own, computed once per
 # sequence and head, instead of inlining them into the loop over keys.
-_INDUCTOR_OPTIONS = {"realize_reads_threshold": 64, "realize_acc_reads_threshold": 64,
+_INDUCTOR_OPTIONS: dict[str, Any] = {"realize_reads_threshold": 64, "realize_acc_reads_threshold": 64,
                      "realize_opcount_threshold": 400, "unroll_reductions_threshold": 1}
 
 
@@ -183,6 +183,8 @@ class Softmax(SoftmaxEngine, Objective):
     ``chunk_sums`` (bounds the memory of its intermediate sums, about 0.7 KB a sequence at H = 5); on a GPU at least
     ``GPU_CHUNK``. The native kernel needs no chunks: it keeps only a few KB of sums at a time.
     """
+
+    _floor: torch.Tensor  # made on first use (``_no_floor``)
 
     def __init__(self, seqs: data_mod.Sequences, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK,
                  dtype=torch.float32, device="cpu", compile: bool | None = None):
