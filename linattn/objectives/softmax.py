@@ -103,7 +103,9 @@ def _dot(a, b, start=None):
     return acc
 
 
-def chunk_sums(X, xq, W, v, y, floor, grad: bool):
+def chunk_sums(X: torch.Tensor, xq: torch.Tensor, W: torch.Tensor, v: torch.Tensor, y: torch.Tensor,
+               floor: torch.Tensor, grad: bool
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
     """Loss, ∂L/∂W_KQ and ∂L/∂v summed over a chunk of blocks (unweighted), and the largest Z_h.
 
     X (K, N, D+1, B): the N context tokens; xq (K, D+1, B): the query (also a key); W (H, D+1, D+1): W[h, b, a] =
@@ -141,7 +143,7 @@ def chunk_sums(X, xq, W, v, y, floor, grad: bool):
     return loss, dW, dv, Z.amax()
 
 
-def max_scores(X, xq, W):
+def max_scores(X: torch.Tensor, xq: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """The largest score of each sequence and head over its keys (context and query), log₂ units: (K, H, B)."""
     Q = (W[None, :, :, :, None] * xq[:, None, None]).sum(3)
     s = (Q[:, :, None] * X[:, None]).sum(3)                         # (K, H, N, B)
