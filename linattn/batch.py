@@ -44,9 +44,8 @@ SHARED = ("model", "head_num", "in_dim", "seq_len", "dtype", "engine", "device",
 
 def run_many(configs: Sequence[RunConfig | Plan], *, inits: Sequence[dict | None] | None = None,
              datasets: Sequence[Datasets | None] | None = None, snapshot_every: int = 0,
-             snapshot: Callable | None = None,
-             threads: int | None = None, max_memory: int | str | None = None, batched: bool | None = None,
-             on_result: Callable[[int, Any], object] | None = None) -> list:
+             snapshot: Callable | None = None, threads: int | None = None, max_memory: int | str | None = None,
+             batched: bool | None = None, on_result: Callable[[int, Any], object] | None = None) -> list:
     """Train the runs of ``configs`` (RunConfigs of one model and shape, or Plans made of them by
     :func:`~linattn.plan.plan`, which hold their own init and data) as one: a list with, for each member in
     order, its :class:`~linattn.result.RunResult` (what ``linattn.run(configs[i], init=inits[i],

@@ -230,8 +230,8 @@ def check_covariance(matrix: ArrayLike, D: int) -> np.ndarray:
     return cov
 
 
-def make_covariance(D: int, rng: np.random.Generator, *, white: bool = False,
-                    spectrum: ArrayLike | None = None, matrix: ArrayLike | None = None) -> np.ndarray:
+def make_covariance(D: int, rng: np.random.Generator, *, white: bool = False, spectrum: ArrayLike | None = None,
+                    matrix: ArrayLike | None = None) -> np.ndarray:
     """Input covariance Λ.
 
     Default: Q diag(1, …, D) Qᵀ / (D(D+1)/2) with Q a random rotation, so tr Λ = 1. ``white``: I / D.
@@ -320,9 +320,8 @@ def sample_tasks(cov: ArrayLike, P: int, seq_len: int, *, seed: int, icl: float 
     return sample_sequences(P, seq_len, cov, float(icl), w_fix, streams(seed, TRAIN), centre=centre)
 
 
-def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, testset_size: int = 0,
-                  icl: float = 1.0, white_cov: bool = False, spectrum: ArrayLike | None = None,
-                  cov_matrix: ArrayLike | None = None,
+def make_datasets(*, in_dim: int, seq_len: int, trainset_size: int | None, testset_size: int = 0, icl: float = 1.0,
+                  white_cov: bool = False, spectrum: ArrayLike | None = None, cov_matrix: ArrayLike | None = None,
                   seed: int = 10, shared: dict | None = None) -> Datasets:
     """Training set (None when ``trainset_size`` is None, i.e. population training), test sets and task.
 

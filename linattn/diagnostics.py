@@ -217,8 +217,7 @@ def _plateau_index(A, cov, N) -> tuple[int, float]:
 
 
 def tidy(snapshots: Iterable[tuple[int, dict[str, np.ndarray]]], cov: ArrayLike, N: int, *, normalize: str,
-         lr: float | None = None,
-         model: str | None = None) -> dict[str, np.ndarray]:
+         lr: float | None = None, model: str | None = None) -> dict[str, np.ndarray]:
     """One row per snapshot (from :func:`snapshot_fn`) as a dict of equal-length arrays, for plotting.
 
     The snapshots are in the paper's normalisation already; ``normalize`` is the run's, for the time axis

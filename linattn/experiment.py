@@ -64,10 +64,8 @@ def stable_lr(cfg: RunConfig, init: dict, objective: Objective, device: str, *, 
 
 
 def run(cfg: RunConfig | Plan, *, init: dict | None = None, data: Datasets | Sequences | tuple | None = None,
-        progress: bool | None = None,
-        snapshot_every: int = 0, snapshot: Callable | None = None, start_step: int = 0,
-        max_memory: int | str | None = None,
-        threads: int | None = None) -> RunResult:
+        progress: bool | None = None, snapshot_every: int = 0, snapshot: Callable | None = None, start_step: int = 0,
+        max_memory: int | str | None = None, threads: int | None = None) -> RunResult:
     """Check ``cfg`` (:func:`~linattn.plan.plan`), draw or take data and weights, build the engine, train, and return a
     :class:`~linattn.result.RunResult`.
 

@@ -38,8 +38,8 @@ class Plateaus:
 
 
 def detect_plateaus(loss: ArrayLike, steps: ArrayLike | None = None, *, rel_tol: float = 0.01,
-                    abs_tol: float | None = None,
-                    window: int | None = None, min_length: int | None = None, smooth: int = 1) -> Plateaus:
+                    abs_tol: float | None = None, window: int | None = None, min_length: int | None = None,
+                    smooth: int = 1) -> Plateaus:
     """Find the flat stretches of a loss curve.
 
     A sample is *flat* when the loss changes by at most ``tol`` across the ``window`` samples either side of it
@@ -131,8 +131,7 @@ def drop_steps(loss: ArrayLike, levels: ArrayLike, steps: ArrayLike | None = Non
 
 
 def half_drop_step(loss: ArrayLike, steps: ArrayLike | None = None, *, start: float | None = None,
-                   final: float | None = None,
-                   min_fall: float = MIN_FALL) -> float:
+                   final: float | None = None, min_fall: float = MIN_FALL) -> float:
     """The half-drop step of a curve that falls once: the first recorded step at which ``loss`` is strictly below
     the midpoint (start + final)/2 of its level before the drop and its level after it (:func:`drop_steps` with
     the two levels; no interpolation, so the answer is one of ``steps``).
@@ -287,8 +286,7 @@ def rest_bands(levels: ArrayLike, band: float = REST_BAND) -> tuple[np.ndarray, 
 
 
 def saddle_rests(loss: ArrayLike, levels: ArrayLike, *, band: float = REST_BAND, tol: float | None = None,
-                 steps: ArrayLike | None = None,
-                 min_length: int | None = None) -> tuple[list[int], Plateaus]:
+                 steps: ArrayLike | None = None, min_length: int | None = None) -> tuple[list[int], Plateaus]:
     """The rests of ``loss`` at the saddles L(M_0) … L(M_D) (``levels``, ``theory.plateau_losses``): the one
     plateau classifier of the package. Returns ``(m, Plateaus)``: the saddle of each rest and the rests.
 

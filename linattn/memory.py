@@ -185,8 +185,7 @@ def _smaller(part: str, engine: str) -> str:
 
 
 def check_memory(cfg: RunConfig, max_memory: int | str | None = None, *, draws_data: bool = True,
-                 engine: str | None = None,
-                 snapshot_every: int = 0) -> int:
+                 engine: str | None = None, snapshot_every: int = 0) -> int:
     """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``; None:
     ``available_memory()``, no check where that is unknown), else :class:`~linattn.config.ConfigError` naming it, with
     the settings that shrink its largest part."""

@@ -179,8 +179,7 @@ class Plan:
 
 
 def plan(cfg: RunConfig, *, init: dict | None = None, data: Datasets | Sequences | tuple | None = None,
-         max_memory: int | str | None = None, start_step: int = 0,
-         snapshot_every: int = 0) -> Plan:
+         max_memory: int | str | None = None, start_step: int = 0, snapshot_every: int = 0) -> Plan:
     """Check a run of ``cfg`` (with the initial weights ``init`` and the data ``data`` given in place of drawn ones, as
     for :func:`~linattn.experiment.run`) once, before any work, and decide what follows from its settings: the engine,
     the device, the memory it needs and what is drawn. :func:`~linattn.experiment.run` calls it; call it yourself to

@@ -89,8 +89,8 @@ def weights_of(model: Model, like: dict | None = None) -> dict[str, np.ndarray]:
 
 
 def gradient_descent(model: Model, objective: Objective, *, lr: float, epoch: int, tests: dict | None = None,
-                     track_value: bool = False, snapshot_every: int = 0,
-                     snapshot: Callable | None = None, progress: bool | None = None, start_step: int = 0) -> History:
+                     track_value: bool = False, snapshot_every: int = 0, snapshot: Callable | None = None,
+                     progress: bool | None = None, start_step: int = 0) -> History:
     """Train ``model`` in place for ``epoch`` steps of full-batch GD on ``objective``.
 
     ``objective`` is any engine object with ``value_and_grad(model)`` and ``value(model)`` (``linattn.objectives``);

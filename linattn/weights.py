@@ -124,8 +124,7 @@ def _sizes_of(model: str, weights) -> dict:
 
 
 def check_weights(model: str, weights: Mapping[str, ArrayLike], *, head_num: int | None = None,
-                  in_dim: int | None = None,
-                  rank: int | None = None) -> dict[str, np.ndarray]:
+                  in_dim: int | None = None, rank: int | None = None) -> dict[str, np.ndarray]:
     """``weights`` as numpy arrays if they have exactly the keys and shapes of :func:`weight_shapes` and finite
     values; otherwise one ValueError naming the expected keys and shapes. Sizes not given are read off the arrays."""
     if model not in MODELS:

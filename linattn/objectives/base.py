@@ -153,9 +153,8 @@ def _linearity_gap(net, X, scale, T) -> float:
     return float((linear - direct).abs().max()) / size if size > 0 else 0.0
 
 
-def check_linear(model: Model, X: torch.Tensor, scale: float | torch.Tensor = 1.0,
-                 features: torch.Tensor | None = None, *,
-                 engine: str = "exact") -> None:
+def check_linear(model: Model, X: torch.Tensor, scale: float | torch.Tensor = 1.0, features: torch.Tensor | None = None,
+                 *, engine: str = "exact") -> None:
     """Raise :class:`NotLinearError` unless ``model.features(X) @ model.combined()`` equals ``model.forward(X)`` on
     the sequences ``X`` to a relative 1e-9 (of the largest prediction), both in float64 at the current weights.
 

@@ -122,9 +122,8 @@ class Exact(ExactEngine, Objective):
 
     @classmethod
     def from_data(cls, model: Model, seqs: Sequences, *, vary_len: bool = False, normalize: str = "sum",
-                  chunk: int = DEFAULT_CHUNK, device: str | torch.device = "cpu",
-                  dtype: torch.dtype = torch.float64, fallback: bool = False,
-                  shared: dict | None = None) -> "Exact | Autograd":
+                  chunk: int = DEFAULT_CHUNK, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64,
+                  fallback: bool = False, shared: dict | None = None) -> "Exact | Autograd":
         """The objective on ``seqs`` after one pass over them for the moments.
 
         On the first ``CHECK_ROWS`` full-length sequences it first checks that ``model.features() @ model.combined()``

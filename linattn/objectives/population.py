@@ -197,9 +197,8 @@ class Population(PopulationEngine, Exact):
 
     @classmethod
     def of(cls, model: Model, *, cov: np.ndarray, seq_len: int, samples: int = 0, seed: int = 10,
-           vary_len: bool = False,
-           normalize: str = "sum", chunk: int = DEFAULT_CHUNK, device: str | torch.device = "cpu",
-           dtype: torch.dtype = torch.float64) -> "Population":
+           vary_len: bool = False, normalize: str = "sum", chunk: int = DEFAULT_CHUNK,
+           device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64) -> "Population":
         """The P → ∞ objective of the icl = 1 task.
 
         ``samples=0`` (default): the exact moments of ``population_moments``. ``samples > 0``: a Monte-Carlo

@@ -104,8 +104,8 @@ def _dot(a, b, start=None):
 
 
 def chunk_sums(X: torch.Tensor, xq: torch.Tensor, W: torch.Tensor, v: torch.Tensor, y: torch.Tensor,
-               floor: torch.Tensor, grad: bool
-               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+               floor: torch.Tensor,
+               grad: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
     """Loss, ∂L/∂W_KQ and ∂L/∂v summed over a chunk of blocks (unweighted), and the largest Z_h.
 
     X (K, N, D+1, B): the N context tokens; xq (K, D+1, B): the query (also a key); W (H, D+1, D+1): W[h, b, a] =
