@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 from . import theory
 
 if TYPE_CHECKING:
-    from torch import nn
+    from .models import Model
 
 # --------------------------------------------------------------------------------------------------------------
 # The in-context matrix of a model
@@ -47,7 +47,7 @@ def _from_model(model, method: str):
     return fn()
 
 
-def head_matrices(model: nn.Module) -> np.ndarray:
+def head_matrices(model: Model) -> np.ndarray:
     """(H, D, D): each head's in-context matrix A_h as the model's weights are (``model.in_context_heads()``).
 
     ŷ = bᵀ (Σ_h A_h) x_q + terms even in the labels, b = scale Σ_{n≤N} y_n x_n; for attention
@@ -57,7 +57,7 @@ def head_matrices(model: nn.Module) -> np.ndarray:
     return _np(_from_model(model, "in_context_heads"))
 
 
-def combined_A(model: nn.Module, N: int | None = None, *, normalize: str) -> np.ndarray:
+def combined_A(model: Model, N: int | None = None, *, normalize: str) -> np.ndarray:
     """A = Σ_h A_h in the paper's normalisation: ŷ = βᵀ A x_q + terms even in the labels, β = (1/N) Σ y_n x_n.
     The model's own A for ``normalize="mean"``, N times it for ``"sum"`` (which then needs ``N``)."""
     if normalize == "sum" and N is None:
@@ -65,7 +65,7 @@ def combined_A(model: nn.Module, N: int | None = None, *, normalize: str) -> np.
     return head_matrices(model).sum(axis=0) * theory.feature_scale(N or 0, normalize=normalize)  # N: checked above
 
 
-def white_sigma(model: nn.Module, N: int | None = None, *, normalize: str) -> float:
+def white_sigma(model: Model, N: int | None = None, *, normalize: str) -> float:
     """σ = tr(A)/D for the combined A (:func:`combined_A`, paper normalisation): the one number the white-covariance
     theory tracks, where A stays a multiple σ I of the identity (``theory.white_sigma``, Appendix)."""
     A = combined_A(model, N, normalize=normalize)
@@ -174,7 +174,7 @@ def numerical_rank(A: ArrayLike, rel_tol: float = 0.05) -> int:
 # Conservation laws
 # --------------------------------------------------------------------------------------------------------------
 
-def conserved_quantities(model: nn.Module) -> dict[str, np.ndarray]:
+def conserved_quantities(model: Model) -> dict[str, np.ndarray]:
     """Per head, the quantities gradient flow keeps constant (``model.conserved_quantities()``, from the rescaling
     symmetry of each head's factors). ATTN_S: ‖v_h‖² − ‖W_K[h]‖², ‖W_K[h]‖² − ‖W_Q[h]‖² ("v_minus_k",
     "k_minus_q"); ATTN_M: ‖v_h‖² − ‖W_KQ[h]‖²; MLP: w₂[h]² − ‖W₁[h]‖² (both "v_minus_k"); and "scale", the largest
@@ -194,7 +194,7 @@ def _conservation_drift(first: dict, current: dict) -> np.ndarray:
 # Snapshots and tidy tables
 # --------------------------------------------------------------------------------------------------------------
 
-def snapshot_fn(N: int, *, normalize: str) -> Callable[[nn.Module], dict[str, np.ndarray]]:
+def snapshot_fn(N: int, *, normalize: str) -> Callable[[Model], dict[str, np.ndarray]]:
     """A ``snapshot(model)`` for ``gradient_descent``/``run``: the head matrices in the paper's normalisation (times N
     for ``normalize="sum"``) and the conserved quantities. Cheap (a few small arrays), so it can be recorded often."""
     factor = theory.feature_scale(N, normalize=normalize)
@@ -272,7 +272,7 @@ def tidy(snapshots: Iterable[tuple[int, dict[str, np.ndarray]]], cov: ArrayLike,
     return table
 
 
-def attn_m_effective_a0(model: nn.Module, cov: ArrayLike, N: int, *, normalize: str) -> float:
+def attn_m_effective_a0(model: Model, cov: ArrayLike, N: int, *, normalize: str) -> float:
     """The initial product a0 that feeds ``theory.attn_m_drop_time`` for a random small ATTN_M (or MLP) start.
 
     In the linear regime u = W₁ê and w₂ obey τ u̇ = s w₂, τ ẇ₂ = s u, so a = w₂ᵀu ≈ ¼‖u(0) + w₂(0)‖² e^{2st/τ} once
@@ -286,7 +286,7 @@ def attn_m_effective_a0(model: nn.Module, cov: ArrayLike, N: int, *, normalize: 
     return float(0.25 * np.sum((u + w2 * factor) ** 2))
 
 
-def attn_m_drop_step(model: nn.Module, cov: ArrayLike, N: int, *, lr: float, normalize: str) -> float:
+def attn_m_drop_step(model: Model, cov: ArrayLike, N: int, *, lr: float, normalize: str) -> float:
     """The GD step of ATTN_M's (or the MLP's) half-drop predicted from the model's current (initial) weights.
 
     a0 from :func:`attn_m_effective_a0`, the half-drop time t/τ from ``theory.attn_m_drop_time`` (the logistic
