@@ -699,3 +699,15 @@ def count_drops(loss, steps=None, *, share: float = DROP_SHARE, dip: float = DRO
     dips = [r[c] / min(p, q) for c, p, q in zip(cuts, peaks[:-1], peaks[1:])]
     return Drops(np.array(at), np.array([(y[a] - y[b]) / total for a, b in spans]), x[cuts].astype(float),
                  y[cuts], np.array(dips), settled)
+
+
+def drop_rule_words(share: float = DROP_SHARE, dip: float = DROP_DIP) -> str:
+    """The rule of :func:`count_drops` in words, for a page's prose."""
+    from fractions import Fraction
+
+    return (f"the fall rate, averaged over 1/60 of the run, is cut at each of its dips; two fast stretches are two "
+            f"drops where the rate between them falls below {Fraction(dip).limit_denominator(12)} of the smaller of "
+            f"their peak rates, and each drop makes at least {share:.0%} of the whole fall, so a fall still under way "
+            f"at the end of the run counts as soon as it has begun. A run has *settled* when, carried on at the rate "
+            f"of its last tenth for as many steps again, it would fall less than {share:.0%} of its whole fall; in a "
+            "run that has not settled another drop may still come")

@@ -322,9 +322,10 @@ def _reading(ds) -> str:
     text = ("**What the paper preset shows** (at n times the published learning rates). "
             + ("Softmax ATTN_S learns in a staircase, as the paper says. " if int(ds.drops.sel(model="attn_s")) > 1
                else "")
-            + f"Softmax ATTN_M does not fall in one sigmoid: its fall slows on "
-            f"{'a slow stretch' if one else f'{len(d.pause_losses)} slow stretches'} between steeper ones, so it "
-            f"falls in {len(d)} drops where the paper describes one (the sentence under the table gives the steps).")
+            + f"Softmax ATTN_M does not fall in one sigmoid: its fall slows nearly to a halt "
+            f"{'once' if one else f'{len(d.pause_losses)} times'} (the fall rate dips to "
+            f"{', '.join(f'{x:.0%}' for x in d.pause_dips)} of the peaks beside it), so it falls in {len(d)} drops "
+            "where the paper describes one (the sentence under the table gives the steps).")
     if off_saddles:
         text += (f" {'The slow stretch is' if one else 'The slow stretches are'} not at any of linear attention's "
                  "saddle losses (none lies within 0.02 of one).")
@@ -398,6 +399,8 @@ def words(ds) -> dict:
                 paper_lrs=list_words([paper[k]["lr"] for k in MODELS]),
                 detected=" ".join(_detected(ds, k, k == MODELS[0]) for k in MODELS), reading=_reading(ds),
                 directions=_directions_words(ds), checks=_checks_words(ds),
+                drop_rule=loss_curves.drop_rule_words(),
+                lr_scale=f"{paper['attn_m']['lr'] / common.ATTN_M_PAPER['lr']:g}",
                 caption_lead=published.page.caption_lead("Figure 5", bool(ds.attrs["published"])))
 
 

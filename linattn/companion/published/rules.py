@@ -448,7 +448,9 @@ def check_words(ours: int, checks) -> str:
             continue
         holds = drop_count_holds(ours, group)
         what = "a smaller step" if kind == "step" else "other draws"
-        text.append(f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)}. "
+        single = "; ".join(f"{c['label']} {single_drop_verdict(int(c['drops']), c['settled'])}" for c in group)
+        text.append(f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)} (against the paper's "
+                    f"single drop: {single}). "
                     + {AGREES: f"So the count of {ours} drop{plural} holds with {what}.",
                        DIFFERS: f"So the count of {ours} drop{plural} does not hold with {what}.",
                        CANNOT_TELL: f"A run still falling at its end may make another drop, so whether the count of "
