@@ -668,7 +668,7 @@ def _merge_cuts(cuts: list, r, y, total: float, dip: float, share: float) -> lis
 def count_drops(loss, steps=None, *, share: float = DROP_SHARE, dip: float = DROP_DIP,
                 window: int | None = None) -> Drops:
     """The drops of a falling loss curve, counted from its fall rate r (:func:`fall_rate`), so that a fall still
-    under way at the end of the run counts as soon as it has begun.
+    under way at the end of the run counts once it has made ``share`` of the whole fall.
 
     The rule: cut the curve at every local minimum of r; two neighbouring stretches stay apart (two drops) only
     where r at the cut is below ``dip`` (:data:`DROP_DIP`) times the smaller of their peak rates; then every stretch
@@ -708,6 +708,6 @@ def drop_rule_words(share: float = DROP_SHARE, dip: float = DROP_DIP) -> str:
     return (f"the fall rate, averaged over 1/60 of the run, is cut at each of its dips; two fast stretches are two "
             f"drops where the rate between them falls below {Fraction(dip).limit_denominator(12)} of the smaller of "
             f"their peak rates, and each drop makes at least {share:.0%} of the whole fall, so a fall still under way "
-            f"at the end of the run counts as soon as it has begun. A run has *settled* when, carried on at the rate "
-            f"of its last tenth for as many steps again, it would fall less than {share:.0%} of its whole fall; in a "
-            "run that has not settled another drop may still come")
+            "at the end of the run counts once it has made that share. A run has *settled* when, carried on at the "
+            f"rate of its last tenth for as many steps again, it would fall less than {share:.0%} of its whole fall; "
+            "in a run that has not settled another drop may still come")

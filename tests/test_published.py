@@ -345,7 +345,7 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
     from linattn.companion import schedule
 
     claims = {"fig04_low_rank": rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              "fig05_softmax": rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))}
+              "fig05_softmax": rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(True)))}
     for name, claim in claims.items():
         (tmp_path / name).mkdir()
         rows = [number_row(**claim.row()), number_row("a plain number", theory=1.0, reproduced=1.1)]

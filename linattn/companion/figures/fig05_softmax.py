@@ -196,9 +196,10 @@ def checks(ds) -> list[dict]:
                  final=float(ds.check_loss.sel(check=c).dropna("step")[-1])) for c in ds.check.values]
 
 
-def lr_scale(ds) -> float:
-    """ATTN_M's learning rate over the published one (n at the paper preset)."""
-    return float(_runs(ds)["attn_m"]["lr"]) / common.ATTN_M_PAPER["lr"]
+def lr_scale(ds, check=None) -> float:
+    """ATTN_M's learning rate over the published one (n at the paper preset), or that of the ``check`` run."""
+    lr = float(_runs(ds)["attn_m"]["lr"]) if check is None else float(ds.check_lr.sel(check=check))
+    return lr / common.ATTN_M_PAPER["lr"]
 
 
 def claims(ds) -> list:
@@ -225,8 +226,8 @@ def numbers(ds) -> list[dict]:
         n = len(_fall(ds, c))
         rows.append(dict(key=f"drops.attn_m.check.{published.rules.slug(str(c))}",
                          quantity=f"{TITLES['attn_m']}, {_check_words(ds, c)}: drops counted"
-                                  + (f" at {lr_scale(ds):g}× the published learning rates (the paper's text: a "
-                                     "single drop)" if paper else ""),
+                                  + (f" at {lr_scale(ds, c):g}× the published learning rates (the paper's text: "
+                                     "a single drop)" if paper else ""),
                          paper=paper, reproduced=n,
                          verdict=None if paper is None else published.rules.single_drop_verdict(
                              n, _fall(ds, c).settled)))
