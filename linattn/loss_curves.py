@@ -615,3 +615,115 @@ def scalar_ode_overlay(loss: ArrayLike, lr: float, cov: ArrayLike, N: int, m: in
     steps = np.arange(start, loss.size)
     t = theory.steps_to_time(steps - start, lr, normalize=normalize, model=model, N=N)
     return steps, theory.scalar_loss_curve(cov, N, m, v0, t) + (level - theory_levels[m])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Drops of a fall, counted from its rate (Figure 5)
+# --------------------------------------------------------------------------------------------------------------
+
+#: The least share of a curve's whole fall y(0) − min y that one drop must make (:func:`count_drops`).
+DROP_SHARE = 0.1
+#: Two stretches of fast fall are two drops when the fall rate between them dips below this fraction of the
+#: smaller of their peak rates (:func:`count_drops`); a shallower dip is one drop that merely slows.
+DROP_DIP = 1 / 3
+
+
+@dataclass
+class Drops:
+    """The drops of a fall (:func:`count_drops`): the step of each (its midpoint crossing), its share of the whole
+    fall, the slow stretch between consecutive drops (step, loss, and the dip: the rate there over the smaller peak
+    rate beside it), and whether the run has settled by its end."""
+
+    steps: np.ndarray
+    shares: np.ndarray
+    pause_steps: np.ndarray
+    pause_losses: np.ndarray
+    pause_dips: np.ndarray
+    settled: bool
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+def fall_rate(loss, steps=None, *, window: int | None = None) -> np.ndarray:
+    """The fall rate r(t) = (L(t − h) − L(t + h)) / (step(t + h) − step(t − h)) of a loss curve, averaged over
+    ``window`` = h samples each side (one-sided at the ends; default h = max(1, n/120)), clipped at 0 (a rise is no
+    fall)."""
+    y = np.asarray(loss, dtype=np.float64)
+    n = y.size
+    x = np.arange(n, dtype=np.float64) if steps is None else np.asarray(steps, dtype=np.float64)
+    h = window if window is not None else max(1, n // 120)
+    lo, hi = np.clip(np.arange(n) - h, 0, n - 1), np.clip(np.arange(n) + h, 0, n - 1)
+    return np.maximum((y[lo] - y[hi]) / (x[hi] - x[lo]), 0.0)
+
+
+def _merge_cuts(cuts: list, r, y, total: float, dip: float, share: float) -> list:
+    """Drop the cuts (sample indices between bumps of the rate ``r``) that do not part two drops: first the one with
+    the shallowest dip while any dip is at least ``dip``, then the shallower cut beside the smallest bump while a
+    bump falls less than ``share`` of ``total``."""
+    def bounds(cs):
+        edges = [0, *cs, len(r) - 1]
+        return list(zip(edges[:-1], edges[1:]))
+
+    def dips(cs):
+        peaks = [r[a:b + 1].max() for a, b in bounds(cs)]
+        return [r[c] / max(min(p, q), 1e-300) for c, p, q in zip(cs, peaks[:-1], peaks[1:])]
+
+    while cuts and max(dips(cuts)) >= dip:
+        cuts.pop(int(np.argmax(dips(cuts))))
+    while cuts:
+        falls = [y[a] - y[b] for a, b in bounds(cuts)]
+        k = int(np.argmin(falls))
+        if falls[k] >= share * total:
+            break
+        beside = [i for i in (k - 1, k) if 0 <= i < len(cuts)]
+        cuts.pop(max(beside, key=lambda i: r[cuts[i]]))
+    return cuts
+
+
+def count_drops(loss, steps=None, *, share: float = DROP_SHARE, dip: float = DROP_DIP,
+                window: int | None = None) -> Drops:
+    """The drops of a falling loss curve, counted from its fall rate r (:func:`fall_rate`), so that a fall still
+    under way at the end of the run counts once it has made ``share`` of the whole fall.
+
+    The rule: cut the curve at every local minimum of r; two neighbouring stretches stay apart (two drops) only
+    where r at the cut is below ``dip`` (:data:`DROP_DIP`) times the smaller of their peak rates; then every stretch
+    must fall at least ``share`` (:data:`DROP_SHARE`) of the whole fall y(0) − min y, else it joins its neighbour
+    across the shallower cut. Each remaining stretch is a drop, its step where the loss crosses the midpoint of the
+    stretch's own start and end loss (:func:`drop_steps`). No drop where the whole fall is below :data:`MIN_FALL` of
+    y(0). *Settled*: at the rate of its last tenth, the run carried on for as many steps again would fall less than
+    ``share`` of the whole fall (a run that has not settled may make another drop)."""
+    y = np.asarray(loss, dtype=np.float64)
+    if y.size < 3:
+        raise ValueError("need at least 3 loss values")
+    x = np.arange(y.size, dtype=np.float64) if steps is None else np.asarray(steps, dtype=np.float64)
+    total = float(y[0] - y.min())
+    k = max(2, y.size // 10)
+    end_rate = max(0.0, (y[-k] - y[-1]) / (x[-1] - x[-k]))
+    settled = bool(end_rate * (x[-1] - x[0]) < share * max(total, MIN_FALL * abs(y[0])))
+    empty = np.array([])
+    if total < MIN_FALL * abs(y[0]):
+        return Drops(empty, empty, empty, empty, empty, settled)
+    r = fall_rate(y, x, window=window)
+    interior = np.arange(1, y.size - 1)
+    minima = interior[(r[interior] <= r[interior - 1]) & (r[interior] < r[interior + 1])]
+    cuts = _merge_cuts([int(c) for c in minima], r, y, total, dip, share)
+    edges = [0, *cuts, y.size - 1]
+    spans = list(zip(edges[:-1], edges[1:]))
+    at = [drop_steps(y[a:b + 1], [y[a], y[b]], x[a:b + 1])[0] for a, b in spans]
+    peaks = [r[a:b + 1].max() for a, b in spans]
+    dips = [r[c] / min(p, q) for c, p, q in zip(cuts, peaks[:-1], peaks[1:])]
+    return Drops(np.array(at), np.array([(y[a] - y[b]) / total for a, b in spans]), x[cuts].astype(float),
+                 y[cuts], np.array(dips), settled)
+
+
+def drop_rule_words(share: float = DROP_SHARE, dip: float = DROP_DIP) -> str:
+    """The rule of :func:`count_drops` in words, for a page's prose."""
+    from fractions import Fraction
+
+    return (f"the fall rate, averaged over 1/60 of the run, is cut at each of its dips; two fast stretches are two "
+            f"drops where the rate between them falls below {Fraction(dip).limit_denominator(12)} of the smaller of "
+            f"their peak rates, and each drop makes at least {share:.0%} of the whole fall, so a fall still under way "
+            "at the end of the run counts once it has made that share. A run has *settled* when, carried on at the "
+            f"rate of its last tenth for as many steps again, it would fall less than {share:.0%} of its whole fall; "
+            "in a run that has not settled another drop may still come")

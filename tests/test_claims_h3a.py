@@ -205,6 +205,60 @@ def fig5(request):
     return fig05_softmax.compute(_settings(fig05_softmax, request.param))
 
 
+def _fall_rate(loss) -> np.ndarray:
+    """−ΔL per step over 2h steps (h = n // 120 each side, one-sided at the ends), negative values as 0."""
+    n = loss.size
+    h = max(1, n // 120)
+    i = np.arange(n)
+    lo, hi = np.maximum(i - h, 0), np.minimum(i + h, n - 1)
+    return np.clip((loss[lo] - loss[hi]) / (hi - lo), 0, None)
+
+
+def _runs_of(ds) -> dict:
+    """ATTN_M and each check run: its loss curve (finite part)."""
+    out = {"attn_m": ds.train_loss.sel(model="attn_m").values}
+    out.update({str(c): ds.check_loss.sel(check=c).values for c in ds.check.values})
+    return {k: v[np.isfinite(v)] for k, v in out.items()}
+
+
+def _stored(ds, run):
+    r = ds.sel(run=run)
+    n = int(r.fall_drops)
+    return n, r.fall_drop_step.values[:n], r.fall_share.values[:n], r.pause_step.values[:max(n - 1, 0)]
+
+
+def test_fig5_fall_drops_recomputed(fig5):
+    """Each ATTN_M drop count the page states, recomputed from the curve: the rate dips below a third of the peaks on
+    both sides at each stored pause and at no other cut between drops, each drop makes at least a tenth of the whole
+    fall, and the settled flag from the last tenth's rate."""
+    ds = fig5
+    for run, loss in _runs_of(ds).items():
+        n, steps, shares, pauses = _stored(ds, run)
+        total = loss[0] - loss.min()
+        k = max(2, loss.size // 10)
+        settled = (loss[-k] - loss[-1]) / (k - 1) * (loss.size - 1) < 0.1 * max(total, 0.01 * abs(loss[0]))
+        assert bool(ds.settled.sel(run=run)) == bool(settled), run
+        if total < 0.01 * abs(loss[0]):
+            assert n == 0
+            continue
+        assert n >= 1
+        r = _fall_rate(loss)
+        edges = [0, *[int(p) for p in pauses], loss.size - 1]
+        own_shares = [(loss[a] - loss[b]) / total for a, b in zip(edges[:-1], edges[1:])]
+        assert np.allclose(shares, own_shares) and min(own_shares) >= 0.1 - 1e-9, run
+        peaks = [r[a:b + 1].max() for a, b in zip(edges[:-1], edges[1:])]
+        for j, p in enumerate(pauses):
+            assert r[int(p)] < (1 / 3) * min(peaks[j], peaks[j + 1]), f"{run}: no dip at {p}"
+        for a, b, t in zip(edges[:-1], edges[1:], steps):  # each drop step crosses its stretch's midpoint
+            assert a <= t <= b and loss[int(t)] < (loss[a] + loss[b]) / 2 <= loss[int(t) - 1], run
+        # no step inside a drop parts it into two stretches that are each a tenth of the fall with a dip below a
+        # third of the peak rate on each side: the count is not short of a drop the rule would make
+        for a, b in zip(edges[:-1], edges[1:]):
+            for c in range(a + 1, b):
+                deep = r[c] < (1 / 3) * min(r[a:c].max(), r[c + 1:b + 1].max())
+                assert not (deep and min(loss[a] - loss[c], loss[c] - loss[b]) >= 0.1 * total), f"{run}: {c}"
+
+
 def test_fig5_final_losses_and_lead_recomputed(fig5):
     ds = fig5
     w = fig05_softmax.words(ds)
@@ -212,16 +266,18 @@ def test_fig5_final_losses_and_lead_recomputed(fig5):
         loss = ds.train_loss.sel(model=key).values
         loss = loss[np.isfinite(loss)]
         assert float(ds.final_loss.sel(model=key)) == pytest.approx(loss[-1])
-    counts = [len(fig05_softmax._found(ds, k).drop_steps) for k in ("attn_s", "attn_m")]
+    counts = [len(fig05_softmax._found(ds, "attn_s").drop_steps), int(ds.fall_drops.sel(run="attn_m"))]
     said = re.findall(r"(no|one|\d+) drops? in", w["lead_result"])
     assert [{"no": 0, "one": 1}.get(x, None) if not x.isdigit() else int(x) for x in said] == counts
     assert not ds.attrs["published"] and "caption_lead" in w
     assert w["caption_lead"] == "Figure 5's experiment at settings of our own"
+    assert "published learning rate" not in w["directions"]  # no step compared across learning rates
 
 
 def test_fig5_table_rows_recomputed(fig5):
     ds = fig5
     lines = str(fig05_softmax.table(ds)).splitlines()[2:]
+    runs = _runs_of(ds)
     for key, line in zip(fig05_softmax.MODELS, lines):
         cells = [c.strip() for c in line.split("|")[1:-1]]
         loss = ds.train_loss.sel(model=key).values
@@ -229,9 +285,14 @@ def test_fig5_table_rows_recomputed(fig5):
         L_star = np.nanmin(ds.plateau_theory.sel(model=key).values)  # the lowest saddle: the minimum L(M_D)
         assert float(cells[-1]) == pytest.approx(L_star, abs=5e-4)
         assert cells[-2] == f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"
-    for c, line in zip(ds.check.values, lines[2:]):
-        check = ds.check_loss.sel(check=c).values
-        assert [x.strip() for x in line.split("|")[1:-1]][-2] == f"{check[np.isfinite(check)][-1]:.4f}"
+    for c, line in zip(["attn_m", *[str(c) for c in ds.check.values]], [lines[0], *lines[2:]]):
+        cells = [x.strip() for x in line.split("|")[1:-1]]
+        assert cells[-2].split(" ")[0] == f"{runs[c][-1]:.4f}"
+        k = max(2, runs[c].size // 10)
+        falling = (runs[c][-k] - runs[c][-1]) / (k - 1) * (runs[c].size - 1)
+        settled = falling < 0.1 * max(runs[c][0] - runs[c].min(), 0.01 * abs(runs[c][0]))
+        assert cells[-4].split(",")[0] == str(int(ds.fall_drops.sel(run=c)))
+        assert cells[-4].endswith("still falling at the end") == (not settled)
 
 
 def test_fig5_every_reported_drop_is_a_fall_of_the_curve(fig5):
@@ -240,13 +301,31 @@ def test_fig5_every_reported_drop_is_a_fall_of_the_curve(fig5):
     ds = fig5
     for key in fig05_softmax.MODELS:
         p = fig05_softmax._found(ds, key)
+        reported = _stored(ds, "attn_m")[1] if key == "attn_m" else p.drop_steps
         loss = ds.train_loss.sel(model=key).values
         loss = loss[np.isfinite(loss)]
-        bounds = [0, *[int(t) for t in p.drop_steps], loss.size - 1]
-        for k, t in enumerate(int(t) for t in p.drop_steps):
+        bounds = [0, *[int(t) for t in reported], loss.size - 1]
+        for k, t in enumerate(int(t) for t in reported):
             before = t - (t - bounds[k]) // 10
             after = t + (bounds[k + 2] - t) // 10
             assert loss[before] > loss[after], f"{key}: drop at {t} is no fall ({loss[before]} → {loss[after]})"
+
+
+def test_fig5_claim_verdicts_recomputed(fig5):
+    """At the paper preset (marked so here) each verdict on the single drop follows from the count and the settled
+    flag recomputed from the curve: more than one drop differs; one agrees only where the run settled."""
+    ds = fig5.copy()
+    ds.attrs["published"] = 1
+    rows = {r["key"]: r for r in fig05_softmax.numbers(ds)}
+    for run, loss in _runs_of(ds).items():
+        key = "claim.figure_5" if run == "attn_m" else f"drops.attn_m.check.{re.sub('[^a-z0-9]+', '_', run)}"
+        n = int(ds.fall_drops.sel(run=run))
+        k = max(2, loss.size // 10)
+        settled = (loss[-k] - loss[-1]) / (k - 1) * (loss.size - 1) < 0.1 * max(loss[0] - loss.min(),
+                                                                                0.01 * abs(loss[0]))
+        expected = "differs" if n > 1 else ("cannot tell" if not settled else "agrees" if n == 1 else "differs")
+        assert rows[key]["verdict"] == expected, run
+        assert "× the published learning rates" in rows[key]["quantity"]
 
 
 # ------------------------------------------------------------------------------------------------ own experiment

@@ -10,7 +10,7 @@ from linattn import loss_curves, theory
 from linattn.cli import build_parser, config_from_args
 from linattn.companion import published
 from linattn.companion.commands import train_command
-from linattn.companion.output import AGREES, DIFFERS, number_row
+from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS, number_row
 from linattn.companion.published import readings, rules
 from linattn.config import RunConfig
 
@@ -265,26 +265,52 @@ def test_figure_4_claim_counts_the_plateaus_reached_in_the_window():
     assert row["quantity"].startswith(five.counted) and row["verdict"] == DIFFERS and "tolerance" not in row
 
 
-def _two_stage(shoulder: bool):
+def _two_stage(shoulder: bool, second_at: float = 2500):
     step = np.arange(6000)
     first = 1 / (1 + np.exp((step - 1000) / 30))
     if not shoulder:
         return 0.13 + 0.87 * first
-    second = 1 / (1 + np.exp((step - 2500) / 30))
+    second = 1 / (1 + np.exp((step - second_at) / 30))
     return 0.13 + 0.5 * first + 0.37 * second
 
 
-def test_figure_5_claim_is_one_drop_and_names_the_shoulder():
-    from linattn import loss_curves
-
-    one = rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(False)))
-    assert (one.paper, one.ours, one.verdict) == (1, 1, AGREES) and "one drop" in one.reason
-    found = loss_curves.detect_plateaus(_two_stage(True))
-    two = rules.fig5_single_drop_claim(found)
+def test_figure_5_claim_is_one_drop_and_names_the_pause():
+    one = rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(False)))
+    assert (one.paper, one.ours, one.verdict) == (1, 1, AGREES) and "one drop, at step 1001" in one.reason
+    found = loss_curves.count_drops(_two_stage(True))
+    two = rules.fig5_single_drop_claim(found, lr_scale=32)
     assert (two.ours, two.verdict) == (2, DIFFERS)
-    assert f"a shoulder at {found.levels[1]:.3f}" in two.reason
-    assert all(f"step {s:.0f}" in two.reason for s in found.drop_steps)
-    assert number_row(**two.row())["quantity"].startswith("softmax ATTN_M: drops detected")
+    assert "2 drops, at step 1001 (57% of the fall), step 2501 (43% of the fall)" in two.reason
+    assert f"at step {found.pause_steps[0]:.0f} (loss {found.pause_losses[0]:.3f})" in two.reason
+    assert "32 times the published learning rates" in two.reason  # the claim says it is judged at scaled rates
+    assert number_row(**two.row())["quantity"].startswith("softmax ATTN_M at 32× the published learning rates")
+    assert "published" not in rules.fig5_single_drop_claim(found).counted
+
+
+def test_figure_5_claim_cannot_tell_a_single_drop_in_a_run_still_falling():
+    """One drop in a run that ends while the loss still falls fast cannot confirm a single drop; a second drop under
+    way at the end refutes it although no plateau follows it."""
+    step = np.arange(6000)
+    falling = 0.13 + 0.87 / (1 + np.exp((step - 5600) / 300))  # one drop, its second half cut off by the end
+    unsettled = rules.fig5_single_drop_claim(loss_curves.count_drops(falling))
+    assert (unsettled.ours, unsettled.verdict) == (1, CANNOT_TELL) and "still falling" in unsettled.reason
+    under_way = rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(True, second_at=5950)))
+    assert (under_way.ours, under_way.verdict) == (2, DIFFERS) and "still falling" in under_way.reason
+
+
+def test_figure_5_checks_say_what_each_run_shows_of_the_single_drop():
+    checks = [dict(label="seed 11", drops=2, drop_steps=[850, 5230], settled=False, step_scale=1),
+              dict(label="seed 12", drops=1, drop_steps=[1010], settled=False, step_scale=1),
+              dict(label="half", drops=2, drop_steps=[1250, 3300], settled=True, step_scale=0.5)]
+    text = rules.check_words(2, checks)
+    assert "seed 11, 2 drops at steps 850 and 5230 and still falling" in text
+    assert "(against the paper's single drop: seed 11 differs; seed 12 cannot tell)" in text
+    assert "(against the paper's single drop: half differs)" in text and "holds with a smaller step" in text
+    assert "cannot be told from these runs" in text  # seed 12 may still make its second drop
+    assert rules.drop_count_holds(2, checks[:1]) == CANNOT_TELL  # two so far, still falling: a third may come
+    assert rules.drop_count_holds(2, [dict(checks[1], settled=True)]) == DIFFERS
+    assert rules.drop_count_holds(1, checks[:1]) == DIFFERS  # more drops than the main run however it ends
+    assert rules.drop_count_holds(2, checks[2:]) == AGREES
 
 
 def test_the_report_counts_claims_apart_from_readings_and_estimates():
@@ -294,7 +320,7 @@ def test_the_report_counts_claims_apart_from_readings_and_estimates():
     from linattn.companion.output import ESTIMATE, compare_row
 
     claims = [rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))]
+              rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(True)))]
     readings = published.page.number_rows(rules.fig1b_comparison(np.linspace(1, 0.1, 7000),
                                                                  np.linspace(1, 0.1, 7000), 0.136))
     rows = [number_row(**r) for r in [c.row() for c in claims] + readings
@@ -319,7 +345,7 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
     from linattn.companion import schedule
 
     claims = {"fig04_low_rank": rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              "fig05_softmax": rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))}
+              "fig05_softmax": rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(True)))}
     for name, claim in claims.items():
         (tmp_path / name).mkdir()
         rows = [number_row(**claim.row()), number_row("a plain number", theory=1.0, reproduced=1.1)]

@@ -80,6 +80,24 @@ def test_a_check_carries_its_tolerance_and_verdict_into_the_report():
         row(theory=1.0, reproduced=1.0, verdict="close enough")
 
 
+def test_the_report_says_a_claim_or_robustness_run_that_cannot_tell_apart(tmp_path):
+    """A claim judged "cannot tell" (a run that ends before it settles) is neither agreement nor difference in the
+    summary, and the robustness line counts such runs apart."""
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+
+    rows = [row(key="claim.figure_5", paper=1, reproduced=1, verdict=CANNOT_TELL),
+            row(key="drops.attn_m.check.seed_11", paper=1, reproduced=2, verdict=DIFFERS),
+            row(key="drops.attn_m.check.seed_12", paper=1, reproduced=1, verdict=CANNOT_TELL),
+            row(key="drops.attn_m.check.seed_13", paper=1, reproduced=1, verdict=AGREES)]
+    (tmp_path / "fig05_softmax").mkdir()
+    (tmp_path / "fig05_softmax" / "numbers.json").write_text(json.dumps(rows))
+    summary = report.summary(report.collect(tmp_path), "quick")
+    assert "the paper's claim cannot be told from ours" in summary and "differs from ours" not in summary
+    assert "the claim holds in 1 of 3; 1 cannot tell" in summary
+
+
 def test_the_report_files_rows_by_what_they_carry_and_keys_them_by_figure(tmp_path):
     """linattn.companion.figures.beyond_error_table reads every figure's numbers.json: a reading, a claim, an
     estimate and a plain number land in their own groups whatever their wording, and the report's own rows are keyed

@@ -81,7 +81,8 @@ def summary(report: dict, preset: str) -> str:
         lines.append("* No figure ran at the published settings of Figures 1b, 3a and 14, so no published reading is "
                      "compared at this preset.")
     for r in groups["claim"]:
-        outcome = "agrees with ours" if r["verdict"] == AGREES else "differs from ours"
+        outcome = {AGREES: "agrees with ours", CANNOT_TELL: "cannot be told from ours"}.get(r["verdict"],
+                                                                                            "differs from ours")
         lines.append(f"* **{r['page']}: the paper's claim {outcome}**: {r['quantity']}; the paper {r['paper']:g}, ours "
                      f"{r['reproduced']:g}.")
     if not groups["claim"]:
@@ -89,9 +90,10 @@ def summary(report: dict, preset: str) -> str:
                      "judged at this preset.")
     runs = groups["robustness"]
     if runs:
-        held = sum(r["verdict"] == AGREES for r in runs)
+        held, unsure = (sum(r["verdict"] == v for r in runs) for v in (AGREES, CANNOT_TELL))
         lines.append(f"* Robustness runs (a claim repeated on runs of ours at other seeds or step sizes, not claims of "
-                     f"the paper): the claim holds in {held} of {len(runs)}.")
+                     f"the paper): the claim holds in {held} of {len(runs)}"
+                     + (f"; {unsure} cannot tell (the run ends before it settles)" if unsure else "") + ".")
     judged = groups["reading"] + groups["claim"]
     if judged:
         lines.append(f"* **In all, {published.page.counts(judged)[0]} of {len(judged)} verdicts agree** "
