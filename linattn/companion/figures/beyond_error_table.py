@@ -121,9 +121,9 @@ def tables(report: dict) -> dict:
     comparable)."""
     groups = report["groups"]
     reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
-                       "error": "difference (size)", "band": "band applied", "verdict": "verdict"}
-    readings = {page: MarkdownTable([dict(r, band=_band_applied(r)) for r in groups["reading"] if r["page"] == page],
-                                    reading_columns)
+                       "error": "difference (ours − published)", "band": "band applied", "verdict": "verdict"}
+    readings = {page: MarkdownTable([dict(r, band=_band_applied(r), error=r.get("difference", r["error"]))
+                                     for r in groups["reading"] if r["page"] == page], reading_columns)
                 for page in reading_pages(report)}
     claims = MarkdownTable(groups["claim"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                              "reproduced": "ours", "verdict": "verdict"},
