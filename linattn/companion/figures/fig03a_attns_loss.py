@@ -185,8 +185,8 @@ def _mean(values) -> float:
 
 def comparison(ds) -> list[dict]:
     """Our drops paired one to one with the crossings of the published curves, the count still on M_3 at the
-    window's end and the published curves' plateau levels (not the image's theory lines), judged with the sampling error of a level on the run's P
-    training sequences (only at the published settings: [] otherwise)."""
+    window's end and the published curves' plateau levels (not the image's theory lines), judged with the sampling
+    error of a level on the run's P training sequences (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
     drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}

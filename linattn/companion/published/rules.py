@@ -15,6 +15,8 @@ draw of the tokens goes through an SVD whose signs depend on the LAPACK library)
   it *cannot tell*;
 * a **step** is judged in its tolerance; beyond it, but within the shift the finite training set alone gives that step
   (ours against the population twin of our run, where the page has one), it *cannot tell*;
+* every reading carries one more pixel, the ± of placing the published point itself
+  (:func:`reading_margin`): beyond the band but within it, a difference *cannot tell*;
 * a digitisation **offset** shared by many readings (:func:`~linattn.companion.uncertainty.systematic_offset`) is
   measured, stated, and removed before the difference is judged.
 
@@ -264,9 +266,10 @@ def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
     the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: for each of L(M_0)…L(M_4)
     our seeds' levels, NaN where none was found) the plateau levels of the published curves
     (:data:`FIG3A_PLATEAU_READINGS`: only where the curves, not the theory's dotted lines, are read), ours the mean
-    over seeds. A plateau level is a training loss, so it gets no sampling-error agreement (:mod:`linattn.companion.uncertainty`):
-    beyond a pixel, but within 2·√(sd²/n + sd²) (sd: the spread of the n seeds' levels; our mean's error and that of
-    the one published curve read), it *cannot tell*."""
+    over seeds. A plateau level is a training loss, so it gets no sampling-error agreement
+    (:mod:`linattn.companion.uncertainty`): beyond a pixel, but within 2·√(sd²/n + sd²) (sd: the spread of the n
+    seeds' levels; our mean's error and that of the one published curve read) and the reading's own pixel, it
+    *cannot tell*."""
     rows = []
     for d, crossings in FIG3A_CROSSINGS.items():
         for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
