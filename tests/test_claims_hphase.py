@@ -340,3 +340,22 @@ def test_pcr_gaps_and_diagonals_by_a_second_route(pcr):
         assert f"(step {step}): {gap:.2g}" in summary
         for d in range(1, m + 1):
             assert float(rows[f"diagonal.M{m}.e{d}"]["reproduced"]) == pytest.approx(learned[d - 1, d - 1])
+
+
+def test_phase_c0_ranges_and_bracketed_crossings_by_a_second_route(phase_page):
+    """The c = 0 column's end points are printed as the range they span, both ends to three significant digits
+    (one value only where both ends print alike: 2.012 to 2.084 is "2.01 to 2.08", not "2.01"); a population
+    crossing has no reproduced value because the runs give a bracket, and its numbers.json row says so."""
+    from linattn.companion.figures.common import phase_text
+
+    S, ds = phase_page
+    words = beyond_phase_diagram.words(ds)
+    if 0.0 in ds.icl.values:
+        for key, var in (("zero_icl", "final_test_icl"), ("zero_iwl", "final_test_iwl")):
+            v = ds[var].sel(icl=0.0).values
+            lo, hi = f"{v.min():.3g}", f"{v.max():.3g}"
+            assert words[key] == (lo if lo == hi else f"{lo} to {hi}")
+    rows = {r["key"]: r for r in phase_text.numbers(ds)}
+    for key in ("population_switch.Pinf", "population_edge.Pinf"):
+        if key in rows:
+            assert "reproduced" not in rows[key] and "bracket" in rows[key]["no_value"]

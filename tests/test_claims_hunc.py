@@ -137,7 +137,7 @@ def test_fig1b_comparison_rows_by_a_second_route(fig1b):
     """Every row of the published comparison (at the published settings, which the quick preset is), recomputed:
     ours, the difference and the verdict from the band stated in the module's docstring (a step: one pixel or its ±,
     then the shift to the population twin as a cannot-tell margin; a training loss: the pixel or its ±, then
-    2·√2·se as the margin; a theory value: the pixel)."""
+    2·√2·se as the margin; a theory value: the pixel; every margin widened by one more pixel, the reading's own)."""
     rows = fig01b_attnm_loss.comparison(fig1b)
     if not fig1b.attrs["published"]:
         assert rows == []
@@ -149,8 +149,8 @@ def test_fig1b_comparison_rows_by_a_second_route(fig1b):
     se = {w: float(fig1b.standard_error.sel(weights=w)) for w in ("start", "final")}
     px_step, px_loss = 21.83, 0.00508
 
-    def judge(d, band, margin):
-        return "agrees" if abs(d) <= band else "cannot tell" if abs(d) <= band + margin else "differs"
+    def judge(d, band, margin, px):
+        return "agrees" if abs(d) <= band else "cannot tell" if abs(d) <= band + margin + px else "differs"
 
     expected = {"ATTN_M plateau (median over steps 100–800)":
                 (float(np.median(y[(step >= 100) & (step <= 800)])), 1.007, 0.005, 2 * math.sqrt(2) * se["start"]),
@@ -172,7 +172,8 @@ def test_fig1b_comparison_rows_by_a_second_route(fig1b):
     for r in rows:
         ours, published, band, margin = expected[r["what"]]
         assert r["reproduced"] == pytest.approx(ours) and r["difference"] == pytest.approx(ours - published)
-        assert r["verdict"] == judge(ours - published, band, margin), r["what"]
+        px = px_step if r["unit"] == "step" else px_loss
+        assert r["verdict"] == judge(ours - published, band, margin, px), r["what"]
 
 
 # ------------------------------------------------------------------------------------- white covariance page
@@ -217,7 +218,9 @@ def test_white_cov_shifts_gap_and_l_star(white):
 def test_fig14_published_comparison_by_a_second_route(tmp_path_factory):
     """At the published settings, every loss row of Figure 14's comparison re-judged with numpy: the offset line of
     the loss scale by np.polyfit over all loss readings, then each reading's band (a pixel or its ±; a test loss at the
-    start or the end, + 2·√2·se of its per-sequence losses; a training loss, that margin as cannot tell)."""
+    start or the end, + 2·√2·se of its per-sequence losses; a training loss, that margin as cannot tell; one more
+    pixel, the reading's own, as cannot tell). The numbers.json rows carry the same band and offset, and the report
+    shows them (finding: it showed the pixel alone)."""
     from linattn.companion.published import readings
 
     ds = _dataset(fig14_icl_iwl, dict(presets.table(fig14_icl_iwl.NAME)["paper"]), tmp_path_factory)
@@ -238,5 +241,14 @@ def test_fig14_published_comparison_by_a_second_route(tmp_path_factory):
         tol = max(0.0099, reading.stated)
         band, margin = (tol, 2 * math.sqrt(2) * se) if reading.curve == "train" else (tol + 2 * math.sqrt(2) * se, 0)
         left = abs(r["difference"] - (value + slope * r["paper"]))
-        judged = "agrees" if left <= band else "cannot tell" if left <= band + margin else "differs"
+        judged = "agrees" if left <= band else "cannot tell" if left <= band + margin + 0.0099 else "differs"
         assert r["verdict"] == judged, r["what"]
+    from linattn.companion.published import page
+
+    for r, n in zip(rows, page.number_rows(rows)):  # the band in numbers.json is the one the verdict applied
+        c = float(r["panel"].split("= ")[1])
+        reading = next(x for x in readings.FIG14[c] if x.what == r["what"])
+        if r["unit"] == "loss":
+            assert n["band"] >= max(0.0099, reading.stated) and n["offset"] == pytest.approx(value + slope * r["paper"])
+        left, band, margin = abs(n["difference"] - n["offset"]), n["band"], n["unresolved"]
+        assert n["verdict"] == ("agrees" if left <= band else "cannot tell" if left <= band + margin else "differs")

@@ -186,3 +186,36 @@ def test_glue_is_the_one_formatter_of_a_page_s_numbers():
              if re.search(r":[^:]*[eEfFgG%d]$", m.group(1).split("::")[-1])]
     assert specs == []
     assert prose_text(5 / 36, 4) == "0.1389" and prose_text(5 / 36) == "0.139"
+
+
+def test_a_row_without_a_value_gives_its_own_reason():
+    """A row that has no reproduced value because its runs give a bracket, not a value, says so; a row that says
+    nothing keeps the default reason (the event did not happen)."""
+    bracket = row(theory=0.0066, no_value="the runs give a bracket on the grid of c, not a solved c")
+    said = compare_row(bracket)["error"]
+    assert said.startswith(f"{NOT_COMPARABLE}: no reproduced value (the runs give a bracket")
+    assert "did not happen" not in said
+    assert "did not happen" in compare_row(row(theory=1.0))["error"]
+
+
+def test_the_report_shows_the_band_each_reading_was_judged_in(tmp_path):
+    """A Figure 14 reading judged after an offset of the image's scale, in a test-set band wider than a pixel: the
+    report's readings table shows that band and that offset (as the figure page does), not the pixel, and its plot
+    places the reading at |difference − offset| / band; a reading from a page that states no band shows its
+    tolerance."""
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+
+    judged = row(key="published.c_0_2.final", paper=0.257, reproduced=0.2457, tolerance=0.0099, verdict=AGREES,
+                 difference=-0.0113, band=0.0226, offset=-0.008, unresolved=0.0099, unit="loss")
+    bare = row(key="b", paper=751.0, reproduced=760.0, tolerance=17.0)
+    (tmp_path / "fig14_icl_iwl").mkdir()
+    (tmp_path / "fig14_icl_iwl" / "numbers.json").write_text(json.dumps([judged, bare]))
+    found = report.collect(tmp_path)
+    table = str(report.tables(found)["readings"]["Figure 14"])
+    assert "0.023 after -0.008, cannot tell to 0.033" in table and "| 17 |" in table
+    assert "0.0099" not in table
+    shown = {r["key"]: r for r in found["groups"]["reading"]}
+    assert report.judged_in_bands(shown["published.c_0_2.final"]) == pytest.approx(abs(-0.0113 + 0.008) / 0.0226)
+    assert report.judged_in_bands(shown["b"]) == pytest.approx(9 / 17)

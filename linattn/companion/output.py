@@ -52,13 +52,17 @@ _VERDICTS = (*VERDICTS, ESTIMATE)
 
 
 def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None, reproduced=None, abs_error=None,
-               tolerance=None, verdict=None, standard_error=None) -> dict:
+               tolerance=None, verdict=None, standard_error=None, difference=None, band=None, offset=None,
+               unresolved=None, unit=None, no_value=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
     there is no theory value), or None when neither is a number. A row that is a check may carry its
     ``tolerance`` and ``verdict`` (one of ``uncertainty.VERDICTS``, or ``ESTIMATE`` for a theory value that is an
     order-of-magnitude estimate, such as an escape time) and the ``standard_error`` of the compared difference (from
     per-sequence losses, :func:`linattn.companion.uncertainty.standard_error`); these keys are present only when
-    given. ``key``: the
+    given. A reading of a published image also carries what its verdict applied (``difference``: ours − the
+    reading, signed; ``band``; ``offset`` removed first; ``unresolved`` margin; ``unit``), so that the report shows
+    the band the verdict used. ``no_value``: why a row has no reproduced value, where that is not that the event did
+    not happen (a grid that brackets a value but gives none). ``key``: the
     row's stable name (e.g. ``"final_loss.attn_m"``), by which the report, the README and the tests find it
     whatever its wording."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
@@ -77,6 +81,13 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
         row["standard_error"] = _number(standard_error)
     if verdict is not None:
         row["verdict"] = verdict
+    for name, value in (("difference", difference), ("band", band), ("offset", offset), ("unresolved", unresolved)):
+        if value is not None:
+            row[name] = _number(value)
+    if unit is not None:
+        row["unit"] = str(unit)
+    if no_value is not None:
+        row["no_value"] = str(no_value)
     return row
 
 
@@ -93,13 +104,16 @@ def compare_row(row: dict) -> dict:
     have error 0; lists that differ are not comparable as numbers, and the reason names both.
 
     ``verdict`` is the row's own (:func:`number_row`), else, where the row states a ``tolerance``,
-    :func:`linattn.companion.uncertainty.verdict` of its error in the band tolerance + 2 × the row's
-    ``standard_error`` (if any), else None (a number reported without a stated tolerance)."""
+    :func:`linattn.companion.uncertainty.verdict` of its error in the row's ``band`` (else tolerance + 2 × its
+    ``standard_error``, if any) and ``unresolved`` margin, else None (a number reported without a stated
+    tolerance)."""
     result = _compare(row)
     stated, tol = row.get("verdict"), row.get("tolerance")
     if stated is None and tol is not None:
+        band = row.get("band")
         stated = verdict(result["error"] if not isinstance(result["error"], str) else None,
-                         difference_band(row.get("standard_error"), resolution=tol))
+                         band if band is not None else difference_band(row.get("standard_error"), resolution=tol),
+                         row.get("unresolved") or 0.0)
     return {**result, "verdict": stated}
 
 
@@ -115,7 +129,8 @@ def _compare(row: dict) -> dict:
         return {"error": error, "relative": relative, "kind": kind}
 
     if ours is None:
-        return out(f"{NOT_COMPARABLE}: no reproduced value (the event did not happen in the run)", NOT_COMPARABLE)
+        why = row.get("no_value") or "the event did not happen in the run"
+        return out(f"{NOT_COMPARABLE}: no reproduced value ({why})", NOT_COMPARABLE)
     if ref is None:
         return out(f"{NOT_COMPARABLE}: no paper or theory value (reported for information)", NOT_COMPARABLE)
     if isinstance(ours, str) or (isinstance(ref, str) and not is_num(err)):

@@ -18,8 +18,10 @@ Sources of the errors, and the rules this module keeps:
 * A **training loss** on the fitted set is biased (the weights were fitted to that sample: an optimism of about
   −(p/P)·L for p fitted parameters), so it never *agrees* by sampling error: its band is the resolution alone, and the
   spread two independent training sets would show is an ``unresolved`` margin (:func:`training_loss_margin`).
-* A **reading off a published plot** carries that plot's pixel; a systematic digitisation offset shared by many
-  readings is measured (:func:`systematic_offset`) and stated, and the differences are judged after removing it.
+* A **reading off a published plot** carries that plot's pixel as its resolution, and the reading itself a further
+  pixel (where the point was placed) as an ``unresolved`` margin: a difference just beyond the band cannot tell; a
+  systematic digitisation offset shared by many readings is measured (:func:`systematic_offset`) and stated, and the
+  differences are judged after removing it.
 * A **step** carries the spread across seeds or training draws where the page has them (:func:`spread`).
 """
 

@@ -31,6 +31,8 @@ TOLERANCES = []  # nothing its quick build's numbers are held to (its page says 
 # the names in linattn.companion.published it compares with
 PUBLISHED = ("REPORT_GROUPS",)
 COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error"]
+# what a reading's verdict applied, carried from its page's numbers.json (published.page.number_rows)
+APPLIED = ("standard_error", "difference", "band", "offset", "unresolved", "unit", "no_value")
 
 
 def collect(root) -> dict:
@@ -46,7 +48,8 @@ def collect(root) -> dict:
         page = published.page.page_name(source)
         for r in json.loads(path.read_text(encoding="utf-8")):
             row = {"figure": name, "page": page, "key": r.get("key"), "tolerance": r.get("tolerance"),
-                   "verdict": r.get("verdict"), **{k: r.get(k) for k in NUMBER_FIELDS}}
+                   "verdict": r.get("verdict"), **{k: r.get(k) for k in NUMBER_FIELDS},
+                   **{k: r[k] for k in APPLIED if k in r}}
             row.update(compare_row(row))
             row.update(abs_error=row["error"], relative_error=row["relative"], group=published.page.report_group(row),
                        quantity=published.page.short_quantity(row["quantity"], page))
@@ -120,8 +123,9 @@ def tables(report: dict) -> dict:
     comparable)."""
     groups = report["groups"]
     reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
-                       "error": "difference (size)", "tolerance": "tolerance", "verdict": "verdict"}
-    readings = {page: MarkdownTable([r for r in groups["reading"] if r["page"] == page], reading_columns)
+                       "error": "difference (ours − published)", "band": "band applied", "verdict": "verdict"}
+    readings = {page: MarkdownTable([dict(r, band=_band_applied(r), error=r.get("difference", r["error"]))
+                                     for r in groups["reading"] if r["page"] == page], reading_columns)
                 for page in reading_pages(report)}
     claims = MarkdownTable(groups["claim"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                              "reproduced": "ours", "verdict": "verdict"},
@@ -142,6 +146,22 @@ def tables(report: dict) -> dict:
             "robustness": robustness if groups["robustness"] else None,
             "checks": checks if groups["check"] else None, "estimates": estimates, "other": other,
             "counts": _counts(report)}
+
+
+def _band_applied(r: dict) -> str | None:
+    """The band a reading's verdict used, as its page shows it (:func:`published.page.band_text`: the band, the
+    offset removed first, the further margin); a row from a page that states no band: its tolerance."""
+    if r.get("band") is not None and r.get("unit"):
+        return published.page.band_text(r)
+    return None if r.get("tolerance") is None else f"{r['tolerance']:.4g}"
+
+
+def judged_in_bands(r: dict) -> float:
+    """|the difference the verdict judged| / the band it used (:func:`published.rules.judged_difference`); a row
+    without them: |error| / tolerance (:func:`published.rules.in_tolerances`)."""
+    if r.get("band") is not None and r.get("difference") is not None:
+        return published.rules.in_tolerances(published.rules.judged_difference(r), r["band"])
+    return published.rules.in_tolerances(r["error"], r["tolerance"])
 
 
 def _counts(report: dict) -> MarkdownTable:
@@ -171,8 +191,7 @@ def plot(report: dict):
 
     groups = report["groups"]
     pages = reading_pages(report)
-    readings = {p: np.array([published.rules.in_tolerances(r["error"], r["tolerance"]) for r in groups["reading"]
-                             if r["page"] == p]) for p in pages}
+    readings = {p: np.array([judged_in_bands(r) for r in groups["reading"] if r["page"] == p]) for p in pages}
     others = [r for r in groups["other"] if r["kind"] == "relative"]
     other_pages = list(dict.fromkeys(r["page"] for r in others))
     relative = {p: np.array([max(r["relative"], 1e-7) for r in others if r["page"] == p]) for p in other_pages}
@@ -190,7 +209,7 @@ def plot(report: dict):
         ax.set_xscale("log")
         ax.set_xlim(floor / 2, cap * 2)
     ax_r.axvline(1.0, color="0.6", linestyle=":", linewidth=1.0, zorder=0)
-    ax_r.set_xlabel("|ours − published| / tolerance")
+    ax_r.set_xlabel("|ours − published| / band applied")
     ax_r.set_title("readings of the published images")
     ax_o.axvline(0.01, color="0.6", linestyle=":", linewidth=1.0, zorder=0)
     ax_o.set_xlabel("relative error vs theory (else paper)")

@@ -185,8 +185,8 @@ def _mean(values) -> float:
 
 def comparison(ds) -> list[dict]:
     """Our drops paired one to one with the crossings of the published curves, the count still on M_3 at the
-    window's end and the plateau levels read off the image, judged with the sampling error of a level on the run's P
-    training sequences (only at the published settings: [] otherwise)."""
+    window's end and the published curves' plateau levels (not the image's theory lines), judged with the sampling
+    error of a level on the run's P training sequences (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
     drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}
@@ -246,7 +246,9 @@ PAIRING = (
     "still on its plateau at the end of the published window counts as a crossing beyond it, and where the image "
     "cannot say which of two double-ink crossings a curve makes, the pair takes the nearer one. \"difference\" is ours "
     "minus the published step (0 inside the bundle of first drops), also in pixels of the published image; a pair "
-    "agrees when it is within a pixel. The table also sets the plateau levels read off the image beside ours.\n\n")
+    "agrees when it is within a pixel. The table also sets the published curves' plateau levels beside ours where the "
+    "image shows them, at L(M_3) and L(M_4); above those the image shows only its dotted theory lines, which are not "
+    "the published runs and are not compared.\n\n")
 
 
 def summary(ds) -> str:

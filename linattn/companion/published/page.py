@@ -11,7 +11,7 @@ from pathlib import Path
 from ..output import ESTIMATE, MarkdownTable
 from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS
 from .readings import Image
-from .rules import Claim, offset_of, slug
+from .rules import Claim, judged_difference, offset_of, pixels, slug
 
 
 def claims_table(claims: list[Claim]) -> MarkdownTable:
@@ -55,12 +55,16 @@ def table(rows: list[dict]) -> MarkdownTable:
     difference, its band (:mod:`linattn.companion.uncertainty`; "+ offset" where a shared offset was removed first,
     "to <band + margin>: cannot tell" where a further margin applies) and the verdict."""
     shown = [dict(r, reproduced=_shown(r["reproduced"], r["unit"]), difference=_signed(r["difference"], r["unit"]),
-                  band=_band(r)) for r in rows]
+                  band=band_text(r)) for r in rows]
     return MarkdownTable(shown, _COLUMNS, {"pixels": "+.1f"})
 
 
-def _band(r: dict) -> str | None:
-    """A row's band as the table shows it: ``0.018``, ``0.010 after −0.009``, ``22, cannot tell to 64``."""
+def band_text(r: dict) -> str | None:
+    """A row's band as it was applied, for the page's table and the report's: ``0.018``, ``0.010 after −0.009``
+    (an offset removed first), ``22, cannot tell to 64`` (a further margin). ``r``: a comparison row, or its
+    ``numbers.json`` row (the same ``band``, ``offset``, ``unresolved`` and ``unit``)."""
+    if r.get("band") is None:
+        return None
     band = _shown(r.get("band"), r["unit"])
     if band is None:
         return None
@@ -113,9 +117,10 @@ def summary(rows: list[dict], image: Image) -> str:
                     f"({px[0]:+.1f} px at a loss of 0.1, {px[1]:+.1f} px at 1), scatter {offset.scatter:.4f} about it. "
                     "It is a reading of the scale, not of the curves, so each loss is judged after removing it.")
     if unsure:
-        text.append(f"{unsure} cannot tell: beyond the band, but within what the draw of the training set alone "
-                    "moves (a training loss, biased on the set it was fitted to, gets no sampling-error agreement; "
-                    "a step, the shift between our run and its population twin).")
+        text.append(f"{unsure} cannot tell: beyond the band, but within a further margin the band cannot cover: one "
+                    "more pixel, the ± of reading the published point itself, and where it applies what the draw of "
+                    "the training set alone moves (a training loss, biased on the set it was fitted to, gets no "
+                    "sampling-error agreement; a step, the shift between our run and its population twin).")
     differ = [r for r in rows if r["verdict"] == DIFFERS]
     if not differ:
         return " ".join(text) + " None differs."
@@ -129,9 +134,10 @@ def _off_by(r: dict, image: Image) -> str:
     """How far a row that differs is off: its difference and, where an offset was removed, what is left, in pixels."""
     if not math.isfinite(r["difference"]):
         return ""
-    left = r["difference"] - r.get("offset", 0.0)
+    left = judged_difference(r)
     judged = f", {_signed(left, r['unit'])} after the scale's offset" if r.get("offset") else ""
-    return f" ({_signed(r['difference'], r['unit'])}{judged}, {left / image.pixel(r['unit']):+.1f} px)"
+    px = pixels(left, r["unit"], image)
+    return f" ({_signed(r['difference'], r['unit'])}{judged}" + (f", {px:+.1f} px)" if math.isfinite(px) else ")")
 
 
 def _where(r: dict) -> str:
@@ -140,12 +146,16 @@ def _where(r: dict) -> str:
 
 def number_rows(rows: list[dict]) -> list[dict]:
     """The comparison rows as ``numbers.json`` rows (key, quantity, paper, reproduced, abs_error, tolerance,
-    verdict); the key names the published reading: ``published.<panel>.<what>``."""
+    verdict, and what the verdict applied: the signed ``difference``, the ``band``, the ``offset`` removed first, the
+    ``unresolved`` margin and the ``unit``, so that the report shows the band that was used); the key names the
+    published reading: ``published.<panel>.<what>``."""
     return [dict(key=".".join(["published"] + [slug(t) for t in (r["panel"], r["what"]) if t]),
                  quantity=f"published {r['figure']}" + (f", {r['panel']}" if r["panel"] else "") + f": {r['what']}",
                  paper=r["paper"], reproduced=r["reproduced"],
                  abs_error=abs(r["difference"]) if math.isfinite(r["difference"]) else None,
-                 tolerance=r["tolerance"], standard_error=r.get("standard_error"), verdict=r["verdict"])
+                 tolerance=r["tolerance"], standard_error=r.get("standard_error"), verdict=r["verdict"],
+                 difference=r["difference"], band=r["band"], offset=r.get("offset") or 0.0,
+                 unresolved=r.get("unresolved") or 0.0, unit=r["unit"])
             for r in rows]
 
 

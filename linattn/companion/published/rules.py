@@ -15,6 +15,8 @@ draw of the tokens goes through an SVD whose signs depend on the LAPACK library)
   it *cannot tell*;
 * a **step** is judged in its tolerance; beyond it, but within the shift the finite training set alone gives that step
   (ours against the population twin of our run, where the page has one), it *cannot tell*;
+* every reading carries one more pixel, the ± of placing the published point itself
+  (:func:`reading_margin`): beyond the band but within it, a difference *cannot tell*;
 * a digitisation **offset** shared by many readings (:func:`~linattn.companion.uncertainty.systematic_offset`) is
   measured, stated, and removed before the difference is judged.
 
@@ -113,19 +115,41 @@ def difference(ours: float, value) -> float:
     return float(ours - value)
 
 
+def pixels(x: float, unit: str, image: Image) -> float:
+    """``x`` in pixels of ``image``: only a step or a loss has a pixel (NaN for a count, or a missing ``x``)."""
+    return x / image.pixel(unit) if unit in ("step", "loss") and x is not None and math.isfinite(x) else math.nan
+
+
+def reading_margin(unit: str, image: Image) -> float:
+    """The ± of a reading itself: a value read off ``image`` is placed to within one pixel, on top of the band that
+    the comparison grants (its resolution and sampling error); a difference beyond the band but within this further
+    pixel *cannot tell*. 0 for a count (counted, not read off an axis)."""
+    return image.pixel(unit) if unit in ("step", "loss") else 0.0
+
+
+def judged_difference(row: dict) -> float:
+    """The difference a row's verdict judges: ours − the reading, less the ``offset`` removed first (NaN where
+    missing). The page's table, ``numbers.json`` and the report read it from here."""
+    d = row.get("difference")
+    d = math.nan if d is None else float(d)
+    return d - float(row.get("offset") or 0.0)
+
+
 def _check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
                tolerance: float, standard_error=None, unresolved=0.0, offset=0.0) -> dict:
     """One comparison row: the reading and ours, their difference in the unit and in pixels of ``image``, the
     tolerance, the standard error of the difference where the quantity has one (its band is then tolerance + 2 ×
-    it), the ``unresolved`` margin beyond the band (*cannot tell* there), the ``offset`` removed before judging, and
-    the verdict (:func:`linattn.companion.uncertainty.verdict`). Rows of this shape feed the page's table, its prose
-    (:func:`summary`) and ``numbers.json`` (:func:`number_rows`)."""
-    pixels = diff / image.pixel(unit) if unit in ("step", "loss") and math.isfinite(diff) else math.nan
+    it), the ``unresolved`` margin beyond the band (*cannot tell* there: the given margin plus the reading's own
+    pixel, :func:`reading_margin`), the ``offset`` removed before judging, and the verdict
+    (:func:`linattn.companion.uncertainty.verdict` of :func:`judged_difference`). Rows of this shape feed the page's
+    table, its prose (:func:`summary`) and ``numbers.json`` (:func:`number_rows`)."""
     band = difference_band(standard_error, resolution=tolerance)
-    return dict(figure=image.name, panel=panel, what=what, published=published, paper=paper,
-                reproduced=None if ours is None or not math.isfinite(ours) else float(ours),
-                difference=diff, pixels=pixels, unit=unit, tolerance=tolerance, standard_error=standard_error,
-                band=band, unresolved=unresolved, offset=offset, verdict=verdict(diff - offset, band, unresolved))
+    row = dict(figure=image.name, panel=panel, what=what, published=published, paper=paper,
+               reproduced=None if ours is None or not math.isfinite(ours) else float(ours),
+               difference=diff, pixels=pixels(diff, unit, image), unit=unit, tolerance=tolerance,
+               standard_error=standard_error, band=band, unresolved=unresolved + reading_margin(unit, image),
+               offset=offset)
+    return dict(row, verdict=verdict(judged_difference(row), band, row["unresolved"]))
 
 
 @dataclass(frozen=True)
@@ -186,9 +210,8 @@ def judged_after_offset(rows: list[dict]) -> list[dict]:
     out = list(rows)
     for i in loss:
         r = rows[i]
-        offset = shared.at(r["paper"])
-        out[i] = dict(r, offset=offset, scale_offset=shared, verdict=verdict(r["difference"] - offset, r["band"],
-                                                                             r["unresolved"]))
+        judged = dict(r, offset=shared.at(r["paper"]), scale_offset=shared)
+        out[i] = dict(judged, verdict=verdict(judged_difference(judged), r["band"], r["unresolved"]))
     return out
 
 
@@ -242,10 +265,12 @@ def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
     """Figure 3a: our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
     the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
     the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: for each of L(M_0)…L(M_4)
-    our seeds' levels, NaN where none was found) the plateau levels read off the image, ours the mean over seeds. A
-    plateau level is a training loss, so it gets no sampling-error agreement (:mod:`linattn.companion.uncertainty`):
-    beyond a pixel, but within 2·√(sd²/n + sd²) (sd: the spread of the n seeds' levels; our mean's error and that of
-    the one published curve read), it *cannot tell*."""
+    our seeds' levels, NaN where none was found) the plateau levels of the published curves
+    (:data:`FIG3A_PLATEAU_READINGS`: only where the curves, not the theory's dotted lines, are read), ours the mean
+    over seeds. A plateau level is a training loss, so it gets no sampling-error agreement
+    (:mod:`linattn.companion.uncertainty`): beyond a pixel, but within 2·√(sd²/n + sd²) (sd: the spread of the n
+    seeds' levels; our mean's error and that of the one published curve read) and the reading's own pixel, it
+    *cannot tell*."""
     rows = []
     for d, crossings in FIG3A_CROSSINGS.items():
         for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
@@ -258,7 +283,10 @@ def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
     still = sum(1 for t in drops.values() if not float(t[3]) <= FIG3A_LAST_STEP)
     rows.append(_check_row(FIG3A_IMAGE, "", f"curves still on the M_3 plateau at step {FIG3A_LAST_STEP}",
                           str(FIG3A_STILL_ON_M3), FIG3A_STILL_ON_M3, still, still - FIG3A_STILL_ON_M3, "count", 0))
-    for m, (reading, levels) in enumerate(zip(FIG3A_PLATEAU_READINGS, plateaus if plateaus is not None else ())):
+    for m, levels in enumerate(plateaus if plateaus is not None else ()):
+        if m not in FIG3A_PLATEAU_READINGS:
+            continue
+        reading = FIG3A_PLATEAU_READINGS[m]
         found = np.asarray(levels, dtype=np.float64).ravel()
         found = found[np.isfinite(found)]
         ours = float(found.mean()) if found.size else math.nan

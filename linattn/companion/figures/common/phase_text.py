@@ -94,8 +94,9 @@ def _grid_fresh(ds, P) -> np.ndarray:
 
 
 def _range(x) -> str:
-    lo, hi = float(x.min()), float(x.max())
-    return _loss(lo) if np.isclose(lo, hi, rtol=0.05) else f"{_loss(lo)} to {_loss(hi)}"
+    """The range of the losses ``x`` in prose, "2.01 to 2.08"; one value only where both ends print alike."""
+    lo, hi = _loss(float(x.min())), _loss(float(x.max()))
+    return lo if lo == hi else f"{lo} to {hi}"
 
 
 def _loss(x: float) -> str:
@@ -289,7 +290,9 @@ def numbers(ds, escape=None) -> list[dict]:
     for key, what in (("population_switch", "in-context"), ("population_edge", "in-weight")):
         if np.isfinite(float(ds[key])):
             rows.append(dict(key=f"{key}.Pinf", quantity=f"P=∞: c at which the least-squares end point's {what} "
-                             "population test loss crosses the midpoint, solved in c", theory=float(ds[key])))
+                             "population test loss crosses the midpoint, solved in c", theory=float(ds[key]),
+                             no_value="the runs give a bracket on the grid of c, the P = ∞ row of the page's table, "
+                             "not a solved c"))
     if "column_P" in ds.coords and ds.sizes["column_P"]:
         rows.append(dict(key="column.peak", quantity="c=1: P of the largest final in-context test loss (theory: the "
                          "rank of the feature covariance)", theory=float(ds.feature_rank),
