@@ -191,6 +191,23 @@ def _cell(result, tests: dict, data) -> dict:
     return out
 
 
+def moments_of_tests(result) -> dict:
+    """The moments (E[TTᵀ], E[yT], E[y²]) of ``result``'s two test sets on ATTN_M's features, by name (``test_iwl``,
+    ``test_icl``): a quadratic loss on them (:func:`.common.phase.quadratic_loss`) is the loss on that test set."""
+    model = build_model("attnM", result.init, dtype=torch.float64)
+    return {k: triple(Exact.from_data(model, getattr(result.datasets, k), normalize=result.config.normalize).moments)
+            for k in ("test_iwl", "test_icl")}
+
+
+def end_point(result) -> dict:
+    """The t → ∞ losses of one ATTN_M run: at the least-squares end point of its training loss on ATTN_M's features,
+    m* = E[TTᵀ]⁺E[yT] over its own training set, the training loss and the in-weight and in-context losses on its own
+    test sets (``train_loss``, ``test_iwl``, ``test_icl``; None where the training loss is flat), as in every cell of
+    this page (:func:`_cell`)."""
+    cell = _cell(result, moments_of_tests(result), result.datasets)
+    return {k: cell[f"limit_{k}"] for k in ("train_loss", "test_iwl", "test_icl")}
+
+
 def compute(S: dict, client=None):
     """The phase diagram at the settings ``S`` as an xarray Dataset over ``icl`` × ``trainset_size`` (× ``step``):
     the losses along the flow (``train_loss``, ``test_iwl``, ``test_icl``), at the horizon (``final_*``) with the
@@ -206,10 +223,8 @@ def compute(S: dict, client=None):
     done = train({**_parts(S, CELL), **_parts(S, COLUMN)}, S, client=client)
     results = {k: r for k, r in done.items() if k.startswith(CELL)}
     first = next(iter(results.values()))
-    model = build_model("attnM", first.init, dtype=torch.float64)
     base, data = first.config, first.datasets
-    tests = {k: triple(Exact.from_data(model, getattr(data, k), normalize=base.normalize).moments)
-             for k in ("test_iwl", "test_icl")}
+    tests = moments_of_tests(first)
     icl, sizes = _grid(S)
     cells = [_cell(r, tests, data) for r in results.values()]
     at, steps = first.history.step, phase.record_steps(int(S["attn_m"]["epoch"]), base.epoch)
