@@ -16,7 +16,7 @@ import numpy as np
 from ... import loss_curves, theory
 from .. import presets
 from ..commands import train_command
-from ..output import MarkdownTable
+from ..output import MarkdownTable, subscript
 from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe, join
@@ -165,8 +165,8 @@ def unlearned(ds) -> str:
         lam = ds.eigenvalue.sel(model=key).dropna("direction").values
         last, guess = int(drops[made - 1]), escape_estimate(drops[0], lam, made + 1)
         reason = ("although" if guess <= end else "and") + (
-            f" escape times ∝ $1/\\lambda_d^2$, scaled from its first drop at step {int(drops[0])}, put the drop of "
-            f"$e_{{{made + 1}}}$ near step {guess:.0f}, " + ("within the run" if guess <= end else "beyond its end"))
+            f" escape times ∝ 1/λ_d², scaled from its first drop at step {int(drops[0])}, put the drop of "
+            f"e{subscript(made + 1)} near step {guess:.0f}, " + ("within the run" if guess <= end else "beyond its end"))
         parts.append(f"{LABELS[key]} learns {made} of its {len(drops)} directions within its {end} steps: after its "
                      f"drop {made} at step {last} it makes no further drop in the {end - last} steps left, {reason}")
     return ("In this run " + "; ".join(parts) + ".") if parts else ""
