@@ -18,7 +18,7 @@ from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import MarkdownTable, prose_text
 from ..output import words as list_words
-from . import beyond_phase_diagram
+from .common import end_point
 from .common import presets as common
 from .common.attn_s_run import describe, join
 from .common.frame import settings_attrs
@@ -56,14 +56,14 @@ def compute(S: dict):
     the same divided by its first value (``train_loss_over_start``, what the figure draws), the in-weight and the
     in-context test loss (``test_iwl``, ``test_icl``); per c the same three losses at the least-squares end point
     of the run's own training set (``end_train_loss``, ``end_test_iwl``, ``end_test_icl``: t → ∞,
-    ``beyond_phase_diagram.end_point``; NaN where the training loss is flat); the theory's minimum ``loss_star``; the
+    ``common.end_point``; NaN where the training loss is flat); the theory's minimum ``loss_star``; the
     settings, seed, engine and each run's settings (by ``icl=<c>``) and command as attributes."""
     import xarray as xr
 
     done = trained(runs(S), S)  # one per c, in the order of icl_values
     train = np.array([r.history.train_loss for r in done])
     first = done[0]
-    ends = [beyond_phase_diagram.end_point(r) for r in done]
+    ends = [end_point.end_point(r) for r in done]
     ds = xr.Dataset(
         {"train_loss": (("icl", "step"), train),
          "train_loss_over_start": (("icl", "step"), train / train[:, :1]),
@@ -83,7 +83,7 @@ def compute(S: dict):
     ds.test_iwl.attrs["description"] = "loss on held-out sequences with the fixed task vector (in-weight)"
     ds.test_icl.attrs["description"] = "loss on held-out sequences with fresh task vectors (in-context)"
     ds.end_test_iwl.attrs["description"] = ("in-weight test loss at the least-squares end point (t → ∞) of the "
-                                            "training loss on ATTN_M's features (beyond_phase_diagram.end_point)")
+                                            "training loss on ATTN_M's features (common.end_point)")
     ds.end_test_icl.attrs["description"] = "in-context test loss at the same end point"
     ds.end_train_loss.attrs["description"] = "training loss at the same end point"
     ds.standard_error.attrs["description"] = ("standard error of each loss (the training loss over its start as drawn) "

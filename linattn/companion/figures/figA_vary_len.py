@@ -166,7 +166,8 @@ def unlearned(ds) -> str:
         last, guess = int(drops[made - 1]), escape_estimate(drops[0], lam, made + 1)
         reason = ("although" if guess <= end else "and") + (
             f" escape times ∝ 1/λ_d², scaled from its first drop at step {int(drops[0])}, put the drop of "
-            f"e{subscript(made + 1)} near step {guess:.0f}, " + ("within the run" if guess <= end else "beyond its end"))
+            f"e{subscript(made + 1)} near step {guess:.0f}, "
+            + ("within the run" if guess <= end else "beyond its end"))
         parts.append(f"{LABELS[key]} learns {made} of its {len(drops)} directions within its {end} steps: after its "
                      f"drop {made} at step {last} it makes no further drop in the {end - last} steps left, {reason}")
     return ("In this run " + "; ".join(parts) + ".") if parts else ""
