@@ -373,3 +373,23 @@ def test_pcr_gaps_and_diagonals_by_a_second_route(pcr):
         assert f"(step {step}): {gap:.2g}" in summary
         for d in range(1, m + 1):
             assert float(rows[f"diagonal.M{m}.e{d}"]["reproduced"]) == pytest.approx(learned[d - 1, d - 1])
+
+
+# ------------------------------------------------------------------------------------------------ the end point
+
+
+def test_end_point_least_squares_on_constructed_moments():
+    """The least-squares end point on moments built by hand: a full-rank quadratic gives its minimiser A⁻¹b (its
+    loss c − bᵀA⁻¹b); a quadratic flat in one direction (a valley of minima) gives none."""
+    from linattn.companion.figures.common import end_point
+
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(200, 5))
+    y = F @ np.array([1.0, -2.0, 0.5, 0.0, 3.0]) + 0.1 * rng.normal(size=200)
+    mom = (F.T @ F / 200, F.T @ y / 200, float(y @ y / 200))
+    m, curvature = end_point.least_squares(mom)
+    np.testing.assert_allclose(m, np.linalg.solve(mom[0], mom[1]), rtol=1e-10)
+    assert curvature == pytest.approx(np.linalg.eigvalsh(mom[0])[0] / np.linalg.eigvalsh(mom[0])[-1])
+    F2 = np.column_stack([F, F[:, 0]])  # a repeated feature: the loss is flat along (e_0 − e_5)
+    flat = (F2.T @ F2 / 200, F2.T @ y / 200, float(y @ y / 200))
+    assert end_point.least_squares(flat)[0] is None
