@@ -8,7 +8,8 @@ normalisation) and the weights. What the theory implies for them: on the plateau
 the saddle M_m, where A has exactly m non-zero singular values (numerical rank m; effective rank that of the PCR
 matrix, ``theory.pcr_weights``; on M_0 both are relative to a near-zero A and say nothing, so there A's size against
 the final A is given instead, ``diagnostics.size_against_final``); a learned subspace never moves again;
-gradient flow conserves v_i² − ‖k_i‖² and ‖k_i‖² − ‖q_i‖² exactly. Each flat stretch of the loss is named by the saddle it sits at
+gradient flow conserves v_i² − ‖k_i‖² and ‖k_i‖² − ‖q_i‖² exactly. Each flat stretch of the loss is named by the
+saddle it sits at
 (``loss_curves.saddle_plateaus``, the one rule), and the measures are taken as their median over its core, its
 slowest steps (``loss_curves.rest_core``).
 """
