@@ -141,6 +141,14 @@ def subspace_distance(U: ArrayLike, V: ArrayLike) -> float:
     return float(np.sqrt(np.mean(np.sin(subspace_angles(U, V)) ** 2)))
 
 
+def size_against_final(A: ArrayLike) -> np.ndarray:
+    """σ₁(A(t)) / σ₁(A(T)) for a stack of in-context matrices A (time × D × D): the size of A at each snapshot
+    against its size at the last one, T. (The numerical rank counts singular values relative to σ₁(A(t)) itself, so
+    it cannot tell a near-zero A from a learned one; this measure can.)"""
+    top = np.linalg.svd(np.asarray(A, dtype=np.float64), compute_uv=False)[:, 0]
+    return top / top[-1]
+
+
 def learned_subspace_distance(A: ArrayLike, cov: ArrayLike, rank: int | None = None) -> float:
     """The distance (:func:`subspace_distance`) between the subspace A has learned, its top-r singular subspace with
     r = ``rank`` (default its numerical rank, :func:`numerical_rank`), and the theory's after r drops,

@@ -262,6 +262,18 @@ def test_diagnostics_subspace_claims_by_a_second_route(case, store, monkeypatch)
         if on.any():  # a median over the rest's core lies within the rest's own range
             assert min(np.array(own)[on]) - 1e-9 <= median <= max(np.array(own)[on]) + 1e-9
     assert "final one" not in summary and "nan" not in summary
+    # on M_0 the size of A against the final A's, not its rank: numpy's own σ₁ ratio over the rest's snapshots
+    size = np.linalg.svd(A, compute_uv=False)[:, 0] / np.linalg.svd(A[-1], compute_uv=False)[0]
+    np.testing.assert_allclose(ds["size"].values, size, rtol=1e-9)
+    starts = [p for p, m in zip(ds.plateau.values, ds.plateau_m.values) if m == 0]
+    assert ("No plateau at" in summary) == (not starts)
+    for p in starts:
+        on = (steps >= ds.plateau_start.sel(plateau=p).item()) & (steps <= ds.plateau_end.sel(plateau=p).item())
+        said_size = float(ds.size_on_plateau.sel(plateau=p))
+        if on.any():
+            assert size[on].min() - 1e-12 <= said_size <= size[on].max() + 1e-12
+        assert f"{said_size:.2g} of the final" in summary and rows["size.M0"]["theory"] == 0.0
+        assert not any(k.startswith(("numerical_rank.M0", "eff_rank.M0")) for k in rows)  # no rank compared at M_0
     said = page.words(ds)["run"]
     assert ("Figure 3a" in said and "our own" not in said) == presets.is_published(page.NAME,
                                                                                    json.loads(ds.attrs["settings"]))

@@ -303,6 +303,39 @@ def test_vary_len_levels_table_and_rests_by_a_second_route(vary):
         "m").values[-1])
 
 
+def test_vary_len_unlearned_directions_by_a_second_route(vary):
+    """The sentence on directions not learned within the run: each drop re-found as the first step below the midpoint
+    of two neighbouring length-averaged levels, and the escape estimate t_1·(λ_1/λ_d)² written out."""
+    said = figA_vary_len.words(vary)["unlearned"]
+    for key in ("attn_m", "attn_s"):
+        loss = vary.train_loss.sel(model=key).dropna("step")
+        y, step = loss.values, loss.step.values
+        lv = vary.plateau_theory.sel(model=key).dropna("m").values
+        lv = lv[[0, -1]] if key == "attn_m" else lv
+        found = []
+        for a, b in zip(lv[:-1], lv[1:]):
+            below = np.flatnonzero(y < (a + b) / 2)
+            if below.size == 0:
+                break
+            found.append(int(step[below[0]]))
+        label = figA_vary_len.LABELS[key]
+        if len(found) == len(lv) - 1:
+            assert label not in said  # everything learned: nothing said
+            continue
+        part = said.split(label)[1].split(";")[0]
+        end = int(step[-1])
+        if not found:
+            assert f"no drop within its {end} steps" in part
+            continue
+        lam = np.sort(vary.eigenvalue.sel(model=key).dropna("direction").values)[::-1]
+        k = len(found)
+        assert f"learns {k} of its {len(lv) - 1} directions" in part
+        assert f"drop {k} at step {found[-1]}" in part and f"{end - found[-1]} steps" in part
+        guess = found[0] * (lam[0] / lam[k]) ** 2
+        assert f"near step {guess:.0f}" in part
+        assert ("although" in part and "within the run" in part) == (guess <= end)  # no contrast where none is
+
+
 # ------------------------------------------------------------------------------------------------ PCR
 
 PCR_CASES = [None, beyond_pcr.KNOB_CASES[0]]
@@ -359,3 +392,23 @@ def test_phase_c0_ranges_and_bracketed_crossings_by_a_second_route(phase_page):
     for key in ("population_switch.Pinf", "population_edge.Pinf"):
         if key in rows:
             assert "reproduced" not in rows[key] and "bracket" in rows[key]["no_value"]
+
+
+# ------------------------------------------------------------------------------------------------ the end point
+
+
+def test_end_point_least_squares_on_constructed_moments():
+    """The least-squares end point on moments built by hand: a full-rank quadratic gives its minimiser A⁻¹b (its
+    loss c − bᵀA⁻¹b); a quadratic flat in one direction (a valley of minima) gives none."""
+    from linattn.companion.figures.common import end_point
+
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(200, 5))
+    y = F @ np.array([1.0, -2.0, 0.5, 0.0, 3.0]) + 0.1 * rng.normal(size=200)
+    mom = (F.T @ F / 200, F.T @ y / 200, float(y @ y / 200))
+    m, curvature = end_point.least_squares(mom)
+    np.testing.assert_allclose(m, np.linalg.solve(mom[0], mom[1]), rtol=1e-10)
+    assert curvature == pytest.approx(np.linalg.eigvalsh(mom[0])[0] / np.linalg.eigvalsh(mom[0])[-1])
+    F2 = np.column_stack([F, F[:, 0]])  # a repeated feature: the loss is flat along (e_0 − e_5)
+    flat = (F2.T @ F2 / 200, F2.T @ y / 200, float(y @ y / 200))
+    assert end_point.least_squares(flat)[0] is None

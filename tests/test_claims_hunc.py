@@ -90,6 +90,40 @@ def test_fig14_standard_errors_are_the_scatter_of_the_per_sequence_losses(tmp_pa
                 per.std(ddof=1) / math.sqrt(per.size), rel=1e-9)
 
 
+def _attn_m_features(X):
+    """ATTN_M's features by numpy: x_q[a] · Σ_m t_m[b] t_m[c] over every token (the query's zeroed label included),
+    a < D, b ≤ c (the output is linear in them; a common scale does not move a least-squares fit)."""
+    D = X.shape[-1] - 1
+    outer = np.einsum("pmb,pmc->pbc", X, X)
+    b, c = np.triu_indices(D + 1)
+    return (X[:, -1, :D, None] * outer[:, None, b, c]).reshape(X.shape[0], -1)
+
+
+@pytest.mark.parametrize("case", [None, fig14_icl_iwl.KNOB_CASES[0]], ids=["quick", "knob"])
+def test_fig14_end_point_by_numpy_least_squares(case, tmp_path, monkeypatch):
+    """The t → ∞ columns: numpy's minimum-norm least squares on features built here from each run's own training
+    set, its squared error on the run's own two test sets (a second route past the exact engine's moments)."""
+    from linattn.companion.figures.common.train import trained
+
+    monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "runs"))
+    S = presets.resolve(fig14_icl_iwl.NAME, "quick", case or {})
+    ds = fig14_icl_iwl.compute(S)
+    table = str(fig14_icl_iwl.run_table(ds))
+    for c, r in zip(ds.icl.values, trained(fig14_icl_iwl.runs(S), S)):
+        F, y = _attn_m_features(r.datasets.train.X), r.datasets.train.y
+        ev = np.linalg.eigvalsh(F.T @ F)
+        if ev[0] / ev[-1] < 1e-10:  # flat in some direction: no unique end point, and the table says so
+            assert np.isnan(float(ds.end_test_iwl.sel(icl=c))) and "flat training loss" in table
+            continue
+        m = np.linalg.lstsq(F, y, rcond=None)[0]
+        assert float(ds.end_train_loss.sel(icl=c)) == pytest.approx(np.mean((F @ m - y) ** 2), rel=1e-6)
+        for name in ("test_iwl", "test_icl"):
+            seqs = getattr(r.datasets, name)
+            ours = float(np.mean((_attn_m_features(seqs.X) @ m - seqs.y) ** 2))
+            assert float(ds[f"end_{name}"].sel(icl=c)) == pytest.approx(ours, rel=1e-6)
+            assert f"| {ours:.3f} |" in table or f"| {ours:.3f}" in table
+
+
 def test_fig14_numbers_rows_and_comparison_at_other_settings(fig14):
     rows = fig14_icl_iwl.numbers(fig14)
     for c in fig14.icl.values:
@@ -212,7 +246,8 @@ def test_white_cov_shifts_gap_and_l_star(white):
     assert said["max_gap"].startswith(f"{gap:.2g}")
     D, N = white.attrs["in_dim"], white.attrs["N"]
     assert said["L_star"] == _sig((D + 1) / (N + D + 1), 4)
-    assert "settings" in said["paper_final"]  # not the published settings: the paper's value is not set beside it
+    assert "paper_final" not in said  # no paper value: the appendix figure's numbers are unconfirmed
+    assert all(r.get("paper") is None for r in figA_white_cov.numbers(white))  # L* is not set beside itself
 
 
 def test_fig14_published_comparison_by_a_second_route(tmp_path_factory):

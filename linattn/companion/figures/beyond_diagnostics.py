@@ -6,8 +6,10 @@ weights recorded every ``snapshot_every`` steps. The measures are those of Maina
 each snapshot by ``diagnostics.snapshot_fn`` and ``diagnostics.tidy`` from A(t) = Σ_i v_i k_i q_iᵀ (paper
 normalisation) and the weights. What the theory implies for them: on the plateau after m drops the model sits near
 the saddle M_m, where A has exactly m non-zero singular values (numerical rank m; effective rank that of the PCR
-matrix, ``theory.pcr_weights``); a learned subspace never moves again; gradient flow conserves v_i² − ‖k_i‖² and
-‖k_i‖² − ‖q_i‖² exactly. Each flat stretch of the loss is named by the saddle it sits at
+matrix, ``theory.pcr_weights``; on M_0 both are relative to a near-zero A and say nothing, so there A's size against
+the final A is given instead, ``diagnostics.size_against_final``); a learned subspace never moves again;
+gradient flow conserves v_i² − ‖k_i‖² and ‖k_i‖² − ‖q_i‖² exactly. Each flat stretch of the loss is named by the
+saddle it sits at
 (``loss_curves.saddle_plateaus``, the one rule), and the measures are taken as their median over its core, its
 slowest steps (``loss_curves.rest_core``).
 """
@@ -30,8 +32,9 @@ KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=150
 # the effective rank exp(entropy) counts what a finite start leaves in the other directions: a second singular
 # value at 2 % of the first adds 0.1 (the quick preset's larger start; the paper's reads 1.016 on M_1)
 TOLERANCES = [(r"numerical_rank\..*", "abs", 0.0), (r"eff_rank\..*", "abs", 0.1),
-              (r"drift_max", "abs", common.SETTLED)]
-MEASURES = ("time", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist", "drift_max", "loss_theory")
+              (r"drift_max", "abs", common.SETTLED), (r"size\.M0.*", "abs", 0.01)]
+MEASURES = ("time", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist", "drift_max", "loss_theory",
+            "size")
 
 
 
@@ -59,9 +62,10 @@ def compute(S: dict):
     levels = theory.plateau_losses(cov, N)
     loss = res.history.train_loss
     sp = loss_curves.saddle_plateaus(loss, levels)
-    medians = {"numerical_rank": [], "eff_rank": [], "subspace_dist": []}
-    moved, read = [], []
     A = np.array([v["heads"].sum(axis=0) for _, v in snapshots])
+    tab["size"] = diagnostics.size_against_final(A)
+    medians = {"numerical_rank": [], "eff_rank": [], "subspace_dist": [], "size": []}
+    moved, read = [], []
     step = res.history.step
     for m, a, b in zip(sp.m, sp.plateaus.starts, sp.plateaus.ends):
         on = (step >= a) & (step <= b)
@@ -86,6 +90,7 @@ def compute(S: dict):
          "plateau_level": ("plateau", sp.plateaus.levels),
          "numerical_rank_on_plateau": ("plateau", medians["numerical_rank"]),
          "eff_rank_on_plateau": ("plateau", medians["eff_rank"]),
+         "size_on_plateau": ("plateau", medians["size"]),
          "subspace_dist_on_plateau": ("plateau", medians["subspace_dist"]),
          "subspace_moved_after": ("plateau", moved), "subspace_read_step": ("plateau", read)},
         coords={"step": tab["step"], "loss_step": res.history.step, "m": np.arange(D + 1),
@@ -98,6 +103,7 @@ def compute(S: dict):
     ds.eigenvectors.attrs["description"] = "eigenvectors e_d of the covariance, by decreasing eigenvalue"
     ds.eff_rank.attrs["description"] = "exp of the entropy of the normalised singular values of A(t)"
     ds.numerical_rank.attrs["description"] = "singular values of A(t) above 5 % of the largest"
+    ds.size.attrs["description"] = "largest singular value of A(t) over that of the last snapshot's A"
     ds.subspace_dist.attrs["description"] = ("distance of A(t)'s learned subspace (top-r singular subspace, r its "
                                              "numerical rank) from span(e_1..e_r) "
                                              "(diagnostics.learned_subspace_distance)")
@@ -117,11 +123,35 @@ def _plateaus(ds) -> list[tuple[int, int]]:
             if m > 0 and np.isfinite(float(ds.numerical_rank_on_plateau.sel(plateau=p)))]
 
 
+def _start_plateaus(ds) -> list[int]:
+    """The plateau indices of the flat stretches at M_0 with snapshots inside them."""
+    return [int(p) for p, m in zip(ds.plateau.values, ds.plateau_m.values)
+            if m == 0 and np.isfinite(float(ds.size_on_plateau.sel(plateau=p)))]
+
+
+def start_words(ds) -> str:
+    """What is measured on M_0, in words: A's size there against its learned (final) size, and why its rank is not
+    given there (a relative count of singular values reads the shape of a near-zero random start, not a rank)."""
+    sizes = [float(ds.size_on_plateau.sel(plateau=p)) for p in _start_plateaus(ds)]
+    if not sizes:
+        return "No plateau at $\\mathcal{M}_0$ was detected."
+    ranks = [float(ds.numerical_rank_on_plateau.sel(plateau=p)) for p in _start_plateaus(ds)]
+    return ("On the first plateau, $\\mathcal{M}_0$ (where the theory's $A$ is 0), $A$'s largest singular value is "
+            f"{'; '.join(f'{x:.2g}' for x in sizes)} of the final $A$'s: $A$ is the small random start, and its "
+            "numerical rank there "
+            f"({'; '.join(f'{r:g}' for r in ranks)}), a count relative to its own largest singular value, describes "
+            "the start's shape, not a learned rank, so the rank is compared from $\\mathcal{M}_1$ on.")
+
+
 def numbers(ds) -> list[dict]:
     """``numbers.json``: the numerical and effective rank of A on each plateau beside the theory's at its saddle,
     the distance of its learned subspace from the theory's and how far it later moves, and the largest conservation
     drift."""
     rows, seen = [], {}
+    for p in _start_plateaus(ds):
+        rows.append(dict(key="size.M0" + ("" if not rows else f".{len(rows) + 1}"),
+                         quantity="largest singular value of A on plateau M_0 over the final A's (A = 0 at M_0)",
+                         theory=0.0, reproduced=ds.size_on_plateau.sel(plateau=p)))
     for p, m in _plateaus(ds):
         seen[m] = seen.get(m, 0) + 1
         again = "" if seen[m] == 1 else f".{seen[m]}"  # a saddle the curve rests at twice (a stretch cut in two)
@@ -154,7 +184,7 @@ def summary(ds) -> str:
     moved = [(m, float(ds.subspace_moved_after.sel(plateau=p))) for p, m in rests]
     moved_words = "; ".join(f"$\\mathcal{{M}}_{{{m}}}$: {x:.2g}" for m, x in moved if np.isfinite(x))
     drift = float(ds.drift_max.max())
-    text = "This run: numerical rank of $A$ on the plateaus it settled on: " + (
+    text = start_words(ds) + " Numerical rank of $A$ on the plateaus from $\\mathcal{M}_1$ on that it settled on: " + (
         found or "no plateau after the first was detected") + "."
     if learned:
         text += (" Distance of the subspace $A$ has learned there (its top singular subspace of that rank) from "

@@ -36,12 +36,10 @@ import torch
 
 from ... import diagnostics, loss_curves, theory
 from ...config import RunConfig
-from ...models import build_model
-from ...objectives import Exact
 from ...objectives.population import mixture_moments
 from .. import presets
 from ..output import prose_text
-from .common import phase, phase_text
+from .common import end_point, phase, phase_text
 from .common import presets as common
 from .common.frame import settings_attrs
 from .common.phase import BAND_Z, FLAT, TOLERANCE, WINDOW, triple  # noqa: F401 — BAND_Z: the verdicts' band
@@ -153,16 +151,6 @@ def _parts(S: dict, kind: str | None) -> dict:
             if (k.startswith(kind) if kind else not k.startswith((CELL, COLUMN)))}
 
 
-def _train_moments(result) -> tuple:
-    """(E[TTᵀ], E[yT], E[y²]) of a cell's training loss: its training set's, or the mixture's at P = ∞."""
-    cfg, data = result.config, result.datasets
-    if cfg.trainset_size is None:
-        return triple(mixture_moments("attention", data.cov, cfg.seq_len, icl=cfg.icl, w_fix=data.w_fix,
-                                      normalize=cfg.normalize))
-    model = build_model("attnM", result.init, dtype=torch.float64)
-    return triple(Exact.from_data(model, data.train, normalize=cfg.normalize).moments)
-
-
 def per_sequence_losses(result, seqs) -> np.ndarray:
     """(ŷ − y)² of each sequence of ``seqs`` under ``result``'s final weights: the terms whose mean is the run's
     recorded loss on that set at its last step."""
@@ -179,10 +167,9 @@ def _cell(result, tests: dict, data) -> dict:
     E[TTᵀ]'s smallest eigenvalue relative to its largest, and each final test loss's standard error from its
     per-sequence losses (:func:`.common.phase.test_loss_se`) on the test sets ``data`` (linattn's streams give every
     cell the same ones)."""
-    mom = _train_moments(result)
-    ev = np.linalg.eigvalsh(mom[0])
-    m_star = np.linalg.lstsq(mom[0], mom[1], rcond=1e-12)[0] if ev[0] / ev[-1] >= FLAT else None
-    out = {"curvature": float(ev[0] / ev[-1]), "seconds": float(result.history.wall_time)}
+    mom = end_point.train_moments(result)
+    m_star, curvature = end_point.least_squares(mom)
+    out = {"curvature": curvature, "seconds": float(result.history.wall_time)}
     for name in tests:
         out[f"se_{name}"] = phase.test_loss_se(per_sequence_losses(result, getattr(data, name)))
     for name, moments in (("train_loss", mom), *tests.items()):
@@ -206,10 +193,8 @@ def compute(S: dict, client=None):
     done = train({**_parts(S, CELL), **_parts(S, COLUMN)}, S, client=client)
     results = {k: r for k, r in done.items() if k.startswith(CELL)}
     first = next(iter(results.values()))
-    model = build_model("attnM", first.init, dtype=torch.float64)
     base, data = first.config, first.datasets
-    tests = {k: triple(Exact.from_data(model, getattr(data, k), normalize=base.normalize).moments)
-             for k in ("test_iwl", "test_icl")}
+    tests = end_point.test_moments(first)
     icl, sizes = _grid(S)
     cells = [_cell(r, tests, data) for r in results.values()]
     at, steps = first.history.step, phase.record_steps(int(S["attn_m"]["epoch"]), base.epoch)

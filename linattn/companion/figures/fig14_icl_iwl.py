@@ -18,6 +18,7 @@ from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import MarkdownTable, prose_text
 from ..output import words as list_words
+from .common import end_point
 from .common import presets as common
 from .common.attn_s_run import describe, join
 from .common.frame import settings_attrs
@@ -53,20 +54,25 @@ def runs(S: dict) -> dict:
 def compute(S: dict):
     """Every run's curves over ``icl`` (the in-context fraction c) × ``step``: the training loss (``train_loss``) and
     the same divided by its first value (``train_loss_over_start``, what the figure draws), the in-weight and the
-    in-context test loss (``test_iwl``, ``test_icl``); the theory's minimum ``loss_star``; the settings, seed, engine
-    and each run's settings (by ``icl=<c>``) and command as attributes."""
+    in-context test loss (``test_iwl``, ``test_icl``); per c the same three losses at the least-squares end point
+    of the run's own training set (``end_train_loss``, ``end_test_iwl``, ``end_test_icl``: t → ∞,
+    ``common.end_point``; NaN where the training loss is flat); the theory's minimum ``loss_star``; the
+    settings, seed, engine and each run's settings (by ``icl=<c>``) and command as attributes."""
     import xarray as xr
 
     done = trained(runs(S), S)  # one per c, in the order of icl_values
     train = np.array([r.history.train_loss for r in done])
     first = done[0]
+    ends = [end_point.end_point(r) for r in done]
     ds = xr.Dataset(
         {"train_loss": (("icl", "step"), train),
          "train_loss_over_start": (("icl", "step"), train / train[:, :1]),
          "test_iwl": (("icl", "step"), np.array([r.history.test_iwl for r in done])),
          "test_icl": (("icl", "step"), np.array([r.history.test_icl for r in done])),
          "loss_star": theory.loss_star(first.datasets.cov, first.config.N),
-         "standard_error": (("icl", "curve", "weights"), np.array([_standard_errors(r) for r in done]))},
+         "standard_error": (("icl", "curve", "weights"), np.array([_standard_errors(r) for r in done])),
+         **{f"end_{k}": ("icl", [np.nan if e[k] is None else e[k] for e in ends])
+            for k in ("train_loss", "test_iwl", "test_icl")}},
         coords={"icl": [float(c) for c in S["icl_values"]], "step": first.history.step, "curve": list(CURVES),
                 "weights": list(WEIGHTS)},
         attrs=settings_attrs(S, engine=first.engine, seeds=S["seed"],
@@ -76,6 +82,10 @@ def compute(S: dict):
     ds.icl.attrs["description"] = "in-context fraction c: the share of training sequences with a fresh task vector"
     ds.test_iwl.attrs["description"] = "loss on held-out sequences with the fixed task vector (in-weight)"
     ds.test_icl.attrs["description"] = "loss on held-out sequences with fresh task vectors (in-context)"
+    ds.end_test_iwl.attrs["description"] = ("in-weight test loss at the least-squares end point (t → ∞) of the "
+                                            "training loss on ATTN_M's features (common.end_point)")
+    ds.end_test_icl.attrs["description"] = "in-context test loss at the same end point"
+    ds.end_train_loss.attrs["description"] = "training loss at the same end point"
     ds.standard_error.attrs["description"] = ("standard error of each loss (the training loss over its start as drawn) "
                                               "from its per-sequence losses at the initial and the final weights")
     return ds
@@ -158,14 +168,23 @@ def end_at_loss_star(ds) -> str:
 
 
 def run_table(ds) -> MarkdownTable:
-    """Our run, panel by panel: the lowest in-weight test loss and where each curve ends."""
+    """Our run, panel by panel: the lowest in-weight test loss, where each curve ends, and each test loss at the
+    least-squares end point of the run's training loss (t → ∞; "flat" where it is not unique)."""
     return MarkdownTable(
         [dict(c=float(c), train=float(ds.train_loss_over_start.sel(icl=c)[-1]),
               iwl_low=float(ds.test_iwl.sel(icl=c).min()), iwl_end=float(ds.test_iwl.sel(icl=c)[-1]),
-              icl_end=float(ds.test_icl.sel(icl=c)[-1])) for c in ds.icl.values],
+              icl_end=float(ds.test_icl.sel(icl=c)[-1]), iwl_limit=_limit(ds.end_test_iwl.sel(icl=c)),
+              icl_limit=_limit(ds.end_test_icl.sel(icl=c))) for c in ds.icl.values],
         {"c": "c", "train": "training loss / start, final", "iwl_low": "in-weight test loss, lowest",
-         "iwl_end": "in-weight test loss, final", "icl_end": "in-context test loss, final"},
+         "iwl_end": "in-weight test loss, final", "icl_end": "in-context test loss, final",
+         "iwl_limit": "in-weight test loss, t → ∞", "icl_limit": "in-context test loss, t → ∞"},
         {"c": "g", "train": ".3f", "iwl_low": ".3f", "iwl_end": ".3f", "icl_end": ".3f"})
+
+
+def _limit(x) -> str:
+    """An end-point loss to three decimals, or why there is none (a flat training loss has no unique end point)."""
+    x = float(x)
+    return f"{x:.3f}" if np.isfinite(x) else "none (flat training loss)"
 
 
 def _runs(ds) -> dict:

@@ -1,5 +1,6 @@
-"""An appendix figure of the paper: how long the first plateau lasts depends on the initialisation scale,
-logarithmically for ATTN_M and as a power law for ATTN_S; a large scale shows no plateau.
+"""The subject of an appendix figure of the paper (its content unconfirmed), tested against the theory's escape
+times: how long the first plateau lasts depends on the initialisation scale, logarithmically for ATTN_M and as a
+power law for ATTN_S; and whether a large scale shows a plateau at all.
 
 One run per initialisation scale of each model (``inits_m`` for the ``attn_m`` run settings, ``inits_s`` for
 ``attn_s``) through the run store. Measured: the step of each curve's first drop (``loss_curves.first_drop_step``:
@@ -178,7 +179,7 @@ def _with_course(ds, k: str, course: str) -> list[float]:
 
 
 def claims_table(ds) -> MarkdownTable:
-    """The paper's claims beside the theory and this run: the fitted law of each model, the scales with no plateau
+    """What is tested beside the theory and this run: the fitted law of each model, the scales with no plateau
     and the scales whose run never left its plateau."""
     rows = []
     for k, what, claim, fmt in (("attn_m", "ATTN_M: drop step per unit of ln(1/init)", "logarithmic in the scale",
@@ -192,7 +193,7 @@ def claims_table(ds) -> MarkdownTable:
     rows += [dict(what=f"{LABELS[k]}: scales with no drop within the run", claim=None, theory=None,
                   ours=", ".join(f"{i:g}" for i in _with_course(ds, k, "no drop within the run")) or "none")
              for k in MODELS]
-    return MarkdownTable(rows, {"what": "", "claim": "paper's claim", "theory": "theory", "ours": "this run"})
+    return MarkdownTable(rows, {"what": "", "claim": "expected", "theory": "theory", "ours": "this run"})
 
 
 def ratio_range(ratio) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 from ... import loss_curves, theory
 from .. import presets
 from ..commands import train_command
-from ..output import MarkdownTable
+from ..output import MarkdownTable, subscript
 from ..output import words as list_words
 from .common import presets as common
 from .common.attn_s_run import describe, join
@@ -139,6 +139,40 @@ def _rests(ds) -> str:
     return "In this run " + "; ".join(parts) + "."
 
 
+def escape_estimate(first_drop: float, eigenvalues, d: int) -> float:
+    """The step of drop d (direction e_d, 1-based) by escape times ∝ 1/λ_d², scaled from the run's own first drop:
+    t_d ≈ t_1 · (λ_1/λ_d)² (an order of magnitude: the theory's escape-time law for rank-one heads)."""
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    return float(first_drop * (lam[0] / lam[d - 1]) ** 2)
+
+
+def unlearned(ds) -> str:
+    """What each run learned, in words, where it did not learn everything: the drops it made (``loss_curves.drop_steps``
+    between its length-averaged levels, the page's one drop rule), its last drop, the steps it then sat to the run's
+    end, and the first unlearned direction's drop step by :func:`escape_estimate`. Empty where every run learned
+    every direction it is shown with."""
+    parts = []
+    for key in MODELS:
+        loss = ds.train_loss.sel(model=key).dropna("step")
+        levels = ds.plateau_theory.sel(model=key).dropna("m").values[_shown(ds, key)]
+        drops = loss_curves.drop_steps(loss.values, levels, loss.step.values)
+        made, end = int(np.argmin(np.isfinite(drops))), int(loss.step.values[-1])  # the drops made, in order
+        if np.isfinite(drops).all():
+            continue
+        if made == 0:
+            parts.append(f"{LABELS[key]} makes no drop within its {end} steps")
+            continue
+        lam = ds.eigenvalue.sel(model=key).dropna("direction").values
+        last, guess = int(drops[made - 1]), escape_estimate(drops[0], lam, made + 1)
+        reason = ("although" if guess <= end else "and") + (
+            f" escape times ∝ 1/λ_d², scaled from its first drop at step {int(drops[0])}, put the drop of "
+            f"e{subscript(made + 1)} near step {guess:.0f}, "
+            + ("within the run" if guess <= end else "beyond its end"))
+        parts.append(f"{LABELS[key]} learns {made} of its {len(drops)} directions within its {end} steps: after its "
+                     f"drop {made} at step {last} it makes no further drop in the {end - last} steps left, {reason}")
+    return ("In this run " + "; ".join(parts) + ".") if parts else ""
+
+
 def words(ds) -> dict:
     """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
     runs = _runs(ds)
@@ -146,7 +180,7 @@ def words(ds) -> dict:
     return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1,
                 rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]),
                 eigenvalues=list_words(np.round(ds.eigenvalue.sel(model="attn_s").dropna("direction").values, 4)),
-                settings_m=describe(m), settings_s=describe(s), rests=_rests(ds))
+                settings_m=describe(m), settings_s=describe(s), rests=_rests(ds), unlearned=unlearned(ds))
 
 
 def plot(ds):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import diagnostics, loss_curves, theory
-from .. import presets, published
+from .. import presets
 from ..commands import train_command
 from ..output import MarkdownTable, by_sign, prose_text
 from ..runstore import population_twin
@@ -31,8 +31,6 @@ PRESETS = {
 # Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
 KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=2001), dict(seeds=[3, 4], trainset_size=500, epoch=2501))
 TOLERANCES = [common.PLATEAUS, (r"final_sigma\..*", "rel", 0.05)]
-# the names in linattn.companion.published it compares with
-PUBLISHED = ("WHITE_L_STAR",)
 
 
 
@@ -116,9 +114,10 @@ def compute(S: dict):
 
 def numbers(ds) -> list[dict]:
     """``numbers.json``, per seed: the half-drop step of the run beside that of the analytic loss from its start, the
-    final σ beside D/c, the final loss beside L* = 1 − 1/c (and the paper's value at the published settings), and
-    the largest gap between the simulated and the analytic loss (for information: no theory value)."""
-    paper, rows = bool(ds.attrs["published"]), []
+    final σ beside D/c, the final loss beside L* = 1 − 1/c, and the largest gap between the simulated and the
+    analytic loss (for information: no theory value). No row has a paper value: this appendix figure's numbers are
+    unconfirmed, and L* is the theory's own (D+1)/(N+D+1), not a statement of the paper to check against."""
+    rows = []
     for s in ds.seed.values:
         at, label = ds.sel(seed=s), f"seed {s}"
         drop = float(at.half_drop_step)
@@ -131,7 +130,7 @@ def numbers(ds) -> list[dict]:
                  dict(key=f"final_sigma.seed{s}", quantity=f"{label}: final σ (σ(∞) = D/c)",
                       theory=ds.sigma_final_theory, reproduced=at.final_sigma),
                  dict(key=f"final_loss.seed{s}", quantity=f"{label}: final loss (L* = 1 − 1/c)",
-                      paper=published.readings.WHITE_L_STAR if paper else None, theory=ds.loss_star,
+                      theory=ds.loss_star,
                       reproduced=at.final_loss),
                  dict(key=f"max_gap.seed{s}", quantity=f"{label}: max |L_sim(t) − L_theory(t)| (for information: "
                       "from a random start the closed form is approximate)", reproduced=at.max_gap)]
@@ -139,21 +138,17 @@ def numbers(ds) -> list[dict]:
 
 
 def seed_table(ds) -> MarkdownTable:
-    """Per seed: the half-drop step predicted and found, the final loss (and the paper's, at the published
-    settings), and the largest gap to the analytic loss."""
+    """Per seed: the half-drop step predicted and found, the final loss, and the largest gap to the analytic loss."""
     rows = [dict(seed=int(s), drop_theory=float(ds.half_drop_step_theory.sel(seed=s)),
                  drop_population=float(ds.half_drop_step_population.sel(seed=s)),
-                 drop_run=float(ds.half_drop_step.sel(seed=s)), final_paper=published.readings.WHITE_L_STAR,
+                 drop_run=float(ds.half_drop_step.sel(seed=s)),
                  final_run=float(ds.final_loss.sel(seed=s)), gap=float(ds.max_gap.sel(seed=s)))
             for s in ds.seed.values]
     columns = {"seed": "seed", "drop_theory": "half-drop step, analytic loss",
                "drop_population": "half-drop step, population twin", "drop_run": "half-drop step, run",
-               "final_paper": "final loss, paper", "final_run": "final loss, run",
+               "final_run": "final loss, run",
                "gap": "max gap to the analytic loss"}
-    if not ds.attrs["published"]:
-        del columns["final_paper"]
     return MarkdownTable(rows, columns, {"drop_theory": ".0f", "drop_population": ".0f", "drop_run": ".0f",
-                                         "final_paper": "g",
                                          "final_run": ".4f", "gap": ".4f"})
 
 
@@ -161,17 +156,6 @@ def _runs(ds) -> dict:
     import json
 
     return json.loads(ds.attrs["runs"])
-
-
-def paper_final(ds) -> str:
-    """What the paper's stated final loss is beside this run's L*: at the published settings, whether it is this L*
-    to its four digits; else that it belongs to the paper's own settings."""
-    if not ds.attrs["published"]:
-        return "the paper's value is for its own settings, so the table does not set it beside this run"
-    stated, ours = published.readings.WHITE_L_STAR, float(ds.loss_star)
-    same = abs(stated - ours) <= 0.5e-4  # half a unit of its last digit
-    return f"the paper states {stated}, " + ("this L* to its four digits" if same else
-                                           f"which is not this L* ({prose_text(ours, 5)})")
 
 
 def shift_words(steps, reference) -> str:
@@ -220,7 +204,7 @@ def words(ds) -> dict:
     run = next(iter(_runs(ds).values()))
     return dict(**drop_shifts(ds),
                 final_gap=f"{float(np.abs(ds.final_loss - ds.loss_star).max()):.2g}",
-                max_gap=largest_gap(ds), paper_final=paper_final(ds), D=ds.attrs["in_dim"],
+                max_gap=largest_gap(ds), D=ds.attrs["in_dim"],
                 N=ds.attrs["N"], L_star=prose_text(float(ds.loss_star), 4),
                 settings=describe(run, seeds=[int(s) for s in ds.seed.values],
                                   snapshot_every=ds.attrs["snapshot_every"])

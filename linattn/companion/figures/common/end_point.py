@@ -1,0 +1,58 @@
+"""The least-squares end point (t → ∞) of an ATTN_M run, from its own data: ATTN_M's output is linear in its features
+T (a two-layer linear network on them), so from a small start the flow ends, generically, at the minimiser
+m* = E[TTᵀ]⁺E[yT] of its training loss when the heads can carry its rank (our derivation, not the paper's). Its
+losses need no training: each is a quadratic form in m* on a set's feature moments (:func:`.phase.quadratic_loss`).
+Used by the phase diagram (every cell) and by Figure 14 (each panel)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ....models import build_model
+from ....objectives import Exact
+from ....objectives.population import mixture_moments
+from .phase import FLAT, quadratic_loss, triple
+
+TESTS = ("test_iwl", "test_icl")
+
+
+def data_moments(result, seqs) -> tuple:
+    """(E[TTᵀ], E[yT], E[y²]) of the sequences ``seqs`` on ATTN_M's features (the exact engine's quadratic form)."""
+    model = build_model("attnM", result.init, dtype=torch.float64)
+    return triple(Exact.from_data(model, seqs, normalize=result.config.normalize).moments)
+
+
+def train_moments(result) -> tuple:
+    """The moments of a run's training loss: its training set's, or the mixture's at P = ∞."""
+    cfg, data = result.config, result.datasets
+    if cfg.trainset_size is None:
+        return triple(mixture_moments("attention", data.cov, cfg.seq_len, icl=cfg.icl, w_fix=data.w_fix,
+                                      normalize=cfg.normalize))
+    return data_moments(result, data.train)
+
+
+def test_moments(result) -> dict:
+    """The moments of a run's two test sets, by name (``test_iwl``, ``test_icl``)."""
+    return {k: data_moments(result, getattr(result.datasets, k)) for k in TESTS}
+
+
+test_moments.__test__ = False  # a library function, not a test
+
+
+def least_squares(moments) -> tuple[np.ndarray | None, float]:
+    """(m*, curvature): the minimiser of the quadratic loss on ``moments`` and E[TTᵀ]'s smallest eigenvalue over its
+    largest; m* is None where that ratio is below :data:`.phase.FLAT` (the loss is flat in some direction, its
+    minima a valley: no unique end point)."""
+    ev = np.linalg.eigvalsh(moments[0])
+    curvature = float(ev[0] / ev[-1])
+    return (np.linalg.lstsq(moments[0], moments[1], rcond=1e-12)[0] if curvature >= FLAT else None), curvature
+
+
+def end_point(result, tests: dict | None = None) -> dict:
+    """The t → ∞ losses of one run: at m* of its training loss, the training loss and the loss on each test set of
+    ``tests`` (name → moments; default the run's own, :func:`test_moments`), by name; None where m* is not unique."""
+    mom = train_moments(result)
+    m_star, _ = least_squares(mom)
+    sets = {"train_loss": mom, **(test_moments(result) if tests is None else tests)}
+    return {k: None if m_star is None else quadratic_loss(m_star, v) for k, v in sets.items()}
