@@ -279,7 +279,6 @@ def fig14_landmarks() -> dict:
 FIG1B_PLATEAU, FIG1B_FINAL = 1.0, 0.136  # ATTN_M: the plateau at tr Λ and the minimum L* (D = 4, N = 31)
 FIG3A_PLATEAUS = (1.000, 0.641, 0.377, 0.210, 0.136)  # L(M_0) … L(M_4), eigenvalues 0.4, 0.3, 0.2, 0.1, N = 31
 FIG3B_FINAL_VALUES = (1.310, 1.430, 1.612, 1.947)  # (λ_d c_d)^{-1/3}, paper normalisation, same setting
-WHITE_L_STAR = 0.1389  # the white-covariance minimum 1 − 1/c, D = 4, N = 31
 FIG5_ATTN_M_DROPS = 1  # softmax ATTN_M: "a single drop"
 
 
