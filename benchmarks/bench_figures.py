@@ -9,22 +9,24 @@ figure's CPU is the runner's record (``.run.json``'s ``cpu_seconds`` in ``<build
 start, imports, training, predictions, plotting, writing), and the runs it trained are those the run store's log
 (``<runs>/trainings.jsonl``) names it for, each with its steps and engine (``<runs>/<key>/run.json``). A figure's
 training CPU is Σ steps × the step time of the run's engine at the run's settings, measured here, in this process:
-the CPU (user + system, all threads) of ``linattn.run`` at the same settings for ``few + n`` steps less that for
-``few`` steps, over n (the set-up, data and moments, cancels out): n = 20 softmax steps, or for the engines whose
-steps are microseconds the run's own count (at least 1000), each the fastest of two, after a first run to warm up
-(a kernel's compile or load, lazy imports). Runs alike but for seed and length share one
-measurement. A gradient-flow run (``dynamics = flow``) has no fixed step: its recorded training time is taken as
-is, marked ``flow``. Printed per figure: total, training, the rest (total − training), the issue's ratio
-total / (training + 2 s), which the book's target holds ≤ 1.5, and as a cross-check the training time the build's
-runs recorded (``train_time_s``, wall; a batch of runs trained together may record the batch's time on each). The
-step times use the kernels of this process's setting (``$LINATTN_KERNEL_ISA``), while the totals are the build's:
-measure on the machine and setting of the build.
+the CPU (user + system, all threads) of gradient descent in ``linattn.run`` at the same settings for ``few + n``
+steps less that for ``few`` steps, over n (what a run pays once cancels out), the median of three, after a first run
+to warm up (a kernel's compile or load, lazy imports): n = 20 softmax steps, or for the engines whose steps are
+microseconds the run's own count (at least 1000), raised to about 0.3 s of steps where the run has as many. Runs
+alike but for seed and length share one measurement. A gradient-flow run (``dynamics = flow``) has no fixed step:
+its recorded training time is taken as is, marked ``flow``. Printed per figure: total, training, the rest (total −
+training), the issue's ratio total / (training + 2 s), which the book's target holds ≤ 1.5, and as a cross-check the
+training time the build's runs recorded (``train_time_s``, wall; a batch of runs trained together may record the
+batch's time on each). The step times use the kernels of this process's setting (``$LINATTN_KERNEL_ISA``), while the
+totals are the build's: measure on the machine and setting of the build, and on idle cores (under load a step's CPU
+grows).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -61,21 +63,39 @@ def _settings(run: dict) -> dict:
     return {k: float(v) if v in ("inf", "Infinity") else v for k, v in run["settings"].items()}
 
 
-def step_cpu(run: dict, repeats: int = 2) -> float:
-    """CPU seconds of one step of ``run``'s engine at its settings (the difference of two runs, see the module)."""
+def step_cpu(run: dict, repeats: int = 3, measured_s: float = 0.3) -> float:
+    """CPU seconds of one step of ``run``'s engine at its settings (differences of two runs, see the module)."""
     import linattn
+    from linattn import experiment
 
-    few = FEW[run["engine"]]
-    n = MEASURED.get(run["engine"]) or max(1000, run["steps"] - few)
     # its figure hands a run with a cov_matrix its data: drawn here from streams (the step costs the same)
     settings = dict(_settings(run), **({"draws": "streams"} if run["settings"]["cov_matrix"] is not None else {}))
-    cpu = defaultdict(list)
-    for steps in (few, *(few, few + n) * repeats):  # the first warms up: a kernel's compile or load, lazy imports
-        cfg = linattn.RunConfig(**dict(settings, epoch=steps))
-        t = time.process_time()
-        linattn.run(cfg, progress=False, snapshot_every=min(run["snapshot_every"], steps))
-        cpu[steps].append(time.process_time() - t)
-    return max(0.0, (min(cpu[few + n]) - min(cpu[few][1:])) / n)
+
+    def cpu(steps: int) -> float:  # of gradient descent alone (the set-up, data and moments, left out)
+        spent = []
+
+        def timed(*args, **kwargs):
+            t = time.process_time()
+            try:
+                return descend(*args, **kwargs)
+            finally:
+                spent.append(time.process_time() - t)
+
+        descend = experiment.gradient_descent
+        experiment.gradient_descent = timed
+        try:
+            linattn.run(linattn.RunConfig(**dict(settings, epoch=steps)), progress=False,
+                        snapshot_every=min(run["snapshot_every"], steps))
+        finally:
+            experiment.gradient_descent = descend
+        return sum(spent)
+
+    few = FEW[run["engine"]]
+    cpu(few)  # warms up: a kernel's compile or load, lazy imports
+    n = MEASURED.get(run["engine"]) or max(1000, run["steps"] - few)
+    guess = max(cpu(few + n) - cpu(few), 1e-9) / n
+    n = max(n, min(run["steps"], round(measured_s / guess)))  # at least measured_s of steps, where the run has them
+    return max(0.0, statistics.median((cpu(few + n) - cpu(few)) / n for _ in range(repeats)))
 
 
 def figure_rows(build: Path, runs: Path, verbose: bool = False) -> list[dict]:
