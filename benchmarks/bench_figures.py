@@ -92,9 +92,11 @@ def step_cpu(run: dict, repeats: int = 3, measured_s: float = 0.3) -> float:
 
     few = FEW[run["engine"]]
     cpu(few)  # warms up: a kernel's compile or load, lazy imports
-    n = MEASURED.get(run["engine"]) or max(1000, run["steps"] - few)
-    guess = max(cpu(few + n) - cpu(few), 1e-9) / n
-    n = max(n, min(run["steps"], round(measured_s / guess)))  # at least measured_s of steps, where the run has them
+    n = MEASURED.get(run["engine"])
+    if n is None:
+        n = max(1000, run["steps"] - few)
+    else:  # at least measured_s of steps, where the run has them
+        n = max(n, min(run["steps"], round(measured_s / max(cpu(few + n) - cpu(few), 1e-9) * n)))
     return max(0.0, statistics.median((cpu(few + n) - cpu(few)) / n for _ in range(repeats)))
 
 
