@@ -31,10 +31,13 @@ Each CPU softmax row is then set against its compute floor: the multiply-adds a 
 (:func:`fma_rate`: ``fma_peak.c``, chains of vector FMAs of the kernel's width, compiled with the kernel's flags), as
 "x× it". ``LINATTN_KERNEL_ISA=avx2`` times the kernels (and the FMA rate) without AVX-512, as on a CPU without it.
 
-Measured (2 cores under load 1.3–2, ``--engines softmax,softmax-f64 --quick``, AMD EPYC with AVX-512 at about
-135 G float32 multiply-adds a second, 66 G with 256-bit vectors): ATTN_S 5.3 ms a step = 2.0× its compute floor of
-2.65 ms (default build), 12.6 ms = 2.3× its floor of 5.5 ms (``LINATTN_KERNEL_ISA=avx2``); ATTN_M 0.55 ms = 2.0×
-(default), 1.26 ms = 2.3× (avx2).
+Measured (2 shared cores, ``--engines softmax --quick``, AMD EPYC with AVX-512 at 133–135 G float32 multiply-adds a
+second with 512-bit vectors, 67–68 G with 256-bit): at load 1.3, ATTN_S 5.3 ms a step = 2.0× its compute floor of
+2.65 ms and ATTN_M 0.55 ms = 2.0× (default build); at load 2.7, with ``LINATTN_KERNEL_ISA=avx2``, ATTN_S 11.5 ms =
+2.2× its floor of 5.3 ms and ATTN_M 1.14 ms = 2.1× (the default build's ATTN_S, which streams its 51.5 MB from
+memory, took 8.0 ms = 3.0× at that load). The 256-bit path's clamps of 2^z as max/min instructions took its step
+from 1.238 to 1.180 ms at ATTN_M and from 12.8 to 12.3 ms at ATTN_S (medians of 6 rounds of alternating fresh
+processes, load 3–4).
 
 Measured before (2 cores under load 1.1, ``--quick``; the whole table, the H100's and the kernels before this one in
 ``benchmarks/README.md``): softmax ATTN_S 8.33 ms a step against autograd's 337 ms, 40×, and 8.3 ms vs floor
@@ -125,7 +128,7 @@ def step_fmas(settings: dict) -> int:
 
 
 @functools.cache
-def fma_rate(double: bool, repeats: int = 5) -> float:
+def fma_rate(double: bool, repeats: int = 15) -> float:
     """Multiply-adds a second of one core in float64 (``double``) or float32 vectors of the kernels' width: the fastest
     of ``repeats`` runs of ``fma_peak.c`` (12 independent chains of vector FMAs), compiled with the kernels' flags
     (``native.isa_flags``: ``$LINATTN_KERNEL_ISA``) for this CPU."""
