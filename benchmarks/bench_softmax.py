@@ -26,7 +26,20 @@ tokens, queries and targets) and the time to stream as many bytes once (:func:`s
 of an array of that size, numpy on the CPU, torch in GPU memory with ``--device cuda``), printed as "x ms vs floor
 y ms = z× the floor".
 
-Measured (2 cores under load 1.1, ``--quick``; the whole table, the H100's and the kernels before this one in
+Each CPU softmax row is then set against its compute floor: the multiply-adds a step needs at the least
+(:func:`step_fmas`: P · H · seq_len · (4E + 8), E = D + 1) over one core's FMA throughput, measured in the same process
+(:func:`fma_rate`: ``fma_peak.c``, chains of vector FMAs of the kernel's width, compiled with the kernel's flags), as
+"x× it". ``LINATTN_KERNEL_ISA=avx2`` times the kernels (and the FMA rate) without AVX-512, as on a CPU without it.
+
+Measured (2 shared cores, ``--engines softmax --quick``, AMD EPYC with AVX-512 at 133–135 G float32 multiply-adds a
+second with 512-bit vectors, 67–68 G with 256-bit): at load 1.3, ATTN_S 5.3 ms a step = 2.0× its compute floor of
+2.65 ms and ATTN_M 0.55 ms = 2.0× (default build); at load 2.7, with ``LINATTN_KERNEL_ISA=avx2``, ATTN_S 11.5 ms =
+2.2× its floor of 5.3 ms and ATTN_M 1.14 ms = 2.1× (the default build's ATTN_S, which streams its 51.5 MB from
+memory, took 8.0 ms = 3.0× at that load). The 256-bit path's clamps of 2^z as max/min instructions took its step
+from 1.238 to 1.180 ms at ATTN_M and from 12.8 to 12.3 ms at ATTN_S (medians of 6 rounds of alternating fresh
+processes, load 3–4).
+
+Measured before (2 cores under load 1.1, ``--quick``; the whole table, the H100's and the kernels before this one in
 ``benchmarks/README.md``): softmax ATTN_S 8.33 ms a step against autograd's 337 ms, 40×, and 8.3 ms vs floor
 7.87 ms (51.5 MB a step) = 1.1× the floor; ATTN_M 1.08 ms against 34 ms, 32×. Alternating fresh processes, a step
 of the kernel with token-major blocks takes 8.8 ms of CPU at ATTN_S against the kernel before's 12.5 ms, and
@@ -36,12 +49,15 @@ of the kernel with token-major blocks takes 8.8 ms of CPU at ATTN_S against the 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +65,7 @@ import numpy as np
 import torch
 
 from linattn import data, models
-from linattn.objectives import Autograd, Softmax
+from linattn.objectives import Autograd, Softmax, native
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.full_attention import FullAttention  # noqa: E402  (the reference computation lives with the tests)
@@ -101,6 +117,43 @@ def stream_floor(n_bytes: int, repeats: int = 7, device: str = "cpu") -> float:
     return statistics.median(times)
 
 
+# multiply-adds a step needs at the least, for each sequence, head and token t of its seq_len (the n - 1 keys and the
+# query's own term, lengths.full): the score q.x_t (E = D + 1), u_t = v.x_t (E), the weight e = 2^z by a degree-5
+# polynomial (6, its range reduction not counted), e.u (1), Z += e (1), T += e x_t and TU += e.u x_t (2E); what is
+# done once a sequence and head (the gradient from T, TU) is not counted, so the floor is a lower bound
+def step_fmas(settings: dict) -> int:
+    """Multiply-adds of one softmax step at ``settings``: P · H · seq_len · (4E + 8), E = in_dim + 1."""
+    s = settings
+    return s["trainset_size"] * s["head_num"] * s["seq_len"] * (4 * (s["in_dim"] + 1) + 8)
+
+
+@functools.cache
+def fma_rate(double: bool, repeats: int = 15) -> float:
+    """Multiply-adds a second of one core in float64 (``double``) or float32 vectors of the kernels' width: the fastest
+    of ``repeats`` runs of ``fma_peak.c`` (12 independent chains of vector FMAs), compiled with the kernels' flags
+    (``native.isa_flags``: ``$LINATTN_KERNEL_ISA``) for this CPU."""
+    src = Path(__file__).with_name("fma_peak.c")
+    with tempfile.TemporaryDirectory(prefix="linattn-fma-") as tmp:
+        lib = Path(tmp) / "fma_peak.so"
+        for flags in native.isa_flags():
+            cmd = [*native.compiler(), "-O3", "-ffp-contract=fast", "-shared", "-fPIC",
+                   *(["-DUSE_DOUBLE"] * double), str(src), "-o", str(lib), *flags]
+            if subprocess.run(cmd, capture_output=True).returncode == 0:
+                break
+        else:
+            raise RuntimeError(f"could not compile {src.name}")
+        peak = ctypes.CDLL(str(lib))
+    real = ctypes.c_double if double else ctypes.c_float
+    peak.fmas.argtypes, peak.fmas.restype = [ctypes.c_long, real, real], ctypes.c_double
+    rounds, per_round = 20_000_000, 12 * peak.lanes()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        peak.fmas(rounds, 0.999, 0.001)
+        best = min(best, time.perf_counter() - t)
+    return rounds * per_round / best
+
+
 def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> dict:
     """Set-up, first-step and step times of one engine on one setting (meant to run in a fresh process)."""
     torch.set_num_threads(1)
@@ -126,9 +179,13 @@ def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> d
         times.append(time.perf_counter() - t)
     step_bytes = getattr(step.__self__, "step_bytes", None)
     floor = stream_floor(step_bytes, device=device) if step_bytes else None
+    on_cpu = engine in ("softmax", "softmax-f64") and not device.startswith("cuda")
+    rate = fma_rate(engine == "softmax-f64") if on_cpu else None
     return dict(engine=engine, setup_s=setup, first_s=times[0], step_s=statistics.median(times[1:]),
                 step_min_s=min(times[1:]), loss=loss, grad=[p.grad.flatten().tolist() for p in net.parameters()],
-                device=device, step_bytes=step_bytes, floor_s=floor,
+                device=device, step_bytes=step_bytes, floor_s=floor, fmas=step_fmas(s) if rate else None,
+                fma_rate=rate, compute_floor_s=step_fmas(s) / rate if rate else None,
+                isa=os.environ.get("LINATTN_KERNEL_ISA") or "native",
                 peak_mb=_peak_mb(), data_mb=data_mb, epochs=s["epoch"], load=load,
                 kernel=getattr(step.__self__, "kernel", None))
 
@@ -189,6 +246,11 @@ def print_row(r):
         print(f"{'':<42} {r['engine']:<14} reads {r['step_bytes'] / 1e6:.1f} MB a step: {r['step_s'] * 1e3:.1f} ms vs "
               f"floor {r['floor_s'] * 1e3:.2f} ms (one copy of as many bytes on {r['device']}, median of 7) = "
               f"{r['step_s'] / r['floor_s']:.1f}× the floor", flush=True)
+    if r.get("compute_floor_s"):
+        print(f"{'':<42} {r['engine']:<14} {r['fmas'] / 1e6:.1f} M multiply-adds a step over "
+              f"{r['fma_rate'] / 1e9:.1f} G/s (fma_peak.c, {r['isa']} flags): compute floor "
+              f"{r['compute_floor_s'] * 1e3:.2f} ms; the step is {r['step_s'] / r['compute_floor_s']:.1f}× it",
+              flush=True)
 
 
 def main():

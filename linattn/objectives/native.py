@@ -2,8 +2,9 @@
 
 A kernel (``softmax_kernel.c``, ``exact_kernel.c``) is compiled for each set of ``-D`` definitions by the system's
 C compiler (``$CC``, which may carry flags, else ``cc``, ``gcc`` or ``clang``) for this CPU (``-march=native`` where
-the compiler has it), kept in a cache folder (:func:`cache_dir`) so that later processes load it without compiling
-(a third of a second of CPU each, which every figure notebook paid), and loaded through ctypes. A cached library
+the compiler has it; ``$LINATTN_KERNEL_ISA`` picks another instruction set, :data:`ISA_FLAGS`), kept in a cache
+folder (:func:`cache_dir`) so that later processes load it without compiling (a third of a second of CPU each, which
+every figure notebook paid), and loaded through ctypes. A cached library
 carries a digest of its bytes in its name and is checked against it before it is loaded: one cut short with its
 headers intact would load and then die with a bus error when called. No new dependency
 and no build step at install: the ``.c`` files ship as package data. Where no compiler works, :func:`load` raises
@@ -55,7 +56,7 @@ def load(source: str, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     cc = compiler()
     base = [*cc, "-O3", "-ffp-contract=fast", "-shared", "-fPIC", *(f"-D{d}" for d in defines), str(path)]
     cache = cache_dir()
-    for flags in (["-march=native"], []):  # some compilers (and CPUs) have no -march=native
+    for flags in isa_flags():
         name = None if cache is None else f"{path.stem}-{_build_id(path, base + flags)}"
         cached = None if cache is None or name is None else _verified(cache, name)
         if cached is not None:
@@ -72,6 +73,26 @@ def load(source: str, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
                 lib = _keep(lib, cache, name)
             return ctypes.CDLL(str(lib))
     raise RuntimeError(f"{cc[0]} could not compile {path.name}: {done.stderr.strip()[:300]}")
+
+
+ISA_FLAGS = {
+    "native": (["-march=native"], []),  # some compilers (and CPUs) have no -march=native
+    "avx2": (["-march=native", "-mno-avx512f"], ["-mavx2", "-mfma"]),
+    "portable": ([],),
+}
+"""The compiler's instruction-set flags for each value of ``$LINATTN_KERNEL_ISA``, tried in order until one compiles:
+``native`` (the default) all of this CPU's; ``avx2`` this CPU's without AVX-512 (``-mno-avx512f`` turns off every
+AVX-512 extension, so the kernels take their 256-bit path, as on a CPU that has AVX2 and no AVX-512); ``portable``
+none (the compiler's baseline, SSE2 on x86-64)."""
+
+
+def isa_flags() -> tuple[list[str], ...]:
+    """The flag sets :func:`load` tries for ``$LINATTN_KERNEL_ISA`` (:data:`ISA_FLAGS`; unset or empty: native).
+    Raises ValueError naming the variable for any other value."""
+    isa = os.environ.get("LINATTN_KERNEL_ISA") or "native"
+    if isa not in ISA_FLAGS:
+        raise ValueError(f"LINATTN_KERNEL_ISA={isa!r}: choose one of {', '.join(ISA_FLAGS)}")
+    return ISA_FLAGS[isa]
 
 
 def cache_dir() -> Path | None:

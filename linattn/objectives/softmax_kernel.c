@@ -104,12 +104,26 @@ static inline vec pow2(vec z) {
     return VSCALE(poly2(f), z - f);
 }
 #else
+#ifdef __AVX__ /* LANES fill one 256-bit register: the clamps below in one instruction each instead of two */
+#include <immintrin.h>
+#ifdef USE_DOUBLE
+#define VMAX(a, b) ((vec)_mm256_max_pd((__m256d)(a), (__m256d)(b)))
+#define VMIN(a, b) ((vec)_mm256_min_pd((__m256d)(a), (__m256d)(b)))
+#else
+#define VMAX(a, b) ((vec)_mm256_max_ps((__m256)(a), (__m256)(b)))
+#define VMIN(a, b) ((vec)_mm256_min_ps((__m256)(a), (__m256)(b)))
+#endif
+#endif
 /* 2^z = 2^n 2^f, n = round(z), f = z - n; z clamped to +-EXP_MAX, so that 2^n is a normal number (below, the term is
- * 2^-EXP_MAX instead of 0: the sums hold at least 1 from the shift's own key; NaN stays NaN). 2^n is built from the
- * bits of z + ROUNDER, whose low bits hold n. */
+ * 2^-EXP_MAX instead of 0: the sums hold at least 1 from the shift's own key; NaN stays NaN, as max and min return
+ * their second operand where one is NaN). 2^n is built from the bits of z + ROUNDER, whose low bits hold n. */
 static inline vec pow2(vec z) {
+#ifdef VMIN
+    z = VMIN(splat(EXP_MAX), VMAX(splat(-EXP_MAX), z));
+#else
     z = blend(z < -EXP_MAX, splat(-EXP_MAX), z);
     z = blend(z > EXP_MAX, splat(EXP_MAX), z);
+#endif
     vec t = z + ROUNDER;
     vec n = t - ROUNDER;
     ivec bits = ((ivec)t - (ivec)splat(ROUNDER) + EXP_BIAS) << MANTISSA;
