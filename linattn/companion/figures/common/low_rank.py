@@ -178,8 +178,8 @@ def rests_text(ds) -> str:
 
 
 def cut_rests_parts(ds, R: int) -> list[str]:
-    """Phrases on rank ``R``'s rests cut by the end of the window (:func:`rest_classes`), one per saddle: "ends the
-    window on ℳ₆ (long where the theory expects it) from step 4037 at seed 10, …: at least 15963, … steps", and which
+    """Phrases on rank ``R``'s rests cut by the end of the window (:func:`rest_classes`), one per saddle: "end on
+    ℳ₆ (long where the theory expects it) from step 4037 at seed 10, …: at least 15963, … steps", and which
     of them already count as long."""
     by_name: dict[str, list] = {}
     for sd in (int(x) for x in ds.seed.values):
@@ -194,7 +194,7 @@ def cut_rests_parts(ds, R: int) -> list[str]:
         long = [sd for sd, c in found if c["long"]]
         verdict = (f"; already long at seed{'s' if len(long) > 1 else ''} {words(long)}" if long
                    else "; none yet long enough to count as long")
-        out.append(f"sits on {name} (where the theory expects {theory_word}) from {starts} to the end of the window: "
+        out.append(f"end on {name} (where the theory expects {theory_word}) from {starts} to the end of the window: "
                    f"at least {dwells} steps{verdict}")
     return out
 
