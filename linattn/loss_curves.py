@@ -587,7 +587,7 @@ class RankSummary:
         R = self.rank
         k = f"R{R}" + (f".{key}" if key else "")
         out = [dict(key=f"{k}.long_plateaus",
-                    quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
+                    quantity=f"R={R}: long plateaus m{label} (theory: multiples of R)",
                     theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
                dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}"
                     + (" (theory: drops predicted from the initial weights)" if predicted_learned is not None else ""),
