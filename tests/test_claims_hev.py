@@ -265,6 +265,15 @@ def _check_rests_text(ds, text):
                 assert f"{name} in {n_long} of the {n} seeds with a classified rest there" in text
             if expected_long and n_short:
                 assert f"{name} in {n_short} of the {n} seeds with a classified rest there" in text
+        last = int(ds.step.values[-1])
+        for sd in ds.seed.values:
+            rests = _rests(ds, R, int(sd))
+            m0 = rests[0][2] - rests[0][1] if rests and not rests[0][0] and rests[0][1] == ds.step.values[0] else None
+            for subset, a, b, _, flag in rests:
+                if b >= last and subset and len(subset) in range(0, D, R):  # cut by the end where a long rest is due
+                    assert f"step {a} at seed {int(sd)}" in text and str(b - a) in text
+                if flag == 0 and m0 is not None and b - a >= 0.5 * m0:  # short, yet half its M_0 rest or more
+                    assert f"{b - a} steps against {m0} at seed {int(sd)}" in text
     assert "nan" not in text
 
 

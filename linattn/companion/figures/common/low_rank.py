@@ -168,7 +168,7 @@ def rests_text(ds) -> str:
         for k, seeds in missing_rests(ds, R).items():
             parts.append(f"nowhere after {k} direction{'s' if k > 1 else ''} learned, where the theory expects a "
                          f"long rest, at seed{'s' if len(seeds) > 1 else ''} {words(seeds)}")
-        parts += cut_rests_parts(ds, R)
+        parts += cut_rests_parts(ds, R) + relative_short_parts(ds, R)
         odd = sorted({c["name"] for sd in ds.seed.values for c in rest_classes(ds, R, int(sd)) if not c["in_order"]})
         if odd:
             parts.append("out of order (a later direction learned before an earlier one) at " + join(odd))
@@ -178,25 +178,50 @@ def rests_text(ds) -> str:
 
 
 def cut_rests_parts(ds, R: int) -> list[str]:
-    """Phrases on rank ``R``'s rests cut by the end of the window (:func:`rest_classes`), one per saddle: "end on
-    ℳ₆ (long where the theory expects it) from step 4037 at seed 10, …: at least 15963, … steps", and which
-    of them already count as long."""
+    """Phrases on rank ``R``'s rests cut by the end of the window at a saddle where the theory expects a long rest
+    (:func:`rest_classes`), one per saddle: "end on ℳ₆, where the theory expects a long rest, from step 4037 at seed
+    10, … to the end of the window: at least 15963, … steps", and which of them already count as long."""
     by_name: dict[str, list] = {}
     for sd in (int(x) for x in ds.seed.values):
         for c in rest_classes(ds, R, sd):
-            if c["cut"]:
+            if c["cut"] and c["expected_long"] and c["subset"]:
                 by_name.setdefault(c["name"], []).append((sd, c))
     out = []
     for name, found in by_name.items():
-        theory_word = "a long rest" if found[0][1]["expected_long"] else "a short rest"
         starts = join([f"step {c['start']} at seed {sd}" for sd, c in found])
         dwells = join([str(c["dwell"]) for _, c in found])
         long = [sd for sd, c in found if c["long"]]
         verdict = (f"; already long at seed{'s' if len(long) > 1 else ''} {words(long)}" if long
                    else "; none yet long enough to count as long")
-        out.append(f"end on {name} (where the theory expects {theory_word}) from {starts} to the end of the window: "
+        out.append(f"end on {name}, where the theory expects a long rest, from {starts} to the end of the window: "
                    f"at least {dwells} steps{verdict}")
     return out
+
+
+def relative_short_rests(ds, R: int) -> dict:
+    """{saddle name: [(seed, rest, M_0 rest), …]}: rank ``R``'s rests classified short (:func:`rest_classes`) that
+    last at least ``loss_curves.LONG_FRACTION`` of the same curve's rest at ℳ₀: short only against the rest rank one
+    would make there, which grows as 1/λ_d² (``loss_curves.expected_dwell``), not against the curve's own first
+    wait."""
+    out: dict[str, list] = {}
+    for sd in (int(x) for x in ds.seed.values):
+        classes = rest_classes(ds, R, sd)
+        first = next((c for c in classes[:1] if not c["subset"] and c["start"] == int(ds.step.values[0])), None)
+        for c in classes:
+            if first is not None and c["long"] is False and c["dwell"] >= loss_curves.LONG_FRACTION * first["dwell"]:
+                out.setdefault(c["name"], []).append((sd, c, first))
+    return out
+
+
+def relative_short_parts(ds, R: int) -> list[str]:
+    """Phrases on :func:`relative_short_rests`, one per saddle: the dwells beside the ℳ₀ rest's and the rank-one
+    wait that makes them short."""
+    return [f"short at {name} though as long as half the curve's own rest at ℳ₀ or more ("
+            + join([f"{c['dwell']} steps against {m0['dwell']} at seed {sd}" for sd, c, m0 in found])
+            + "): rank one would wait " + join([f"{c['expected']:.0f}" for _, c, _ in found])
+            + f" steps there, the escape time growing as 1/λ², and a rest counts as long from "
+              f"{loss_curves.LONG_FRACTION:g} of that"
+            for name, found in relative_short_rests(ds, R).items()]
 
 
 def _dwells(e: dict, kind: str) -> str:
