@@ -414,9 +414,10 @@ def is_slow(y, x, levels, m: int, a: int, b: int, *, max_rate: float = REST_MAX_
     """Whether the loss ``y`` rests over samples a … b in saddle m's band rather than slows down on its way through
     (a shoulder): its median fall per step over the core (:func:`rest_core`), |ΔL/Δt|, is at most ``max_rate`` ×
     the steepest fall per step of the drops on either side (:func:`adjacent_drop_rate`). A run with no drop beside
-    it is slow."""
+    it is slow, and so is a run at the last level L(M_D): no drop lies beyond it for a shoulder to belong to, and a
+    curve still settling there has arrived at its minimum."""
     peak = adjacent_drop_rate(y, x, levels, m, a, b)
-    if peak <= 0:
+    if peak <= 0 or m == len(levels) - 1:
         return True
     seg = y[a:b + 1]
     rate = np.abs(np.gradient(seg, np.asarray(x[a:b + 1], dtype=np.float64)))
