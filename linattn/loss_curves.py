@@ -551,8 +551,8 @@ def saddle_plateaus(loss, levels, *, band: float = REST_BAND, eigenvalues=None, 
     :func:`saddle_rests`), and which of them are *long*.
 
     A rest is complete if it ends before the curve does (the last one is cut by the end of the run and is
-    classified long only once it already lasts long enough); a complete rest is long if it lasts at least :data:`LONG_FRACTION` of the three-factor escape the
-    theory expects there (:func:`classify_long`, from ``eigenvalues`` λ_1 ≥ … ≥ λ_D; none is long without them). The
+    classified long only once it already lasts long enough); a rest is long if it lasts at least
+    :data:`LONG_FRACTION` of the three-factor escape the theory expects there (:func:`classify_long`, from ``eigenvalues`` λ_1 ≥ … ≥ λ_D; none is long without them). The
     theory's long plateaus for rank-R heads are ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
     """
     m_of, p = saddle_rests(loss, levels, band=band, steps=steps)
@@ -608,8 +608,8 @@ class RankSummary:
 
 def rank_summary(loss, levels, rank: int, *, band: float = REST_BAND, eigenvalues=None) -> RankSummary:
     """The long plateaus of a rank-``rank`` ATTN_S curve (:func:`saddle_plateaus`) beside the theory's
-    (``theory.long_plateaus``, counted up to the last plateau the curve reached, cut by the end or not), the directions it learned
-    (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
+    (``theory.long_plateaus``, counted up to the last plateau the curve reached, cut by the end or not), the
+    directions it learned (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
     loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
     sp = saddle_plateaus(loss, levels, band=band, eigenvalues=eigenvalues)
     learned = directions_learned(loss, levels)
