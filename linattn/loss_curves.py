@@ -552,7 +552,8 @@ def saddle_plateaus(loss, levels, *, band: float = REST_BAND, eigenvalues=None, 
 
     A rest is complete if it ends before the curve does (the last one is cut by the end of the run and is
     classified long only once it already lasts long enough); a rest is long if it lasts at least
-    :data:`LONG_FRACTION` of the three-factor escape the theory expects there (:func:`classify_long`, from ``eigenvalues`` λ_1 ≥ … ≥ λ_D; none is long without them). The
+    :data:`LONG_FRACTION` of the three-factor escape the theory expects there
+    (:func:`classify_long`, from ``eigenvalues`` λ_1 ≥ … ≥ λ_D; none is long without them). The
     theory's long plateaus for rank-R heads are ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
     """
     m_of, p = saddle_rests(loss, levels, band=band, steps=steps)
