@@ -262,7 +262,7 @@ class SaddlePlateaus:
     m: list  # for each rest, the saddle m it sits at
     visited: list  # the m of every rest, in order
     complete: list  # (m, length in steps) of the rests that end before the curve does
-    long: list  # the m of the complete rests that are long (:func:`classify_long`)
+    long: list  # the m of the rests that are long (:func:`classify_long`; a cut one once it already is)
 
     @property
     def last_complete(self) -> int:
@@ -293,7 +293,9 @@ def saddle_rests(loss: ArrayLike, levels: ArrayLike, *, band: float = REST_BAND,
     Each step belongs to the saddle whose band (:func:`rest_bands`, :data:`REST_BAND`) holds its loss, or to none;
     a rest is a maximal run of consecutive steps at one saddle lasting at least ``min_length`` samples (default
     max(3, n/400); shorter runs are a drop passing through a band) and at least :data:`REST_MIN_DWELL` times the
-    steps a passage through its band would take at the speed of the drop into it (:func:`is_transit`). Two runs at
+    steps a passage through its band would take at the speed of the drop into it (:func:`is_transit`), and over its
+    core the loss must fall at under :data:`REST_MAX_RATE` of the steepest rate of the drops on either side
+    (:func:`is_slow`: a shoulder, a drop slowing down in the band, is not a rest). Two runs at
     the same saddle with nothing but fewer than ``min_length`` unassigned samples between them are one rest (noise
     can leave a band for a moment).
     Adjacent levels are never merged, however close: a step lies in one band at most. A rest's level is the median
@@ -316,7 +318,7 @@ def saddle_rests(loss: ArrayLike, levels: ArrayLike, *, band: float = REST_BAND,
     long_enough = [r for r in _join_runs(runs, min_len) if r[2] - r[1] + 1 >= min_len]  # else a drop passing by
     levels = np.asarray(levels, dtype=np.float64)
     rests = [(int(m), a, b) for m, a, b in _join_runs(long_enough, min_len)
-             if not is_transit(y, x, levels, int(m), a, b)]
+             if not is_transit(y, x, levels, int(m), a, b) and is_slow(y, x, levels, int(m), a, b)]
     rests = [(m, a, b) for m, a, b in rests if abs(_rest_level(y[a:b + 1]) - levels[m]) <= tol]
     spans = [(a, b) for _, a, b in rests]
     rest_levels = np.array([_rest_level(y[a:b + 1]) for a, b in spans])
@@ -388,6 +390,49 @@ def is_transit(y: np.ndarray, x: np.ndarray | Sequence[float], levels: ArrayLike
     """Whether samples a … b of ``y`` in saddle m's band are a drop passing through it rather than a rest: they
     last fewer than ``min_dwell`` × :func:`passage_steps` steps."""
     return bool(x[b] - x[a] + 1 < min_dwell * passage_steps(y, x, levels, m, a))
+
+
+#: Over a rest's core (:func:`rest_core`) the loss falls at most this fraction of the steepest rate of the drops into
+#: and out of it (:func:`is_slow`). Why 0.02, from the paper-preset curves (median core rate ÷ adjacent peak): the
+#: rests at M_0 and the long ones fall at 3e-7 to 1e-3 of their drops' speed, the short rests of Figure 3a's six
+#: seeds at 5e-4 to 0.01; the shoulders a drop makes while passing a band fall at 0.036 (the P = 80000 M_1 of the
+#: population page) to 0.29 (Figure 4's R = 8 M_4 at seed 11; Figure 11's M_1 at 0.19). A rest must be at least
+#: twice as slow as the slowest of Figure 3a's and almost half as slow as the fastest shoulder; between 0.01 and 0.04
+#: the curves give no clean gap (a few runs of Figure 12 at 0.015-0.03), and 0.02 splits it.
+REST_MAX_RATE = 0.02
+
+
+def adjacent_drop_rate(y, x, levels, m: int, a: int, b: int) -> float:
+    """The steepest fall per step of ``y`` (at ``x``) in the drops on either side of the run a … b in saddle m's
+    band: the drop in, from the curve's last sample in or above the band above (at or above its lower edge,
+    :func:`rest_bands`) to ``a``, and the drop out, from ``b`` to its first sample in or below the band below (at or
+    below its upper edge); 0 where the run has no drop on either side (it starts or ends the curve at the first or
+    last saddle)."""
+    lo, hi = rest_bands(levels)
+    xs = np.asarray(x, dtype=np.float64)
+    spans = []
+    if a > 0 and m > 0:
+        left = np.flatnonzero(y[:a] >= lo[m - 1])
+        spans.append((int(left[-1]) if left.size else 0, a))
+    if b + 1 < y.size and m + 1 < len(levels):
+        right = np.flatnonzero(y[b + 1:] <= hi[m + 1])
+        spans.append((b, b + 1 + int(right[0]) if right.size else y.size - 1))
+    rates = [-np.diff(y[i:j + 1]) / np.diff(xs[i:j + 1]) for i, j in spans if j > i]
+    return float(max((r.max() for r in rates), default=0.0))
+
+
+def is_slow(y, x, levels, m: int, a: int, b: int, *, max_rate: float = REST_MAX_RATE) -> bool:
+    """Whether the loss ``y`` rests over samples a … b in saddle m's band rather than slows down on its way through
+    (a shoulder): its median fall per step over the core (:func:`rest_core`), |ΔL/Δt|, is at most ``max_rate`` ×
+    the steepest fall per step of the drops on either side (:func:`adjacent_drop_rate`). A run with no drop beside
+    it is slow, and so is a run at the last level L(M_D): no drop lies beyond it for a shoulder to belong to, and a
+    curve still settling there has arrived at its minimum."""
+    peak = adjacent_drop_rate(y, x, levels, m, a, b)
+    if peak <= 0 or m == len(levels) - 1:
+        return True
+    seg = y[a:b + 1]
+    rate = np.abs(np.gradient(seg, np.asarray(x[a:b + 1], dtype=np.float64)))
+    return bool(np.median(rate[rest_core(seg)]) <= max_rate * peak)
 
 
 #: A complete rest is *long* when it lasts at least this fraction of the rest the rank-one theory expects at that
@@ -485,10 +530,11 @@ def classify_long(rests: list, eigenvalues: np.ndarray | Sequence[float], first_
     curve (at ``first_step``), the direction learned last on the way in (the smallest eigenvalue among those gained
     since the rest before) and the first on the way out (the largest eigenvalue among those the next rest has
     gained; the largest not yet learned where no rest follows). Without a rest at M_0, or where the expected dwell is
-    not positive (an out-of-order return), a rest is not classified."""
+    not positive (an out-of-order return), a rest is not classified. A rest cut by the end of the curve lasts at
+    least its dwell: it is long once that already reaches the threshold, else not classified."""
     t0 = next((r.end - first_step for r in rests[:1] if not r.subset and r.start == first_step and r.complete), None)
     for i, r in enumerate(rests):
-        if t0 is None or not r.complete:
+        if t0 is None:
             continue
         gained = sorted(set(r.subset) - set(rests[i - 1].subset)) if i else list(r.subset)
         following = set(rests[i + 1].subset) if i + 1 < len(rests) else set()
@@ -496,7 +542,8 @@ def classify_long(rests: list, eigenvalues: np.ndarray | Sequence[float], first_
         expected = expected_dwell(t0, eigenvalues, max(gained) if gained else None, new[0]) if new else 0.0
         if expected > 0:
             r.expected = expected
-            r.long = bool(r.dwell >= LONG_FRACTION * expected)
+            long = bool(r.dwell >= LONG_FRACTION * expected)
+            r.long = long if r.complete or long else None
 
 
 def saddle_levels(loss: ArrayLike, levels: np.ndarray | Sequence[float], *, band: float = REST_BAND,
@@ -518,9 +565,10 @@ def saddle_plateaus(loss: ArrayLike, levels: np.ndarray | Sequence[float], *, ba
     """The rests of ``loss`` at the saddles among ``levels`` (``theory.plateau_losses``: L(M_0) … L(M_D);
     :func:`saddle_rests`), and which of them are *long*.
 
-    A rest is complete if it ends before the curve does (the last one is cut by the end of the run and is not
-    classified); a complete rest is long if it lasts at least :data:`LONG_FRACTION` of the three-factor escape the
-    theory expects there (:func:`classify_long`, from ``eigenvalues`` λ_1 ≥ … ≥ λ_D; none is long without them). The
+    A rest is complete if it ends before the curve does (the last one is cut by the end of the run and is
+    classified long only once it already lasts long enough); a rest is long if it lasts at least
+    :data:`LONG_FRACTION` of the three-factor escape the theory expects there
+    (:func:`classify_long`, from ``eigenvalues`` λ_1 ≥ … ≥ λ_D; none is long without them). The
     theory's long plateaus for rank-R heads are ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
     """
     m_of, p = saddle_rests(loss, levels, band=band, steps=steps)
@@ -541,7 +589,7 @@ class RankSummary:
     rank: int
     levels: np.ndarray  # L(M_0) … L(M_D), as given
     plateaus: SaddlePlateaus
-    expected_long: list  # the theory's long plateaus m = 0, R, 2R, … up to the last complete plateau
+    expected_long: list  # the theory's long plateaus m = 0, R, 2R, … up to the last plateau the curve reached
     learned: int  # directions learned: drops made (midpoints between consecutive levels passed)
     final_loss: float
     final_theory: float  # L(M_learned)
@@ -556,7 +604,7 @@ class RankSummary:
         R = self.rank
         k = f"R{R}" + (f".{key}" if key else "")
         out: list[dict] = [dict(key=f"{k}.long_plateaus",
-                    quantity=f"R={R}: long plateaus m among the complete ones{label} (theory: multiples of R)",
+                                quantity=f"R={R}: long plateaus m{label} (theory: multiples of R)",
                     theory=" ".join(map(str, self.expected_long)), reproduced=" ".join(map(str, self.plateaus.long))),
                dict(key=f"{k}.learned", quantity=f"R={R}: directions learned{label}"
                     + (" (theory: drops predicted from the initial weights)" if predicted_learned is not None else ""),
@@ -577,12 +625,12 @@ class RankSummary:
 def rank_summary(loss: ArrayLike, levels: ArrayLike, rank: int, *, band: float = REST_BAND,
                  eigenvalues: np.ndarray | Sequence[float] | None = None) -> RankSummary:
     """The long plateaus of a rank-``rank`` ATTN_S curve (:func:`saddle_plateaus`) beside the theory's
-    (``theory.long_plateaus``, counted up to the last complete plateau the curve reached), the directions it learned
-    (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
+    (``theory.long_plateaus``, counted up to the last plateau the curve reached, cut by the end or not), the
+    directions it learned (:func:`drop_steps` passed) and its final loss beside L(M_learned)."""
     loss, levels = np.asarray(loss, dtype=np.float64), np.asarray(levels, dtype=np.float64)
     sp = saddle_plateaus(loss, levels, band=band, eigenvalues=eigenvalues)
     learned = directions_learned(loss, levels)
-    expected = [m for m in theory.long_plateaus(len(levels) - 1, rank) if m <= sp.last_complete]
+    expected = [m for m in theory.long_plateaus(len(levels) - 1, rank) if m <= max(sp.visited, default=0)]
     return RankSummary(rank=rank, levels=levels, plateaus=sp, expected_long=expected, learned=learned,
                        final_loss=float(loss[-1]), final_theory=float(levels[learned]))
 

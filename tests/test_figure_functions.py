@@ -784,7 +784,8 @@ def test_the_rests_sentence_counts_each_saddle_over_the_seeds_with_a_rest_there(
     ds = xr.Dataset({**{k: (("seed", "rank", "rest"), v) for k, v in arrays.items()},
                      **{k: (("seed", "rank", "rest"), nan) for k in ("rest_level", "rest_theory", "rest_expected")},
                      "directions_learned": (("seed", "rank"), [[6], [6], [6]])},
-                    coords={"seed": [10, 11, 12], "rank": [4], "direction": np.arange(1, 9), "m": np.arange(9)})
+                    coords={"seed": [10, 11, 12], "rank": [4], "direction": np.arange(1, 9), "m": np.arange(9),
+                            "step": np.arange(20001)})
     assert low_rank.long_names(ds, 4, 10) == ["ℳ₀", "ℳ₅"] and low_rank.long_names(ds, 4, 12) == ["ℳ₀"]
     counts = low_rank.rest_counts(ds, 4)
     assert counts["ℳ₅"]["long"] == [10, 11] and counts["ℳ₅"]["short"] == [12] and not counts["ℳ₅"]["expected_long"]

@@ -305,7 +305,8 @@ def words(ds) -> dict:
     short = [R for R in ranks if int(ds.directions_learned_extended.sel(rank=R)) < D]
     out = dict(H=S["head_num"], D=D, ranks=list_words(ranks), window=ds.attrs["window"],
                rest_tol=loss_curves.REST_TOL, band=loss_curves.rest_band_words(ds.attrs["band"]),
-               min_dwell=f"{loss_curves.REST_MIN_DWELL:g}", long_fraction=f"{loss_curves.LONG_FRACTION:g}",
+               min_dwell=f"{loss_curves.REST_MIN_DWELL:g}", max_rate=f"{loss_curves.REST_MAX_RATE:g}",
+               long_fraction=f"{loss_curves.LONG_FRACTION:g}",
                seeds=list_words(list(ds.seed.values)),
                seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
                horizons=join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),

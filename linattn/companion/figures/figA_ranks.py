@@ -131,7 +131,8 @@ def words(ds) -> dict:
     ranks = [int(R) for R in ds["rank"].values]
     return dict(H=S["head_num"], D=ds.sizes["m"] - 1, ranks=list_words(ranks),
                 rest_tol=loss_curves.REST_TOL, band=loss_curves.rest_band_words(ds.attrs["band"]),
-                min_dwell=f"{loss_curves.REST_MIN_DWELL:g}", long_fraction=f"{loss_curves.LONG_FRACTION:g}",
+                min_dwell=f"{loss_curves.REST_MIN_DWELL:g}", max_rate=f"{loss_curves.REST_MAX_RATE:g}",
+                long_fraction=f"{loss_curves.LONG_FRACTION:g}",
                 seeds=list_words(list(ds.seed.values)),
                 settings=describe(S, ranks=ranks),
                 caption=published.page.caption_lead("Figure 12", bool(ds.attrs["published"])),

@@ -95,11 +95,12 @@ def saddle_words(subset) -> str:
 def rest_classes(ds, R: int, seed: int | None = None) -> list[dict]:
     """The rests of rank ``R`` at ``seed``, as the dataset holds them, each a dict: its saddle (``subset``, ``name``),
     whether it is in order, first and last step, dwell, level and the saddle's loss, whether it is long (True, False,
-    or None: not classified), the expected three-factor dwell, and whether the theory expects it long (the number of
+    or None: not classified), the expected three-factor dwell, whether it is cut by the end of the window (``cut``:
+    its dwell is then a lower bound), and whether the theory expects it long (the number of
     directions learned a multiple of R: ``theory.long_plateaus``). The one reading of the rests: the table, the counts
     and the prose all use it."""
     r = ds.sel({k: v for k, v in (("rank", R), ("seed", seed)) if k in ds.rest_subset.dims})
-    D = ds.sizes["direction"]
+    D, last = ds.sizes["direction"], int(ds.step.values[-1])
     out = []
     for k in range(ds.sizes["rest"]):
         bits = int(r.rest_subset.values[k])
@@ -111,7 +112,7 @@ def rest_classes(ds, R: int, seed: int | None = None) -> list[dict]:
                         start=start, end=end, dwell=end - start, level=float(r.rest_level.values[k]),
                         theory=float(r.rest_theory.values[k]),
                         long=None if verdict == NOT_CLASSIFIED else bool(verdict),
-                        expected=float(r.rest_expected.values[k]),
+                        expected=float(r.rest_expected.values[k]), cut=end >= last,
                         expected_long=len(sub) in theory.long_plateaus(D, R)))
     return out
 
@@ -167,12 +168,60 @@ def rests_text(ds) -> str:
         for k, seeds in missing_rests(ds, R).items():
             parts.append(f"nowhere after {k} direction{'s' if k > 1 else ''} learned, where the theory expects a "
                          f"long rest, at seed{'s' if len(seeds) > 1 else ''} {words(seeds)}")
+        parts += cut_rests_parts(ds, R) + relative_short_parts(ds, R)
         odd = sorted({c["name"] for sd in ds.seed.values for c in rest_classes(ds, R, int(sd)) if not c["in_order"]})
         if odd:
             parts.append("out of order (a later direction learned before an earlier one) at " + join(odd))
         if parts:
             lines.append(f"R = {R} rests " + "; ".join(parts) + ".")
     return " ".join(lines) or "Every classified rest is long or short where the theory expects it."
+
+
+def cut_rests_parts(ds, R: int) -> list[str]:
+    """Phrases on rank ``R``'s rests cut by the end of the window at a saddle where the theory expects a long rest
+    (:func:`rest_classes`), one per saddle: "end on ℳ₆, where the theory expects a long rest, from step 4037 at seed
+    10, … to the end of the window: at least 15963, … steps", and which of them already count as long."""
+    by_name: dict[str, list] = {}
+    for sd in (int(x) for x in ds.seed.values):
+        for c in rest_classes(ds, R, sd):
+            if c["cut"] and c["expected_long"] and c["subset"]:
+                by_name.setdefault(c["name"], []).append((sd, c))
+    out = []
+    for name, found in by_name.items():
+        starts = join([f"step {c['start']} at seed {sd}" for sd, c in found])
+        dwells = join([str(c["dwell"]) for _, c in found])
+        long = [sd for sd, c in found if c["long"]]
+        verdict = (f"; already long at seed{'s' if len(long) > 1 else ''} {words(long)}" if long
+                   else "; none yet long enough to count as long")
+        out.append(f"end on {name}, where the theory expects a long rest, from {starts} to the end of the window: "
+                   f"at least {dwells} steps{verdict}")
+    return out
+
+
+def relative_short_rests(ds, R: int) -> dict:
+    """{saddle name: [(seed, rest, M_0 rest), …]}: rank ``R``'s rests classified short (:func:`rest_classes`) that
+    last at least ``loss_curves.LONG_FRACTION`` of the same curve's rest at ℳ₀: short only against the rest rank one
+    would make there, which grows as 1/λ_d² (``loss_curves.expected_dwell``), not against the curve's own first
+    wait."""
+    out: dict[str, list] = {}
+    for sd in (int(x) for x in ds.seed.values):
+        classes = rest_classes(ds, R, sd)
+        first = next((c for c in classes[:1] if not c["subset"] and c["start"] == int(ds.step.values[0])), None)
+        for c in classes:
+            if first is not None and c["long"] is False and c["dwell"] >= loss_curves.LONG_FRACTION * first["dwell"]:
+                out.setdefault(c["name"], []).append((sd, c, first))
+    return out
+
+
+def relative_short_parts(ds, R: int) -> list[str]:
+    """Phrases on :func:`relative_short_rests`, one per saddle: the dwells beside the ℳ₀ rest's and the rank-one
+    wait that makes them short."""
+    return [f"short at {name} though as long as half the curve's own rest at ℳ₀ or more ("
+            + join([f"{c['dwell']} steps against {m0['dwell']} at seed {sd}" for sd, c, m0 in found])
+            + "): rank one would wait " + join([f"{c['expected']:.0f}" for _, c, _ in found])
+            + f" steps there, the escape time growing as 1/λ², and a rest counts as long from "
+              f"{loss_curves.LONG_FRACTION:g} of that"
+            for name, found in relative_short_rests(ds, R).items()]
 
 
 def _dwells(e: dict, kind: str) -> str:
@@ -219,9 +268,10 @@ def long_cell(ds, R: int) -> str:
 
 def expected_cell(ds, R: int) -> str:
     """A table cell: the saddles ℳ_k the theory expects long (k = 0, R, 2R, …: ``theory.long_plateaus``) that some
-    seed's curve left within the run (k below its directions learned), whether or not it rested there."""
-    left = int(ds.directions_learned.sel(rank=R).max())
-    return ", ".join(saddle(k) for k in theory.long_plateaus(ds.sizes["direction"], R) if k < left) or "none"
+    seed's curve reached within the run (k at most its directions learned), whether or not it rested there: m = 0,
+    R, 2R, … and the last, smaller group's ℳ when R does not divide D."""
+    reached = int(ds.directions_learned.sel(rank=R).max())
+    return ", ".join(saddle(k) for k in theory.long_plateaus(ds.sizes["direction"], R) if k <= reached) or "none"
 
 
 def seed_runs(runs: dict, S: dict) -> list:
