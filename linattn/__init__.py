@@ -29,16 +29,19 @@ import importlib
 
 from . import _lazy
 from ._version import __version__
-from .batch import run_many
 from .config import ConfigError, RunConfig
 from .data import Datasets, Sequences, sample_tasks
+from .training.batch import run_many
 from .weights import init_weights, mlp_from_attn_m
 
 #: The names given on first use (PEP 562 module ``__getattr__``), each → the module it comes from: importing linattn
 #: (and checking a RunConfig) imports no torch, scipy or matplotlib; a run, a model or a draw imports torch then.
-_LAZY = {"run": "experiment", "RunResult": "result", "load_run": "result", "write_outputs": "result",
-         "draw": "plan", "build_model": "models", "TrainingDiverged": "train"}
-_SUBMODULES = ("theory", "loss_curves", "diagnostics", "events", "objectives")
+_LAZY = {"run": "training.experiment", "RunResult": "training.result", "load_run": "training.result",
+         "write_outputs": "training.result", "draw": "training.plan", "build_model": "models",
+         "TrainingDiverged": "training.train"}
+#: The modules given as names of the package (``linattn.loss_curves``), each → where it lives.
+_SUBMODULES = {"theory": "theory", "loss_curves": "analysis.loss_curves", "diagnostics": "analysis.diagnostics",
+               "events": "analysis.events", "objectives": "objectives"}
 
 __all__ = ["RunConfig", "ConfigError", "run", "run_many", "RunResult", "load_run", "write_outputs", "draw",
            "build_model", "init_weights", "mlp_from_attn_m", "Sequences", "Datasets", "sample_tasks",
@@ -47,7 +50,7 @@ __all__ = ["RunConfig", "ConfigError", "run", "run_many", "RunResult", "load_run
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")  # the import sets it as an attribute of the package
+        return importlib.import_module(f"{__name__}.{_SUBMODULES[name]}")
     return _lazy.attribute(__name__, _LAZY, globals(), name)
 
 

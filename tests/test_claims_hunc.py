@@ -77,7 +77,7 @@ def test_fig14_standard_errors_are_the_scatter_of_the_per_sequence_losses(tmp_pa
     """The stored standard errors of the final test losses, recomputed from the final weights and the test sets with
     the model's own forward pass and numpy (a second route past ``uncertainty.per_sequence_losses``), at a knob case."""
     import linattn
-    from linattn.companion.figures.common.train import trained
+    from linattn.companion.figures.common.trainer import trained
 
     monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "runs"))
     S = presets.resolve(fig14_icl_iwl.NAME, "quick", fig14_icl_iwl.KNOB_CASES[1])

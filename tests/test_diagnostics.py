@@ -4,14 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import diagnostics as dg
-from linattn import loss_curves, theory
-from linattn import loss_curves as lc  # noqa: E402
+from linattn import theory
+from linattn.analysis import diagnostics as dg
+from linattn.analysis import loss_curves
+from linattn.analysis import loss_curves as lc  # noqa: E402
 from linattn.companion import published
 from linattn.config import RunConfig
 from linattn.data import streams
-from linattn.experiment import run
 from linattn.models import build_model, init_weights
+from linattn.training.experiment import run
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
@@ -482,7 +483,7 @@ def test_half_drop_step_is_nan_without_a_drop_and_refuses_bad_input():
 
 
 def test_rise_verdict_compares_a_rise_time_with_the_odes_by_a_factor():
-    from linattn import events
+    from linattn.analysis import events
 
     v_inf = (0.4 * 1.1) ** (-1 / 3)
     t = np.linspace(0.0, 2 * 3 / (0.4**2 * 1e-3 * v_inf), 40001)  # past twice the blow-up time τ/(λ² v₀)

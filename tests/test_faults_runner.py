@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_runner import WRITE, make_src, pin_sources
 
-from linattn.companion import execute, publish, schedule
+from linattn.companion.runner import execute, publish, schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -292,8 +292,8 @@ def test_an_interrupted_run_says_what_it_kept_and_leaves_no_stage_or_kernel(tmp_
 @pytest.mark.slow
 def test_a_killed_runner_leaves_no_worker_or_kernel(tmp_path):
     """SIGKILL of ``linattn figures``: its workers and their kernels end within seconds (Linux's parent-death
-    signal, :mod:`linattn.companion.lifetime`), and the next run finds nothing of the killed one."""
-    pytest.importorskip("linattn.companion.lifetime")
+    signal, :mod:`linattn.companion.runner.lifetime`), and the next run finds nothing of the killed one."""
+    pytest.importorskip("linattn.companion.runner.lifetime")
     pid_file = tmp_path / "kernel.pid"
     src = make_src(tmp_path, {"slow": f"Path({str(pid_file)!r}).write_text(str(os.getpid()))\n" + WRITE
                               + "time.sleep(120)\n"})

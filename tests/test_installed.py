@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from linattn.companion import notebooks, paths, runstore
+from linattn.companion import runstore
+from linattn.companion.runner import notebooks, paths
 from linattn.objectives import softmax as se
 
 ROOT = Path(__file__).resolve().parents[1]

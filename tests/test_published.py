@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from linattn import loss_curves, theory
+from linattn import theory
+from linattn.analysis import loss_curves
 from linattn.cli import build_parser, config_from_args
 from linattn.companion import published
 from linattn.companion.commands import train_command
@@ -275,7 +276,7 @@ def _two_stage(shoulder: bool):
 
 
 def test_figure_5_claim_is_one_drop_and_names_the_shoulder():
-    from linattn import loss_curves
+    from linattn.analysis import loss_curves
 
     one = rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(False)))
     assert (one.paper, one.ours, one.verdict) == (1, 1, AGREES) and "one drop" in one.reason
@@ -316,7 +317,7 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
 
     import nbformat
 
-    from linattn.companion import schedule
+    from linattn.companion.runner import schedule
 
     claims = {"fig04_low_rank": rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
               "fig05_softmax": rules.fig5_single_drop_claim(loss_curves.detect_plateaus(_two_stage(True)))}

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 import linattn
-from linattn import experiment, keys, plan
-from linattn.companion import notebooks
-from linattn.companion.paths import ENV_RETRAIN, retraining
+from linattn.companion.runner import notebooks
+from linattn.companion.runner.paths import ENV_RETRAIN, retraining
 from linattn.companion.runstore import QUARANTINE, RunStore, StoreError
-from linattn.keys import run_key
 from linattn.objectives.native import KnownFallback
+from linattn.training import experiment, keys, plan
+from linattn.training.keys import run_key
 
 CFG = linattn.RunConfig(model="attnS", head_num=3, rank=1, in_dim=3, seq_len=8, trainset_size=200, epoch=300,
                         lr=0.05, init=0.1, seed=1, draws="streams")
@@ -87,8 +87,8 @@ def test_get_many_stores_the_others_before_a_member_diverges(tmp_path):
 def test_a_run_carried_on_is_not_drawn_again(tmp_path, monkeypatch):
     """extended() continues with the data sets the run drew, bit for bit the run trained in one go."""
     draws = []
-    monkeypatch.setattr(experiment, "_draw",
-                        lambda cfg, shared=None, f=plan._draw: draws.append(cfg) or f(cfg, shared))
+    monkeypatch.setattr(experiment, "draw_checked",
+                        lambda cfg, shared=None, f=plan.draw_checked: draws.append(cfg) or f(cfg, shared))
     stored = RunStore(tmp_path).get(CFG, snapshot_every=EVERY).extended(500).extended(700)
     assert len(draws) == 1 and stored.trained_steps == 200
     _same_run(stored, linattn.run(replace(CFG, epoch=700), snapshot_every=EVERY, progress=False))
@@ -431,7 +431,7 @@ def test_figures_retrain_flag_retrains_and_reexecutes(tmp_path, monkeypatch):
     $LINATTN_RETRAIN set for its kernels."""
     import argparse
 
-    from linattn.companion import figure_args, schedule
+    from linattn.companion.runner import figure_args, schedule
 
     parser = argparse.ArgumentParser()
     figure_args.add_arguments(parser)

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform == "win32", reas
 STUCK_TRAIN = """
 import sys, torch
 torch.set_num_threads(1)
-import linattn.experiment
+import linattn.training.experiment
 from linattn.companion import interrupts
 from linattn.cli import main
 
@@ -33,7 +33,7 @@ def run(*args, **kwargs):
     torch.mm(a, a)
     raise SystemExit("the product ended before the signal was taken")
 
-linattn.experiment.run = run
+linattn.training.experiment.run = run
 sys.exit(main(["train", "--epoch", "3", "--out", sys.argv[1]]))
 """
 

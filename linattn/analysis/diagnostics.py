@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import theory
+from .. import theory
 
 # --------------------------------------------------------------------------------------------------------------
 # The in-context matrix of a model

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import theory
+from .. import theory
 
 # --------------------------------------------------------------------------------------------------------------
 # Plateau detection
@@ -181,7 +181,7 @@ def predicted_drop_steps(config, init: dict, cov, *, horizon: int | None = None,
     """
     import dataclasses
 
-    from .experiment import run
+    from ..training.experiment import run
 
     if config.model != "attnS" or config.vary_len:
         raise ValueError(f"predicted_drop_steps: the saddles L(M_m) are ATTN_S's without vary_len, not "

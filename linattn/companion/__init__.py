@@ -16,6 +16,6 @@
     paths      where all of this lives
     sweeps     grids of runs on Dask, resumable, as one xarray Dataset (``sweeps.sweep``; needs the ``sweep`` extra)
 
-Imports run from here into the core (``linattn.experiment``, ``linattn.theory``, …), never back.
+Imports run from here into the core (``linattn.training.experiment``, ``linattn.theory``, …), never back.
 """
 

@@ -1,6 +1,6 @@
 """The run store: every training run of a build, content-addressed under ``_build/runs/`` and trained once.
 
-A run's key is :func:`linattn.keys.run_key` without the run's length: a hash of what decides its trajectory —
+A run's key is :func:`linattn.training.keys.run_key` without the run's length: a hash of what decides its trajectory —
 its settings except ``epoch`` and ``track_value``, its snapshot interval, the identity of initial weights or data
 given in place of drawn ones, the versions of torch, numpy and scipy, and the code that computes a trajectory
 (data and draws, models, objectives, training and flow), without comments and docstrings. Diagnostics, theory,
@@ -9,12 +9,12 @@ events, plotting and the companion are not in it: editing them retrains no run.
 The number of steps is not in it. Gradient descent is a function of the weights alone, so a run of E steps is the
 first E steps of any longer run from the same start: the store keeps one trajectory per key, the weights at every
 step count ever asked for (checkpoints), and serves a new count by continuing from the nearest earlier checkpoint
-(:func:`linattn.run <linattn.experiment.run>` of the run's :class:`~linattn.plan.Plan` continued). Value weights
-are always recorded (they cost a copy of H numbers a step), so a run asked for with and without ``track_value`` is
-one run. Gradient-flow runs are kept whole (their ``epoch`` is in the key: an adaptive integrator restarted does not
-give the same numbers).
+(:func:`linattn.run <linattn.training.experiment.run>` of the run's :class:`~linattn.training.plan.Plan` continued).
+Value weights are always recorded (they cost a copy of H numbers a step), so a run asked for with and without
+``track_value`` is one run. Gradient-flow runs are kept whole (their ``epoch`` is in the key: an adaptive integrator
+restarted does not give the same numbers).
 
-An entry is a run folder (:func:`linattn.result.write_outputs`: ``loss.csv``, ``run.json``, ``init.npz``,
+An entry is a run folder (:func:`linattn.training.result.write_outputs`: ``loss.csv``, ``run.json``, ``init.npz``,
 ``weights.npz``, ``snapshots.npz``) of the whole trajectory, which :func:`linattn.load_run` reads, plus
 ``checkpoints.npz``: the weights at every earlier checkpoint (``run.json`` lists them all). Each entry is written
 into a temporary folder and renamed into place; a lock file per key makes notebooks that execute at the same time
@@ -66,14 +66,14 @@ import numpy as np
 
 from ..config import RunConfig
 from ..data import Datasets
-from ..experiment import run
-from ..keys import run_key
 from ..objectives.native import KnownFallback, fallback_reason
-from ..plan import plan
 from ..records import remove_stale_temps, temp_dir, write_json
-from ..result import RunResult, load_run, write_outputs
-from ..train import History
-from .paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
+from ..training.experiment import run
+from ..training.keys import run_key
+from ..training.plan import plan
+from ..training.result import RunResult, load_run, write_outputs
+from ..training.train import History
+from .runner.paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
 
 CHECKPOINTS = "checkpoints.npz"
 INFO = "run.json"
@@ -195,7 +195,7 @@ def _named(err: OSError, tmp: Path | None, final: Path) -> Path:
 
 def default_root() -> Path:
     """``$LINATTN_RUNS_DIR``, else ``_build/runs`` of the checkout (of the working directory when linattn is an
-    installed copy: never site-packages; see :mod:`linattn.companion.paths`), as an absolute path."""
+    installed copy: never site-packages; see :mod:`linattn.companion.runner.paths`), as an absolute path."""
     return run_store_dir()
 
 
@@ -251,7 +251,7 @@ class _Entry:
 
     def save(self, folder: Path, retrained: str | None = None) -> None:
         """Write the entry into ``folder``, its digests last (``retrained``: the retraining token it was trained
-        under, see :data:`~linattn.companion.paths.ENV_RETRAIN`)."""
+        under, see :data:`~linattn.companion.runner.paths.ENV_RETRAIN`)."""
         extra = {"checkpoints": sorted(self.checkpoints), **({"retrained": retrained} if retrained else {})}
         write_outputs(self.run, folder, extra=extra)
         earlier = {f"{E}/{n}": a for E, w in self.checkpoints.items() if E != self.last for n, a in w.items()}
@@ -407,9 +407,10 @@ class RunStore:
 
     def get(self, cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None,
             progress: bool = False) -> RunResult:
-        """The run of ``cfg`` (with ``init``/``data`` given as for :func:`linattn.run <linattn.experiment.run>`,
-        snapshots of the weights every ``snapshot_every`` steps), from the store, trained and stored first where
-        needed; its ``trained_steps`` says how many steps this request trained, ``extended(epoch)`` carries it on."""
+        """The run of ``cfg`` (with ``init``/``data`` given as for :func:`linattn.run
+        <linattn.training.experiment.run>`, snapshots of the weights every ``snapshot_every`` steps), from the store,
+        trained and stored first where needed; its ``trained_steps`` says how many steps this request trained,
+        ``extended(epoch)`` carries it on."""
         return self._get(cfg, snapshot_every=snapshot_every, init=init, data=data, progress=progress)
 
     def _get(self, cfg: RunConfig, *, snapshot_every: int, init: dict | None, data, progress: bool,
@@ -425,12 +426,12 @@ class RunStore:
 
     def get_many(self, cfgs, *, snapshot_every: int = 0, progress: bool = False) -> list[RunResult]:
         """The runs of ``cfgs`` (drawn data and weights), each as :meth:`get` serves it; the runs missing from the store
-        are trained first through :func:`linattn.run_many <linattn.batch.run_many>`, those of one model and shape
-        in one call (so that runs drawing the same data draw it and read its moments once), and each is then stored
-        under its own key. The keys are locked together (in sorted order, so that two such calls never wait on each
-        other) while they are trained. A run that diverges raises its :class:`~linattn.train.TrainingDiverged` once
-        the others are stored."""
-        from ..batch import groups, run_many
+        are trained first through :func:`linattn.run_many <linattn.training.batch.run_many>`, those of one model and
+        shape in one call (so that runs drawing the same data draw it and read its moments once), and each is then
+        stored under its own key. The keys are locked together (in sorted order, so that two such calls never wait on
+        each other) while they are trained. A run that diverges raises its
+        :class:`~linattn.training.train.TrainingDiverged` once the others are stored."""
+        from ..training.batch import groups, run_many
 
         cfgs = list(cfgs)
         asked = [self._checked(cfg, snapshot_every, None, None) for cfg in cfgs]

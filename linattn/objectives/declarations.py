@@ -9,7 +9,7 @@ checking a run's settings never imports torch. Each engine class (``exact.py``, 
 
 from __future__ import annotations
 
-from ..data import named
+from ..errors import named
 
 
 class Engine:

@@ -7,8 +7,8 @@ seeds.
     ds.final_test_icl.sel(trainset_size=np.inf)       # the population column
 
 **How the cells are trained.** Each cell of c × P (and P = ∞, the population moments of the mixed task) is a run
-declared in :func:`runs`: ATTN_M by gradient flow (``dynamics="flow"``, the core's ``linattn.flow``, LSODA with the
-loss's Hessian) on its exact training loss to step ``epoch_extended``, recording only the steps the page reads
+declared in :func:`runs`: ATTN_M by gradient flow (``dynamics="flow"``, the core's ``linattn.training.flow``, LSODA with
+the loss's Hessian) on its exact training loss to step ``epoch_extended``, recording only the steps the page reads
 (:func:`recorded`), through the run store (cached, listed in ``trainings.jsonl``; with a Dask client its workers
 train the cells). Linattn's streams give every cell the same initial weights, test sets and fixed task. The flow's
 relative tolerance is :data:`FLOW_RTOL`, chosen by measurement (one BLAS thread, CPU a cell): against rtol 1e-8,
@@ -34,7 +34,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ... import diagnostics, loss_curves, theory
+from ... import theory
+from ...analysis import diagnostics, loss_curves
 from ...config import RunConfig
 from ...models import build_model
 from ...objectives import Exact
@@ -42,12 +43,12 @@ from ...objectives.population import mixture_moments
 from .. import presets
 from ..output import prose_text
 from .common import phase, phase_text
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.phase import BAND_Z, FLAT, TOLERANCE, WINDOW, triple  # noqa: F401 — BAND_Z: the verdicts' band
 from .common.phase_plots import CAP, plot, plot_escape  # noqa: F401 — the page's figures
 from .common.phase_text import TABLE_COLUMNS, numbers, size_label, switch_table  # noqa: F401 — the page's table
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

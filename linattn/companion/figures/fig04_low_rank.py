@@ -21,11 +21,12 @@ import functools
 
 import numpy as np
 
-from ... import loss_curves, theory
+from ... import theory
+from ...analysis import loss_curves
 from .. import presets, published
 from ..output import ESTIMATE, MarkdownTable
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.low_rank import (
     curve_variables,

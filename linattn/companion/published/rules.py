@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...loss_curves import first_step_below
+from ...analysis.loss_curves import first_step_below
 from ..output import words
 from ..uncertainty import (
     AGREES,
