@@ -29,8 +29,9 @@ import importlib
 
 from . import _lazy
 from ._version import __version__
-from .config import ConfigError, RunConfig
+from .config import RunConfig
 from .data import Datasets, Sequences, sample_tasks
+from .errors import ConfigError
 from .training.batch import run_many
 from .weights import init_weights, mlp_from_attn_m
 

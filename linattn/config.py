@@ -252,7 +252,8 @@ class RunConfig:
         """The same run on the population loss (P → ∞, the ``population`` engine) of inputs of covariance ``cov``
         (the run's own Λ, drawn or given, passed as ``cov_matrix``): no training or test sets, so nothing is drawn
         but what the run is given. Trained from the run's own initial weights, it is the theory's loss curve from the
-        same start, every head included (``loss_curves.predicted_drop_steps``, the companion's population twin)."""
+        same start, every head included (the companion's ``runstore.predicted_drop_steps`` and
+        ``runstore.population_twin``)."""
         return replace(self, trainset_size=None, testset_size=0, engine="population",
                        cov_matrix=np.asarray(cov, dtype=np.float64).tolist(), white_cov=False, spectrum=None,
                        population_samples=0)

@@ -1,5 +1,7 @@
 """Diagnostics and the plateau detector, checked against the theory on population runs (exact moments)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ from linattn.analysis import diagnostics as dg
 from linattn.analysis import loss_curves
 from linattn.analysis import loss_curves as lc  # noqa: E402
 from linattn.companion import published
+from linattn.companion.runstore import predicted_drop_steps
 from linattn.config import RunConfig
 from linattn.data import streams
 from linattn.models import build_model, init_weights
@@ -570,7 +573,7 @@ def _predicted_case(seed=1, trainset_size=None, epoch=2000):
     return cfg
 
 
-def test_predicted_drop_steps_follow_the_run_from_the_same_start():
+def test_predicted_drop_steps_follow_the_run_from_the_same_start(tmp_path):
     """The population gradient descent from a run's own initial weights predicts the run's drops: the finite-P run
     at a large P (sampling error ~1/sqrt(P)) makes them within a few per cent of the prediction, and a shorter
     horizon leaves the drops it does not reach NaN."""
@@ -579,9 +582,10 @@ def test_predicted_drop_steps_follow_the_run_from_the_same_start():
     levels = theory.plateau_losses(res.datasets.cov, cfg.N)
     ran = lc.drop_steps(res.history.train_loss, levels)
     assert np.all(np.isfinite(ran))
-    got = lc.predicted_drop_steps(cfg, res.init, res.datasets.cov, chunk=300)  # several chunks
+    got = predicted_drop_steps(res, chunk=300, root=tmp_path)  # several chunks, each carried on in the store
     assert np.allclose(got, ran, rtol=0.05)
-    short = lc.predicted_drop_steps(cfg, res.init, res.datasets.cov, horizon=int((ran[0] + ran[1]) / 2))
+    short = predicted_drop_steps(res, horizon=int((ran[0] + ran[1]) / 2), root=tmp_path)
     assert np.isfinite(short[0]) and np.isnan(short[1])
     with pytest.raises(ValueError, match="model"):
-        lc.predicted_drop_steps(RunConfig(model="attnM", in_dim=2), res.init, res.datasets.cov)
+        predicted_drop_steps(SimpleNamespace(config=RunConfig(model="attnM", in_dim=2), init=res.init,
+                                             datasets=res.datasets), root=tmp_path)

@@ -64,6 +64,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import theory
+from ..analysis.loss_curves import drop_steps
 from ..config import RunConfig
 from ..data import Datasets
 from ..objectives.native import KnownFallback, fallback_reason
@@ -534,3 +536,37 @@ def population_twin(result: RunResult, root=None) -> RunResult:
     (e.g. ``loss_curves.half_drop_step``). It costs about as much as the exact run of a small P (ATTN_M at D = 4,
     H = 8, 6001 steps: 2 s)."""
     return stored_run(result.config.on_population(result.datasets.cov), init=result.init, root=root)
+
+
+def predicted_drop_steps(result: RunResult, *, horizon: int | None = None, chunk: int = 20000,
+                         root=None) -> np.ndarray:
+    """The step of each drop d = 1 … D that a rank-R ATTN_S run should make, predicted from its own initial weights
+    with all its heads: the population (P = ∞) gradient descent of the same model from the run's ``init`` at the same
+    learning rate, normalisation and precision, on the run's own Λ (``result.datasets.cov``), trained through the
+    store (:func:`stored_run`, like :func:`population_twin`), with its drops read by the run's own rule
+    (``loss_curves.drop_steps`` against ``theory.plateau_losses(cov, N)``). NaN where a drop is not made within
+    ``horizon`` steps (default the run's ``epoch``).
+
+    Unlike the closed-form escape time ``theory.attn_s_drop_steps`` (one head, from a typical scale), this knows
+    which of the H heads starts with most weight along each direction: the first of H heads to escape is the fastest
+    of H. It differs from the finite-P run only by the training set's sampling error. The store carries the run on
+    ``chunk`` steps at a time, stopping once all D drops are made (each chunk continues the stored entry); it costs
+    what the same number of exact steps costs (the population engine trains on moments of size
+    D(D+1)² × D(D+1)², whatever P)."""
+    config = result.config
+    if config.model != "attnS" or config.vary_len:
+        raise ValueError(f"predicted_drop_steps: the saddles L(M_m) are ATTN_S's without vary_len, not "
+                         f"model={config.model!r}, vary_len={config.vary_len}")
+    cov = np.asarray(result.datasets.cov, dtype=np.float64)
+    levels = theory.plateau_losses(cov, config.N)
+    horizon = config.epoch if horizon is None else int(horizon)
+    base = dataclasses.replace(config.on_population(cov), dynamics="gd")
+    start, loss = 0, np.empty(0)
+    while start < horizon:
+        end = min(start + chunk, horizon)
+        history = stored_run(dataclasses.replace(base, epoch=end), init=result.init, root=root).history
+        loss = np.asarray(history.train_loss)
+        if np.isfinite(drop_steps(loss[np.asarray(history.step) >= start], levels[-2:])[0]):
+            break
+        start = end
+    return drop_steps(loss, levels)

@@ -35,12 +35,12 @@ import numpy as np
 import torch
 
 from ... import theory
-from ...analysis import diagnostics, loss_curves
+from ...analysis import diagnostics
 from ...config import RunConfig
 from ...models import build_model
 from ...objectives import Exact
 from ...objectives.population import mixture_moments
-from .. import presets
+from .. import presets, runstore
 from ..output import prose_text
 from .common import phase, phase_text
 from .common import preset_blocks as common
@@ -280,7 +280,7 @@ def compute_escape(S: dict, client=None):
     the phase diagram, through the run store, on ``client`` where given): ``drop_step`` (init × seed × direction,
     the sweep engine's summary of each run), the theory's escape time of each drop (``law``: init × direction,
     ``theory.attn_s_drop_steps``, one head: an order of magnitude), the drops predicted from each run's own initial
-    weights, every head included (``predicted``, ``loss_curves.predicted_drop_steps``; ``predicted_ratio``: the
+    weights, every head included (``predicted``, ``runstore.predicted_drop_steps``; ``predicted_ratio``: the
     median simulated over predicted step of each drop), the fitted exponent of each drop's step in the
     initialisation scale and the median ratio of simulated to the estimate's step."""
     import xarray as xr
@@ -296,7 +296,7 @@ def compute_escape(S: dict, client=None):
         i, s = inits.index(r.config.init), seeds.index(r.config.seed)
         found = summarise(r.history, r.datasets.cov, r.config)["drop_steps"]
         drops[i, s] = [np.nan if x is None else x for x in found][:D]
-        predicted[i, s] = loss_curves.predicted_drop_steps(r.config, r.init, r.datasets.cov)[:D]
+        predicted[i, s] = runstore.predicted_drop_steps(r)[:D]
     law = np.array([theory.attn_s_drop_steps(cov, base.N, lr=base.lr, init=i, rank=base.rank, head_num=base.head_num,
                                              init_scheme=base.init_scheme, normalize=base.normalize)[:D]
                     for i in inits])
