@@ -6,14 +6,17 @@ The house (imports run downwards only; ``ARCHITECTURE.md`` has the full plan)::
     linattn.cli            the `linattn` command: train, sweep, figures, notebook
     linattn.companion      the book: figure runner, presets, run store, published readings, plotting, book builder
     ─────────────────────  the science core, which never imports the companion ─────────────────────────────────
-    experiment             one run from a RunConfig (config): train it (plan: check and draw; result: the record,
-                           written and read back; keys: its address)
-    train, flow            gradient descent, gradient flow
+    training               one run from a RunConfig (config): plan (check and draw), experiment (train it),
+                           result (the record, written and read back), keys (its address), batch (many runs),
+                           train, flow (gradient descent, gradient flow), memory
     objectives             the losses behind one registry: exact, population, softmax, autograd
     models                 ATTN_M, ATTN_S (rank R), the MLP on the cubic feature; softmax variants
     data, reference_draws  the in-context regression task; the authors' own random draws
+    errors                 ConfigError and the checks of one setting
     normalization          sum vs mean, sequence prefixes
-    theory, diagnostics, events   the paper's predictions; what a trained model shows; who learns what, when
+    theory                 the paper's predictions
+    analysis               the readings of a run: loss_curves, diagnostics (what a trained model shows), events
+                           (who learns what, when); given as linattn.loss_curves, linattn.diagnostics, linattn.events
 
 The library in one example (the API page of the book lists every name)::
 
