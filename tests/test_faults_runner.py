@@ -134,7 +134,7 @@ def test_an_unfinished_stage_of_a_dead_run_is_removed_and_the_figure_kept(tmp_pa
 
 
 def test_a_second_holder_of_a_figure_lock_waits_and_names_the_first(tmp_path):
-    code = ("import sys, time; from linattn.companion import publish\n"
+    code = ("import sys, time; from linattn.companion.runner import publish\n"
             "with publish.figure_lock(sys.argv[1], 'one', say=lambda s: print(s, flush=True)):\n"
             "    print('got it', time.monotonic(), flush=True)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -248,7 +248,7 @@ def test_a_local_clusters_workers_die_with_it_and_leave_ctrl_c_to_it():
 def test_a_kernel_started_with_kernel_arguments_dies_with_its_parent_and_keeps_a_clean_namespace():
     nbformat = pytest.importorskip("nbformat")
     papermill = pytest.importorskip("papermill")
-    code = ("import os\nfrom linattn.companion import lifetime as _l\n"
+    code = ("import os\nfrom linattn.companion.runner import lifetime as _l\n"
             "print(_l.parent_death_signal(), os.getppid(), sorted(k for k in dir() if not k.startswith('_')))")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
