@@ -157,29 +157,31 @@ def test_comments_and_what_only_measures_a_run_leave_the_key_unchanged(tmp_path)
     original = code(_package_copy(tmp_path / "a"))
     assert original == code()
     edited = _package_copy(tmp_path / "b")
-    for name in ("events.py", "diagnostics.py", "models.py", "theory.py"):
+    for name in ("analysis/events.py", "analysis/diagnostics.py", "models.py", "theory.py"):
         with open(edited / name, "a", encoding="utf-8") as f:
             f.write("\n# a comment appended by the test\n")
     models = (edited / "models.py").read_text(encoding="utf-8")
     (edited / "models.py").write_text(models.replace('"""The paper\'s models', '"""The models of the paper', 1),
                                       encoding="utf-8")
-    for name in ("diagnostics.py", "theory.py", "events.py", "cli.py", "companion/runstore.py"):
+    for name in ("analysis/diagnostics.py", "theory.py", "analysis/events.py", "cli/__init__.py",
+                 "companion/runstore.py"):
         with open(edited / name, "a", encoding="utf-8") as f:
             f.write("\n\ndef _added_by_the_test():\n    return 1\n")
-    with open(edited / "experiment.py", "a", encoding="utf-8") as f:  # outside the run's part of experiment.py
+    with open(edited / "training/experiment.py", "a", encoding="utf-8") as f:  # outside the run's part of it
         f.write("\n\ndef _added_by_the_test():\n    return 1\n")
     assert models != (edited / "models.py").read_text(encoding="utf-8")
     assert code(edited) == original
-    for name, change in (("models.py", "\n_ADDED_BY_THE_TEST = 1\n"), ("train.py", "\n_ADDED_BY_THE_TEST = 1\n")):
-        other = _package_copy(tmp_path / name)
+    for name in ("models.py", "training/train.py"):
+        change = "\n_ADDED_BY_THE_TEST = 1\n"
+        other = _package_copy(tmp_path / name.replace("/", "-"))
         with open(other / name, "a", encoding="utf-8") as f:
             f.write(change)
         assert code(other) != original, name
     run_part = _package_copy(tmp_path / "run")
-    source = (run_part / "experiment.py").read_text(encoding="utf-8")
-    (run_part / "experiment.py").write_text(source.replace("    setup = time.perf_counter() - start\n",
-                                                           "    setup = time.perf_counter() - start + 0\n", 1),
-                                            encoding="utf-8")
+    source = (run_part / "training/experiment.py").read_text(encoding="utf-8")
+    (run_part / "training/experiment.py").write_text(
+        source.replace("    setup = time.perf_counter() - start\n", "    setup = time.perf_counter() - start + 0\n", 1),
+        encoding="utf-8")
     assert code(run_part) != original
 
 
