@@ -41,9 +41,9 @@ import torch
 
 import linattn
 from linattn import RunConfig, draw, models, objectives, run, theory
-from linattn.flow import gradient_flow
-from linattn.loss_curves import drop_steps
-from linattn.train import gradient_descent
+from linattn.analysis.loss_curves import drop_steps
+from linattn.training.flow import gradient_flow
+from linattn.training.train import gradient_descent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.full_attention import FullAttention  # noqa: E402  (the reference computation lives with the tests)

@@ -25,7 +25,7 @@ import torch
 from linattn import draw, models, objectives
 from linattn.companion import presets
 from linattn.companion.figures import beyond_phase_diagram as page
-from linattn.flow import gradient_flow
+from linattn.training.flow import gradient_flow
 
 
 class _AllWeights(models.AttnM):

@@ -25,7 +25,7 @@ import torch
 
 from linattn import RunConfig
 from linattn.companion.sweeps import cells, local_client, sweep
-from linattn.keys import run_key
+from linattn.training.keys import run_key
 
 
 def sequential(base: RunConfig, seeds: list[int], root: Path) -> float:

@@ -9,8 +9,8 @@ knob help (``linattn.companion.presets.knob_help``, hence the notebooks' paramet
 :meth:`RunConfig.validate` raises :class:`ConfigError` with one sentence for any invalid setting; ``error.field``
 names the setting, and the message names it as Python writes it (``head_num must be a positive integer, got 0``) or,
 through :meth:`ConfigError.words`, as another caller does (``linattn train`` says ``--head_num``).
-:func:`~linattn.memory.memory_estimate` and :func:`~linattn.memory.check_memory` (in :mod:`linattn.memory`,
-re-exported here) refuse a run whose data cannot fit before it starts.
+:func:`~linattn.training.memory.memory_estimate` and :func:`~linattn.training.memory.check_memory` (in
+:mod:`linattn.training.memory`, re-exported here) refuse a run whose data cannot fit before it starts.
 """
 
 from __future__ import annotations
@@ -24,17 +24,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import objectives
-from .data import (
-    ConfigError,
-    check_choice,
-    check_covariance,
-    check_int,
-    check_positive,
-    check_spectrum,
-    is_int,
-    is_number,
-    named,
-)
+from .data import check_covariance, check_spectrum
+from .errors import ConfigError, check_choice, check_int, check_positive, is_int, is_number, named
 from .normalization import NORMALIZATIONS
 from .weights import INIT_SCHEMES, MODELS, check_weight_settings
 
@@ -54,7 +45,7 @@ class Setting:
     ``choices``: the allowed strings (a callable where
     they are registered elsewhere, e.g. the engines). ``check``: the rule for one valid-typed value,
     ``check(name, value)``, raising ConfigError; the range of an integer is ``low``, ``high`` and its wording
-    ``what`` (:func:`~linattn.data.check_int`). The settings that shape the initial weights (model, head_num, in_dim,
+    ``what`` (:func:`~linattn.errors.check_int`). The settings that shape the initial weights (model, head_num, in_dim,
     rank, init, init_scheme) are checked by ``weights.check_weight_settings``, the rule ``init_weights`` shares; rules
     across settings are in :meth:`RunConfig.validate`. ``help`` says what the setting means, with ``symbol`` the
     paper's name for it; ``flags`` are its ``linattn train`` flags, the first its name and the others the
@@ -160,7 +151,7 @@ class RunConfig:
     ``Setting`` (``SETTINGS``) says what it means and what it may be (``linattn train --help`` lists them).
     ``trainset_size=None`` is the CLI's ``inf`` (the population objective); ``trainset_size=float("inf")`` is
     turned into None on construction. Nothing else is checked on construction: :meth:`validate` checks everything,
-    and :func:`linattn.plan.plan` (which :func:`~linattn.experiment.run` calls) calls it.
+    and :func:`linattn.training.plan.plan` (which :func:`~linattn.training.experiment.run` calls) calls it.
     """
 
     # the reference's flags, same names and defaults
@@ -262,7 +253,8 @@ class RunConfig:
         """The same run on the population loss (P → ∞, the ``population`` engine) of inputs of covariance ``cov``
         (the run's own Λ, drawn or given, passed as ``cov_matrix``): no training or test sets, so nothing is drawn
         but what the run is given. Trained from the run's own initial weights, it is the theory's loss curve from the
-        same start, every head included (``loss_curves.predicted_drop_steps``, the companion's population twin)."""
+        same start, every head included (the companion's ``runstore.predicted_drop_steps`` and
+        ``runstore.population_twin``)."""
         return replace(self, trainset_size=None, testset_size=0, engine="population",
                        cov_matrix=np.asarray(cov, dtype=np.float64).tolist(), white_cov=False, spectrum=None,
                        population_samples=0)
@@ -355,7 +347,7 @@ class RunConfig:
         """Why the reference's own random numbers (``draws="reference"``) cannot make what a run of these settings
         draws, or None: options the authors' code never had (``draws="streams"`` has them). ``covariance_only``:
         only Λ is drawn (a population run with given initial weights), which needs no draw with ``cov_matrix`` or
-        ``white_cov``. :func:`~linattn.plan.plan` asks this where something is drawn (the message names the
+        ``white_cov``. :func:`~linattn.training.plan.plan` asks this where something is drawn (the message names the
         settings for :class:`ConfigError`)."""
         if covariance_only:
             drawn = self.cov_matrix is None and not self.white_cov

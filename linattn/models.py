@@ -40,7 +40,7 @@ from .normalization import token_scale
 from .weights import (  # noqa: F401
     INIT_SCHEMES,
     MODELS,
-    _attn_m_to_mlp,
+    attn_m_to_mlp,
     attn_s_scales,
     check_weight_settings,
     check_weights,
@@ -50,7 +50,7 @@ from .weights import (  # noqa: F401
 )
 
 
-def _triangle(D: int):
+def triangle_pairs(D: int):
     """Index pairs (b, c), b ≤ c, of the upper triangle of a symmetric (D+1)×(D+1) matrix."""
     return torch.triu_indices(D + 1, D + 1)
 
@@ -60,14 +60,14 @@ def attention_features(X: torch.Tensor, scale: float | torch.Tensor) -> torch.Te
     D = X.shape[-1] - 1
     S = torch.einsum("pmb,pmc->pbc", X, X)
     S = S * scale
-    b, c = _triangle(D)
+    b, c = triangle_pairs(D)
     return (X[:, -1, :D, None] * S[:, None, b, c]).reshape(X.shape[0], -1)
 
 
 @functools.lru_cache(maxsize=None)
-def _fold_matrix(D: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def fold_matrix(D: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """((D+1)², K) 0/1 matrix adding entry (b, c) and (c, b) of a flattened matrix into triangle slot (min, max)."""
-    b, c = _triangle(D)
+    b, c = triangle_pairs(D)
     k = torch.arange(b.numel())
     F = torch.zeros(D + 1, D + 1, b.numel(), dtype=dtype)
     F[b, c, k] = 1.0
@@ -79,14 +79,14 @@ def fold_combined(M: torch.Tensor) -> torch.Tensor:
     """Fold M (D, D+1, D+1) onto the upper triangle in its last two indices: ⟨M, x_q⊗S⟩ = ⟨fold(M), T⟩,
     fold(M)[a, (b, c)] = M[a, b, c] + M[a, c, b] for b < c and M[a, b, b] on the diagonal."""
     D = M.shape[0]
-    return torch.mm(M.reshape(D, -1), _fold_matrix(D, M.dtype, M.device)).reshape(-1)
+    return torch.mm(M.reshape(D, -1), fold_matrix(D, M.dtype, M.device)).reshape(-1)
 
 
 def unfold_combined(g: torch.Tensor) -> torch.Tensor:
     """The adjoint of ``fold_combined``: ∂⟨g, fold(M)⟩/∂M for g of fold's shape, as (D, D+1, D+1) — each
     triangle slot's value on both of its entries (b, c) and (c, b)."""
     D = _dim_of_fold(g.numel())
-    return torch.mm(g.reshape(D, -1), _fold_matrix(D, g.dtype, g.device).T).reshape(D, D + 1, D + 1)
+    return torch.mm(g.reshape(D, -1), fold_matrix(D, g.dtype, g.device).T).reshape(D, D + 1, D + 1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,7 +104,7 @@ def _dim_of_fold(size: int) -> int:
 def _attn_m_bilinear_map(D: int) -> np.ndarray:
     """ATTN_M's Φ (D·K, D·(D+1), D+1), K = (D+1)(D+2)/2 (``AttnM.bilinear_map``); read-only, shared."""
     E = D + 1
-    fold = _fold_matrix(D, torch.float64, torch.device("cpu")).numpy().reshape(E, E, -1)
+    fold = fold_matrix(D, torch.float64, torch.device("cpu")).numpy().reshape(E, E, -1)
     Phi = np.einsum("ad,bck->akdbc", np.eye(D), fold).reshape(D * fold.shape[-1], D * E, E)
     Phi.flags.writeable = False
     return Phi
@@ -343,7 +343,7 @@ class AttnM(_Attention):
 
     def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W₁ (H, D²), w₂ (H,)): the MLP with the same in-context matrix while the vector blocks are zero."""
-        return _attn_m_to_mlp(self.W_KQ, self.v[:, -1])
+        return attn_m_to_mlp(self.W_KQ, self.v[:, -1])
 
     def combined_jacobian(self) -> torch.Tensor:
         """J = ∂m/∂θ (F, n), written out. m is bilinear: with M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] (a < D) and
@@ -355,7 +355,7 @@ class AttnM(_Attention):
             W, v = self.W_KQ, self.v
             H, E = v.shape
             D = E - 1
-            Phi = _fold_matrix(D, v.dtype, v.device).reshape(E, E, -1)
+            Phi = fold_matrix(D, v.dtype, v.device).reshape(E, E, -1)
             eye = torch.eye(E, dtype=v.dtype, device=v.device)[:D]  # δ_aa', a' over all E rows
             JW = torch.einsum("ad,bck,hc->akhdb", eye, Phi, v).reshape(-1, H * E * E)
             Jv = torch.einsum("hab,bck->akhc", W[:, :D], Phi).reshape(-1, H * E)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .data import check_choice, check_int, check_positive, named
+from .errors import check_choice, check_int, check_positive, named
 
 MODELS = ("attnM", "attnS", "mlp")
 # The reference's three initialisation eras (its code at Dec 2024, Jan 2025 and Dec 2025).
@@ -86,7 +86,7 @@ def init_weights(model: str, *, head_num: int, in_dim: int, rank: int = 1, init:
     return out
 
 
-def _attn_m_to_mlp(W_KQ, v_label):
+def attn_m_to_mlp(W_KQ, v_label):
     """(W₁, w₂) of the MLP that computes what ATTN_M computes while its vector blocks W_KQ[h][:D, D] and v_h[:D] are
     zero (paper Section 4.1): ŷ = Σ_h v_h[D] x_qᵀ U_h b with U_h = W_KQ[h][:D, :D], so W₁[h] = vec(U_hᵀ) and
     w₂[h] = v_h[D] (``v_label``). Works on numpy arrays and torch tensors alike."""
@@ -163,5 +163,5 @@ def check_weights(model: str, weights: Mapping[str, ArrayLike], *, head_num: int
 def mlp_from_attn_m(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The MLP weights (arrays) that compute what ATTN_M's ``weights`` compute while the vector blocks are zero
     (paper Section 4.1)."""
-    W1, w2 = _attn_m_to_mlp(weights["W_KQ"], weights["W_V"][:, -1, -1].copy())
+    W1, w2 = attn_m_to_mlp(weights["W_KQ"], weights["W_V"][:, -1, -1].copy())
     return {"W1": W1, "w2": w2}

@@ -242,7 +242,7 @@ def test_a_set_of_one_sequence_is_refused(name):
 def test_a_run_with_one_test_set_records_and_writes_just_that_one(keep, tmp_path):
     from dataclasses import replace
 
-    from linattn.result import write_outputs
+    from linattn.training.result import write_outputs
     cfg = linattn.RunConfig(model="attnM", head_num=2, in_dim=3, seq_len=6, trainset_size=40, testset_size=8,
                             epoch=5, lr=0.05, init=0.3)
     drawn, init = linattn.draw(cfg)
@@ -273,7 +273,7 @@ def test_a_run_is_carried_on_by_the_core_and_equals_the_longer_run(tmp_path):
     """RunResult.extended of a run that linattn.run returned trains the remaining steps from its final weights; its
     history and snapshots are the longer run's. A run read back knows no way to carry on (ValueError naming the
     function that does)."""
-    from linattn.experiment import continued
+    from linattn.training.experiment import continued
 
     cfg = RunConfig(model="attnM", head_num=2, in_dim=3, seq_len=8, trainset_size=40, testset_size=20, epoch=30,
                     lr=0.05, init=0.3, draws="streams")

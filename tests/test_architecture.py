@@ -93,7 +93,7 @@ def test_no_import_cycle():
 def test_the_core_never_imports_the_companion_or_the_cli():
     graph = _graph()
     core = [m for m in graph if not m.startswith(("linattn.companion", "linattn.cli", "linattn.__main__"))]
-    assert "linattn.experiment" in core and "linattn.objectives.exact" in core
+    assert "linattn.training.experiment" in core and "linattn.objectives.exact" in core
     for module in core:
         upward = {m for m in graph[module] if m.startswith(("linattn.companion", "linattn.cli"))}
         assert not upward, f"{module} imports {sorted(upward)}"
@@ -103,11 +103,64 @@ def test_no_submodule_is_hidden_by_a_name_of_its_package():
     for name in _modules():
         if not name.endswith("__main__"):  # running it is `python -m linattn`
             importlib.import_module(name)
-    for package in (linattn, linattn.objectives, linattn.companion):
+    for package in _packages():
         for info in pkgutil.iter_modules(package.__path__):
             full = f"{package.__name__}.{info.name}"
             attr = getattr(package, info.name, None)
             assert attr is None or attr is importlib.import_module(full), f"{full} is hidden by {attr!r}"
+
+
+def _packages() -> list:
+    """Every package of linattn, imported."""
+    names = [n for n, path in _modules().items() if path.name == "__init__.py" and n != "linattn.figures_src"]
+    return [importlib.import_module(n) for n in sorted(names)]
+
+
+def _top_modules(package: Path) -> list[str]:
+    """The modules at the top of a package folder, ``__init__`` included (subpackages are rooms, not counted)."""
+    return sorted(p.stem for p in package.glob("*.py"))
+
+
+def test_the_core_and_the_companion_hold_few_modules_at_their_tops():
+    """Rooms that show the architecture: the core at most 15 modules at its top (a run's modules in ``training``, its
+    readings in ``analysis``), the companion at most 12 (the figure runner in ``companion/runner``)."""
+    assert len(_top_modules(ROOT)) <= 15, _top_modules(ROOT)
+    assert len(_top_modules(ROOT / "companion")) <= 12, _top_modules(ROOT / "companion")
+
+
+def test_no_two_modules_share_a_name():
+    """Each module (and package) name appears once in the package, so that a name says which module it is."""
+    seen: dict[str, list[str]] = {}
+    for name in _modules():
+        if name != "linattn":
+            seen.setdefault(name.rsplit(".", 1)[1], []).append(name)
+    repeated = {short: names for short, names in seen.items() if len(names) > 1}
+    assert not repeated, f"modules of one name: {repeated}"
+
+
+def _private_imports(path: Path) -> list[str]:
+    """The private names (``_x``, not dunder) a module imports from another module of the package."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("linattn")):
+            out += [f"{node.module}.{a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__") and a.name not in ("_lazy", "_version")]
+    return out
+
+
+def test_no_private_name_is_imported_across_modules():
+    found = {name: names for name, path in _modules().items() if (names := _private_imports(path))}
+    assert not found, f"private names imported from another module: {found}"
+    assert _private_imports_of("from .plan import _draw, plan\nfrom .. import _lazy") == ["plan._draw"]
+
+
+def _private_imports_of(code: str) -> list[str]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.py"
+        path.write_text(code, encoding="utf-8")
+        return _private_imports(path)
 
 
 def test_every_engine_declares_what_the_registry_asks():
@@ -236,7 +289,7 @@ def test_a_figure_declares_its_settings_and_a_training_figure_its_runs():
     hold run settings (a ``model``, also in a nested run) declares ``runs``, and no module keeps a ``settings``
     wrapper."""
     from linattn.companion import figures, published
-    from linattn.companion.figures.common.presets import nested
+    from linattn.companion.figures.common.preset_blocks import nested
 
     for name in _figure_names():
         module = figures.module(name)

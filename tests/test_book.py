@@ -29,7 +29,8 @@ import pytest
 import yaml
 from conftest import require_built
 
-from linattn.companion import book, notebooks
+from linattn.companion import book
+from linattn.companion.runner import notebooks
 
 ROOT = book.REPO_ROOT
 PRESET = os.environ.get("LINATTN_BOOK_PRESET", "quick")
@@ -389,7 +390,7 @@ def _tiny_book(tmp_path: Path, names: list[str]) -> Path:
 
 def _executed(root: Path, name: str, error: bool = False, preset: str = "paper", source: str | None = None):
     """An executed figure as the runner leaves it (notebook, image, run record and cache key)."""
-    from linattn.companion import cachekey
+    from linattn.companion.runner import cachekey
 
     figs = book.figures_dir(preset, root)
     nb = nbformat.v4.new_notebook()
@@ -575,7 +576,8 @@ def test_only_figures_11_and_12_of_the_appendix_are_named_by_number():
     """A page names an appendix figure by its number only where the paper's text confirms it (Figures 11 and 12),
     never with a guess ("probably"); every other appendix page calls it an appendix figure, with no number. The cite
     block names the two confirmed figures from their pages' titles."""
-    from linattn.companion import citation, published
+    from linattn.companion import published
+    from linattn.companion.runner import citation
 
     sources = notebooks.discover()
     texts = {path: path.read_text(encoding="utf-8") for path in

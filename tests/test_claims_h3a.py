@@ -362,7 +362,7 @@ GLUE = re.compile(r"\{glue:text\}`(\w+)(?::[^`]*)?`")
 def words_before_figure(name: str, glued: dict) -> int:
     """The words a reader meets before the figure on page ``name``: the notebook's prose (front matter, title and
     code cells left out) up to its figure directive, each glued value counted as the words it shows."""
-    from linattn.companion import paths
+    from linattn.companion.runner import paths
 
     text = (paths.SRC_DIR / f"{name}.md").read_text(encoding="utf-8")
     text = text.split("\n---\n", 1)[1] if text.startswith("---") else text

@@ -9,9 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from linattn import diagnostics as dg
-from linattn import events, theory
-from linattn import loss_curves as lc
+from linattn import theory
+from linattn.analysis import diagnostics as dg
+from linattn.analysis import events
+from linattn.analysis import loss_curves as lc
 from linattn.companion import presets
 from linattn.companion.figures import beyond_diagnostics, beyond_population, fig03c_attns_alignment, figA_init_scale
 

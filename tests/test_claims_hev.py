@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from linattn import events
-from linattn import loss_curves as lc
+from linattn.analysis import events
+from linattn.analysis import loss_curves as lc
 from linattn.companion import presets
 from linattn.companion.figures import (
     fig01a_attnm_schematic,

@@ -77,7 +77,7 @@ def test_fig14_standard_errors_are_the_scatter_of_the_per_sequence_losses(tmp_pa
     """The stored standard errors of the final test losses, recomputed from the final weights and the test sets with
     the model's own forward pass and numpy (a second route past ``uncertainty.per_sequence_losses``), at a knob case."""
     import linattn
-    from linattn.companion.figures.common.train import trained
+    from linattn.companion.figures.common.trainer import trained
 
     monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "runs"))
     S = presets.resolve(fig14_icl_iwl.NAME, "quick", fig14_icl_iwl.KNOB_CASES[1])
@@ -103,7 +103,7 @@ def _attn_m_features(X):
 def test_fig14_end_point_by_numpy_least_squares(case, tmp_path, monkeypatch):
     """The t → ∞ columns: numpy's minimum-norm least squares on features built here from each run's own training
     set, its squared error on the run's own two test sets (a second route past the exact engine's moments)."""
-    from linattn.companion.figures.common.train import trained
+    from linattn.companion.figures.common.trainer import trained
 
     monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "runs"))
     S = presets.resolve(fig14_icl_iwl.NAME, "quick", case or {})

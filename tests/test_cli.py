@@ -159,7 +159,7 @@ def _crash_while_writing(monkeypatch, error):
         (Path(out_dir) / "loss.csv").write_text("half written")
         raise error(Path(out_dir))
 
-    monkeypatch.setattr(importlib.import_module("linattn.result"), "write_outputs", crash)
+    monkeypatch.setattr(importlib.import_module("linattn.training.result"), "write_outputs", crash)
 
 
 def test_an_interrupted_write_leaves_no_folder(tmp_path, monkeypatch, capsys):

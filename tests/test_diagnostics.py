@@ -1,17 +1,21 @@
 """Diagnostics and the plateau detector, checked against the theory on population runs (exact moments)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
-from linattn import diagnostics as dg
-from linattn import loss_curves, theory
-from linattn import loss_curves as lc  # noqa: E402
+from linattn import theory
+from linattn.analysis import diagnostics as dg
+from linattn.analysis import loss_curves
+from linattn.analysis import loss_curves as lc  # noqa: E402
 from linattn.companion import published
+from linattn.companion.runstore import predicted_drop_steps
 from linattn.config import RunConfig
 from linattn.data import streams
-from linattn.experiment import run
 from linattn.models import build_model, init_weights
+from linattn.training.experiment import run
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
@@ -483,7 +487,7 @@ def test_half_drop_step_is_nan_without_a_drop_and_refuses_bad_input():
 
 
 def test_rise_verdict_compares_a_rise_time_with_the_odes_by_a_factor():
-    from linattn import events
+    from linattn.analysis import events
 
     v_inf = (0.4 * 1.1) ** (-1 / 3)
     t = np.linspace(0.0, 2 * 3 / (0.4**2 * 1e-3 * v_inf), 40001)  # past twice the blow-up time τ/(λ² v₀)
@@ -570,7 +574,7 @@ def _predicted_case(seed=1, trainset_size=None, epoch=2000):
     return cfg
 
 
-def test_predicted_drop_steps_follow_the_run_from_the_same_start():
+def test_predicted_drop_steps_follow_the_run_from_the_same_start(tmp_path):
     """The population gradient descent from a run's own initial weights predicts the run's drops: the finite-P run
     at a large P (sampling error ~1/sqrt(P)) makes them within a few per cent of the prediction, and a shorter
     horizon leaves the drops it does not reach NaN."""
@@ -579,9 +583,10 @@ def test_predicted_drop_steps_follow_the_run_from_the_same_start():
     levels = theory.plateau_losses(res.datasets.cov, cfg.N)
     ran = lc.drop_steps(res.history.train_loss, levels)
     assert np.all(np.isfinite(ran))
-    got = lc.predicted_drop_steps(cfg, res.init, res.datasets.cov, chunk=300)  # several chunks
+    got = predicted_drop_steps(res, chunk=300, root=tmp_path)  # several chunks, each carried on in the store
     assert np.allclose(got, ran, rtol=0.05)
-    short = lc.predicted_drop_steps(cfg, res.init, res.datasets.cov, horizon=int((ran[0] + ran[1]) / 2))
+    short = predicted_drop_steps(res, horizon=int((ran[0] + ran[1]) / 2), root=tmp_path)
     assert np.isfinite(short[0]) and np.isnan(short[1])
     with pytest.raises(ValueError, match="model"):
-        lc.predicted_drop_steps(RunConfig(model="attnM", in_dim=2), res.init, res.datasets.cov)
+        predicted_drop_steps(SimpleNamespace(config=RunConfig(model="attnM", in_dim=2), init=res.init,
+                                             datasets=res.datasets), root=tmp_path)

@@ -13,7 +13,7 @@ from numpy.polynomial.hermite_e import hermegauss
 
 from linattn import data, models, normalization, objectives
 from linattn.objectives import population
-from linattn.train import gradient_descent
+from linattn.training.train import gradient_descent
 
 D, SEQ, H = 3, 6, 3
 

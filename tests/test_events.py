@@ -4,10 +4,11 @@ population run of rank-one ATTN_S, where the theory says what must happen."""
 import numpy as np
 import pytest
 
-from linattn import diagnostics as dg
-from linattn import events, theory
+from linattn import theory
+from linattn.analysis import diagnostics as dg
+from linattn.analysis import events
 from linattn.config import RunConfig
-from linattn.experiment import run
+from linattn.training.experiment import run
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)

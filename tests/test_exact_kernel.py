@@ -9,12 +9,12 @@ import torch
 
 import linattn
 from linattn import RunConfig, objectives
-from linattn.keys import trajectory_code_hash
 from linattn.models import AttnS, build_model
 from linattn.objectives import exact as ex
 from linattn.objectives.native import KnownFallback
-from linattn.plan import _draw
-from linattn.train import TrainingDiverged, gradient_descent
+from linattn.training.keys import trajectory_code_hash
+from linattn.training.plan import draw_checked
+from linattn.training.train import TrainingDiverged, gradient_descent
 
 CASES = {  # settings well inside the stable range, so the two paths' rounding stays at rounding
     "attnM": dict(model="attnM", head_num=3, init=0.05, lr=0.01),
@@ -27,7 +27,7 @@ CASES = {  # settings well inside the stable range, so the two paths' rounding s
 def _setup(settings, **kw):
     cfg = RunConfig(**dict(dict(in_dim=3, seq_len=10, trainset_size=300, testset_size=100, draws="streams", seed=1),
                            **settings, **kw))
-    datasets, init = _draw(cfg)
+    datasets, init = draw_checked(cfg)
     return cfg, datasets, init
 
 

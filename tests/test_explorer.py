@@ -34,8 +34,8 @@ from conftest import require_built
 
 from linattn import theory
 from linattn.config import RunConfig
-from linattn.experiment import run
 from linattn.models import init_weights
+from linattn.training.experiment import run
 
 pytestmark = pytest.mark.book
 

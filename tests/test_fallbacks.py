@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import nbformat
 
-from linattn.companion import notebooks, schedule
+from linattn.companion.runner import notebooks, schedule
 from linattn.objectives.native import KnownFallback, fallback_reason
 
 EXACT = ("the exact engine's C kernel could not be built (FileNotFoundError: [Errno 2] No such file or directory: "
@@ -15,7 +15,7 @@ EXACT = ("the exact engine's C kernel could not be built (FileNotFoundError: [Er
 
 def _printed(category: str, message: str, source: str = "steps = compiled(model, tests)") -> str:
     """A warning as Python's warnings module prints it into a cell's stderr."""
-    return f"/site/linattn/train.py:115: {category}: {message}\n  {source}\n"
+    return f"/site/linattn/training/train.py:115: {category}: {message}\n  {source}\n"
 
 
 def _executed(*streams: str, with_figure: bool = True) -> nbformat.NotebookNode:
@@ -42,7 +42,8 @@ def test_known_fallbacks_are_taken_off_the_page_once_each():
 def test_an_unknown_warning_beside_a_fallback_still_fails_the_figure():
     nb = _executed(_printed("KnownFallback", EXACT) + _printed("UserWarning", "Port 8787 is already in use"))
     assert notebooks.take_known_fallbacks(nb) == [EXACT]
-    assert notebooks.printed_warnings(nb) == ["/site/linattn/train.py:115: UserWarning: Port 8787 is already in use"]
+    assert notebooks.printed_warnings(nb) == [
+        "/site/linattn/training/train.py:115: UserWarning: Port 8787 is already in use"]
 
 
 def test_a_warning_that_merely_mentions_the_name_is_not_a_fallback():

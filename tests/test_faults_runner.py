@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_runner import WRITE, make_src, pin_sources
 
-from linattn.companion import execute, publish, schedule
+from linattn.companion.runner import execute, publish, schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,7 @@ def test_an_unfinished_stage_of_a_dead_run_is_removed_and_the_figure_kept(tmp_pa
 
 
 def test_a_second_holder_of_a_figure_lock_waits_and_names_the_first(tmp_path):
-    code = ("import sys, time; from linattn.companion import publish\n"
+    code = ("import sys, time; from linattn.companion.runner import publish\n"
             "with publish.figure_lock(sys.argv[1], 'one', say=lambda s: print(s, flush=True)):\n"
             "    print('got it', time.monotonic(), flush=True)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -292,8 +292,8 @@ def test_an_interrupted_run_says_what_it_kept_and_leaves_no_stage_or_kernel(tmp_
 @pytest.mark.slow
 def test_a_killed_runner_leaves_no_worker_or_kernel(tmp_path):
     """SIGKILL of ``linattn figures``: its workers and their kernels end within seconds (Linux's parent-death
-    signal, :mod:`linattn.companion.lifetime`), and the next run finds nothing of the killed one."""
-    pytest.importorskip("linattn.companion.lifetime")
+    signal, :mod:`linattn.companion.runner.lifetime`), and the next run finds nothing of the killed one."""
+    pytest.importorskip("linattn.companion.runner.lifetime")
     pid_file = tmp_path / "kernel.pid"
     src = make_src(tmp_path, {"slow": f"Path({str(pid_file)!r}).write_text(str(os.getpid()))\n" + WRITE
                               + "time.sleep(120)\n"})

@@ -10,7 +10,7 @@ import pytest
 
 xr = pytest.importorskip("xarray")
 
-from linattn import loss_curves as lc  # noqa: E402
+from linattn.analysis import loss_curves as lc  # noqa: E402
 from linattn.companion import presets  # noqa: E402
 from linattn.companion.figures import fig01b_attnm_loss as fig01b  # noqa: E402
 from linattn.companion.figures.common.frame import figure  # noqa: E402
@@ -401,7 +401,7 @@ def test_the_pcr_page_on_the_shared_run(fig03_runs):
 
 
 def test_the_five_pages_read_one_run_of_the_store(fig03_runs):
-    from linattn.companion.figures.common.train import train
+    from linattn.companion.figures.common.trainer import train
 
     S = presets.settings(fig03a, "quick", seeds=[0], epoch_streams=300, **TINY_3A)
     first = train(fig03a.runs(S), S)["seed=0"]

@@ -15,15 +15,16 @@ import nbformat
 import pytest
 from conftest import require_built
 
-from linattn.companion import book, cachekey, paths, schedule
+from linattn.companion import book
 from linattn.companion import figures as registry
+from linattn.companion.runner import cachekey, paths, schedule
 
 NAMES = sorted(cachekey.discover())
 OUTPUTS = ("{n}.png", "{n}.svg", "{n}.pdf", "{n}.csv", "provenance.json", "numbers.json", "{n}.ipynb")
 ROOT = paths.preset_root("quick")
 # What each figure's numbers.json must show against the theory at the quick preset: its module's TOLERANCES (a CI-sized
 # run: smaller P and shorter runs than the paper, hence tolerances wider than the paper preset's errors; the shared
-# plateau tolerance is linattn.companion.figures.common.presets.PLATEAU_TOLERANCE). A figure whose list is empty
+# plateau tolerance is linattn.companion.figures.common.preset_blocks.PLATEAU_TOLERANCE). A figure whose list is empty
 # (Figure 5: there is no softmax theory; the report: it copies the other figures' rows) is not checked.
 TOLERANCES = {n: registry.module(n).TOLERANCES for n in registry.names() if registry.module(n).TOLERANCES}
 UNCHECKED = tuple(n for n in registry.names() if n not in TOLERANCES)

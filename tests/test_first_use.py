@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import linattn
-from linattn import experiment
 from linattn.cli import cli_message, main
 from linattn.config import ConfigError, RunConfig
-from linattn.memory import check_memory, memory_estimate, parse_size
+from linattn.training import experiment
+from linattn.training.memory import check_memory, memory_estimate, parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 C3 = [[1.0, 0.2, 0.0], [0.2, 0.5, 0.1], [0.0, 0.1, 0.3]]
@@ -187,7 +187,7 @@ def test_a_run_that_cannot_fit_is_refused_before_drawing(settings, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("drew data for a run that cannot fit")
 
-    monkeypatch.setattr(experiment, "_draw", never)  # what run() draws with
+    monkeypatch.setattr(experiment, "draw_checked", never)  # what run() draws with
     cfg = RunConfig(**settings)
     need = memory_estimate(cfg)
     with pytest.raises(ConfigError, match=r"^this run needs about [\d.]+ TiB of memory .*more than max_memory") as e:

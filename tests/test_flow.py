@@ -10,13 +10,21 @@ import torch
 
 from linattn import cli, data, models, objectives, theory
 from linattn.config import ConfigError, RunConfig, log_steps
-from linattn.experiment import run
-from linattn.flow import BilinearLoss, _Bilinear, _Vectorised, _vectorised, gradient_flow, loss_hessian, moving_entries
-from linattn.keys import run_key
-from linattn.memory import memory_parts
-from linattn.plan import draw
-from linattn.result import load_run, write_outputs
-from linattn.train import gradient_descent
+from linattn.training.experiment import run
+from linattn.training.flow import (
+    BilinearLoss,
+    _Bilinear,
+    _Vectorised,
+    _vectorised,
+    gradient_flow,
+    loss_hessian,
+    moving_entries,
+)
+from linattn.training.keys import run_key
+from linattn.training.memory import memory_parts
+from linattn.training.plan import draw
+from linattn.training.result import load_run, write_outputs
+from linattn.training.train import gradient_descent
 
 
 def _problem(model="attnS", head_num=2, init=0.3, seed=0):

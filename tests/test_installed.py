@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from linattn.companion import notebooks, paths, runstore
+from linattn.companion import runstore
+from linattn.companion.runner import notebooks, paths
 from linattn.objectives import softmax as se
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,8 @@ def test_the_wheel_carries_the_notebooks_and_runs_outside_a_checkout(tmp_path):
     assert installed.returncode == 0, installed.stderr
 
     # the installed copy, not the checkout, is imported; it knows it is not a checkout and writes under the cwd
-    probe = _run([sys.executable, "-c", "import linattn\nfrom linattn.companion import paths, runstore\n"
+    probe = _run([sys.executable, "-c", "import linattn\nfrom linattn.companion import runstore\n"
+                  "from linattn.companion.runner import paths\n"
                   "print(linattn.__file__); print(paths.IS_CHECKOUT); print(paths.preset_root('quick'))\n"
                   "print(runstore.default_root())"], cwd, site)
     assert probe.returncode == 0, probe.stderr

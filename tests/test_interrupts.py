@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from linattn.cli import main
-from linattn.companion import lifetime
-from linattn.companion.interrupts import ENV_SIGNAL, ENV_SIGNAL_AT
+from linattn.companion.runner import lifetime
+from linattn.companion.runner.interrupts import ENV_SIGNAL, ENV_SIGNAL_AT
 from linattn.records import git_commit, process_alive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ import time; time.sleep(60)
 """
 CHILD = """
 import os, sys, time
-from linattn.companion.lifetime import die_with_parent
+from linattn.companion.runner.lifetime import die_with_parent
 {call}
 print("ready", flush=True)
 time.sleep(60)
@@ -80,7 +80,7 @@ def test_without_it_the_child_of_a_killed_parent_goes_on():  # what the test abo
 @linux_only
 def test_a_parent_already_gone_ends_the_child_at_once():
     # a parent id that is not this child's parent: the parent died before the signal was set
-    done = subprocess.run([sys.executable, "-c", "from linattn.companion.lifetime import die_with_parent; "
+    done = subprocess.run([sys.executable, "-c", "from linattn.companion.runner.lifetime import die_with_parent; "
                            "die_with_parent(parent=2**22 + 1); print('went on')"], env=ENV, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 128 + signal.SIGTERM and "went on" not in done.stdout
@@ -212,15 +212,15 @@ def test_the_workers_of_a_killed_sweep_end_with_it(tmp_path):
 
 
 def test_a_signal_during_the_final_rename_waits_for_it_and_the_run_is_kept(tmp_path, monkeypatch, capsys):
-    from linattn.cli import train
+    from linattn.cli import train_cli
 
-    rename = train._move_into_place
+    rename = train_cli._move_into_place
 
     def signalled_rename(*args):
         os.kill(os.getpid(), signal.SIGTERM)  # arrives while the rename runs: held back until it is done
         rename(*args)
 
-    monkeypatch.setattr(train, "_move_into_place", signalled_rename)
+    monkeypatch.setattr(train_cli, "_move_into_place", signalled_rename)
     out = tmp_path / "run"
     assert main(["train", *FAST, "--epoch", "3", "--out", str(out)]) == 143
     assert (out / "loss.csv").is_file() and _left(tmp_path)[0] == "run"
@@ -248,7 +248,7 @@ def test_a_local_clusters_workers_die_with_it_and_leave_ctrl_c_to_it():
 def test_a_kernel_started_with_kernel_arguments_dies_with_its_parent_and_keeps_a_clean_namespace():
     nbformat = pytest.importorskip("nbformat")
     papermill = pytest.importorskip("papermill")
-    code = ("import os\nfrom linattn.companion import lifetime as _l\n"
+    code = ("import os\nfrom linattn.companion.runner import lifetime as _l\n"
             "print(_l.parent_death_signal(), os.getppid(), sorted(k for k in dir() if not k.startswith('_')))")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}

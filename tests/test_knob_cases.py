@@ -15,8 +15,9 @@ import nbformat
 import pytest
 
 from linattn.companion import figures as registry
-from linattn.companion import presets, schedule
-from linattn.companion.execute import is_published_run
+from linattn.companion import presets
+from linattn.companion.runner import schedule
+from linattn.companion.runner.execute import is_published_run
 
 NAMES = registry.names()
 MIN_CASES = 2
@@ -130,7 +131,7 @@ def test_a_rerun_is_named_as_the_experiment_not_the_figure():
 
 
 def test_the_cite_block_cites_the_figure_only_at_the_published_settings():
-    from linattn.companion import citation
+    from linattn.companion.runner import citation
 
     text = "# Figure 4 — low-rank ATTN_S\n"
     assert "It reproduces **Figure 4**" in citation.cite_block("fig04_low_rank", text, at_published=True)

@@ -95,10 +95,10 @@ def test_every_public_name_resolves_after_a_lazy_import():
         for name in linattn.__all__:
             value = getattr(linattn, name)
             assert value is not None, name
-            if name in ("theory", "diagnostics", "events", "objectives"):
-                assert value is importlib.import_module("linattn." + name), name
+            if name in linattn._SUBMODULES:  # a module given as a name: the module where it lives
+                assert value is importlib.import_module("linattn." + linattn._SUBMODULES[name]), name
         from linattn import run, RunResult, TrainingDiverged, build_model, objectives
-        assert run is importlib.import_module("linattn.experiment").run
+        assert run is importlib.import_module("linattn.training.experiment").run
         assert objectives.Exact is importlib.import_module("linattn.objectives.exact").Exact
         assert objectives.load("exact") is objectives.Exact and objectives.get("exact").name == "exact"
         try:
@@ -130,7 +130,7 @@ def test_the_parser_and_refusals_leave_the_figure_runner_unimported(args):
     (notebooks, presets, the run store's records) load only when one of those commands runs."""
     done = subprocess.run([sys.executable, "-c", textwrap.dedent("""\
         import atexit, sys
-        atexit.register(lambda: print("RUNNER", "linattn.companion.schedule" in sys.modules, file=sys.stderr))
+        atexit.register(lambda: print("RUNNER", "linattn.companion.runner.schedule" in sys.modules, file=sys.stderr))
         from linattn.cli import main
         sys.exit(main(sys.argv[1:]))
         """), *args], capture_output=True, text=True, timeout=300)

@@ -1,6 +1,6 @@
 """The memory estimate against measured runs (issue 45, finding 4): a run's peak resident memory, measured in a fresh
 process (its ``VmHWM``) less that of a one-head run of the same engine (the interpreter, torch, the engine's code),
-is within a factor of two of :func:`linattn.memory.memory_estimate`, across models, engines, heads, P, n and D.
+is within a factor of two of :func:`linattn.training.memory.memory_estimate`, across models, engines, heads, P, n and D.
 Before, many heads were counted as their weights alone: 2 MiB for runs that took 200 MiB."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from linattn.config import RunConfig
-from linattn.memory import memory_estimate, memory_parts
+from linattn.training.memory import memory_estimate, memory_parts
 
 pytestmark = pytest.mark.slow
 
@@ -81,8 +81,8 @@ def test_the_heads_part_grows_with_heads_sequences_and_tokens():
 
 
 def test_the_check_rows_are_the_exact_engines():
-    from linattn.memory import _CHECK_ROWS
     from linattn.objectives.exact import CHECK_ROWS
+    from linattn.training.memory import _CHECK_ROWS
 
     assert _CHECK_ROWS == CHECK_ROWS
 

@@ -4,7 +4,7 @@ import torch
 
 from linattn import data, normalization, objectives
 from linattn.models import build_model, init_weights, mlp_from_attn_m
-from linattn.train import gradient_descent
+from linattn.training.train import gradient_descent
 
 D, H, R, SEQ = 3, 4, 2, 7
 

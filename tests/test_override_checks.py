@@ -37,7 +37,7 @@ def test_a_negative_size_is_refused_up_front(name):
 def test_a_huge_model_is_refused_up_front(name, monkeypatch):
     """A million heads or D = 100000 where 2 GiB are available: the memory check (or, for a schematic, the drawing's
     size) refuses it."""
-    monkeypatch.setattr("linattn.memory.available_memory", lambda: 2**31)
+    monkeypatch.setattr("linattn.training.memory.available_memory", lambda: 2**31)
     sizes = [k for k in ("head_num", "in_dim") if k in _settings(name)]
     if not sizes:
         pytest.skip(f"{name} has neither head_num nor in_dim")

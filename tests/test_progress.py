@@ -9,10 +9,10 @@ import pytest
 from test_runner import WRITE, make_src, pin_sources
 
 import linattn
-from linattn import train
 from linattn.cli import main
-from linattn.companion import schedule
+from linattn.companion.runner import schedule
 from linattn.config import RunConfig
+from linattn.training import train
 
 
 def test_train_prints_plain_lines_off_a_terminal_and_nothing_when_quiet(tmp_path, capsys, monkeypatch):

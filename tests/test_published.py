@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from linattn import loss_curves, theory
+from linattn import theory
+from linattn.analysis import loss_curves
 from linattn.cli import build_parser, config_from_args
 from linattn.companion import published
 from linattn.companion.commands import train_command
@@ -404,7 +405,7 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
 
     import nbformat
 
-    from linattn.companion import schedule
+    from linattn.companion.runner import schedule
 
     claims = {"fig04_low_rank": rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
               "fig05_softmax": rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(True)))}

@@ -7,7 +7,7 @@ column).
 ``test_built_figures_are_readable`` (marked ``book``) checks the SVGs under the figures output roots of
 :func:`figures_output_roots`: ``$LINATTN_FIGURES_DIR`` if set, else the quick preset's root ``_build/figures/quick``
 (which ``make test`` builds) and the paper preset's ``_build/figures/paper`` where ``make book`` has built it
-(``linattn.companion.paths.preset_root``); point it anywhere with ``LINATTN_FIGURES_DIR=/path pytest
+(``linattn.companion.runner.paths.preset_root``); point it anywhere with ``LINATTN_FIGURES_DIR=/path pytest
 tests/test_readability.py``. A root without figures skips, with the reason, or fails under
 ``LINATTN_REQUIRE_BROWSER=1`` (CI; ``conftest.require_built``).
 """
@@ -28,8 +28,9 @@ import readability
 from conftest import require_built
 
 from linattn import theory
-from linattn.companion import paths, plotting
+from linattn.companion import plotting
 from linattn.companion.output import ENV_ROOT
+from linattn.companion.runner import paths
 
 
 def figures_output_roots() -> list[Path]:

@@ -15,9 +15,9 @@ import torch
 
 from linattn.cli import build_parser, config_from_args
 from linattn.config import ConfigError, RunConfig
-from linattn.experiment import run
-from linattn.plan import draw
 from linattn.reference_draws import cubic_features, reference_draws
+from linattn.training.experiment import run
+from linattn.training.plan import draw
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "reference_draws").glob("*.npz"))
 # model names of the Dec 2024 code, which linattn's CLI knows by their later names

@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 
 from linattn.cli import main
-from linattn.companion import paths, runstore, schedule
+from linattn.companion import runstore
+from linattn.companion.runner import paths, schedule
 from linattn.config import ConfigError, RunConfig
-from linattn.memory import check_memory, memory_estimate, memory_parts
+from linattn.training.memory import check_memory, memory_estimate, memory_parts
 
 HUGE_EPOCH = 10**12  # the case: 8 TB a recorded column
 

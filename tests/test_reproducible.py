@@ -18,7 +18,7 @@ from conftest import require_built
 from nbval.plugin import get_sanitize_patterns
 
 from linattn.companion import reproduce
-from linattn.companion.paths import ENV_RUNS_DIR, preset_root
+from linattn.companion.runner.paths import ENV_RUNS_DIR, preset_root
 
 # Figure 3a trains six seeds; Figure 3b reads its seed-0 run back from the store; Figure 1b trains ATTN_M and an MLP
 CHECKED = ("fig01b_attnm_loss", "fig03a_attns_loss", "fig03b_attns_values")

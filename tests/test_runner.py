@@ -20,9 +20,10 @@ import yaml
 
 import linattn
 from linattn import records
-from linattn.companion import cachekey, citation, execute, figure_commands, notebooks, presets, schedule, sources
 from linattn.companion import figures as registry
+from linattn.companion import presets
 from linattn.companion.output import FigureOutput, NumbersTable, figures_root, median_and_range, number_row
+from linattn.companion.runner import cachekey, citation, execute, figure_commands, notebooks, schedule, sources
 
 FRONT = textwrap.dedent("""\
     ---
@@ -192,7 +193,8 @@ def test_source_hash_follows_what_a_notebook_imports(tmp_path):
     shutil.copytree(Path(linattn.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     cells = ["from linattn import theory\nfrom linattn.companion.output import FigureOutput"]
     before = sources.source_hash(cells, pkg)
-    for untouched in ("cli/__init__.py", "companion/schedule.py", "companion/book.py", "companion/sources.py"):
+    for untouched in ("cli/__init__.py", "companion/runner/schedule.py", "companion/book.py",
+                      "companion/runner/sources.py"):
         (pkg / untouched).write_text((pkg / untouched).read_text() + "\n# edited\n")
         assert sources.source_hash(cells, pkg) == before, untouched
     for followed in ("theory.py", "objectives/exact.py", "records.py"):  # records: imported by the output module
@@ -473,7 +475,7 @@ def test_run_configs_are_the_runs_a_figure_trains():
 
 
 def test_every_preset_gives_valid_runs_and_the_tables_name_real_settings():
-    from linattn.companion.figures.common.presets import RUN_KNOBS, SWEEPS
+    from linattn.companion.figures.common.preset_blocks import RUN_KNOBS, SWEEPS
     from linattn.config import RunConfig
 
     tables = {name: presets.table(name) for name in registry.names() if presets.has_presets(name)}
@@ -499,12 +501,14 @@ def test_every_preset_gives_valid_runs_and_the_tables_name_real_settings():
 
 def test_parameters_cells_are_written_from_the_presets_table():
     """One source: each figure's parameters cell is :func:`notebooks.parameters_source` of its paper preset, so
-    every setting is a knob with its paper value (``python -m linattn.companion.notebooks --sync`` rewrites them)."""
+    every setting is a knob with its paper value (``python -m linattn.companion.runner.notebooks --sync`` rewrites
+    them)."""
     for name, path in notebooks.discover().items():
         if not presets.has_presets(name):
             continue
         cell = notebooks.parameters_cell(notebooks.read(path)).source
-        assert cell == notebooks.parameters_source(name), f"{name}: run python -m linattn.companion.notebooks --sync"
+        assert cell == notebooks.parameters_source(name), \
+            f"{name}: run python -m linattn.companion.runner.notebooks --sync"
         knobs = notebooks.knobs(notebooks.read(path))
         assert {k: v.default for k, v in knobs.items()} == presets.table(name)["paper"], name
 
@@ -534,7 +538,7 @@ def test_runner_gives_the_notebook_every_setting_of_the_preset():
 
 
 def test_figure_settings_helpers():
-    from linattn.companion.figures.common.presets import sweep
+    from linattn.companion.figures.common.preset_blocks import sweep
 
     s = presets.resolve("fig04_low_rank", "paper")
     assert presets.is_published("fig04_low_rank", s)
@@ -576,7 +580,7 @@ def test_figures_out_is_checked_before_any_work(where, message, tmp_path, capsys
 
 
 def test_a_usable_out_passes_and_the_check_leaves_nothing(tmp_path):
-    from linattn.companion.paths import unusable_output_dir
+    from linattn.companion.runner.paths import unusable_output_dir
 
     assert unusable_output_dir(tmp_path) is None and unusable_output_dir(tmp_path / "new" / "deeper") is None
     assert list(tmp_path.iterdir()) == []
@@ -843,7 +847,7 @@ def test_set_up_code_before_the_figure_is_left_off_the_page_and_the_rest_folded(
 def test_the_packaged_citation_is_the_repositorys_and_the_cite_cell_reads_it():
     """An installed copy cites from the CITATION.cff shipped in the package: it must be the root's, and the cite
     cell's BibTeX must carry what the file says (no second copy of the metadata in code)."""
-    from linattn.companion import citation
+    from linattn.companion.runner import citation
 
     assert citation.cff_text() == (Path(linattn.__file__).parent.parent / "CITATION.cff").read_text(encoding="utf-8")
     paper = citation.cff()["preferred-citation"]

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 import linattn
-from linattn import experiment, keys, plan
-from linattn.companion import notebooks
-from linattn.companion.paths import ENV_RETRAIN, retraining
+from linattn.companion.runner import notebooks
+from linattn.companion.runner.paths import ENV_RETRAIN, retraining
 from linattn.companion.runstore import QUARANTINE, RunStore, StoreError
-from linattn.keys import run_key
 from linattn.objectives.native import KnownFallback
+from linattn.training import experiment, keys, plan
+from linattn.training.keys import run_key
 
 CFG = linattn.RunConfig(model="attnS", head_num=3, rank=1, in_dim=3, seq_len=8, trainset_size=200, epoch=300,
                         lr=0.05, init=0.1, seed=1, draws="streams")
@@ -87,8 +87,8 @@ def test_get_many_stores_the_others_before_a_member_diverges(tmp_path):
 def test_a_run_carried_on_is_not_drawn_again(tmp_path, monkeypatch):
     """extended() continues with the data sets the run drew, bit for bit the run trained in one go."""
     draws = []
-    monkeypatch.setattr(experiment, "_draw",
-                        lambda cfg, shared=None, f=plan._draw: draws.append(cfg) or f(cfg, shared))
+    monkeypatch.setattr(experiment, "draw_checked",
+                        lambda cfg, shared=None, f=plan.draw_checked: draws.append(cfg) or f(cfg, shared))
     stored = RunStore(tmp_path).get(CFG, snapshot_every=EVERY).extended(500).extended(700)
     assert len(draws) == 1 and stored.trained_steps == 200
     _same_run(stored, linattn.run(replace(CFG, epoch=700), snapshot_every=EVERY, progress=False))
@@ -157,29 +157,31 @@ def test_comments_and_what_only_measures_a_run_leave_the_key_unchanged(tmp_path)
     original = code(_package_copy(tmp_path / "a"))
     assert original == code()
     edited = _package_copy(tmp_path / "b")
-    for name in ("events.py", "diagnostics.py", "models.py", "theory.py"):
+    for name in ("analysis/events.py", "analysis/diagnostics.py", "models.py", "theory.py"):
         with open(edited / name, "a", encoding="utf-8") as f:
             f.write("\n# a comment appended by the test\n")
     models = (edited / "models.py").read_text(encoding="utf-8")
     (edited / "models.py").write_text(models.replace('"""The paper\'s models', '"""The models of the paper', 1),
                                       encoding="utf-8")
-    for name in ("diagnostics.py", "theory.py", "events.py", "cli.py", "companion/runstore.py"):
+    for name in ("analysis/diagnostics.py", "theory.py", "analysis/events.py", "cli/__init__.py",
+                 "companion/runstore.py"):
         with open(edited / name, "a", encoding="utf-8") as f:
             f.write("\n\ndef _added_by_the_test():\n    return 1\n")
-    with open(edited / "experiment.py", "a", encoding="utf-8") as f:  # outside the run's part of experiment.py
+    with open(edited / "training/experiment.py", "a", encoding="utf-8") as f:  # outside the run's part of it
         f.write("\n\ndef _added_by_the_test():\n    return 1\n")
     assert models != (edited / "models.py").read_text(encoding="utf-8")
     assert code(edited) == original
-    for name, change in (("models.py", "\n_ADDED_BY_THE_TEST = 1\n"), ("train.py", "\n_ADDED_BY_THE_TEST = 1\n")):
-        other = _package_copy(tmp_path / name)
+    for name in ("models.py", "training/train.py"):
+        change = "\n_ADDED_BY_THE_TEST = 1\n"
+        other = _package_copy(tmp_path / name.replace("/", "-"))
         with open(other / name, "a", encoding="utf-8") as f:
             f.write(change)
         assert code(other) != original, name
     run_part = _package_copy(tmp_path / "run")
-    source = (run_part / "experiment.py").read_text(encoding="utf-8")
-    (run_part / "experiment.py").write_text(source.replace("    setup = time.perf_counter() - start\n",
-                                                           "    setup = time.perf_counter() - start + 0\n", 1),
-                                            encoding="utf-8")
+    source = (run_part / "training/experiment.py").read_text(encoding="utf-8")
+    (run_part / "training/experiment.py").write_text(
+        source.replace("    setup = time.perf_counter() - start\n", "    setup = time.perf_counter() - start + 0\n", 1),
+        encoding="utf-8")
     assert code(run_part) != original
 
 
@@ -431,7 +433,7 @@ def test_figures_retrain_flag_retrains_and_reexecutes(tmp_path, monkeypatch):
     $LINATTN_RETRAIN set for its kernels."""
     import argparse
 
-    from linattn.companion import figure_args, schedule
+    from linattn.companion.runner import figure_args, schedule
 
     parser = argparse.ArgumentParser()
     figure_args.add_arguments(parser)

@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform == "win32", reas
 STUCK_TRAIN = """
 import sys, torch
 torch.set_num_threads(1)
-import linattn.experiment
-from linattn.companion import interrupts
+import linattn.training.experiment
+from linattn.companion.runner import interrupts
 from linattn.cli import main
 
 interrupts.GRACE_S = 1.0
@@ -33,7 +33,7 @@ def run(*args, **kwargs):
     torch.mm(a, a)
     raise SystemExit("the product ended before the signal was taken")
 
-linattn.experiment.run = run
+linattn.training.experiment.run = run
 sys.exit(main(["train", "--epoch", "3", "--out", sys.argv[1]]))
 """
 
@@ -72,7 +72,7 @@ def test_a_signal_the_main_thread_takes_is_not_cut_short(tmp_path):
     long the clean-up that follows takes."""
     script = """
 import sys, time
-from linattn.companion import interrupts
+from linattn.companion.runner import interrupts
 try:
     with interrupts.signals_interrupt(stuck=lambda s: print("watchdog", flush=True), grace=0.2):
         print("ready", flush=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from linattn.cli import main
-from linattn.companion.notebooks import with_article
+from linattn.companion.runner.notebooks import with_article
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,12 +13,12 @@ import torch
 import linattn
 from linattn import data, models, objectives
 from linattn.config import ConfigError, RunConfig
-from linattn.experiment import run
-from linattn.keys import trajectory_code_hash
 from linattn.objectives import Softmax, native
 from linattn.objectives import softmax as se
 from linattn.objectives.native import KnownFallback
-from linattn.train import gradient_descent
+from linattn.training.experiment import run
+from linattn.training.keys import trajectory_code_hash
+from linattn.training.train import gradient_descent
 
 D, SEQ, H, R = 3, 6, 3, 2  # one D everywhere: D+1 is a static size of the native kernel (a new one compiles)
 P, CHUNK = 600, 256        # 19 blocks of 32 sequences (the last padded), in 2 chunks where the kernel takes chunks

@@ -19,8 +19,8 @@ import pytest
 import linattn
 from linattn import ConfigError, RunConfig
 from linattn.cli import main
-from linattn.keys import run_key
 from linattn.records import process_alive
+from linattn.training.keys import run_key
 
 pytest.importorskip("dask.distributed")
 xr = pytest.importorskip("xarray")

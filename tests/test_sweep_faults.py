@@ -14,7 +14,7 @@ import pytest
 import linattn
 from linattn import ConfigError, RunConfig
 from linattn.cli import main
-from linattn.keys import run_key
+from linattn.training.keys import run_key
 
 pytest.importorskip("dask.distributed")
 xr = pytest.importorskip("xarray")
@@ -121,18 +121,18 @@ def _finished(out: Path) -> set[str]:
 def test_a_task_stores_each_cell_as_soon_as_it_is_done(tmp_path, monkeypatch, engine):
     """A task trains its cells together (run_many) but stores each one before the next starts: with a slow engine a
     part of 16 cells took minutes before any was stored, and a Ctrl-C lost them all."""
-    from linattn import experiment
+    from linattn.training import experiment
 
     base = RunConfig(**TINY, epoch=30, engine=engine)
     part = [dict(base.to_dict(), seed=s) for s in range(3)]
     keys = [run_key(RunConfig.from_dict(c)) for c in part]
-    seen, carry_out = [], experiment._carry_out
+    seen, carry_out = [], experiment.carry_out
 
     def train(*args, **kwargs):  # each member as it starts training: which cells are stored by then
         seen.append(_finished(tmp_path))
         return carry_out(*args, **kwargs)
 
-    monkeypatch.setattr(experiment, "_carry_out", train)
+    monkeypatch.setattr(experiment, "carry_out", train)
     results = cells.train_cells([(c, k, f"seed={c['seed']}") for c, k in zip(part, keys)], str(tmp_path))
     assert [r["outcome"] for r in results] == ["trained"] * 3
     assert seen == [set(), {keys[0]}, {keys[0], keys[1]}]
@@ -149,7 +149,7 @@ def _log(out: Path) -> list[dict]:
 _CTRL_C = """
 import os, signal, sys
 from linattn.cli import main
-from linattn.keys import run_key
+from linattn.training.keys import run_key
 from linattn.companion.sweeps import engine
 moment = sys.argv[1]
 original = getattr(engine, moment)
@@ -201,7 +201,7 @@ def test_two_identical_sweeps_into_one_folder_train_each_cell_once(tmp_path):
 def test_run_many_reports_each_member_as_it_is_done(batched):
     """run_many's on_result gets each member's place and its result (what the returned list holds there), member by
     member in order; a diverged member's exception too."""
-    from linattn.batch import run_many
+    from linattn.training.batch import run_many
 
     configs = [RunConfig(**dict(TINY, seed=s), epoch=20) for s in range(2)]
     configs.append(RunConfig(**dict(TINY, lr=1e4), epoch=20))

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from linattn import diagnostics as dg
-from linattn import loss_curves as lc
 from linattn import objectives, theory
+from linattn.analysis import diagnostics as dg
+from linattn.analysis import loss_curves as lc
 from linattn.config import RunConfig
-from linattn.experiment import run
-from linattn.flow import gradient_flow
 from linattn.models import AttnM, build_model
+from linattn.training.experiment import run
+from linattn.training.flow import gradient_flow
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)

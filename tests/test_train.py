@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from linattn.config import RunConfig
-from linattn.experiment import run
-from linattn.train import TrainingDiverged
+from linattn.training.experiment import run
+from linattn.training.train import TrainingDiverged
 
 SMALL = dict(in_dim=3, seq_len=8, trainset_size=200, epoch=150, progress=None)
 

@@ -1,14 +1,14 @@
 """The ``linattn`` command.
 
-The commands live in modules of their own: :mod:`linattn.cli.train`, :mod:`linattn.cli.sweep` (and the figure
-runner, :mod:`linattn.companion.figure_commands`); :mod:`linattn.cli.common` holds what they share, and
-:mod:`linattn.companion.interrupts` how SIGINT and SIGTERM stop them. One error idiom for all: ``linattn <command>:
-error: …`` on stderr, exit code 2 (:class:`~linattn.cli.common.UsageError`).
+The commands live in modules of their own: :mod:`linattn.cli.train_cli`, :mod:`linattn.cli.sweep` (and the figure
+runner, :mod:`linattn.companion.runner.figure_commands`); :mod:`linattn.cli.options` holds what they share, and
+:mod:`linattn.companion.runner.interrupts` how SIGINT and SIGTERM stop them. One error idiom for all: ``linattn
+<command>: error: …`` on stderr, exit code 2 (:class:`~linattn.cli.options.UsageError`).
 
 ``linattn train`` takes the reference's flags (same names, meanings and defaults; ``--head`` for ``--head_num``,
 ``--KQ_dim`` for ``--rank``, and unambiguous prefixes) plus ours, every run flag declared with its setting
 (``linattn.config.SETTINGS``), and writes the run's folder into ``--out`` (``loss.csv``, ``run.json``, ``init.npz``,
-``weights.npz``; with ``--save-data`` also ``data.npz``: ``linattn.result.write_outputs``), which
+``weights.npz``; with ``--save-data`` also ``data.npz``: ``linattn.training.result.write_outputs``), which
 ``linattn.load_run`` reads back. Its promises:
 
 * Invalid input (a bad flag or value, an unavailable ``--device``, an existing non-empty ``--out`` without
@@ -32,7 +32,7 @@ from pathlib import Path
 from .._version import __version__
 
 # the names other code imports from linattn.cli (a module before it became this package)
-from .common import (  # noqa: F401
+from .options import (  # noqa: F401
     Parser,
     TrainHelp,
     UsageError,
@@ -42,7 +42,7 @@ from .common import (  # noqa: F401
     flag_words,
 )
 from .sweep import cmd_sweep, sweep_grid  # noqa: F401
-from .train import cmd_train, default_out, prepare_out  # noqa: F401
+from .train_cli import cmd_train, default_out, prepare_out  # noqa: F401
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,9 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="rebuild DIR/sweep.nc from DIR's run folders, and nothing else")
     add_train_arguments(sw, sweep=True)
     sw.set_defaults(func=cmd_sweep)
-    from ..companion import (
-        figure_args,  # the options alone: the runner is imported when its command runs
-    )
+    from ..companion.runner import figure_args  # the options alone: the runner is imported when its command runs
 
     figs = sub.add_parser("figures", help="execute the figure notebooks of figures_src/ (cached, in parallel)")
     figure_args.add_arguments(figs)
@@ -99,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _runner_command(name: str):
     """The figure runner's command ``name`` (``cmd_figures``, ``cmd_notebook``), imported only when it runs."""
     def command(args) -> int:
-        from ..companion import figure_commands
+        from ..companion.runner import figure_commands
 
         return getattr(figure_commands, name)(args)
 

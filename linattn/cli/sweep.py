@@ -1,6 +1,7 @@
 """``linattn sweep``: a grid of runs on Dask into content-addressed run folders, resumable, gathered into one
 xarray dataset (:mod:`linattn.companion.sweeps`). SIGINT and SIGTERM are handled alike
-(:mod:`linattn.companion.interrupts`): the cluster is closed, the one line says which cells are stored, exit 130 or 143.
+(:mod:`linattn.companion.runner.interrupts`): the cluster is closed, the one line says which cells are stored, exit 130
+or 143.
 """
 
 from __future__ import annotations
@@ -12,15 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..companion.interrupts import as_interrupted, signals_interrupt
+from ..companion.runner.interrupts import as_interrupted, signals_interrupt
 from ..config import ConfigError, RunConfig
-from .common import (
-    Parser,
-    UsageError,
-    add_train_arguments,
-    cli_message,
-    config_from_args,
-)
+from .options import Parser, UsageError, add_train_arguments, cli_message, config_from_args
 
 _RANGE = re.compile(r"\s*([+-]?\d+)\s*:\s*([+-]?\d+)\s*(?::\s*([+-]?\d+)\s*)?")
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")

@@ -1,9 +1,8 @@
 """The companion: everything that turns the science core into the book, and nothing the core needs.
 
-    runner     execute the figure notebooks (figures_src/) into _build/figures/<preset>, cached per figure
-    figure_args  the options of `linattn figures` and `linattn notebook` (the CLI's parser, without the runner)
-    notebooks  the notebooks as files: discovery, parameters cells (written from the presets), a reader's overrides
-    sources    which linattn source files a notebook depends on (its cache key)
+    runner/    execute the figure notebooks (figures_src/) into _build/figures/<preset>, cached per figure: its
+               commands and their options, the schedule, the notebooks as files, the cache key, the paths
+    figures/   one module per figure notebook, and what several share (figures/common/)
     presets    every figure's settings at the paper and the quick size: the one source of its knobs and its runs
     runstore   content-addressed training runs under _build/runs, shared by every notebook that asks for one
     output     a figure's files (images, CSV, numbers.json, provenance.json), written atomically
@@ -13,9 +12,10 @@
     book       build the Jupyter Book of one preset
     readme     the README's reproduction table, written from the built numbers
     reproduce  re-execute an executed notebook with nbval and compare its text outputs with the book's
-    paths      where all of this lives
+    extras     which of linattn's optional dependencies are installed
+    uncertainty  standard errors, difference bands and the verdicts of every comparison
     sweeps     grids of runs on Dask, resumable, as one xarray Dataset (``sweeps.sweep``; needs the ``sweep`` extra)
 
-Imports run from here into the core (``linattn.experiment``, ``linattn.theory``, …), never back.
+Imports run from here into the core (``linattn.training.experiment``, ``linattn.theory``, …), never back.
 """
 

@@ -9,7 +9,7 @@ that ``linattn figures --preset P`` executed into ``_build/figures/P/``. A build
    report, the numbers it read. Otherwise the build stops naming each figure and the command that remakes it;
 2. stages the book's sources (``_config.yml``, ``_toc.yml``, ``book/``) with those figures as ``book/figures/`` in a
    temporary folder under ``_build/``, writes the generated includes (``book/_generated/knobs.md``: every figure's
-   knobs, :func:`linattn.companion.notebooks.knobs_markdown`) and runs ``jupyter-book build`` there (warnings are
+   knobs, :func:`linattn.companion.runner.notebooks.knobs_markdown`) and runs ``jupyter-book build`` there (warnings are
    errors);
 3. on success renames the HTML into place: ``_build/html`` for the paper preset, ``_build/<P>/html`` otherwise. So
    ``make test`` (the quick book) never touches the paper book that ``make book`` made, and a failed build leaves the
@@ -41,8 +41,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from . import cachekey, notebooks, publish
-from .paths import CHECKOUT_NEEDED, IS_CHECKOUT, REPO_ROOT
+from .runner import cachekey, notebooks, publish
+from .runner.paths import CHECKOUT_NEEDED, IS_CHECKOUT, REPO_ROOT
 
 FIGURES_DIR = "book/figures"  # where the figure pages sit in the book (and in _toc.yml)
 _SOURCES_DIR = "figures_src"
@@ -188,7 +188,7 @@ def require_figures(root: Path = REPO_ROOT, *, preset: str = "paper", figures: P
 
 def _ignore_bookkeeping(folder, names):
     """What staging leaves out of a figures folder: superseded and failed runs, the runner's locks and the stages
-    of figures still executing (:mod:`linattn.companion.publish`)."""
+    of figures still executing (:mod:`linattn.companion.runner.publish`)."""
     return [n for n in names if n in (publish.PREVIOUS, publish.LOCKS) or n.startswith(publish.STAGE_PREFIX)
             or n.endswith(".failed.ipynb") or (n.startswith(".") and n.endswith(".ipynb"))]
 

@@ -8,15 +8,15 @@ and ``runs(S)``, the runs its settings ``S`` make. This module is the generic ma
     check_overrides(name, "quick", {"lr": 5})  # a reader's --param planned through runs(S) before any work
 
 The notebooks' parameters cells are written from the ``paper`` presets with :func:`knob_help`
-(:func:`linattn.companion.notebooks.parameters_source`). The building blocks several figures' presets share, the
-knob help of knobs several figures have and the sweep rule are in :mod:`linattn.companion.figures.common.presets`.
+(:func:`linattn.companion.runner.notebooks.parameters_source`). The building blocks several figures' presets share, the
+knob help of knobs several figures have and the sweep rule are in :mod:`linattn.companion.figures.common.preset_blocks`.
 """
 
 from __future__ import annotations
 
 import copy
 
-from .figures.common.presets import nested
+from .figures.common.preset_blocks import nested
 from .figures.common.runs import configs as _declared
 
 
@@ -45,10 +45,10 @@ def has_presets(name: str) -> bool:
 
 def knob_help(name) -> dict[str, str]:
     """What each knob of figure ``name`` means: a run setting's own help (its declaration,
-    :data:`linattn.config.SETTINGS`), the help of knobs several figures share (``common.presets.HELP``), then the
+    :data:`linattn.config.SETTINGS`), the help of knobs several figures share (``common.preset_blocks.HELP``), then the
     figure's own ``HELP``."""
     from ..config import SETTINGS
-    from .figures.common.presets import HELP
+    from .figures.common.preset_blocks import HELP
 
     return {**{k: s.describe() for k, s in SETTINGS.items()}, **HELP, **getattr(_module(name), "HELP", {})}
 
@@ -88,9 +88,9 @@ def settings(name, preset: str = "paper", *, runs: dict | None = None, **overrid
 def check_model(name, s: dict) -> None:
     """Refuse settings ``s`` of figure ``name`` whose ``model`` (or a nested run's) is not the one its page is about:
     a page's theory, plot and prose are of one model (ATTN_M's closed forms, ATTN_S's saddles), so the model is a
-    setting a reader sees but cannot change there (:class:`linattn.config.ConfigError` naming the setting)."""
+    setting a reader sees but cannot change there (:class:`linattn.errors.ConfigError` naming the setting)."""
     from ..config import ConfigError
-    from ..data import named
+    from ..errors import named
     from . import figures
 
     paper, name = table(name)["paper"], figures.name_of(name)
@@ -216,11 +216,11 @@ def drawn_config(name, preset: str = "quick", overrides: dict | None = None):
 
 
 def _plan_all(name: str, preset: str, overrides: dict) -> None:
-    """Plan every run figure ``name`` trains with ``overrides`` (:func:`linattn.plan.plan`: bounds, draws, memory),
-    or, for a figure that trains nothing, check the weights it draws (bounds, memory), and the figure's own
+    """Plan every run figure ``name`` trains with ``overrides`` (:func:`linattn.training.plan.plan`: bounds, draws,
+    memory), or, for a figure that trains nothing, check the weights it draws (bounds, memory), and the figure's own
     ``check(S)`` where it declares one (a schematic's size); raises their ConfigError."""
-    from ..memory import check_weights_memory
-    from ..plan import plan
+    from ..training.memory import check_weights_memory
+    from ..training.plan import plan
 
     _check_values(overrides)
     drawn = drawn_config(name, preset, overrides)
@@ -253,9 +253,9 @@ def _param_words(name: str, *value) -> str:
 
 
 def check_overrides(name: str, preset: str, overrides: dict) -> None:
-    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.plan.plan` refuses
-    (its settings, the reference's draws, its memory), or, for a figure that trains nothing, weights too large or
-    of invalid settings, before anything runs (:class:`linattn.config.ConfigError`: one line naming the figure, the
+    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.training.plan.plan`
+    refuses (its settings, the reference's draws, its memory), or, for a figure that trains nothing, weights too large
+    or of invalid settings, before anything runs (:class:`linattn.errors.ConfigError`: one line naming the figure, the
     parameters and the reason). The overrides are applied together, as the runner gives them, so their order does
     not matter; the line names the parameter the reason is about where it is one of them, else all of them.
     Notebooks without presets (a reader's own) are not checked."""

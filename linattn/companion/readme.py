@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..records import atomic_write
-from .paths import REPO_ROOT, preset_root
+from .runner.paths import REPO_ROOT, preset_root
 
 START = "<!-- reproduction-at-a-glance: start (python -m linattn.companion.readme --write writes this table) -->"
 END = "<!-- reproduction-at-a-glance: end -->"

@@ -31,8 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import cachekey, execute, figure_args
-from .paths import ENV_RUNS_DIR, environment, preset_root
+from .runner import cachekey, execute, figure_args
+from .runner.paths import ENV_RUNS_DIR, environment, preset_root
 
 _PROG = "python -m linattn.companion.reproduce"
 # (regex, replacement): what may differ between two runs of the same notebook, and nothing else

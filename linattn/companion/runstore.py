@@ -1,6 +1,6 @@
 """The run store: every training run of a build, content-addressed under ``_build/runs/`` and trained once.
 
-A run's key is :func:`linattn.keys.run_key` without the run's length: a hash of what decides its trajectory —
+A run's key is :func:`linattn.training.keys.run_key` without the run's length: a hash of what decides its trajectory —
 its settings except ``epoch`` and ``track_value``, its snapshot interval, the identity of initial weights or data
 given in place of drawn ones, the versions of torch, numpy and scipy, and the code that computes a trajectory
 (data and draws, models, objectives, training and flow), without comments and docstrings. Diagnostics, theory,
@@ -9,12 +9,12 @@ events, plotting and the companion are not in it: editing them retrains no run.
 The number of steps is not in it. Gradient descent is a function of the weights alone, so a run of E steps is the
 first E steps of any longer run from the same start: the store keeps one trajectory per key, the weights at every
 step count ever asked for (checkpoints), and serves a new count by continuing from the nearest earlier checkpoint
-(:func:`linattn.run <linattn.experiment.run>` of the run's :class:`~linattn.plan.Plan` continued). Value weights
-are always recorded (they cost a copy of H numbers a step), so a run asked for with and without ``track_value`` is
-one run. Gradient-flow runs are kept whole (their ``epoch`` is in the key: an adaptive integrator restarted does not
-give the same numbers).
+(:func:`linattn.run <linattn.training.experiment.run>` of the run's :class:`~linattn.training.plan.Plan` continued).
+Value weights are always recorded (they cost a copy of H numbers a step), so a run asked for with and without
+``track_value`` is one run. Gradient-flow runs are kept whole (their ``epoch`` is in the key: an adaptive integrator
+restarted does not give the same numbers).
 
-An entry is a run folder (:func:`linattn.result.write_outputs`: ``loss.csv``, ``run.json``, ``init.npz``,
+An entry is a run folder (:func:`linattn.training.result.write_outputs`: ``loss.csv``, ``run.json``, ``init.npz``,
 ``weights.npz``, ``snapshots.npz``) of the whole trajectory, which :func:`linattn.load_run` reads, plus
 ``checkpoints.npz``: the weights at every earlier checkpoint (``run.json`` lists them all). Each entry is written
 into a temporary folder and renamed into place; a lock file per key makes notebooks that execute at the same time
@@ -64,16 +64,18 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import theory
+from ..analysis.loss_curves import drop_steps
 from ..config import RunConfig
 from ..data import Datasets
-from ..experiment import run
-from ..keys import run_key
 from ..objectives.native import KnownFallback, fallback_reason
-from ..plan import plan
 from ..records import remove_stale_temps, temp_dir, write_json
-from ..result import RunResult, load_run, write_outputs
-from ..train import History
-from .paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
+from ..training.experiment import run
+from ..training.keys import run_key
+from ..training.plan import plan
+from ..training.result import RunResult, load_run, write_outputs
+from ..training.train import History
+from .runner.paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
 
 CHECKPOINTS = "checkpoints.npz"
 INFO = "run.json"
@@ -195,7 +197,7 @@ def _named(err: OSError, tmp: Path | None, final: Path) -> Path:
 
 def default_root() -> Path:
     """``$LINATTN_RUNS_DIR``, else ``_build/runs`` of the checkout (of the working directory when linattn is an
-    installed copy: never site-packages; see :mod:`linattn.companion.paths`), as an absolute path."""
+    installed copy: never site-packages; see :mod:`linattn.companion.runner.paths`), as an absolute path."""
     return run_store_dir()
 
 
@@ -251,7 +253,7 @@ class _Entry:
 
     def save(self, folder: Path, retrained: str | None = None) -> None:
         """Write the entry into ``folder``, its digests last (``retrained``: the retraining token it was trained
-        under, see :data:`~linattn.companion.paths.ENV_RETRAIN`)."""
+        under, see :data:`~linattn.companion.runner.paths.ENV_RETRAIN`)."""
         extra = {"checkpoints": sorted(self.checkpoints), **({"retrained": retrained} if retrained else {})}
         write_outputs(self.run, folder, extra=extra)
         earlier = {f"{E}/{n}": a for E, w in self.checkpoints.items() if E != self.last for n, a in w.items()}
@@ -407,9 +409,10 @@ class RunStore:
 
     def get(self, cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None,
             progress: bool = False) -> RunResult:
-        """The run of ``cfg`` (with ``init``/``data`` given as for :func:`linattn.run <linattn.experiment.run>`,
-        snapshots of the weights every ``snapshot_every`` steps), from the store, trained and stored first where
-        needed; its ``trained_steps`` says how many steps this request trained, ``extended(epoch)`` carries it on."""
+        """The run of ``cfg`` (with ``init``/``data`` given as for :func:`linattn.run
+        <linattn.training.experiment.run>`, snapshots of the weights every ``snapshot_every`` steps), from the store,
+        trained and stored first where needed; its ``trained_steps`` says how many steps this request trained,
+        ``extended(epoch)`` carries it on."""
         return self._get(cfg, snapshot_every=snapshot_every, init=init, data=data, progress=progress)
 
     def _get(self, cfg: RunConfig, *, snapshot_every: int, init: dict | None, data, progress: bool,
@@ -425,12 +428,12 @@ class RunStore:
 
     def get_many(self, cfgs, *, snapshot_every: int = 0, progress: bool = False) -> list[RunResult]:
         """The runs of ``cfgs`` (drawn data and weights), each as :meth:`get` serves it; the runs missing from the store
-        are trained first through :func:`linattn.run_many <linattn.batch.run_many>`, those of one model and shape
-        in one call (so that runs drawing the same data draw it and read its moments once), and each is then stored
-        under its own key. The keys are locked together (in sorted order, so that two such calls never wait on each
-        other) while they are trained. A run that diverges raises its :class:`~linattn.train.TrainingDiverged` once
-        the others are stored."""
-        from ..batch import groups, run_many
+        are trained first through :func:`linattn.run_many <linattn.training.batch.run_many>`, those of one model and
+        shape in one call (so that runs drawing the same data draw it and read its moments once), and each is then
+        stored under its own key. The keys are locked together (in sorted order, so that two such calls never wait on
+        each other) while they are trained. A run that diverges raises its
+        :class:`~linattn.training.train.TrainingDiverged` once the others are stored."""
+        from ..training.batch import groups, run_many
 
         cfgs = list(cfgs)
         asked = [self._checked(cfg, snapshot_every, None, None) for cfg in cfgs]
@@ -533,3 +536,37 @@ def population_twin(result: RunResult, root=None) -> RunResult:
     (e.g. ``loss_curves.half_drop_step``). It costs about as much as the exact run of a small P (ATTN_M at D = 4,
     H = 8, 6001 steps: 2 s)."""
     return stored_run(result.config.on_population(result.datasets.cov), init=result.init, root=root)
+
+
+def predicted_drop_steps(result: RunResult, *, horizon: int | None = None, chunk: int = 20000,
+                         root=None) -> np.ndarray:
+    """The step of each drop d = 1 … D that a rank-R ATTN_S run should make, predicted from its own initial weights
+    with all its heads: the population (P = ∞) gradient descent of the same model from the run's ``init`` at the same
+    learning rate, normalisation and precision, on the run's own Λ (``result.datasets.cov``), trained through the
+    store (:func:`stored_run`, like :func:`population_twin`), with its drops read by the run's own rule
+    (``loss_curves.drop_steps`` against ``theory.plateau_losses(cov, N)``). NaN where a drop is not made within
+    ``horizon`` steps (default the run's ``epoch``).
+
+    Unlike the closed-form escape time ``theory.attn_s_drop_steps`` (one head, from a typical scale), this knows
+    which of the H heads starts with most weight along each direction: the first of H heads to escape is the fastest
+    of H. It differs from the finite-P run only by the training set's sampling error. The store carries the run on
+    ``chunk`` steps at a time, stopping once all D drops are made (each chunk continues the stored entry); it costs
+    what the same number of exact steps costs (the population engine trains on moments of size
+    D(D+1)² × D(D+1)², whatever P)."""
+    config = result.config
+    if config.model != "attnS" or config.vary_len:
+        raise ValueError(f"predicted_drop_steps: the saddles L(M_m) are ATTN_S's without vary_len, not "
+                         f"model={config.model!r}, vary_len={config.vary_len}")
+    cov = np.asarray(result.datasets.cov, dtype=np.float64)
+    levels = theory.plateau_losses(cov, config.N)
+    horizon = config.epoch if horizon is None else int(horizon)
+    base = dataclasses.replace(config.on_population(cov), dynamics="gd")
+    start, loss = 0, np.empty(0)
+    while start < horizon:
+        end = min(start + chunk, horizon)
+        history = stored_run(dataclasses.replace(base, epoch=end), init=result.init, root=root).history
+        loss = np.asarray(history.train_loss)
+        if np.isfinite(drop_steps(loss[np.asarray(history.step) >= start], levels[-2:])[0]):
+            break
+        start = end
+    return drop_steps(loss, levels)

@@ -8,11 +8,11 @@
 Each engine declares ``name``, ``preferred_device``, ``linear_only``, ``refuses(cfg)`` (why it cannot train a
 run's settings, or None) and ``trial_steps(step)`` (how long the stable-rate trial runs after a divergence are) in
 ``declarations.py``, which needs no torch; its class (which does) inherits them.
-:class:`~linattn.config.RunConfig` validation, :func:`linattn.run <linattn.experiment.run>`, the CLI's ``--engine``
-choices and ``engine="auto"`` all ask this registry (:data:`ENGINES`, :func:`engine_choices`, :func:`resolve`,
-:func:`refusal`, :func:`device_for`, ``load``, :func:`build`); a new objective is one class and one entry in
-:data:`ENGINES`. Importing this package imports no torch: the classes (``Exact``, ``Moments``, …) are imported when
-first looked up (module ``__getattr__``), as ``load`` and :func:`build` do.
+:class:`~linattn.config.RunConfig` validation, :func:`linattn.run <linattn.training.experiment.run>`, the CLI's
+``--engine`` choices and ``engine="auto"`` all ask this registry (:data:`ENGINES`, :func:`engine_choices`,
+:func:`resolve`, :func:`refusal`, :func:`device_for`, ``load``, :func:`build`); a new objective is one class and one
+entry in :data:`ENGINES`. Importing this package imports no torch: the classes (``Exact``, ``Moments``, …) are imported
+when first looked up (module ``__getattr__``), as ``load`` and :func:`build` do.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
-from ..data import named
+from ..errors import named
 from .declarations import AutogradEngine, Engine, ExactEngine, PopulationEngine, SoftmaxEngine
 
 if TYPE_CHECKING:

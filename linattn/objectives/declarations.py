@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..data import named
+from ..errors import named
 
 if TYPE_CHECKING:
     from ..config import RunConfig

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .. import data as data_mod
-from ..models import _triangle
+from ..models import triangle_pairs
 from ..normalization import lengths, token_scale
 from .base import DEFAULT_CHUNK, Moments, check_linear, feature_batches
 from .declarations import PopulationEngine
@@ -122,7 +122,7 @@ def _given_task_population(cov: np.ndarray, N: int, scale: float, w: np.ndarray,
 def _selection(kind: str, D: int):
     """The entries (a, b, c) of the full (D, D+1, D+1) moment arrays that make up feature ``kind``."""
     if kind == "attention":
-        b, c = _triangle(D)
+        b, c = triangle_pairs(D)
         a = np.repeat(np.arange(D), b.numel())
         return a, np.tile(b.numpy(), D), np.tile(c.numpy(), D)
     if kind == "cubic":

@@ -3,7 +3,7 @@
  * A line-by-line port of the Python package's population engine, so that a run here reproduces
  * `linattn.run.run(RunConfig(..., trainset_size=None))` step for step:
  *
- *   linattn/models.py   attention_features, _triangle, fold_combined, _Attention.combined   -> combined()
+ *   linattn/models.py   attention_features, triangle_pairs, fold_combined, _Attention.combined   -> combined()
  *   linattn/population.py  population_moments (engines.scale_for)                            -> populationMoments()
  *   linattn/train.py    gradient_descent: loss recorded BEFORE each step, θ ← θ − lr ∇L      -> Trainer.step()
  *   linattn/theory.py   c_d, plateau_losses                                                 -> plateauLosses()
@@ -41,7 +41,7 @@
     throw new Error("normalize must be 'sum' or 'mean', got " + normalize);
   }
 
-  /** models._triangle: the pairs (b, c), b ≤ c, of an E×E matrix in torch.triu_indices order, and slot(b, c). */
+  /** models.triangle_pairs: the pairs (b, c), b ≤ c, of an E×E matrix in torch.triu_indices order, and slot(b, c). */
   function triangle(E) {
     var K = E * (E + 1) / 2, b = new Int32Array(K), c = new Int32Array(K), slot = new Int32Array(E * E), k = 0;
     for (var i = 0; i < E; i++) {

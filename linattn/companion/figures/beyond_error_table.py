@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import published
-from ..notebooks import discover
 from ..output import NOT_COMPARABLE, NUMBER_FIELDS, MarkdownTable, compare_row
+from ..runner.notebooks import discover
 from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS
 
 NAME = __name__.rsplit(".", 1)[-1]

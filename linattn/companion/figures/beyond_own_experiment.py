@@ -17,10 +17,10 @@ import linattn
 
 from .. import presets
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.runs import FromRun
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, loss_curves, theory
+from ... import theory
+from ...analysis import diagnostics, loss_curves
 from .. import presets
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.attn_s_run import describe, seed_run
 from .common.frame import settings_attrs
 

@@ -7,8 +7,8 @@ seeds.
     ds.final_test_icl.sel(trainset_size=np.inf)       # the population column
 
 **How the cells are trained.** Each cell of c × P (and P = ∞, the population moments of the mixed task) is a run
-declared in :func:`runs`: ATTN_M by gradient flow (``dynamics="flow"``, the core's ``linattn.flow``, LSODA with the
-loss's Hessian) on its exact training loss to step ``epoch_extended``, recording only the steps the page reads
+declared in :func:`runs`: ATTN_M by gradient flow (``dynamics="flow"``, the core's ``linattn.training.flow``, LSODA with
+the loss's Hessian) on its exact training loss to step ``epoch_extended``, recording only the steps the page reads
 (:func:`recorded`), through the run store (cached, listed in ``trainings.jsonl``; with a Dask client its workers
 train the cells). Linattn's streams give every cell the same initial weights, test sets and fixed task. The flow's
 relative tolerance is :data:`FLOW_RTOL`, chosen by measurement (one BLAS thread, CPU a cell): against rtol 1e-8,
@@ -34,18 +34,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ... import diagnostics, loss_curves, theory
+from ... import theory
+from ...analysis import diagnostics
 from ...config import RunConfig
 from ...objectives.population import mixture_moments
-from .. import presets
+from .. import presets, runstore
 from ..output import prose_text
 from .common import end_point, phase, phase_text
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.phase import BAND_Z, FLAT, TOLERANCE, WINDOW, triple  # noqa: F401 — BAND_Z: the verdicts' band
 from .common.phase_plots import CAP, plot, plot_escape  # noqa: F401 — the page's figures
 from .common.phase_text import TABLE_COLUMNS, numbers, size_label, switch_table  # noqa: F401 — the page's table
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -264,7 +265,7 @@ def compute_escape(S: dict, client=None):
     the phase diagram, through the run store, on ``client`` where given): ``drop_step`` (init × seed × direction,
     the sweep engine's summary of each run), the theory's escape time of each drop (``law``: init × direction,
     ``theory.attn_s_drop_steps``, one head: an order of magnitude), the drops predicted from each run's own initial
-    weights, every head included (``predicted``, ``loss_curves.predicted_drop_steps``; ``predicted_ratio``: the
+    weights, every head included (``predicted``, ``runstore.predicted_drop_steps``; ``predicted_ratio``: the
     median simulated over predicted step of each drop), the fitted exponent of each drop's step in the
     initialisation scale and the median ratio of simulated to the estimate's step."""
     import xarray as xr
@@ -280,7 +281,7 @@ def compute_escape(S: dict, client=None):
         i, s = inits.index(r.config.init), seeds.index(r.config.seed)
         found = summarise(r.history, r.datasets.cov, r.config)["drop_steps"]
         drops[i, s] = [np.nan if x is None else x for x in found][:D]
-        predicted[i, s] = loss_curves.predicted_drop_steps(r.config, r.init, r.datasets.cov)[:D]
+        predicted[i, s] = runstore.predicted_drop_steps(r)[:D]
     law = np.array([theory.attn_s_drop_steps(cov, base.N, lr=base.lr, init=i, rank=base.rank, head_num=base.head_num,
                                              init_scheme=base.init_scheme, normalize=base.normalize)[:D]
                     for i in inits])

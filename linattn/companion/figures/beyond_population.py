@@ -16,15 +16,16 @@ import dataclasses
 
 import numpy as np
 
-from ... import loss_curves, theory
+from ... import theory
+from ...analysis import loss_curves
 from .. import presets
 from ..commands import train_command
 from ..output import saddle
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.runs import FromRun
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

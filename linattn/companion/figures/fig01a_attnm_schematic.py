@@ -14,7 +14,7 @@ import numpy as np
 
 from ... import init_weights, mlp_from_attn_m
 from .. import presets
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.schematic import check_drawing, size_words
 
 NAME = __name__.rsplit(".", 1)[-1]

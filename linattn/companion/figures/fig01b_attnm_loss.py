@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, loss_curves, mlp_from_attn_m, theory
+from ... import mlp_from_attn_m, theory
+from ...analysis import diagnostics, loss_curves
 from ...config import RunConfig
 from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import by_sign, prose_text
 from ..runstore import population_twin
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.runs import FromRun
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

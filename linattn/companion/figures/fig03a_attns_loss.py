@@ -19,15 +19,16 @@ import dataclasses
 
 import numpy as np
 
-from ... import loss_curves, theory
-from .. import presets, published
+from ... import theory
+from ...analysis import loss_curves
+from .. import presets, published, runstore
 from ..commands import train_command
 from ..output import ESTIMATE, MarkdownTable, median_and_range, prose_text, step_number, step_text
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.attn_s_run import describe
 from .common.frame import settings_attrs
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -78,7 +79,7 @@ def compute(S: dict):
     level of the flat stretch at each saddle within the window (``plateau_level``: seed × m, NaN where none sits
     there), the directions learned within the window and the final loss; the theory's saddle losses
     (``plateau_theory``: m), eigenvalues, each seed's drop steps predicted by the population gradient descent from
-    its own initial weights (``drop_step_predicted``: seed × direction, ``loss_curves.predicted_drop_steps``) and the
+    its own initial weights (``drop_step_predicted``: seed × direction, ``runstore.predicted_drop_steps``) and the
     closed-form escape-time estimates (``drop_step_theory``: direction, an order of magnitude)."""
     import xarray as xr
 
@@ -136,10 +137,10 @@ def shared_levels(covs, N: int) -> np.ndarray:
 
 
 def predicted_drop_steps(results, horizon: int) -> np.ndarray:
-    """Each run's drop steps predicted from its own start (seed × direction): ``loss_curves.predicted_drop_steps``
+    """Each run's drop steps predicted from its own start (seed × direction): ``runstore.predicted_drop_steps``
     of run i with run i's configuration, initial weights and covariance Λ_i (each seed rotates Λ by its own draw, so
     one seed's Λ would predict another's drops wrongly)."""
-    return np.array([loss_curves.predicted_drop_steps(r.config, r.init, r.datasets.cov, horizon=horizon)
+    return np.array([runstore.predicted_drop_steps(r, horizon=horizon)
                      for r in results])
 
 

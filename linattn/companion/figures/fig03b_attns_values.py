@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, events, theory
+from ... import theory
+from ...analysis import diagnostics, events
 from .. import presets, published
 from ..output import MarkdownTable, step_number, subscript
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.attn_s_run import describe, join, seed_run
 from .common.frame import settings_attrs
 

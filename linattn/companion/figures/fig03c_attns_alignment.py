@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import events, loss_curves, theory
+from ... import theory
+from ...analysis import events, loss_curves
 from .. import presets, published
 from ..output import MarkdownTable, subscript
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.attn_s_run import describe, seed_run, which_run
 from .common.frame import settings_attrs
 

@@ -9,7 +9,7 @@ each curve's rests, each saddle named by what is learned there (weights every ``
 are long (:mod:`~linattn.companion.figures.common.low_rank`); in
 the extended run: the step of each drop (``loss_curves.drop_steps``: the first step below the midpoint of two
 consecutive saddle losses) and the directions learned. The prediction of each drop's step: the population gradient
-descent from the extended run's own initial weights, all heads included (``loss_curves.predicted_drop_steps``); the
+descent from the extended run's own initial weights, all heads included (``runstore.predicted_drop_steps``); the
 closed-form escape time of one rank-one head (``theory.attn_s_drop_steps``) is kept as an order of magnitude. The
 theory: the saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``) and the long plateaus m = 0, R, 2R, …
 (``theory.long_plateaus``).
@@ -21,11 +21,12 @@ import functools
 
 import numpy as np
 
-from ... import loss_curves, theory
-from .. import presets, published
+from ... import theory
+from ...analysis import loss_curves
+from .. import presets, published, runstore
 from ..output import ESTIMATE, MarkdownTable
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.low_rank import (
     curve_variables,
@@ -108,7 +109,7 @@ def compute(S: dict):
         inside = step_log < len(L)
         extended[i, inside] = L[step_log[inside]]
     rests, snapshot = rest_variables(loss, grid, window)
-    predicted = [loss_curves.predicted_drop_steps(r.config, r.init, cov, horizon=horizon[R])
+    predicted = [runstore.predicted_drop_steps(r, horizon=horizon[R])
                  for R, r in zip(ranks, carried)]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=1, head_num=cfg.head_num,
                                         init_scheme=cfg.init_scheme, normalize=cfg.normalize)
@@ -135,7 +136,7 @@ def compute(S: dict):
     ds.train_loss_extended.attrs["description"] = "training loss of the first seed's extended run at log-spaced steps"
     ds.drop_step.attrs["description"] = "first step below the midpoint of L(M_{d-1}) and L(M_d) (the extended run)"
     ds.drop_step_predicted.attrs["description"] = ("the same drop step of the population gradient descent from the "
-                                                   "extended run's initial weights (loss_curves.predicted_drop_steps)")
+                                                   "extended run's initial weights (runstore.predicted_drop_steps)")
     ds.drop_step_theory.attrs["description"] = "one-head escape time τ/(λ_d² v₀) in steps, an order of magnitude"
     describe_rests(ds)
     return ds

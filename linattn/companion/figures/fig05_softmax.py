@@ -21,15 +21,16 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ... import loss_curves, theory
+from ... import theory
+from ...analysis import loss_curves
 from .. import presets, published
 from ..commands import train_command
 from ..output import AGREES, DIFFERS, MarkdownTable, prose_text
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.attn_s_run import describe
 from .common.frame import padded, settings_attrs
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

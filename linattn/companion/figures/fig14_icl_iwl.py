@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import loss_curves, theory
+from ... import theory
+from ...analysis import loss_curves
 from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import MarkdownTable, prose_text
 from ..output import words as list_words
 from .common import end_point
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.attn_s_run import describe, join
 from .common.frame import settings_attrs
-from .common.train import trained
+from .common.trainer import trained
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, loss_curves, theory
+from ... import theory
+from ...analysis import diagnostics, loss_curves
 from .. import presets
 from ..output import ESTIMATE, MarkdownTable
 from ..output import words as list_words
 from ..published.rules import slug
 from ..runstore import population_twin
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

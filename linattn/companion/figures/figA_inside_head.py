@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import diagnostics, events, loss_curves, theory
+from ... import theory
+from ...analysis import diagnostics, events, loss_curves
 from .. import presets, published
 from ..output import MarkdownTable
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.low_rank import describe, describe_rests, rest_arrays, rest_classes
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

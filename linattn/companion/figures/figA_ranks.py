@@ -5,18 +5,19 @@ after 0, R, 2R, … learned directions (``theory.long_plateaus``).
 One run per rank and seed through the run store, its weights recorded every ``snapshot_every`` steps; each curve's
 rests, each saddle named by what is learned there, which are long and which the theory expects long
 (:mod:`~linattn.companion.figures.common.low_rank`), the directions learned and the final loss; for the first
-seed, each drop's step beside its prediction from the run's own initial weights (``loss_curves.predicted_drop_steps``).
+seed, each drop's step beside its prediction from the run's own initial weights (``runstore.predicted_drop_steps``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ... import loss_curves, theory
-from .. import presets, published
+from ... import theory
+from ...analysis import loss_curves
+from .. import presets, published, runstore
 from ..output import MarkdownTable
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.low_rank import (
     curve_variables,
@@ -73,7 +74,7 @@ def compute(S: dict):
          **curve_variables(loss, levels),
          **rests,
          "drop_step": (("rank", "direction"), [loss_curves.drop_steps(L, levels) for L in loss[0]]),
-         "drop_step_predicted": (("rank", "direction"), [loss_curves.predicted_drop_steps(r.config, r.init, cov)
+         "drop_step_predicted": (("rank", "direction"), [runstore.predicted_drop_steps(r)
                                                          for r in first]),
          "plateau_theory": ("m", levels), "eigenvalue": ("direction", theory.spectrum(cov)[0])},
         coords={"seed": seeds, "rank": ranks, "step": first[0].history.step, "m": np.arange(len(levels)),
@@ -84,7 +85,7 @@ def compute(S: dict):
     ds.attrs.update(band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)))
     describe_rests(ds)
     ds.drop_step_predicted.attrs["description"] = ("drop steps of the population gradient descent from the first "
-                                                   "seed's initial weights (loss_curves.predicted_drop_steps)")
+                                                   "seed's initial weights (runstore.predicted_drop_steps)")
     return ds
 
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import loss_curves, theory
+from ... import theory
+from ...analysis import loss_curves
 from .. import presets
 from ..commands import train_command
 from ..output import MarkdownTable, subscript
 from ..output import words as list_words
-from .common import presets as common
+from .common import preset_blocks as common
 from .common.attn_s_run import describe, join
 from .common.frame import padded, settings_attrs
-from .common.train import train
+from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...loss_curves import first_step_below
+from ...analysis.loss_curves import first_step_below
 from ..output import words
 from ..uncertainty import (
     AGREES,
@@ -364,7 +364,7 @@ def fig4_plateau_claim(drops, window: int, escape_steps, *,
     """Figure 4's rank-one claim: the loss rests on the :data:`FIG4_R1_PLATEAUS` plateaus L(M_0) … L(M_7) within
     the published ``window``. ``drops``: the step of each drop d = 1 … D of our rank-one run (NaN: not made; it may
     run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``),
-    or another prediction of the drop steps named by ``predicted`` (e.g. ``loss_curves.predicted_drop_steps``, NaN
+    or another prediction of the drop steps named by ``predicted`` (e.g. ``runstore.predicted_drop_steps``, NaN
     where the prediction run of ``horizon`` steps does not make the drop: said in words, and beyond the window).
     Ours counts the levels L(M_0) … L(M_{D−1}) the loss reaches inside the window; the reason gives the estimates for
     the directions not learned inside it, and when our run learned them."""

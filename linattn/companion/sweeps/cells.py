@@ -10,9 +10,9 @@ A sweep folder ``DIR`` holds::
     .locks/<key>.lock  a cell's lock, held while a task trains it (:func:`cell_lock`)
     sweep.nc         the dataset (:mod:`linattn.companion.sweeps.dataset`)
 
-``<key>`` is the run's key (:func:`linattn.keys.run_key`: the settings, its length included, the numerical
+``<key>`` is the run's key (:func:`linattn.training.keys.run_key`: the settings, its length included, the numerical
 libraries and the code that computes a trajectory): a run folder holds one finished run of exactly ``epoch`` steps.
-It is the one format of a run (:func:`linattn.result.write_outputs`), so :func:`linattn.load_run` reads it.
+It is the one format of a run (:func:`linattn.training.result.write_outputs`), so :func:`linattn.load_run` reads it.
 
 :func:`train_cells` is the task a Dask worker runs: a pure function of some cells' settings and folder (cells of one
 shape, trained together by ``linattn.run_many`` and each stored as soon as it is done) that returns a small summary
@@ -35,12 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import loss_curves, theory
+from ... import theory
+from ...analysis import loss_curves
 from ...config import RunConfig
-from ...experiment import run
 from ...records import remove_stale_temps, temp_dir, write_json
-from ...result import write_outputs
-from ...train import TrainingDiverged
+from ...training.experiment import run
+from ...training.result import write_outputs
+from ...training.train import TrainingDiverged
 
 RUNS, FAILED, LOG, LOCKS = "runs", "failed", "sweep.log", ".locks"
 DONE, DIVERGED, ERROR, MISSING = "done", "diverged", "failed", "missing"
@@ -172,14 +173,14 @@ def _train_cell(settings: dict, root: str, key: str, *, save_data: bool, threads
 
 def train_cells(cells: list[tuple[dict, str, str]], root: str, *, save_data: bool = False, threads: int = 1) -> list:
     """:func:`train_cell` of each ``(settings, key, label)`` of ``cells``, the unfinished ones trained together by
-    one :func:`linattn.run_many <linattn.batch.run_many>` call (cells of one model and shape; those drawing the same
-    data draw it once), each stored, failed or logged on its own as soon as it is done (run_many's ``on_result``),
+    one :func:`linattn.run_many <linattn.training.batch.run_many>` call (cells of one model and shape; those drawing the
+    same data draw it once), each stored, failed or logged on its own as soon as it is done (run_many's ``on_result``),
     while the others train. Where the call itself fails, each cell not done yet is trained alone.
 
     Each cell is trained under its lock (:func:`cell_lock`): a cell that another sweep into the same folder is
     training is left to it and waited for at the end, then skipped once it is in place (trained here where that
     sweep stopped before storing it)."""
-    from ...batch import run_many
+    from ...training.batch import run_many
 
     out, todo, theirs = {}, [], []
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from ..._version import __version__
-from ...keys import run_key
 from ...records import atomic_path
-from ...result import load_run
+from ...training.keys import run_key
+from ...training.result import load_run
 from .cells import DONE, MISSING, failure_file, is_finished, run_folder
 from .grid import Grid
 

@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 
 from ...config import ConfigError, RunConfig
-from ...data import named
-from ...keys import run_key
+from ...errors import named
 from ...records import write_json
+from ...training.keys import run_key
 from .. import extras
-from ..paths import environment, unusable_output_dir
+from ..runner.paths import environment, unusable_output_dir
 from . import cells as cells_mod
 from .dataset import SPEC, build_dataset, save_dataset
 from .grid import Cell, Grid
@@ -35,7 +35,7 @@ def _require_dask():
 
 def check_out(out) -> Path:
     """``out`` as a Path if a sweep may write there: a folder that does not exist yet, is empty, or holds a sweep
-    (``sweep.json``), and takes new entries (:func:`~linattn.companion.paths.unusable_output_dir` tries); else
+    (``sweep.json``), and takes new entries (:func:`~linattn.companion.runner.paths.unusable_output_dir` tries); else
     ConfigError naming ``out``."""
     if out is None or str(out) == "":
         raise ConfigError(f"{named('out')} must name the sweep folder (where the runs and the dataset go)",
@@ -153,7 +153,7 @@ def sweep(base_config: RunConfig, grid: dict, *, client=None, out, workers: int 
             run is there already are skipped, so the same call after an interruption trains only what is missing.
         save_data: also write each run's ``data.npz``.
         threads: torch threads per task.
-        max_memory: the most memory one run may take (as for :func:`linattn.run <linattn.experiment.run>`).
+        max_memory: the most memory one run may take (as for :func:`linattn.run <linattn.training.experiment.run>`).
         progress: a progress bar (runs done, running and failed, and the time left); None: only on a terminal.
 
     Every cell is validated first (:meth:`Grid.validate <linattn.companion.sweeps.grid.Grid.validate>`): a bad
@@ -235,12 +235,12 @@ def _run(todo: list[tuple[Cell, str]], out: Path, client, *, save_data: bool, th
 
 
 def tasks(todo: list[tuple[Cell, str]], workers: int, most: int = BATCH) -> list[list[tuple[Cell, str]]]:
-    """The cells of ``todo`` cut into tasks: cells of one model and shape (``linattn.batch.groups``), those drawing
-    the same data next to each other, in parts of at most ``most`` cells and at most one part per worker of a
+    """The cells of ``todo`` cut into tasks: cells of one model and shape (``linattn.training.batch.groups``), those
+    drawing the same data next to each other, in parts of at most ``most`` cells and at most one part per worker of a
     group: every worker has work, and the cells of one data draw share it. Each cell is stored as soon as it is done,
     so a task interrupted loses only the run it was training."""
-    from ...batch import groups
-    from ...plan import data_key
+    from ...training.batch import groups
+    from ...training.plan import data_key
 
     out = []
     for members in groups([cell.config for cell, _ in todo]):

@@ -2,7 +2,7 @@
 
 The cells are the Cartesian product of the swept values, in the order the settings were given (that order is the
 order of the dataset's dimensions). Every cell is validated before anything runs: :meth:`Grid.validate` raises one
-:class:`~linattn.config.ConfigError` naming the setting as written in Python and the cell it came from.
+:class:`~linattn.errors.ConfigError` naming the setting as written in Python and the cell it came from.
 
     grid = Grid(RunConfig(model="attnS", head_num=5), {"seed": range(6), "init": [0.005, 0.01, 0.02]})
     grid.validate()
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...config import ConfigError, RunConfig
-from ...plan import plan
+from ...training.plan import plan
 
 # what a grid value may be (one setting of one run); spectra and covariance matrices are fixed settings only
 _SCALARS = (bool, int, float, str, np.bool_, np.integer, np.floating)
@@ -111,7 +111,7 @@ class Grid:
         return out
 
     def validate(self, *, max_memory=None) -> list[Cell]:
-        """The cells, once the run of every one has been checked (:func:`linattn.plan.plan`: its settings,
+        """The cells, once the run of every one has been checked (:func:`linattn.training.plan.plan`: its settings,
         the reference's draws and its memory); else ConfigError ``cell seed=3, init=-1.0: init must be …`` for the
         first cell that fails (its ``field`` the setting)."""
         cells = self.cells()

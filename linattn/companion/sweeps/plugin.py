@@ -1,5 +1,5 @@
 """The Dask worker plugin that ties a local cluster's workers to the process that made the cluster
-(:func:`linattn.companion.lifetime.die_with_parent`); a module of its own because it imports Dask."""
+(:func:`linattn.companion.runner.lifetime.die_with_parent`); a module of its own because it imports Dask."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import threading
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..lifetime import die_with_parent
+from ..runner.lifetime import die_with_parent
 
 
 class DieWithParent(WorkerPlugin):
-    """Call :func:`~linattn.companion.lifetime.die_with_parent` in every worker as it starts (restarted ones too):
-    a local cluster's workers are children of the process that made it, ``parent``, and end with it even when it is
-    killed outright (Linux; elsewhere nothing changes); and ignore SIGINT, which the command handles."""
+    """Call :func:`~linattn.companion.runner.lifetime.die_with_parent` in every worker as it starts (restarted ones
+    too): a local cluster's workers are children of the process that made it, ``parent``, and end with it even when it
+    is killed outright (Linux; elsewhere nothing changes); and ignore SIGINT, which the command handles."""
 
     name = "linattn-die-with-parent"
 

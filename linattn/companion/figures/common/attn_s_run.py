@@ -12,7 +12,7 @@ import numpy as np
 
 from ....config import RunConfig
 from ...output import words
-from .train import trained
+from .trainer import trained
 
 
 def seed_run(runs: dict, S: dict):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .... import diagnostics, events, loss_curves, theory
+from .... import theory
+from ....analysis import diagnostics, events, loss_curves
 from ...output import saddle, words
 
 NOT_CLASSIFIED = -1  # rest_long: a rest cut by the end of the run, or a curve with no rest at M_0 to time it by
@@ -278,7 +279,7 @@ def seed_runs(runs: dict, S: dict) -> list:
     """The runs a low-rank page declares (``runs``: its ``runs(S)``, one per seed and rank in
     :func:`.presets.sweep`'s order, seeds outer, ranks inner) from the run store, ``[i][j]``: seed ``S["seeds"][i]``,
     rank ``S["ranks"][j]``."""
-    from .train import trained
+    from .trainer import trained
 
     done, n = trained(runs, S), len(S["ranks"])
     return [done[i:i + n] for i in range(0, len(done), n)]

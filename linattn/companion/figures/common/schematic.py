@@ -18,9 +18,9 @@ MAX_DRAWN = 5000
 def check_drawing(S: dict, drawn: int) -> None:
     """Refuse the settings ``S`` (``in_dim``, ``head_num``) of a schematic that would draw ``drawn`` nodes and edges,
     more than :data:`MAX_DRAWN` (matplotlib draws each as an artist of its own: a million heads took gigabytes and
-    minutes), before anything runs: :class:`linattn.config.ConfigError` naming ``head_num``."""
+    minutes), before anything runs: :class:`linattn.errors.ConfigError` naming ``head_num``."""
     from ....config import ConfigError
-    from ....data import named
+    from ....errors import named
 
     if drawn > MAX_DRAWN:
         raise ConfigError(f"{named('in_dim')} = {S['in_dim']} and {named('head_num')} = {S['head_num']} make a "

@@ -15,22 +15,23 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from . import data as data_mod
-from .config import RunConfig
-from .records import library_versions
+from .. import data as data_mod
+from ..config import RunConfig
+from ..records import PACKAGE_ROOT, library_versions
 
 if TYPE_CHECKING:
-    from .data import Datasets, Sequences
+    from ..data import Datasets, Sequences
 
 #: The code that computes a trajectory, relative to the package: whole modules, or (after a colon) the top-level
 #: definitions of one that decide a run. Diagnostics, theory, events, validation and the companion are not in it.
-TRAJECTORY_CODE = ("data.py", "reference_draws.py", "normalization.py", "weights.py", "models.py",
+TRAJECTORY_CODE = ("data.py", "errors.py", "reference_draws.py", "normalization.py", "weights.py", "models.py",
                    "objectives/__init__.py", "objectives/declarations.py", "objectives/base.py", "objectives/exact.py",
                    "objectives/population.py", "objectives/softmax.py", "objectives/softmax_kernel.c",
-                   "objectives/native.py", "objectives/exact_kernel.c", "objectives/autograd.py", "train.py", "flow.py",
-                   "config.py:RunConfig.__post_init__,RunConfig.to_dict",
-                   "plan.py:_draw,_data_arguments,_draw_data,_population_datasets,_given_data,plan,Plan,EVERYTHING",
-                   "experiment.py:run,_carry_out", "keys.py:run_key")
+                   "objectives/native.py", "objectives/exact_kernel.c", "objectives/autograd.py",
+                   "training/train.py", "training/flow.py", "config.py:RunConfig.__post_init__,RunConfig.to_dict",
+                   "training/plan.py:draw_checked,_data_arguments,_draw_data,population_datasets,_given_data,plan,Plan,"
+                   "EVERYTHING",
+                   "training/experiment.py:run,carry_out", "training/keys.py:run_key")
 #: The libraries whose versions can change a trajectory's numbers.
 NUMERICAL_LIBRARIES = ("torch", "numpy", "scipy")
 
@@ -69,7 +70,7 @@ def code_digest(source: str, names: Iterable[str] | None = None) -> str:
 def trajectory_code_hash(package_root: Path | None = None) -> str:
     """One hash of :data:`TRAJECTORY_CODE` (each Python entry by :func:`code_digest`, the C kernel by its bytes) of the
     package at ``package_root`` (default: this one)."""
-    root = Path(package_root) if package_root is not None else Path(__file__).resolve().parent
+    root = Path(package_root) if package_root is not None else PACKAGE_ROOT
     h = hashlib.sha256()
     for entry in TRAJECTORY_CODE:
         path, _, names = entry.partition(":")

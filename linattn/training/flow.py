@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .data import ConfigError
-from .train import History, TrainingDiverged, _Records, weights_of
+from ..errors import ConfigError
+from .train import History, Records, TrainingDiverged, weights_of
 
 if TYPE_CHECKING:
-    from .models import Model
-    from .objectives.base import Moments, Objective
+    from ..models import Model
+    from ..objectives.base import Moments, Objective
 
 _METHODS = ("RK45", "DOP853", "LSODA", "Radau", "BDF")
 _IMPLICIT = ("LSODA", "Radau", "BDF")  # the methods that use a Jacobian
@@ -205,7 +205,7 @@ def _vectorised(model, objective, lr: float) -> _Vectorised:
     gradient (:class:`_Vectorised`)."""
     import torch
 
-    from .objectives.exact import Exact
+    from ..objectives.exact import Exact
 
     Phi = getattr(model, "bilinear_map", lambda: None)()
     params = list(model.parameters())
@@ -272,9 +272,9 @@ def gradient_flow(model: Model, objective: Objective, *, lr: float, epoch: int, 
     ``flow.BilinearLoss`` where the model has a ``bilinear_map()`` and the engine is the exact or population one in
     float64, else through the engine (see the module's docstring).
 
-    Returns a :class:`~linattn.train.History` like ``gradient_descent``'s: row i holds the loss (and test losses,
-    value weights) at step ``history.step[i]``: every k = 0 … epoch−1 by default, or the increasing integer steps
-    ``record`` (any in [0, epoch]; epoch is where the run ends), the only points the integrator is evaluated at.
+    Returns a :class:`~linattn.training.train.History` like ``gradient_descent``'s: row i holds the loss (and test
+    losses, value weights) at step ``history.step[i]``: every k = 0 … epoch−1 by default, or the increasing integer
+    steps ``record`` (any in [0, epoch]; epoch is where the run ends), the only points the integrator is evaluated at.
     ``snapshot_every`` stores ``snapshot(model)`` at the multiples of it and at k = epoch. ``objective`` is any
     engine with ``value_and_grad(model)`` and ``value(model)``; with the exact or population engine a paper-size flow
     takes seconds. ``jacobian``: hand the integrator ∂(−lr ∇L)/∂θ = −lr ∇²L (:func:`loss_hessian`; needs an implicit
@@ -297,7 +297,7 @@ def gradient_flow(model: Model, objective: Objective, *, lr: float, epoch: int, 
         raise RuntimeError(f"gradient flow integration failed: {sol.message}")
     at = dict(zip(k_eval.tolist(), sol.y.T))
     tests = tests or {}
-    rec = _Records(len(steps), tests, len(model.value_weights()) if track_value else 0)
+    rec = Records(len(steps), tests, len(model.value_weights()) if track_value else 0)
     for i, k in enumerate(steps.tolist()):
         vec.set(at[k])
         rec.losses[i] = objective.value(model)

@@ -8,11 +8,11 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from . import objectives
-from .data import ConfigError, is_int, named
+from .. import objectives
+from ..errors import ConfigError, is_int, named
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from ..config import RunConfig
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -89,7 +89,7 @@ def memory_parts(cfg: RunConfig, *, draws_data: bool = True, engine: str | None 
         parts["the engine's copy of the data"] = copies * (4 if cfg.dtype == "float32" else 8) * tokens * E
     weights = _weights(cfg) // 4  # one copy of the weights in float64
     parts["the weights"] = 4 * weights
-    # one row a step, float64: the step, the loss, the two test losses, each head's value weight (train._Records)
+    # one row a step, float64: the step, the loss, the two test losses, each head's value weight (train.Records)
     row = 2 + 2 * bool(cfg.testset_size) + cfg.head_num * cfg.track_value
     steps = cfg.recorded_steps()
     rows = cfg.epoch if steps is None else len(steps)
@@ -187,7 +187,7 @@ def _smaller(part: str, engine: str) -> str:
 def check_memory(cfg: RunConfig, max_memory: int | str | None = None, *, draws_data: bool = True,
                  engine: str | None = None, snapshot_every: int = 0) -> int:
     """The estimate of :func:`memory_estimate` if it is within ``max_memory`` (bytes, or a size such as ``"8G"``; None:
-    ``available_memory()``, no check where that is unknown), else :class:`~linattn.config.ConfigError` naming it, with
+    ``available_memory()``, no check where that is unknown), else :class:`~linattn.errors.ConfigError` naming it, with
     the settings that shrink its largest part."""
     parts = memory_parts(cfg, draws_data=draws_data, engine=engine, snapshot_every=snapshot_every)
     return _within(cfg, parts, max_memory, engine or objectives.resolve(cfg))

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import theory
+from .. import theory
 
 if TYPE_CHECKING:
-    from .models import Model
+    from ..models import Model
 
 # --------------------------------------------------------------------------------------------------------------
 # The in-context matrix of a model

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 if TYPE_CHECKING:
-    from .models import Model
-    from .objectives.base import Objective
+    from ..models import Model
+    from ..objectives.base import Objective
 
 
 class TrainingDiverged(RuntimeError):
@@ -107,7 +107,7 @@ def gradient_descent(model: Model, objective: Objective, *, lr: float, epoch: in
     seconds (the C loop returns between them, so a signal is heard there too).
     """
     tests = tests or {}
-    rec = _Records(epoch, tests, len(model.value_weights()) if track_value else 0)
+    rec = Records(epoch, tests, len(model.value_weights()) if track_value else 0)
     take = snapshot or weights_of
     snaps = []
     start = time.perf_counter()
@@ -185,7 +185,7 @@ class ProgressLines:
         pass
 
 
-class _Records:
+class Records:
     """The rows a run records, one per recorded step: the loss, each test loss, the value weights (``heads`` > 0)."""
 
     def __init__(self, epoch: int, tests: dict, heads: int):
@@ -194,7 +194,7 @@ class _Records:
         self.values = np.empty((epoch, heads)) if heads else None
 
 
-def _torch_steps(model, objective, tests: dict, rec: _Records, first: int, n: int, lr: float) -> int:
+def _torch_steps(model, objective, tests: dict, rec: Records, first: int, n: int, lr: float) -> int:
     """Steps ``first`` … ``first + n − 1`` one at a time through ``objective.value_and_grad``; how many were made
     (fewer than ``n`` when a loss was not finite: that step's loss is recorded, its update not made)."""
     import torch

@@ -16,7 +16,7 @@ CFF_FILE = "CITATION.cff"
 
 def cff_text() -> str:
     """The text of the packaged ``CITATION.cff``."""
-    return (resources.files(__package__) / CFF_FILE).read_text(encoding="utf-8")
+    return (resources.files("linattn.companion") / CFF_FILE).read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
@@ -65,8 +65,8 @@ def cite_block(name: str, text: str = "", *, netcdf: bool = False, at_published:
     ``<root>``, where the executed notebook lies). A page whose title names a figure of the paper ("# Figure 1b —
     …", the notebook's MyST ``text``) cites that figure by the paper's name where it ran at the published settings
     (``at_published``); a re-run at other settings says it is not that figure (``published.page.cite_words``)."""
-    from .._version import __version__
-    from . import published
+    from ..._version import __version__
+    from .. import published
 
     files = [("PDF", "pdf"), ("PNG", "png"), ("SVG", "svg"), ("CSV", "csv")] + [("NetCDF", "nc")] * netcdf
     links = [f"{{download}}`{label} <{name}/{name}.{ext}>`" for label, ext in files]

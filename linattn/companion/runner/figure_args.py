@@ -1,6 +1,6 @@
 """The options of ``linattn figures`` and ``linattn notebook``, apart from the runner that carries them out: the
 command's parser is built from this small module alone, so ``linattn --help``, ``--version`` and every refusal of
-another command answer without importing the runner (:mod:`linattn.companion.schedule`) or what it needs."""
+another command answer without importing the runner (:mod:`linattn.companion.runner.schedule`) or what it needs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ PRESET_CHOICES = ("paper", "quick")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``linattn figures`` (:func:`linattn.companion.figure_commands.cmd_figures` reads them)."""
+    """The options of ``linattn figures`` (:func:`linattn.companion.runner.figure_commands.cmd_figures` reads them)."""
     p.add_argument("--preset", choices=PRESET_CHOICES, default="paper",
                    help="paper: the published settings (default, what `make book` shows); quick: CI-sized runs")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these figures (names of figures_src/*.md)")
@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_notebook_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``linattn notebook`` (:func:`linattn.companion.figure_commands.cmd_notebook` reads them)."""
+    """The options of ``linattn notebook`` (:func:`linattn.companion.runner.figure_commands.cmd_notebook` reads
+    them)."""
     p.add_argument("name", help="a figure's name (a file of figures_src/ without .md)")
     p.add_argument("--out", type=Path, default=None, help="where to write it (default ./NAME.ipynb)")
     p.add_argument("--preset", choices=PRESET_CHOICES, default="paper", help="the preset its parameters cell sets")

@@ -19,8 +19,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from . import experiment, objectives, plan, result
-from .models import _fold_matrix, build_model
+from .. import objectives
+from ..models import build_model, fold_matrix
+from . import experiment, plan, result
 from .train import History, TrainingDiverged, weights_of
 
 # steps between the loop's checks for members that diverged or ended (one device synchronisation each)
@@ -68,7 +69,7 @@ class _Stack:
             A = torch.einsum("bhra,bhrc->bhac", Q[..., :D], K)
         A = A.reshape(B, H, D * E)
         M = torch.einsum("bhi,bhc->bic", A, v).reshape(B, D, E * E)
-        return torch.matmul(M, _fold_matrix(D, v.dtype, v.device)).reshape(B, -1), A
+        return torch.matmul(M, fold_matrix(D, v.dtype, v.device)).reshape(B, -1), A
 
     def grads(self, g: torch.Tensor, A: torch.Tensor | None) -> list[torch.Tensor]:
         """∂L/∂θ of every member from g = ∂L/∂m (B, F), through the combination (``combined_with_vjp``)."""
@@ -78,7 +79,7 @@ class _Stack:
         v = self.params[-1]
         B, H, E = v.shape
         D = E - 1
-        G = torch.matmul(g.reshape(B, D, -1), _fold_matrix(D, g.dtype, g.device).T).reshape(B, D * E, E)
+        G = torch.matmul(g.reshape(B, D, -1), fold_matrix(D, g.dtype, g.device).T).reshape(B, D * E, E)
         dv = torch.einsum("bhi,bic->bhc", A, G)
         gW = torch.einsum("bic,bhc->bhi", G, v).reshape(B, H, D, E)
         if self.kind == "attnM":
@@ -117,14 +118,15 @@ def _moments(objs: list) -> tuple:
 
 def _setup(p, shared: dict):
     """A member's data, initial weights, model and exact objectives, as ``run`` builds them. ``shared``: the draws and
-    moments of the members before it (``linattn.experiment._carry_out``'s), which members of the same data share."""
+    moments of the members before it (``linattn.training.experiment.carry_out``'s), which members of the same data
+    share."""
     start = time.perf_counter()
     cfg = p.config
     datasets, init = p.data if p.data is not None else p.drawn, p.init
     if p.to_draw == plan.COVARIANCE:
-        datasets = plan._population_datasets(cfg)
+        datasets = plan.population_datasets(cfg)
     elif p.to_draw != plan.NOTHING:
-        drawn_data, drawn_init = plan._draw(cfg, shared)
+        drawn_data, drawn_init = plan.draw_checked(cfg, shared)
         datasets = drawn_data if datasets is None else datasets
         init = drawn_init if init is None else init
     model = build_model(cfg.model, init, dtype=getattr(torch, cfg.dtype), device=p.device)
@@ -141,7 +143,8 @@ def _load(model, stack: _Stack, row: int) -> None:
 
 
 def train_stacked(plans: list, *, snapshot_every: int = 0, snapshot: Callable | None = None) -> list:
-    """Train the members of ``plans`` (checked by ``batch.run_many``) in one batched loop; see :mod:`linattn.batch`."""
+    """Train the members of ``plans`` (checked by ``batch.run_many``) in one batched loop; see
+    :mod:`linattn.training.batch`."""
     start = time.perf_counter()
     shared: dict = {}
     members = [_setup(p, shared) for p in plans]
@@ -214,7 +217,7 @@ def _leave(p, member, stack: _Stack, row: int, losses, tests, values, snaps, end
 
 
 def _member_result(p, *, history, init, weights, datasets, model, setup: float, wall: float, snapshot_every: int):
-    """The RunResult of a member trained in a stack (what ``experiment._carry_out`` returns for one run)."""
+    """The RunResult of a member trained in a stack (what ``experiment.carry_out`` returns for one run)."""
     return result.RunResult(
         config=p.config, history=history, init=init, weights=weights, engine=p.engine, device=p.device,
         setup_time=setup, wall_time=wall, datasets=datasets,

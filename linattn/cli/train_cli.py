@@ -2,8 +2,8 @@
 
 The files are written into a temporary sibling folder, ``.<out>.<host>.<pid>.….tmp``, renamed to ``--out`` only
 when the run succeeded; a run that fails, diverges or is interrupted removes it again, and the parent folders it
-made. SIGINT and SIGTERM are handled alike (:mod:`linattn.companion.interrupts`): one line saying what was kept, exit
-130 or 143. A write that fails (a full disk) is one line naming the path, exit 1, nothing left behind. A run that
+made. SIGINT and SIGTERM are handled alike (:mod:`linattn.companion.runner.interrupts`): one line saying what was kept,
+exit 130 or 143. A write that fails (a full disk) is one line naming the path, exit 1, nothing left behind. A run that
 completes removes the temporary folders that killed writers of the same ``--out`` left (their process is gone).
 
 One ``--out`` is written by one ``linattn train`` at a time: its lock, ``.<out>.lock`` beside it
@@ -24,21 +24,15 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from ..companion.interrupts import (
-    Interrupted,
-    as_interrupted,
-    fault_hook,
-    signals_deferred,
-    signals_interrupt,
-)
+from ..companion.runner.interrupts import Interrupted, as_interrupted, fault_hook, signals_deferred, signals_interrupt
 from ..config import ConfigError, RunConfig
 from ..records import lock_path, output_lock, remove_stale_temps, temp_dir, temp_prefix
-from .common import UsageError, cli_message, config_from_args
+from .options import UsageError, cli_message, config_from_args
 
 
 def default_out(cfg: RunConfig) -> Path:
     """runs/<reference-style name>_<8 hex digits of the run's key>: distinct runs never share a folder."""
-    from ..keys import run_key
+    from ..training.keys import run_key
 
     P = "inf" if cfg.trainset_size is None else cfg.trainset_size
     name = f"{cfg.model}_head{cfg.head_num}_D{cfg.in_dim}_R{cfg.rank}_P{P}_N{cfg.seq_len}_seed{cfg.seed}"
@@ -113,7 +107,7 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
 
 
 def cmd_train(args) -> int:
-    from ..plan import plan
+    from ..training.plan import plan
 
     cfg = config_from_args(args)
     every, hook = fault_hook()
@@ -181,7 +175,7 @@ class _WriteFailed(Exception):
 
 def _stuck(signum: int, unfinished: list, out: Path, existed: bool) -> None:
     """A signal the training could not take in time (one long step in C): remove the unfinished run's folders and say
-    so; the watchdog of :func:`~linattn.companion.interrupts.signals_interrupt` then ends the process."""
+    so; the watchdog of :func:`~linattn.companion.runner.interrupts.signals_interrupt` then ends the process."""
     _drop_own_lock(out)  # first: it lies in out's parent, which may be one of the folders made for the run
     if unfinished:
         shutil.rmtree(unfinished[0], ignore_errors=True)
@@ -205,9 +199,9 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
     """Train ``checked`` and put its folder in place as ``out`` (then ``placed`` is made non-empty); the run's result,
     or None when it diverged (said on stderr). Whatever stops it before the folder is in place removes the temporary
     folder and the parent folders made for it (held in ``unfinished`` meanwhile, for a signal that cannot wait)."""
-    from ..experiment import run
-    from ..keys import run_key
-    from ..train import TrainingDiverged
+    from ..training.experiment import run
+    from ..training.keys import run_key
+    from ..training.train import TrainingDiverged
 
     tmp, created = prepare_out(out, args.overwrite)
     held = ExitStack()  # out's lock: released before the folders made for the run are removed
@@ -243,7 +237,7 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
 
 
 def _write(result, tmp: Path, out: Path, args) -> None:
-    from ..result import write_outputs
+    from ..training.result import write_outputs
 
     write_outputs(result, tmp, save_data=args.save_data)
     if args.show and _headless():

@@ -14,7 +14,7 @@ import ast
 import hashlib
 from pathlib import Path
 
-from ..records import PACKAGE_ROOT
+from ...records import PACKAGE_ROOT
 
 _PACKAGE = "linattn"
 

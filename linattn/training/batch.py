@@ -22,8 +22,8 @@ fraction, learning rate, length, rank (ATTN_S) — and each result is what ``lin
   length or diverges leaves the stack (its rows are dropped); the others go on.
 
 A member whose loss becomes NaN or infinite does not stop the others: its place in the returned list holds the
-:class:`~linattn.train.TrainingDiverged` exception (with the learning rate trial runs found stable, as ``run``
-raises it), every other place a :class:`~linattn.result.RunResult`.
+:class:`~linattn.training.train.TrainingDiverged` exception (with the learning rate trial runs found stable, as ``run``
+raises it), every other place a :class:`~linattn.training.result.RunResult`.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .data import ConfigError, named
+from ..errors import ConfigError, named
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .data import Datasets
+    from ..config import RunConfig
+    from ..data import Datasets
     from .plan import Plan
 
 # settings every member must share (the shape of the stacked weights and what trains them)
@@ -47,9 +47,9 @@ def run_many(configs: Sequence[RunConfig | Plan], *, inits: Sequence[dict | None
              snapshot: Callable | None = None, threads: int | None = None, max_memory: int | str | None = None,
              batched: bool | None = None, on_result: Callable[[int, Any], object] | None = None) -> list:
     """Train the runs of ``configs`` (RunConfigs of one model and shape, or Plans made of them by
-    :func:`~linattn.plan.plan`, which hold their own init and data) as one: a list with, for each member in
-    order, its :class:`~linattn.result.RunResult` (what ``linattn.run(configs[i], init=inits[i],
-    data=datasets[i])`` returns) or, for a member that diverged, its :class:`~linattn.train.TrainingDiverged`.
+    :func:`~linattn.training.plan.plan`, which hold their own init and data) as one: a list with, for each member in
+    order, its :class:`~linattn.training.result.RunResult` (what ``linattn.run(configs[i], init=inits[i],
+    data=datasets[i])`` returns) or, for a member that diverged, its :class:`~linattn.training.train.TrainingDiverged`.
 
     ``inits``, ``datasets``: None or one entry (None: drawn) per member. ``snapshot_every``, ``snapshot``,
     ``threads``, ``max_memory``: as for ``linattn.run``, for every member. ``batched``: stack the members' weights
@@ -62,7 +62,8 @@ def run_many(configs: Sequence[RunConfig | Plan], *, inits: Sequence[dict | None
     and the member, ``configs[i]``. Members must agree on ``SHARED`` (the engine and device after "auto" resolved)
     and, when batched, on whether they have test sets.
     """
-    from . import objectives, plan  # torch, only once runs are asked for
+    from .. import objectives  # torch, only once runs are asked for
+    from . import plan
 
     configs = list(configs)
     plan.check_threads(threads)
@@ -133,7 +134,8 @@ def groups(configs: Sequence[RunConfig], *, by_data: bool = False) -> list[list[
     """The positions of ``configs`` (RunConfigs or Plans) in groups that one :func:`run_many` call can train: equal
     ``SHARED`` settings (engine and device resolved) and test sets in all or none, in order of first appearance.
     ``by_data``: groups of runs that also draw the same data (``plan.data_key``), e.g. one task each on a cluster."""
-    from . import objectives, plan
+    from .. import objectives
+    from . import plan
 
     out: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(configs):
@@ -154,7 +156,7 @@ def _shared(p) -> dict:
 
 
 def _check_batchable(plans) -> None:
-    from . import objectives
+    from .. import objectives
 
     p = plans[0]
     if not objectives.get(p.engine).linear_only or p.config.dynamics != "gd":
@@ -174,7 +176,7 @@ def _alone(p, snapshot_every: int, snapshot, shared: dict):
     from . import experiment
 
     try:
-        return experiment._carry_out(p, progress=False, snapshot_every=snapshot_every, snapshot=snapshot,
+        return experiment.carry_out(p, progress=False, snapshot_every=snapshot_every, snapshot=snapshot,
                                      shared=shared)
     except experiment.TrainingDiverged as e:
         return e

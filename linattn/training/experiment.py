@@ -7,8 +7,8 @@ gradient descent or flow — and its output folder.
     write_outputs(result, "runs/fig1")   # loss.csv, run.json, init.npz, weights.npz (data.npz if asked)
     load_run("runs/fig1")          # the same, read back (from whatever wrote it: train, a sweep, the run store)
 
-This module trains (:func:`run`); the run is checked and its data drawn in :mod:`linattn.plan`, its record is
-:mod:`linattn.result`, its key :mod:`linattn.keys`.
+This module trains (:func:`run`); the run is checked and its data drawn in :mod:`linattn.training.plan`, its record is
+:mod:`linattn.training.result`, its key :mod:`linattn.training.keys`.
 """
 
 from __future__ import annotations
@@ -20,24 +20,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from . import objectives
-from .config import RunConfig
+from .. import objectives
+from ..config import RunConfig
 from .flow import gradient_flow
-from .plan import (
-    COVARIANCE,
-    NOTHING,
-    Plan,
-    _draw,
-    _population_datasets,
-    check_threads,
-    plan,
-)
+from .plan import COVARIANCE, NOTHING, Plan, check_threads, draw_checked, plan, population_datasets
 from .result import RunResult
 from .train import History, TrainingDiverged, gradient_descent, weights_of
 
 if TYPE_CHECKING:
-    from .data import Datasets, Sequences
-    from .objectives.base import Objective
+    from ..data import Datasets, Sequences
+    from ..objectives.base import Objective
 
 
 def stable_lr(cfg: RunConfig, init: dict, objective: Objective, device: str, *, lr: float, steps: int,
@@ -47,7 +39,7 @@ def stable_lr(cfg: RunConfig, init: dict, objective: Objective, device: str, *, 
     ``(None, max_halvings)`` when none does."""
     import torch
 
-    from .models import build_model
+    from ..models import build_model
 
     dtype = getattr(torch, cfg.dtype)
     for k in range(1, max_halvings + 1):
@@ -66,13 +58,14 @@ def stable_lr(cfg: RunConfig, init: dict, objective: Objective, device: str, *, 
 def run(cfg: RunConfig | Plan, *, init: dict | None = None, data: Datasets | Sequences | tuple | None = None,
         progress: bool | None = None, snapshot_every: int = 0, snapshot: Callable | None = None, start_step: int = 0,
         max_memory: int | str | None = None, threads: int | None = None) -> RunResult:
-    """Check ``cfg`` (:func:`~linattn.plan.plan`), draw or take data and weights, build the engine, train, and return a
-    :class:`~linattn.result.RunResult`.
+    """Check ``cfg`` (:func:`~linattn.training.plan.plan`), draw or take data and weights, build the engine, train, and
+    return a :class:`~linattn.training.result.RunResult`.
 
     Args:
-        cfg: the settings (:class:`~linattn.config.RunConfig`), or a :class:`~linattn.plan.Plan` made of them by
-            :func:`~linattn.plan.plan`, which holds ``init``, ``data``, ``start_step`` and the memory check (then not
-            given here).
+        cfg: the settings (:class:`~linattn.config.RunConfig`), or a :class:`~linattn.training.plan.Plan` made of them
+        by
+            :func:`~linattn.training.plan.plan`, which holds ``init``, ``data``, ``start_step`` and the memory check
+            (then not given here).
         init: initial weights replacing the drawn ones: a dict in the layout of ``init.npz``, for ``cfg``'s model,
             ``head_num`` H, ``in_dim`` D and ``rank`` R (E = D + 1): ATTN_M ``W_KQ`` (H, E, E), ``W_V`` (H, E, E);
             ATTN_S ``W_Q`` (H, R, E), ``W_K`` (H, R, E), ``W_V`` (H, E, E); MLP ``W1`` (H, D²), ``w2`` (H,).
@@ -80,14 +73,14 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data: Datasets | Seq
         data: the data, replacing the drawn ones: a :class:`~linattn.data.Sequences` or a pair ``(X, y)`` (X of shape
             (P, seq_len, D+1) with the query's label zeroed, y (P,); validated as a Sequences), or a whole
             :class:`~linattn.data.Datasets` (training set, test sets and covariance, e.g. from
-            :func:`~linattn.plan.draw`). The run's P, seq_len and test-set size are those of the data (``result.config``
-            records them; ``cfg``'s are not used). A training set alone comes with no test sets (``cfg.testset_size``
-            must be 0), no fixed task (``datasets.w_fix`` is None), and as ``datasets.cov`` the second moment of its
-            inputs x over all tokens, Σ x xᵀ / (P · seq_len), in place of a drawn Λ. Without ``init`` the initial
-            weights are still drawn from ``cfg`` as for a run with the data's P and seq_len (with ``draws="reference"``,
-            the authors' weights for that command; the sequences drawn alongside are discarded); with ``init`` nothing
-            is drawn. The population engine takes no data; given ``init`` it needs only Λ, which with ``cov_matrix`` or
-            ``white_cov`` is not drawn at all (so ``draws="reference"`` works there too).
+            :func:`~linattn.training.plan.draw`). The run's P, seq_len and test-set size are those of the data
+            (``result.config`` records them; ``cfg``'s are not used). A training set alone comes with no test sets
+            (``cfg.testset_size`` must be 0), no fixed task (``datasets.w_fix`` is None), and as ``datasets.cov`` the
+            second moment of its inputs x over all tokens, Σ x xᵀ / (P · seq_len), in place of a drawn Λ. Without
+            ``init`` the initial weights are still drawn from ``cfg`` as for a run with the data's P and seq_len (with
+            ``draws="reference"``, the authors' weights for that command; the sequences drawn alongside are discarded);
+            with ``init`` nothing is drawn. The population engine takes no data; given ``init`` it needs only Λ, which
+            with ``cov_matrix`` or ``white_cov`` is not drawn at all (so ``draws="reference"`` works there too).
         progress: a progress bar on a terminal, plain lines every few seconds elsewhere (None: the bar on a
             terminal only; False: nothing; ``train.progress_bar``).
         snapshot_every: store a snapshot in ``history.snapshots`` every k steps and at the end (0: none).
@@ -96,7 +89,7 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data: Datasets | Seq
             steps are numbered from ``start_step`` on, so history and snapshots line up with the run continued.
         max_memory: the most memory the run may take, in bytes or as a size such as ``"8G"`` or ``"500M"``; None
             (default): the memory available now (``memory.available_memory``). A run whose estimated peak
-            (:func:`~linattn.memory.memory_estimate`) exceeds it is refused before anything is drawn.
+            (:func:`~linattn.training.memory.memory_estimate`) exceeds it is refused before anything is drawn.
         threads: torch's intra-op threads while the run trains; None (default): the engine's choice
             (``objectives.threads_for``: one for the exact and population engines, the caller's setting for the
             autograd and softmax engines). The caller's setting is restored afterwards, also on an exception.
@@ -104,7 +97,7 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data: Datasets | Seq
     Raises:
         ConfigError: an invalid setting (a ValueError naming it), options the reference's draws do not have
             where something is drawn with ``draws="reference"``, or a run too large for ``max_memory``; all
-            before any work (:func:`~linattn.plan.plan`).
+            before any work (:func:`~linattn.training.plan.plan`).
         ValueError: ``init`` or ``data`` of the wrong keys, shapes or values, before any training.
         TrainingDiverged: the loss became NaN or infinite. For gradient descent its message suggests a learning
             rate that trial runs from the same initial weights found stable (:func:`stable_lr`): 20 steps, or as
@@ -119,10 +112,10 @@ def run(cfg: RunConfig | Plan, *, init: dict | None = None, data: Datasets | Seq
         p = plan(cfg, init=init, data=data, max_memory=max_memory, start_step=start_step,
                  snapshot_every=snapshot_every)
     with objectives.thread_count(objectives.threads_for(p.engine, p.device) if threads is None else threads):
-        return _carry_out(p, progress=progress, snapshot_every=snapshot_every, snapshot=snapshot)
+        return carry_out(p, progress=progress, snapshot_every=snapshot_every, snapshot=snapshot)
 
 
-def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot, shared: dict | None = None) -> RunResult:
+def carry_out(p: Plan, *, progress, snapshot_every: int, snapshot, shared: dict | None = None) -> RunResult:
     """:func:`run` of a checked plan: draw or take data and weights, build the engine, train. ``shared``: a dict
     that runs trained one after the other share, so that those drawing the same data draw it once and those training
     on the same data sets with the same features read their moments once (``run_many``)."""
@@ -130,15 +123,15 @@ def _carry_out(p: Plan, *, progress, snapshot_every: int, snapshot, shared: dict
     start = time.perf_counter()
     datasets, init = p.data if p.data is not None else p.drawn, p.init
     if p.to_draw == COVARIANCE:
-        datasets = _population_datasets(cfg)
+        datasets = population_datasets(cfg)
     elif p.to_draw != NOTHING:
-        drawn_data, drawn_init = _draw(cfg, shared)
+        drawn_data, drawn_init = draw_checked(cfg, shared)
         datasets = drawn_data if datasets is None else datasets
         init = drawn_init if init is None else init
     init = cast(dict, init)  # the plan or the draw above holds the initial weights
     import torch
 
-    from .models import build_model
+    from ..models import build_model
 
     model = build_model(cfg.model, init, softmax=cfg.softmax, dtype=getattr(torch, cfg.dtype), device=device)
     train, tests = objectives.build(cfg, model, cast("Datasets", datasets), device, shared=shared)

@@ -60,7 +60,7 @@ WHITE_ATTN_M = run_settings(model="attnM", head_num=8, init=1e-6, white_cov=True
                    seq_len=32)
 
 # What each knob several figures have means (the parameters cells are written from these:
-# :func:`linattn.companion.notebooks.parameters_source`); a run setting's own help is its declaration
+# :func:`linattn.companion.runner.notebooks.parameters_source`); a run setting's own help is its declaration
 # (:data:`linattn.config.SETTINGS`), a knob only one figure has is in that figure's ``HELP``.
 HELP: dict[str, str] = {
     "seeds": "one run per seed",

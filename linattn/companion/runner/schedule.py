@@ -3,7 +3,7 @@ processes (``--jobs``, one kernel each, every kernel limited to one thread).
 
 Report notebooks (those whose front matter says ``linattn: {report: true}``, the error table's among them) read the
 other figures' outputs, so they start after all the others have finished. Each figure runs in a worker through
-:func:`linattn.companion.execute.execute_figure`, which publishes it whole. An interruption (Ctrl-C, SIGTERM)
+:func:`linattn.companion.runner.execute.execute_figure`, which publishes it whole. An interruption (Ctrl-C, SIGTERM)
 stops the workers (their stages are removed, their kernels shut down) and raises :class:`Interrupted`, which says
 which figures were finished and published before it.
 """
@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..records import library_versions
-from . import interrupts, notebooks, presets
+from ...records import library_versions
+from .. import presets
+from . import interrupts, notebooks
 from .cachekey import RUN_INFO, discover, expected_key, figure_key, is_current, is_report, read_notebook, run_info
 from .execute import error_line, execute_figure, worker_start
 from .paths import ENV_RUNS_DIR, UnusableFolder, preset_root, retraining, run_store_dir, unusable_output_dir
@@ -74,7 +75,7 @@ def _check_overrides(parsed: dict, preset: str, overrides: dict) -> None:
     for name, nb in parsed.items():
         notebooks.check_overrides(name, nb, overrides)
     if overrides:
-        from ..config import ConfigError
+        from ...config import ConfigError
 
         for name in parsed:
             try:
@@ -88,10 +89,10 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
                 retrain: bool = False) -> list[FigureResult]:
     """Execute the figure notebooks (all, or those in ``only``) into ``out`` (default :func:`preset_root`) and
     return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked first, before
-    anything is written (:class:`linattn.companion.notebooks.ParameterError`): against every selected notebook's
+    anything is written (:class:`linattn.companion.runner.notebooks.ParameterError`): against every selected notebook's
     parameters cell (known key, right type), then every run the figure would train with them against
     :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.check_overrides`); the run store,
-    resolved where the command runs, must be a usable folder (:class:`~linattn.companion.paths.UnusableFolder`).
+    resolved where the command runs, must be a usable folder (:class:`~linattn.companion.runner.paths.UnusableFolder`).
     A root this call created is removed again if nothing but its lock files is left in it. Raises
     :class:`Interrupted` on Ctrl-C or SIGTERM (as a ``KeyboardInterrupt`` whose argument is the signal)."""
     everything = discover(src)
@@ -186,9 +187,9 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
 
 def _clean_killed_stages(root: Path, names: list[str]) -> None:
     """What killed runners left in ``root`` of figures ``names`` (their stages) is finished or removed now, whether
-    or not this run executes those figures (:func:`linattn.companion.publish.recover_idle`); one line each. The
+    or not this run executes those figures (:func:`linattn.companion.runner.publish.recover_idle`); one line each. The
     temporary files of killed writers there (a traceback notebook cut short) are removed too."""
-    from ..records import remove_stale_temps
+    from ...records import remove_stale_temps
     from .publish import recover_idle
 
     remove_stale_temps(root)

@@ -1,10 +1,10 @@
 """Execution of one figure notebook, in a worker process: papermill runs it in a kernel, into a staging folder, and
-the staged figure is swapped in whole (:mod:`linattn.companion.publish`).
+the staged figure is swapped in whole (:mod:`linattn.companion.runner.publish`).
 
-Each notebook (jupytext MyST markdown, see :mod:`linattn.companion.notebooks`) is converted in memory and executed
-by papermill with ``preset``, ``out_dir`` (the stage) and the reader's overrides injected; it writes its files to
-``<stage>/<name>/`` (:class:`linattn.companion.output.FigureOutput`). The runner then adds the page's badge (preset,
-overrides, date) under the title and the "Cite this figure" cell at the end (:mod:`linattn.companion.citation`),
+Each notebook (jupytext MyST markdown, see :mod:`linattn.companion.runner.notebooks`) is converted in memory and
+executed by papermill with ``preset``, ``out_dir`` (the stage) and the reader's overrides injected; it writes its files
+to ``<stage>/<name>/`` (:class:`linattn.companion.output.FigureOutput`). The runner then adds the page's badge (preset,
+overrides, date) under the title and the "Cite this figure" cell at the end (:mod:`linattn.companion.runner.citation`),
 writes the cache key and run record into the figure's folder, and swaps the figure in.
 
 A warning printed into a notebook's outputs fails its figure, except a known fallback (an engine's slower path with
@@ -23,8 +23,9 @@ import time
 import warnings
 from pathlib import Path
 
-from ..records import atomic_write
-from . import notebooks, presets, publish
+from ...records import atomic_write
+from .. import presets
+from . import notebooks, publish
 from .cachekey import CACHE_KEY, RUN_INFO, is_current
 from .citation import cite_block
 from .lifetime import die_with_parent, kernel_arguments
@@ -210,7 +211,7 @@ def is_published_run(name: str, values: dict) -> bool:
 def _retitle(nb, at_published: bool) -> None:
     """The executed page's title as :func:`linattn.companion.published.page.page_title` gives it (a re-run at
     settings of our own does not carry the paper's figure name as its title)."""
-    from .published.page import page_title
+    from ..published.page import page_title
 
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -277,8 +278,8 @@ def execute_figure(name: str, text: str, root: str, params: dict, key: str, *, t
     publish it into ``root`` whole; returns ``{"ok", "cached", "seconds", "cpu_seconds", "error", "notebook",
     "fallbacks", "notes"}``. Never raises an Exception (an interruption unwinds it, leaving ``root`` as it was).
 
-    It holds the figure's lock throughout (:func:`linattn.companion.publish.figure_lock`), first cleans what killed
-    runs left, and — unless ``force`` — returns ``cached`` when a runner it waited for made the same figure. A
+    It holds the figure's lock throughout (:func:`linattn.companion.runner.publish.figure_lock`), first cleans what
+    killed runs left, and — unless ``force`` — returns ``cached`` when a runner it waited for made the same figure. A
     failure leaves the published figure as it was; its traceback notebook goes to ``<root>/<name>.failed.ipynb``
     and its error line names the failure's own cause first, then any error met while saving that notebook. A report
     reads the figures named in ``reads`` from ``root``."""

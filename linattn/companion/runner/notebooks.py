@@ -3,8 +3,8 @@
 Every figure is a jupytext MyST notebook ``figures_src/<name>.md`` whose first code cell is tagged ``parameters``;
 each line of that cell is one knob (``name[: type] = default  # what it means``). For a figure with presets the
 cell is written from its module's presets (:func:`parameters_source`: every setting at its paper value, with its
-:func:`~linattn.companion.presets.knob_help` text; ``python -m linattn.companion.notebooks --sync`` rewrites the cells
-and a test keeps them in step), and the runner gives it the values of the chosen preset with a reader's overrides
+:func:`~linattn.companion.presets.knob_help` text; ``python -m linattn.companion.runner.notebooks --sync`` rewrites the
+cells and a test keeps them in step), and the runner gives it the values of the chosen preset with a reader's overrides
 (:func:`linattn.companion.presets.resolve`). :func:`check_overrides` refuses an unknown key or a value of the wrong
 type before anything runs.
 """
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..objectives.native import KnownFallback
+from ...objectives.native import KnownFallback
 from .paths import SRC_DIR
 
 _INJECTED = ("preset", "out_dir")  # set by the runner, never by --param
@@ -118,7 +118,7 @@ def check_overrides(name: str, nb, overrides: dict) -> dict:
     """``overrides`` if every key is a knob of notebook ``name`` and every value fits its type; else
     :class:`ParameterError` naming the valid knobs. For a figure with nested runs (``attn_m``, ``attn_s``) a
     run-level setting of those runs (``lr``) is a knob too: it sets every run."""
-    from . import presets
+    from .. import presets
 
     valid = knobs(nb)
     if presets.has_presets(name):
@@ -211,7 +211,7 @@ def _knob_type(value) -> type | None:
 def parameters_source(name: str) -> str:
     """The parameters cell of figure ``name``, written from its paper preset: ``preset``, then every setting at its
     paper value with its help text, then ``out_dir``."""
-    from . import presets
+    from .. import presets
 
     lines = ['preset = "paper"  # the preset the values below come from; linattn figures sets it and all of them']
     help_ = presets.knob_help(name)
@@ -230,7 +230,7 @@ def parameters_source(name: str) -> str:
 def knobs_markdown() -> str:
     """A Markdown table of every figure's knobs (the settings ``--param`` takes) and their paper values, for the
     re-run page (the book builder writes it into the staged book)."""
-    from . import presets
+    from .. import presets
 
     rows = ["| figure | knobs (paper value) |", "|---|---|"]
     for name in discover():
@@ -271,13 +271,13 @@ def runnable(text: str, values: dict | None = None):
 
 
 def main(argv=None) -> int:
-    """``python -m linattn.companion.notebooks --sync``: rewrite the parameters cells of every figure with presets
-    from its module's presets, and name the notebooks that changed."""
+    """``python -m linattn.companion.runner.notebooks --sync``: rewrite the parameters cells of every figure with
+    presets from its module's presets, and name the notebooks that changed."""
     import argparse
 
-    from . import presets
+    from .. import presets
 
-    p = argparse.ArgumentParser(prog="python -m linattn.companion.notebooks")
+    p = argparse.ArgumentParser(prog="python -m linattn.companion.runner.notebooks")
     p.add_argument("--sync", action="store_true", required=True,
                    help="rewrite each figure's parameters cell from its module's PRESETS")
     p.parse_args(argv)

@@ -2,8 +2,8 @@
 inside-a-head appendix).
 
 Directions are indexed 0 … D−1 in order of decreasing eigenvalue (``theory.spectrum``); heads 0 … H−1. The functions
-take arrays recorded by :func:`~linattn.experiment.run` (values with ``track_value``, weights or head matrices as
-snapshots) and return plain numbers, so each figure's reading of its run is one call a test can reach.
+take arrays recorded by :func:`~linattn.training.experiment.run` (values with ``track_value``, weights or head matrices
+as snapshots) and return plain numbers, so each figure's reading of its run is one call a test can reach.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import theory
+from .. import theory
 from .diagnostics import mode_overlaps
 
 

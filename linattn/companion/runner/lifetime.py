@@ -81,6 +81,6 @@ def kernel_arguments(parent: int | None = None) -> list[str]:
     if not supported():
         return []
     parent = os.getpid() if parent is None else int(parent)
-    line = f"__import__('linattn.companion.lifetime', fromlist=['_']).die_with_parent({parent})"
+    line = f"__import__('linattn.companion.runner.lifetime', fromlist=['_']).die_with_parent({parent})"
     return [f"--IPKernelApp.exec_lines={line}"]
 

@@ -1,4 +1,5 @@
-"""The ``linattn figures`` and ``linattn notebook`` commands (their options: :mod:`linattn.companion.figure_args`).
+"""The ``linattn figures`` and ``linattn notebook`` commands (their options:
+:mod:`linattn.companion.runner.figure_args`).
 
     linattn figures [--preset paper|quick] [--only NAME ...] [--param KEY=VALUE ...] [--out DIR | --into-book]
                     [--jobs N] [--force] [--retrain] [--list]
@@ -6,12 +7,13 @@
 Roots. The book of preset ``P`` is built from ``_build/figures/<P>/`` (:func:`preset_root`: the checkout's, or the
 working directory's when linattn is an installed copy), so the paper and the quick figures never mix. Overrides
 (``--param``) go to ``--out DIR``; they enter a book's root only with ``--into-book``, and then every page shows
-them in its badge. The root is checked before anything runs (:func:`linattn.companion.paths.unusable_output_dir`).
+them in its badge. The root is checked before anything runs
+(:func:`linattn.companion.runner.paths.unusable_output_dir`).
 
 Bad input is refused before anything runs, as by every linattn command: one line ``linattn <command>: error: …``
 on stderr, exit code 2 — an unknown figure, an unknown ``--param`` key or one of the wrong type
-(:func:`linattn.companion.notebooks.check_overrides`), and values that, taken together, would give a run
-``linattn.plan`` refuses (:func:`linattn.companion.presets.check_overrides`, e.g. ``seeds=[-1]``, or a run that
+(:func:`linattn.companion.runner.notebooks.check_overrides`), and values that, taken together, would give a run
+``linattn.training.plan`` refuses (:func:`linattn.companion.presets.check_overrides`, e.g. ``seeds=[-1]``, or a run that
 does not fit in memory), or a figure that trains nothing settings it cannot use (a schematic's weights too large,
 a drawing too large to draw). Each figure says when it starts and, while it runs, every 30 s that it still does.
 Ctrl-C and SIGTERM end the command with one line saying which figures were finished and kept, exit code 130 or 143.
@@ -23,8 +25,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..records import atomic_write
-from . import extras, notebooks
+from ...records import atomic_write
+from .. import extras
+from . import notebooks
 from .cachekey import discover
 from .execute import notebook_values
 from .interrupts import signals_interrupt

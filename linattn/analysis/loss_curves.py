@@ -1,8 +1,9 @@
 """What a loss curve shows: its plateaus (:func:`detect_plateaus`), the one rule for the step of a drop
 (:func:`drop_steps`, :func:`half_drop_step`), the rests at the saddles L(M_m) of rank-one ATTN_S
 (:func:`saddle_rests`, :func:`saddle_plateaus`, :func:`rank_summary`), whether a test loss learned and kept what it
-learned (:func:`learning_course`), and the drops a run should make, predicted from its own start
-(:func:`predicted_drop_steps`, :func:`scalar_ode_overlay`). Measures of the weights are in :mod:`linattn.diagnostics`.
+learned (:func:`learning_course`), and the scalar ODE's curve beside a run (:func:`scalar_ode_overlay`). Nothing here
+trains: the drops a run should make, predicted from its own start, are a run of their own (the population run from
+the same start, through the companion's run store). Measures of the weights are in :mod:`linattn.diagnostics`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import theory
+from .. import theory
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    pass
 
 # --------------------------------------------------------------------------------------------------------------
 # Plateau detection
@@ -172,43 +173,6 @@ def learning_course(loss: ArrayLike, *, learned: float = LEARNED_FALL, given_bac
     if low > (1 - learned) * start:
         return "not learned"
     return "transient" if end - low >= given_back * (start - low) else "kept"
-
-
-def predicted_drop_steps(config: RunConfig, init: dict, cov: ArrayLike, *, horizon: int | None = None,
-                         chunk: int = 20000) -> np.ndarray:
-    """The step of each drop d = 1 … D that a rank-R ATTN_S run should make, predicted from its own initial weights
-    with all its heads: the population (P = ∞) gradient descent of the same model from ``init`` at the same learning
-    rate, normalisation and precision, on inputs of covariance ``cov`` (the run's Λ), with its drops read by the
-    run's own rule (:func:`drop_steps` against ``theory.plateau_losses(cov, N)``). NaN where a drop is not made
-    within ``horizon`` steps (default ``config.epoch``).
-
-    Unlike the closed-form escape time ``theory.attn_s_drop_steps`` (one head, from a typical scale), this knows
-    which of the H heads starts with most weight along each direction: the first of H heads to escape is the fastest
-    of H. It differs from the finite-P run only by the training set's sampling error. Trained in chunks of ``chunk``
-    steps, stopping once all D drops are made; it costs what the same number of exact steps costs (the population
-    engine trains on moments of size D(D+1)² × D(D+1)², whatever P).
-    """
-    import dataclasses
-
-    from .experiment import run
-
-    if config.model != "attnS" or config.vary_len:
-        raise ValueError(f"predicted_drop_steps: the saddles L(M_m) are ATTN_S's without vary_len, not "
-                         f"model={config.model!r}, vary_len={config.vary_len}")
-    cov = np.asarray(cov, dtype=np.float64)
-    levels = theory.plateau_losses(cov, config.N)
-    horizon = config.epoch if horizon is None else int(horizon)
-    base = dataclasses.replace(config.on_population(cov), dynamics="gd")  # in chunks, continued by start_step
-    weights: dict | None
-    losses, weights, done = [], init, 0
-    while done < horizon:
-        part = run(dataclasses.replace(base, epoch=min(chunk, horizon - done)), init=weights, start_step=done,
-                   progress=False)
-        losses.append(part.history.train_loss)
-        weights, done = part.weights, done + part.config.epoch
-        if np.isfinite(drop_steps(losses[-1], levels[-2:])[0]):
-            break
-    return drop_steps(np.concatenate(losses), levels)
 
 
 #: A first drop before this many steps is no drop off a plateau (:func:`first_drop_step`): the curve fell at once.
@@ -598,9 +562,9 @@ class RankSummary:
              predicted_learned: int | None = None) -> list[dict]:
         """``numbers.json`` rows: long plateaus (found vs theory, as text), directions learned (beside
         ``paper_learned`` where the paper states it, and as theory ``predicted_learned``, the drops a prediction
-        such as :func:`predicted_drop_steps` makes in the same steps), each plateau level at a saddle, and the final
-        loss; ``label`` is appended to each quantity (e.g. ", published window") and ``key`` to each row's key
-        (``R1.<key>.learned``, ``R1.<key>.plateau.M2``, …)."""
+        (e.g. the population run from the run's own start) makes in the same steps), each plateau level at a saddle,
+        and the final loss; ``label`` is appended to each quantity (e.g. ", published window") and ``key`` to each
+        row's key (``R1.<key>.learned``, ``R1.<key>.plateau.M2``, …)."""
         R = self.rank
         k = f"R{R}" + (f".{key}" if key else "")
         out: list[dict] = [dict(key=f"{k}.long_plateaus",

@@ -23,9 +23,9 @@ def _store(cfgs: list, every: int, root: str) -> None:
 
 def on_cluster(runs: dict, S: dict | None, client) -> None:
     """Train the declared ``runs`` that start from nothing given (plain RunConfigs) into the run store on the Dask
-    ``client``'s workers, one task for each group of runs that draw the same data (``linattn.batch.groups``);
+    ``client``'s workers, one task for each group of runs that draw the same data (``linattn.training.batch.groups``);
     those already stored are only read there."""
-    from ....batch import groups
+    from ....training.batch import groups
     from ...runstore import default_root
 
     every, root = (S or {}).get("snapshot_every", 0), str(default_root())

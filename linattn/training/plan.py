@@ -10,36 +10,36 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from . import data as data_mod
-from . import objectives
-from .config import ConfigError, RunConfig
-from .data import named
+from .. import data as data_mod
+from .. import objectives
+from ..config import ConfigError, RunConfig
+from ..errors import named
+from ..weights import check_weights, init_weights
 from .memory import check_memory
-from .weights import check_weights, init_weights
 
 if TYPE_CHECKING:
-    from .data import Datasets, Sequences
+    from ..data import Datasets, Sequences
 
 
 def draw(cfg: RunConfig) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
-    """The data sets and initial weights of ``cfg``, as :func:`~linattn.experiment.run` would train them: the
+    """The data sets and initial weights of ``cfg``, as :func:`~linattn.training.experiment.run` would train them: the
     reference's own random numbers (``draws="reference"``), or linattn's independent streams, one per purpose
     (``draws="streams"``).
 
     Returns ``(datasets, init)``: a :class:`~linattn.data.Datasets` and a dict in the layout of ``init.npz``.
     Both can be changed and handed back, ``run(cfg, init=init, data=datasets)``.
 
-    Raises :class:`~linattn.config.ConfigError` for invalid settings (:meth:`~linattn.config.RunConfig.validate`)
+    Raises :class:`~linattn.errors.ConfigError` for invalid settings (:meth:`~linattn.config.RunConfig.validate`)
     and, with ``draws="reference"``, for options the authors' code never had
     (:meth:`~linattn.config.RunConfig.reference_draws_refusal`).
     """
     cfg.validate()
     if cfg.draws == "reference" and (reason := cfg.reference_draws_refusal()) is not None:
         raise ConfigError(reason, field="draws", value=cfg.draws)
-    return _draw(cfg)
+    return draw_checked(cfg)
 
 
-def _draw(cfg: RunConfig, shared: dict | None = None) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
+def draw_checked(cfg: RunConfig, shared: dict | None = None) -> tuple[data_mod.Datasets, dict[str, np.ndarray]]:
     """:func:`draw` for settings already checked. ``shared``: a dict that keeps each data draw by the arguments
     that decide it (:func:`_data_arguments`), so that runs drawing the same data (e.g. ranks or initial scales at one
     seed, in one ``run_many`` call) draw it once; their initial weights are then drawn as each would draw them
@@ -52,7 +52,7 @@ def _draw(cfg: RunConfig, shared: dict | None = None) -> tuple[data_mod.Datasets
         if shared is not None:
             shared[key] = datasets, generators
     if cfg.draws == "reference":
-        from .reference_draws import reference_init
+        from ..reference_draws import reference_init
 
         init = reference_init(generators, model=cfg.model, init_scheme=cfg.init_scheme, in_dim=cfg.in_dim,
                               head_num=cfg.head_num, rank=cfg.rank, init=cfg.init)
@@ -81,18 +81,18 @@ def _draw_data(draws: str, args: dict, shared: dict | None = None):
     """(data sets, what the weights are drawn from next: the reference's generators, or None for the streams).
     ``shared``: what streams' test sets are kept in (``data.make_datasets``)."""
     if draws == "reference":
-        from .reference_draws import reference_data  # torch's generator
+        from ..reference_draws import reference_data  # torch's generator
 
         return reference_data(**args)
     return data_mod.make_datasets(**args, shared=shared), None
 
 
-def _population_datasets(cfg: RunConfig) -> data_mod.Datasets:
+def population_datasets(cfg: RunConfig) -> data_mod.Datasets:
     """What a population run with given initial weights needs of the data: Λ alone. With ``cov_matrix`` or
     ``white_cov`` nothing is drawn; otherwise Λ is drawn as :func:`draw` draws it (from linattn's streams; the
     reference has no population runs to draw it for, which :func:`plan` refuses)."""
     if cfg.draws == "streams":
-        return _draw(cfg)[0]
+        return draw_checked(cfg)[0]
     if cfg.cov_matrix is not None:
         cov = data_mod.check_covariance(cfg.cov_matrix, cfg.in_dim)
     else:  # white_cov: plan() refuses the reference's draws in any other case
@@ -142,13 +142,13 @@ EVERYTHING, DATA, COVARIANCE, NOTHING = "data and weights", "data", "covariance"
 
 @dataclass(frozen=True)
 class Plan:
-    """A run checked once, with everything decided before it starts; :func:`~linattn.experiment.run` carries it out
-    without checking again. Made by :func:`plan`.
+    """A run checked once, with everything decided before it starts; :func:`~linattn.training.experiment.run` carries it
+    out without checking again. Made by :func:`plan`.
 
     Attributes:
         config: the settings (with given data, the data's P, seq_len and test-set size).
         engine, device: the engine that trains the run and the torch device it runs on.
-        memory: the estimated peak memory in bytes (:func:`~linattn.memory.memory_estimate`), within the limit.
+        memory: the estimated peak memory in bytes (:func:`~linattn.training.memory.memory_estimate`), within the limit.
         to_draw: what is drawn: ``"data and weights"``, ``"data"`` (the weights are given), ``"covariance"`` (only
             Λ: a population run from given weights) or ``"nothing"``.
         init: the given initial weights (checked), or None; data: the given data as a Datasets, or None.
@@ -181,10 +181,11 @@ class Plan:
 def plan(cfg: RunConfig, *, init: dict | None = None, data: Datasets | Sequences | tuple | None = None,
          max_memory: int | str | None = None, start_step: int = 0, snapshot_every: int = 0) -> Plan:
     """Check a run of ``cfg`` (with the initial weights ``init`` and the data ``data`` given in place of drawn ones, as
-    for :func:`~linattn.experiment.run`) once, before any work, and decide what follows from its settings: the engine,
-    the device, the memory it needs and what is drawn. :func:`~linattn.experiment.run` calls it; call it yourself to
-    check settings at a boundary (``linattn train`` does) and hand the :class:`Plan` to :func:`~linattn.experiment.run`.
-    ``snapshot_every``: the snapshot interval the run will record, counted in its memory.
+    for :func:`~linattn.training.experiment.run`) once, before any work, and decide what follows from its settings: the
+    engine, the device, the memory it needs and what is drawn. :func:`~linattn.training.experiment.run` calls it; call
+    it yourself to check settings at a boundary (``linattn train`` does) and hand the :class:`Plan` to
+    :func:`~linattn.training.experiment.run`. ``snapshot_every``: the snapshot interval the run will record, counted in
+    its memory.
 
     Raises:
         ConfigError: an invalid setting (:meth:`~linattn.config.RunConfig.validate`), options the reference's draws
@@ -218,7 +219,8 @@ def plan(cfg: RunConfig, *, init: dict | None = None, data: Datasets | Sequences
 
 
 def check_threads(threads: int | None) -> None:
-    """``threads`` (of :func:`~linattn.experiment.run`) is None or a positive integer, else a ConfigError naming it."""
+    """``threads`` (of :func:`~linattn.training.experiment.run`) is None or a positive integer, else a ConfigError
+    naming it."""
     if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
         raise ConfigError(f"{named('threads')} must be None (the engine's choice) or a positive integer, got "
                           f"{threads!r}", field="threads", value=threads)

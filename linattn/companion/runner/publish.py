@@ -217,7 +217,7 @@ def save_failed(root: Path, name: str, source: Path | None, write) -> Path:
     """Put figure ``name``'s traceback notebook at ``<root>/<name>.failed.ipynb``: move ``source`` there (it lies in
     the stage, on the same file system), or, when there is none, ``write(file)`` it there through a temporary file
     beside it. Raises what saving raised."""
-    from ..records import atomic_write
+    from ...records import atomic_write
 
     target = Path(root) / f"{name}.failed.ipynb"
     if source is not None and source.exists():

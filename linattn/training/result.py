@@ -1,4 +1,4 @@
-"""The one record of a run: :class:`RunResult` — what :func:`~linattn.experiment.run` returns — and its folder,
+"""The one record of a run: :class:`RunResult` — what :func:`~linattn.training.experiment.run` returns — and its folder,
 written by :func:`write_outputs` and read back by :func:`load_run` (whatever wrote it: ``linattn train``, a sweep, the
 run store).
 """
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
-from . import data as data_mod
-from .config import RunConfig
-from .plan import _draw
-from .records import atomic_write, provenance, write_csv, write_json
+from .. import data as data_mod
+from ..config import RunConfig
+from ..records import atomic_write, provenance, write_csv, write_json
+from .plan import draw_checked
 from .train import History
 
 if TYPE_CHECKING:
@@ -25,13 +25,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunResult:
-    """One run: what :func:`~linattn.experiment.run` returns, what :func:`load_run` reads back from a run folder
-    (whatever wrote it: ``linattn train --out``, :func:`write_outputs`, a sweep, the run store), and what the run store
-    serves.
+    """One run: what :func:`~linattn.training.experiment.run` returns, what :func:`load_run` reads back from a run
+    folder (whatever wrote it: ``linattn train --out``, :func:`write_outputs`, a sweep, the run store), and what the run
+    store serves.
 
     Attributes:
         config: the settings of the run (with given ``data``, its P and seq_len).
-        history: the losses, one per step recorded before the step (:class:`~linattn.train.History`: ``step``,
+        history: the losses, one per step recorded before the step (:class:`~linattn.training.train.History`: ``step``,
             ``train_loss``, ``test_iwl``, ``test_icl``, ``values`` — v_h[D] per head with ``track_value`` —,
             ``snapshots``).
         init: the initial weights, in the layout of ``init.npz`` (``models.weight_shapes``).
@@ -44,13 +44,13 @@ class RunResult:
             and the fixed task vector, at once from ``run.json``); None where given data were not saved.
         given: what was given in place of drawn: ``"init"``, ``"data"``.
         snapshot_every: the interval of ``history.snapshots`` (0: none).
-        key: the run's key (:func:`~linattn.keys.run_key`) where a run store or a sweep filed it under one, else None.
-        trained_steps: how many steps were trained to give this result (the run store: 0 when all were stored).
-        path: the folder it was read from (None for a run just trained); info: its ``run.json`` (settings,
+        key: the run's key (:func:`~linattn.training.keys.run_key`) where a run store or a sweep filed it under one,
+        else None. trained_steps: how many steps were trained to give this result (the run store: 0 when all were
+        stored). path: the folder it was read from (None for a run just trained); info: its ``run.json`` (settings,
             versions, git commit, timings).
         carry_on: ``(result, epoch) -> RunResult``, how :meth:`extended` carries the run on: set by whoever made
-            the result (:func:`~linattn.experiment.run`: :func:`~linattn.experiment.continued`; the run store: its
-            own, from a checkpoint); None for a run read back.
+            the result (:func:`~linattn.training.experiment.run`: :func:`~linattn.training.experiment.continued`; the
+            run store: its own, from a checkpoint); None for a run read back.
         model: the trained model (on ``device``; read back: rebuilt from ``weights``, float64, CPU).
     """
 
@@ -76,9 +76,7 @@ class RunResult:
     def model(self) -> torch.nn.Module | None:
         """The model after training: the module that trained (on ``device``), else rebuilt from ``weights`` on first use
         (float64, CPU); None without weights."""
-        from .models import (
-            build_model,  # torch: imported where a model is built, not with linattn
-        )
+        from ..models import build_model  # torch: imported where a model is built, not with linattn
 
         if self._model is None and self.weights is not None:
             self._model = build_model(self.config.model, self.weights, softmax=self.config.softmax)
@@ -87,7 +85,7 @@ class RunResult:
     def snapshots_of(self, fn: Callable, **kwargs: Any) -> list:
         """``[(step, fn(model, **kwargs))]`` for each weight snapshot, the model rebuilt from it: what
         ``linattn.run(..., snapshot=fn)`` would have recorded."""
-        from .models import build_model
+        from ..models import build_model
 
         return [(s, fn(build_model(self.config.model, w, softmax=self.config.softmax), **kwargs))
                 for s, w in self.history.snapshots]
@@ -95,15 +93,15 @@ class RunResult:
     def extended(self, epoch: int) -> "RunResult":
         """The same run carried on to ``epoch`` steps (never shorter than it is): gradient descent depends on the
         weights alone, so its first steps are this run's. Done by :attr:`carry_on`: a run that
-        :func:`~linattn.experiment.run` returned trains the remaining steps from its final weights
-        (:func:`~linattn.experiment.continued`), a run the run store served continues from its nearest checkpoint; a run
-        read back by :func:`load_run` has none (ValueError: carry it on with ``linattn.experiment.continued(result,
-        epoch)``)."""
+        :func:`~linattn.training.experiment.run` returned trains the remaining steps from its final weights
+        (:func:`~linattn.training.experiment.continued`), a run the run store served continues from its nearest
+        checkpoint; a run read back by :func:`load_run` has none (ValueError: carry it on with
+        ``linattn.training.experiment.continued(result, epoch)``)."""
         if epoch <= self.config.epoch:
             return self
         if self.carry_on is None:
             raise ValueError("this run was read back from its folder and knows no way to carry on: call "
-                             "linattn.experiment.continued(result, epoch), or serve it from the run store")
+                             "linattn.training.experiment.continued(result, epoch), or serve it from the run store")
         return self.carry_on(self, epoch)
 
 
@@ -116,7 +114,7 @@ class _DrawnOnUse(data_mod.Datasets):
 
     def __getattr__(self, name):
         if name in ("train", "test_iwl", "test_icl"):
-            drawn = _draw(self._config)[0]
+            drawn = draw_checked(self._config)[0]
             for key in ("train", "test_iwl", "test_icl"):
                 setattr(self, key, getattr(drawn, key))
             return getattr(drawn, name)

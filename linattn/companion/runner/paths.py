@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..records import PACKAGE_ROOT
+from ...records import PACKAGE_ROOT
 
 REPO_ROOT = PACKAGE_ROOT.parent
 IS_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "figures_src").is_dir()

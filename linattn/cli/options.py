@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 
 from ..config import SETTINGS, ConfigError, RunConfig
-from ..data import ALONE
-from ..memory import parse_size
+from ..errors import ALONE
+from ..training.memory import parse_size
 
 
 class UsageError(Exception):
@@ -80,9 +80,9 @@ _OTHER_FLAGS = {"max_memory": "--max-memory", "out": "--out", "threads": "--thre
 
 
 def flag_words(name: str, value=ALONE, *, typed: dict | None = None) -> str:
-    """A setting named in a :class:`~linattn.config.ConfigError` message, as ``linattn train`` writes it: ``--lr``,
+    """A setting named in a :class:`~linattn.errors.ConfigError` message, as ``linattn train`` writes it: ``--lr``,
     ``--model mlp`` (strings unquoted), the bare flag for a switch that is on (``--cubic_feat``), ``--trainset_size
-    inf`` for the population objective (:meth:`ConfigError.words <linattn.data.ConfigError.words>`). ``typed``: the
+    inf`` for the population objective (:meth:`ConfigError.words <linattn.errors.ConfigError.words>`). ``typed``: the
     flag the user typed for each setting (:class:`StoreTyped`), used in place of the setting's first flag
     (``--head -3`` is answered about ``--head``, not ``--head_num``)."""
     setting = SETTINGS.get(name)

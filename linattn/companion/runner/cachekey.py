@@ -1,11 +1,11 @@
 """A figure's cache key: when a figure in an output root is current, and what its run record says.
 
 A figure is skipped when its cache key — a hash of the notebook text, the parameters, the source files of the
-linattn modules the notebook imports and of theirs (:mod:`linattn.companion.sources`: not the CLI, the runner or the
-book builder) and the versions of the libraries that compute or draw (``records.LIBRARIES``); for report notebooks
+linattn modules the notebook imports and of theirs (:mod:`linattn.companion.runner.sources`: not the CLI, the runner or
+the book builder) and the versions of the libraries that compute or draw (``records.LIBRARIES``); for report notebooks
 also the ``numbers.json`` of every figure they read — equals ``<root>/<name>/.cache-key`` and its executed notebook
 exists. The key and ``.run.json`` (preset, overrides, date) are written into the figure's folder before it is
-published (:mod:`linattn.companion.publish`), so a published figure always carries the key it was made with.
+published (:mod:`linattn.companion.runner.publish`), so a published figure always carries the key it was made with.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..records import library_versions
+from ...records import library_versions
 from . import notebooks
 from .sources import notebook_sources, source_hash
 
