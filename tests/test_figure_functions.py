@@ -195,19 +195,26 @@ def test_fig05_names_each_drop_by_the_directions_it_spans():
 
 
 def test_a_drop_count_holds_only_when_every_check_finds_it():
+    """The check runs' verdict on the main run's count: it holds where every settled check finds it, does not where
+    one finds more (or fewer and has settled), and cannot be told where a check with fewer drops is still falling."""
     from linattn.companion import published
+    from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS
 
-    same = [dict(label="seed 11", drops=2, drop_steps=[600, 1700], step_scale=1.0),
-            dict(label="half", drops=2, drop_steps=[1250, 3300], step_scale=0.5)]
-    assert published.rules.drop_count_holds(2, same)
-    assert not published.rules.drop_count_holds(2, same[:1] + [dict(same[1], drops=1)])
-    text = published.rules.check_words(2, same)
+    rules = published.rules
+    same = [dict(label="seed 11", drops=2, drop_steps=[600, 1700], step_scale=1.0, settled=True),
+            dict(label="half", drops=2, drop_steps=[1250, 3300], step_scale=0.5, settled=True)]
+    assert rules.drop_count_holds(2, same) == AGREES
+    assert rules.drop_count_holds(2, same[:1] + [dict(same[1], drops=1)]) == DIFFERS
+    assert rules.drop_count_holds(2, same[:1] + [dict(same[1], drops=3)]) == DIFFERS
+    assert rules.drop_count_holds(2, same[:1] + [dict(same[1], drops=1, settled=False)]) == CANNOT_TELL
+    text = rules.check_words(2, same)
     assert "625 and 1650 in the main run's steps" in text
     assert "holds with a smaller step" in text and "holds with other draws" in text
-    one_seed_differs = published.rules.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
+    one_seed_differs = rules.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
     assert "holds with a smaller step" in one_seed_differs and "does not hold with other draws" in one_seed_differs
     assert "ending at 0.290" in one_seed_differs
-    assert published.readings.fig3a_drop_span(4) == (3601.0, 6521.0, 1)  # one published curve still on M_3 at the end
+    still = rules.check_words(2, [dict(same[0], drops=1, drop_steps=[800], settled=False)])
+    assert "and still falling" in still and "cannot be told from these runs" in still
 
 
 # ---------------------------------------------------------------- beyond the paper: the population loss and the flow

@@ -141,14 +141,6 @@ FIG3A_CROSSINGS = {
 FIG3A_STILL_ON_M3 = 1  # published curves without the fourth drop inside the window
 
 
-def fig3a_drop_span(d: int) -> tuple:
-    """The published curves' drop ``d`` of Figure 3a: (earliest step, latest step inside the window, the number of
-    curves that make it only beyond the window)."""
-    crossings = FIG3A_CROSSINGS[d]
-    inside = [x for c in crossings for low, high in c.where if math.isfinite(high) for x in (low, high)]
-    beyond = sum(all(not math.isfinite(high) for _, high in c.where) for c in crossings)
-    return float(min(inside)), float(max(inside)), beyond
-
 # ------------------------------------------------------------------------- Figure 14 (ATTN_M, white covariance, P 5000)
 # Curves: "train" (training loss / its first value), "iwl" (in-weight test loss), "icl" (in-context test loss). The
 # black curve's first fall has a midpoint (between the plateau 1.002 and the level right after the fall); our curve
