@@ -6,9 +6,9 @@ or range, what it means, the paper's symbol and its ``linattn train`` flag (with
 knob help (``linattn.companion.presets.knob_help``, hence the notebooks' parameters cells) are all read from
 ``SETTINGS``.
 
-:meth:`RunConfig.validate` raises :class:`ConfigError` with one sentence for any invalid setting; ``error.field``
-names the setting, and the message names it as Python writes it (``head_num must be a positive integer, got 0``) or,
-through :meth:`ConfigError.words`, as another caller does (``linattn train`` says ``--head_num``).
+:meth:`RunConfig.validate` raises :class:`~linattn.errors.ConfigError` with one sentence for any invalid setting;
+``error.field`` names the setting, and the message names it as Python writes it (``head_num must be a positive
+integer, got 0``) or, through :meth:`ConfigError.words`, as another caller does (``linattn train`` says ``--head_num``).
 :func:`~linattn.training.memory.memory_estimate` and :func:`~linattn.training.memory.check_memory` (in
 :mod:`linattn.training.memory`, re-exported here) refuse a run whose data cannot fit before it starts.
 """
@@ -290,9 +290,9 @@ class RunConfig:
 
     def validate(self) -> "RunConfig":
         """``self`` if every setting has its type (``Setting.kind``), is allowed (its range, choices and
-        rule) and they fit together; else :class:`ConfigError` about the first problem, in one sentence, with
-        ``.field`` the setting. Also refuses an unavailable CUDA ``device``. Whether the reference's draws exist for
-        the settings is asked where something is drawn (:meth:`reference_draws_refusal`)."""
+        rule) and they fit together; else :class:`~linattn.errors.ConfigError` about the first problem, in one
+        sentence, with ``.field`` the setting. Also refuses an unavailable CUDA ``device``. Whether the reference's
+        draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`)."""
         for s in SETTINGS.values():
             s.check_type(getattr(self, s.name))
         check_weight_settings(model=self.model, head_num=self.head_num, in_dim=self.in_dim, rank=self.rank,
@@ -348,7 +348,7 @@ class RunConfig:
         draws, or None: options the authors' code never had (``draws="streams"`` has them). ``covariance_only``:
         only Λ is drawn (a population run with given initial weights), which needs no draw with ``cov_matrix`` or
         ``white_cov``. :func:`~linattn.training.plan.plan` asks this where something is drawn (the message names the
-        settings for :class:`ConfigError`)."""
+        settings for :class:`~linattn.errors.ConfigError`)."""
         if covariance_only:
             drawn = self.cov_matrix is None and not self.white_cov
             never = [(named("spectrum"), drawn and self.spectrum is not None),

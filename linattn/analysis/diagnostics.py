@@ -1,7 +1,7 @@
 """Measures of a model's weights along a training run: the in-context matrix A(t), its alignment with the
 eigen-directions, effective ranks, subspace stability, conservation-law drift, distance to the PCR predictor, and the
 drop step ATTN_M's weights predict. What a loss curve shows (plateaus, the one rule for the step of a drop) is
-:mod:`linattn.loss_curves`.
+:mod:`linattn.analysis.loss_curves`.
 
 The measures follow Mainali & Teixeira (arXiv:2504.12916: spectral-rank dynamics, subspace stability, conservation
 laws) applied to this project's models. Record them during training with

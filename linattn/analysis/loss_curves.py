@@ -3,7 +3,7 @@
 (:func:`saddle_rests`, :func:`saddle_plateaus`, :func:`rank_summary`), whether a test loss learned and kept what it
 learned (:func:`learning_course`), and the scalar ODE's curve beside a run (:func:`scalar_ode_overlay`). Nothing here
 trains: the drops a run should make, predicted from its own start, are a run of their own (the population run from
-the same start, through the companion's run store). Measures of the weights are in :mod:`linattn.diagnostics`.
+the same start, through the companion's run store). Measures of the weights are in :mod:`linattn.analysis.diagnostics`.
 """
 
 from __future__ import annotations
@@ -387,7 +387,7 @@ def adjacent_drop_rate(y, x, levels, m: int, a: int, b: int) -> float:
 
 def is_slow(y, x, levels, m: int, a: int, b: int, *, max_rate: float = REST_MAX_RATE) -> bool:
     """Whether the loss ``y`` rests over samples a … b in saddle m's band rather than slows down on its way through
-    (a shoulder): its median fall per step over the core (:func:`rest_core`), |ΔL/Δt|, is at most ``max_rate`` ×
+    (a shoulder): its median fall per step over the core (:func:`rest_core`), abs(ΔL/Δt), is at most ``max_rate`` ×
     the steepest fall per step of the drops on either side (:func:`adjacent_drop_rate`). A run with no drop beside
     it is slow, and so is a run at the last level L(M_D): no drop lies beyond it for a shoulder to belong to, and a
     curve still settling there has arrived at its minimum."""
