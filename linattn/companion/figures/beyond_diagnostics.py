@@ -32,8 +32,9 @@ PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
 KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=1501))
 # the effective rank exp(entropy) counts what a finite start leaves in the other directions: a second singular
 # value at 2 % of the first adds 0.1 (the quick preset's larger start; the paper's reads 1.016 on M_1)
+# (A's size on M_0, size.M0, is not held here: the quick preset's short run has no rest at M_0 to read it on)
 TOLERANCES = [(r"numerical_rank\..*", "abs", 0.0), (r"eff_rank\..*", "abs", 0.1),
-              (r"drift_max", "abs", common.SETTLED), (r"size\.M0.*", "abs", 0.01)]
+              (r"drift_max", "abs", common.SETTLED)]
 MEASURES = ("time", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist", "drift_max", "loss_theory",
             "size")
 
