@@ -234,24 +234,6 @@ def _plan_all(name: str, preset: str, overrides: dict) -> None:
         plan(cfg)
 
 
-def _check_values(overrides: dict) -> None:
-    """Each override that is a run setting (or a nested run's, ``attn_m={"lr": …}``) against that setting's own
-    type and range (:data:`linattn.config.SETTINGS`), before a figure's ``runs(S)`` computes with it (a negative
-    horizon would reach a logarithm)."""
-    from ..config import SETTINGS
-
-    for key, value in overrides.items():
-        for k, v in (value.items() if isinstance(value, dict) else [(key, value)]):
-            if k in SETTINGS:
-                SETTINGS[k].check_type(v)
-                SETTINGS[k].check_value(v)
-
-
-def _param_words(name: str, *value) -> str:
-    """A figure's setting as ``linattn figures`` names it: ``--param model='attnS'``, or the bare name."""
-    return f"--param {name}={value[0]!r}" if value else name
-
-
 def check_overrides(name: str, preset: str, overrides: dict) -> None:
     """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.training.plan.plan`
     refuses (its settings, the reference's draws, its memory), or, for a figure that trains nothing, weights too large
