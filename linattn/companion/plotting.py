@@ -1,24 +1,24 @@
 """Plotting helpers shared by the CLI and the figure notebooks: one style, loss curves with dotted theory lines,
-and the two drawn schematics (paper Figures 1a and 2)."""
+and the primitives of drawn schematics (nodes, edges, arrows, boxes)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-# Every text is at least _FONT_PT: the book shows figures at most about 650 px wide (its content column), and a
+# Every text is at least FONT_PT: the book shows figures at most about 650 px wide (its content column), and a
 # figure whose SVG is at most _CONTENT_WIDTH_IN wide is shown at its natural size or shrunk only a little, so that
 # 10-pt text reads at ≥ 13 px and its mathtext sub/superscripts (0.7×) at ≥ 9 px (the rule checked by
 # tests/readability.py). Lay figures out at most _CONTENT_WIDTH_IN wide, text included.
-_FONT_PT = 10.0
+FONT_PT = 10.0
 _CONTENT_WIDTH_IN = 6.8
 _STYLE = {
     "figure.figsize": (6.4, 3.6),
-    "font.size": _FONT_PT,
+    "font.size": FONT_PT,
     "axes.titlesize": 10.5,
-    "axes.labelsize": _FONT_PT,
-    "xtick.labelsize": _FONT_PT,
-    "ytick.labelsize": _FONT_PT,
-    "legend.fontsize": _FONT_PT,
+    "axes.labelsize": FONT_PT,
+    "xtick.labelsize": FONT_PT,
+    "ytick.labelsize": FONT_PT,
+    "legend.fontsize": FONT_PT,
     "figure.titlesize": 11,
     "legend.frameon": False,
     "axes.spines.top": False,
@@ -29,7 +29,7 @@ _STYLE = {
     "svg.hashsalt": "linattn",  # stable ids in the SVG output
 }
 _THEORY_LINE = dict(color="0.45", linestyle=":", linewidth=1.1)
-_THEORY_TEXT = {"color": "0.3", "fontsize": _FONT_PT}
+_THEORY_TEXT = {"color": "0.3", "fontsize": FONT_PT}
 
 
 def use_style() -> None:
@@ -85,7 +85,7 @@ def spaced_levels(positions, min_gap: float) -> list[bool]:
     return keep
 
 
-def _level_formatter(ax, levels, labels, fontsize: float = _FONT_PT, spacing: float = 1.1):
+def _level_formatter(ax, levels, labels, fontsize: float = FONT_PT, spacing: float = 1.1):
     """A tick formatter for the theory axis of ``ax``: the label of each level, left blank where it would come
     closer than ``spacing`` text lines to the label of another level (:func:`spaced_levels`). It decides when the
     figure is drawn, from the final size of the axes, so the choice holds for any figure size, layout and dpi."""
@@ -161,8 +161,10 @@ def plot_loss_with_theory(ax, step, curves, levels=(), level_labels=None, *, xla
 
 
 # ------------------------------------------------------------------------------------------ schematics
+# Drawing primitives of the schematic figures, in data coordinates of an equal-aspect axes without its frame.
 
-def _node(ax, xy, r, color="white", edge="0.2", text=None, fontsize=_FONT_PT, zorder=3):
+def draw_node(ax, xy, r, color="white", edge="0.2", text=None, fontsize=FONT_PT, zorder=3):
+    """A circle of radius ``r`` at ``xy``, with ``text`` at its centre."""
     from matplotlib.patches import Circle
 
     ax.add_patch(Circle(xy, r, facecolor=color, edgecolor=edge, linewidth=0.9, zorder=zorder))
@@ -170,20 +172,23 @@ def _node(ax, xy, r, color="white", edge="0.2", text=None, fontsize=_FONT_PT, zo
         ax.text(*xy, text, ha="center", va="center", fontsize=fontsize, zorder=zorder + 1)
 
 
-def _edge(ax, a, b, color="0.5", lw=0.6, alpha=1.0):
+def draw_edge(ax, a, b, color="0.5", lw=0.6, alpha=1.0):
+    """A straight line from ``a`` to ``b``, under the nodes."""
     ax.plot([a[0], b[0]], [a[1], b[1]], color=color, linewidth=lw, alpha=alpha, zorder=1,
             solid_capstyle="round")
 
 
-def _arrow(ax, a, b, text=None, color="0.25"):
+def draw_arrow(ax, a, b, text=None, color="0.25"):
+    """An arrow from ``a`` to ``b``, with ``text`` above its middle."""
     from matplotlib.patches import FancyArrowPatch
 
     ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, color=color, linewidth=1.0))
     if text:
-        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.12, text, ha="center", va="bottom", fontsize=_FONT_PT)
+        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.12, text, ha="center", va="bottom", fontsize=FONT_PT)
 
 
-def _box(ax, xy, w, h, text, color="#f2f2f2", fontsize=_FONT_PT):
+def draw_box(ax, xy, w, h, text, color="#f2f2f2", fontsize=FONT_PT):
+    """A rounded ``w`` × ``h`` box centred at ``xy``, holding ``text``."""
     from matplotlib.patches import FancyBboxPatch
 
     ax.add_patch(FancyBboxPatch((xy[0] - w / 2, xy[1] - h / 2), w, h, boxstyle="round,pad=0.04",
@@ -191,92 +196,17 @@ def _box(ax, xy, w, h, text, color="#f2f2f2", fontsize=_FONT_PT):
     ax.text(*xy, text, ha="center", va="center", fontsize=fontsize)
 
 
-def _column(n, x, top, bottom):
+def node_column(n, x, top, bottom):
+    """The centres of ``n`` nodes spaced evenly from ``top`` to ``bottom`` at ``x`` (one: in the middle)."""
     ys = np.linspace(top, bottom, n) if n > 1 else np.array([(top + bottom) / 2])
     return [(x, y) for y in ys]
 
 
-def draw_attn_m_schematic(ax, in_dim: int = 3, head_num: int = 4) -> None:
-    """Paper Fig. 1a: ATTN_M as a two-layer linear network on the cubic feature z = vec(β x_qᵀ) (D² inputs):
-    first layer W₁ (row h = vec of head h's key-query block), H hidden units, second layer w₂ (values v_h)."""
-    D, H = in_dim, head_num
-    ax.set_xlim(-0.2, 10.4)
-    ax.set_ylim(-1.6, 7.6)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    # the sequence and the feature map
-    _box(ax, (1.0, 5.6), 1.9, 1.3, "context\n$(x_n, y_n)_{n\\leq N}$\nquery $x_q$")
-    _box(ax, (1.0, 2.6), 1.9, 1.6, "$\\beta = \\frac{1}{N}\\sum_n y_n x_n$\n\n$z = \\mathrm{vec}(\\beta\\, x_q^\\top)$")
-    _arrow(ax, (1.0, 4.9), (1.0, 3.45))
-    z = _column(D * D, 4.1, 6.6, 0.2)
-    hidden = _column(H, 6.6, 5.2, 1.6)
-    out = (9.0, 3.4)
-    _arrow(ax, (1.95, 2.6), (2.75, 2.6))  # ends left of the z labels
-    for i, p in enumerate(z):
-        a, b = divmod(i, D)
-        _node(ax, p, 0.22, color="#dbe9f6")
-        ax.text(p[0] - 0.32, p[1], f"$\\beta_{a + 1} x_{{q,{b + 1}}}$", ha="right", va="center")
-        for q in hidden:
-            _edge(ax, p, q, lw=0.5, alpha=0.8)
-    for h, q in enumerate(hidden):
-        _node(ax, q, 0.3, color="#fde0c5", text=f"{h + 1}")
-        _edge(ax, q, out, color="0.25", lw=1.0)
-    _node(ax, out, 0.36, color="#d5efcf", text="$\\hat y$", fontsize=_FONT_PT)
-    ax.text(4.1, 7.15, f"$z$ ($D^2 = {D * D}$)", ha="center", fontsize=_FONT_PT)
-    ax.text(6.6, 7.15, f"$H = {H}$ heads", ha="center", fontsize=_FONT_PT)
-    ax.text(5.3, -0.75, "$W_1$: row $h$ = vec of head $h$'s\nkey–query block $W_{KQ}^{(h)}$", ha="center",
-            fontsize=_FONT_PT)
-    ax.text(7.9, -0.75, "$w_2$: values $v_h$", ha="center", fontsize=_FONT_PT)
-    ax.text(9.0, 2.6, "$\\hat y = w_2^\\top W_1 z$", ha="center", va="top", fontsize=_FONT_PT)
-
-
-def draw_attn_s_schematic(ax, in_dim: int = 3, head_num: int = 2) -> None:
-    """Paper Fig. 2: ATTN_S (rank one) as a sum of H three-layer linear networks on z, each convolutional in its
-    first layer: the query q_h acts on every group (β_i x_q,1..D) with the same weights (colours show the sharing),
-    the key k_h combines the D group outputs β_i (q_hᵀx_q), and the value v_h scales the head's output."""
-    D, H = in_dim, head_num
-    shared = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
-    ax.set_xlim(-0.4, 11.2)
-    gap = 0.46  # between the z nodes: room for one 10-pt label at the figure's scale
-    height = H * (D * D * gap + 1.0)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    out = (10.2, height / 2)
-    _node(ax, out, 0.4, color="#d5efcf", text="$\\hat y$", fontsize=_FONT_PT)
-    ax.text(out[0], out[1] - 0.65, "$\\sum_h$", ha="center", va="top", fontsize=_FONT_PT)
-    for h in range(H):
-        top = height - h * (D * D * gap + 1.0) - 0.3
-        bottom = top - (D * D - 1) * gap
-        z = _column(D * D, 1.6, top, bottom)
-        mid = [(4.6, np.mean([z[i * D + j][1] for j in range(D)])) for i in range(D)]
-        head = (7.4, (top + bottom) / 2)
-        for i in range(D):
-            for j in range(D):
-                p = z[i * D + j]
-                _node(ax, p, 0.2, color="#dbe9f6")
-                ax.text(p[0] - 0.3, p[1], f"$\\beta_{i + 1} x_{{q,{j + 1}}}$", ha="right", va="center",
-                        fontsize=_FONT_PT)
-                _edge(ax, p, mid[i], color=shared[j % len(shared)], lw=1.1)
-        for i, m in enumerate(mid):
-            _node(ax, m, 0.25, color="#fde0c5")
-            _edge(ax, m, head, color="0.35", lw=0.9)
-        _node(ax, head, 0.3, color="#f6d5e8", text=f"{h + 1}")
-        _edge(ax, head, out, color="0.15", lw=1.3)
-        ax.text(3.1, top + 0.35, f"$q_{h + 1}$ (shared)", ha="center", fontsize=_FONT_PT)
-        ax.text(6.0, top + 0.35, f"$k_{h + 1}$", ha="center", fontsize=_FONT_PT)
-        ax.text(8.8, (head[1] + out[1]) / 2 + 0.25, f"$v_{h + 1}$", ha="center", fontsize=_FONT_PT)
-    low = bottom - 0.55  # the captions of the layers, under the last head
-    ax.text(1.0, low, f"$z = \\mathrm{{vec}}(\\beta x_q^\\top)$, $D = {D}$", ha="center", va="top")
-    ax.text(4.6, low, "$\\beta_i\\,(q_h^\\top x_q)$", ha="center", va="top")
-    ax.text(7.4, low, "$(k_h^\\top\\beta)(q_h^\\top x_q)$", ha="center", va="top")
-    ax.set_ylim(low - 0.7, height + 0.6)
-
-
 def theory_axis(ax, levels, labels, **style):
-    """Dotted theory lines at ``levels`` with their ``labels`` as ticks of a right-hand axis (paper Fig. 3a/4 style).
-    The axis follows the y-limits of ``ax`` whenever they change; the y-limits are widened to include every level
-    (``_include_levels``), and labels that would overlap a neighbouring level's are left blank when the figure is
-    drawn (``_level_formatter``). Returns the right-hand axis."""
+    """Dotted theory lines at ``levels`` with their ``labels`` as ticks of a right-hand axis (the paper's style for
+    saddle levels). The axis follows the y-limits of ``ax`` whenever they change; the y-limits are widened to
+    include every level (``_include_levels``), and labels that would overlap a neighbouring level's are left blank
+    when the figure is drawn (``_level_formatter``). Returns the right-hand axis."""
     kw = dict(_THEORY_LINE, **style)
     levels = [float(v) for v in levels]
     for level in levels:
@@ -300,7 +230,7 @@ def plateau_labels(count: int, symbol: str = "ℳ") -> list[str]:
 
 def plot_rank_panels(step, losses: dict, levels, *, ncols: int = 2, panel_size=(3.2, 2.4)):
     """One panel per key-query rank R (``losses``: {R: loss curve}), each with the dotted theory plateaus
-    L(M_0..M_D) labelled on a right-hand axis (paper Fig. 4 style). Returns (fig, axes)."""
+    L(M_0..M_D) labelled on a right-hand axis (the paper's style for saddle levels). Returns (fig, axes)."""
     import matplotlib.pyplot as plt
 
     ranks = list(losses)
@@ -326,8 +256,9 @@ def plot_rank_panels(step, losses: dict, levels, *, ncols: int = 2, panel_size=(
 def loss_panel(ax, step, curves, levels, *, log_steps: bool = False, mark_step=None, title: str | None = None,
                color="black", linewidth: float = 1.0):
     """Loss curves (arrays over ``step``) on ``ax`` with the dotted theory plateaus L(M_0..M_D) labelled on a
-    right-hand axis (paper Fig. 3a/4 style). ``log_steps`` draws against step + 1 on a log axis (so step 0 shows and
-    late, long plateaus get room); ``mark_step`` adds a dashed vertical line there (e.g. the published run's end)."""
+    right-hand axis (the paper's style for saddle levels). ``log_steps`` draws against step + 1 on a log axis (so
+    step 0 shows and late, long plateaus get room); ``mark_step`` adds a dashed vertical line there (e.g. the
+    published run's end)."""
     x = np.asarray(step, dtype=np.float64) + (1.0 if log_steps else 0.0)
     for loss in curves:
         ax.plot(x, loss, color=color, linewidth=linewidth)
@@ -362,15 +293,7 @@ def log_thin(n: int, points: int = 4000) -> np.ndarray:
     return np.union1d(idx, [0, n - 1])
 
 
-# ------------------------------------------------------------------------ Figure 14: one panel per in-context fraction
-
-# The paper's Figure 14 draws each panel's three curves in these colours, black over red over blue.
-ICL_CURVES = {
-    "iwl": dict(color="tab:blue", label="in-weight test loss", zorder=2.0),
-    "icl": dict(color="tab:red", label="in-context test loss", zorder=2.1),
-    "train": dict(color="black", label="training loss / its start", zorder=2.2),
-}
-
+# ------------------------------------------------------------------------------------------ panel grids
 
 def panel_grid(count: int, max_cols: int = 3) -> tuple[int, int]:
     """(rows, columns) for ``count`` panels: at most ``max_cols`` columns, as few rows as that allows, and the
@@ -379,57 +302,3 @@ def panel_grid(count: int, max_cols: int = 3) -> tuple[int, int]:
         raise ValueError(f"need at least one panel, got {count}")
     rows = -(-count // max_cols)
     return rows, -(-count // rows)
-
-
-def plot_icl_panels(step, curves: dict, *, landmarks: dict | None = None, L_star: float | None = None,
-                    ylim=(0.0, 2.3), width: float = 6.6, panel_height: float = 1.7, max_cols: int = 3):
-    """Figure 14 as the paper draws it: one panel per in-context fraction c (``curves``: {c: {"train": training loss
-    divided by its first value, "iwl": in-weight test loss, "icl": in-context test loss}}, in the order given), each
-    with its three curves in the paper's colours (:data:`ICL_CURVES`), laid out in a grid that adapts to the number
-    of panels (:func:`panel_grid`). ``landmarks`` ({c: [{"curve", "step", "loss", "step_pm"}]}, e.g. the published
-    readings of a panel) are drawn as open circles in their curve's colour, with ``step_pm`` as a horizontal bar
-    (those outside the panel's axes are left out); ``L_star`` adds a dotted line in every panel. Returns (fig, axes):
-    ``axes`` holds one panel per c, in order."""
-    import matplotlib.pyplot as plt
-
-    cs = list(curves)
-    nrows, ncols = panel_grid(len(cs), max_cols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(width, 0.75 + panel_height * nrows), sharex=True, sharey=True,
-                             squeeze=False, layout="constrained")
-    slots = list(grid.flat)
-    axes = slots[:len(cs)]
-    for ax in slots[len(cs):]:
-        ax.set_visible(False)
-    step = np.asarray(step, dtype=np.float64)
-    for ax, c in zip(axes, cs):
-        for key, style in ICL_CURVES.items():
-            ax.plot(step, curves[c][key], color=style["color"], zorder=style["zorder"], linewidth=1.2)
-        if L_star is not None:
-            theory_lines(ax, [L_star], text=False)
-            dotted = ax.get_lines()[-1]
-        for mark in (landmarks or {}).get(c, []):
-            if not (step[0] <= mark["step"] <= step[-1] and ylim[0] <= mark["loss"] <= ylim[1]):
-                continue  # outside the panel (a shorter run): drawn unclipped, it would stretch the figure
-            colour = ICL_CURVES[mark["curve"]]["color"]
-            ax.errorbar(mark["step"], mark["loss"], xerr=mark.get("step_pm") or None, fmt="o", markersize=4.5,
-                        markerfacecolor="white", markeredgecolor=colour, markeredgewidth=1.1, ecolor=colour,
-                        elinewidth=1.0, capsize=0, zorder=3, clip_on=False)
-        ax.set_title(f"$c = {c:.3g}$")
-        ax.set_xlim(step[0], step[-1])
-        ax.set_ylim(*ylim)
-    for i, ax in enumerate(axes):
-        if i + ncols >= len(cs):  # the lowest panel of its column: it carries the step axis
-            ax.xaxis.set_tick_params(labelbottom=True)
-            ax.set_xlabel("step")
-        if i % ncols == 0:
-            ax.set_ylabel("loss")
-    handles = [plt.Line2D([], [], color=ICL_CURVES[k]["color"], linewidth=1.2, label=ICL_CURVES[k]["label"])
-               for k in ("train", "iwl", "icl")]
-    if L_star is not None:
-        handles.append(plt.Line2D([], [], color=dotted.get_color(), linestyle=dotted.get_linestyle(),
-                                  linewidth=dotted.get_linewidth(), label="$L^*$ (theory)"))
-    if any((landmarks or {}).get(c) for c in cs):
-        handles.append(plt.Line2D([], [], color="0.3", marker="o", markerfacecolor="white", linestyle="none",
-                                  markersize=4.5, label="published reading"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=3)
-    return fig, axes

@@ -14,6 +14,7 @@ import numpy as np
 
 from ... import init_weights, mlp_from_attn_m
 from .. import presets
+from ..plotting import FONT_PT, draw_arrow, draw_box, draw_edge, draw_node, node_column
 from .common import preset_blocks as common
 from .common.schematic import check_drawing, size_words
 
@@ -74,9 +75,42 @@ def plot(ds):
     """The schematic: the sequence, β and z, the D² inputs, H hidden units (one per head) and the output."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import draw_attn_m_schematic
-
     fig = plt.figure(figsize=(6.4, 5.6))  # at most 6.4 in wide: 10-pt labels stay legible in the book
     ax = fig.add_axes((0, 0, 1, 1))
     draw_attn_m_schematic(ax, in_dim=ds.attrs["in_dim"], head_num=ds.attrs["head_num"])
     return fig
+
+
+def draw_attn_m_schematic(ax, in_dim: int = 3, head_num: int = 4) -> None:
+    """The paper's Figure 1a: ATTN_M as a two-layer linear network on the cubic feature z = vec(β x_qᵀ) (D² inputs):
+    first layer W₁ (row h = vec of head h's key-query block), H hidden units, second layer w₂ (values v_h)."""
+    D, H = in_dim, head_num
+    ax.set_xlim(-0.2, 10.4)
+    ax.set_ylim(-1.6, 7.6)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    # the sequence and the feature map
+    draw_box(ax, (1.0, 5.6), 1.9, 1.3, "context\n$(x_n, y_n)_{n\\leq N}$\nquery $x_q$")
+    feature_map = "$\\beta = \\frac{1}{N}\\sum_n y_n x_n$\n\n$z = \\mathrm{vec}(\\beta\\, x_q^\\top)$"
+    draw_box(ax, (1.0, 2.6), 1.9, 1.6, feature_map)
+    draw_arrow(ax, (1.0, 4.9), (1.0, 3.45))
+    z = node_column(D * D, 4.1, 6.6, 0.2)
+    hidden = node_column(H, 6.6, 5.2, 1.6)
+    out = (9.0, 3.4)
+    draw_arrow(ax, (1.95, 2.6), (2.75, 2.6))  # ends left of the z labels
+    for i, p in enumerate(z):
+        a, b = divmod(i, D)
+        draw_node(ax, p, 0.22, color="#dbe9f6")
+        ax.text(p[0] - 0.32, p[1], f"$\\beta_{a + 1} x_{{q,{b + 1}}}$", ha="right", va="center")
+        for q in hidden:
+            draw_edge(ax, p, q, lw=0.5, alpha=0.8)
+    for h, q in enumerate(hidden):
+        draw_node(ax, q, 0.3, color="#fde0c5", text=f"{h + 1}")
+        draw_edge(ax, q, out, color="0.25", lw=1.0)
+    draw_node(ax, out, 0.36, color="#d5efcf", text="$\\hat y$", fontsize=FONT_PT)
+    ax.text(4.1, 7.15, f"$z$ ($D^2 = {D * D}$)", ha="center", fontsize=FONT_PT)
+    ax.text(6.6, 7.15, f"$H = {H}$ heads", ha="center", fontsize=FONT_PT)
+    ax.text(5.3, -0.75, "$W_1$: row $h$ = vec of head $h$'s\nkey–query block $W_{KQ}^{(h)}$", ha="center",
+            fontsize=FONT_PT)
+    ax.text(7.9, -0.75, "$w_2$: values $v_h$", ha="center", fontsize=FONT_PT)
+    ax.text(9.0, 2.6, "$\\hat y = w_2^\\top W_1 z$", ha="center", va="top", fontsize=FONT_PT)

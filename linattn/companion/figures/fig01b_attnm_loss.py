@@ -20,6 +20,7 @@ from ...config import RunConfig
 from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import by_sign, prose_text
+from ..published.readings import Image, Reading
 from ..runstore import population_twin
 from .common import preset_blocks as common
 from .common.frame import settings_attrs
@@ -40,8 +41,8 @@ README_ROWS = (
     ("1b", "half-drop step (ATTN_M)", ("half_drop_step.attn_m",)),
 )
 TOLERANCES = [common.PLATEAUS, (r"half_drop_step\.attn_m", "rel", 0.1)]
-# the names in linattn.companion.published it compares with
-PUBLISHED = ("fig1b_comparison",)
+# the names (in this module) of the published readings and the rule it compares with
+PUBLISHED = ("PUBLISHED_IMAGE", "PUBLISHED_READINGS", "PUBLISHED_PLATEAU", "PUBLISHED_FINAL", "compare_with_published")
 MODELS = ("attn_m", "mlp_own_init", "mlp_matched_init")
 LABELS = {"attn_m": "ATTN_M", "mlp_own_init": "MLP, own init (reference)", "mlp_matched_init": "MLP, matched to ATTN_M"}
 
@@ -110,8 +111,8 @@ def comparison(ds) -> list[dict]:
     loss, se = ds.train_loss, ds.standard_error
     sampling = published.rules.Sampling("train", float(se.sel(weights="start")), float(se.sel(weights="final")))
     twins = [ds.loss_population.sel(model=m).values for m in ("attn_m", "mlp_own_init")]
-    return published.rules.fig1b_comparison(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
-                                            float(ds.loss_star), ds.step.values, sampling, twins)
+    return compare_with_published(loss.sel(model="attn_m").values, loss.sel(model="mlp_own_init").values,
+                                  float(ds.loss_star), ds.step.values, sampling, twins)
 
 
 def numbers(ds) -> list[dict]:
@@ -120,11 +121,11 @@ def numbers(ds) -> list[dict]:
     paper = bool(ds.attrs["published"])
     m = ds.sel(model="attn_m")
     rows = [dict(key="plateau.attn_m", quantity="plateau loss (ATTN_M)", theory=ds.plateau_theory,
-                 paper=published.readings.FIG1B_PLATEAU if paper else None, reproduced=m.plateau_level),
+                 paper=PUBLISHED_PLATEAU if paper else None, reproduced=m.plateau_level),
             dict(key="final_loss.attn_m", quantity="final loss (ATTN_M)", theory=ds.loss_star,
-                 paper=published.readings.FIG1B_FINAL if paper else None, reproduced=m.final_loss),
+                 paper=PUBLISHED_FINAL if paper else None, reproduced=m.final_loss),
             dict(key="final_loss.mlp_own_init", quantity="final loss (MLP, own init)", theory=ds.loss_star,
-                 paper=published.readings.FIG1B_FINAL if paper else None,
+                 paper=PUBLISHED_FINAL if paper else None,
                  reproduced=ds.final_loss.sel(model="mlp_own_init"))]
     for model, label in (("attn_m", "ATTN_M"), ("mlp_own_init", "MLP, own init")):
         step = float(ds.half_drop_step.sel(model=model))
@@ -193,3 +194,34 @@ def plot(ds):
                           level_labels=["$\\mathrm{tr}\\,\\Lambda$", "$L^*$"], legend="center right")
     ax.set_ylim(0, 1.1 * max(float(ds.train_loss.sel(model="attn_m").max()), float(ds.plateau_theory)))
     return fig
+
+
+# ---------------------------------------------------------------------------- the published readings (seed 10)
+# Read off the authors' own plot of Figure 1b: one pixel is 21.83 steps and 0.00508 in loss (axes 0–6000 steps,
+# 0–1.11).
+PUBLISHED_IMAGE = Image("Figure 1b", 21.83, 0.00508)
+# Numbers the paper states in its text: ATTN_M's plateau at tr Λ and the minimum L* (D = 4, N = 31).
+PUBLISHED_PLATEAU, PUBLISHED_FINAL = 1.0, 0.136
+# ATTN_M (H = 8, P = 5000, init 1e-6, lr 1e-3) and the MLP on the cubic feature (its own initialisation).
+PUBLISHED_READINGS = [
+    Reading("", "ATTN_M plateau (median over steps 100–800)", "attn_m", ("median", (100, 800)), 1.007, "loss", 0.005,
+            on_start=True),
+    *[Reading("", f"ATTN_M first below {level:g}, step", "attn_m", ("below", level), step, "step", 22)
+      for level, step in ((0.9, 906), (0.7, 969), (0.5, 1019), (0.3, 1124))],
+    Reading("", "ATTN_M at step 3000", "attn_m", ("at", 3000), 0.142, "loss"),
+    Reading("", "ATTN_M final (mean over steps 5600–6000)", "attn_m", ("mean", (5600, 6000)), 0.135, "loss", 0.005),
+    Reading("", "dotted line L* (ours: theory)", "L_star", ("final",), 0.136, "loss"),
+    Reading("", "MLP's lag behind ATTN_M on the drop (mean over losses 0.22–0.89), steps", "mlp",
+            ("lag", (0.22, 0.89)), 15, "step"),
+]
+
+
+def compare_with_published(attn_m, mlp, L_star: float, steps=None, sampling=None, population=None) -> list[dict]:
+    """ATTN_M's plateau, crossings, late and final values, the theory's L* against the dotted line, and the MLP's
+    (own initialisation) lag behind ATTN_M on the drop, beside :data:`PUBLISHED_READINGS`. ``sampling``: ATTN_M's
+    training loss's ``published.rules.Sampling``; ``population``: the population twins (the same starts, P = ∞) of
+    ATTN_M and the MLP, a pair of curves, whose crossings and lag give each step reading its finite-P margin."""
+    curves = {"attn_m": attn_m, "mlp": mlp, "reference": attn_m, "L_star": [L_star]}
+    twins = {} if population is None else dict(zip(("attn_m", "mlp"), population), reference=population[0])
+    return published.rules.compare(PUBLISHED_READINGS, curves, PUBLISHED_IMAGE, steps,
+                                   {"attn_m": sampling} if sampling else None, twins) if len(attn_m) else []

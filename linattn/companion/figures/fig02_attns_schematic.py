@@ -16,6 +16,7 @@ import numpy as np
 
 from ... import init_weights
 from .. import presets
+from ..plotting import FONT_PT, draw_edge, draw_node, node_column
 from .common import preset_blocks as common
 from .common.schematic import check_drawing, size_words
 
@@ -75,10 +76,50 @@ def plot(ds):
     """The schematic: H heads, each a three-layer network on z whose first layer shares the query's weights."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import draw_attn_s_schematic
-
     H = ds.attrs["head_num"]
     fig = plt.figure(figsize=(6.4, 3.6 * H))  # the drawing fills the width; the saved figure is cropped
     ax = fig.add_axes((0, 0, 1, 1))
     draw_attn_s_schematic(ax, in_dim=ds.attrs["in_dim"], head_num=H)
     return fig
+
+
+def draw_attn_s_schematic(ax, in_dim: int = 3, head_num: int = 2) -> None:
+    """The paper's Figure 2: ATTN_S (rank one) as a sum of H three-layer linear networks on z, each convolutional in its
+    first layer: the query q_h acts on every group (β_i x_q,1..D) with the same weights (colours show the sharing),
+    the key k_h combines the D group outputs β_i (q_hᵀx_q), and the value v_h scales the head's output."""
+    D, H = in_dim, head_num
+    shared = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
+    ax.set_xlim(-0.4, 11.2)
+    gap = 0.46  # between the z nodes: room for one 10-pt label at the figure's scale
+    height = H * (D * D * gap + 1.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    out = (10.2, height / 2)
+    draw_node(ax, out, 0.4, color="#d5efcf", text="$\\hat y$", fontsize=FONT_PT)
+    ax.text(out[0], out[1] - 0.65, "$\\sum_h$", ha="center", va="top", fontsize=FONT_PT)
+    for h in range(H):
+        top = height - h * (D * D * gap + 1.0) - 0.3
+        bottom = top - (D * D - 1) * gap
+        z = node_column(D * D, 1.6, top, bottom)
+        mid = [(4.6, np.mean([z[i * D + j][1] for j in range(D)])) for i in range(D)]
+        head = (7.4, (top + bottom) / 2)
+        for i in range(D):
+            for j in range(D):
+                p = z[i * D + j]
+                draw_node(ax, p, 0.2, color="#dbe9f6")
+                ax.text(p[0] - 0.3, p[1], f"$\\beta_{i + 1} x_{{q,{j + 1}}}$", ha="right", va="center",
+                        fontsize=FONT_PT)
+                draw_edge(ax, p, mid[i], color=shared[j % len(shared)], lw=1.1)
+        for i, m in enumerate(mid):
+            draw_node(ax, m, 0.25, color="#fde0c5")
+            draw_edge(ax, m, head, color="0.35", lw=0.9)
+        draw_node(ax, head, 0.3, color="#f6d5e8", text=f"{h + 1}")
+        draw_edge(ax, head, out, color="0.15", lw=1.3)
+        ax.text(3.1, top + 0.35, f"$q_{h + 1}$ (shared)", ha="center", fontsize=FONT_PT)
+        ax.text(6.0, top + 0.35, f"$k_{h + 1}$", ha="center", fontsize=FONT_PT)
+        ax.text(8.8, (head[1] + out[1]) / 2 + 0.25, f"$v_{h + 1}$", ha="center", fontsize=FONT_PT)
+    low = bottom - 0.55  # the captions of the layers, under the last head
+    ax.text(1.0, low, f"$z = \\mathrm{{vec}}(\\beta x_q^\\top)$, $D = {D}$", ha="center", va="top")
+    ax.text(4.6, low, "$\\beta_i\\,(q_h^\\top x_q)$", ha="center", va="top")
+    ax.text(7.4, low, "$(k_h^\\top\\beta)(q_h^\\top x_q)$", ha="center", va="top")
+    ax.set_ylim(low - 0.7, height + 0.6)

@@ -16,15 +16,18 @@ drop, drawn until the next drop's overlay starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from ... import theory
 from ...analysis import loss_curves
-from .. import presets, published, runstore
+from .. import presets, published, runstore, uncertainty
 from ..commands import train_command
 from ..output import ESTIMATE, MarkdownTable, median_and_range, prose_text, step_number, step_text
 from ..output import words as list_words
+from ..published import rules
+from ..published.readings import Crossing, Image, crossing_at
 from .common import preset_blocks as common
 from .common.attn_s_run import describe
 from .common.frame import settings_attrs
@@ -55,8 +58,9 @@ README_ROWS = (
     ("3a", "final loss (mean over seeds, extended run)", ("final_loss.extended",)),
 )
 TOLERANCES = [common.PLATEAUS]
-# the names in linattn.companion.published it compares with
-PUBLISHED = ("FIG3A_IMAGE", "FIG3A_PLATEAUS", "FIG3A_STILL_ON_M3", "fig3a_comparison")
+# the names (in this module) of the published readings and the rule it compares with
+PUBLISHED = ("PUBLISHED_IMAGE", "PUBLISHED_PLATEAUS", "PUBLISHED_CROSSINGS", "PUBLISHED_PLATEAU_READINGS",
+             "PUBLISHED_STILL_ON_M3", "compare_with_published")
 
 
 
@@ -191,7 +195,7 @@ def comparison(ds) -> list[dict]:
     if not ds.attrs["published"]:
         return []
     drops = {int(s): ds.drop_step.sel(seed=s).values for s in ds.seed.values}
-    return published.rules.fig3a_comparison(drops, [ds.plateau_level.sel(m=m).values for m in ds.m.values])
+    return compare_with_published(drops, [ds.plateau_level.sel(m=m).values for m in ds.m.values])
 
 
 def numbers(ds) -> list[dict]:
@@ -207,20 +211,20 @@ def numbers(ds) -> list[dict]:
         seen = int(np.isfinite(vals).sum())
         rows.append(dict(key=f"plateau.M{m}",
                          quantity=f"plateau L(M_{m}) ({_window_words(ds)}; mean over {seen}/{n} seeds where detected)",
-                         paper=published.readings.FIG3A_PLATEAUS[m] if paper else None,
+                         paper=PUBLISHED_PLATEAUS[m] if paper else None,
                          theory=ds.plateau_theory.sel(m=m),
                          reproduced=_mean(vals) if seen else None))
     rows.append(dict(key="seeds_with_every_drop.window",
                      quantity=f"seeds showing all {D} drops within the {_window_words(ds)}"
                               + (f" ({window} steps)" if paper else ""),
-                     paper=n - published.readings.FIG3A_STILL_ON_M3 if paper else None,
+                     paper=n - PUBLISHED_STILL_ON_M3 if paper else None,
                      reproduced=int((ds.directions_learned == D).sum())))
     reached = ds.directions_extended.values.astype(int)
     every = bool((reached == D).all())
     rows.append(dict(key="final_loss.extended",
                      quantity="final loss, extended run (mean over all seeds; theory: the mean of L(M_m) at the last "
                               f"saddle each seed reached, m = {list_words(reached)})",
-                     paper=published.readings.FIG3A_PLATEAUS[-1] if paper and every else None,
+                     paper=PUBLISHED_PLATEAUS[-1] if paper and every else None,
                      theory=float(ds.plateau_theory.values[reached].mean()),
                      reproduced=float(ds.final_loss.mean())))
     for d in ds.direction.values:
@@ -256,7 +260,7 @@ def summary(ds) -> str:
     """The page's sentences on how the run compares with the published curves: at the published settings how the
     pairing is made and what it finds, else that there is no published curve to compare with."""
     compared = comparison(ds)
-    text = published.page.summary(compared, published.readings.FIG3A_IMAGE)
+    text = published.page.summary(compared, PUBLISHED_IMAGE)
     if compared:
         text = PAIRING + text
         text += ("\n\nOne source of difference is known: numpy draws the tokens through an SVD of $\\Lambda$ whose "
@@ -373,3 +377,71 @@ def plot(ds):
     ax.set_ylabel("training loss")
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------- the published readings (seeds 0–5, P = 80000, dec2024)
+# Read off the authors' own plot of Figure 3a: one pixel is 28.90 steps and 0.00383 in loss (axes 0–10000 steps,
+# 0–1.10).
+PUBLISHED_IMAGE = Image("Figure 3a", 28.90, 0.00383)
+# The saddle losses L(M_0) … L(M_4) the paper states (eigenvalues 0.4, 0.3, 0.2, 0.1, N = 31).
+PUBLISHED_PLATEAUS = (1.000, 0.641, 0.377, 0.210, 0.136)
+# Plateau levels of the published curves, m → L(M_m) as read: only at L(M_3) and L(M_4) do the black curves cover the
+# dotted theory lines, so that a level read there is the curves' own. Higher up, what the image shows at a plateau is
+# its dotted theory line (read 1.001, 0.641 and 0.381), a drawing of the theory and not of the published runs: it is
+# not a reading of the curves and is not compared.
+PUBLISHED_PLATEAU_READINGS = {3: 0.210, 4: 0.138}
+PUBLISHED_LAST_STEP = 9966  # the published curves' last step (the window is 10001 steps)
+BEYOND = (PUBLISHED_LAST_STEP, math.inf)  # a crossing after the window: the curve is still on its plateau at the end
+
+# Drop d of a curve: its first step below the midpoint of L(M_{d-1}) and L(M_d) (``loss_curves.drop_steps``). Seed 0
+# is drawn twice, so the image holds seven lines for six curves: a double-ink crossing is seed 0, or two seeds at
+# one pixel. Each drop lists six curves: where two double-ink crossings leave one curve unaccounted for, that curve
+# is at one of them ("705 or 804").
+PUBLISHED_CROSSINGS = {
+    1: tuple([Crossing(((370, 514),), "370–514 (a bundle of five)", 0.0)] * 5) + (crossing_at(563),),
+    2: (crossing_at(557, stated=43), crossing_at(601, stated=43), crossing_at(705), crossing_at(804),
+        crossing_at(1098), crossing_at(705, 804)),
+    3: (crossing_at(997), crossing_at(1069), crossing_at(1250), crossing_at(1608), crossing_at(1718),
+        crossing_at(1856)),
+    4: (crossing_at(3601), crossing_at(4936), crossing_at(5729), crossing_at(6521), crossing_at(4936, 5729),
+        Crossing((BEYOND,), f"still on M_3 at {PUBLISHED_LAST_STEP}")),
+}
+PUBLISHED_STILL_ON_M3 = 1  # published curves without the fourth drop inside the window
+
+
+def compare_with_published(drops: dict, plateaus=None) -> list[dict]:
+    """Our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
+    the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
+    the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: for each of L(M_0)…L(M_4)
+    our seeds' levels, NaN where none was found) the plateau levels of the published curves
+    (:data:`PUBLISHED_PLATEAU_READINGS`: only where the curves, not the theory's dotted lines, are read), ours the mean
+    over seeds. A plateau level is a training loss, so it gets no sampling-error agreement
+    (:mod:`linattn.companion.uncertainty`): beyond a pixel, but within 2·√(sd²/n + sd²) (sd: the spread of the n
+    seeds' levels; our mean's error and that of the one published curve read) and the reading's own pixel, it
+    *cannot tell*."""
+    rows = []
+    for d, crossings in PUBLISHED_CROSSINGS.items():
+        for seed, step, crossing in rules.match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
+            diff = rules.signed_distance(step, crossing)
+            tol = max(PUBLISHED_IMAGE.steps_per_px, crossing.stated)
+            row = rules.check_row(PUBLISHED_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step",
+                                  crossing.text, rules.crossing_value(crossing), step, diff, "step", tol)
+            row.update(drop=d, seed=seed)
+            rows.append(row)
+    still = sum(1 for t in drops.values() if not float(t[3]) <= PUBLISHED_LAST_STEP)
+    rows.append(rules.check_row(PUBLISHED_IMAGE, "", f"curves still on the M_3 plateau at step {PUBLISHED_LAST_STEP}",
+                                str(PUBLISHED_STILL_ON_M3), PUBLISHED_STILL_ON_M3, still,
+                                still - PUBLISHED_STILL_ON_M3, "count", 0))
+    for m, levels in enumerate(plateaus if plateaus is not None else ()):
+        if m not in PUBLISHED_PLATEAU_READINGS:
+            continue
+        reading = PUBLISHED_PLATEAU_READINGS[m]
+        found = np.asarray(levels, dtype=np.float64).ravel()
+        found = found[np.isfinite(found)]
+        ours = float(found.mean()) if found.size else math.nan
+        sd = uncertainty.spread(found)
+        margin = 0.0 if sd is None else uncertainty.difference_band(sd / math.sqrt(found.size), sd)
+        rows.append(rules.check_row(PUBLISHED_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)",
+                                    f"{reading:.3f}", reading, ours, rules.difference(ours, reading), "loss",
+                                    PUBLISHED_IMAGE.loss_per_px, unresolved=margin))
+    return rows

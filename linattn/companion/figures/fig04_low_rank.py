@@ -24,8 +24,9 @@ import numpy as np
 from ... import theory
 from ...analysis import loss_curves
 from .. import presets, published, runstore
-from ..output import ESTIMATE, MarkdownTable
+from ..output import AGREES, DIFFERS, ESTIMATE, MarkdownTable
 from ..output import words as list_words
+from ..published.rules import Claim
 from .common import preset_blocks as common
 from .common.frame import settings_attrs
 from .common.low_rank import (
@@ -68,8 +69,8 @@ README_ROWS = (
     ("4", "R = 1: step of the last drop (extended run)", ("R1.extended.last_drop",)),
 )
 TOLERANCES = [common.PLATEAUS]
-# the names in linattn.companion.published it compares with
-PUBLISHED = ("fig4_plateau_claim",)
+# the names (in this module) of the paper's number and the rule it compares with
+PUBLISHED = ("PUBLISHED_R1_PLATEAUS", "plateau_claim")
 
 
 
@@ -148,10 +149,10 @@ def claims(ds) -> list:
     prediction from the run's own initial weights."""
     if not ds.attrs["published"] or 1 not in ds["rank"].values:
         return []
-    return [published.rules.fig4_plateau_claim(ds.drop_step.sel(rank=1).values, ds.attrs["window"],
-                                         ds.drop_step_predicted.sel(rank=1).values,
-                                         predicted="the drop steps predicted from the run's own initial weights",
-                                         horizon=int(ds.horizon.sel(rank=1)))]
+    return [plateau_claim(ds.drop_step.sel(rank=1).values, ds.attrs["window"],
+                          ds.drop_step_predicted.sel(rank=1).values,
+                          predicted="the drop steps predicted from the run's own initial weights",
+                          horizon=int(ds.horizon.sel(rank=1)))]
 
 
 def _plateau_durations(drops) -> np.ndarray:
@@ -380,3 +381,44 @@ def plot_extended(ds):
     for ax in axes[:, 1]:
         ax.set_ylabel("")
     return fig
+
+
+# ------------------------------------------------------------------------------- the claim of the paper's text
+# Figure 4 has no published image to read: the paper's text says the rank-one loss rests on plateaus at L(M_0) …
+# L(M_7) within the published window (D = 8).
+PUBLISHED_R1_PLATEAUS = 8
+
+
+def plateau_claim(drops, window: int, escape_steps, *,
+                       predicted: str = "The theory's escape-time estimates τ/(λ_d² v₀)",
+                       horizon: int | None = None) -> Claim:
+    """The paper's rank-one claim: the loss rests on the :data:`PUBLISHED_R1_PLATEAUS` plateaus L(M_0) … L(M_7) within
+    the published ``window``. ``drops``: the step of each drop d = 1 … D of our rank-one run (NaN: not made; it may
+    run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``),
+    or another prediction of the drop steps named by ``predicted`` (e.g. ``runstore.predicted_drop_steps``, NaN
+    where the prediction run of ``horizon`` steps does not make the drop: said in words, and beyond the window).
+    Ours counts the levels L(M_0) … L(M_{D−1}) the loss reaches inside the window; the reason gives the estimates for
+    the directions not learned inside it, and when our run learned them."""
+    drops, escape = np.asarray(drops, dtype=np.float64), np.asarray(escape_steps, dtype=np.float64)
+    made = drops < window
+    inside = int(made.sum())
+    reached = min(inside + 1, len(drops))
+    paper = PUBLISHED_R1_PLATEAUS
+    claim = f"plateaus at the {paper} values L(M_0) … L(M_{paper - 1})"
+    counted = f"R=1: plateaus reached within the published window ({window} steps)"
+    reason = (f"{inside} of the {len(drops)} drops come inside the {window}-step window"
+              + (f" (at step{'s' if inside > 1 else ''} {list_words(np.round(drops[made]))})" if inside else "")
+              + f", so the loss reaches L(M_0) … L(M_{reached - 1}) there.")
+    missing = np.flatnonzero(~made)
+    if missing.size:
+        beyond = [d for d in missing if not escape[d] < window]  # a prediction not made at all is beyond it too
+        never = ("beyond the prediction run's " + (f"{int(horizon)} steps" if horizon is not None else "steps"))
+        reason += (f" {predicted[0].upper()}{predicted[1:]} for the directions not learned inside it: "
+                   + ", ".join(f"drop {d + 1} ≈ step {escape[d]:.0f}" if np.isfinite(escape[d])
+                               else f"drop {d + 1} {never}" for d in missing)
+                   + f" ({len(beyond)} of {missing.size} beyond the window).")
+        late = [d for d in missing if np.isfinite(drops[d])]
+        if late:
+            reason += (f" Carried on, our run made {'it' if len(late) == 1 else 'them'} at "
+                       f"step{'s' if len(late) > 1 else ''} {list_words(np.round(drops[late]))}.")
+    return Claim("Figure 4", claim, counted, paper, reached, AGREES if reached >= paper else DIFFERS, reason)

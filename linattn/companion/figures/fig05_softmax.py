@@ -11,7 +11,7 @@ which counts a fall still under way at the end). ATTN_M is trained again at the 
 learning rate for twice the steps (:func:`check_configs`), so that the page can say whether its drops survive another
 draw and a smaller step. At the paper preset (published settings but n times the published learning rates) the
 paper's text for ATTN_M, a single drop, is set beside the run as a claim judged at those scaled rates
-(``published.rules.fig5_single_drop_claim``, with the checks).
+(``single_drop_claim``, with the checks).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from ... import theory
 from ...analysis import loss_curves
 from .. import presets, published
 from ..commands import train_command
-from ..output import AGREES, DIFFERS, MarkdownTable, prose_text
+from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text
 from ..output import words as list_words
+from ..published.rules import Claim
 from .common import preset_blocks as common
 from .common.attn_s_run import describe
 from .common.frame import padded, settings_attrs
@@ -68,8 +69,8 @@ README_ROWS = (
                                                                                "drops.attn_s")),
 )
 TOLERANCES = []  # nothing its quick build's numbers are held to (its page says why)
-# the names in linattn.companion.published it compares with
-PUBLISHED = ("FIG5_ATTN_M_DROPS", "fig5_single_drop_claim")
+# the names (in this module) of the paper's number and the rule it compares with
+PUBLISHED = ("PUBLISHED_ATTN_M_DROPS", "single_drop_claim")
 MODELS = ("attn_m", "attn_s")
 TITLES = {"attn_m": "softmax ATTN_M", "attn_s": "softmax ATTN_S"}
 PAPER = {"attn_m": "one drop", "attn_s": "several drops"}  # what the paper's figure shows of each
@@ -189,7 +190,7 @@ def _fall(ds, run: str):
 
 
 def checks(ds) -> list[dict]:
-    """ATTN_M's check runs as ``published.rules.fig5_single_drop_claim`` takes them: label, drops counted
+    """ATTN_M's check runs as ``single_drop_claim`` takes them: label, drops counted
     (:func:`_fall`), their steps, whether the run settled, the step scale (the run's learning rate over the main
     run's) and the last loss."""
     lr = float(_runs(ds)["attn_m"]["lr"])
@@ -210,7 +211,7 @@ def claims(ds) -> list:
     otherwise)."""
     if not ds.attrs["published"]:
         return []
-    return [published.rules.fig5_single_drop_claim(_fall(ds, "attn_m"), checks(ds), lr_scale=lr_scale(ds))]
+    return [single_drop_claim(_fall(ds, "attn_m"), checks(ds), lr_scale=lr_scale(ds))]
 
 
 def numbers(ds) -> list[dict]:
@@ -223,7 +224,7 @@ def numbers(ds) -> list[dict]:
         rows.append(dict(key=f"final_loss.{key}",
                          quantity=f"{TITLES[key]}: final loss (P = {runs[key]['trainset_size']})",
                          theory=ds.loss_star.sel(model=key), reproduced=ds.final_loss.sel(model=key)))
-    paper = published.readings.FIG5_ATTN_M_DROPS if ds.attrs["published"] else None
+    paper = PUBLISHED_ATTN_M_DROPS if ds.attrs["published"] else None
     for c in ds.check.values:  # at the paper preset each check is the paper's claim again, with its verdict
         n = len(_fall(ds, c))
         rows.append(dict(key=f"drops.attn_m.check.{published.rules.slug(str(c))}",
@@ -231,7 +232,7 @@ def numbers(ds) -> list[dict]:
                                   + (f" at {lr_scale(ds, c):g}× the published learning rates (the paper's text: "
                                      "a single drop)" if paper else ""),
                          paper=paper, reproduced=n,
-                         verdict=None if paper is None else published.rules.single_drop_verdict(
+                         verdict=None if paper is None else single_drop_verdict(
                              n, _fall(ds, c).settled)))
     made = claims(ds)
     claimed = {c.counted for c in made}  # a count the paper's text states is written once: as its claim
@@ -292,11 +293,11 @@ def _count(n: int, what: str) -> str:
 
 def _detected(ds, key: str, first: bool) -> str:
     """One sentence: the drops found in ``key``'s loss and its last loss — ATTN_M's counted from its fall rate
-    (:func:`_fall`, ``published.rules.drops_words``), ATTN_S's with the plateaus between them."""
+    (:func:`_fall`, ``drops_words``), ATTN_S's with the plateaus between them."""
     final, name = float(ds.final_loss.sel(model=key)), TITLES[key]
     if key == "attn_m":
         d = _fall(ds, key)
-        return (f"Counted from its fall rate, the loss of {name} falls in {published.rules.drops_words(d)}; its last "
+        return (f"Counted from its fall rate, the loss of {name} falls in {drops_words(d)}; its last "
                 f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}.")
     p = _found(ds, key)
     n = len(p.drop_steps)
@@ -368,7 +369,7 @@ def _checks_words(ds) -> str:
     """What ATTN_M's check runs show and what they cost, in words."""
     if not ds.sizes["check"]:
         return ""
-    claim = published.rules.check_words(len(_fall(ds, "attn_m")), checks(ds))
+    claim = check_words(len(_fall(ds, "attn_m")), checks(ds))
     seconds = float(ds.check_wall_time.sum())
     return (f"{claim} The {_count(ds.sizes['check'], 'check run')} trained in {prose_text(seconds)} s in all on the "
             "machine that built this page.")
@@ -389,7 +390,7 @@ def words(ds) -> dict:
         lead += ("; at the published sizes, with n times the published learning rates, ATTN_S learns in a "
                  "staircase, as linear attention does, and ATTN_M's fall slows between drops (the paper describes "
                  "a single drop)")
-        draws = {published.rules.single_drop_verdict(c["drops"], c["settled"])
+        draws = {single_drop_verdict(c["drops"], c["settled"])
                  for c in checks(ds) if c["step_scale"] == 1}
         if draws == {AGREES}:
             lead += ", but at the other seeds checked it falls in a single drop: the extra drop belongs to this draw"
@@ -432,3 +433,101 @@ def plot(ds):
         ax.set_ylim(0, 1.08 * max(float(loss.max()), levels[0]))  # every theory level stays in view
     fig.tight_layout()
     return fig
+
+
+# ------------------------------------------------------------------------------- the claim of the paper's text
+# Figure 5 has no published image to read: the paper's text says softmax ATTN_M learns in "a single drop".
+PUBLISHED_ATTN_M_DROPS = 1
+
+
+def single_drop_verdict(drops: int, settled: bool) -> str:
+    """The paper's "a single drop" against a count of drops (``loss_curves.count_drops``): more than one differs
+    however the run ends (a drop made stays made); one agrees, and none differs, only in a run that has settled
+    (else a later drop may still come: cannot tell)."""
+    if drops > PUBLISHED_ATTN_M_DROPS:
+        return DIFFERS
+    if not settled:
+        return CANNOT_TELL
+    return AGREES if drops == PUBLISHED_ATTN_M_DROPS else DIFFERS
+
+
+def drops_words(drops) -> str:
+    """The drops of ``loss_curves.count_drops`` in words: their steps, shares of the fall and the slow stretches
+    between them."""
+    n = len(drops)
+    if n == 0:
+        return "no drop"
+    if n == 1:
+        return f"one drop, at step {drops.steps[0]:.0f}"
+    shares = ", ".join(f"step {s:.0f} ({f:.0%} of the fall)" for s, f in zip(drops.steps, drops.shares))
+    text = f"{n} drops, at {shares}"
+    return text + ("; between them the fall rate dips to "
+                   + ", ".join(f"{d:.0%} of the smaller peak beside it at step {s:.0f} (loss {L:.3f})"
+                               for d, s, L in zip(drops.pause_dips, drops.pause_steps, drops.pause_losses)))
+
+
+def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0) -> Claim:
+    """The paper's claim for softmax ATTN_M: its loss falls in a single drop. ``drops``: what
+    ``loss_curves.count_drops`` found in our training loss (the count, each drop's step and share of the fall, the
+    slow stretches between drops, whether the run settled); the verdict is :func:`single_drop_verdict`.
+    ``lr_scale``: our learning rate over the published one (the claim is then judged at scaled rates, and says so).
+    ``checks``: the same model run again (other seeds, a smaller learning rate), each ``{"label", "drops",
+    "drop_steps", "settled", "step_scale"[, "final"]}`` (``step_scale``: the run's learning rate over the main
+    run's, so that step × scale is the same gradient-flow time; ``final``: its last loss); the reason then says what
+    the checks show (:func:`check_words`)."""
+    paper, ours = PUBLISHED_ATTN_M_DROPS, len(drops)
+    scaled = f" at {lr_scale:g}× the published learning rates" if lr_scale != 1 else ""
+    claim, counted = "a single drop", f"softmax ATTN_M{scaled}: drops counted"
+    verdict = single_drop_verdict(ours, drops.settled)
+    reason = (f"Counted from the fall rate, the loss falls in {drops_words(drops)}"
+              + ("." if drops.settled else "; it is still falling at the end of the run.")
+              + (f" The run trains at {lr_scale:g} times the published learning rates, so this verdict is one on "
+                 "that run, not at the published settings." if lr_scale != 1 else ""))
+    if checks:
+        reason += " " + check_words(ours, checks)
+    return Claim("Figure 5", claim, counted, paper, ours, verdict, reason)
+
+
+def drop_count_holds(ours: int, checks) -> str:
+    """Whether the check runs find the main run's count of drops ``ours``: :data:`DIFFERS` where one makes more, or
+    fewer and has settled; else :data:`CANNOT_TELL` where one has not settled (a drop may still come); else
+    :data:`AGREES` (the count is then no accident of one draw or of the step size)."""
+    def one(c) -> str:
+        n = int(c["drops"])
+        if n > ours or (n < ours and c["settled"]):
+            return DIFFERS
+        return AGREES if c["settled"] else CANNOT_TELL
+
+    found = {one(c) for c in checks}
+    return DIFFERS if DIFFERS in found else CANNOT_TELL if CANNOT_TELL in found else AGREES
+
+
+def check_words(ours: int, checks) -> str:
+    """Sentences on the check runs: the drops each finds and where (a run at another learning rate also in the main
+    run's steps, step × scale, the same gradient-flow time), whether it is still falling at its end, and whether the
+    main run's count holds (:func:`drop_count_holds`), said apart for another step size and for other draws."""
+    def one(c) -> str:
+        n, steps = int(c["drops"]), np.asarray(c["drop_steps"], dtype=np.float64)
+        where = f" at step{'s' if steps.size > 1 else ''} {list_words(np.round(steps))}" if steps.size else ""
+        if steps.size and c["step_scale"] != 1:
+            where += f" ({list_words(np.round(steps * c['step_scale']))} in the main run's steps)"
+        final = f", ending at {c['final']:.3f}" if c.get("final") is not None else ""
+        return f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where}{final}" + (
+            "" if c["settled"] else " and still falling")
+
+    plural = "s" if ours != 1 else ""
+    text = []
+    for kind, group in (("step", [c for c in checks if c["step_scale"] != 1]),
+                        ("draw", [c for c in checks if c["step_scale"] == 1])):
+        if not group:
+            continue
+        holds = drop_count_holds(ours, group)
+        what = "a smaller step" if kind == "step" else "other draws"
+        single = "; ".join(f"{c['label']} {single_drop_verdict(int(c['drops']), c['settled'])}" for c in group)
+        text.append(f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)} (against the paper's "
+                    f"single drop: {single}). "
+                    + {AGREES: f"So the count of {ours} drop{plural} holds with {what}.",
+                       DIFFERS: f"So the count of {ours} drop{plural} does not hold with {what}.",
+                       CANNOT_TELL: f"A run still falling at its end may make another drop, so whether the count of "
+                                    f"{ours} drop{plural} holds with {what} cannot be told from these runs."}[holds])
+    return " ".join(text)

@@ -5,11 +5,13 @@ task vector (solvable only in context), the rest share one fixed task vector (so
 run records its training loss and two test losses, on held-out sequences with the fixed task vector (in-weight) and
 with fresh ones (in-context). The theory: the minimum L* (``theory.loss_star``; with white covariance
 (D+1)/(N+D+1)), which the in-context test loss reaches when every sequence is in-context (c = 1). At the published
-settings the landmarks read off the published panels are set beside ours (``published.rules.fig14_comparison``) and
-drawn on the panels (``published.readings.fig14_landmarks``).
+settings the landmarks read off the published panels (``PUBLISHED_READINGS``) are set beside ours
+(:func:`compare_with_published`) and drawn on the panels (:func:`published_landmarks`).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -19,6 +21,8 @@ from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import MarkdownTable, prose_text
 from ..output import words as list_words
+from ..plotting import panel_grid, theory_lines
+from ..published.readings import Image, Reading
 from .common import end_point
 from .common import preset_blocks as common
 from .common.attn_s_run import describe, join
@@ -134,7 +138,7 @@ def comparison(ds) -> list[dict]:
     """Each published panel's landmarks beside ours (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
-    return published.rules.fig14_comparison(curves(ds), ds.step.values, sampling(ds))
+    return compare_with_published(curves(ds), ds.step.values, sampling(ds))
 
 
 def numbers(ds) -> list[dict]:
@@ -238,11 +242,9 @@ def commands(ds) -> str:
 def plot(ds):
     """Figure 14 as the paper draws it: one panel per c with the training loss over its start (black), the
     in-weight (blue) and in-context (red) test losses and L* (dotted); at the published settings the published
-    readings as open circles (``plotting.plot_icl_panels``)."""
-    from ..plotting import plot_icl_panels
-
-    landmarks = published.readings.fig14_landmarks() if ds.attrs["published"] else None
-    fig, _ = plot_icl_panels(ds.step.values, curves(ds), landmarks=landmarks, L_star=float(ds.loss_star))
+    readings as open circles (:func:`plot_panels`)."""
+    landmarks = published_landmarks() if ds.attrs["published"] else None
+    fig, _ = plot_panels(ds.step.values, curves(ds), landmarks=landmarks, L_star=float(ds.loss_star))
     return fig
 
 
@@ -250,8 +252,6 @@ def plot_condensed(ds):
     """The same runs laid over each other, one panel per loss (training loss over its start, in-weight and
     in-context test loss), c as colour, L* dotted on the in-context panel."""
     import matplotlib.pyplot as plt
-
-    from ..plotting import theory_lines
 
     step = ds.step.values
     fig, axes = plt.subplots(1, 3, figsize=(6.6, 3.3), sharex=True, sharey=True, layout="constrained")
@@ -267,3 +267,212 @@ def plot_condensed(ds):
         ax.set_ylim(0, 2.3)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(ds.sizes["icl"], 6))
     return fig
+
+
+# ------------------------------------------------------------------- the published readings (ATTN_M, white, P 5000)
+# Read off the authors' own plot of Figure 14: one pixel is 16.67 steps and 0.0099 in loss, the same in all six
+# panels (axes 0–5000 steps, 0–2.29).
+PUBLISHED_IMAGE = Image("Figure 14", 16.67, 0.0099)
+
+# Curves: "train" (training loss / its first value), "iwl" (in-weight test loss), "icl" (in-context test loss). The
+# black curve's first fall has a midpoint (between the plateau 1.002 and the level right after the fall); our curve
+# is read where it crosses the same level.
+
+
+def _panel(c: float, rows: list) -> list[Reading]:
+    return [Reading(f"c = {c:g}", what, curve, how, value, unit, stated)
+            for what, curve, how, value, unit, stated in rows]
+
+
+_S, _L = "step", "loss"
+PUBLISHED_READINGS = {
+    0.0: _panel(0.0, [
+        ("training loss below 0.537 (the fall's midpoint), step", "train", ("below", 0.537), 751, _S, 17),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 757, _S, 0),
+        ("training loss, final", "train", ("final",), 0.071, _L, 0),
+        ("in-weight test loss at step 0", "iwl", ("at", 0), 1.043, _L, 0),
+        ("in-weight test loss, lowest (steps 870–5000)", "iwl", ("min", (870, 5000)), 0.070, _L, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 0.070, _L, 0),
+        ("in-context test loss at step 0", "icl", ("at", 0), 0.961, _L, 0),
+        ("in-context test loss above 1.60, step", "icl", ("above", 1.60), 811, _S, 17),
+        ("in-context test loss, highest", "icl", ("max", None), 2.246, _L, 0),
+        ("in-context test loss, final", "icl", ("final",), 2.246, _L, 0),
+    ]),
+    0.2: _panel(0.2, [
+        ("training loss below 0.660 (the first fall's midpoint), step", "train", ("below", 0.660), 765, _S, 17),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 792, _S, 0),
+        ("training loss, final", "train", ("final",), 0.130, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 0.261, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (917, 967), _S, 0),
+        ("in-weight test loss at step 2500", "iwl", ("at", 2500), 0.516, _L, 0),
+        ("in-weight test loss at step 4000", "iwl", ("at", 4000), 1.018, _L, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.053, _L, 0),
+        ("in-context test loss at step 0", "icl", ("at", 0), 0.982, _L, 0),
+        ("in-context test loss, highest", "icl", ("max", None), 1.244, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 2729, _S, 27),
+        ("in-context test loss, final", "icl", ("final",), 0.257, _L, 0),
+    ]),
+    0.4: _panel(0.4, [
+        ("training loss below 0.745 (the first fall's midpoint), step", "train", ("below", 0.745), 994, _S, 17),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 1215, _S, 0),
+        ("training loss at step 2500", "train", ("at", 2500), 0.161, _L, 0),
+        ("training loss, final", "train", ("final",), 0.139, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 0.358, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (1167, 1450), _S, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.084, _L, 0),
+        ("in-context test loss, highest", "icl", ("max", None), 1.090, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 1980, _S, 20),
+        ("in-context test loss at step 2500", "icl", ("at", 2500), 0.252, _L, 0),
+        ("in-context test loss, final", "icl", ("final",), 0.167, _L, 0),
+    ]),
+    0.6: _panel(0.6, [
+        ("training loss below 0.831 (the first fall's midpoint), step", "train", ("below", 0.831), 1383, _S, 19),
+        ("training loss at step 1617 (the shoulder)", "train", ("at", 1617), 0.660, _L, 0),
+        ("training loss below 0.574 (the whole fall's midpoint), step", "train", ("below", 0.574), 1776, _S, 21),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 1860, _S, 0),
+        ("training loss, final", "train", ("final",), 0.146, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 0.468, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (1600, 1750), _S, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.105, _L, 0),
+        ("in-context test loss, highest (its start)", "icl", ("max", None), 0.982, _L, 0),
+        ("in-context test loss, lowest before step 1500", "icl", ("min", (0, 1500)), 0.962, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 2008, _S, 18),
+        ("in-context test loss, final", "icl", ("final",), 0.152, _L, 0),
+    ]),
+    0.8: _panel(0.8, [
+        ("training loss below 0.584 (the fall's midpoint), step", "train", ("below", 0.584), 2362, _S, 18),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 2413, _S, 0),
+        ("training loss, final", "train", ("final",), 0.146, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 0.645, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (2250, 2267), _S, 0),
+        ("in-weight test loss at step 3000", "iwl", ("at", 3000), 1.064, _L, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.105, _L, 0),
+        ("in-context test loss, highest (its start)", "icl", ("max", None), 0.982, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 2454, _S, 18),
+        ("in-context test loss, final", "icl", ("final",), 0.148, _L, 0),
+    ]),
+    1.0: _panel(1.0, [
+        ("training loss below 0.580 (the fall's midpoint), step", "train", ("below", 0.580), 2901, _S, 17),
+        ("training loss below 0.5, step", "train", ("below", 0.5), 2942, _S, 0),
+        ("training loss, final", "train", ("final",), 0.146, _L, 0),
+        ("in-weight test loss, lowest", "iwl", ("min", None), 1.025, _L, 0),
+        ("in-weight test loss, step of its lowest", "iwl", ("argmin", None), (2567, 2950), _S, 0),
+        ("in-weight test loss, final", "iwl", ("final",), 1.121, _L, 0),
+        ("in-context test loss, highest (its start)", "icl", ("max", None), 0.982, _L, 0),
+        ("in-context test loss below 0.5, step", "icl", ("below", 0.5), 2949, _S, 18),
+        ("in-context test loss, final", "icl", ("final",), 0.148, _L, 0),
+    ]),
+}
+
+PUBLISHED_LAST_STEP = 4983  # where the published curves end (the axis runs to 5000)
+# Where a published extreme lies, for the readings that give its value only (the step of an in-weight minimum has a
+# reading of its own): the steps over which the curve stays within a pixel of it (its start: step 0).
+_PUBLISHED_EXTREME_STEPS = {
+    (0.2, "icl", "max"): (900, 933), (0.4, "icl", "max"): (1117, 1183), (0.6, "icl", "max"): (0, 0),
+    (0.6, "icl", "min"): (1370, 1370), (0.8, "icl", "max"): (0, 0), (1.0, "icl", "max"): (0, 0),
+}
+
+
+def published_landmarks() -> dict:
+    """The published readings as points to draw on our panels: {c: [{"curve", "step", "loss",
+    "step_pm"}]}, one per reading that names both a step and a loss: a crossing of a level (± its stated
+    uncertainty), a value at a step, a final value (at the published curves' last step), and an extreme whose step
+    is known (at the middle of its range, ± half of it). Extremes held over a long stretch (the flat end of c = 0)
+    are left out: the final value marks them."""
+    points = {}
+    for c, readings in PUBLISHED_READINGS.items():
+        steps_of = {(r.curve, "min"): r.value for r in readings if r.how[0] == "argmin"}
+        steps_of.update({(curve, kind): span for (cc, curve, kind), span in _PUBLISHED_EXTREME_STEPS.items()
+                         if cc == c})
+        marks = []
+        for r in readings:
+            kind = r.how[0]
+            if kind in ("below", "above"):
+                marks.append(dict(curve=r.curve, step=float(r.value), loss=float(r.how[1]), step_pm=float(r.stated)))
+            elif kind == "at":
+                marks.append(dict(curve=r.curve, step=float(r.how[1]), loss=float(r.value), step_pm=0.0))
+            elif kind == "final":
+                marks.append(dict(curve=r.curve, step=float(PUBLISHED_LAST_STEP), loss=float(r.value), step_pm=0.0))
+            elif kind in ("min", "max") and (r.curve, kind) in steps_of:
+                lo, hi = steps_of[(r.curve, kind)]
+                marks.append(dict(curve=r.curve, step=(lo + hi) / 2, loss=float(r.value), step_pm=(hi - lo) / 2))
+        points[c] = marks
+    return points
+
+
+def compare_with_published(curves: dict, steps=None, sampling=None) -> list[dict]:
+    """Our panels beside the published ones, panel by panel (``curves``: c → {"train": training loss / its first
+    value, "iwl", "icl"}; ``sampling``: c → {curve: ``published.rules.Sampling``}); panels we did not run are left
+    out. The loss readings are judged after removing the offset of the image's loss scale
+    (``published.rules.judged_after_offset``)."""
+    rows = []
+    for c, readings in PUBLISHED_READINGS.items():
+        match = [k for k in curves if math.isclose(float(k), c)]
+        if match:
+            rows += published.rules.compare(readings, curves[match[0]], PUBLISHED_IMAGE, steps,
+                                            (sampling or {}).get(match[0]))
+    return published.rules.judged_after_offset(rows)
+
+
+# ------------------------------------------------------------------------ the panels: one per in-context fraction
+
+# The paper's Figure 14 draws each panel's three curves in these colours, black over red over blue.
+ICL_CURVES = {
+    "iwl": dict(color="tab:blue", label="in-weight test loss", zorder=2.0),
+    "icl": dict(color="tab:red", label="in-context test loss", zorder=2.1),
+    "train": dict(color="black", label="training loss / its start", zorder=2.2),
+}
+
+
+def plot_panels(step, curves: dict, *, landmarks: dict | None = None, L_star: float | None = None,
+                    ylim=(0.0, 2.3), width: float = 6.6, panel_height: float = 1.7, max_cols: int = 3):
+    """The figure as the paper draws it: one panel per in-context fraction c (``curves``: {c: {"train": training loss
+    divided by its first value, "iwl": in-weight test loss, "icl": in-context test loss}}, in the order given), each
+    with its three curves in the paper's colours (:data:`ICL_CURVES`), laid out in a grid that adapts to the number
+    of panels (``plotting.panel_grid``). ``landmarks`` ({c: [{"curve", "step", "loss", "step_pm"}]}, e.g. the published
+    readings of a panel) are drawn as open circles in their curve's colour, with ``step_pm`` as a horizontal bar
+    (those outside the panel's axes are left out); ``L_star`` adds a dotted line in every panel. Returns (fig, axes):
+    ``axes`` holds one panel per c, in order."""
+    import matplotlib.pyplot as plt
+
+    cs = list(curves)
+    nrows, ncols = panel_grid(len(cs), max_cols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(width, 0.75 + panel_height * nrows), sharex=True, sharey=True,
+                             squeeze=False, layout="constrained")
+    slots = list(grid.flat)
+    axes = slots[:len(cs)]
+    for ax in slots[len(cs):]:
+        ax.set_visible(False)
+    step = np.asarray(step, dtype=np.float64)
+    for ax, c in zip(axes, cs):
+        for key, style in ICL_CURVES.items():
+            ax.plot(step, curves[c][key], color=style["color"], zorder=style["zorder"], linewidth=1.2)
+        if L_star is not None:
+            theory_lines(ax, [L_star], text=False)
+            dotted = ax.get_lines()[-1]
+        for mark in (landmarks or {}).get(c, []):
+            if not (step[0] <= mark["step"] <= step[-1] and ylim[0] <= mark["loss"] <= ylim[1]):
+                continue  # outside the panel (a shorter run): drawn unclipped, it would stretch the figure
+            colour = ICL_CURVES[mark["curve"]]["color"]
+            ax.errorbar(mark["step"], mark["loss"], xerr=mark.get("step_pm") or None, fmt="o", markersize=4.5,
+                        markerfacecolor="white", markeredgecolor=colour, markeredgewidth=1.1, ecolor=colour,
+                        elinewidth=1.0, capsize=0, zorder=3, clip_on=False)
+        ax.set_title(f"$c = {c:.3g}$")
+        ax.set_xlim(step[0], step[-1])
+        ax.set_ylim(*ylim)
+    for i, ax in enumerate(axes):
+        if i + ncols >= len(cs):  # the lowest panel of its column: it carries the step axis
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("step")
+        if i % ncols == 0:
+            ax.set_ylabel("loss")
+    handles = [plt.Line2D([], [], color=ICL_CURVES[k]["color"], linewidth=1.2, label=ICL_CURVES[k]["label"])
+               for k in ("train", "iwl", "icl")]
+    if L_star is not None:
+        handles.append(plt.Line2D([], [], color=dotted.get_color(), linestyle=dotted.get_linestyle(),
+                                  linewidth=dotted.get_linewidth(), label="$L^*$ (theory)"))
+    if any((landmarks or {}).get(c) for c in cs):
+        handles.append(plt.Line2D([], [], color="0.3", marker="o", markerfacecolor="white", linestyle="none",
+                                  markersize=4.5, label="published reading"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=3)
+    return fig, axes

@@ -164,31 +164,31 @@ def number_rows(rows: list[dict]) -> list[dict]:
 # experiment and says so in its title, caption, prose and cite block.
 
 def experiment_name(figure: str, at_published: bool) -> str:
-    """What a page shows: "the paper's Figure 3a" at the published settings, else "Figure 3a's experiment at settings
+    """What a page shows: "the paper's Figure X" at the published settings, else "Figure X's experiment at settings
     of our own"."""
     return f"the paper's {figure}" if at_published else f"{figure}'s experiment at settings of our own"
 
 
 def caption_lead(figure: str, at_published: bool) -> str:
-    """How a figure's caption begins, for every figure page: "The paper's Figure 3a, reproduced" only at the published
-    settings (``presets.is_published``), else "Figure 3a's experiment at settings of our own" (a re-run at other
+    """How a figure's caption begins, for every figure page: "The paper's Figure X, reproduced" only at the published
+    settings (``presets.is_published``), else "Figure X's experiment at settings of our own" (a re-run at other
     knobs is not the paper's figure)."""
     name = experiment_name(figure, at_published)
     return f"{name[0].upper()}{name[1:]}" + (", reproduced" if at_published else "")
 
 
 def reproduces(figure: str, at_published: bool) -> str:
-    """The sentence a page's prose glues where it says what it shows: "This page reproduces the paper's Figure 1b"
-    at the published settings, else "This page runs Figure 1b's experiment at settings of our own; the paper's
-    figure is Figure 1b"."""
+    """The sentence a page's prose glues where it says what it shows: "This page reproduces the paper's Figure X"
+    at the published settings, else "This page runs Figure X's experiment at settings of our own; the paper's
+    figure is Figure X"."""
     if at_published:
         return f"This page reproduces {experiment_name(figure, True)}"
     return f"This page runs {experiment_name(figure, False)}; the paper's figure is {figure}"
 
 
 def page_title(title: str, at_published: bool) -> str:
-    """A page's title line as a re-run shows it: "# Figure 1b — ATTN_M …" unchanged at the published settings, else
-    "# Figure 1b's experiment at settings of our own — ATTN_M …" (a title that names no figure of the paper is kept)."""
+    """A page's title line as a re-run shows it: "# Figure X — ATTN_M …" unchanged at the published settings, else
+    "# Figure X's experiment at settings of our own — ATTN_M …" (a title that names no figure of the paper is kept)."""
     if at_published or not title.startswith("# Figure "):
         return title
     figure, _, rest = title[2:].partition(" — ")
@@ -207,7 +207,7 @@ def cite_words(figure: str, at_published: bool) -> str:
 
 
 def paper_name(title: str) -> str:
-    """The paper's name of a figure from its page title ("Figure 1b — …" → "Figure 1b"); pages beyond the paper
+    """The paper's name of a figure from its page title ("Figure X — …" → "Figure X"); pages beyond the paper
     keep their whole title's first part ("Beyond the paper", "Appendix: …")."""
     return title.lstrip("# ").split(" — ")[0].strip()
 

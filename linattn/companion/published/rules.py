@@ -1,6 +1,7 @@
 """How ours compare with the published readings (:mod:`linattn.companion.published.readings`): measuring the same
-quantity on our curves, the difference and its verdict, Figure 3a's one-to-one pairing, and the claims of the
-paper's text.
+quantity on our curves, the difference and its verdict, the one-to-one pairing of curves that cannot be told apart,
+and the form of a claim of the paper's text. What is figure-specific (which readings, which claim) lives with each
+figure's module (``figures/<name>.py``), built from these rules.
 
 Every comparison row carries its difference (ours minus the reading, 0 inside a range), that difference in pixels of
 the image, its tolerance (one pixel, or the reading's own ±), its band and a verdict by
@@ -20,9 +21,8 @@ draw of the tokens goes through an SVD whose signs depend on the LAPACK library)
 * a digitisation **offset** shared by many readings (:func:`~linattn.companion.uncertainty.systematic_offset`) is
   measured, stated, and removed before the difference is judged.
 
-Figure 3a draws six seeds in one colour (and seed 0 twice), so its published crossings cannot be tied to seeds: our
-curves are paired with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing
-used once.
+A figure that draws several seeds in one colour cannot tie its published crossings to seeds: our curves are paired
+with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing used once.
 """
 
 from __future__ import annotations
@@ -34,33 +34,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...analysis.loss_curves import first_step_below
-from ..output import words
 from ..uncertainty import (
-    AGREES,
-    CANNOT_TELL,
-    DIFFERS,
     difference_band,
-    spread,
     systematic_offset,
     training_loss_margin,
     verdict,
 )
-from .readings import (
-    FIG1B,
-    FIG1B_IMAGE,
-    FIG3A_CROSSINGS,
-    FIG3A_IMAGE,
-    FIG3A_LAST_STEP,
-    FIG3A_PLATEAU_READINGS,
-    FIG3A_STILL_ON_M3,
-    FIG4_R1_PLATEAUS,
-    FIG5_ATTN_M_DROPS,
-    FIG14,
-    FIG14_IMAGE,
-    Crossing,
-    Image,
-    Reading,
-)
+from .readings import Crossing, Image, Reading
 
 # ----------------------------------------------------------------------------------------------- measuring ours
 
@@ -135,7 +115,7 @@ def judged_difference(row: dict) -> float:
     return d - float(row.get("offset") or 0.0)
 
 
-def _check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
+def check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
                tolerance: float, standard_error=None, unresolved=0.0, offset=0.0) -> dict:
     """One comparison row: the reading and ours, their difference in the unit and in pixels of ``image``, the
     tolerance, the standard error of the difference where the quantity has one (its band is then tolerance + 2 ×
@@ -180,7 +160,7 @@ def _errors(r: Reading, ours: float, sampling: dict, twins: dict, last_step) -> 
 
 def compare(readings: list[Reading], curves: dict, image: Image, steps=None, sampling=None,
             twins=None) -> list[dict]:
-    """Every reading beside ours, one ``_check_row`` each. ``curves`` maps each reading's ``curve`` to an array;
+    """Every reading beside ours, one ``check_row`` each. ``curves`` maps each reading's ``curve`` to an array;
     ``sampling``: curve → :class:`Sampling` (the loss readings' sampling errors; missing: judged by the tolerance);
     ``twins``: curve → the same curve of the population twin (a step reading's finite-P margin is the shift between
     ours and the twin's)."""
@@ -191,7 +171,7 @@ def compare(readings: list[Reading], curves: dict, image: Image, steps=None, sam
         ours = measure(curves, r.how, r.curve, steps)
         twin = measure(twins, r.how, r.curve, steps) if r.curve in twins and r.unit == "step" else None
         se, margin = _errors(r, ours, sampling, {r.curve: twin} if twin is not None else {}, x[-1])
-        rows.append(_check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
+        rows.append(check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
                                else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image), se,
                                margin))
     return rows
@@ -221,7 +201,7 @@ def offset_of(rows: list[dict]):
     return next((r["scale_offset"] for r in rows if "scale_offset" in r), None)
 
 
-# ----------------------------------------------------------------------------------- Figure 3a: one-to-one pairs
+# ------------------------------------------------------------------ curves paired one to one with crossings
 
 def crossing_distance(step: float, crossing: Crossing) -> float:
     """How far ``step`` lies from a published crossing: 0 inside one of its intervals, else the distance to the
@@ -261,76 +241,16 @@ def match_one_to_one(ours: dict, crossings) -> list[tuple]:
     return [(k, ours[k], pairs[k]) for k in keys if k in pairs]
 
 
-def fig3a_comparison(drops: dict, plateaus=None) -> list[dict]:
-    """Figure 3a: our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
-    the published window count as beyond it) paired one to one with the published crossings, drop by drop; then
-    the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: for each of L(M_0)…L(M_4)
-    our seeds' levels, NaN where none was found) the plateau levels of the published curves
-    (:data:`FIG3A_PLATEAU_READINGS`: only where the curves, not the theory's dotted lines, are read), ours the mean
-    over seeds. A plateau level is a training loss, so it gets no sampling-error agreement
-    (:mod:`linattn.companion.uncertainty`): beyond a pixel, but within 2·√(sd²/n + sd²) (sd: the spread of the n
-    seeds' levels; our mean's error and that of the one published curve read) and the reading's own pixel, it
-    *cannot tell*."""
-    rows = []
-    for d, crossings in FIG3A_CROSSINGS.items():
-        for seed, step, crossing in match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
-            diff = signed_distance(step, crossing)
-            tol = max(FIG3A_IMAGE.steps_per_px, crossing.stated)
-            row = _check_row(FIG3A_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step", crossing.text,
-                            _crossing_value(crossing), step, diff, "step", tol)
-            row.update(drop=d, seed=seed)
-            rows.append(row)
-    still = sum(1 for t in drops.values() if not float(t[3]) <= FIG3A_LAST_STEP)
-    rows.append(_check_row(FIG3A_IMAGE, "", f"curves still on the M_3 plateau at step {FIG3A_LAST_STEP}",
-                          str(FIG3A_STILL_ON_M3), FIG3A_STILL_ON_M3, still, still - FIG3A_STILL_ON_M3, "count", 0))
-    for m, levels in enumerate(plateaus if plateaus is not None else ()):
-        if m not in FIG3A_PLATEAU_READINGS:
-            continue
-        reading = FIG3A_PLATEAU_READINGS[m]
-        found = np.asarray(levels, dtype=np.float64).ravel()
-        found = found[np.isfinite(found)]
-        ours = float(found.mean()) if found.size else math.nan
-        sd = spread(found)
-        margin = 0.0 if sd is None else difference_band(sd / math.sqrt(found.size), sd)
-        rows.append(_check_row(FIG3A_IMAGE, "", f"plateau L(M_{m}) (ours: mean over seeds)", f"{reading:.3f}",
-                               reading, ours, difference(ours, reading), "loss", FIG3A_IMAGE.loss_per_px,
-                               unresolved=margin))
-    return rows
-
-
-def _crossing_value(crossing: Crossing):
+def crossing_value(crossing: Crossing):
     """A crossing as ``numbers.json`` holds it: its step, or its text where it is a range or a choice."""
     (low, high), *rest = crossing.where
     return float(low) if low == high and not rest else crossing.text
 
 
-def fig1b_comparison(attn_m, mlp, L_star: float, steps=None, sampling=None, population=None) -> list[dict]:
-    """Figure 1b: ATTN_M's plateau, crossings, late and final values, the theory's L* against the dotted line, and
-    the MLP's (own initialisation) lag behind ATTN_M on the drop. ``sampling``: ATTN_M's training loss's
-    :class:`Sampling`; ``population``: the population twins (the same starts, P = ∞) of ATTN_M and the MLP, a pair
-    of curves, whose crossings and lag give each step reading its finite-P margin."""
-    curves = {"attn_m": attn_m, "mlp": mlp, "reference": attn_m, "L_star": [L_star]}
-    twins = {} if population is None else dict(zip(("attn_m", "mlp"), population), reference=population[0])
-    return compare(FIG1B, curves, FIG1B_IMAGE, steps, {"attn_m": sampling} if sampling else None,
-                   twins) if len(attn_m) else []
-
-
-def fig14_comparison(curves: dict, steps=None, sampling=None) -> list[dict]:
-    """Figure 14, panel by panel (``curves``: c → {"train": training loss / its first value, "iwl", "icl"};
-    ``sampling``: c → {curve: :class:`Sampling`}); panels we did not run are left out. The loss readings are judged
-    after removing the offset of the image's loss scale (:func:`judged_after_offset`)."""
-    rows = []
-    for c, readings in FIG14.items():
-        match = [k for k in curves if math.isclose(float(k), c)]
-        if match:
-            rows += compare(readings, curves[match[0]], FIG14_IMAGE, steps, (sampling or {}).get(match[0]))
-    return judged_after_offset(rows)
-
-
 # ------------------------------------------------------------------------------- claims of the paper's text
-# Figures 4 and 5 have no published image to read; what the paper's text says of them is set beside our run as a
-# claim: a count, ours, a verdict (agrees or differs, no tolerance: a count agrees only when it is met) and why,
-# with numbers from the run.
+# A figure with no published image to read sets what the paper's text says of it beside our run as a claim: a count,
+# ours, a verdict (agrees or differs, no tolerance: a count agrees only when it is met) and why, with numbers from the
+# run.
 
 
 @dataclass(frozen=True)
@@ -358,137 +278,9 @@ class Claim:
                     verdict=self.verdict)
 
 
-def fig4_plateau_claim(drops, window: int, escape_steps, *,
-                       predicted: str = "The theory's escape-time estimates τ/(λ_d² v₀)",
-                       horizon: int | None = None) -> Claim:
-    """Figure 4's rank-one claim: the loss rests on the :data:`FIG4_R1_PLATEAUS` plateaus L(M_0) … L(M_7) within
-    the published ``window``. ``drops``: the step of each drop d = 1 … D of our rank-one run (NaN: not made; it may
-    run past the window), ``escape_steps``: the theory's escape-time estimate of each (``theory.attn_s_drop_steps``),
-    or another prediction of the drop steps named by ``predicted`` (e.g. ``runstore.predicted_drop_steps``, NaN
-    where the prediction run of ``horizon`` steps does not make the drop: said in words, and beyond the window).
-    Ours counts the levels L(M_0) … L(M_{D−1}) the loss reaches inside the window; the reason gives the estimates for
-    the directions not learned inside it, and when our run learned them."""
-    drops, escape = np.asarray(drops, dtype=np.float64), np.asarray(escape_steps, dtype=np.float64)
-    made = drops < window
-    inside = int(made.sum())
-    reached = min(inside + 1, len(drops))
-    paper = FIG4_R1_PLATEAUS
-    claim = f"plateaus at the {paper} values L(M_0) … L(M_{paper - 1})"
-    counted = f"R=1: plateaus reached within the published window ({window} steps)"
-    reason = (f"{inside} of the {len(drops)} drops come inside the {window}-step window"
-              + (f" (at step{'s' if inside > 1 else ''} {words(np.round(drops[made]))})" if inside else "")
-              + f", so the loss reaches L(M_0) … L(M_{reached - 1}) there.")
-    missing = np.flatnonzero(~made)
-    if missing.size:
-        beyond = [d for d in missing if not escape[d] < window]  # a prediction not made at all is beyond it too
-        never = ("beyond the prediction run's " + (f"{int(horizon)} steps" if horizon is not None else "steps"))
-        reason += (f" {predicted[0].upper()}{predicted[1:]} for the directions not learned inside it: "
-                   + ", ".join(f"drop {d + 1} ≈ step {escape[d]:.0f}" if np.isfinite(escape[d])
-                               else f"drop {d + 1} {never}" for d in missing)
-                   + f" ({len(beyond)} of {missing.size} beyond the window).")
-        late = [d for d in missing if np.isfinite(drops[d])]
-        if late:
-            reason += (f" Carried on, our run made {'it' if len(late) == 1 else 'them'} at "
-                       f"step{'s' if len(late) > 1 else ''} {words(np.round(drops[late]))}.")
-    return Claim("Figure 4", claim, counted, paper, reached, AGREES if reached >= paper else DIFFERS, reason)
-
-
-def single_drop_verdict(drops: int, settled: bool) -> str:
-    """The paper's "a single drop" against a count of drops (``loss_curves.count_drops``): more than one differs
-    however the run ends (a drop made stays made); one agrees, and none differs, only in a run that has settled
-    (else a later drop may still come: cannot tell)."""
-    if drops > FIG5_ATTN_M_DROPS:
-        return DIFFERS
-    if not settled:
-        return CANNOT_TELL
-    return AGREES if drops == FIG5_ATTN_M_DROPS else DIFFERS
-
-
-def drops_words(drops) -> str:
-    """The drops of ``loss_curves.count_drops`` in words: their steps, shares of the fall and the slow stretches
-    between them."""
-    n = len(drops)
-    if n == 0:
-        return "no drop"
-    if n == 1:
-        return f"one drop, at step {drops.steps[0]:.0f}"
-    shares = ", ".join(f"step {s:.0f} ({f:.0%} of the fall)" for s, f in zip(drops.steps, drops.shares))
-    text = f"{n} drops, at {shares}"
-    return text + ("; between them the fall rate dips to "
-                   + ", ".join(f"{d:.0%} of the smaller peak beside it at step {s:.0f} (loss {L:.3f})"
-                               for d, s, L in zip(drops.pause_dips, drops.pause_steps, drops.pause_losses)))
-
-
-def fig5_single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0) -> Claim:
-    """Figure 5's claim for softmax ATTN_M: its loss falls in a single drop. ``drops``: what
-    ``loss_curves.count_drops`` found in our training loss (the count, each drop's step and share of the fall, the
-    slow stretches between drops, whether the run settled); the verdict is :func:`single_drop_verdict`.
-    ``lr_scale``: our learning rate over the published one (the claim is then judged at scaled rates, and says so).
-    ``checks``: the same model run again (other seeds, a smaller learning rate), each ``{"label", "drops",
-    "drop_steps", "settled", "step_scale"[, "final"]}`` (``step_scale``: the run's learning rate over the main
-    run's, so that step × scale is the same gradient-flow time; ``final``: its last loss); the reason then says what
-    the checks show (:func:`check_words`)."""
-    paper, ours = FIG5_ATTN_M_DROPS, len(drops)
-    scaled = f" at {lr_scale:g}× the published learning rates" if lr_scale != 1 else ""
-    claim, counted = "a single drop", f"softmax ATTN_M{scaled}: drops counted"
-    verdict = single_drop_verdict(ours, drops.settled)
-    reason = (f"Counted from the fall rate, the loss falls in {drops_words(drops)}"
-              + ("." if drops.settled else "; it is still falling at the end of the run.")
-              + (f" The run trains at {lr_scale:g} times the published learning rates, so this verdict is one on "
-                 "that run, not at the published settings." if lr_scale != 1 else ""))
-    if checks:
-        reason += " " + check_words(ours, checks)
-    return Claim("Figure 5", claim, counted, paper, ours, verdict, reason)
-
-
-def drop_count_holds(ours: int, checks) -> str:
-    """Whether the check runs find the main run's count of drops ``ours``: :data:`DIFFERS` where one makes more, or
-    fewer and has settled; else :data:`CANNOT_TELL` where one has not settled (a drop may still come); else
-    :data:`AGREES` (the count is then no accident of one draw or of the step size)."""
-    def one(c) -> str:
-        n = int(c["drops"])
-        if n > ours or (n < ours and c["settled"]):
-            return DIFFERS
-        return AGREES if c["settled"] else CANNOT_TELL
-
-    found = {one(c) for c in checks}
-    return DIFFERS if DIFFERS in found else CANNOT_TELL if CANNOT_TELL in found else AGREES
-
-
-def check_words(ours: int, checks) -> str:
-    """Sentences on the check runs: the drops each finds and where (a run at another learning rate also in the main
-    run's steps, step × scale, the same gradient-flow time), whether it is still falling at its end, and whether the
-    main run's count holds (:func:`drop_count_holds`), said apart for another step size and for other draws."""
-    def one(c) -> str:
-        n, steps = int(c["drops"]), np.asarray(c["drop_steps"], dtype=np.float64)
-        where = f" at step{'s' if steps.size > 1 else ''} {words(np.round(steps))}" if steps.size else ""
-        if steps.size and c["step_scale"] != 1:
-            where += f" ({words(np.round(steps * c['step_scale']))} in the main run's steps)"
-        final = f", ending at {c['final']:.3f}" if c.get("final") is not None else ""
-        return f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where}{final}" + (
-            "" if c["settled"] else " and still falling")
-
-    plural = "s" if ours != 1 else ""
-    text = []
-    for kind, group in (("step", [c for c in checks if c["step_scale"] != 1]),
-                        ("draw", [c for c in checks if c["step_scale"] == 1])):
-        if not group:
-            continue
-        holds = drop_count_holds(ours, group)
-        what = "a smaller step" if kind == "step" else "other draws"
-        single = "; ".join(f"{c['label']} {single_drop_verdict(int(c['drops']), c['settled'])}" for c in group)
-        text.append(f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)} (against the paper's "
-                    f"single drop: {single}). "
-                    + {AGREES: f"So the count of {ours} drop{plural} holds with {what}.",
-                       DIFFERS: f"So the count of {ours} drop{plural} does not hold with {what}.",
-                       CANNOT_TELL: f"A run still falling at its end may make another drop, so whether the count of "
-                                    f"{ours} drop{plural} holds with {what} cannot be told from these runs."}[holds])
-    return " ".join(text)
-
-
 def slug(text: str) -> str:
     """``text`` as a part of a ``numbers.json`` key: lower case, runs of other characters as one ``_``
-    ("Figure 1b" → ``figure_1b``, "c = 0.2" → ``c_0_2``)."""
+    ("Figure X" → ``figure_x``, "c = 0.2" → ``c_0_2``)."""
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
