@@ -285,9 +285,9 @@ def test_every_notebook_is_a_figure_module_of_its_name_and_nothing_else_is():
 
 def test_a_figure_declares_its_settings_and_a_training_figure_its_runs():
     """Each figure module declares NAME (its module's name), PRESETS (paper and quick), TOLERANCES and the names of
-    the published readings it compares with (each a name in linattn.companion.published's modules); one whose presets
-    hold run settings (a ``model``, also in a nested run) declares ``runs``, and no module keeps a ``settings``
-    wrapper."""
+    the published readings it compares with (each a name in the module itself or in linattn.companion.published's
+    modules); one whose presets hold run settings (a ``model``, also in a nested run) declares ``runs``, and no
+    module keeps a ``settings`` wrapper."""
     from linattn.companion import figures, published
     from linattn.companion.figures.common.preset_blocks import nested
 
@@ -295,7 +295,7 @@ def test_a_figure_declares_its_settings_and_a_training_figure_its_runs():
         module = figures.module(name)
         assert module.NAME == name and set(module.PRESETS) == {"paper", "quick"}, name
         assert isinstance(module.TOLERANCES, list), name
-        parts = (published.readings, published.rules, published.page)
+        parts = (module, published.readings, published.rules, published.page)
         assert all(any(hasattr(part, p) for part in parts) for p in getattr(module, "PUBLISHED", ())), name
         assert not hasattr(module, "settings"), f"{name}: presets.settings(module, ...) is the one settings call"
         trains = any("model" in run for run in nested(module.PRESETS["paper"]).values())
@@ -330,6 +330,28 @@ def test_a_figure_is_named_only_in_its_own_module():
             found[str(path.relative_to(ROOT))] = sorted(named)
     assert not found, f"figures named outside their modules: {found}"
     assert _named_figures("see fig03a_attns_loss.", ["fig03a_attns_loss"]) == {"fig03a_attns_loss"}
+
+
+# A paper figure named in code or prose: FIG1B, fig3a_comparison, _FIG14_STEPS, "Figure 14", "Fig. 1a", "figures 3"
+_PAPER_FIGURE = re.compile(r"(?<![a-z])fig(?:ure)?s?[._ ]*\d", re.IGNORECASE)
+# What several figures share: it names no figure of the paper (each figure's readings, rules and panels live with
+# its own module, ``figures/<name>.py``)
+_GENERIC = ("companion/published", "companion/plotting.py", "companion/uncertainty.py")
+
+
+def test_generic_modules_name_no_paper_figure():
+    """The published readings' types and rules, the plotting helpers and the verdict machinery name no figure of
+    the paper: not as an identifier (``FIG14``, ``fig3a_comparison``), not in a string or a docstring ("Figure 1b")."""
+    paths = [p for g in _GENERIC for p in sorted((ROOT / g).rglob("*.py") if (ROOT / g).is_dir() else [ROOT / g])]
+    assert len(paths) >= 5, paths
+    found = {str(p.relative_to(ROOT)): sorted({m.group(0) for m in _PAPER_FIGURE.finditer(p.read_text("utf-8"))})
+             for p in paths}
+    assert not {k: v for k, v in found.items() if v}, f"figures named in generic modules: {found}"
+    caught = ["FIG1B_IMAGE", "fig3a_comparison", "_FIG14_EXTREME_STEPS", "the paper's Figure 14", "Fig. 1a",
+              "figures 3a and 3b", "fig03a_attns_loss"]
+    assert all(_PAPER_FIGURE.search(text) for text in caught)
+    kept = ("figure_x", "Figure X", "configure 3 runs", "figsize=(6, 3)")
+    assert not any(_PAPER_FIGURE.search(text) for text in kept)
 
 
 def _builds_runs_outside_runs(tree: ast.Module) -> list[int]:

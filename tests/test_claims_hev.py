@@ -20,7 +20,7 @@ from linattn.companion.figures import (
     figA_inside_head,
     figA_ranks,
 )
-from linattn.companion.published import rules
+from linattn.companion.figures import fig04_low_rank as f4
 
 # ---------------------------------------------------------------- the rules on constructed curves
 
@@ -170,7 +170,7 @@ def test_fig4_claim_says_a_missing_prediction_in_words_and_counts_it_beyond_the_
     """The referee's case: drops 6–8 outside the window, drop 8 not made by the 150001-step prediction run."""
     drops = np.array([3034, 7297, 11979, 14905, 18696, 40820, 70160, 147350], dtype=float)
     pred = np.array([3002, 7279, 12088, 14889, 18392, 46035, 64290, np.nan])
-    claim = rules.fig4_plateau_claim(drops, 20001, pred, predicted="the prediction", horizon=150001)
+    claim = f4.plateau_claim(drops, 20001, pred, predicted="the prediction", horizon=150001)
     assert "nan" not in claim.reason
     assert "drop 8 beyond the prediction run's 150001 steps" in claim.reason and "(3 of 3 beyond the window)" in \
         claim.reason

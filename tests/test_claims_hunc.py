@@ -11,6 +11,7 @@ import pytest
 
 from linattn.companion import presets
 from linattn.companion.figures import fig01b_attnm_loss, fig14_icl_iwl, figA_white_cov
+from linattn.companion.figures import fig14_icl_iwl as f14
 
 pytestmark = pytest.mark.slow  # each builds a figure's dataset (seconds)
 
@@ -256,7 +257,6 @@ def test_fig14_published_comparison_by_a_second_route(tmp_path_factory):
     start or the end, + 2·√2·se of its per-sequence losses; a training loss, that margin as cannot tell; one more
     pixel, the reading's own, as cannot tell). The numbers.json rows carry the same band and offset, and the report
     shows them (finding: it showed the pixel alone)."""
-    from linattn.companion.published import readings
 
     ds = _dataset(fig14_icl_iwl, dict(presets.table(fig14_icl_iwl.NAME)["paper"]), tmp_path_factory)
     ds.attrs["published"] = 1
@@ -267,7 +267,7 @@ def test_fig14_published_comparison_by_a_second_route(tmp_path_factory):
     last = ds.step.values[-1]
     for r in loss:
         c = float(r["panel"].split("= ")[1])
-        reading = next(x for x in readings.FIG14[c] if x.what == r["what"])
+        reading = next(x for x in f14.PUBLISHED_READINGS[c] if x.what == r["what"])
         kind = reading.how[0]
         where = "start" if (kind == "at" and reading.how[1] == 0) else \
             "final" if kind == "final" or (kind in ("min", "mean") and isinstance(reading.how[1], tuple)
@@ -282,7 +282,7 @@ def test_fig14_published_comparison_by_a_second_route(tmp_path_factory):
 
     for r, n in zip(rows, page.number_rows(rows)):  # the band in numbers.json is the one the verdict applied
         c = float(r["panel"].split("= ")[1])
-        reading = next(x for x in readings.FIG14[c] if x.what == r["what"])
+        reading = next(x for x in f14.PUBLISHED_READINGS[c] if x.what == r["what"])
         if r["unit"] == "loss":
             assert n["band"] >= max(0.0099, reading.stated) and n["offset"] == pytest.approx(value + slope * r["paper"])
         left, band, margin = abs(n["difference"] - n["offset"]), n["band"], n["unresolved"]

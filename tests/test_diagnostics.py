@@ -10,7 +10,7 @@ from linattn import theory
 from linattn.analysis import diagnostics as dg
 from linattn.analysis import loss_curves
 from linattn.analysis import loss_curves as lc  # noqa: E402
-from linattn.companion import published
+from linattn.companion.figures import fig01b_attnm_loss as f1b
 from linattn.companion.runstore import predicted_drop_steps
 from linattn.config import RunConfig
 from linattn.data import streams
@@ -319,7 +319,7 @@ def test_drop_step_of_a_smooth_two_plateau_curve_is_its_midpoint_crossing():
     assert np.isnan(lc.first_step_below(loss, 0.1))
     # the plateau detector and the published-figure comparisons use the same rule
     assert lc.detect_plateaus(loss).drop_steps[0] == 701
-    rows = published.rules.fig1b_comparison(loss, loss, 0.136)
+    rows = f1b.compare_with_published(loss, loss, 0.136)
     half = next(r for r in rows if r["what"] == "ATTN_M first below 0.5, step")
     assert half["reproduced"] == lc.first_step_below(loss, 0.5)
 

@@ -197,23 +197,21 @@ def test_fig05_names_each_drop_by_the_directions_it_spans():
 def test_a_drop_count_holds_only_when_every_check_finds_it():
     """The check runs' verdict on the main run's count: it holds where every settled check finds it, does not where
     one finds more (or fewer and has settled), and cannot be told where a check with fewer drops is still falling."""
-    from linattn.companion import published
     from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS
 
-    rules = published.rules
     same = [dict(label="seed 11", drops=2, drop_steps=[600, 1700], step_scale=1.0, settled=True),
             dict(label="half", drops=2, drop_steps=[1250, 3300], step_scale=0.5, settled=True)]
-    assert rules.drop_count_holds(2, same) == AGREES
-    assert rules.drop_count_holds(2, same[:1] + [dict(same[1], drops=1)]) == DIFFERS
-    assert rules.drop_count_holds(2, same[:1] + [dict(same[1], drops=3)]) == DIFFERS
-    assert rules.drop_count_holds(2, same[:1] + [dict(same[1], drops=1, settled=False)]) == CANNOT_TELL
-    text = rules.check_words(2, same)
+    assert fig05.drop_count_holds(2, same) == AGREES
+    assert fig05.drop_count_holds(2, same[:1] + [dict(same[1], drops=1)]) == DIFFERS
+    assert fig05.drop_count_holds(2, same[:1] + [dict(same[1], drops=3)]) == DIFFERS
+    assert fig05.drop_count_holds(2, same[:1] + [dict(same[1], drops=1, settled=False)]) == CANNOT_TELL
+    text = fig05.check_words(2, same)
     assert "625 and 1650 in the main run's steps" in text
     assert "holds with a smaller step" in text and "holds with other draws" in text
-    one_seed_differs = rules.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
+    one_seed_differs = fig05.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
     assert "holds with a smaller step" in one_seed_differs and "does not hold with other draws" in one_seed_differs
     assert "ending at 0.290" in one_seed_differs
-    still = rules.check_words(2, [dict(same[0], drops=1, drop_steps=[800], settled=False)])
+    still = fig05.check_words(2, [dict(same[0], drops=1, drop_steps=[800], settled=False)])
     assert "and still falling" in still and "cannot be told from these runs" in still
 
 

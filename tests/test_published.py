@@ -11,6 +11,11 @@ from linattn.analysis import loss_curves
 from linattn.cli import build_parser, config_from_args
 from linattn.companion import published
 from linattn.companion.commands import train_command
+from linattn.companion.figures import fig01b_attnm_loss as f1b
+from linattn.companion.figures import fig03a_attns_loss as f3a
+from linattn.companion.figures import fig04_low_rank as f4
+from linattn.companion.figures import fig05_softmax as f5
+from linattn.companion.figures import fig14_icl_iwl as f14
 from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, number_row
 from linattn.companion.published import readings, rules
 from linattn.config import RunConfig
@@ -23,27 +28,27 @@ def _values(readings):
 # ------------------------------------------------------------------------------------------ the readings, pinned
 
 def test_each_image_has_its_own_pixel_scale():
-    assert (readings.FIG1B_IMAGE.steps_per_px, readings.FIG1B_IMAGE.loss_per_px) == (21.83, 0.00508)
-    assert (readings.FIG3A_IMAGE.steps_per_px, readings.FIG3A_IMAGE.loss_per_px) == (28.90, 0.00383)
-    assert (readings.FIG14_IMAGE.steps_per_px, readings.FIG14_IMAGE.loss_per_px) == (16.67, 0.0099)
-    assert [i.name for i in (readings.FIG1B_IMAGE, readings.FIG3A_IMAGE, readings.FIG14_IMAGE)] == [
+    assert (f1b.PUBLISHED_IMAGE.steps_per_px, f1b.PUBLISHED_IMAGE.loss_per_px) == (21.83, 0.00508)
+    assert (f3a.PUBLISHED_IMAGE.steps_per_px, f3a.PUBLISHED_IMAGE.loss_per_px) == (28.90, 0.00383)
+    assert (f14.PUBLISHED_IMAGE.steps_per_px, f14.PUBLISHED_IMAGE.loss_per_px) == (16.67, 0.0099)
+    assert [i.name for i in (f1b.PUBLISHED_IMAGE, f3a.PUBLISHED_IMAGE, f14.PUBLISHED_IMAGE)] == [
         "Figure 1b", "Figure 3a", "Figure 14"]
 
 
 def test_figure_1b_readings():
-    by_what = {r.what: r.value for r in readings.FIG1B}
+    by_what = {r.what: r.value for r in f1b.PUBLISHED_READINGS}
     assert by_what["ATTN_M plateau (median over steps 100–800)"] == 1.007
     assert [by_what[f"ATTN_M first below {v}, step"] for v in (0.9, 0.7, 0.5, 0.3)] == [906, 969, 1019, 1124]
     assert by_what["ATTN_M at step 3000"] == 0.142
     assert by_what["ATTN_M final (mean over steps 5600–6000)"] == 0.135
     assert by_what["dotted line L* (ours: theory)"] == 0.136
-    lag = [r for r in readings.FIG1B if r.how[0] == "lag"]
+    lag = [r for r in f1b.PUBLISHED_READINGS if r.how[0] == "lag"]
     assert len(lag) == 1 and lag[0].value == 15 and lag[0].how[1] == (0.22, 0.89)  # the MLP lies after ATTN_M
 
 
 def test_figure_3a_crossings_count_seed_0_once():
     """Six curves per drop (seed 0's doubled line counted once); the fourth drop has one curve beyond the window."""
-    crossings = readings.FIG3A_CROSSINGS
+    crossings = f3a.PUBLISHED_CROSSINGS
     assert all(len(c) == 6 for c in crossings.values())
     assert [c.where for c in crossings[1]] == [((370, 514),)] * 5 + [((563, 563),)]
     assert [c.where for c in crossings[2]] == [((557, 557),), ((601, 601),), ((705, 705),), ((804, 804),),
@@ -59,10 +64,10 @@ def test_figure_3a_plateau_readings_lie_on_the_theory_within_a_pixel():
     N = 31), and the values its text states are those levels to three decimals: a misread or mistyped reading fails
     here."""
     levels = theory.plateau_losses(np.diag([0.4, 0.3, 0.2, 0.1]), 31)
-    assert sorted(readings.FIG3A_PLATEAU_READINGS) == [3, 4]
-    for m, read in readings.FIG3A_PLATEAU_READINGS.items():
-        assert abs(read - levels[m]) <= readings.FIG3A_IMAGE.loss_per_px
-    assert np.all(np.abs(np.array(readings.FIG3A_PLATEAUS) - levels) <= 5e-4)
+    assert sorted(f3a.PUBLISHED_PLATEAU_READINGS) == [3, 4]
+    for m, read in f3a.PUBLISHED_PLATEAU_READINGS.items():
+        assert abs(read - levels[m]) <= f3a.PUBLISHED_IMAGE.loss_per_px
+    assert np.all(np.abs(np.array(f3a.PUBLISHED_PLATEAUS) - levels) <= 5e-4)
 
 
 def test_figure_3a_compares_no_theory_line_as_a_published_plateau():
@@ -70,7 +75,7 @@ def test_figure_3a_compares_no_theory_line_as_a_published_plateau():
     L(M_2)) are a drawing of the theory, so no row sets our levels beside them and none counts among the readings."""
     drops = {s: np.array([450.0, 700.0, 1100.0, 5000.0]) for s in range(6)}
     levels = [[0.999], [0.6385], [0.3774], [0.2094], [0.1358]]
-    plateau_rows = [r for r in rules.fig3a_comparison(drops, levels) if r["what"].startswith("plateau")]
+    plateau_rows = [r for r in f3a.compare_with_published(drops, levels) if r["what"].startswith("plateau")]
     assert [r["what"] for r in plateau_rows] == ["plateau L(M_3) (ours: mean over seeds)",
                                                  "plateau L(M_4) (ours: mean over seeds)"]
     assert [r["paper"] for r in plateau_rows] == [0.210, 0.138]
@@ -84,23 +89,23 @@ def test_a_reading_within_a_further_pixel_of_its_band_cannot_tell():
     def first_drop_of_the_late_curve(step):
         drops = {s: np.array([450.0, 700.0, 1100.0, 5000.0]) for s in range(5)}
         drops[5] = np.array([step, 700.0, 1100.0, 5000.0])
-        rows = rules.fig3a_comparison(drops)
+        rows = f3a.compare_with_published(drops)
         return next(r for r in rows if r.get("drop") == 1 and r["seed"] == 5)
 
     late = {d: first_drop_of_the_late_curve(563.0 + d) for d in (28, 29, 57, 60)}
     assert {d: r["verdict"] for d, r in late.items()} == {28: AGREES, 29: CANNOT_TELL, 57: CANNOT_TELL, 60: DIFFERS}
     assert late[29]["band"] == pytest.approx(28.90) and late[29]["unresolved"] == pytest.approx(28.90)
-    still = next(r for r in rules.fig3a_comparison({s: np.full(4, np.nan) for s in range(6)})
+    still = next(r for r in f3a.compare_with_published({s: np.full(4, np.nan) for s in range(6)})
                  if r["unit"] == "count")
     assert still["unresolved"] == 0 and still["verdict"] == DIFFERS
-    assert "one more pixel" in published.page.summary([late[29]], readings.FIG3A_IMAGE)
+    assert "one more pixel" in published.page.summary([late[29]], f3a.PUBLISHED_IMAGE)
 
 
 def test_a_count_that_differs_is_not_given_in_pixels():
     """The summary gives a difference in pixels only for a step or a loss: the count of curves still on M_3 is said
     as a count, never divided by the loss scale."""
-    rows = rules.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, 5000.0]) for s in range(6)})
-    text = published.page.summary(rows, readings.FIG3A_IMAGE)
+    rows = f3a.compare_with_published({s: np.array([450.0, 700.0, 1100.0, 5000.0]) for s in range(6)})
+    text = published.page.summary(rows, f3a.PUBLISHED_IMAGE)
     line = next(x for x in text.splitlines() if "curves still on" in x)
     assert line.endswith("published 1, ours 0 (-1)") and "px" not in line
     step_line = next(x for x in text.splitlines() if "drop 4" in x and "px" in x)
@@ -108,7 +113,7 @@ def test_a_count_that_differs_is_not_given_in_pixels():
 
 
 def test_figure_14_has_six_panels_with_the_corrected_readings():
-    fig14 = readings.FIG14
+    fig14 = f14.PUBLISHED_READINGS
     assert sorted(fig14) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     mid = {c: next(r for r in rs if "midpoint" in r.what) for c, rs in fig14.items()}
     assert {c: (r.how[1], r.value, r.stated) for c, r in mid.items()} == {
@@ -135,10 +140,10 @@ def test_figure_14_has_six_panels_with_the_corrected_readings():
 
 def test_tolerance_is_one_pixel_or_the_readings_own_error():
     step = readings.Reading("", "x", "train", ("below", 0.5), 751, "step", 17)
-    assert step.tolerance(readings.FIG14_IMAGE) == 17  # ±17 is larger than 16.67
-    assert step.tolerance(readings.FIG3A_IMAGE) == 28.90  # one pixel is larger than ±17
+    assert step.tolerance(f14.PUBLISHED_IMAGE) == 17  # ±17 is larger than 16.67
+    assert step.tolerance(f3a.PUBLISHED_IMAGE) == 28.90  # one pixel is larger than ±17
     loss = readings.Reading("", "x", "train", ("final",), 0.1, "loss")
-    assert loss.tolerance(readings.FIG14_IMAGE) == 0.0099
+    assert loss.tolerance(f14.PUBLISHED_IMAGE) == 0.0099
     assert step.text() == "751 ± 17" and loss.text() == "0.100"
 
 
@@ -164,12 +169,12 @@ def test_measure_reads_each_kind_of_landmark():
 def test_compare_gives_difference_pixels_tolerance_and_verdict():
     step = np.arange(3000)
     late = np.where(step < 790, 1.0, 0.07)  # crosses 0.537 at 790: 39 steps after the reading 751 ± 17
-    rows = rules.compare(readings.FIG14[0.0][:1], {"train": late}, readings.FIG14_IMAGE)
+    rows = rules.compare(f14.PUBLISHED_READINGS[0.0][:1], {"train": late}, f14.PUBLISHED_IMAGE)
     (row,) = rows
     assert row["reproduced"] == 790 and row["difference"] == 39
     assert row["pixels"] == pytest.approx(39 / 16.67) and row["tolerance"] == 17 and row["verdict"] == DIFFERS
     on_time = np.where(step < 760, 1.0, 0.07)
-    on_row, = rules.compare(readings.FIG14[0.0][:1], {"train": on_time}, readings.FIG14_IMAGE)
+    on_row, = rules.compare(f14.PUBLISHED_READINGS[0.0][:1], {"train": on_time}, f14.PUBLISHED_IMAGE)
     assert on_row["verdict"] == AGREES
 
 
@@ -184,7 +189,7 @@ def test_a_range_reading_is_met_anywhere_inside_it():
 
 def test_one_to_one_matching_differs_from_nearest_matching():
     """Two of our curves are both nearest to 4936; one to one, the second takes the other published crossing."""
-    crossings = (readings._at(4936), readings._at(5729))
+    crossings = (readings.crossing_at(4936), readings.crossing_at(5729))
     ours = {"a": 4940.0, "b": 4990.0}
     nearest = {k: min(crossings, key=lambda c: rules.crossing_distance(v, c)) for k, v in ours.items()}
     assert nearest["a"] is nearest["b"]  # nearest matching uses 4936 twice
@@ -193,7 +198,7 @@ def test_one_to_one_matching_differs_from_nearest_matching():
 
 
 def test_a_curve_still_on_its_plateau_pairs_with_the_crossing_beyond_the_window():
-    crossings = (readings._at(3601), readings.Crossing((readings.BEYOND,), "beyond"))
+    crossings = (readings.crossing_at(3601), readings.Crossing((f3a.BEYOND,), "beyond"))
     pairs = rules.match_one_to_one({0: float("nan"), 1: 3700.0}, crossings)
     assert {k: c.text for k, _, c in pairs} == {0: "beyond", 1: "3601"}
     assert rules.signed_distance(float("nan"), crossings[1]) == 0
@@ -203,8 +208,8 @@ def test_a_curve_still_on_its_plateau_pairs_with_the_crossing_beyond_the_window(
 def test_fig3a_comparison_uses_each_published_crossing_once():
     ours = {0: [395, 725, 1310, 5181], 1: [592, 1074, 1426, 4597], 2: [505, 627, 1872, 9650],
             3: [433, 800, 1657, 3744], 4: [495, 571, 1014, 6532], 5: [463, 813, 1084, 4947]}
-    rows = rules.fig3a_comparison({s: np.array(t, dtype=float) for s, t in ours.items()})
-    for d, crossings in readings.FIG3A_CROSSINGS.items():
+    rows = f3a.compare_with_published({s: np.array(t, dtype=float) for s, t in ours.items()})
+    for d, crossings in f3a.PUBLISHED_CROSSINGS.items():
         pairs = [r for r in rows if r.get("drop") == d]
         assert len(pairs) == 6
         used = sorted(r["published"] for r in pairs)
@@ -218,18 +223,18 @@ def test_fig3a_comparison_uses_each_published_crossing_once():
 
 
 def test_summary_is_made_from_the_rows():
-    rows = rules.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, np.nan]) for s in range(6)})
-    text = published.page.summary(rows, readings.FIG3A_IMAGE)
+    rows = f3a.compare_with_published({s: np.array([450.0, 700.0, 1100.0, np.nan]) for s in range(6)})
+    text = published.page.summary(rows, f3a.PUBLISHED_IMAGE)
     agree, total = published.page.counts(rows)
     assert f"{agree} of {total} readings agree" in text
     assert text.count("\n* ") == sum(r["verdict"] == DIFFERS for r in rows)  # one line per row that differs
-    assert "not the published ones" in published.page.summary([], readings.FIG3A_IMAGE)
+    assert "not the published ones" in published.page.summary([], f3a.PUBLISHED_IMAGE)
 
 
 def test_number_rows_carry_tolerance_and_verdict():
-    rows = rules.fig1b_comparison(np.linspace(1, 0.1, 7000), np.linspace(1, 0.1, 7000), 0.136)
+    rows = f1b.compare_with_published(np.linspace(1, 0.1, 7000), np.linspace(1, 0.1, 7000), 0.136)
     out = published.page.number_rows(rows)
-    assert len(out) == len(readings.FIG1B)
+    assert len(out) == len(f1b.PUBLISHED_READINGS)
     assert all(r["quantity"].startswith("published Figure 1b: ") and r["verdict"] in VERDICTS
                and r["tolerance"] > 0 for r in out)
 
@@ -239,9 +244,10 @@ def test_number_rows_carry_the_band_and_offset_the_verdict_applied():
     band, the offset and the margin its verdict applied, and re-judging |difference − offset| in them (by hand, not
     by the verdict rule) gives its verdict; the table text shows the band with its offset."""
     t = np.linspace(1, 0.1, 5000)
-    rows = rules.fig14_comparison({c: {"train": t, "iwl": t + 0.02, "icl": t - 0.01} for c in readings.FIG14},
-                                  np.arange(5000), {c: {"icl": rules.Sampling("test", final=0.005)}
-                                                    for c in readings.FIG14})
+    rows = f14.compare_with_published({c: {"train": t, "iwl": t + 0.02, "icl": t - 0.01}
+                                       for c in f14.PUBLISHED_READINGS},
+                                      np.arange(5000), {c: {"icl": rules.Sampling("test", final=0.005)}
+                                                        for c in f14.PUBLISHED_READINGS})
     out = published.page.number_rows(rows)
     assert any(r["band"] > r["tolerance"] for r in out) and any(r["offset"] != 0 for r in out)
     for r, n in zip(rows, out):
@@ -280,9 +286,9 @@ def test_train_command_runs_the_same_configuration(cfg):
 def test_figure_14_landmarks_are_the_readings_that_name_a_step_and_a_loss():
     """Every crossing, value at a step and final value of a published panel becomes one point of that panel, in the
     reading's own step and loss; an extreme becomes one only where its step is known (at the middle of its range)."""
-    marks = readings.fig14_landmarks()
-    assert sorted(marks) == sorted(readings.FIG14)
-    for c, panel in readings.FIG14.items():
+    marks = f14.published_landmarks()
+    assert sorted(marks) == sorted(f14.PUBLISHED_READINGS)
+    for c, panel in f14.PUBLISHED_READINGS.items():
         points = {(m["curve"], m["step"], m["loss"]) for m in marks[c]}
         for r in panel:
             kind = r.how[0]
@@ -291,7 +297,7 @@ def test_figure_14_landmarks_are_the_readings_that_name_a_step_and_a_loss():
             elif kind == "at":
                 assert (r.curve, r.how[1], r.value) in points
             elif kind == "final":
-                assert (r.curve, readings.FIG14_LAST_STEP, r.value) in points
+                assert (r.curve, f14.PUBLISHED_LAST_STEP, r.value) in points
             elif kind == "argmin":
                 low = next(x for x in panel if x.curve == r.curve and x.how[0] == "min")
                 assert (r.curve, sum(r.value) / 2, low.value) in points
@@ -314,10 +320,10 @@ def _fig4_escape():
 def test_figure_4_claim_counts_the_plateaus_reached_in_the_window():
     window = 20001
     escape = _fig4_escape()
-    every = rules.fig4_plateau_claim(np.linspace(1000, 19000, 8), window, escape)
+    every = f4.plateau_claim(np.linspace(1000, 19000, 8), window, escape)
     assert (every.paper, every.ours, every.verdict) == (8, 8, AGREES)
     drops = np.array([3000, 5000, 7000, 9000, 18000, 30000, 90000, np.nan])
-    five = rules.fig4_plateau_claim(drops, window, escape)
+    five = f4.plateau_claim(drops, window, escape)
     assert (five.ours, five.verdict) == (6, DIFFERS)  # L(M_0) … L(M_5)
     for d in (6, 7, 8):  # the directions not learned in the window, with the theory's estimate of each
         assert f"drop {d} ≈ step {escape[d - 1]:.0f}" in five.reason
@@ -338,16 +344,16 @@ def _two_stage(shoulder: bool, second_at: float = 2500):
 
 
 def test_figure_5_claim_is_one_drop_and_names_the_pause():
-    one = rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(False)))
+    one = f5.single_drop_claim(loss_curves.count_drops(_two_stage(False)))
     assert (one.paper, one.ours, one.verdict) == (1, 1, AGREES) and "one drop, at step 1001" in one.reason
     found = loss_curves.count_drops(_two_stage(True))
-    two = rules.fig5_single_drop_claim(found, lr_scale=32)
+    two = f5.single_drop_claim(found, lr_scale=32)
     assert (two.ours, two.verdict) == (2, DIFFERS)
     assert "2 drops, at step 1001 (57% of the fall), step 2501 (43% of the fall)" in two.reason
     assert f"at step {found.pause_steps[0]:.0f} (loss {found.pause_losses[0]:.3f})" in two.reason
     assert "32 times the published learning rates" in two.reason  # the claim says it is judged at scaled rates
     assert number_row(**two.row())["quantity"].startswith("softmax ATTN_M at 32× the published learning rates")
-    assert "published" not in rules.fig5_single_drop_claim(found).counted
+    assert "published" not in f5.single_drop_claim(found).counted
 
 
 def test_figure_5_claim_cannot_tell_a_single_drop_in_a_run_still_falling():
@@ -355,9 +361,9 @@ def test_figure_5_claim_cannot_tell_a_single_drop_in_a_run_still_falling():
     way at the end refutes it although no plateau follows it."""
     step = np.arange(6000)
     falling = 0.13 + 0.87 / (1 + np.exp((step - 5600) / 300))  # one drop, its second half cut off by the end
-    unsettled = rules.fig5_single_drop_claim(loss_curves.count_drops(falling))
+    unsettled = f5.single_drop_claim(loss_curves.count_drops(falling))
     assert (unsettled.ours, unsettled.verdict) == (1, CANNOT_TELL) and "still falling" in unsettled.reason
-    under_way = rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(True, second_at=5950)))
+    under_way = f5.single_drop_claim(loss_curves.count_drops(_two_stage(True, second_at=5950)))
     assert (under_way.ours, under_way.verdict) == (2, DIFFERS) and "still falling" in under_way.reason
 
 
@@ -365,15 +371,15 @@ def test_figure_5_checks_say_what_each_run_shows_of_the_single_drop():
     checks = [dict(label="seed 11", drops=2, drop_steps=[850, 5230], settled=False, step_scale=1),
               dict(label="seed 12", drops=1, drop_steps=[1010], settled=False, step_scale=1),
               dict(label="half", drops=2, drop_steps=[1250, 3300], settled=True, step_scale=0.5)]
-    text = rules.check_words(2, checks)
+    text = f5.check_words(2, checks)
     assert "seed 11, 2 drops at steps 850 and 5230 and still falling" in text
     assert "(against the paper's single drop: seed 11 differs; seed 12 cannot tell)" in text
     assert "(against the paper's single drop: half differs)" in text and "holds with a smaller step" in text
     assert "cannot be told from these runs" in text  # seed 12 may still make its second drop
-    assert rules.drop_count_holds(2, checks[:1]) == CANNOT_TELL  # two so far, still falling: a third may come
-    assert rules.drop_count_holds(2, [dict(checks[1], settled=True)]) == DIFFERS
-    assert rules.drop_count_holds(1, checks[:1]) == DIFFERS  # more drops than the main run however it ends
-    assert rules.drop_count_holds(2, checks[2:]) == AGREES
+    assert f5.drop_count_holds(2, checks[:1]) == CANNOT_TELL  # two so far, still falling: a third may come
+    assert f5.drop_count_holds(2, [dict(checks[1], settled=True)]) == DIFFERS
+    assert f5.drop_count_holds(1, checks[:1]) == DIFFERS  # more drops than the main run however it ends
+    assert f5.drop_count_holds(2, checks[2:]) == AGREES
 
 
 def test_the_report_counts_claims_apart_from_readings_and_estimates():
@@ -382,9 +388,9 @@ def test_the_report_counts_claims_apart_from_readings_and_estimates():
     their own group of the report, and the two claims count among its verdicts."""
     from linattn.companion.output import ESTIMATE, compare_row
 
-    claims = [rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(True)))]
-    readings = published.page.number_rows(rules.fig1b_comparison(np.linspace(1, 0.1, 7000),
+    claims = [f4.plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
+              f5.single_drop_claim(loss_curves.count_drops(_two_stage(True)))]
+    readings = published.page.number_rows(f1b.compare_with_published(np.linspace(1, 0.1, 7000),
                                                                  np.linspace(1, 0.1, 7000), 0.136))
     rows = [number_row(**r) for r in [c.row() for c in claims] + readings
             + [dict(quantity="escape", theory=900.0, reproduced=1000.0, verdict=ESTIMATE),
@@ -407,8 +413,8 @@ def test_the_report_notebook_counts_the_claims_among_its_verdicts(tmp_path):
 
     from linattn.companion.runner import schedule
 
-    claims = {"fig04_low_rank": rules.fig4_plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
-              "fig05_softmax": rules.fig5_single_drop_claim(loss_curves.count_drops(_two_stage(True)))}
+    claims = {"fig04_low_rank": f4.plateau_claim(np.full(8, np.nan), 20001, _fig4_escape()),
+              "fig05_softmax": f5.single_drop_claim(loss_curves.count_drops(_two_stage(True)))}
     for name, claim in claims.items():
         (tmp_path / name).mkdir()
         rows = [number_row(**claim.row()), number_row("a plain number", theory=1.0, reproduced=1.1)]
@@ -430,9 +436,9 @@ def test_every_published_row_has_its_own_key():
     """Each comparison row of Figures 1b, 3a and 14 becomes a numbers.json row with a key of its own (the report,
     the README and the tests find rows by key)."""
     t = np.linspace(1, 0.1, 7000)
-    fig3a = rules.fig3a_comparison({s: np.array([450.0, 700.0, 1100.0, 5000.0 + s]) for s in range(6)})
-    fig14 = rules.fig14_comparison({c: {"train": t, "iwl": t, "icl": t} for c in readings.FIG14})
-    for rows in (rules.fig1b_comparison(t, t, 0.136), fig3a, fig14):
+    fig3a = f3a.compare_with_published({s: np.array([450.0, 700.0, 1100.0, 5000.0 + s]) for s in range(6)})
+    fig14 = f14.compare_with_published({c: {"train": t, "iwl": t, "icl": t} for c in f14.PUBLISHED_READINGS})
+    for rows in (f1b.compare_with_published(t, t, 0.136), fig3a, fig14):
         keys = [r["key"] for r in published.page.number_rows(rows)]
         assert len(rows) > 3 and len(set(keys)) == len(keys) and all(k.startswith("published.") for k in keys)
 
@@ -447,9 +453,9 @@ def test_a_plateau_level_is_a_training_loss_and_never_agrees_by_sampling_error()
 
     def level_row(m3):
         levels = [[1.001], [0.641], [0.381], m3, [0.138]]
-        return next(r for r in rules.fig3a_comparison(drops, levels) if "L(M_3)" in r["what"])
+        return next(r for r in f3a.compare_with_published(drops, levels) if "L(M_3)" in r["what"])
 
-    px = readings.FIG3A_IMAGE.loss_per_px
+    px = f3a.PUBLISHED_IMAGE.loss_per_px
     m3 = np.array([0.210, 0.230, 0.220, 0.215, 0.225, 0.220])
     wide = level_row(m3)  # sd 0.0071: margin 2·√(sd²/6 + sd²) = 0.0153, + the reading's pixel
     assert wide["verdict"] == CANNOT_TELL and wide["reproduced"] == pytest.approx(0.220)
@@ -458,7 +464,7 @@ def test_a_plateau_level_is_a_training_loss_and_never_agrees_by_sampling_error()
     assert level_row([0.2195, 0.2205, 0.220])["verdict"] == DIFFERS
     assert level_row([0.220])["verdict"] == DIFFERS  # one seed: no spread, the pixel and the reading's pixel alone
     assert level_row([0.212, np.nan])["verdict"] == AGREES  # 0.002 off, within the pixel 0.00383
-    steps = [r for r in rules.fig3a_comparison(drops, [[0.651]] * 5) if r["unit"] == "step"]
+    steps = [r for r in f3a.compare_with_published(drops, [[0.651]] * 5) if r["unit"] == "step"]
     assert steps and all(r["standard_error"] is None for r in steps)
 
 
@@ -468,17 +474,17 @@ def test_figure_14_judges_its_losses_after_the_offset_of_its_loss_scale():
     0.005, no scatter), stated, removed, and they all agree; one reading off by 3 pixels more still differs."""
     from linattn.companion.uncertainty import AGREES, DIFFERS
 
-    flat = {c: {k: np.full(5000, 0.5) for k in ("train", "iwl", "icl")} for c in readings.FIG14}
+    flat = {c: {k: np.full(5000, 0.5) for k in ("train", "iwl", "icl")} for c in f14.PUBLISHED_READINGS}
     rows = [dict(r, difference=-0.0099 + 0.005 * r["paper"], band=0.0049, unresolved=0.0, verdict=DIFFERS)
-            if r["unit"] == "loss" else r for r in rules.fig14_comparison(flat, np.arange(5000))]
+            if r["unit"] == "loss" else r for r in f14.compare_with_published(flat, np.arange(5000))]
     judged = rules.judged_after_offset(rows)
     loss = [r for r in judged if r["unit"] == "loss"]
-    assert len(loss) == sum(1 for rs in readings.FIG14.values() for x in rs if x.unit == "loss") > 30
+    assert len(loss) == sum(1 for rs in f14.PUBLISHED_READINGS.values() for x in rs if x.unit == "loss") > 30
     assert all(r["verdict"] == AGREES for r in loss)
     stated = rules.offset_of(judged)
     assert (stated.value, stated.slope) == (pytest.approx(-0.0099), pytest.approx(0.005))
     assert stated.scatter == pytest.approx(0, abs=1e-12) and stated.n == len(loss)
-    assert "-0.0099 + 0.0050 × loss" in published.page.summary(judged, readings.FIG14_IMAGE)
+    assert "-0.0099 + 0.0050 × loss" in published.page.summary(judged, f14.PUBLISHED_IMAGE)
     i = next(i for i, r in enumerate(rows) if r["unit"] == "loss")
     rows[i] = dict(rows[i], difference=rows[i]["difference"] - 0.03)
     assert rules.judged_after_offset(rows)[i]["verdict"] == DIFFERS
@@ -495,7 +501,7 @@ def test_a_test_loss_band_carries_both_samples_and_a_step_its_finite_p_margin():
     r_step = readings.Reading("", "below 0.5", "train", ("below", 0.5), 1000, "step")
     curve = np.r_[np.ones(1050), np.full(950, 0.130)]
     twin = np.r_[np.ones(1100), np.full(900, 0.125)]
-    rows = rules.compare([r_test, r_train, r_step], {"icl": curve, "train": curve}, readings.FIG14_IMAGE,
+    rows = rules.compare([r_test, r_train, r_step], {"icl": curve, "train": curve}, f14.PUBLISHED_IMAGE,
                          sampling={"icl": rules.Sampling("test", final=0.004),
                                    "train": rules.Sampling("train", final=0.004)}, twins={"train": twin})
     test_row, train_row, step_row = rows

@@ -29,6 +29,7 @@ from conftest import require_built
 
 from linattn import theory
 from linattn.companion import plotting
+from linattn.companion.figures import fig14_icl_iwl as f14
 from linattn.companion.output import ENV_ROOT
 from linattn.companion.runner import paths
 
@@ -188,20 +189,19 @@ def test_figure_14_draws_one_readable_panel_per_c(count):
     red in-context test loss), in a grid at most three wide, every label legible at the book's width."""
     from matplotlib.colors import to_rgba
 
-    from linattn.companion import published
 
     step = np.arange(0, 5000, 10)
     cs = [round(c, 3) for c in np.linspace(0.0, 1.0, count)] if count > 1 else [0.5]
     curves = {c: {"train": np.linspace(1, 0.1 + c / 10, step.size), "iwl": np.linspace(1.04, 0.07 + c, step.size),
                   "icl": np.linspace(0.96, 2.2 - 2 * c, step.size)} for c in cs}
-    marks = published.readings.fig14_landmarks() if count == 6 else None
-    fig, axes = plotting.plot_icl_panels(step, curves, landmarks=marks, L_star=0.1389)
+    marks = f14.published_landmarks() if count == 6 else None
+    fig, axes = f14.plot_panels(step, curves, landmarks=marks, L_star=0.1389)
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == len(visible) == count
     assert [ax.get_title() for ax in axes] == [f"$c = {c:.3g}$" for c in cs]
     rows, cols = plotting.panel_grid(count)
     assert cols <= 3 and rows * cols >= count > (rows - 1) * cols
-    colours = {to_rgba(plotting.ICL_CURVES[k]["color"]) for k in ("train", "iwl", "icl")}
+    colours = {to_rgba(f14.ICL_CURVES[k]["color"]) for k in ("train", "iwl", "icl")}
     for ax in axes:
         assert {to_rgba(line.get_color()) for line in ax.get_lines()} >= colours
         assert ax.get_xlabel() in ("", "step")

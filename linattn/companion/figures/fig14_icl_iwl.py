@@ -45,8 +45,8 @@ README_ROWS = (
     ("14, c = 1", "final in-context test loss", ("final_test_icl.c_1",)),
 )
 TOLERANCES = [(r"final_test_icl\.c_1", "abs", common.PLATEAU_TOLERANCE)]
-# the names in linattn.companion.published it compares with
-PUBLISHED = ("fig14_comparison", "fig14_landmarks")
+# the names (in this module) of the published readings and the rules that compare and draw them
+PUBLISHED = ("PUBLISHED_IMAGE", "PUBLISHED_READINGS", "compare_with_published", "published_landmarks")
 CURVES = {"train": "train_loss_over_start", "iwl": "test_iwl", "icl": "test_icl"}  # plotting's names → variables
 
 
