@@ -5,8 +5,9 @@ A figure is its notebook ``figures_src/<name>.md`` and its module ``figures/<nam
 
 * ``NAME`` (its module's name) and, as data, ``PRESETS = {"paper": {...}, "quick": {...}}``, ``KNOB_CASES`` (two
   or more cheap dicts of ``--param`` overrides beyond the presets that the page must stay true at), ``HELP`` for the
-  knobs only it has, ``TOLERANCES`` (what its quick build's numbers must show), ``PUBLISHED`` (the names in
-  :mod:`linattn.companion.published` it compares with);
+  knobs only it has, ``TOLERANCES`` (what its quick build's numbers must show), ``PUBLISHED`` (the names of the
+  published readings and the rules it compares with: its own, defined in the module itself, which holds a figure's
+  readings, rules and panels, or shared ones in :mod:`linattn.companion.published`);
 * ``runs(S)``: the one declaration of what it trains, ``{label: RunConfig or common.runs.FromRun}``;
 * ``compute(S) -> xarray.Dataset``: trains ``runs(S)`` through the run store and returns every curve and derived
   quantity with named dimensions, the theory's levels as variables and the settings as attributes;
