@@ -27,11 +27,12 @@ import importlib
 import pkgutil
 
 COMMON = "common"
+NOT_FIGURES = (COMMON, "figure_contract", "page_build")
 
 
 def names() -> list[str]:
-    """Every figure, by name: the modules of this package (its ``common`` subpackage aside), sorted."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg and m.name != COMMON)
+    """Every figure, by name: the modules of this package (its ``common`` subpackage, the contract and the page builder aside), sorted."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg and m.name not in NOT_FIGURES)
 
 
 def module(name: str):
@@ -39,6 +40,14 @@ def module(name: str):
     if name not in names():
         raise KeyError(f"no figure {name!r}; known: {', '.join(names())}")
     return importlib.import_module(f"{__name__}.{name}")
+
+
+def contract(name: str):
+    """Figure ``name``'s declarations as a checked :class:`~.figure_contract.Figure` (its module's names, the optional ones
+    defaulted in the contract); KeyError for a name that is no figure, TypeError for a module that breaks the contract."""
+    from .figure_contract import of_module
+
+    return of_module(module(name))
 
 
 def name_of(figure) -> str:
