@@ -1,5 +1,5 @@
-"""Every registered figure module keeps the figure contract (:class:`linattn.companion.figures.figure_contract.Figure`), and
-the contract refuses a module that does not."""
+"""Every registered figure module keeps the figure contract (``figures.figure_contract.Figure``), and the contract
+refuses a module that does not."""
 
 import types
 

@@ -31,7 +31,8 @@ NOT_FIGURES = (COMMON, "figure_contract", "page_build")
 
 
 def names() -> list[str]:
-    """Every figure, by name: the modules of this package (its ``common`` subpackage, the contract and the page builder aside), sorted."""
+    """Every figure, by name: the modules of this package (but ``common``, the contract and the page builder),
+    sorted."""
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg and m.name not in NOT_FIGURES)
 
 
@@ -43,8 +44,9 @@ def module(name: str):
 
 
 def contract(name: str):
-    """Figure ``name``'s declarations as a checked :class:`~.figure_contract.Figure` (its module's names, the optional ones
-    defaulted in the contract); KeyError for a name that is no figure, TypeError for a module that breaks the contract."""
+    """Figure ``name``'s declarations as a checked :class:`~.figure_contract.Figure` (its module's names, the
+    optional ones defaulted in the contract); KeyError for a name that is no figure, TypeError for a module that
+    breaks the contract."""
     from .figure_contract import of_module
 
     return of_module(module(name))
