@@ -52,6 +52,13 @@ def contract(name: str):
     return of_module(module(name))
 
 
+def build(fig, namespace: dict, **options):
+    """A figure notebook's one call: :func:`linattn.companion.figures.common.frame.build`."""
+    from .common.frame import build as _build
+
+    return _build(fig, namespace, **options)
+
+
 def name_of(figure) -> str:
     """A figure's name from its module, or the name itself."""
     return figure if isinstance(figure, str) else figure.__name__.rsplit(".", 1)[-1]

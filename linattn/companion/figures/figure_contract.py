@@ -26,7 +26,8 @@ class Figure:
     Optional, with their defaults here: ``HELP`` (the knobs only it has), ``PUBLISHED`` (names in
     :mod:`linattn.companion.published` it compares with), ``README_ROWS`` (its rows of the README's table),
     ``runs(S)`` (what it trains), ``compute(S)`` (its dataset), ``words(ds)`` (the values its prose glues) and
-    ``check(S)`` (what its settings cannot be, beyond a run's own checks).
+    ``check(S)`` (what its settings cannot be, beyond a run's own checks) and ``comparison(ds)`` (its rows beside the
+    published figure).
     """
 
     module: types.ModuleType
@@ -43,6 +44,7 @@ class Figure:
     compute: Callable | None = None
     words: Callable | None = None
     check: Callable | None = None
+    comparison: Callable | None = None
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Figure) if f.name != "module"}
