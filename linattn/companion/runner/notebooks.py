@@ -287,7 +287,8 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog=PROG)
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--sync", action="store_true", help="rewrite each figure's parameters cell from its module's PRESETS")
+    what.add_argument("--sync", action="store_true",
+                      help="rewrite each figure's parameters cell from its module's PRESETS")
     what.add_argument("--new", metavar="NAME", help="write a new figure's notebook, module and toc line")
     args = p.parse_args(argv)
     if args.new is not None:
