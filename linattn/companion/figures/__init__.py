@@ -12,8 +12,11 @@ A figure is its notebook ``figures_src/<name>.md`` and its module ``figures/<nam
   quantity with named dimensions, the theory's levels as variables and the settings as attributes;
 * ``numbers(ds)``: its ``numbers.json`` rows, each with a stable ``key``; ``plot(ds)`` and ``words(ds)``.
 
-What several figures share lives in :mod:`.common`. The notebook is prose around those calls, in one frame
-(:func:`~linattn.companion.figures.common.frame.figure`) that times the page, sets the style and writes the files::
+The contract (:class:`.figure_contract.Figure`, :func:`contract`) declares these names: which are required, and the
+defaults of the others. What several figures share lives in :mod:`.common`. The notebook is prose around one call,
+``page = build(fig, globals())`` (:func:`.common.frame.build`: the settings, ``compute``, the frame
+:func:`~linattn.companion.figures.common.frame.figure` that times the page, sets the style and writes the files, and
+the glued words); in Python::
 
     from linattn.companion import figures, presets
     fig = figures.module(name)              # name: a notebook's stem in figures_src/
@@ -50,13 +53,6 @@ def contract(name: str):
     from .figure_contract import of_module
 
     return of_module(module(name))
-
-
-def build(fig, namespace: dict, **options):
-    """A figure notebook's one call: :func:`linattn.companion.figures.common.frame.build`."""
-    from .common.frame import build as _build
-
-    return _build(fig, namespace, **options)
 
 
 def name_of(figure) -> str:

@@ -116,7 +116,8 @@ What the figure shows and why it matters, in at most 150 words before the figure
 ```
 
 ```{{code-cell}} ipython3
-from linattn.companion.figures import build, {name} as fig
+from linattn.companion.figures import {name} as fig
+from linattn.companion.figures.common.frame import build
 
 page = build(fig, globals())
 ```

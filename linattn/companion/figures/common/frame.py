@@ -129,6 +129,12 @@ class BuiltPage:
 
         return published.page.claims_table(claims) if claims else Markdown(otherwise)
 
+    def markdown(self, text: str):
+        """``text`` shown as Markdown (a page's sentences made by its module)."""
+        from IPython.display import Markdown
+
+        return Markdown(text)
+
     def commands(self, key: str = "commands"):
         """The commands that trained the page's runs (the dataset's ``key`` attribute, one a line) as a Markdown
         list."""
@@ -145,9 +151,9 @@ def build(fig, namespace: dict, *, more_plots: tuple[str, ...] = (), **inputs) -
     called with the settings (``weights=fig.example_weights``)."""
     from ... import presets
     from ...output import glue
-    from .. import contract
+    from ..figure_contract import of_module
 
-    declared = contract(fig.__name__.rsplit(".", 1)[-1])
+    declared = of_module(fig)
     S = presets.parameters(declared.NAME, namespace)
     with figure(declared.NAME, S, namespace.get("out_dir")) as page:
         ds = declared.compute(S, **{k: v(S) if callable(v) else v for k, v in inputs.items()})
