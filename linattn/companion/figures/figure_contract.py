@@ -27,7 +27,8 @@ class Figure:
     :mod:`linattn.companion.published` it compares with), ``README_ROWS`` (its rows of the README's table),
     ``runs(S)`` (what it trains), ``compute(S)`` (its dataset), ``words(ds)`` (the values its prose glues) and
     ``check(S)`` (what its settings cannot be, beyond a run's own checks) and ``comparison(ds)`` (its rows beside the
-    published figure).
+    published figure); ``write_page(S, frame)`` for a page that is more than ``compute`` → ``plot`` → ``numbers``
+    (it saves its files into the frame and returns its dataset, its numbers table and its words).
     """
 
     module: types.ModuleType
@@ -45,6 +46,7 @@ class Figure:
     words: Callable | None = None
     check: Callable | None = None
     comparison: Callable | None = None
+    write_page: Callable | None = None
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Figure) if f.name != "module"}

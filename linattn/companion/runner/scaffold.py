@@ -116,10 +116,9 @@ What the figure shows and why it matters, in at most 150 words before the figure
 ```
 
 ```{{code-cell}} ipython3
-from linattn.companion.figures import {name} as fig
-from linattn.companion.figures.common.frame import build
+import linattn.companion.figures.{name} as fig, linattn.companion.figures.common.frame as frame
 
-page = build(fig, globals())
+page = frame.build(fig, globals())
 ```
 
 ```{{figure}} {name}/{name}.svg
