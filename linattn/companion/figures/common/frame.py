@@ -91,8 +91,9 @@ def figure(name: str, S: dict, out_dir=None):
 @dataclasses.dataclass(frozen=True)
 class BuiltPage:
     """What :func:`build` gives a notebook: the figure's module ``fig``, its settings ``S``, its dataset ``ds``, its
-    numbers ``table`` (a page of many: its tables by section), the values ``said`` its prose glues and its ``comparison`` with the published figure (None
-    where it declares none or its run is not at the published settings)."""
+    numbers ``table`` (a page of many: its tables by section), the values ``said`` its prose glues and its
+    ``comparison`` with the published figure (None where it declares none or its run is not at the published
+    settings)."""
 
     fig: types.ModuleType
     S: dict
