@@ -14,7 +14,7 @@ A figure is its notebook ``figures_src/<name>.md`` and its module ``figures/<nam
 
 The contract (:class:`.figure_contract.Figure`, :func:`contract`) declares these names: which are required, and the
 defaults of the others. What several figures share lives in :mod:`.common`. The notebook is prose around one call,
-``page = build(fig, globals())`` (:func:`.common.frame.build`: the settings, ``compute``, the frame
+``page = frame.build(fig, globals())`` (:func:`.common.frame.build`: the settings, ``compute``, the frame
 :func:`~linattn.companion.figures.common.frame.figure` that times the page, sets the style and writes the files, and
 the glued words); in Python::
 

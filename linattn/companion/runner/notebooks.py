@@ -293,7 +293,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.new is not None:
         try:
-            written = new_figure(args.new, PACKAGE_ROOT.parent)
+            written = new_figure(args.new, PACKAGE_ROOT.parent, parameters_source)
         except (ValueError, OSError) as e:
             print(f"{PROG}: error: {e}", file=sys.stderr)
             return 2

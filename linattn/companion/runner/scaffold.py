@@ -1,11 +1,12 @@
 """A new figure's files, written by ``python -m linattn.companion.runner.notebooks --new NAME``.
 
-A figure is three things (ARCHITECTURE.md, "How to add a figure"): its notebook ``figures_src/NAME.md`` (prose around
-the one call :func:`linattn.companion.figures.build`), its module ``linattn/companion/figures/NAME.py`` (the names
-of :class:`linattn.companion.figures.figure_contract.Figure`) and its line in ``_toc.yml``, with a ``{ref}`` to it
-from the chapter it sits in (``book/beyond.md``). :func:`new_figure` writes all of them: a module that trains one
-small ATTN_M run per seed through the run store and plots its loss, which builds at the quick preset as it is, and a
-notebook of prose placeholders, so that the author edits two files that already run.
+A figure is three things (ARCHITECTURE.md, "How to add a figure"): its notebook ``figures_src/NAME.md`` (prose
+around the one call :func:`linattn.companion.figures.common.frame.build`), its module
+``linattn/companion/figures/NAME.py`` (the names of :class:`linattn.companion.figures.figure_contract.Figure`) and
+its line in ``_toc.yml``, with a ``{ref}`` to it from the chapter it sits in (``book/beyond.md``).
+:func:`new_figure` writes all of them: a module that trains one small ATTN_M run per seed through the run store and
+plots its loss, which builds at the quick preset as it is, and a notebook of prose placeholders, so that the author
+edits two files that already run.
 """
 
 from __future__ import annotations
@@ -177,13 +178,11 @@ def _toc_with(toc: str, name: str) -> str:
     return "".join(lines[:at + 1] + [" " * (indent + 2) + "sections:\n", entry] + lines[at + 1:])
 
 
-def new_figure(name: str, root: Path) -> list[Path]:
-    """Write figure ``name``'s module and notebook (its parameters cell from the module's presets), add its line to
-    ``_toc.yml`` and a reference from its chapter; refuse a bad ``name`` before writing anything. Returns the paths
-    written."""
+def new_figure(name: str, root: Path, parameters_source) -> list[Path]:
+    """Write figure ``name``'s module and notebook (its parameters cell ``parameters_source(name)``, from the
+    module's presets), add its line to ``_toc.yml`` and a reference from its chapter; refuse a bad ``name`` before
+    writing anything. Returns the paths written."""
     import importlib
-
-    from .notebooks import parameters_source
 
     root = Path(root)
     check_name(name, root)
