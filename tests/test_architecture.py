@@ -296,10 +296,10 @@ def test_a_figure_declares_its_settings_and_a_training_figure_its_runs():
         assert module.NAME == name and set(module.PRESETS) == {"paper", "quick"}, name
         assert isinstance(module.TOLERANCES, list), name
         parts = (module, published.readings, published.rules, published.page)
-        assert all(any(hasattr(part, p) for part in parts) for p in getattr(module, "PUBLISHED", ())), name
+        assert all(any(hasattr(part, p) for part in parts) for p in figures.contract(name).PUBLISHED), name
         assert not hasattr(module, "settings"), f"{name}: presets.settings(module, ...) is the one settings call"
         trains = any("model" in run for run in nested(module.PRESETS["paper"]).values())
-        assert not trains or callable(getattr(module, "runs", None)), f"{name} trains but declares no runs(S)"
+        assert not trains or figures.contract(name).runs is not None, f"{name} trains but declares no runs(S)"
 
 
 def test_a_training_figure_without_runs_is_caught(monkeypatch):

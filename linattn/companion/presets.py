@@ -20,20 +20,21 @@ from .figures.common.preset_blocks import nested
 from .figures.common.runs import configs as _declared
 
 
-def _module(name):
+def _contract(name):
+    """Figure ``name``'s contract (a name or its module): :func:`linattn.companion.figures.contract`."""
     from . import figures
 
     name = figures.name_of(name)
     if name not in figures.names():
         raise KeyError(f"no presets for figure {name!r}: no figure module of that name; known: "
                        f"{', '.join(figures.names())}")
-    return figures.module(name)
+    return figures.contract(name)
 
 
 def table(name) -> dict:
     """Figure ``name``'s presets (``{"paper": {...}, "quick": {...}}``; a name or its module); ``{}`` for a figure
     that declares none. KeyError for a name that is no figure."""
-    return getattr(_module(name), "PRESETS", {})
+    return _contract(name).PRESETS
 
 
 def has_presets(name: str) -> bool:
@@ -50,7 +51,7 @@ def knob_help(name) -> dict[str, str]:
     from ..config import SETTINGS
     from .figures.common.preset_blocks import HELP
 
-    return {**{k: s.describe() for k, s in SETTINGS.items()}, **HELP, **getattr(_module(name), "HELP", {})}
+    return {**{k: s.describe() for k, s in SETTINGS.items()}, **HELP, **_contract(name).HELP}
 
 
 def settings(name, preset: str = "paper", *, runs: dict | None = None, **overrides) -> dict:
@@ -175,12 +176,12 @@ def run_configs(name, preset: str = "quick", overrides: dict | None = None) -> l
     run setting, such as drawing options, make no run). A figure without ``runs`` trains nothing: ``[]``."""
     from ..config import RunConfig
 
-    module = _module(name)
-    if not hasattr(module, "runs"):
+    runs = _contract(name).runs
+    if runs is None:
         return []
     fields, own = set(RunConfig.field_names()), table(name).get(preset, {})
     S = resolve(name, preset, {k: v for k, v in (overrides or {}).items() if k in own or k in fields})
-    return _declared(module.runs(S))
+    return _declared(runs(S))
 
 
 def _check_values(overrides: dict) -> None:
@@ -207,7 +208,7 @@ def drawn_config(name, preset: str = "quick", overrides: dict | None = None):
     not validated; None for a figure with runs or without such settings."""
     from ..config import RunConfig
 
-    if hasattr(_module(name), "runs"):
+    if _contract(name).runs is not None:
         return None
     fields = set(RunConfig.field_names())
     S = resolve(name, preset, {k: v for k, v in (overrides or {}).items() if k in table(name).get(preset, {})})
@@ -227,7 +228,7 @@ def _plan_all(name: str, preset: str, overrides: dict) -> None:
     if drawn is not None:
         drawn.validate()
         check_weights_memory(drawn)
-    check = getattr(_module(name), "check", None)
+    check = _contract(name).check
     if check is not None:  # what the figure itself cannot show (a schematic too large to draw)
         check(resolve(name, preset, {k: v for k, v in overrides.items() if k in table(name).get(preset, {})}))
     for cfg in run_configs(name, preset, overrides):
@@ -259,7 +260,7 @@ def check_overrides(name: str, preset: str, overrides: dict) -> None:
 
 def _what(name: str) -> str:
     """What a refused override gives: an invalid run, or (a figure that trains nothing) settings it cannot use."""
-    return "an invalid run" if hasattr(_module(name), "runs") else "settings the figure cannot use"
+    return "an invalid run" if _contract(name).runs is not None else "settings the figure cannot use"
 
 
 def _given(overrides: dict, field) -> str:

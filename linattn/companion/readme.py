@@ -46,7 +46,7 @@ def glance() -> tuple[GlanceRow, ...]:
     from . import figures
 
     return tuple(GlanceRow(figure, what, name, tuple(keys)) for name in figures.names()
-                 for figure, what, keys in getattr(figures.module(name), "README_ROWS", ()))
+                 for figure, what, keys in figures.contract(name).README_ROWS)
 
 
 _COLUMNS = ("paper", "theory", "reproduced")

@@ -13,8 +13,11 @@ A figure is its notebook ``figures_src/<name>.md`` and its module ``figures/<nam
   quantity with named dimensions, the theory's levels as variables and the settings as attributes;
 * ``numbers(ds)``: its ``numbers.json`` rows, each with a stable ``key``; ``plot(ds)`` and ``words(ds)``.
 
-What several figures share lives in :mod:`.common`. The notebook is prose around those calls, in one frame
-(:func:`~linattn.companion.figures.common.frame.figure`) that times the page, sets the style and writes the files::
+The contract (:class:`.figure_contract.Figure`, :func:`contract`) declares these names: which are required, and the
+defaults of the others. What several figures share lives in :mod:`.common`. The notebook is prose around one call,
+``page = frame.build(fig, globals())`` (:func:`.common.frame.build`: the settings, ``compute``, the frame
+:func:`~linattn.companion.figures.common.frame.figure` that times the page, sets the style and writes the files, and
+the glued words); in Python::
 
     from linattn.companion import figures, presets
     fig = figures.module(name)              # name: a notebook's stem in figures_src/
@@ -28,11 +31,13 @@ import importlib
 import pkgutil
 
 COMMON = "common"
+NOT_FIGURES = (COMMON, "figure_contract", "page_build")
 
 
 def names() -> list[str]:
-    """Every figure, by name: the modules of this package (its ``common`` subpackage aside), sorted."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg and m.name != COMMON)
+    """Every figure, by name: the modules of this package (but ``common``, the contract and the page builder),
+    sorted."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg and m.name not in NOT_FIGURES)
 
 
 def module(name: str):
@@ -40,6 +45,15 @@ def module(name: str):
     if name not in names():
         raise KeyError(f"no figure {name!r}; known: {', '.join(names())}")
     return importlib.import_module(f"{__name__}.{name}")
+
+
+def contract(name: str):
+    """Figure ``name``'s declarations as a checked :class:`~.figure_contract.Figure` (its module's names, the
+    optional ones defaulted in the contract); KeyError for a name that is no figure, TypeError for a module that
+    breaks the contract."""
+    from .figure_contract import of_module
+
+    return of_module(module(name))
 
 
 def name_of(figure) -> str:

@@ -30,6 +30,17 @@ KNOB_CASES = ()  # no parameter of its own (it reads the other pages' outputs): 
 TOLERANCES = []  # nothing its quick build's numbers are held to (its page says why)
 # the names in linattn.companion.published it compares with
 PUBLISHED = ("REPORT_GROUPS",)
+
+
+def write_page(S: dict, frame):
+    """The page, which trains nothing: every other page's rows collected from the output folder of ``frame``, saved
+    as its CSV, figure and numbers, with the figures read and missing in its provenance; (the report, its tables by
+    section, no words) for :func:`linattn.companion.figures.common.frame.build`."""
+    found = collect(frame.out.root)
+    frame.out.save_rows(found["rows"], COLUMNS)
+    frame.provenance.update(figures_read=sorted({r["figure"] for r in found["rows"]}), figures_missing=found["missing"])
+    frame.save(None, plot(found), numbers(found))
+    return found, tables(found), {}
 COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error"]
 # what a reading's verdict applied, carried from its page's numbers.json (published.page.number_rows)
 APPLIED = ("standard_error", "difference", "band", "offset", "unresolved", "unit", "no_value")

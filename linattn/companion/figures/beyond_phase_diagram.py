@@ -89,6 +89,20 @@ TOLERANCES = [(r"final_test_icl\.Pinf\.c1", "abs", common.PLATEAU_TOLERANCE),
               (r"settle\.max", "below", common.SETTLED)]
 
 
+def write_page(S: dict, frame):
+    """The page's two datasets, the phase diagram and the escape-time sweep, trained on one local Dask cluster of
+    ``S["workers"]`` workers and saved into ``frame`` with their figures: (the phase diagram, its numbers, the words
+    of both) for :func:`linattn.companion.figures.common.frame.build`."""
+    from ..sweeps.engine import local_client
+
+    with local_client(S["workers"]) as client:
+        ds = compute(S, client)
+        escape = compute_escape(S, client)
+        table = frame.save(ds, plot(ds), numbers(ds, escape))
+        frame.save(escape, plot_escape(escape), stem=f"{NAME}_escape")
+    return ds, table, words(ds, escape)
+
+
 #: The flow integrator's relative tolerance of every cell (see the module docstring for the measurement).
 FLOW_RTOL = 1e-4
 CELL = "cell"  # the label prefix of the phase diagram's runs

@@ -270,17 +270,35 @@ def runnable(text: str, values: dict | None = None):
     return nb
 
 
+PROG = "python -m linattn.companion.runner.notebooks"
+
+
 def main(argv=None) -> int:
     """``python -m linattn.companion.runner.notebooks --sync``: rewrite the parameters cells of every figure with
-    presets from its module's presets, and name the notebooks that changed."""
+    presets from its module's presets, and name the notebooks that changed. ``--new NAME``: write a new figure's
+    notebook, module, toc line and chapter reference (:mod:`.scaffold`); a bad or taken NAME is refused in one line
+    (exit 2), with nothing written."""
     import argparse
+    import sys
 
+    from ...records import PACKAGE_ROOT
     from .. import presets
+    from .scaffold import new_figure
 
-    p = argparse.ArgumentParser(prog="python -m linattn.companion.runner.notebooks")
-    p.add_argument("--sync", action="store_true", required=True,
-                   help="rewrite each figure's parameters cell from its module's PRESETS")
-    p.parse_args(argv)
+    p = argparse.ArgumentParser(prog=PROG)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--sync", action="store_true",
+                      help="rewrite each figure's parameters cell from its module's PRESETS")
+    what.add_argument("--new", metavar="NAME", help="write a new figure's notebook, module and toc line")
+    args = p.parse_args(argv)
+    if args.new is not None:
+        try:
+            written = new_figure(args.new, PACKAGE_ROOT.parent, parameters_source)
+        except (ValueError, OSError) as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            return 2
+        print("\n".join(f"wrote {path}" for path in written))
+        return 0
     for name, path in discover().items():
         if presets.has_presets(name) and sync_parameters(path):
             print(f"rewrote the parameters cell of {path}")

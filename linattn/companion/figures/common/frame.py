@@ -13,8 +13,10 @@ body raises.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
+import types
 
 import numpy as np
 
@@ -84,3 +86,97 @@ def figure(name: str, S: dict, out_dir=None):
     page = FigurePage(name, S, out_dir)
     yield page
     page._finish()
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltPage:
+    """What :func:`build` gives a notebook: the figure's module ``fig``, its settings ``S``, its dataset ``ds``, its
+    numbers ``table`` (a page of many: its tables by section), the values ``said`` its prose glues and its
+    ``comparison`` with the published figure (None where it declares none or its run is not at the published
+    settings)."""
+
+    fig: types.ModuleType
+    S: dict
+    ds: object
+    table: NumbersTable | dict
+    said: dict
+    comparison: list | None = None
+
+    def summary(self, image, also: str = ""):
+        """The comparison with the published ``image`` in words (:func:`linattn.companion.published.page.summary`),
+        followed by ``also`` where there is a comparison, as Markdown."""
+        from IPython.display import Markdown
+
+        from ... import published
+
+        return Markdown(published.page.summary(self.comparison, image) + (also if self.comparison else ""))
+
+    def comparison_table(self, otherwise: str | None = None):
+        """The comparison's table, or ``otherwise`` (a sentence saying why there is none) as Markdown; None where
+        there is neither (the page's prose says why)."""
+        from IPython.display import Markdown
+
+        from ... import published
+
+        if self.comparison:
+            return published.page.table(self.comparison)
+        return Markdown(otherwise) if otherwise else None
+
+    def claims_table(self, claims, otherwise: str):
+        """The table of the paper's ``claims`` set beside this run, or ``otherwise`` as Markdown where there is none."""
+        from IPython.display import Markdown
+
+        from ... import published
+
+        return published.page.claims_table(claims) if claims else Markdown(otherwise)
+
+    def markdown(self, text: str):
+        """``text`` shown as Markdown (a page's sentences made by its module)."""
+        from IPython.display import Markdown
+
+        return Markdown(text)
+
+    def titled(self, tables: dict, otherwise: str) -> None:
+        """Show each table of ``tables`` (title → table) under its title in bold, or ``otherwise`` where there is
+        none."""
+        from IPython.display import Markdown, display
+
+        for title, table in tables.items():
+            display(Markdown(f"**{title}**"), table)
+        if not tables:
+            display(Markdown(otherwise))
+
+    def commands(self, key: str = "commands"):
+        """The commands that trained the page's runs (the dataset's ``key`` attribute, one a line) as a Markdown
+        list."""
+        from IPython.display import Markdown
+
+        return Markdown("\n".join(f"* `{c}`" for c in self.ds.attrs[key].splitlines()))
+
+
+def build(fig, namespace: dict, *, more_plots: tuple[str, ...] = (), **inputs) -> BuiltPage:
+    """A figure page's one call: the settings its notebook's parameters cell left in ``namespace`` (its
+    ``globals()``), its dataset ``fig.compute(S, **inputs)`` in the :func:`figure` frame (the figure, its data and
+    ``numbers.json`` saved under ``namespace["out_dir"]``), each plot of ``more_plots`` (``"extended"``:
+    ``fig.plot_extended(ds)``, saved as ``<name>_extended``), and its words glued. An input given as a function is
+    called with the settings (``weights=fig.example_weights``). A figure that declares ``write_page(S, frame)``
+    writes its page itself (two datasets, a cluster) and gives back its dataset, numbers table and words."""
+    from ... import presets
+    from ...output import glue
+    from ..figure_contract import of_module
+
+    declared = of_module(fig)
+    S = presets.parameters(declared.NAME, namespace)
+    # a page with no settings of its own (one that reads the others') records the preset it was built at
+    with figure(declared.NAME, S or {"preset": namespace["preset"]}, namespace.get("out_dir")) as page:
+        if declared.write_page is not None:
+            ds, table, said = declared.write_page(S, page)
+        else:
+            ds = declared.compute(S, **{k: v(S) if callable(v) else v for k, v in inputs.items()})
+            table = page.save(ds, declared.plot(ds), declared.numbers(ds))
+            said = declared.words(ds)
+        for more in more_plots:
+            page.save(None, getattr(fig, f"plot_{more}")(ds), stem=f"{declared.NAME}_{more}")
+    glue(**said)
+    comparison = declared.comparison(ds) if declared.comparison is not None else None
+    return BuiltPage(fig, S, ds, table, said, comparison)
