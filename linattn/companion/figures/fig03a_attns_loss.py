@@ -9,8 +9,8 @@ saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``) and an escape-time e
 the midpoint of two consecutive saddle losses), the flat stretches named by the saddle they sit at
 (``loss_curves.saddle_levels``, the one rule), and, for comparison, the drop steps of the same settings drawn from
 linattn's own random streams. Overlaid on the first seed: the scalar reduction's loss curve for each drop
-(``loss_curves.scalar_ode_overlay``: one learning head, the others at zero), started where the run has made 5 % of the
-drop, drawn until the next drop's overlay starts.
+(``loss_curves.scalar_ode_overlay``: one learning head, the heads of earlier drops at their fixed points, the rest
+at zero), started where the run has made 5 % of the drop, drawn until the next drop's overlay starts.
 """
 
 from __future__ import annotations
