@@ -193,6 +193,14 @@ def test_fig3b_ode_sentence_recomputed(fig3b):
             gaps.append(np.abs(v[during] - ode[during]).max() / final)
     if gaps:
         assert f"stays within {100 * max(gaps):.0f} % of the final value" in w["ode"]
+        # the shift is a fitted parameter, and the bound is called shape agreement only where every learned head's
+        # 10 → 90 % rise is within a quarter of the ODE's (recomputed from the stored rise times)
+        assert "one fitted shift per head" in w["ode"] and "no free parameter" not in w["ode"]
+        ratios = [float(ds.rise_steps.values[d - 1] / ds.rise_steps_ode.values[d - 1])
+                  for d, h in zip(ds.direction.values, ds.learner.values) if h > 0]
+        ratios = [r for r in ratios if np.isfinite(r) and r > 0]
+        same_shape = all(1 / 1.25 <= r <= 1.25 for r in ratios)
+        assert ("so the rises have the ODE's shape" in w["ode"]) == same_shape
     for row in fig03b_attns_values.numbers(ds):  # rise times are whole steps
         if row["key"].startswith("rise_steps"):
             assert all(v is None or float(v).is_integer() for v in (row["theory"], row["reproduced"]))
