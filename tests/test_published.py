@@ -443,6 +443,36 @@ def test_every_published_row_has_its_own_key():
         assert len(rows) > 3 and len(set(keys)) == len(keys) and all(k.startswith("published.") for k in keys)
 
 
+def test_fig3a_step_reading_is_judged_with_its_own_seeds_twin_shift():
+    """Figure 3a's drop-3 pair 100 steps (3.5 px) from its published crossing differs on the tolerance and the
+    reading's pixel alone (2 × 28.9 = 57.8 steps); with its seed's population twin 50 steps away the margin is
+    57.8 + 50 = 107.8, so it cannot tell; with the twin 30 steps away (87.8) it still differs. Another seed's twin
+    shift does not count, and a twin not within the run adds nothing (the margin recomputed here by hand)."""
+    drops = {s: np.array([450.0, 700.0, c, 5000.0]) for s, c in enumerate((997.0, 1069.0, 1350.0, 1608.0, 1718.0,
+                                                                           1856.0))}
+
+    def drop3(twins):
+        rows = f3a.compare_with_published(drops, twins=twins)
+        return next(r for r in rows if r.get("drop") == 3 and r.get("seed") == 2)
+
+    def twins(shift, seed=2):
+        return {s: t - (shift if s == seed else 0.0) for s, t in drops.items()}
+
+    assert drop3(None)["verdict"] == DIFFERS and drop3(None)["difference"] == 100.0
+    row = drop3(twins(50.0))
+    assert row["verdict"] == CANNOT_TELL and row["unresolved"] == pytest.approx(28.90 + 50.0)
+    assert drop3(twins(30.0))["verdict"] == DIFFERS
+    assert drop3(twins(500.0, seed=3))["verdict"] == DIFFERS
+    unknown = {s: np.array([450.0, 700.0, np.nan, 5000.0]) for s in drops}
+    assert drop3(unknown)["verdict"] == DIFFERS
+
+
+def test_one_finite_p_margin_rule_serves_figures_1b_and_3a():
+    """The shift between ours and the twin is the one rule: |ours − twin|, 0 where either is missing."""
+    assert rules.finite_p_margin(926.0, 898.0) == 28.0 and rules.finite_p_margin(-25.0, -19.0) == 6.0
+    assert rules.finite_p_margin(926.0, math.nan) == 0.0 and rules.finite_p_margin(None, 3.0) == 0.0
+
+
 def test_a_plateau_level_is_a_training_loss_and_never_agrees_by_sampling_error():
     """Figure 3a's plateau L(M_1) = 0.641 against seeds' levels around 0.651 (2.6 pixels off): no sampling-error
     agreement (a training loss is biased); within 2·√(sd²/n + sd²) of the seeds' spread it cannot tell, beyond it it

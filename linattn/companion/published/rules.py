@@ -143,11 +143,20 @@ class Sampling:
     final: float | None = None
 
 
+def finite_p_margin(ours, twin) -> float:
+    """The further margin of a step reading that the finite training set alone gives: |ours − twin|, the shift
+    between our run's step and the same step of its population twin (the same start, P = ∞); 0 where there is no
+    twin or either step is not within the run. Every page that has a twin judges its step readings with it."""
+    if ours is None or twin is None:
+        return 0.0
+    ours, twin = float(ours), float(twin)
+    return abs(ours - twin) if math.isfinite(ours) and math.isfinite(twin) else 0.0
+
+
 def _errors(r: Reading, ours: float, sampling: dict, twins: dict, last_step) -> tuple:
     """(standard error of the difference, unresolved margin) of reading ``r`` (see the module's docstring)."""
     if r.unit == "step":
-        twin = twins.get(r.curve)
-        return None, (abs(ours - twin) if twin is not None and math.isfinite(ours) and math.isfinite(twin) else 0.0)
+        return None, finite_p_margin(ours, twins.get(r.curve))
     s = sampling.get(r.curve)
     where = r.sampled(last_step)
     se = getattr(s, where) if s is not None and where else None
