@@ -520,6 +520,27 @@ def test_figure_14_judges_its_losses_after_the_offset_of_its_loss_scale():
     assert rules.judged_after_offset(rows)[i]["verdict"] == DIFFERS
 
 
+def test_a_test_loss_on_the_published_draws_carries_no_sampling_term():
+    """The same final test-loss reading 0.018 above ours (se 0.004): with an independent published test set the band
+    is 0.0099 + 2·√2·0.004 = 0.0212 and it agrees; on the same draws the sampling error cancels, the band is the pixel
+    0.0099 and the difference, beyond it but within one more pixel (0.0198), cannot tell; a difference of 0.025 then
+    differs. The page says why the term is absent."""
+    r_test = readings.Reading("", "final", "icl", ("final",), 0.148, "loss")
+
+    def row(ours, same):
+        curve = np.r_[np.ones(100), np.full(100, ours)]
+        return rules.compare([r_test], {"icl": curve}, f14.PUBLISHED_IMAGE,
+                             sampling={"icl": rules.Sampling("test", final=0.004, same_draws=same)})[0]
+
+    independent, same = row(0.130, False), row(0.130, True)
+    assert independent["band"] == pytest.approx(0.0099 + 2 * math.sqrt(2) * 0.004) and independent["verdict"] == AGREES
+    assert same["band"] == pytest.approx(0.0099) and same["standard_error"] is None and same["verdict"] == CANNOT_TELL
+    assert row(0.123, True)["verdict"] == DIFFERS
+    said = published.page.summary([same], f14.PUBLISHED_IMAGE)
+    assert "no sampling-error term" in said and "two independent test sets" not in said
+    assert "no sampling-error term" not in published.page.summary([independent], f14.PUBLISHED_IMAGE)
+
+
 def test_a_test_loss_band_carries_both_samples_and_a_step_its_finite_p_margin():
     """A final test-loss reading with per-sequence standard error se is judged in pixel + 2·√2·se; a training-loss
     reading in the pixel alone, with the spread of two training sets as a cannot-tell margin; a step reading with a
