@@ -162,12 +162,14 @@ def words(ds) -> dict:
         each = [f"{_e(d)}'s rise takes {r:.2g} times the ODE's time ({events.rise_verdict(r)})"
                 for d, r in ((d, ratios[d - 1]) for d, _ in learned) if np.isfinite(r)]
         verdicts = {events.rise_verdict(ratios[d - 1]) for d, _ in learned if np.isfinite(ratios[d - 1])}
-        shape = ("so the rises have the ODE's shape" if verdicts == {"as fast as the ODE"}
-                 else "so the curves stay close only because the shift pins them together at mid-rise and the gap "
-                      "is measured against the final value: the rises do not all have the ODE's shape")
+        same = verdicts == {"as fast as the ODE"}
+        shape = ("so the rises have the ODE's shape" if same
+                 else "so the bound does not show the ODE's shape: the shift pins each pair together at mid-rise and "
+                      "the gap is measured against the final value")
         ode = (f"each ODE curve is moved in time to cross half its final value when its head does, one fitted shift "
                f"per head; so placed it stays within {100 * np.nanmax(gaps):.0f} % of the final value of the run's "
-               f"curve through every rise, but from 10 % to 90 % of the final value {join(each)}, {shape}")
+               f"curve through every rise, {'and' if same else 'but'} from 10 % to 90 % of the final value "
+               f"{join(each)}, {shape}")
     else:
         ode = "no rise was measured in this run, so there is none to set beside the ODE"
     return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode,
