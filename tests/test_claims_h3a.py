@@ -405,7 +405,8 @@ def test_fig3a_published_rows_judged_by_a_second_route(fig3a):
     """The published comparison recomputed from the dataset as if at the published settings: the plateau rows are
     the curves' own plateaus only (L(M_3), L(M_4): the image's dotted theory lines above them are not counted), each
     our seeds' mean; every step and loss row's verdict re-judged by hand in its band plus one more pixel (the
-    reading's own) and, for a step, the shift between the seed's drop and its population twin's, as cannot tell; the count of curves still on M_3 is said without pixels."""
+    reading's own) and, for a step, the shift between the seed's drop and its population twin's, as cannot tell;
+    the count of curves still on M_3 is said without pixels."""
     if fig3a.sizes["direction"] != 4:
         return  # the published image has four drops: a run at another D is never compared with it
     ds = fig3a.copy()
