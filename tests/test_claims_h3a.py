@@ -193,6 +193,14 @@ def test_fig3b_ode_sentence_recomputed(fig3b):
             gaps.append(np.abs(v[during] - ode[during]).max() / final)
     if gaps:
         assert f"stays within {100 * max(gaps):.0f} % of the final value" in w["ode"]
+        # the shift is a fitted parameter, and the bound is called shape agreement only where every learned head's
+        # 10 → 90 % rise is within a quarter of the ODE's (recomputed from the stored rise times)
+        assert "one fitted shift per head" in w["ode"] and "no free parameter" not in w["ode"]
+        ratios = [float(ds.rise_steps.values[d - 1] / ds.rise_steps_ode.values[d - 1])
+                  for d, h in zip(ds.direction.values, ds.learner.values) if h > 0]
+        ratios = [r for r in ratios if np.isfinite(r) and r > 0]
+        same_shape = all(1 / 1.25 <= r <= 1.25 for r in ratios)
+        assert ("so the rises have the ODE's shape" in w["ode"]) == same_shape
     for row in fig03b_attns_values.numbers(ds):  # rise times are whole steps
         if row["key"].startswith("rise_steps"):
             assert all(v is None or float(v).is_integer() for v in (row["theory"], row["reproduced"]))
@@ -397,7 +405,8 @@ def test_fig3a_published_rows_judged_by_a_second_route(fig3a):
     """The published comparison recomputed from the dataset as if at the published settings: the plateau rows are
     the curves' own plateaus only (L(M_3), L(M_4): the image's dotted theory lines above them are not counted), each
     our seeds' mean; every step and loss row's verdict re-judged by hand in its band plus one more pixel (the
-    reading's own) as cannot tell; the count of curves still on M_3 is said without pixels."""
+    reading's own) and, for a step, the shift between the seed's drop and its population twin's, as cannot tell;
+    the count of curves still on M_3 is said without pixels."""
     if fig3a.sizes["direction"] != 4:
         return  # the published image has four drops: a run at another D is never compared with it
     ds = fig3a.copy()
@@ -425,8 +434,11 @@ def test_fig3a_published_rows_judged_by_a_second_route(fig3a):
             assert r["reproduced"] == pytest.approx(found.mean())
             sd = found.std(ddof=1) if found.size > 1 else 0.0
             assert extra == pytest.approx(2 * np.hypot(sd / np.sqrt(found.size), sd) if found.size > 1 else 0.0)
-        else:
-            assert extra == 0 and r["band"] >= px["step"]
+        else:  # the finite-P margin: this seed's own drop beside its population twin's, read from the dataset
+            ours = float(ds.drop_step.sel(seed=r["seed"], direction=r["drop"]))
+            twin = float(ds.drop_step_predicted.sel(seed=r["seed"], direction=r["drop"]))
+            shift = abs(ours - twin) if np.isfinite(ours) and np.isfinite(twin) else 0.0
+            assert extra == pytest.approx(shift) and r["band"] >= px["step"]
         judged = "agrees" if d <= r["band"] else "cannot tell" if d <= r["band"] + extra + px[r["unit"]] else "differs"
         assert r["verdict"] == judged, r["what"]
     text = fig03a_attns_loss.summary(ds)

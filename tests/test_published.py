@@ -443,6 +443,36 @@ def test_every_published_row_has_its_own_key():
         assert len(rows) > 3 and len(set(keys)) == len(keys) and all(k.startswith("published.") for k in keys)
 
 
+def test_fig3a_step_reading_is_judged_with_its_own_seeds_twin_shift():
+    """Figure 3a's drop-3 pair 100 steps (3.5 px) from its published crossing differs on the tolerance and the
+    reading's pixel alone (2 × 28.9 = 57.8 steps); with its seed's population twin 50 steps away the margin is
+    57.8 + 50 = 107.8, so it cannot tell; with the twin 30 steps away (87.8) it still differs. Another seed's twin
+    shift does not count, and a twin not within the run adds nothing (the margin recomputed here by hand)."""
+    drops = {s: np.array([450.0, 700.0, c, 5000.0]) for s, c in enumerate((997.0, 1069.0, 1350.0, 1608.0, 1718.0,
+                                                                           1856.0))}
+
+    def drop3(twins):
+        rows = f3a.compare_with_published(drops, twins=twins)
+        return next(r for r in rows if r.get("drop") == 3 and r.get("seed") == 2)
+
+    def twins(shift, seed=2):
+        return {s: t - (shift if s == seed else 0.0) for s, t in drops.items()}
+
+    assert drop3(None)["verdict"] == DIFFERS and drop3(None)["difference"] == 100.0
+    row = drop3(twins(50.0))
+    assert row["verdict"] == CANNOT_TELL and row["unresolved"] == pytest.approx(28.90 + 50.0)
+    assert drop3(twins(30.0))["verdict"] == DIFFERS
+    assert drop3(twins(500.0, seed=3))["verdict"] == DIFFERS
+    unknown = {s: np.array([450.0, 700.0, np.nan, 5000.0]) for s in drops}
+    assert drop3(unknown)["verdict"] == DIFFERS
+
+
+def test_one_finite_p_margin_rule_serves_figures_1b_and_3a():
+    """The shift between ours and the twin is the one rule: |ours − twin|, 0 where either is missing."""
+    assert rules.finite_p_margin(926.0, 898.0) == 28.0 and rules.finite_p_margin(-25.0, -19.0) == 6.0
+    assert rules.finite_p_margin(926.0, math.nan) == 0.0 and rules.finite_p_margin(None, 3.0) == 0.0
+
+
 def test_a_plateau_level_is_a_training_loss_and_never_agrees_by_sampling_error():
     """Figure 3a's plateau L(M_1) = 0.641 against seeds' levels around 0.651 (2.6 pixels off): no sampling-error
     agreement (a training loss is biased); within 2·√(sd²/n + sd²) of the seeds' spread it cannot tell, beyond it it
@@ -488,6 +518,27 @@ def test_figure_14_judges_its_losses_after_the_offset_of_its_loss_scale():
     i = next(i for i, r in enumerate(rows) if r["unit"] == "loss")
     rows[i] = dict(rows[i], difference=rows[i]["difference"] - 0.03)
     assert rules.judged_after_offset(rows)[i]["verdict"] == DIFFERS
+
+
+def test_a_test_loss_on_the_published_draws_carries_no_sampling_term():
+    """The same final test-loss reading 0.018 above ours (se 0.004): with an independent published test set the band
+    is 0.0099 + 2·√2·0.004 = 0.0212 and it agrees; on the same draws the sampling error cancels, the band is the pixel
+    0.0099 and the difference, beyond it but within one more pixel (0.0198), cannot tell; a difference of 0.025 then
+    differs. The page says why the term is absent."""
+    r_test = readings.Reading("", "final", "icl", ("final",), 0.148, "loss")
+
+    def row(ours, same):
+        curve = np.r_[np.ones(100), np.full(100, ours)]
+        return rules.compare([r_test], {"icl": curve}, f14.PUBLISHED_IMAGE,
+                             sampling={"icl": rules.Sampling("test", final=0.004, same_draws=same)})[0]
+
+    independent, same = row(0.130, False), row(0.130, True)
+    assert independent["band"] == pytest.approx(0.0099 + 2 * math.sqrt(2) * 0.004) and independent["verdict"] == AGREES
+    assert same["band"] == pytest.approx(0.0099) and same["standard_error"] is None and same["verdict"] == CANNOT_TELL
+    assert row(0.123, True)["verdict"] == DIFFERS
+    said = published.page.summary([same], f14.PUBLISHED_IMAGE)
+    assert "no sampling-error term" in said and "two independent test sets" not in said
+    assert "no sampling-error term" not in published.page.summary([independent], f14.PUBLISHED_IMAGE)
 
 
 def test_a_test_loss_band_carries_both_samples_and_a_step_its_finite_p_margin():

@@ -14,7 +14,9 @@ Sources of the errors, and the rules this module keeps:
 
 * A **test loss** is a mean over n held-out sequences of the per-sequence losses (y − ŷ)²; its standard error is
   their standard deviation over √n (:func:`standard_error`), measured on the sequences themselves
-  (:func:`per_sequence_losses`), never from a formula with an assumed kurtosis.
+  (:func:`per_sequence_losses`), never from a formula with an assumed kurtosis. Two test losses on the same
+  sequences (a run drawn with the published run's random numbers) share that error, so their difference carries
+  none of it; two independent test sets as large differ by √2 × it.
 * A **training loss** on the fitted set is biased (the weights were fitted to that sample: an optimism of about
   −(p/P)·L for p fitted parameters), so it never *agrees* by sampling error: its band is the resolution alone, and the
   spread two independent training sets would show is an ``unresolved`` margin (:func:`training_loss_margin`).

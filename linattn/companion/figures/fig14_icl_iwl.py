@@ -115,14 +115,20 @@ def _standard_errors(result) -> list:
 
 
 def sampling(ds) -> dict:
-    """c → {curve: ``published.rules.Sampling``}: each curve's kind (the training loss is biased, the tests are not)
-    and its standard errors at the start and the end, as the published comparison takes them."""
+    """c → {curve: ``published.rules.Sampling``}: each curve's kind (the training loss is biased, the tests are not),
+    its standard errors at the start and the end, as the published comparison takes them, and whether its test sets
+    are the published ones (``same_draws``: a run with the authors' random numbers, ``draws="reference"``, draws the
+    same sequences; our step-0 test losses then match the published ones to a few thousandths, far inside the √2·se
+    two independent test sets would differ by)."""
     def known(x) -> float | None:
         return float(x) if np.isfinite(x) else None
 
+    runs = _runs(ds)
+    same = {float(json_run["icl"]): json_run.get("draws") == "reference" for json_run in runs.values()}
     return {float(c): {k: published.rules.Sampling("train" if k == "train" else "test",
                                                    *(known(ds.standard_error.sel(icl=c, curve=k, weights=w))
-                                                     for w in WEIGHTS)) for k in CURVES} for c in ds.icl.values}
+                                                     for w in WEIGHTS), same_draws=same.get(float(c), False))
+                       for k in CURVES} for c in ds.icl.values}
 
 
 def curves(ds) -> dict:

@@ -107,8 +107,11 @@ def summary(rows: list[dict], image: Image) -> str:
             f"last columns): one pixel of the published image ({image.steps_per_px:g} steps or "
             f"{image.loss_per_px:g} in loss) or the reading's own ± where it is larger"
             + (", and for a test loss whose per-sequence losses we have (at the start or the end), twice the standard "
-               "error of the difference of two test sets, ours and the published one, as large"
-               if any(r.get("standard_error") for r in rows) else "") + "."]
+               "error of the difference of two independent test sets, ours and the published one, as large"
+               if any(r.get("standard_error") for r in rows) else "")
+            + (". A test loss gets no sampling-error term: our test sets are drawn with the published run's random "
+               "numbers, the same sequences, so their sampling error is common to ours and the published loss and "
+               "cancels in the difference" if any(r.get("same_test_set") for r in rows) else "") + "."]
     offset = offset_of(rows)
     if offset is not None:
         px = [offset.at(x) / image.loss_per_px for x in (0.1, 1.0)]

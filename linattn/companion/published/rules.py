@@ -9,8 +9,9 @@ the image, its tolerance (one pixel, or the reading's own ±), its band and a ve
 draw of the tokens goes through an SVD whose signs depend on the LAPACK library):
 
 * a **test loss** whose per-sequence losses we have (at the start or the end of the run) is judged in the band
-  tolerance + 2·√(se² + se²): ours and the published test set, as large, each with the standard error of our
-  per-sequence losses;
+  tolerance + 2·√(se² + se²) when the published test set is an independent one as large (each with the standard
+  error of our per-sequence losses), and in the tolerance alone when ours is drawn with the published run's random
+  numbers (:func:`test_loss_error`: the same sequences, whose sampling error cancels in the difference);
 * a **training loss** gets no sampling-error agreement (it is biased): its band is the tolerance; beyond it, but within
   the spread two independent training sets would show (:func:`~linattn.companion.uncertainty.training_loss_margin`),
   it *cannot tell*;
@@ -141,13 +142,31 @@ class Sampling:
     kind: str
     start: float | None = None
     final: float | None = None
+    same_draws: bool = False  # a test set drawn with the published run's random numbers: the same sequences
+
+
+def test_loss_error(se, same_draws: bool) -> float | None:
+    """The standard error of ours − published for a test loss with standard error ``se`` on our test set: √2·se
+    when the published test set is an independent one of the same size; none (None) when it is the same draws (the
+    authors' random numbers), since the sequences' sampling error is then common to both and cancels in the
+    difference: what is left differs only by the training, which the band's pixel covers."""
+    return None if same_draws or se is None else math.sqrt(2.0) * se
+
+
+def finite_p_margin(ours, twin) -> float:
+    """The further margin of a step reading that the finite training set alone gives: |ours − twin|, the shift
+    between our run's step and the same step of its population twin (the same start, P = ∞); 0 where there is no
+    twin or either step is not within the run. Every page that has a twin judges its step readings with it."""
+    if ours is None or twin is None:
+        return 0.0
+    ours, twin = float(ours), float(twin)
+    return abs(ours - twin) if math.isfinite(ours) and math.isfinite(twin) else 0.0
 
 
 def _errors(r: Reading, ours: float, sampling: dict, twins: dict, last_step) -> tuple:
     """(standard error of the difference, unresolved margin) of reading ``r`` (see the module's docstring)."""
     if r.unit == "step":
-        twin = twins.get(r.curve)
-        return None, (abs(ours - twin) if twin is not None and math.isfinite(ours) and math.isfinite(twin) else 0.0)
+        return None, finite_p_margin(ours, twins.get(r.curve))
     s = sampling.get(r.curve)
     where = r.sampled(last_step)
     se = getattr(s, where) if s is not None and where else None
@@ -155,7 +174,7 @@ def _errors(r: Reading, ours: float, sampling: dict, twins: dict, last_step) -> 
         return None, 0.0
     if s.kind == "train":
         return None, training_loss_margin(se)
-    return math.sqrt(2.0) * se, 0.0  # ours and an independent published test set of the same size
+    return test_loss_error(se, s.same_draws), 0.0
 
 
 def compare(readings: list[Reading], curves: dict, image: Image, steps=None, sampling=None,
@@ -171,9 +190,11 @@ def compare(readings: list[Reading], curves: dict, image: Image, steps=None, sam
         ours = measure(curves, r.how, r.curve, steps)
         twin = measure(twins, r.how, r.curve, steps) if r.curve in twins and r.unit == "step" else None
         se, margin = _errors(r, ours, sampling, {r.curve: twin} if twin is not None else {}, x[-1])
-        rows.append(check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple)
-                               else r.text(), ours, difference(ours, r.value), r.unit, r.tolerance(image), se,
-                               margin))
+        row = check_row(image, r.panel, r.what, r.text(), r.value if not isinstance(r.value, tuple) else r.text(),
+                        ours, difference(ours, r.value), r.unit, r.tolerance(image), se, margin)
+        s = sampling.get(r.curve)
+        row["same_test_set"] = bool(s is not None and s.kind == "test" and s.same_draws and r.unit == "loss")
+        rows.append(row)
     return rows
 
 
