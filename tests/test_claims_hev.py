@@ -159,6 +159,14 @@ def test_long_is_judged_against_the_curves_own_rest_at_m0():
     assert lc.saddle_plateaus(no_m0, LEVELS, eigenvalues=LAM).long == []
 
 
+def test_shorter_later_pairs_names_the_pairs_not_only_their_count():
+    """Plateaus 3, 4, 4.5, 2.9 and 6, 2, 3, 5: one exception each, at different pairs; a pair with an unknown
+    plateau is skipped."""
+    assert f4.shorter_later_pairs([3, 4, 4.5, 2.9], [True] * 3) == "(M_2, M_3)"
+    assert f4.shorter_later_pairs([6, 2, 3, 5], [True] * 3) == "(M_0, M_1)"
+    assert f4.shorter_later_pairs([6, 2, 3, 1], [False, True, False]) == "none"
+
+
 def test_learned_share_order_and_out_of_order_pairs():
     share = np.array([[0.0, 0.0, 0.0], [0.9, 0.1, 0.6], [1.0, 0.7, 1.0]])
     heads = np.stack([share / 2, share / 2], axis=-2)  # two heads carrying half each
@@ -320,6 +328,15 @@ def test_figure_4_claims_by_a_second_route(case, store, monkeypatch):
             beyond = int(np.sum(missing & ~(pred < window)))
             assert f"({beyond} of {int(missing.sum())} beyond the window)" in claim.reason
         assert "nan" not in claim.reason
+        # the plateau pairs where the later one is shorter, run and estimate each from its own drop steps
+        rows = {r["key"]: r for r in page.numbers(ds)}
+        for col, steps in (("reproduced", t), ("theory", ds.drop_step_theory.values)):
+            made = [0.0] + [float(x) for x in steps]
+            lengths = [made[i + 1] - made[i] for i in range(len(steps))]
+            pairs = [f"(M_{m - 1}, M_{m})" for m in range(1, len(lengths))
+                     if np.isfinite(t[m]) and lengths[m] < lengths[m - 1]]
+            if np.isfinite(t[1]):
+                assert rows["R1.extended.later_plateau_shorter"][col] == (", ".join(pairs) or "none")
 
 
 @pytest.mark.slow
