@@ -1,6 +1,6 @@
 """Events that happened, rests and saddles (issue 44, findings 7 and 8): a rest is time spent at a level (not a
 transit, not a shoulder), its saddle is named by what is learned there (an out-of-order saddle such as {1,2,3,5} by
-itself), a rest is long against the rest rank one would make there, and a missing prediction is said in words; each
+itself), a rest is long against the curve's own rest at M_0, and a missing prediction is said in words; each
 rule on constructed curves, and the claims of the pages that use them (Figures 4, 11, 12 and the two schematics)
 recomputed from each figure's dataset by a second route (numpy on the stored curves and shares, never the rule that
 wrote the claim), at the quick preset and at each page's knob cases."""
