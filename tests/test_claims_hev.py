@@ -146,15 +146,17 @@ def test_an_out_of_order_saddle_is_named_by_what_is_learned():
 
 def test_long_is_judged_against_the_curves_own_rest_at_m0():
     """t0 = 600 (the rest at M_0): a rest is long from 300 steps on, whatever the saddle. A 100-step rest at M_1 is
-    short, a 700-step one at M_2 long; the cut last rest of 300 steps is already long. Recomputed from the dwells."""
+    short, a 700-step one at M_2 long; M_3, the minimum (all three directions learned), is no plateau. A rest cut by
+    the end is long once it is (400 steps), and not classified before (200 steps: the window cannot tell)."""
     curve = _steps_curve([(1.0, 600), (0.7, 100), (0.4, 700), (0.2, 300)], ramp=2)
     sp = lc.saddle_plateaus(curve, LEVELS, eigenvalues=LAM)
-    dwell = {m: d for m, d in sp.complete}
-    t0 = dwell[0]
+    dwell = dict(sp.complete)
     assert [m for m, _ in sp.complete] == [0, 1, 2]
-    assert sp.long[:3] == [m for m in (0, 1, 2) if dwell[m] * 2 >= t0] == [0, 2]
-    short_cut = _steps_curve([(1.0, 600), (0.7, 100), (0.4, 200)], ramp=2)  # cut at M_2 after 200 < 300 steps
-    assert lc.saddle_plateaus(short_cut, LEVELS, eigenvalues=LAM).long == [0]  # the window cannot tell yet
+    assert sp.long == [m for m in (0, 1, 2) if dwell[m] * 2 >= dwell[0]] == [0, 2]
+    cut_long = _steps_curve([(1.0, 600), (0.7, 100), (0.4, 400)], ramp=2)
+    assert lc.saddle_plateaus(cut_long, LEVELS, eigenvalues=LAM).long == [0, 2]
+    cut_short = _steps_curve([(1.0, 600), (0.7, 100), (0.4, 200)], ramp=2)
+    assert lc.saddle_plateaus(cut_short, LEVELS, eigenvalues=LAM).long == [0]
     no_m0 = _steps_curve([(0.7, 100), (0.4, 700), (0.2, 300)], ramp=2)  # no first plateau to time by
     assert lc.saddle_plateaus(no_m0, LEVELS, eigenvalues=LAM).long == []
 
@@ -249,7 +251,7 @@ def _check_rests(ds, R, seed, loss, share, snap):
         assert not inside.any() or tuple(subset) in seen
         if flag < 0:
             continue
-        assert t0 is not None
+        assert t0 is not None and len(subset) < levels.size - 1  # the minimum M_D is no plateau
         assert flag == int(b - a >= 0.5 * t0)  # the curve's own rest at M_0 is the yardstick
         assert b < loss.size - 1 or flag == 1  # a rest cut by the end is classified only once it is already long
     return rests

@@ -482,12 +482,13 @@ def classify_long(rests: list, eigenvalues: np.ndarray | Sequence[float] | None 
     least :data:`LONG_FRACTION` × t0, t0 = the dwell of the complete rest at M_0 that starts the curve (at
     ``first_step``), the curve's own first escape; ``expected`` is t0. Without that rest no rest is classified. A
     rest cut by the end of the curve lasts at least its dwell: it is long once that already reaches the threshold,
-    else not classified (the window cannot tell). ``eigenvalues`` is accepted for callers that pass it and unused:
-    the yardstick is read from the curve, not from the spectrum."""
+    else not classified (the window cannot tell). The minimum, where all ``len(eigenvalues)`` directions are learned,
+    is no plateau and is not classified; the yardstick itself is read from the curve, not from the spectrum."""
     t0 = next((r.end - first_step for r in rests[:1] if not r.subset and r.start == first_step and r.complete), None)
     if t0 is None or t0 <= 0:
         return
-    for r in rests:
+    D = None if eigenvalues is None else len(eigenvalues)
+    for r in (r for r in rests if len(r.subset) != D):
         r.expected = float(t0)
         long = bool(r.dwell >= LONG_FRACTION * t0)
         r.long = long if r.complete or long else None
