@@ -193,8 +193,8 @@ def cut_rests_parts(ds, R: int) -> list[str]:
         dwells = join([str(c["dwell"]) for _, c in found])
         long = [sd for sd, c in found if c["long"]]
         verdict = (f"; already long at seed{'s' if len(long) > 1 else ''} {words(long)}" if long
-                   else f"; none yet {loss_curves.LONG_FRACTION:g} of its curve's rest at ℳ₀, so the window cannot "
-                        "tell whether it will be long")
+                   else f"; none yet {loss_curves.LONG_FRACTION:g} times as long as its curve's rest at ℳ₀, so the "
+                        "window cannot tell whether it will be long")
         out.append(f"end on {name}, where the theory expects a long rest, from {starts} to the end of the window: "
                    f"at least {dwells} steps{verdict}")
     return out
