@@ -317,21 +317,27 @@ def _fig4_escape():
                                     normalize="sum")
 
 
-def test_figure_4_claim_counts_the_plateaus_reached_in_the_window():
+def test_figure_4_claim_counts_the_plateau_levels_the_extended_run_reaches():
+    """The paper states eight levels, not a window: seven drops reach L(M_0) … L(M_7) wherever they fall; the README
+    command's window is said in the reason, as the levels it reaches (drop d reaches L(M_d))."""
     window = 20001
     escape = _fig4_escape()
     every = f4.plateau_claim(np.linspace(1000, 19000, 8), window, escape)
     assert (every.paper, every.ours, every.verdict) == (8, 8, AGREES)
     drops = np.array([3000, 5000, 7000, 9000, 18000, 30000, 90000, np.nan])
-    five = f4.plateau_claim(drops, window, escape)
-    assert (five.ours, five.verdict) == (6, DIFFERS)  # L(M_0) … L(M_5)
-    for d in (6, 7, 8):  # the directions not learned in the window, with the theory's estimate of each
-        assert f"drop {d} ≈ step {escape[d - 1]:.0f}" in five.reason
-    assert "drop 5 ≈" not in five.reason and "30000 and 90000" in five.reason
+    seven = f4.plateau_claim(drops, window, escape)
+    assert (seven.ours, seven.verdict) == (1 + 7, AGREES)  # drops 1–7 made: L(M_7) reached
+    in_window = 1 + int(np.sum(drops < window))
+    assert f"that command reaches {in_window} of the 8 levels" in seven.reason
+    for d in (6, 7, 8):  # the drops after the window, with the theory's estimate of each
+        assert f"drop {d} ≈ step {escape[d - 1]:.0f}" in seven.reason
+    assert "drop 5 ≈" not in seven.reason and "30000 and 90000" in seven.reason
     beyond = int(np.sum(escape[5:] >= window))
-    assert f"({beyond} of 3 beyond the window)" in five.reason
-    row = number_row(**five.row())
-    assert row["quantity"].startswith(five.counted) and row["verdict"] == DIFFERS and "tolerance" not in row
+    assert f"({beyond} of 3 beyond the window)" in seven.reason
+    short = f4.plateau_claim(np.array([3000, 5000, 7000, 9000, 18000] + [np.nan] * 3), window, escape)
+    assert (short.ours, short.verdict) == (6, DIFFERS)  # the extended run itself stops at L(M_5)
+    row = number_row(**short.row())
+    assert row["quantity"].startswith(short.counted) and row["verdict"] == DIFFERS and "tolerance" not in row
 
 
 def _two_stage(shoulder: bool, second_at: float = 2500):

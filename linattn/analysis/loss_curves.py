@@ -399,23 +399,12 @@ def is_slow(y, x, levels, m: int, a: int, b: int, *, max_rate: float = REST_MAX_
     return bool(np.median(rate[rest_core(seg)]) <= max_rate * peak)
 
 
-#: A complete rest is *long* when it lasts at least this fraction of the rest the rank-one theory expects at that
-#: saddle (:func:`expected_dwell`). Our choice: the one-head time scale τ/(λ² v₀) it rests on is an order of magnitude
-#: (the first of H heads to escape is the fastest of H), so a factor two either way is scatter; a rest under half of
-#: it was ended by something faster than a fresh head's escape: a head whose value weight has grown.
+#: A complete rest is *long* when it lasts at least this fraction of the same curve's first rest, at M_0 (its first
+#: escape, from the initial scale: the one yardstick every curve carries inside its own window). Our choice: a rest
+#: ended by a head whose value weight has already grown is a transit of a few hundred steps; one that lasts half a
+#: fresh head's first escape or more needed a fresh head to escape. The rank-one escape time at M_m grows as
+#: (λ_1/λ_{m+1})² and for small directions lies far beyond most windows, so it is not the yardstick.
 LONG_FRACTION = 0.5
-
-
-def expected_dwell(t0: float, eigenvalues: ArrayLike, last: int | None, next_: int) -> float:
-    """The steps a rest lasts when a fresh head must escape a three-factor saddle to end it, as for rank one: a head
-    from the initial scale escapes along e_d at step ≈ t0·(λ_1/λ_d)² (the theory's time scale τ/(λ_d² v₀), paper
-    Section 5, counted from step 0 for every free head, calibrated on ``t0``, the end of the curve's own rest at
-    M_0: its first escape). A rest entered by learning direction ``last`` (0-based; None at M_0) and left by learning
-    ``next_`` lasts t0·λ_1²·(1/λ_next² − 1/λ_last²); not positive where ``next_`` is a larger direction than
-    ``last`` (an out-of-order return, which rank one never makes)."""
-    lam = np.asarray(eigenvalues, dtype=np.float64)
-    before = 0.0 if last is None else (lam[0] / lam[last]) ** 2
-    return float(t0 * ((lam[0] / lam[next_]) ** 2 - before))
 
 
 def saddle_name(subset: Iterable[int]) -> str:
@@ -435,8 +424,8 @@ class Rest:
     start: int  # first step
     end: int  # last step
     complete: bool  # ends before the curve does
-    long: bool | None  # lasts LONG_FRACTION of the expected three-factor escape (None: not classified)
-    expected: float | None  # that expected dwell in steps (:func:`expected_dwell`; None: not classified)
+    long: bool | None  # lasts LONG_FRACTION of the curve's rest at M_0 (None: not classified)
+    expected: float | None  # that yardstick, the M_0 rest in steps (None: not classified)
 
     @property
     def name(self) -> str:
@@ -467,8 +456,7 @@ def subset_rests(loss: ArrayLike, cov: ArrayLike, N: int, *, steps: ArrayLike | 
     snapshot × direction booleans at ``learned_steps``, e.g. ``events.learned_directions``), the M_m of its band
     where no snapshots are given. A rest whose level lies farther than ``tol`` (default :data:`REST_TOL`) from L(A_S)
     (``theory.fixed_point_loss``) is a shoulder and left out. A complete rest is long when it lasts at least
-    :data:`LONG_FRACTION` of :func:`expected_dwell`, from the end of the curve's rest at M_0 (none: not classified),
-    the direction learned last before it and the one learned after it (:func:`classify_long`)."""
+    :data:`LONG_FRACTION` of the curve's own rest at M_0 (none: not classified; :func:`classify_long`)."""
     tol = REST_TOL if tol is None else float(tol)
     y = np.asarray(loss, dtype=np.float64)
     x = np.arange(y.size) if steps is None else np.asarray(steps)
@@ -488,26 +476,22 @@ def subset_rests(loss: ArrayLike, cov: ArrayLike, N: int, *, steps: ArrayLike | 
     return found
 
 
-def classify_long(rests: list, eigenvalues: np.ndarray | Sequence[float], first_step: float = 0) -> None:
-    """Set ``long`` and ``expected`` of each complete rest of ``rests`` (in order; :class:`Rest`): long when it lasts
-    at least :data:`LONG_FRACTION` of :func:`expected_dwell`, from t0 = the end of the rest at M_0 that starts the
-    curve (at ``first_step``), the direction learned last on the way in (the smallest eigenvalue among those gained
-    since the rest before) and the first on the way out (the largest eigenvalue among those the next rest has
-    gained; the largest not yet learned where no rest follows). Without a rest at M_0, or where the expected dwell is
-    not positive (an out-of-order return), a rest is not classified. A rest cut by the end of the curve lasts at
-    least its dwell: it is long once that already reaches the threshold, else not classified."""
+def classify_long(rests: list, eigenvalues: np.ndarray | Sequence[float] | None = None,
+                  first_step: float = 0) -> None:
+    """Set ``long`` and ``expected`` of each rest of ``rests`` (in order; :class:`Rest`): long when its dwell is at
+    least :data:`LONG_FRACTION` × t0, t0 = the dwell of the complete rest at M_0 that starts the curve (at
+    ``first_step``), the curve's own first escape; ``expected`` is t0. Without that rest no rest is classified. A
+    rest cut by the end of the curve lasts at least its dwell: it is long once that already reaches the threshold,
+    else not classified (the window cannot tell). The minimum, where all ``len(eigenvalues)`` directions are learned,
+    is no plateau and is not classified; the yardstick itself is read from the curve, not from the spectrum."""
     t0 = next((r.end - first_step for r in rests[:1] if not r.subset and r.start == first_step and r.complete), None)
-    for i, r in enumerate(rests):
-        if t0 is None:
-            continue
-        gained = sorted(set(r.subset) - set(rests[i - 1].subset)) if i else list(r.subset)
-        following = set(rests[i + 1].subset) if i + 1 < len(rests) else set()
-        new = sorted(following - set(r.subset)) or sorted(set(range(len(eigenvalues))) - set(r.subset))
-        expected = expected_dwell(t0, eigenvalues, max(gained) if gained else None, new[0]) if new else 0.0
-        if expected > 0:
-            r.expected = expected
-            long = bool(r.dwell >= LONG_FRACTION * expected)
-            r.long = long if r.complete or long else None
+    if t0 is None or t0 <= 0:
+        return
+    D = None if eigenvalues is None else len(eigenvalues)
+    for r in (r for r in rests if len(r.subset) != D):
+        r.expected = float(t0)
+        long = bool(r.dwell >= LONG_FRACTION * t0)
+        r.long = long if r.complete or long else None
 
 
 def saddle_levels(loss: ArrayLike, levels: np.ndarray | Sequence[float], *, band: float = REST_BAND,
@@ -531,8 +515,8 @@ def saddle_plateaus(loss: ArrayLike, levels: np.ndarray | Sequence[float], *, ba
 
     A rest is complete if it ends before the curve does (the last one is cut by the end of the run and is
     classified long only once it already lasts long enough); a rest is long if it lasts at least
-    :data:`LONG_FRACTION` of the three-factor escape the theory expects there
-    (:func:`classify_long`, from ``eigenvalues`` λ_1 ≥ … ≥ λ_D; none is long without them). The
+    :data:`LONG_FRACTION` of the curve's own rest at M_0 (:func:`classify_long`; none is classified without
+    ``eigenvalues``, kept as the switch that asks for it). The
     theory's long plateaus for rank-R heads are ``theory.long_plateaus(D, R)``: m = 0, R, 2R, ….
     """
     m_of, p = saddle_rests(loss, levels, band=band, steps=steps)

@@ -4,8 +4,8 @@ at named by WHAT IS LEARNED there, which rests are long, as dataset variables, a
 A rest (``loss_curves.subset_rests``) is time spent in a saddle's band, not a passage through it; its saddle is the
 subset S of eigen-directions the heads carry together at its slowest steps (``events.learned_share`` on the weight
 snapshots: ``M_m`` when S is the m largest, else the set, e.g. {1,2,3,5}), and it is long when it lasts at least
-``loss_curves.LONG_FRACTION`` of the three-factor escape the theory expects there (``loss_curves.expected_dwell``,
-calibrated on the curve's own rest at M_0). The theory of rank-R heads expects a rest long exactly where the number
+``loss_curves.LONG_FRACTION`` of the same curve's own rest at M_0 (``loss_curves.classify_long``), a yardstick
+every curve carries inside its window. The theory of rank-R heads expects a rest long exactly where the number
 of directions learned is a multiple of R (``theory.long_plateaus``). One function (:func:`rest_classes`) reads all of
 it back from the dataset; the tables, the counts and the prose all come from it.
 """
@@ -45,7 +45,7 @@ def rest_variables(loss, results, window: int) -> tuple[dict, np.ndarray]:
     """Dataset variables of every curve's rests (``loss``: seed × rank × step, the window; ``results``: the runs,
     ``[seed][rank]``): ``learned_share`` (seed × rank × snapshot × direction) and, over a ``rest`` dimension padded
     with −1 / NaN, each rest's saddle (``rest_subset``, :func:`mask`), first and last step, level, the saddle's loss
-    L(A_S), the expected three-factor dwell and whether it is long (1), short (0) or not classified (−1); and the
+    L(A_S), the yardstick (its curve's M_0 rest) and whether it is long (1), short (0) or not classified (−1); and the
     snapshot steps (the ``snapshot`` coordinate)."""
     grid = [[learned_share(r, window) for r in by_rank] for by_rank in results]
     snap = grid[0][0][0]
@@ -96,7 +96,7 @@ def saddle_words(subset) -> str:
 def rest_classes(ds, R: int, seed: int | None = None) -> list[dict]:
     """The rests of rank ``R`` at ``seed``, as the dataset holds them, each a dict: its saddle (``subset``, ``name``),
     whether it is in order, first and last step, dwell, level and the saddle's loss, whether it is long (True, False,
-    or None: not classified), the expected three-factor dwell, whether it is cut by the end of the window (``cut``:
+    or None: not classified), the yardstick (its M_0 rest), whether it is cut by the end of the window (``cut``:
     its dwell is then a lower bound), and whether the theory expects it long (the number of
     directions learned a multiple of R: ``theory.long_plateaus``). The one reading of the rests: the table, the counts
     and the prose all use it."""
@@ -169,7 +169,7 @@ def rests_text(ds) -> str:
         for k, seeds in missing_rests(ds, R).items():
             parts.append(f"nowhere after {k} direction{'s' if k > 1 else ''} learned, where the theory expects a "
                          f"long rest, at seed{'s' if len(seeds) > 1 else ''} {words(seeds)}")
-        parts += cut_rests_parts(ds, R) + relative_short_parts(ds, R)
+        parts += cut_rests_parts(ds, R)
         odd = sorted({c["name"] for sd in ds.seed.values for c in rest_classes(ds, R, int(sd)) if not c["in_order"]})
         if odd:
             parts.append("out of order (a later direction learned before an earlier one) at " + join(odd))
@@ -193,36 +193,11 @@ def cut_rests_parts(ds, R: int) -> list[str]:
         dwells = join([str(c["dwell"]) for _, c in found])
         long = [sd for sd, c in found if c["long"]]
         verdict = (f"; already long at seed{'s' if len(long) > 1 else ''} {words(long)}" if long
-                   else "; none yet long enough to count as long")
+                   else f"; none yet {loss_curves.LONG_FRACTION:g} times as long as its curve's rest at ℳ₀, so the "
+                        "window cannot tell whether it will be long")
         out.append(f"end on {name}, where the theory expects a long rest, from {starts} to the end of the window: "
                    f"at least {dwells} steps{verdict}")
     return out
-
-
-def relative_short_rests(ds, R: int) -> dict:
-    """{saddle name: [(seed, rest, M_0 rest), …]}: rank ``R``'s rests classified short (:func:`rest_classes`) that
-    last at least ``loss_curves.LONG_FRACTION`` of the same curve's rest at ℳ₀: short only against the rest rank one
-    would make there, which grows as 1/λ_d² (``loss_curves.expected_dwell``), not against the curve's own first
-    wait."""
-    out: dict[str, list] = {}
-    for sd in (int(x) for x in ds.seed.values):
-        classes = rest_classes(ds, R, sd)
-        first = next((c for c in classes[:1] if not c["subset"] and c["start"] == int(ds.step.values[0])), None)
-        for c in classes:
-            if first is not None and c["long"] is False and c["dwell"] >= loss_curves.LONG_FRACTION * first["dwell"]:
-                out.setdefault(c["name"], []).append((sd, c, first))
-    return out
-
-
-def relative_short_parts(ds, R: int) -> list[str]:
-    """Phrases on :func:`relative_short_rests`, one per saddle: the dwells beside the ℳ₀ rest's and the rank-one
-    wait that makes them short."""
-    return [f"short at {name} though as long as half the curve's own rest at ℳ₀ or more ("
-            + join([f"{c['dwell']} steps against {m0['dwell']} at seed {sd}" for sd, c, m0 in found])
-            + "): rank one would wait " + join([f"{c['expected']:.0f}" for _, c, _ in found])
-            + f" steps there, the escape time growing as 1/λ², and a rest counts as long from "
-              f"{loss_curves.LONG_FRACTION:g} of that"
-            for name, found in relative_short_rests(ds, R).items()]
 
 
 def _dwells(e: dict, kind: str) -> str:
@@ -236,7 +211,7 @@ def describe_rests(ds) -> None:
                     ("rest_start", "first step of each rest (-1: none)"), ("rest_end", "last step of each rest"),
                     ("rest_level", "the rest's loss, median over its slowest steps"),
                     ("rest_theory", "L(A_S) of the rest's saddle (theory.fixed_point_loss)"),
-                    ("rest_expected", "the dwell in steps of a three-factor escape there (loss_curves.expected_dwell)"),
+                    ("rest_expected", "the yardstick: the dwell of the curve's own rest at M_0 (classify_long)"),
                     ("rest_long", "1 long, 0 short, -1 not classified (cut by the end, or no rest at M_0)")):
         ds[k].attrs["description"] = text
 
