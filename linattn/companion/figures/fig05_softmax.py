@@ -185,7 +185,8 @@ def _found(ds, model: str):
 
 
 def _fall(ds, run: str):
-    """ATTN_M's, ATTN_S's (``run`` = ``"attn_m"``, ``"attn_s"``) or a check run's drops as ``loss_curves.count_drops`` gives them."""
+    """ATTN_M's, ATTN_S's (``run`` = ``"attn_m"``, ``"attn_s"``) or a check run's drops as ``loss_curves.count_drops``
+    gives them."""
     r = ds.sel(run=run)
     n = int(r.fall_drops)
     k = max(n - 1, 0)
