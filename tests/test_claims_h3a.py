@@ -450,3 +450,14 @@ def test_fig5_check_runs_give_their_pause_levels(fig5):
         loss = _runs_of(ds)[str(c)]
         for step in _stored(ds, str(c))[3]:
             assert f"{loss[int(step)]:.2f}" in said, (c, step)
+
+
+def test_fig5_attn_s_rate_span_stated(fig5):
+    """The span over which ATTN_S's fall rate is averaged, stated in steps, is 2 × n/400 samples of its own curve
+    (1/200 of the run, as the Published-vs-reproduced prose says), fine enough at the paper preset's 10001 steps to
+    see a pause of 50 steps."""
+    ds = fig5
+    w = fig05_softmax.words(ds)
+    loss = ds.train_loss.sel(model="attn_s").dropna("step")
+    span = 2 * max(1, loss.size // 400) * float(np.median(np.diff(loss.step.values)))
+    assert f"(averaged over {span:.0f} steps)" in w["detected"] and w["attn_s_span"] == "1/200"

@@ -383,7 +383,7 @@ def words(ds) -> dict:
                 paper_lrs=list_words([paper[k]["lr"] for k in MODELS]),
                 detected=" ".join(_detected(ds, k) for k in MODELS), reading=_reading(ds),
                 directions=_directions_words(ds), checks=_checks_words(ds),
-                drop_rule=loss_curves.drop_rule_words(),
+                drop_rule=loss_curves.drop_rule_words(), attn_s_span=f"1/{ATTN_S_RATE_WINDOW // 2}",
                 lr_scale=f"{paper['attn_m']['lr'] / common.ATTN_M_PAPER['lr']:g}",
                 caption_lead=published.page.caption_lead("Figure 5", bool(ds.attrs["published"])))
 
@@ -494,7 +494,7 @@ def check_words(ours: int, checks) -> str:
         final = f", ending at {c['final']:.3f}" if c.get("final") is not None else ""
         pauses = np.asarray(c.get("pause_losses", ()), dtype=np.float64)
         if pauses.size:
-            where += f", pausing at loss {list_words([f'{x:.2f}' for x in pauses])}"
+            where += f", pausing at loss {', '.join(f'{x:.2f}' for x in pauses)}"
         return f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where}{final}" + (
             "" if c["settled"] else " and still falling")
 
