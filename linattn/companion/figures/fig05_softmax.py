@@ -5,9 +5,10 @@ Two runs, the settings of Figures 1b and 3a with a softmax over the attention sc
 companion's softmax engine, ``linattn.objectives.softmax``). There is no theory for softmax attention: the
 linear-attention saddle losses L(M_0) … L(M_D) of the same covariance (``theory.plateau_losses``) and its minimum L*
 are drawn for reference only. Measured: the flat stretches and drops of each curve (``loss_curves.detect_plateaus``)
-and where it ends; which linear-attention directions each of ATTN_S's drops spans (:func:`directions_per_drop`);
-ATTN_M's drops counted from its fall rate, and whether each run has settled by its end (``loss_curves.count_drops``,
-which counts a fall still under way at the end). ATTN_M is trained again at the ``check_seeds`` and at half the
+and where it ends; each model's drops counted from its fall rate by one rule, ATTN_S's at a resolution fine enough
+to see a pause of a few tens of steps (:data:`ATTN_S_RATE_WINDOW`), and whether each run has settled by its end
+(``loss_curves.count_drops``, which counts a fall still under way at the end). The runs keep no weights, so the page
+does not say which directions a drop learns. ATTN_M is trained again at the ``check_seeds`` and at half the
 learning rate for twice the steps (:func:`check_configs`), so that the page can say whether its drops survive another
 draw and a smaller step. At the paper preset (published settings but n times the published learning rates) the
 paper's text for ATTN_M, a single drop, is set beside the run as a claim judged at those scaled rates
@@ -57,6 +58,10 @@ PRESETS = {
 # Settings a page must stay true at beyond the presets (tests/test_knob_cases.py builds each at the quick preset):
 # another D with one check seed and a short half-rate run, and another seed and H at a learning rate large enough
 # for several drops within the quick steps, with no check run at all
+# ATTN_S's fall rate is averaged over n/ATTN_S_RATE_WINDOW loss samples each side (loss_curves.fall_rate; 25 of the
+# paper preset's 10001), fine enough to see a slow stretch of a few tens of steps between two fast falls (the default,
+# n/120 samples, smooths one away)
+ATTN_S_RATE_WINDOW = 400
 KNOB_CASES = (dict(in_dim=3, check_seeds=[13], half_lr_epoch=601), dict(seed=4, head_num=3, lr=0.3, check_seeds=[]))
 HELP = {
     "check_seeds": "ATTN_M run again at each of these seeds, to check its drops",
@@ -94,24 +99,14 @@ def check_configs(S: dict) -> list[tuple]:
     return [(label, cfg) for label, cfg in runs(S).items() if label not in MODELS]
 
 
-def directions_per_drop(found_levels, linear_levels) -> list[list[int]]:
-    """Which eigen-directions each drop between consecutive detected plateaus spans, by linear attention's saddle
-    losses: each plateau is named by the nearest L(M_m) (``linear_levels``: L(M_0) … L(M_D)), and the drop from a
-    plateau named m to one named m' learns e_{m+1} … e_{m'} ([] where both get the same name). Softmax attention has
-    no saddle theory: the linear levels name the plateaus, they do not predict them."""
-    linear = np.asarray(linear_levels, dtype=np.float64)
-    m = [int(np.nanargmin(np.abs(linear - level))) for level in np.asarray(found_levels, dtype=np.float64)]
-    return [list(range(a + 1, b + 1)) for a, b in zip(m[:-1], m[1:])]
-
-
-
 def compute(S: dict):
     """Both runs' training losses (``train_loss``: model × step; the shorter run is NaN past its end) with what the
     plateau detector finds in each — the level, first and last step of each flat stretch (``plateau_level``,
     ``plateau_start``, ``plateau_end``: model × plateau), the step of each drop (``drop_step``: model × drop), their
     number (``drops``) — the final loss and the training's wall time; for reference, each model's
     linear-attention saddle losses (``plateau_theory``: model × m) and minimum (``loss_star``: model). For ATTN_M and
-    each check run (``run``: ``attn_m``, then the checks) its drops counted from the fall rate
+    each check run (``run``: ``attn_m``, ``attn_s``, then the checks; ATTN_S's fall rate averaged over
+    n/:data:`ATTN_S_RATE_WINDOW` samples each side) its drops counted from the fall rate
     (``loss_curves.count_drops``): their number, steps and shares of the fall (``fall_drops``, ``fall_drop_step``,
     ``fall_share``), the slow stretches between them (``pause_step``, ``pause_loss``, ``pause_dip``) and whether the
     run settled (``settled``)."""
@@ -121,7 +116,9 @@ def compute(S: dict):
     checks = [(label, r) for label, r in done.items() if label not in MODELS]
     models = {k: done[k] for k in MODELS}
     losses = [models[k].history.train_loss for k in MODELS]
-    counted = [loss_curves.count_drops(r.history.train_loss) for r in [models["attn_m"]] + [r for _, r in checks]]
+    counted = ([loss_curves.count_drops(models["attn_m"].history.train_loss),
+                loss_curves.count_drops(models["attn_s"].history.train_loss, window=_attn_s_window(losses[1]))]
+               + [loss_curves.count_drops(r.history.train_loss) for _, r in checks])
     n_fall = max([1] + [len(d) for d in counted])
     found = [loss_curves.detect_plateaus(L) for L in losses]
     levels = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in models.values()]
@@ -152,7 +149,7 @@ def compute(S: dict):
          "check_wall_time": ("check", [float(r.wall_time) for _, r in checks])},
         coords={"model": list(MODELS), "step": steps, "plateau": np.arange(n_plateaus),
                 "drop": np.arange(1, n_plateaus), "m": np.arange(max(len(v) for v in levels)),
-                "check": [label for label, _ in checks], "run": ["attn_m"] + [label for label, _ in checks],
+                "check": [label for label, _ in checks], "run": ["attn_m", "attn_s"] + [label for label, _ in checks],
                 "fall_drop": np.arange(1, n_fall + 1), "pause": np.arange(1, n_fall)},
         attrs=settings_attrs(S, engine=models["attn_m"].engine, seeds=S["seed"],
                              runs={k: r.config.to_dict() for k, r in models.items()}))
@@ -162,8 +159,15 @@ def compute(S: dict):
     ds.check_loss.attrs["description"] = "ATTN_M's check runs: other seeds, and half the learning rate"
     ds.train_loss.attrs["description"] = "training loss (NaN past the end of the shorter run)"
     ds.plateau_theory.attrs["description"] = "linear attention's saddle losses L(M_m), for reference only"
-    ds.fall_drops.attrs["description"] = "ATTN_M's drops counted from the fall rate (loss_curves.count_drops)"
+    ds.fall_drops.attrs["description"] = ("each run's drops counted from the fall rate (loss_curves.count_drops; "
+                                          "ATTN_S's rate averaged over window samples each side)")
+    ds.fall_drops.attrs["window"] = _attn_s_window(losses[1])
     return ds
+
+
+def _attn_s_window(loss) -> int:
+    """The samples each side over which ATTN_S's fall rate is averaged: max(1, n / :data:`ATTN_S_RATE_WINDOW`)."""
+    return max(1, len(loss) // ATTN_S_RATE_WINDOW)
 
 
 def _runs(ds) -> dict:
@@ -181,7 +185,8 @@ def _found(ds, model: str):
 
 
 def _fall(ds, run: str):
-    """ATTN_M's (``run`` = ``"attn_m"``) or a check run's drops as ``loss_curves.count_drops`` gives them."""
+    """ATTN_M's, ATTN_S's (``run`` = ``"attn_m"``, ``"attn_s"``) or a check run's drops as ``loss_curves.count_drops``
+    gives them."""
     r = ds.sel(run=run)
     n = int(r.fall_drops)
     k = max(n - 1, 0)
@@ -195,6 +200,7 @@ def checks(ds) -> list[dict]:
     run's) and the last loss."""
     lr = float(_runs(ds)["attn_m"]["lr"])
     return [dict(label=str(c), drops=len(_fall(ds, c)), drop_steps=_fall(ds, c).steps, settled=_fall(ds, c).settled,
+                 pause_losses=_fall(ds, c).pause_losses,
                  step_scale=float(ds.check_lr.sel(check=c)) / lr,
                  final=float(ds.check_loss.sel(check=c).dropna("step")[-1])) for c in ds.check.values]
 
@@ -240,8 +246,8 @@ def numbers(ds) -> list[dict]:
 
 
 def _drop_count(ds, key: str) -> int:
-    """ATTN_M's drops counted from its fall rate (:func:`_fall`); ATTN_S's, the plateau detector's."""
-    return len(_fall(ds, key)) if key == "attn_m" else int(ds.drops.sel(model=key))
+    """A model's drops counted from its fall rate (:func:`_fall`)."""
+    return len(_fall(ds, key))
 
 
 def _drops_quantity(ds, key: str) -> str:
@@ -249,7 +255,7 @@ def _drops_quantity(ds, key: str) -> str:
     if key == "attn_m":
         scaled = f" at {lr_scale(ds):g}× the published learning rates" if ds.attrs["published"] else ""
         return f"{TITLES[key]}{scaled}: drops counted"
-    return f"{TITLES[key]}: drops detected"
+    return f"{TITLES[key]}: drops counted"
 
 
 def _check_words(ds, c) -> str:
@@ -265,7 +271,7 @@ def table(ds) -> MarkdownTable:
     rows = []
     for key in MODELS:
         final, L_star = float(ds.final_loss.sel(model=key)), float(ds.loss_star.sel(model=key))
-        steps = _fall(ds, key).steps if key == "attn_m" else _found(ds, key).drop_steps
+        steps = _fall(ds, key).steps
         rows.append(dict(model=TITLES[key], paper=PAPER[key], drops=f"{_drop_count(ds, key)}{_unsettled(ds, key)}",
                          L_star=L_star, steps=list_words(np.round(steps)),
                          final=f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"))
@@ -283,31 +289,27 @@ def table(ds) -> MarkdownTable:
 
 
 def _unsettled(ds, run: str):
-    """", still falling at the end" where an ATTN_M run has not settled (:func:`_fall`), else nothing."""
-    return "" if run == "attn_s" or _fall(ds, run).settled else ", still falling at the end"
+    """", still falling at the end" where a run has not settled (:func:`_fall`), else nothing."""
+    return "" if _fall(ds, run).settled else ", still falling at the end"
 
 
 def _count(n: int, what: str) -> str:
     return {0: f"no {what}", 1: f"one {what}"}.get(n, f"{n} {what}s")
 
 
-def _detected(ds, key: str, first: bool) -> str:
-    """One sentence: the drops found in ``key``'s loss and its last loss — ATTN_M's counted from its fall rate
-    (:func:`_fall`, ``drops_words``), ATTN_S's with the plateaus between them."""
-    final, name = float(ds.final_loss.sel(model=key)), TITLES[key]
-    if key == "attn_m":
-        d = _fall(ds, key)
-        return (f"Counted from its fall rate, the loss of {name} falls in {drops_words(d)}; its last "
-                f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}.")
-    p = _found(ds, key)
-    n = len(p.drop_steps)
-    finds = "In this run the plateau detector finds" if first else "The plateau detector finds"
-    if n == 0:
-        rest = (f"its loss rests at {p.levels[0]:.2f}" if len(p.levels) else "its loss has no flat stretch")
-        return f"{finds} no drop of {name}: {rest} and ends at {final:.3f}."
-    steps = f"at step {p.drop_steps[0]:.0f}" if n == 1 else f"at steps {list_words(p.drop_steps)}"
-    return (f"{finds} {_count(n, 'drop')} of {name}, {steps}, between plateaus at "
-            f"{list_words(np.round(p.levels, 2))}; its last loss is {final:.3f}.")
+def _detected(ds, key: str) -> str:
+    """One sentence: the drops counted from ``key``'s fall rate (:func:`_fall`, ``drops_words``; ATTN_S's at the
+    resolution of :func:`_resolution`) and its last loss."""
+    final, name, d = float(ds.final_loss.sel(model=key)), TITLES[key], _fall(ds, key)
+    where = f" (averaged over {_resolution(ds)} steps)" if key == "attn_s" else ""
+    return (f"Counted from its fall rate{where}, the loss of {name} falls in {drops_words(d)}; its last "
+            f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}.")
+
+
+def _resolution(ds) -> int:
+    """The steps across which ATTN_S's fall rate is averaged: twice its window of loss samples."""
+    loss = ds.train_loss.sel(model="attn_s").dropna("step")
+    return int(round(2 * int(ds.fall_drops.attrs["window"]) * float(np.median(np.diff(loss.step.values)))))
 
 
 def _shoulder(ds) -> bool:
@@ -324,7 +326,7 @@ def _reading(ds) -> str:
     off_saddles = all(np.nanmin(np.abs(linear - L)) > 0.02 for L in d.pause_losses)
     one = len(d.pause_losses) == 1
     text = ("**What the paper preset shows** (at n times the published learning rates). "
-            + ("Softmax ATTN_S learns in a staircase, as the paper says. " if int(ds.drops.sel(model="attn_s")) > 1
+            + ("Softmax ATTN_S learns in a staircase, as the paper says. " if _drop_count(ds, "attn_s") > 1
                else "")
             + f"Softmax ATTN_M does not fall in one sigmoid: its fall slows nearly to a halt "
             f"{'once' if one else f'{len(d.pause_losses)} times'} (the fall rate dips to "
@@ -336,33 +338,12 @@ def _reading(ds) -> str:
     return text
 
 
-def _subscript(d: int) -> str:
-    return "e" + str(d).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
-
-
 def _directions_words(ds) -> str:
-    """Softmax ATTN_S's drops, each with the linear-attention directions it spans (:func:`directions_per_drop`),
-    its step, and, where one drop spans several, its fall beside the sum of linear attention's drops
-    L(M_a) − L(M_b) = Σ λ_d/c_d over them."""
-    p = _found(ds, "attn_s")
-    linear = ds.plateau_theory.sel(model="attn_s").dropna("m").values
-    spans = directions_per_drop(p.levels, linear)
-    if not spans:
-        return "The detector finds no drop in softmax ATTN_S's loss."
-    items = []
-    for k, (dirs, step) in enumerate(zip(spans, p.drop_steps)):
-        fall = p.levels[k] - p.levels[k + 1]
-        named = " and ".join(_subscript(d) for d in dirs) if dirs else "no new direction"
-        item = f"at step {step:.0f} {named}{' together' if len(dirs) > 1 else ''}"
-        if len(dirs) > 1:
-            item += (f" (it falls {fall:.3f}, from {p.levels[k]:.3f} to {p.levels[k + 1]:.3f}; linear attention's "
-                     + " + ".join(f"λ{d}/c{d}".translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")) for d in dirs)
-                     + f" = {linear[dirs[0] - 1] - linear[dirs[-1]]:.3f})")
-        items.append(item)
-    learned = sorted(d for dirs in spans for d in dirs)
-    return (f"Named by the nearest of linear attention's saddle losses, softmax ATTN_S's "
-            f"{_count(len(spans), 'drop')} learn {'; '.join(items)}: {_count(len(spans), 'drop')} for "
-            f"{_count(len(learned), 'direction')}, not one drop per direction.")
+    """What the page does not read: which directions each of softmax ATTN_S's drops learns (the run keeps no
+    weights, and linear attention's saddle losses do not apply to softmax)."""
+    return (f"Which directions each of softmax ATTN_S's {_count(_drop_count(ds, 'attn_s'), 'drop')} learns is not "
+            "read here: the runs keep no weights, and linear attention's saddle losses, drawn for reference, do not "
+            "name softmax's plateaus.")
 
 
 def _checks_words(ds) -> str:
@@ -383,9 +364,8 @@ def words(ds) -> dict:
     """The values and sentences the page's prose quotes, by name (for ``output.glue``)."""
     runs = _runs(ds)
     m, s = _drop_count(ds, "attn_m"), _drop_count(ds, "attn_s")
-    lead = (f"In this run the plateau detector finds {_count(s, 'drop')} in the loss of ATTN_S, with separate keys "
-            f"and queries, and, counted from its fall rate, {_count(m, 'drop')} in that of ATTN_M, with merged key "
-            "and query")
+    lead = (f"In this run, counted from the fall rate, the loss of ATTN_S, with separate keys and queries, falls in "
+            f"{_count(s, 'drop')}, and that of ATTN_M, with merged key and query, in {_count(m, 'drop')}")
     if _shoulder(ds) and s > 1:
         lead += ("; at the published sizes, with n times the published learning rates, ATTN_S learns in a "
                  "staircase, as linear attention does, and ATTN_M's fall slows between drops (the paper describes "
@@ -401,9 +381,9 @@ def words(ds) -> dict:
                 ms_per_step=f"{1e3 * float(ds.wall_time.sel(model='attn_s')) / runs['attn_s']['epoch']:.2g} ms",
                 settings_m=_describe(runs["attn_m"]), settings_s=_describe(runs["attn_s"]),
                 paper_lrs=list_words([paper[k]["lr"] for k in MODELS]),
-                detected=" ".join(_detected(ds, k, k == MODELS[0]) for k in MODELS), reading=_reading(ds),
+                detected=" ".join(_detected(ds, k) for k in MODELS), reading=_reading(ds),
                 directions=_directions_words(ds), checks=_checks_words(ds),
-                drop_rule=loss_curves.drop_rule_words(),
+                drop_rule=loss_curves.drop_rule_words(), attn_s_span=f"1/{ATTN_S_RATE_WINDOW // 2}",
                 lr_scale=f"{paper['attn_m']['lr'] / common.ATTN_M_PAPER['lr']:g}",
                 caption_lead=published.page.caption_lead("Figure 5", bool(ds.attrs["published"])))
 
@@ -512,6 +492,9 @@ def check_words(ours: int, checks) -> str:
         if steps.size and c["step_scale"] != 1:
             where += f" ({list_words(np.round(steps * c['step_scale']))} in the main run's steps)"
         final = f", ending at {c['final']:.3f}" if c.get("final") is not None else ""
+        pauses = np.asarray(c.get("pause_losses", ()), dtype=np.float64)
+        if pauses.size:
+            where += f", pausing at loss {', '.join(f'{x:.2f}' for x in pauses)}"
         return f"{c['label']}, {n} drop{'' if n == 1 else 's'}{where}{final}" + (
             "" if c["settled"] else " and still falling")
 
