@@ -401,11 +401,11 @@ def test_every_saddle_level_found_lies_nearest_its_own_theory_level(seed):
 def test_rank_summary_counts_directions_and_compares_long_plateaus_with_the_theory():
     """A synthetic rank-two curve on D = 4 saddles: long rests at M_0 and M_2, a blip at M_1, ending on M_3."""
     levels = np.array([1.0, 0.8, 0.6, 0.4, 0.2])
-    loss = np.concatenate([np.full(800, 1.0), np.full(30, 0.8), np.full(700, 0.6), np.full(400, 0.4)])
+    loss = np.concatenate([np.full(800, 1.0), np.full(30, 0.8), np.full(700, 0.6), np.full(500, 0.4)])
     loss = np.convolve(np.pad(loss, 5, mode="edge"), np.ones(11) / 11, mode="valid")
-    s = lc.rank_summary(loss, levels, 2, eigenvalues=[0.4, 0.35, 0.3, 0.25])  # M_2 should last 800·0.49 = 392
+    s = lc.rank_summary(loss, levels, 2, eigenvalues=[0.4, 0.35, 0.3, 0.25])  # long: half the own M_0 rest, 400
     assert s.learned == 3 and s.final_theory == 0.4 and s.final_loss == pytest.approx(0.4)
-    # M_3 is cut by the end, but its 400 steps already pass half of 800·(1.6² − (4/3)²) = 626: long
+    # M_3 is cut by the end, but its 500 steps already pass half of the curve's own 800-step rest at M_0: long
     assert s.plateaus.long == [0, 2, 3] and s.expected_long == [0, 2]
     rows = {r["quantity"]: r for r in s.rows(" (window)", paper_learned=4, predicted_learned=4)}
     assert rows["R=2: long plateaus m (window) (theory: multiples of R)"]["reproduced"] == "0 2 3"
@@ -521,7 +521,8 @@ def test_learning_course_tells_kept_transient_and_not_learned_apart():
 def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_range_apart():
     """A staircase with known rests whose last two levels (0.205, 0.2) lie 0.005 apart, under 1 % of the range
     (0.008): the detector by flatness merges them into one stretch, the classifier by saddle bands finds both rests,
-    each with its length, and calls long each complete rest at least half as long as rank one's rest there."""
+    each with its length, and calls long each rest at least half as long as the curve's own rest at M_0 (the minimum
+    M_4, no plateau, is never classified)."""
     levels = np.array([1.0, 0.6, 0.3, 0.205, 0.2])
     rests = [(1.0, 600), (0.6, 40), (0.3, 400), (0.205, 700), (0.2, 300)]
     loss = _staircase(rests)
@@ -532,11 +533,9 @@ def test_the_classifier_keeps_adjacent_levels_closer_than_one_percent_of_the_ran
     assert np.allclose(p.levels, [lv for lv, _ in rests])
     lam = np.array([0.5, 0.45, 0.4, 0.3, 0.29])
     sp = lc.saddle_plateaus(loss, levels, eigenvalues=lam)
-    assert [mm for mm, _ in sp.complete] == [0, 1, 2, 3] and sp.long == [0, 2, 3, 4]  # M_4 runs to the end, long
-    t0 = sp.complete[0][1]  # the rest at M_0 starts the curve: its length is the first escape's step
-    # as for rank one: a fresh head escapes along e_d at t0 (λ_1/λ_d)² from step 0, so M_m lasts the difference
-    expected = {m: t0 * ((lam[0] / lam[m]) ** 2 - (lam[0] / lam[m - 1]) ** 2) for m in (1, 2, 3)}
-    assert {m for m, d in sp.complete[1:] if d >= expected[m] / 2} | {0} == set(sp.long) - {4}
+    assert [mm for mm, _ in sp.complete] == [0, 1, 2, 3] and sp.long == [0, 2, 3]  # M_4 is the minimum
+    t0 = sp.complete[0][1]  # the rest at M_0 starts the curve: its length is the yardstick
+    assert {m for m, d in sp.complete[1:] if d >= t0 / 2} | {0} == set(sp.long)
 
 
 def test_rest_bands_split_each_gap_in_thirds_and_a_loss_between_bands_is_no_rest():
