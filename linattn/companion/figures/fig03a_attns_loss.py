@@ -264,10 +264,10 @@ def summary(ds) -> str:
     text = published.page.summary(compared, PUBLISHED_IMAGE)
     if compared:
         text = PAIRING + text
-        text += ("\n\nOne source of difference is known: numpy draws the tokens through an SVD of $\\Lambda$ whose "
-                 "singular-vector signs depend on the LAPACK library, and the first two drops, which learn the two "
-                 "largest directions, depend on those signs least. That cause is not tested here: no run with the "
-                 "other sign pattern was made, so the later drops' differences are not shown to come from it.")
+        text += ("\n\nOne possible source of difference, not tested here: numpy draws the tokens through an SVD of "
+                 "$\\Lambda$ whose singular-vector signs depend on the LAPACK library, so our data need not be the "
+                 "published run's. No run with another sign pattern was made, so none of the differences above is "
+                 "shown to come from it.")
     return text
 
 

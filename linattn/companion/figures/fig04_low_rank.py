@@ -179,7 +179,7 @@ def numbers(ds) -> list[dict]:
     drop (when every direction was learned) and its final loss, each drop's step beside its prediction from the run's
     own initial weights; for rank one also beside the one-head escape-time estimate, and the plateau pairs where the
     later one is shorter, beside the estimate's; the paper's claim at the published settings."""
-    paper, window, D = bool(ds.attrs["published"]), ds.attrs["window"], ds.sizes["direction"]
+    window, D = ds.attrs["window"], ds.sizes["direction"]
     levels, rows, seeds = ds.plateau_theory.values, [], [int(x) for x in ds.seed.values]
     for R in (int(x) for x in ds["rank"].values):
         r, h = ds.sel(rank=R), int(ds.horizon.sel(rank=R))
@@ -193,8 +193,7 @@ def numbers(ds) -> list[dict]:
         rows.append(dict(key=f"R{R}.extended.learned",
                          quantity=f"R={R}: directions learned in the extended run ({h} steps); theory: predicted "
                                   "from its initial weights",
-                         paper=D if R == 1 and paper else None, theory=int(np.sum(np.isfinite(pred))),
-                         reproduced=learned))
+                         theory=int(np.sum(np.isfinite(pred))), reproduced=learned))  # the paper: levels (claim)
         if learned == D:
             rows.append(dict(key=f"R{R}.extended.last_drop",
                              quantity=f"R={R}: step of the last drop (all {D} directions learned), extended run",

@@ -175,7 +175,7 @@ def end_at_loss_star(ds) -> str:
     judged = uncertainty.verdict(diff, uncertainty.difference_band(se))
     where = {uncertainty.AGREES: "within", uncertainty.DIFFERS: "beyond"}.get(judged, "at the edge of")
     return (f"At c = 1 the in-context test loss ends at {prose_text(end, 4)}, {prose_text(diff, 2)} from L*: "
-            f"{where} twice its standard error on the test set ({prose_text(2 * se, 2)}).")
+            f"{where} twice its standard error on the test set (2 × {prose_text(se, 2)} = {prose_text(2 * se, 2)}).")
 
 
 def run_table(ds) -> MarkdownTable:
