@@ -66,7 +66,7 @@ def _settings(run: dict) -> dict:
 def step_cpu(run: dict, repeats: int = 3, measured_s: float = 0.3) -> float:
     """CPU seconds of one step of ``run``'s engine at its settings (differences of two runs, see the module)."""
     import linattn
-    from linattn import experiment
+    from linattn.training import experiment
 
     # its figure hands a run with a cov_matrix its data: drawn here from streams (the step costs the same)
     settings = dict(_settings(run), **({"draws": "streams"} if run["settings"]["cov_matrix"] is not None else {}))
