@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import Any, Callable
 
 from ..config import SETTINGS, ConfigError, RunConfig
 from ..errors import ALONE
@@ -117,7 +118,8 @@ class StoreTyped(argparse.Action):
         getattr(namespace, TYPED)[self.dest] = option_string
 
 
-_ARG_TYPES = {"int": int, "size": _size, "number": _finite, "numbers": _floats, "str": None}
+_ARG_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int, "size": _size, "number": _finite, "numbers": _floats, "str": str}
 
 
 def add_train_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:

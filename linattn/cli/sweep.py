@@ -26,7 +26,7 @@ def _run_flags() -> dict[str, argparse.Action]:
     dashes) → the train parser's action for it, whose type and choices read the values."""
     p = Parser(prog="linattn sweep")
     add_train_arguments(p, sweep=True)
-    names = {}
+    names: dict[str, argparse.Action] = {}
     for action in p._actions:
         if action.dest in RunConfig.field_names():
             names.update({opt.lstrip("-"): action for opt in action.option_strings}, **{action.dest: action})
@@ -56,7 +56,7 @@ def _grid_value(given: _Given, text: str, action: argparse.Action):
             raise UsageError(f"{given}: expected true or false, got {text!r}")
         return text.lower() in _TRUE
     try:
-        value = action.type(text) if action.type else text
+        value = action.type(text) if callable(action.type) else text
     except (argparse.ArgumentTypeError, ValueError) as e:
         detail = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"expected an integer, got {text!r}"
         raise UsageError(f"{given}: {detail}") from None
@@ -106,7 +106,7 @@ def _spec_loader():
                                    for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
         def construct_mapping(self, node, deep=False):
-            seen = {}
+            seen: dict[object, int] = {}  # key → its line
             for key_node, value_node in node.value:
                 key = self.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
@@ -160,10 +160,10 @@ def sweep_grid(grid_args: list[str], spec: Path | None) -> dict:
     the spec file."""
     entries = [] if spec is None else _spec_entries(spec)
     for arg in grid_args:
-        key, sep, values = arg.partition("=")
+        key, sep, listed = arg.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--grid {arg}: expected KEY=V1,V2,… or KEY=START:STOP[:STEP]")
-        entries.append((_Given(key.strip()), values))
+        entries.append((_Given(key.strip()), listed))
     flags, grid = _run_flags(), {}
     for given, values in entries:
         action = flags.get(given.key)

@@ -119,8 +119,8 @@ def cmd_train(args) -> int:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     out = args.out or default_out(cfg)
     existed = out.is_dir()
-    placed = []  # set once the run's folder is in place: what an interruption after that keeps
-    unfinished = []  # the temporary folder and the parent folders made for it, while the run is not in place
+    placed: list[Path] = []  # set once the run's folder is in place: what an interruption after that keeps
+    unfinished: list[Path] = []  # the temporary folder and the parent folders made for it, while the run is not in place
     done = None
     try:
         with signals_interrupt(stuck=lambda signum: _stuck(signum, unfinished, out, existed)):
@@ -203,6 +203,7 @@ def _train_into(checked, out: Path, args, placed: list, *, snapshot_every: int, 
     from ..training.keys import run_key
     from ..training.train import TrainingDiverged
 
+    tmp: Path | None  # None once the folder is in place
     tmp, created = prepare_out(out, args.overwrite)
     held = ExitStack()  # out's lock: released before the folders made for the run are removed
     unfinished[:] = [tmp, *created]

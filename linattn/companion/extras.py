@@ -15,6 +15,14 @@ _REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?"
 _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 
+def _requirement(text: str) -> re.Match[str]:
+    """The match of a ``Requires-Dist`` line's project name (group 1) and extras (group 2)."""
+    m = _REQUIREMENT.match(text)
+    if m is None:
+        raise ValueError(f"not a requirement: {text!r}")
+    return m
+
+
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -30,7 +38,7 @@ def requirements(extra: str | None, package: str = "linattn", declared: list[str
         except metadata.PackageNotFoundError:
             return []
     if extra is None:
-        return [_REQUIREMENT.match(r).group(1) for r in declared if _EXTRA_MARKER.search(r.partition(";")[2]) is None]
+        return [_requirement(r).group(1) for r in declared if _EXTRA_MARKER.search(r.partition(";")[2]) is None]
     names, todo, seen = [], [extra], set()
     while todo:
         wanted = todo.pop()
@@ -40,7 +48,7 @@ def requirements(extra: str | None, package: str = "linattn", declared: list[str
             m = _EXTRA_MARKER.search(marker)
             if m is None or m.group(1) != wanted:
                 continue
-            name, inner = _REQUIREMENT.match(requirement).groups()
+            name, inner = _requirement(requirement).groups()
             if _normal(name) == _normal(package):
                 todo += [e.strip() for e in (inner or "").split(",") if e.strip() and e.strip() not in seen]
             elif name not in names:

@@ -3,7 +3,12 @@ and the primitives of drawn schematics (nodes, edges, arrows, boxes)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 # Every text is at least FONT_PT: the book shows figures at most about 650 px wide (its content column), and a
 # figure whose SVG is at most _CONTENT_WIDTH_IN wide is shown at its natural size or shrunk only a little, so that
@@ -11,7 +16,7 @@ import numpy as np
 # tests/readability.py). Lay figures out at most _CONTENT_WIDTH_IN wide, text included.
 FONT_PT = 10.0
 _CONTENT_WIDTH_IN = 6.8
-_STYLE = {
+_STYLE: dict[RcKeyType, Any] = {
     "figure.figsize": (6.4, 3.6),
     "font.size": FONT_PT,
     "axes.titlesize": 10.5,
@@ -29,7 +34,7 @@ _STYLE = {
     "svg.hashsalt": "linattn",  # stable ids in the SVG output
 }
 _THEORY_LINE = dict(color="0.45", linestyle=":", linewidth=1.1)
-_THEORY_TEXT = {"color": "0.3", "fontsize": FONT_PT}
+_THEORY_TEXT: dict[str, Any] = {"color": "0.3", "fontsize": FONT_PT}
 
 
 def use_style() -> None:

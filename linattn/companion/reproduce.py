@@ -130,8 +130,8 @@ def check(names: list[str], root: Path, *, fresh_runs: bool = False) -> int:
     import pytest
 
     root = Path(root).resolve()
-    with tempfile.TemporaryDirectory(prefix="linattn-reproduce-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="linattn-reproduce-") as tmp_name:
+        tmp = Path(tmp_name)
         into = tmp / "figures"
         into.mkdir()
         reports = {n for n in names if cachekey.is_report(n, nbformat.read(root / f"{n}.ipynb", as_version=4))}

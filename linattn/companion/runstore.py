@@ -61,6 +61,7 @@ import time
 import warnings
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ from ..objectives.native import KnownFallback, fallback_reason
 from ..records import remove_stale_temps, temp_dir, write_json
 from ..training.experiment import run
 from ..training.keys import run_key
-from ..training.plan import plan
+from ..training.plan import Plan, plan
 from ..training.result import RunResult, load_run, write_outputs
 from ..training.train import History
 from .runner.paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
@@ -201,6 +202,13 @@ def default_root() -> Path:
     return run_store_dir()
 
 
+def _final_weights(res: RunResult) -> dict[str, np.ndarray]:
+    """The run's final weights, which every run the store trains or reads holds (a checkpoint's)."""
+    if res.weights is None:
+        raise DamagedEntry("the run's final weights are missing")
+    return res.weights
+
+
 class _Entry:
     """One key's trajectory: the run of every step up to ``last`` (its history, the snapshots at multiples of the
     interval and at every checkpoint, its initial and last weights) and the weights at every checkpoint."""
@@ -214,7 +222,7 @@ class _Entry:
 
     @classmethod
     def from_result(cls, res: RunResult) -> "_Entry":
-        return cls(res, {res.config.epoch: res.weights})
+        return cls(res, {res.config.epoch: _final_weights(res)})
 
     def extend(self, res: RunResult, start: int) -> None:
         """Add the continuation ``res`` (steps ``start`` … ``start + epoch``): its rows past ``last``, its snapshots
@@ -231,14 +239,14 @@ class _Entry:
         h.snapshots = sorted(dict(h.snapshots + res.history.snapshots).items())
         h.wall_time += res.history.wall_time
         self.run.wall_time += res.history.wall_time
-        self.checkpoints[end] = res.weights
+        self.checkpoints[end] = _final_weights(res)
 
     def view(self, cfg: RunConfig, key: str, trained: int, given: Datasets | None, more) -> RunResult:
         """The run of ``cfg`` (its first ``cfg.epoch`` steps) as :func:`linattn.run` would have returned it
         (``given``: the data given in place of drawn ones, as the run's plan holds them)."""
         E, k, h = cfg.epoch, self.run.snapshot_every, self.run.history
         rows = h.step < E if cfg.dynamics == "gd" else h.step <= E  # a flow run may record its end, sparsely
-        cut = {name: None if getattr(h, name) is None else getattr(h, name)[rows]
+        cut: dict[str, Any] = {name: None if getattr(h, name) is None else getattr(h, name)[rows]
                for name in ("step", "train_loss", "test_iwl", "test_icl", "values")}
         snaps = dict(h.snapshots)
         history = History(**{**cut, "values": cut["values"] if cfg.track_value else None},
@@ -277,7 +285,7 @@ class _Entry:
             raise DamagedEntry(f"its last checkpoint is not its length {E}")
         if res.init is None or res.weights is None:
             raise DamagedEntry("its initial or final weights are missing")
-        checkpoints = {int(c): {} for c in res.info["checkpoints"]}
+        checkpoints: dict[int, dict[str, np.ndarray]] = {int(c): {} for c in res.info["checkpoints"]}
         with np.load(folder / CHECKPOINTS) as f:
             for name in f.files:
                 step, _, n = name.partition("/")
@@ -442,7 +450,7 @@ class RunStore:
             for key in sorted({key for _, key in asked}):
                 held.enter_context(self._locked(key))
             started = time.perf_counter()
-            first = {}  # one training per key
+            first: dict[str, Plan] = {}  # one training per key
             for checked, key in asked:
                 first.setdefault(key, checked)
             entries = {key: self._stored(key) for key in first}
@@ -529,13 +537,20 @@ def stored_run(cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = N
     return RunStore(root).get(cfg, snapshot_every=snapshot_every, init=init, data=data)
 
 
+def _own_cov(result: RunResult) -> np.ndarray:
+    """The run's own covariance Λ (``result.datasets.cov``); a run read back without its data has none (ValueError)."""
+    if result.datasets is None:
+        raise ValueError("the run holds no data, so not its covariance: it was given data that were not saved")
+    return result.datasets.cov
+
+
 def population_twin(result: RunResult, root=None) -> RunResult:
     """The run's model trained on the population loss (P → ∞, the ``population`` engine) from the run's own initial
     weights, on its covariance Λ, at its learning rate for its number of steps, from the store: the theory's loss
     curve from the same start, every head and every weight included, to set beside the run with the same rules
     (e.g. ``loss_curves.half_drop_step``). It costs about as much as the exact run of a small P (ATTN_M at D = 4,
     H = 8, 6001 steps: 2 s)."""
-    return stored_run(result.config.on_population(result.datasets.cov), init=result.init, root=root)
+    return stored_run(result.config.on_population(_own_cov(result)), init=result.init, root=root)
 
 
 def predicted_drop_steps(result: RunResult, *, horizon: int | None = None, chunk: int = 20000,
@@ -557,7 +572,7 @@ def predicted_drop_steps(result: RunResult, *, horizon: int | None = None, chunk
     if config.model != "attnS" or config.vary_len:
         raise ValueError(f"predicted_drop_steps: the saddles L(M_m) are ATTN_S's without vary_len, not "
                          f"model={config.model!r}, vary_len={config.vary_len}")
-    cov = np.asarray(result.datasets.cov, dtype=np.float64)
+    cov = np.asarray(_own_cov(result), dtype=np.float64)
     levels = theory.plateau_losses(cov, config.N)
     horizon = config.epoch if horizon is None else int(horizon)
     base = dataclasses.replace(config.on_population(cov), dynamics="gd")

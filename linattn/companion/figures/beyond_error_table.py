@@ -22,12 +22,12 @@ from ..runner.notebooks import discover
 from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS
 
 NAME = __name__.rsplit(".", 1)[-1]
-PRESETS = {
+PRESETS: dict[str, dict] = {
     "quick": dict(),
     "paper": dict(),
 }
 KNOB_CASES = ()  # no parameter of its own (it reads the other pages' outputs): nothing for a reader to vary
-TOLERANCES = []  # nothing its quick build's numbers are held to (its page says why)
+TOLERANCES: list[tuple[str, str, float]] = []  # nothing its quick build's numbers are held to (its page says why)
 # the names in linattn.companion.published it compares with
 PUBLISHED = ("REPORT_GROUPS",)
 

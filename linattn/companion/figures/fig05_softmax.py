@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from .common.frame import padded, settings_attrs
 from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     # Published: the settings of Figures 1b and 3a plus --softmax. At small weights a softmax head attends
     # uniformly, so its prediction and every gradient carry a factor 1/n (n = seq_len = 32) that linear attention
     # does not (the linearisation of the softmax at small weights). The paper preset keeps everything published (P,
@@ -73,7 +74,7 @@ README_ROWS = (
     ("5", "softmax ATTN_M, ATTN_S at 32× the published learning rates: drops", ("claim.figure_5|drops.attn_m",
                                                                                "drops.attn_s")),
 )
-TOLERANCES = []  # nothing its quick build's numbers are held to (its page says why)
+TOLERANCES: list[tuple[str, str, float]] = []  # nothing its quick build's numbers are held to (its page says why)
 # the names (in this module) of the paper's number and the rule it compares with
 PUBLISHED = ("PUBLISHED_ATTN_M_DROPS", "single_drop_claim")
 MODELS = ("attn_m", "attn_s")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,8 @@ def measure(curves: dict, how: tuple, curve: str, steps=None) -> float:
     happen (a level never crossed). ``steps`` (default 0, 1, 2, …) is the step of each sample."""
     y = np.atleast_1d(np.asarray(curves[curve], dtype=np.float64))
     x = np.arange(y.size) if steps is None else np.asarray(steps)
-    kind, arg = how[0], (how[1] if len(how) > 1 else None)
+    kind = how[0]
+    arg: Any = how[1] if len(how) > 1 else None  # its type is the kind's: a level, a step, a window, (lag's) a tuple
     if kind == "below":
         return first_step_below(y, arg, x)
     if kind == "above":
@@ -67,7 +69,8 @@ def measure(curves: dict, how: tuple, curve: str, steps=None) -> float:
     if kind == "final":
         return float(y[-1])
     if kind == "lag":
-        return _crossing_lag(y, np.asarray(curves["reference"], dtype=np.float64), *arg, steps=x)
+        low, high = arg
+        return _crossing_lag(y, np.asarray(curves["reference"], dtype=np.float64), low, high, steps=x)
     inside = _window(x, arg)
     if not inside.any():
         return math.nan
@@ -170,7 +173,7 @@ def _errors(r: Reading, ours: float, sampling: dict, twins: dict, last_step) -> 
     s = sampling.get(r.curve)
     where = r.sampled(last_step)
     se = getattr(s, where) if s is not None and where else None
-    if se is None or isinstance(r.value, tuple):
+    if s is None or se is None or isinstance(r.value, tuple):
         return None, 0.0
     if s.kind == "train":
         return None, training_loss_margin(se)

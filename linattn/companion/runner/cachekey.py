@@ -57,7 +57,7 @@ def figure_key(name: str, text: str, params: dict, *, root: Path, reads: list[st
     return _cache_key(text, params, sources, versions, _inputs_hash(root, reads) if report else None)
 
 
-def is_current(root: Path, name: str, key: str) -> bool:
+def is_current(root: Path, name: str, key: str | None) -> bool:
     key_file = Path(root) / name / CACHE_KEY
     return (Path(root) / f"{name}.ipynb").is_file() and key_file.is_file() and key_file.read_text().strip() == key
 

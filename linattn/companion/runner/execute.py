@@ -22,6 +22,7 @@ import signal
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from ...records import atomic_write
 from .. import presets
@@ -285,7 +286,7 @@ def execute_figure(name: str, text: str, root: str, params: dict, key: str, *, t
     reads the figures named in ``reads`` from ``root``."""
     root_p = Path(root)
     start, cpu_start = time.perf_counter(), _children_cpu()
-    result = {"ok": False, "cached": False, "error": None, "notebook": None, "fallbacks": [], "notes": []}
+    result: dict[str, Any] = {"ok": False, "cached": False, "error": None, "notebook": None, "fallbacks": [], "notes": []}
 
     def timed(**kw):
         return {**result, **kw, "seconds": time.perf_counter() - start,

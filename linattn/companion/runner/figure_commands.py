@@ -106,7 +106,7 @@ def _summary(args, results, root: Path, overrides: dict) -> None:
     failed = [r for r in results if r.status == "failed"]
     where = f"outputs in {root}" if root.is_dir() else "nothing written"
     print(f"figures ({args.preset} preset): {len(ran)} ran, {len(cached)} up to date, {len(failed)} failed "
-          f"in {run_figures.last_wall_time:.0f} s; {where}")
+          f"in {run_figures.last_wall_time:.0f} s; {where}")  # type: ignore[attr-defined]  # set by run_figures
     if args.out is not None or overrides:
         for r in results:
             if r.status != "failed":

@@ -132,8 +132,9 @@ def check_overrides(name: str, nb, overrides: dict) -> dict:
             raise ParameterError(f"{key} is set by the runner (use --preset / --out), not by --param")
         if key not in valid:
             raise ParameterError(f"{name} has no parameter {key!r}; its parameters: {listing}")
-        if not _fits(value, valid[key].type):
-            raise ParameterError(f"{name}: {key} must be {with_article(valid[key].type.__name__)}, got {value!r}")
+        kind = valid[key].type
+        if kind is not None and not _fits(value, kind):
+            raise ParameterError(f"{name}: {key} must be {with_article(kind.__name__)}, got {value!r}")
     return dict(overrides)
 
 
@@ -193,11 +194,11 @@ def _with_parameters(nb, values: dict):
     lines = cell.source.splitlines()
     for key, value in values.items():
         pattern = re.compile(rf"^({re.escape(key)}\s*(?::[^=]*)?=\s*)(.*?)(\s+#.*)?$")
-        hits = [i for i, line in enumerate(lines) if pattern.match(line)]
+        hits = [(i, m) for i, line in enumerate(lines) if (m := pattern.match(line))]
         if not hits:
             raise ParameterError(f"the parameters cell declares no {key!r}")
-        m = pattern.match(lines[hits[0]])
-        lines[hits[0]] = m.group(1) + repr(value) + (m.group(3) or "")
+        i, m = hits[0]
+        lines[i] = m.group(1) + repr(value) + (m.group(3) or "")
     cell.source = "\n".join(lines)
     return nb
 

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,7 +182,8 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
         raise Interrupted(interrupts.as_interrupted(exc).signum, [results[n] for n in first + last if n in results],
                           [n for n in first + last if n not in results]) from None
     pool.shutdown()
-    run_figures.last_wall_time = time.perf_counter() - started
+    # a function attribute (the last call's wall time), which mypy does not model
+    run_figures.last_wall_time = time.perf_counter() - started  # type: ignore[attr-defined]
     return [results[n] for n in first + last]
 
 
@@ -248,7 +250,7 @@ def _run_stage(pool, root, names, parsed, preset, force, key, job, jobs, results
     # the live bar is for terminals; a log (CI) gets the one line per figure that bar.write prints
     bar = tqdm(total=len(todo), desc=desc, unit="fig", disable=not progress or not sys.stderr.isatty(), leave=True)
     queue = sorted(todo, key=lambda n: -_expected_seconds(root, n, parsed[n], preset))  # stable
-    pending = {}
+    pending: dict[Future, str] = {}
     notes = _RunningNotes(bar if progress else None)
     try:
         while queue or pending:

@@ -44,7 +44,7 @@ def imported_names(code: str, *, module: str | None = None, is_package: bool = F
         tree = ast.parse(code)
     except SyntaxError:
         return set()
-    out = set()
+    out: set[str] = set()
     for node in ast.walk(tree):
         if is_package and module and isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id in ("_LAZY", "_SUBMODULES") for t in node.targets):

@@ -37,7 +37,8 @@ def test_moments(result) -> dict:
     return {k: data_moments(result, getattr(result.datasets, k)) for k in TESTS}
 
 
-test_moments.__test__ = False  # a library function, not a test
+# a library function, not a test (pytest reads this attribute; mypy does not model attributes set on a function)
+test_moments.__test__ = False  # type: ignore[attr-defined]
 
 
 def least_squares(moments) -> tuple[np.ndarray | None, float]:

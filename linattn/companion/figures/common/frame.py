@@ -17,11 +17,15 @@ import dataclasses
 import json
 import time
 import types
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...output import FigureOutput, NumbersTable
 from ...plotting import use_style
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def settings_attrs(S: dict, *, engine: str, seeds, runs: dict | None = None) -> dict:
@@ -49,7 +53,7 @@ class FigurePage:
     def __init__(self, name: str, S: dict, out_dir=None):
         self.name, self.settings = name, dict(S)
         self.out = FigureOutput(name, out_dir)
-        self.dataset = None
+        self.dataset: xr.Dataset | None = None
         self.provenance: dict = {}  # more keys for provenance.json (a page that trains nothing says what it read)
         self._start = time.perf_counter()
 
@@ -70,7 +74,7 @@ class FigurePage:
         return self.out.save_numbers(list(numbers)) if stem == self.name else NumbersTable(list(numbers))
 
     def _finish(self) -> None:
-        attrs = self.dataset.attrs if self.dataset is not None else {}
+        attrs: dict = self.dataset.attrs if self.dataset is not None else {}
         extra = {"runs": json.loads(attrs["runs"])} if "runs" in attrs else {}
         extra.update(self.provenance)
         if "commands" in attrs:
@@ -97,7 +101,7 @@ class BuiltPage:
 
     fig: types.ModuleType
     S: dict
-    ds: object
+    ds: xr.Dataset
     table: NumbersTable | dict
     said: dict
     comparison: list | None = None
@@ -109,7 +113,7 @@ class BuiltPage:
 
         from ... import published
 
-        return Markdown(published.page.summary(self.comparison, image) + (also if self.comparison else ""))
+        return Markdown(published.page.summary(self.comparison or [], image) + (also if self.comparison else ""))
 
     def comparison_table(self, otherwise: str | None = None):
         """The comparison's table, or ``otherwise`` (a sentence saying why there is none) as Markdown; None where
@@ -171,6 +175,8 @@ def build(fig, namespace: dict, *, more_plots: tuple[str, ...] = (), **inputs) -
     with figure(declared.NAME, S or {"preset": namespace["preset"]}, namespace.get("out_dir")) as page:
         if declared.write_page is not None:
             ds, table, said = declared.write_page(S, page)
+        elif declared.compute is None or declared.words is None:
+            raise TypeError(f"figure {declared.NAME!r} declares neither write_page nor compute and words")
         else:
             ds = declared.compute(S, **{k: v(S) if callable(v) else v for k, v in inputs.items()})
             table = page.save(ds, declared.plot(ds), declared.numbers(ds))

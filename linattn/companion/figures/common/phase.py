@@ -149,7 +149,8 @@ def task_moments(cov, w_fix, *, seq_len: int, normalize: str) -> tuple[tuple, tu
     training sequences carry noise context labels instead, another recipe.)"""
     fresh, half = (triple(mixture_moments("attention", cov, seq_len, icl=c, w_fix=w_fix,
                                            normalize=normalize)) for c in (1.0, 0.5))
-    fixed = tuple(2 * h - f for h, f in zip(half, fresh))  # the mixture's moments are linear in c
+    (tt_half, yt_half, yy_half), (tt_fresh, yt_fresh, yy_fresh) = half, fresh
+    fixed = (2 * tt_half - tt_fresh, 2 * yt_half - yt_fresh, 2 * yy_half - yy_fresh)  # the moments are linear in c
     return fixed, fresh
 
 

@@ -36,13 +36,14 @@ def plot(ds):
     from matplotlib.colors import LogNorm
 
     fig = plt.figure(figsize=(6.8, 7.0), layout="constrained")
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 0.8])
+    top, bottom = fig.subfigures(2, 1, squeeze=False, height_ratios=[1.0, 0.8])[:, 0]
     axes = dict(zip(("iwl", "icl"), top.subplots(1, 2, sharey=True)))
     axes.update(zip(("horizon", "fresh"), bottom.subplots(1, 2)))
     icl, sizes = ds.icl.values, ds.trainset_size.values
     maps = (ds.final_test_iwl, ds.final_test_icl)
     highest = max(float(m.max()) for m in maps)
-    norm = LogNorm(vmin=min(float(m.min()) for m in maps), vmax=min(highest, CAP * ds.L_origin))
+    vmax = min(highest, CAP * ds.L_origin)
+    norm = LogNorm(vmin=min(float(m.min()) for m in maps), vmax=vmax)
     rows, cols = np.arange(len(sizes)), np.arange(len(icl))
     won = {"iwl": ds.iwl_wins, "icl": (ds.icl_state == WINS) & (ds.icl > 0)}
     for key, loss, title in (("iwl", ds.final_test_iwl, "in-weight test loss"),
@@ -60,7 +61,7 @@ def plot(ds):
         ax.set_xlabel("in-context fraction c")
     axes["iwl"].set_ylabel("training sequences P")
     bar = top.colorbar(mesh, ax=[axes["iwl"], axes["icl"]], shrink=0.9, label="final test loss",
-                       extend="max" if highest > norm.vmax else "neither")
+                       extend="max" if highest > vmax else "neither")
     for level, style in ((ds.L_origin, "-"), (ds.midpoint, "--"), (ds.L_star, ":")):
         if norm.vmin <= level <= norm.vmax:
             bar.ax.axhline(level, color="tab:red", linestyle=style, linewidth=1.5)
