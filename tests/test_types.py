@@ -110,6 +110,17 @@ def test_py_typed_ships_with_the_package():
     assert "py.typed" in config["tool"]["setuptools"]["package-data"]["linattn"]
 
 
+def test_mypy_checks_the_whole_package():
+    """The checked files are the whole package, and no override silences a module's errors (the companion and CLI
+    rooms are checked like the core); an override may only let mypy skip a library that ships no types."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["files"] == ["linattn"]
+    for override in config.get("overrides", []):
+        assert set(override) <= {"module", "ignore_missing_imports"}, override
+        modules = [override["module"]] if isinstance(override["module"], str) else override["module"]
+        assert not any(m == "linattn" or m.startswith("linattn.") for m in modules), override
+
+
 @pytest.mark.slow
 def test_mypy_is_clean(tmp_path):
     """``python -m mypy`` with pyproject.toml's settings (the files it names: the package) reports no error; its cache

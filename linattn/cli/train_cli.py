@@ -120,7 +120,7 @@ def cmd_train(args) -> int:
     out = args.out or default_out(cfg)
     existed = out.is_dir()
     placed: list[Path] = []  # set once the run's folder is in place: what an interruption after that keeps
-    unfinished: list[Path] = []  # the temporary folder and the parent folders made for it, while the run is not in place
+    unfinished: list[Path] = []  # the temporary folder and the parent folders made for it, until the run is in place
     done = None
     try:
         with signals_interrupt(stuck=lambda signum: _stuck(signum, unfinished, out, existed)):

@@ -66,7 +66,7 @@ def compute(S: dict):
     sp = loss_curves.saddle_plateaus(loss, levels)
     A = np.array([v["heads"].sum(axis=0) for _, v in snapshots])
     tab["size"] = diagnostics.size_against_final(A)
-    medians = {"numerical_rank": [], "eff_rank": [], "subspace_dist": [], "size": []}
+    medians: dict[str, list] = {"numerical_rank": [], "eff_rank": [], "subspace_dist": [], "size": []}
     moved, read = [], []
     step = res.history.step
     for m, a, b in zip(sp.m, sp.plateaus.starts, sp.plateaus.ends):
@@ -149,7 +149,8 @@ def numbers(ds) -> list[dict]:
     """``numbers.json``: the numerical and effective rank of A on each plateau beside the theory's at its saddle,
     the distance of its learned subspace from the theory's and how far it later moves, and the largest conservation
     drift."""
-    rows, seen = [], {}
+    rows: list[dict] = []
+    seen: dict[int, int] = {}  # saddle m → how many of its plateaus so far
     for p in _start_plateaus(ds):
         rows.append(dict(key="size.M0" + ("" if not rows else f".{len(rows) + 1}"),
                          quantity="largest singular value of A on plateau M_0 over the final A's (A = 0 at M_0)",

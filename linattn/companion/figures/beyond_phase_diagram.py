@@ -31,6 +31,8 @@ covariance (:func:`.common.phase.feature_rank`), where minimum-norm least square
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -184,7 +186,7 @@ def _cell(result, tests: dict, data) -> dict:
     cell the same ones)."""
     mom = end_point.train_moments(result)
     m_star, curvature = end_point.least_squares(mom)
-    out = {"curvature": curvature, "seconds": float(result.history.wall_time)}
+    out: dict[str, Any] = {"curvature": curvature, "seconds": float(result.history.wall_time)}
     for name in tests:
         out[f"se_{name}"] = phase.test_loss_se(per_sequence_losses(result, getattr(data, name)))
     for name, moments in (("train_loss", mom), *tests.items()):

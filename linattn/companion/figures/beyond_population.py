@@ -13,6 +13,7 @@ the step axis). Measured: the level of the first flat stretch at each saddle M_0
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -192,12 +193,13 @@ def plot(ds):
 
     from ..plotting import plateau_labels, theory_axis
 
-    styles = {GD: dict(color="black", linewidth=2.2), FLOW: dict(color="tab:orange", linestyle="--", linewidth=1.3)}
+    styles: dict[str, dict[str, Any]] = {GD: dict(color="black", linewidth=2.2),
+                                         FLOW: dict(color="tab:orange", linestyle="--", linewidth=1.3)}
     finite = iter(["tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown", "tab:pink"])
     step, levels = ds.step.values, ds.plateau_theory.values
     fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
     for c in ds.curve.values:
-        style = styles.get(str(c)) or dict(color=next(finite, "0.4"), linewidth=1.1)
+        style: dict[str, Any] = styles.get(str(c)) or dict(color=next(finite, "0.4"), linewidth=1.1)
         ax.plot(step, ds.train_loss.sel(curve=c).values, label=str(c), **style)
     ax.set_xlim(step[0], step[-1])
     ax.set_ylim(0, 1.08 * levels[0])

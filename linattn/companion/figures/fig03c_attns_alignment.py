@@ -165,7 +165,7 @@ def growth_words(ds) -> str:
     order = _order(ds)
     if not order:
         return "no head aligned, so there is no growth to read it against"
-    by = {}
+    by: dict[str, list] = {}  # verdict → its directions
     for d in order:
         by.setdefault(str(ds.growth_verdict.sel(direction=d).item()), []).append(d)
     grown = ds.attrs["grown"]

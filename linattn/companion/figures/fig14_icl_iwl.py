@@ -12,6 +12,7 @@ settings the landmarks read off the published panels (``PUBLISHED_READINGS``) ar
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import numpy as np
 
@@ -126,8 +127,8 @@ def sampling(ds) -> dict:
     runs = _runs(ds)
     same = {float(json_run["icl"]): json_run.get("draws") == "reference" for json_run in runs.values()}
     return {float(c): {k: published.rules.Sampling("train" if k == "train" else "test",
-                                                   *(known(ds.standard_error.sel(icl=c, curve=k, weights=w))
-                                                     for w in WEIGHTS), same_draws=same.get(float(c), False))
+                                                   **{w: known(ds.standard_error.sel(icl=c, curve=k, weights=w))
+                                                      for w in WEIGHTS}, same_draws=same.get(float(c), False))
                        for k in CURVES} for c in ds.icl.values}
 
 
@@ -387,21 +388,22 @@ def published_landmarks() -> dict:
     are left out: the final value marks them."""
     points = {}
     for c, readings in PUBLISHED_READINGS.items():
-        steps_of = {(r.curve, "min"): r.value for r in readings if r.how[0] == "argmin"}
+        # an argmin reading's value is the (low, high) range of its step
+        steps_of = {(r.curve, "min"): cast(tuple, r.value) for r in readings if r.how[0] == "argmin"}
         steps_of.update({(curve, kind): span for (cc, curve, kind), span in _PUBLISHED_EXTREME_STEPS.items()
                          if cc == c})
         marks = []
         for r in readings:
-            kind = r.how[0]
+            kind, value = r.how[0], cast(float, r.value)  # a number for each kind marked here (a range: argmin's)
             if kind in ("below", "above"):
-                marks.append(dict(curve=r.curve, step=float(r.value), loss=float(r.how[1]), step_pm=float(r.stated)))
+                marks.append(dict(curve=r.curve, step=float(value), loss=float(r.how[1]), step_pm=float(r.stated)))
             elif kind == "at":
-                marks.append(dict(curve=r.curve, step=float(r.how[1]), loss=float(r.value), step_pm=0.0))
+                marks.append(dict(curve=r.curve, step=float(r.how[1]), loss=float(value), step_pm=0.0))
             elif kind == "final":
-                marks.append(dict(curve=r.curve, step=float(PUBLISHED_LAST_STEP), loss=float(r.value), step_pm=0.0))
+                marks.append(dict(curve=r.curve, step=float(PUBLISHED_LAST_STEP), loss=float(value), step_pm=0.0))
             elif kind in ("min", "max") and (r.curve, kind) in steps_of:
                 lo, hi = steps_of[(r.curve, kind)]
-                marks.append(dict(curve=r.curve, step=(lo + hi) / 2, loss=float(r.value), step_pm=(hi - lo) / 2))
+                marks.append(dict(curve=r.curve, step=(lo + hi) / 2, loss=float(value), step_pm=(hi - lo) / 2))
         points[c] = marks
     return points
 
@@ -423,7 +425,7 @@ def compare_with_published(curves: dict, steps=None, sampling=None) -> list[dict
 # ------------------------------------------------------------------------ the panels: one per in-context fraction
 
 # The paper's Figure 14 draws each panel's three curves in these colours, black over red over blue.
-ICL_CURVES = {
+ICL_CURVES: dict[str, dict[str, Any]] = {
     "iwl": dict(color="tab:blue", label="in-weight test loss", zorder=2.0),
     "icl": dict(color="tab:red", label="in-context test loss", zorder=2.1),
     "train": dict(color="black", label="training loss / its start", zorder=2.2),

@@ -182,7 +182,7 @@ def _with_course(ds, k: str, course: str) -> list[float]:
 def claims_table(ds) -> MarkdownTable:
     """What is tested beside the theory and this run: the fitted law of each model, the scales with no plateau
     and the scales whose run never left its plateau."""
-    rows = []
+    rows: list[dict] = []
     for k, what, claim, fmt in (("attn_m", "ATTN_M: drop step per unit of ln(1/init)", "logarithmic in the scale",
                                  ".0f"),
                                 ("attn_s", "ATTN_S: exponent of the drop step in the scale", "power law", ".2f")):

@@ -98,7 +98,7 @@ def learners(ds) -> list[tuple[int, list[int], list[int]]]:
 def numbers(ds) -> list[dict]:
     """``numbers.json``: per learning head, its directions in order, the step of its first and how long its later
     ones took relative to the first wait; the final loss beside the saddle of the directions learned."""
-    rows = []
+    rows: list[dict] = []
     for h, dirs, s in learners(ds):
         rows.append(dict(key=f"head{h}.directions", quantity=f"head {h}: directions learned (in order)",
                          reproduced=" ".join(str(d) for d in dirs)))

@@ -63,8 +63,8 @@ def compute(S: dict):
     step = np.union1d(trained, [s for snaps in snapshots for s, _ in snaps]).astype(trained.dtype)
     t = theory.steps_to_time(step, S["lr"], normalize="sum", model="attnM", N=N)
     at = {int(s): i for i, s in enumerate(step)}
-    per_seed = {k: [] for k in ("loss", "loss_theory", "sigma_theory", "sigma", "a0", "final_sigma", "drop",
-                                "drop_theory", "drop_population")}
+    per_seed: dict[str, list] = {k: [] for k in ("loss", "loss_theory", "sigma_theory", "sigma", "a0", "final_sigma",
+                                                 "drop", "drop_theory", "drop_population")}
     for r, snaps in zip(done, snapshots):
         cov, model = r.datasets.cov, build_model("attnM", r.init)
         a0 = diagnostics.attn_m_effective_a0(model, cov, N, normalize="sum")
@@ -72,7 +72,7 @@ def compute(S: dict):
         loss, sigma = np.full(len(step), np.nan), np.full(len(step), np.nan)
         loss[[at[int(s)] for s in r.history.step]] = r.history.train_loss
         sigma[[at[int(s)] for s, _ in snaps]] = [v for _, v in snaps]
-        loss_theory = theory.white_loss(sigma_theory, D, N, kappa=kappa)
+        loss_theory = np.asarray(theory.white_loss(sigma_theory, D, N, kappa=kappa))
         trained_at = [at[int(s)] for s in r.history.step]
         per_seed["loss"].append(loss)
         per_seed["loss_theory"].append(loss_theory)

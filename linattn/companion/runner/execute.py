@@ -286,7 +286,8 @@ def execute_figure(name: str, text: str, root: str, params: dict, key: str, *, t
     reads the figures named in ``reads`` from ``root``."""
     root_p = Path(root)
     start, cpu_start = time.perf_counter(), _children_cpu()
-    result: dict[str, Any] = {"ok": False, "cached": False, "error": None, "notebook": None, "fallbacks": [], "notes": []}
+    result: dict[str, Any] = {"ok": False, "cached": False, "error": None, "notebook": None, "fallbacks": [],
+                              "notes": []}
 
     def timed(**kw):
         return {**result, **kw, "seconds": time.perf_counter() - start,

@@ -55,8 +55,8 @@ def rest_variables(loss, results, window: int) -> tuple[dict, np.ndarray]:
               for L, r, (_, sh) in zip(by_L, by_r, by_g)] for by_L, by_r, by_g in zip(loss, results, grid)]
     n = max(1, max(len(f) for by_rank in found for f in by_rank))
     arrays = [[rest_arrays(rests, n) for rests in by_rank] for by_rank in found]
-    variables = {k: (("seed", "rank", "rest"), np.array([[a[k] for a in by_rank] for by_rank in arrays]))
-                 for k in arrays[0][0]}
+    variables: dict[str, tuple[tuple[str, ...], np.ndarray]] = {
+        k: (("seed", "rank", "rest"), np.array([[a[k] for a in by_rank] for by_rank in arrays])) for k in arrays[0][0]}
     variables["learned_share"] = (("seed", "rank", "snapshot", "direction"), share)
     return variables, snap
 
