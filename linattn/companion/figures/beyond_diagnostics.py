@@ -21,12 +21,12 @@ import numpy as np
 from ... import theory
 from ...analysis import diagnostics, loss_curves
 from .. import presets
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe, seed_run, which_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
-PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+PRESETS = {k: dict(v) for k, v in preset_blocks.SEED0_RUN.items()}
 #: Other settings the page must stay true at (built at the quick preset by the suite): another D and H, and a
 #: smaller start with more heads in a shorter run (the cases of Figure 3c: the pages share their runs)
 KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=1501))
@@ -34,7 +34,7 @@ KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=150
 # value at 2 % of the first adds 0.1 (the quick preset's larger start; the paper's reads 1.016 on M_1)
 # (A's size on M_0, size.M0, is not held here: the quick preset's short run has no rest at M_0 to read it on)
 TOLERANCES = [(r"numerical_rank\..*", "abs", 0.0), (r"eff_rank\..*", "abs", 0.1),
-              (r"drift_max", "abs", common.SETTLED)]
+              (r"drift_max", "abs", preset_blocks.SETTLED)]
 MEASURES = ("time", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace_dist", "drift_max", "loss_theory",
             "size")
 
@@ -43,7 +43,7 @@ MEASURES = ("time", "eff_rank", "marginal_eff_rank", "numerical_rank", "subspace
 def runs(S: dict) -> dict:
     """The one run: Figure 3a's seed-0 run (the same settings and snapshot interval on the five pages that read it,
     so the run store trains it once)."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

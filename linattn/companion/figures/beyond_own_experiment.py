@@ -17,7 +17,7 @@ import linattn
 
 from .. import presets
 from ..output import words as list_words
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.frame import settings_attrs
 from .common.runs import FromRun
 from .common.trainer import train
@@ -38,7 +38,7 @@ KNOB_CASES = (dict(spectrum=[0.6, 0.3, 0.1], head_num=3), dict(seed=3, epoch=300
 HELP = {
     "epoch_more": "steps of the continued run, from the final weights of the first run",
 }
-TOLERANCES = [common.PLATEAUS]
+TOLERANCES = [preset_blocks.PLATEAUS]
 
 
 

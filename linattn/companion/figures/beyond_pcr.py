@@ -18,12 +18,12 @@ import numpy as np
 from ... import theory
 from ...analysis import diagnostics, loss_curves
 from .. import presets
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe, seed_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
-PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+PRESETS = {k: dict(v) for k, v in preset_blocks.SEED0_RUN.items()}
 # other settings the page must stay true at, the same as the other pages on this run (one run each, shared): another
 # D and H, and more heads from a smaller start over fewer steps
 KNOB_CASES = (dict(in_dim=3, head_num=4), dict(head_num=6, init=0.005, epoch=1501))
@@ -34,7 +34,7 @@ TOLERANCES = [(r"gap\.M\d+", "abs", 0.05), (r"diagonal\..*", "rel", 0.05)]
 def runs(S: dict) -> dict:
     """The one run: Figure 3a's seed-0 run (the same settings and snapshot interval on the five pages that read it,
     so the run store trains it once)."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

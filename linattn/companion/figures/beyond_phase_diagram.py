@@ -42,8 +42,7 @@ from ...config import RunConfig
 from ...objectives.population import mixture_moments
 from .. import presets, runstore
 from ..output import prose_text
-from .common import end_point, phase, phase_text
-from .common import preset_blocks as common
+from .common import end_point, phase, phase_text, preset_blocks
 from .common.frame import settings_attrs
 from .common.phase import BAND_Z, FLAT, TOLERANCE, WINDOW, triple  # noqa: F401 — BAND_Z: the verdicts' band
 from .common.phase_plots import CAP, plot, plot_escape  # noqa: F401 — the page's figures
@@ -59,16 +58,16 @@ PRESETS = {
     # each swept inits_s value and whose seeds are ``seeds``. workers: a local Dask cluster for the quick preset (so
     # the tests build the page through one); none for the paper preset, which make book runs beside another notebook
     # on the same cores (a cluster there cost ~13 s more CPU than training in the kernel, and no wall time)
-    "quick": dict(attn_m=dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=2000, testset_size=500, seed=10,
-                              draws="streams"),
-                  attn_s=common.run_settings(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02,
+    "quick": dict(attn_m=dict(preset_blocks.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=2000, testset_size=500,
+                              seed=10, draws="streams"),
+                  attn_s=preset_blocks.run_settings(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02,
                                              epoch=3001, trainset_size=1000, init_scheme="jan2025"),
                   icl_values=[0.0, 0.02, 0.2, 1.0], trainset_sizes=[200, 2000], epoch_extended=10**8,
                   column_sizes=[15, 30, 60, 120, 240],
                   inits_s=[0.08, 0.16], seeds=[0, 1], workers=2),
-    "paper": dict(attn_m=dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000, seed=10,
-                              draws="streams"),
-                  attn_s=common.run_settings(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02,
+    "paper": dict(attn_m=dict(preset_blocks.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000,
+                              seed=10, draws="streams"),
+                  attn_s=preset_blocks.run_settings(model="attnS", head_num=5, rank=1, in_dim=4, seq_len=32, lr=0.02,
                                              epoch=20001, trainset_size=4000, init_scheme="jan2025"),
                   icl_values=[0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
                   trainset_sizes=[200, 1000, 5000, 20000], epoch_extended=10**9,
@@ -87,8 +86,8 @@ HELP = {
     "workers": "worker processes of a local Dask cluster for the runs (0: none, the notebook trains them itself)",
 }
 # the population column at c = 1 ends at L* (measured on finite test sets), and every cell has settled
-TOLERANCES = [(r"final_test_icl\.Pinf\.c1", "abs", common.PLATEAU_TOLERANCE),
-              (r"settle\.max", "below", common.SETTLED)]
+TOLERANCES = [(r"final_test_icl\.Pinf\.c1", "abs", preset_blocks.PLATEAU_TOLERANCE),
+              (r"settle\.max", "below", preset_blocks.SETTLED)]
 
 
 def write_page(S: dict, frame):
@@ -139,7 +138,7 @@ def runs(S: dict) -> dict:
                          "test sets and fixed task, and P = ∞ exists")
     if not m.get("testset_size"):
         raise ValueError("the phase diagram needs test sets: give attn_m testset_size > 0")
-    out = dict(common.sweep(without_cells(S), run="attn_s"))
+    out = dict(preset_blocks.sweep(without_cells(S), run="attn_s"))
     flow = dict(m, dynamics="flow", epoch=int(S["epoch_extended"]), record=recorded(S), flow_rtol=FLOW_RTOL)
     icl, sizes = _grid(S)
     out.update({f"{CELL} c={c:g} P={size_label(P)}": RunConfig(**dict(

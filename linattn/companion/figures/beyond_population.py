@@ -23,7 +23,7 @@ from .. import presets
 from ..commands import train_command
 from ..output import saddle
 from ..output import words as list_words
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.frame import settings_attrs
 from .common.runs import FromRun
 from .common.trainer import train
@@ -35,15 +35,15 @@ PRESETS = {
     # CPU a run), estimated from population_samples fresh sequences at the quick one (the path stays exercised). Every
     # run draws from linattn's own streams (draws="streams"), so that the initial weights stay the same as P changes
     # and P = ∞, which has no reference draws, can be run at all
-    "quick": dict(common.without(common.ATTN_S_QUICK, "trainset_size"), draws="streams",
+    "quick": dict(preset_blocks.without(preset_blocks.ATTN_S_QUICK, "trainset_size"), draws="streams",
                   trainset_sizes=[None, 1000, 4000], population_samples=1 << 15, flow=True, seed=0),
-    "paper": dict(common.without(common.ATTN_S_PAPER, "trainset_size"), draws="streams",
+    "paper": dict(preset_blocks.without(preset_blocks.ATTN_S_PAPER, "trainset_size"), draws="streams",
                   trainset_sizes=[None, 5000, 80000], population_samples=0, flow=True, seed=0),
 }
 HELP = {
     "flow": "also integrate the gradient flow of the population loss",
 }
-TOLERANCES = [common.PLATEAUS, (r"max_gap\.population_gd_flow", "abs", 0.1)]
+TOLERANCES = [preset_blocks.PLATEAUS, (r"max_gap\.population_gd_flow", "abs", 0.1)]
 #: Other settings the page must stay true at (built at the quick preset by the suite): another D and H with one
 #: finite set, and another seed and start with no flow
 KNOB_CASES = (dict(in_dim=3, head_num=2, trainset_sizes=[None, 500], epoch=1001),
@@ -66,7 +66,7 @@ def runs(S: dict) -> dict:
     GD", "P = 1000", …), and with ``flow`` the population run's gradient flow from the same initial weights."""
     if None not in S["trainset_sizes"]:
         raise ValueError("trainset_sizes must hold None (the population loss): the other curves are set beside it")
-    out = {_label(cfg.trainset_size): cfg for cfg in common.sweep(S).values()}
+    out = {_label(cfg.trainset_size): cfg for cfg in preset_blocks.sweep(S).values()}
     if S["flow"]:
         out[FLOW] = FromRun(dataclasses.replace(out[GD], dynamics="flow"), GD, "initial")
     return out

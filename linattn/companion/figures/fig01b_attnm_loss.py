@@ -22,15 +22,15 @@ from ..commands import train_command
 from ..output import by_sign, prose_text
 from ..published.readings import Image, Reading
 from ..runstore import population_twin
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.frame import settings_attrs
 from .common.runs import FromRun
 from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
-    "quick": dict(common.ATTN_M_PAPER, seed=10),  # the exact engine makes the published run as cheap as any
-    "paper": dict(common.ATTN_M_PAPER, seed=10),
+    "quick": dict(preset_blocks.ATTN_M_PAPER, seed=10),  # the exact engine makes the published run as cheap as any
+    "paper": dict(preset_blocks.ATTN_M_PAPER, seed=10),
 }
 # The README's "Reproduction at a glance" rows of this figure: (the paper's figure, what is shown, the keys of
 # its numbers.json rows; a|b: the first that exists), checked by python -m linattn.companion.readme
@@ -40,7 +40,7 @@ README_ROWS = (
     ("1b", "plateau, final loss (ATTN_M)", ("plateau.attn_m", "final_loss.attn_m")),
     ("1b", "half-drop step (ATTN_M)", ("half_drop_step.attn_m",)),
 )
-TOLERANCES = [common.PLATEAUS, (r"half_drop_step\.attn_m", "rel", 0.1)]
+TOLERANCES = [preset_blocks.PLATEAUS, (r"half_drop_step\.attn_m", "rel", 0.1)]
 # the names (in this module) of the published readings and the rule it compares with
 PUBLISHED = ("PUBLISHED_IMAGE", "PUBLISHED_READINGS", "PUBLISHED_PLATEAU", "PUBLISHED_FINAL", "compare_with_published")
 MODELS = ("attn_m", "mlp_own_init", "mlp_matched_init")
@@ -51,8 +51,8 @@ LABELS = {"attn_m": "ATTN_M", "mlp_own_init": "MLP, own init (reference)", "mlp_
 def runs(S: dict) -> dict:
     """The three runs: ATTN_M; the MLP on the cubic feature from its own random weights; and the same MLP started
     from the weights that compute what ATTN_M computes at step 0 (``linattn.mlp_from_attn_m``), on ATTN_M's data."""
-    attn_m = RunConfig(**common.base_settings(S))
-    mlp = RunConfig(**dict(common.base_settings(S), model="mlp", cubic_feat=True))
+    attn_m = RunConfig(**preset_blocks.base_settings(S))
+    mlp = RunConfig(**dict(preset_blocks.base_settings(S), model="mlp", cubic_feat=True))
     return {"attn_m": attn_m, "mlp_own_init": mlp,
             "mlp_matched_init": FromRun(mlp, "attn_m", "initial", convert=mlp_from_attn_m, same_data=True)}
 

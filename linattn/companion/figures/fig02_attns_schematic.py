@@ -17,7 +17,7 @@ import numpy as np
 from ... import init_weights
 from .. import presets
 from ..plotting import FONT_PT, draw_edge, draw_node, node_column
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.schematic import check_drawing, size_words
 
 NAME = __name__.rsplit(".", 1)[-1]
@@ -25,7 +25,7 @@ PRESETS = {
     "quick": dict(in_dim=3, head_num=2),
     "paper": dict(in_dim=3, head_num=2),
 }
-TOLERANCES = [common.EXACT]
+TOLERANCES = [preset_blocks.EXACT]
 # settings of a reader's own the page must stay true at (a drawing: any D and H)
 KNOB_CASES = (dict(in_dim=5, head_num=4), dict(in_dim=2, head_num=1))
 LAYERS = ("z", "blocks", "head", "output")

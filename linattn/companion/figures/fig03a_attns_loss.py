@@ -28,7 +28,7 @@ from ..output import ESTIMATE, MarkdownTable, median_and_range, prose_text, step
 from ..output import words as list_words
 from ..published import rules
 from ..published.readings import Crossing, Image, crossing_at
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe
 from .common.frame import settings_attrs
 from .common.trainer import train
@@ -38,10 +38,10 @@ PRESETS = {
     # epoch_extended: the same runs carried on to this step (the published window is their first ``epoch`` steps);
     # epoch_streams: the horizon of the comparison runs with linattn's own streams (draws="streams"); at the
     # paper preset their slowest seed makes its fourth drop near step 11500 (measured: 6027-11523 over seeds 0-5)
-    "quick": dict(common.ATTN_S_QUICK, seeds=[0, 1], epoch_extended=10001, epoch_streams=10001,
-                  snapshot_every=common.SNAP_QUICK),
-    "paper": dict(common.ATTN_S_PAPER, seeds=[0, 1, 2, 3, 4, 5], epoch_extended=20001, epoch_streams=20001,
-                  snapshot_every=common.SNAP_PAPER),
+    "quick": dict(preset_blocks.ATTN_S_QUICK, seeds=[0, 1], epoch_extended=10001, epoch_streams=10001,
+                  snapshot_every=preset_blocks.SNAP_QUICK),
+    "paper": dict(preset_blocks.ATTN_S_PAPER, seeds=[0, 1, 2, 3, 4, 5], epoch_extended=20001, epoch_streams=20001,
+                  snapshot_every=preset_blocks.SNAP_PAPER),
 }
 # Settings a page must stay true at beyond the presets (tests/test_knob_cases.py builds each at the quick preset):
 # more directions than the published window can take (D = 6, H = 7: the sixth drop comes late or not at all), and
@@ -57,7 +57,7 @@ README_ROWS = (
     ("3a", "plateaus L(M_0), …, L(M_3)", ("plateau.M0", "plateau.M1", "plateau.M2", "plateau.M3")),
     ("3a", "final loss (mean over seeds, extended run)", ("final_loss.extended",)),
 )
-TOLERANCES = [common.PLATEAUS]
+TOLERANCES = [preset_blocks.PLATEAUS]
 # the names (in this module) of the published readings and the rule it compares with
 PUBLISHED = ("PUBLISHED_IMAGE", "PUBLISHED_PLATEAUS", "PUBLISHED_CROSSINGS", "PUBLISHED_PLATEAU_READINGS",
              "PUBLISHED_STILL_ON_M3", "compare_with_published")
@@ -70,7 +70,7 @@ STREAMS = "streams"  # the label of the comparison runs drawn from linattn's own
 def runs(S: dict) -> dict:
     """One run per seed in the published window (``epoch`` steps; the page carries each on to ``epoch_extended``),
     and per seed the comparison run drawn from linattn's own streams (``draws="streams"``) to ``epoch_streams``."""
-    out = common.sweep(S)
+    out = preset_blocks.sweep(S)
     for label, cfg in list(out.items()):
         out[f"{STREAMS} {label}"] = dataclasses.replace(cfg, draws="streams", epoch=max(S["epoch"], S["epoch_streams"]))
     return out

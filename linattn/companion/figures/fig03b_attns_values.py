@@ -19,12 +19,12 @@ from ...analysis import diagnostics, events
 from .. import presets, published
 from ..output import MarkdownTable, step_number, subscript
 from ..output import words as list_words
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe, join, seed_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
-PRESETS = {k: dict(v, track_value=True) for k, v in common.SEED0_RUN.items()}
+PRESETS = {k: dict(v, track_value=True) for k, v in preset_blocks.SEED0_RUN.items()}
 # Settings a page must stay true at beyond the presets (tests/test_knob_cases.py builds each at the quick preset):
 # another seed, D and H (fewer heads than Figure 3a's five), and a run too short for every head to rise
 KNOB_CASES = (dict(in_dim=3, head_num=4, seed=2, epoch=3001), dict(seed=5, epoch=801))
@@ -38,7 +38,7 @@ PUBLISHED = ("PUBLISHED_FINAL_VALUES",)
 def runs(S: dict) -> dict:
     """The one run: Figure 3a's seed-0 run (the same settings and snapshot interval on the five pages that read it,
     so the run store trains it once)."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

@@ -22,12 +22,12 @@ from ... import theory
 from ...analysis import events, loss_curves
 from .. import presets, published
 from ..output import MarkdownTable, subscript
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe, seed_run, which_run
 from .common.frame import settings_attrs
 
 NAME = __name__.rsplit(".", 1)[-1]
-PRESETS = {k: dict(v) for k, v in common.SEED0_RUN.items()}
+PRESETS = {k: dict(v) for k, v in preset_blocks.SEED0_RUN.items()}
 TOLERANCES = [(r"learned\.\d+", "abs", 0.0)]
 #: Other settings the page must stay true at (built at the quick preset by the suite): another D and H, and more
 #: heads than the paper's with a smaller start
@@ -39,7 +39,7 @@ ALIGNED = 0.9  # a head has learned e_d when its key's and its query's overlaps 
 def runs(S: dict) -> dict:
     """The one run: Figure 3a's seed-0 run (the same settings and snapshot interval on the five pages that read it,
     so the run store trains it once)."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

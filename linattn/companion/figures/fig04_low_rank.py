@@ -27,7 +27,7 @@ from .. import presets, published, runstore
 from ..output import AGREES, DIFFERS, ESTIMATE, MarkdownTable
 from ..output import words as list_words
 from ..published.rules import Claim
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.frame import settings_attrs
 from .common.low_rank import (
     curve_variables,
@@ -51,9 +51,9 @@ PRESETS = {
     # eight directions (the page gives the steps; at the quick preset rank one's last drop comes near step 8500).
     # seeds: every rank in the published window at each (the spread); only the first is carried on
     # snapshot_every: the weights are recorded so that each rest's saddle is named by what is learned there
-    "quick": dict(common.without(common.LOW_RANK_QUICK, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
+    "quick": dict(preset_blocks.without(preset_blocks.LOW_RANK_QUICK, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
                   epoch_extended={1: 9001, 2: 9001, 4: 9001, 8: 5001}, snapshot_every=10),
-    "paper": dict(common.without(common.LOW_RANK_PAPER, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
+    "paper": dict(preset_blocks.without(preset_blocks.LOW_RANK_PAPER, "rank"), ranks=[1, 2, 4, 8], seeds=[10, 11, 12],
                   epoch_extended={1: 150001, 2: 120001, 4: 35001, 8: 20001}, snapshot_every=20),
 }
 # settings of a reader's own the page must stay true at (each cheap at the quick preset)
@@ -68,7 +68,7 @@ README_ROWS = (
     ("4", "R = 1: plateau levels reached (extended run)", ("claim.figure_4|R1.extended.learned",)),
     ("4", "R = 1: step of the last drop (extended run)", ("R1.extended.last_drop",)),
 )
-TOLERANCES = [common.PLATEAUS]
+TOLERANCES = [preset_blocks.PLATEAUS]
 # the names (in this module) of the paper's number and the rule it compares with
 PUBLISHED = ("PUBLISHED_R1_PLATEAUS", "plateau_claim")
 
@@ -76,7 +76,7 @@ PUBLISHED = ("PUBLISHED_R1_PLATEAUS", "plateau_claim")
 
 def runs(S: dict) -> dict:
     """One run per seed and rank (seeds outer, ranks inner)."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

@@ -30,7 +30,7 @@ from ..commands import train_command
 from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text
 from ..output import words as list_words
 from ..published.rules import Claim
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe
 from .common.frame import padded, settings_attrs
 from .common.trainer import train
@@ -45,15 +45,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # check_seeds: ATTN_M again at each of these seeds (all its steps); half_lr_epoch: ATTN_M at half the learning
     # rate for this many steps, twice the 3001 steps within which the paper preset's two drops lie (627, 1659).
     # The three check runs: about 60 s of CPU at the paper preset (3.3 ms a step).
-    "quick": dict(attn_m=common.run_settings(model="attnM", head_num=8, init=1e-2, lr=0.02, epoch=601,
+    "quick": dict(attn_m=preset_blocks.run_settings(model="attnM", head_num=8, init=1e-2, lr=0.02, epoch=601,
                                              trainset_size=100, in_dim=4, seq_len=32, init_scheme="jan2025",
                                              softmax=True),
-                  attn_s=common.run_settings(model="attnS", head_num=5, rank=1, init=0.05, lr=0.05, epoch=1201,
+                  attn_s=preset_blocks.run_settings(model="attnS", head_num=5, rank=1, init=0.05, lr=0.05, epoch=1201,
                                              trainset_size=100, in_dim=4, seq_len=32, init_scheme="jan2025",
                                              softmax=True),
                   seed=10, check_seeds=[11, 12], half_lr_epoch=1201),
-    "paper": dict(attn_m=dict(common.ATTN_M_PAPER, lr=32 * 1e-3, dtype="float32", softmax=True),
-                  attn_s=dict(common.ATTN_S_PAPER, lr=32 * 0.02, dtype="float32", softmax=True),
+    "paper": dict(attn_m=dict(preset_blocks.ATTN_M_PAPER, lr=32 * 1e-3, dtype="float32", softmax=True),
+                  attn_s=dict(preset_blocks.ATTN_S_PAPER, lr=32 * 0.02, dtype="float32", softmax=True),
                   seed=10, check_seeds=[11, 12], half_lr_epoch=6001),
 }
 # Settings a page must stay true at beyond the presets (tests/test_knob_cases.py builds each at the quick preset):
@@ -88,7 +88,7 @@ def runs(S: dict) -> dict:
     settings, all its steps, at that seed (``"seed <s>"``), then the run's own seed at half the learning rate for
     ``S["half_lr_epoch"]`` steps (:data:`HALF_LR`; gradient-flow time t/τ = 2η·step: 2k steps at η/2 are k steps
     at η)."""
-    out = common.sweep(S)
+    out = preset_blocks.sweep(S)
     cfg = out["attn_m"]
     out.update({f"seed {s}": dataclasses.replace(cfg, seed=int(s)) for s in S["check_seeds"]})
     out[HALF_LR] = dataclasses.replace(cfg, lr=cfg.lr / 2, epoch=int(S["half_lr_epoch"]))
@@ -209,7 +209,7 @@ def checks(ds) -> list[dict]:
 def lr_scale(ds, check=None) -> float:
     """ATTN_M's learning rate over the published one (n at the paper preset), or that of the ``check`` run."""
     lr = float(_runs(ds)["attn_m"]["lr"]) if check is None else float(ds.check_lr.sel(check=check))
-    return lr / common.ATTN_M_PAPER["lr"]
+    return lr / preset_blocks.ATTN_M_PAPER["lr"]
 
 
 def claims(ds) -> list:
@@ -385,7 +385,7 @@ def words(ds) -> dict:
                 detected=" ".join(_detected(ds, k) for k in MODELS), reading=_reading(ds),
                 directions=_directions_words(ds), checks=_checks_words(ds),
                 drop_rule=loss_curves.drop_rule_words(), attn_s_span=f"1/{ATTN_S_RATE_WINDOW // 2}",
-                lr_scale=f"{paper['attn_m']['lr'] / common.ATTN_M_PAPER['lr']:g}",
+                lr_scale=f"{paper['attn_m']['lr'] / preset_blocks.ATTN_M_PAPER['lr']:g}",
                 caption_lead=published.page.caption_lead("Figure 5", bool(ds.attrs["published"])))
 
 

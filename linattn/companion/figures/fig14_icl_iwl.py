@@ -24,17 +24,16 @@ from ..output import MarkdownTable, prose_text
 from ..output import words as list_words
 from ..plotting import panel_grid, theory_lines
 from ..published.readings import Image, Reading
-from .common import end_point
-from .common import preset_blocks as common
+from .common import end_point, preset_blocks
 from .common.attn_s_run import describe, join
 from .common.frame import settings_attrs
 from .common.trainer import trained
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
-    "quick": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=2500, trainset_size=500, testset_size=500,
+    "quick": dict(preset_blocks.WHITE_ATTN_M, lr=1e-3, epoch=2500, trainset_size=500, testset_size=500,
                   icl_values=[0.0, 0.5, 1.0], seed=10),
-    "paper": dict(common.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000,
+    "paper": dict(preset_blocks.WHITE_ATTN_M, lr=5e-4, epoch=5000, trainset_size=5000, testset_size=5000,
                   icl_values=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0], seed=10),
 }
 # Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
@@ -45,7 +44,7 @@ KNOB_CASES = (dict(in_dim=3, head_num=4, icl_values=[0.0, 1.0], epoch=1501),
 README_ROWS = (
     ("14, c = 1", "final in-context test loss", ("final_test_icl.c_1",)),
 )
-TOLERANCES = [(r"final_test_icl\.c_1", "abs", common.PLATEAU_TOLERANCE)]
+TOLERANCES = [(r"final_test_icl\.c_1", "abs", preset_blocks.PLATEAU_TOLERANCE)]
 # the names (in this module) of the published readings and the rules that compare and draw them
 PUBLISHED = ("PUBLISHED_IMAGE", "PUBLISHED_READINGS", "compare_with_published", "published_landmarks")
 CURVES = {"train": "train_loss_over_start", "iwl": "test_iwl", "icl": "test_icl"}  # plotting's names → variables
@@ -54,7 +53,7 @@ CURVES = {"train": "train_loss_over_start", "iwl": "test_iwl", "icl": "test_icl"
 
 def runs(S: dict) -> dict:
     """One run per in-context fraction c (``icl_values``), in their order."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

@@ -25,21 +25,21 @@ from ..output import ESTIMATE, MarkdownTable
 from ..output import words as list_words
 from ..published.rules import slug
 from ..runstore import population_twin
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.frame import settings_attrs
 from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
     # the init of each run is the swept inits_m / inits_s value
-    "quick": dict(attn_m=common.run_settings(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32,
+    "quick": dict(attn_m=preset_blocks.run_settings(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32,
                                              trainset_size=1000, init_scheme="jan2025", epoch=1501),
-                  attn_s=common.run_settings(model="attnS", head_num=1, rank=1, lr=0.02, in_dim=4, seq_len=32,
+                  attn_s=preset_blocks.run_settings(model="attnS", head_num=1, rank=1, lr=0.02, in_dim=4, seq_len=32,
                                              trainset_size=1000, init_scheme="jan2025", epoch=2001),
                   inits_m=[1e-6, 1e-3, 0.3], inits_s=[1e-2, 2e-2, 0.3], seed=10),
-    "paper": dict(attn_m=common.run_settings(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32,
+    "paper": dict(attn_m=preset_blocks.run_settings(model="attnM", head_num=8, lr=1e-3, in_dim=4, seq_len=32,
                                              trainset_size=5000, init_scheme="jan2025", epoch=4001),
-                  attn_s=common.run_settings(model="attnS", head_num=1, rank=1, lr=0.02, in_dim=4, seq_len=32,
+                  attn_s=preset_blocks.run_settings(model="attnS", head_num=1, rank=1, lr=0.02, in_dim=4, seq_len=32,
                                              trainset_size=5000, init_scheme="jan2025", epoch=20001),
                   inits_m=[1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 0.3], inits_s=[1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 0.3],
                   seed=10),
@@ -61,7 +61,7 @@ _INITS = {"attn_m": "inits_m", "attn_s": "inits_s"}
 
 def runs(S: dict) -> dict:
     """One ATTN_M run per scale of ``inits_m``, then one ATTN_S run per scale of ``inits_s``."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

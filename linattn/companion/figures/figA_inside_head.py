@@ -18,17 +18,17 @@ from ...analysis import diagnostics, events, loss_curves
 from .. import presets, published
 from ..output import MarkdownTable
 from ..output import words as list_words
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.frame import settings_attrs
 from .common.low_rank import describe, describe_rests, rest_arrays, rest_classes
 from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
-    "quick": dict(common.LOW_RANK_QUICK, rank=4, track_value=True, snapshot_every=20, seed=10),
-    "paper": dict(common.LOW_RANK_PAPER, rank=4, track_value=True, snapshot_every=20, seed=10),
+    "quick": dict(preset_blocks.LOW_RANK_QUICK, rank=4, track_value=True, snapshot_every=20, seed=10),
+    "paper": dict(preset_blocks.LOW_RANK_PAPER, rank=4, track_value=True, snapshot_every=20, seed=10),
 }
-TOLERANCES = [common.PLATEAUS]
+TOLERANCES = [preset_blocks.PLATEAUS]
 THRESHOLD = 0.5  # a head has learned a direction when it carries more than this fraction of it
 # settings of a reader's own the page must stay true at (each cheap at the quick preset)
 KNOB_CASES = (dict(in_dim=4, head_num=3, rank=2, epoch=1501, snapshot_every=10),
@@ -38,7 +38,7 @@ KNOB_CASES = (dict(in_dim=4, head_num=3, rank=2, epoch=1501, snapshot_every=10),
 
 def runs(S: dict) -> dict:
     """The one run (rank ``rank``, its value weights and snapshots recorded)."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

@@ -17,7 +17,7 @@ from ...analysis import loss_curves
 from .. import presets, published, runstore
 from ..output import MarkdownTable
 from ..output import words as list_words
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.frame import settings_attrs
 from .common.low_rank import (
     curve_variables,
@@ -36,21 +36,21 @@ from .common.low_rank import (
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
     # snapshot_every: the weights are recorded so that each rest's saddle is named by what is learned there
-    "quick": dict(common.without(common.LOW_RANK_QUICK, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12],
+    "quick": dict(preset_blocks.without(preset_blocks.LOW_RANK_QUICK, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12],
                   snapshot_every=10),
-    "paper": dict(common.without(common.LOW_RANK_PAPER, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12],
+    "paper": dict(preset_blocks.without(preset_blocks.LOW_RANK_PAPER, "rank"), ranks=[3, 5, 6, 7], seeds=[10, 11, 12],
                   snapshot_every=20),
 }
 # settings of a reader's own the page must stay true at (each cheap at the quick preset)
 KNOB_CASES = (dict(in_dim=4, head_num=3, ranks=[3], seeds=[10, 11], epoch=1501),
               dict(in_dim=5, head_num=3, ranks=[2, 4], seeds=[12], epoch=1501))
-TOLERANCES = [common.PLATEAUS]
+TOLERANCES = [preset_blocks.PLATEAUS]
 
 
 
 def runs(S: dict) -> dict:
     """One run per seed and rank (seeds outer, ranks inner)."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

@@ -19,7 +19,7 @@ from .. import presets
 from ..commands import train_command
 from ..output import MarkdownTable, subscript
 from ..output import words as list_words
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe, join
 from .common.frame import padded, settings_attrs
 from .common.trainer import train
@@ -30,15 +30,15 @@ PRESETS = {
     # --vary_len divides outputs by the prefix length n, which slows learning ~n-fold, so lr (ATTN_M: x30;
     # ATTN_S: x10) and the ATTN_S init (x3) are raised
     # (--vary_len exists from the jan2025 code on, so both runs use that era)
-    "quick": dict(attn_m=dict(common.ATTN_M_PAPER, lr=0.03, epoch=3001, trainset_size=1000, init_scheme="jan2025",
-                              vary_len=True),
-                  attn_s=dict(common.ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=6001, trainset_size=1000,
+    "quick": dict(attn_m=dict(preset_blocks.ATTN_M_PAPER, lr=0.03, epoch=3001, trainset_size=1000,
+                              init_scheme="jan2025", vary_len=True),
+                  attn_s=dict(preset_blocks.ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=6001, trainset_size=1000,
                               init_scheme="jan2025", vary_len=True), seed=10),
-    "paper": dict(attn_m=dict(common.ATTN_M_PAPER, lr=0.03, init_scheme="jan2025", vary_len=True),
-                  attn_s=dict(common.ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=20001, init_scheme="jan2025",
+    "paper": dict(attn_m=dict(preset_blocks.ATTN_M_PAPER, lr=0.03, init_scheme="jan2025", vary_len=True),
+                  attn_s=dict(preset_blocks.ATTN_S_PAPER, init=3e-2, lr=0.2, epoch=20001, init_scheme="jan2025",
                               trainset_size=5000, vary_len=True), seed=10),
 }
-TOLERANCES = [common.PLATEAUS]
+TOLERANCES = [preset_blocks.PLATEAUS]
 # other settings the page must stay true at (each cheap at the quick preset): another D and H, and shorter contexts
 KNOB_CASES = (dict(in_dim=3, head_num=4), dict(seq_len=12, epoch=2001))
 MODELS = ("attn_m", "attn_s")
@@ -48,7 +48,7 @@ LABELS = {"attn_m": "ATTN_M", "attn_s": "ATTN_S"}
 
 def runs(S: dict) -> dict:
     """The ATTN_M and the ATTN_S run (``attn_m``, ``attn_s``), each with ``vary_len``."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

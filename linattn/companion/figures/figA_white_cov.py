@@ -19,25 +19,26 @@ from .. import presets
 from ..commands import train_command
 from ..output import MarkdownTable, by_sign, prose_text
 from ..runstore import population_twin
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe
 from .common.frame import settings_attrs
 from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
-    "quick": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=1000, seeds=[10], snapshot_every=5),
-    "paper": dict(common.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=5000, seeds=[10, 11, 12], snapshot_every=5),
+    "quick": dict(preset_blocks.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=1000, seeds=[10], snapshot_every=5),
+    "paper": dict(preset_blocks.WHITE_ATTN_M, lr=1e-3, epoch=3001, trainset_size=5000, seeds=[10, 11, 12],
+                  snapshot_every=5),
 }
 # Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
 KNOB_CASES = (dict(in_dim=3, head_num=4, epoch=2001), dict(seeds=[3, 4], trainset_size=500, epoch=2501))
-TOLERANCES = [common.PLATEAUS, (r"final_sigma\..*", "rel", 0.05)]
+TOLERANCES = [preset_blocks.PLATEAUS, (r"final_sigma\..*", "rel", 0.05)]
 
 
 
 def runs(S: dict) -> dict:
     """One run per seed (``seeds``), in their order."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):

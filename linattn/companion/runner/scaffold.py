@@ -32,26 +32,27 @@ import numpy as np
 
 from .. import presets
 from ..commands import train_command
-from .common import preset_blocks as common
+from .common import preset_blocks
 from .common.attn_s_run import describe
 from .common.frame import settings_attrs
 from .common.trainer import train
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {{
-    "quick": common.run_settings(model="attnM", head_num=2, in_dim=3, seq_len=16, trainset_size=200, init=1e-2,
-                                 lr=0.01, epoch=301, seeds=[0], snapshot_every=0),
-    "paper": common.run_settings(model="attnM", head_num=2, in_dim=3, seq_len=16, trainset_size=1000, init=1e-2,
-                                 lr=0.01, epoch=2001, seeds=[0, 1], snapshot_every=0),
+    "quick": preset_blocks.run_settings(model="attnM", head_num=2, in_dim=3, seq_len=16, trainset_size=200,
+                                        init=1e-2, lr=0.01, epoch=301, seeds=[0], snapshot_every=0),
+    "paper": preset_blocks.run_settings(model="attnM", head_num=2, in_dim=3, seq_len=16, trainset_size=1000,
+                                        init=1e-2, lr=0.01, epoch=2001, seeds=[0, 1], snapshot_every=0),
 }}
 # Settings of a reader's own the page must stay true at (each a few seconds at the quick preset).
 KNOB_CASES = (dict(in_dim=2, head_num=3), dict(seeds=[1, 2], epoch=201))
-TOLERANCES = []  # what its quick build's numbers must show: (key pattern, "abs" or "rel", tolerance)
+# what its quick build's numbers must show: (key pattern, "abs" or "rel", tolerance)
+TOLERANCES: list[tuple[str, str, float]] = []
 
 
 def runs(S: dict) -> dict:
     """One run per seed (``seeds``), in their order."""
-    return common.sweep(S)
+    return preset_blocks.sweep(S)
 
 
 def compute(S: dict):
