@@ -219,3 +219,26 @@ def test_the_report_shows_the_band_each_reading_was_judged_in(tmp_path):
     shown = {r["key"]: r for r in found["groups"]["reading"]}
     assert report.judged_in_bands(shown["published.c_0_2.final"]) == pytest.approx(abs(-0.0113 + 0.008) / 0.0226)
     assert report.judged_in_bands(shown["b"]) == pytest.approx(9 / 17)
+
+
+def test_the_report_tables_say_which_of_our_own_runs_are_missing(tmp_path):
+    """The page's sections: the robustness runs and the checks each under its title, a sentence in place of the
+    one the report has no row of; the estimates and every other number always shown."""
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+    from linattn.companion.output import MarkdownTable
+
+    check = row(key="settle.max", reproduced=0.004, tolerance=0.01, verdict=AGREES)
+    (tmp_path / "beyond_phase_diagram").mkdir()
+    (tmp_path / "beyond_phase_diagram" / "numbers.json").write_text(json.dumps([check, row(key="d", theory=1.0,
+                                                                                             reproduced=1.1)]))
+    tables = report.tables(report.collect(tmp_path))
+    own = tables["own_runs"]
+    assert list(own) == ["Robustness runs", "Checks of our own runs"]
+    assert own["Robustness runs"] == "*(no robustness run at this preset)*"
+    checks = own["Checks of our own runs"]
+    assert isinstance(checks, MarkdownTable) and "| 0.004 |" in str(checks)
+    assert list(tables["unjudged"]) == ["Estimates", "Every other number"]
+    assert "| 1.1 |" in str(tables["unjudged"]["Every other number"])
+    assert tables["claims"] is None

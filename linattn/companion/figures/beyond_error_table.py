@@ -129,9 +129,10 @@ def _count(n: int, noun: str) -> str:
 
 
 def tables(report: dict) -> dict:
-    """The page's tables by section: ``readings`` (one per published figure), ``claims``, ``robustness``, ``checks``
-    (of our own runs), ``estimates``, ``other`` and ``counts`` (how many rows of each kind, and why the rest are not
-    comparable)."""
+    """The page's tables by section: ``readings`` (title → table, one per published figure), ``claims`` (None where
+    there is none), ``own_runs`` (title → table: the robustness runs and the checks of our own runs, each a sentence
+    where there is none), ``unjudged`` (title → table: the estimates and every other number) and ``counts`` (how many rows of each
+    kind, and why the rest are not comparable)."""
     groups = report["groups"]
     reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
                        "error": "difference (ours − published)", "band": "band applied", "verdict": "verdict"}
@@ -153,10 +154,11 @@ def tables(report: dict) -> dict:
     robustness = MarkdownTable(groups["robustness"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                                       "reproduced": "ours", "verdict": "verdict"},
                                {"paper": "g", "reproduced": "g"})
-    return {"readings": readings, "claims": claims if groups["claim"] else None,
-            "robustness": robustness if groups["robustness"] else None,
-            "checks": checks if groups["check"] else None, "estimates": estimates, "other": other,
-            "counts": _counts(report)}
+    own_runs = {title: table if groups[group] else f"*(no {noun} at this preset)*"
+                for title, table, group, noun in (("Robustness runs", robustness, "robustness", "robustness run"),
+                                                  ("Checks of our own runs", checks, "check", "check"))}
+    return {"readings": readings, "claims": claims if groups["claim"] else None, "own_runs": own_runs,
+            "unjudged": {"Estimates": estimates, "Every other number": other}, "counts": _counts(report)}
 
 
 def _band_applied(r: dict) -> str | None:

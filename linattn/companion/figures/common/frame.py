@@ -140,14 +140,14 @@ class BuiltPage:
 
         return Markdown(text)
 
-    def titled(self, tables: dict, otherwise: str) -> None:
-        """Show each table of ``tables`` (title → table) under its title in bold, or ``otherwise`` where there is
-        none."""
+    def titled(self, tables: dict, otherwise: str = "") -> None:
+        """Show each table of ``tables`` (title → table, or a text saying why there is none, shown as Markdown) under
+        its title in bold, or ``otherwise`` where there is no title."""
         from IPython.display import Markdown, display
 
         for title, table in tables.items():
-            display(Markdown(f"**{title}**"), table)
-        if not tables:
+            display(Markdown(f"**{title}**"), Markdown(table) if isinstance(table, str) else table)
+        if not tables and otherwise:
             display(Markdown(otherwise))
 
     def commands(self, key: str = "commands"):
