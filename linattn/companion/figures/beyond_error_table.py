@@ -131,8 +131,8 @@ def _count(n: int, noun: str) -> str:
 def tables(report: dict) -> dict:
     """The page's tables by section: ``readings`` (title → table, one per published figure), ``claims`` (None where
     there is none), ``own_runs`` (title → table: the robustness runs and the checks of our own runs, each a sentence
-    where there is none), ``unjudged`` (title → table: the estimates and every other number) and ``counts`` (how many rows of each
-    kind, and why the rest are not comparable)."""
+    where there is none), ``unjudged`` (title → table: the estimates and every other number) and ``counts`` (how many
+    rows of each kind, and why the rest are not comparable)."""
     groups = report["groups"]
     reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
                        "error": "difference (ours − published)", "band": "band applied", "verdict": "verdict"}
