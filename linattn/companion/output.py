@@ -137,7 +137,7 @@ def _compare(row: dict) -> dict:
         if isinstance(ours, str) and isinstance(ref, str) and ours.split() == ref.split():
             return out(0.0, "relative", 0.0)  # the same list
         return out(f"{NOT_COMPARABLE}: text, not numbers (ours {ours}, {ref_name} {ref})", NOT_COMPARABLE)
-    error = err if is_num(err) else abs(float(ours) - float(ref)) if is_num(ref) else None
+    error = err if is_num(err) else (abs(float(ours) - float(ref)) if is_num(ref) else None)
     if error is None:
         return out(f"{NOT_COMPARABLE}: the {ref_name} value is not a finite number", NOT_COMPARABLE)
     if is_num(ref) and ref != 0:

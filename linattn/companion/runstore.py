@@ -247,7 +247,7 @@ class _Entry:
         E, k, h = cfg.epoch, self.run.snapshot_every, self.run.history
         rows = h.step < E if cfg.dynamics == "gd" else h.step <= E  # a flow run may record its end, sparsely
         cut: dict[str, Any] = {name: None if getattr(h, name) is None else getattr(h, name)[rows]
-               for name in ("step", "train_loss", "test_iwl", "test_icl", "values")}
+                               for name in ("step", "train_loss", "test_iwl", "test_icl", "values")}
         snaps = dict(h.snapshots)
         history = History(**{**cut, "values": cut["values"] if cfg.track_value else None},
                           snapshots=[(s, snaps[s]) for s in sorted(snaps) if s < E and s % k == 0] + (
