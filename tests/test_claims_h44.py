@@ -1,0 +1,112 @@
+"""Referee read 4's findings fixed at their rules (Figures 3b and 3c, the population page, the vary_len page): each
+rule on constructed cases (flat, transit, shoulder, fell back, value before key and query), and each page's sentence
+recomputed from the figure's dataset by a second route (numpy of this file's own, never the rule that wrote it), at
+the quick preset and at a knob case."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from linattn import theory
+from linattn.analysis import events
+
+# ---------------------------------------------------------------- Figure 3b: the rise proper, constructed
+
+LAM, C = 0.2, 1.2
+V_INF = (LAM * C) ** (-1 / 3)
+
+
+def _ode(n: int = 6001) -> tuple[np.ndarray, np.ndarray]:
+    """The scalar ODE from 0.5 % of its final value, one sample per unit of time, well past its rise."""
+    t = np.arange(n, dtype=float)
+    return t, theory.scalar_ode(LAM, C, 5e-3 * V_INF, t)
+
+
+def _first(mask) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _with_pause(v: np.ndarray, level: float, pause: int) -> np.ndarray:
+    """``v`` held at ``level`` × its final value for ``pause`` samples where it first reaches that level: a shoulder."""
+    i = _first(v >= level * V_INF)
+    return np.concatenate([v[:i], np.full(pause, v[i]), v[i:]])[: v.size]
+
+
+def test_the_rise_of_the_ode_itself_is_the_odes():
+    t, v = _ode()
+    start, end = events.rise_window(v, t, V_INF)
+    assert t[_first(v >= 0.3 * V_INF) - 1] <= start <= t[_first(v >= 0.3 * V_INF)]
+    assert t[_first(v >= 0.9 * V_INF) - 1] <= end <= t[_first(v >= 0.9 * V_INF)]
+    cmp = events.compare_rise(v, v, t, V_INF)
+    assert cmp.rise_steps == cmp.rise_steps_ode and events.rise_verdict(cmp.rise_steps / cmp.rise_steps_ode) == (
+        "as fast as the ODE")
+
+
+def test_a_flat_curve_or_one_that_starts_risen_has_no_rise():
+    t, v = _ode()
+    assert events.rise_window(np.full(t.size, 0.05 * V_INF), t, V_INF) is None  # never rises
+    assert events.rise_window(np.full(t.size, 0.5 * V_INF), t, V_INF) is None  # never reaches 90 %
+    assert events.rise_window(np.full(t.size, V_INF), t, V_INF) is None  # never below the lower mark
+    flat = events.compare_rise(np.full(t.size, 0.05 * V_INF), v, t, V_INF)
+    assert flat.rise_steps is None and events.rise_verdict(float("nan")) == "not measured"
+
+
+def test_a_shoulder_below_the_lower_mark_is_not_timed():
+    """The referee's case: a head sits near a tenth of its final value for 3000 steps before its rise. Timed from 10 %
+    its rise looks several times slower than the ODE's; timed from the last passage of 30 % it is the ODE's."""
+    t, v = _ode(12001)
+    shoulder = _with_pause(v, 0.12, 3000)
+    cmp = events.compare_rise(shoulder, np.interp(t - 3000, t, v, left=np.nan), t, V_INF)
+    assert events.rise_verdict(cmp.rise_steps / cmp.rise_steps_ode) == "as fast as the ODE"
+    assert cmp.rise_steps == pytest.approx(events.compare_rise(v, v, t, V_INF).rise_steps, abs=1.0)
+    from_ten = np.ptp(events.rise_window(shoulder, t, V_INF, lo=0.1))
+    assert events.rise_verdict(from_ten / cmp.rise_steps_ode) == "slower than the ODE"  # why 10 % was the wrong mark
+
+
+def test_a_rise_that_fell_back_is_timed_from_its_last_start():
+    t, v = _ode(12001)
+    i = _first(v >= 0.5 * V_INF)
+    fell = np.concatenate([v[:i], v[i::-1], np.full(2000, v[0]), v])[: 3 * t.size]  # up to 50 %, back, then the rise
+    tt = np.arange(fell.size, dtype=float)
+    start, end = events.rise_window(fell, tt, V_INF)
+    assert start > 2 * i + 2000 and end - start == pytest.approx(np.ptp(events.rise_window(v, t, V_INF)), abs=1.0)
+
+
+def test_a_slower_or_faster_rise_is_called_so():
+    t, v = _ode(20001)
+    slow = np.interp(t / 2, t, v)  # the same shape, twice as slow
+    fast = np.interp(2 * t, t, v)
+    cmp = events.compare_rise(slow, v, t, V_INF)
+    assert cmp.rise_steps / cmp.rise_steps_ode == pytest.approx(2.0, rel=0.02)
+    assert events.rise_verdict(cmp.rise_steps / cmp.rise_steps_ode) == "slower than the ODE"
+    cmp = events.compare_rise(fast, v, t, V_INF)
+    assert events.rise_verdict(cmp.rise_steps / cmp.rise_steps_ode) == "faster than the ODE"
+
+
+# ---------------------------------------------------------------- Figure 3c: growth on the output scale, constructed
+
+
+def test_output_scale_is_the_norm_of_the_heads_matrix():
+    rng = np.random.default_rng(3)
+    v, k, q = rng.standard_normal(), rng.standard_normal(4), rng.standard_normal(4)
+    said = events.output_scale(v, np.linalg.norm(k), np.linalg.norm(q))
+    assert said == pytest.approx(np.linalg.norm(v * np.outer(k, q)))
+
+
+def test_a_value_that_moves_first_is_not_growth_of_the_head():
+    """The referee's case: the value weight reaches a quarter of its largest while the key and query are still small
+    and point elsewhere; the head aligns, and only then do key and query grow. On the value alone it 'grew before it
+    aligned'; on its output scale it aligned before it grew."""
+    step = 10 * np.arange(200)
+    value = np.concatenate([np.linspace(0.01, 0.25, 100), np.linspace(0.25, 1.0, 100)])
+    norms = np.concatenate([np.full(120, 0.02), np.linspace(0.02, 1.0, 80)])  # key and query grow from index 120
+    overlap = np.concatenate([np.full(110, 0.3), np.full(90, 0.99)])  # aligned at index 110
+    scale = events.output_scale(value, norms, norms)
+    g = events.alignment_against_growth(overlap, scale, step, aligned=0.9)
+    assert g.verdict(0.9) == "aligned before it grew" and g.aligned_step == 1100
+    assert g.size_when_aligned == pytest.approx(scale[110] / scale.max())
+    assert events.alignment_against_growth(overlap, value, step, aligned=0.9).verdict(0.9) == "grew before it aligned"
+    # a head whose output grows while it points elsewhere is still called so
+    late = np.concatenate([np.full(190, 0.3), np.full(10, 0.99)])
+    assert events.alignment_against_growth(late, scale, step, aligned=0.9).verdict(0.9) == "grew before it aligned"
