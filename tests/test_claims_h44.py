@@ -110,3 +110,35 @@ def test_a_value_that_moves_first_is_not_growth_of_the_head():
     # a head whose output grows while it points elsewhere is still called so
     late = np.concatenate([np.full(190, 0.3), np.full(10, 0.99)])
     assert events.alignment_against_growth(late, scale, step, aligned=0.9).verdict(0.9) == "grew before it aligned"
+
+
+# ---------------------------------------------------------------- population page: the count of plateaus below
+
+
+def _population_ds(levels_by_curve: dict, sizes: dict):
+    import xarray as xr
+
+    theory_levels = np.array([1.0, 0.6, 0.35, 0.2])
+    curves = list(levels_by_curve)
+    return xr.Dataset(
+        {"plateau_level": (("curve", "m"), np.array([levels_by_curve[c] for c in curves], dtype=float)),
+         "plateau_theory": ("m", theory_levels)},
+        coords={"curve": curves, "m": np.arange(4), "trainset_size": ("curve", [sizes[c] for c in curves])})
+
+
+def test_the_finite_sets_plateaus_are_counted_at_m0_and_after_it():
+    from linattn.companion.figures import beyond_population as page
+
+    nan = np.nan
+    ds = _population_ds({"population GD": [0.9, 0.5, 0.3, 0.1],  # far below, but no finite set: not counted
+                         "P = 100": [0.97, 0.59, nan, 0.21],  # below at M_0 and M_1, above at M_3, no rest at M_2
+                         "P = 1000": [1.01, nan, 0.34, nan]},  # above at M_0, below at M_2
+                        {"population GD": np.inf, "P = 100": 100, "P = 1000": 1000})
+    assert page.finite_sides(ds) == {"M0": (1, 2), "learned": (2, 3)}
+    said = page.bias_words(ds)
+    assert "2 of the 3 finite-set plateaus at ℳ₁ … ℳ₃ lie below" in said and "1 of 2 at ℳ₀" in said
+    # no finite set: nothing said; a finite set that rested only at M_0: no count at learned saddles
+    assert page.bias_words(ds.sel(curve=["population GD"])) == ""
+    only0 = _population_ds({"P = 100": [0.97, nan, nan, nan]}, {"P = 100": 100})
+    assert page.finite_sides(only0) == {"M0": (1, 1), "learned": (0, 0)}
+    assert "no finite set rested at a saddle with a direction learned" in page.bias_words(only0)
