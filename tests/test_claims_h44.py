@@ -142,3 +142,44 @@ def test_the_finite_sets_plateaus_are_counted_at_m0_and_after_it():
     only0 = _population_ds({"P = 100": [0.97, nan, nan, nan]}, {"P = 100": 100})
     assert page.finite_sides(only0) == {"M0": (1, 1), "learned": (0, 0)}
     assert "no finite set rested at a saddle with a direction learned" in page.bias_words(only0)
+
+
+# ---------------------------------------------------------------- vary_len page: a direction not learned, constructed
+
+
+def _staircase(drops, levels, n):
+    """A loss falling from each level to the next at the given steps (logistic, 20 steps wide)."""
+    step = np.arange(n, dtype=float)
+    loss = np.full(n, levels[0])
+    for d, (a, b) in zip(drops, zip(levels[:-1], levels[1:])):
+        loss -= (a - b) / (1 + np.exp(-(step - d) / 20.0))
+    return loss
+
+
+def _vary_ds(drops_s, n, lam=(0.4, 0.3, 0.2, 0.1)):
+    import xarray as xr
+
+    levels = np.array([1.0, 0.7, 0.5, 0.37, 0.32])
+    loss = np.stack([_staircase([300.0], levels[[0, -1]], n), _staircase(drops_s, levels, n)])
+    return xr.Dataset({"train_loss": (("model", "step"), loss),
+                       "plateau_theory": (("model", "m"), np.stack([levels, levels])),
+                       "eigenvalue": (("model", "direction"), np.stack([lam, lam]))},
+                      coords={"model": ["attn_m", "attn_s"], "step": np.arange(n), "m": np.arange(5),
+                              "direction": np.arange(1, 5)})
+
+
+def test_a_direction_not_learned_gets_a_cause_only_where_the_estimate_lies_beyond_the_run():
+    from linattn.companion.figures import figA_vary_len as page
+
+    # every drop made: nothing said
+    assert page.unlearned(_vary_ds([500, 1000, 2000, 6000], 8000)) == ""
+    # three drops, the first at 500: the estimate for e₄ is 500·16 = 8000; a run of 6000 steps ends before it
+    short = page.unlearned(_vary_ds([500, 1000, 2000], 6000))
+    assert "ATTN_S learns 3 of its 4 directions within its 5999 steps" in short
+    assert "near step 8000, beyond the run's end" in short and "no cause" not in short
+    # a run of 12000 steps passes the estimate with no drop: no cause is offered
+    long = page.unlearned(_vary_ds([500, 1000, 2000], 12000))
+    assert "e₄ is not learned within the run, and no cause of that is tested here" in long
+    assert "near step" not in long
+    # flat: no drop at all
+    assert "ATTN_S makes no drop within its 2999 steps" in page.unlearned(_vary_ds([], 3000))
