@@ -316,6 +316,9 @@ def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
         pct = [100 * v[a] for o, v, a, g in early]
         lo, hi = (f"{x:.2g}" if x < 10 else f"{x:.0f}" for x in (min(pct), max(pct)))
         assert (f"at {lo} % of" if lo == hi else f"at {lo} to {hi} % of") in words
+        grown_overlaps = [o[g] for o, v, a, g in early]  # their overlaps when their output reached the grown mark
+        lo, hi = f"{min(grown_overlaps):.2f}", f"{max(grown_overlaps):.2f}"
+        assert (f"are {lo} to {hi} when" if lo != hi else f" {lo} when") in words
     assert ("pointed along it before its output grew" in words) == (bool(verdicts) and not late)
     assert "silent" not in words and "before the drop" not in words
     said = page.words(ds)["run"]

@@ -203,7 +203,9 @@ def growth_words(ds) -> str:
         parts.append(f"{heads(early)} align{'s' if one else ''} before {'its' if one else 'their'} output grows: "
                      f"from overlap{'' if one else 's'} {at('overlap_at_start', early)} at step 0 "
                      f"{'it passes' if one else 'they pass'} {aligned} at {_percents(ds, early)} of "
-                     f"{'its' if one else 'their'} largest output scale")
+                     f"{'its' if one else 'their'} largest output scale, and "
+                     f"{'its overlap is' if one else 'their overlaps are'} {_range(ds, 'overlap_when_grown', early)} "
+                     f"when it reaches {grown} of it")
     if late := by.get("grew before it aligned", []):
         one = len(late) == 1
         parts.append(f"{heads(late)} grow{'s' if one else ''} while pointing elsewhere: "
@@ -244,6 +246,16 @@ def words(ds) -> dict:
 def _and(items: list[str]) -> str:
     """["a", "b", "c"] → "a, b and c"."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _range(ds, name: str, dirs: list[int]) -> str:
+    """The finite values of ``ds[name]`` over the directions ``dirs`` as "0.97" or "0.97 to 1.00" (two decimals)."""
+    x = [float(ds[name].sel(direction=d)) for d in dirs]
+    x = [v for v in x if np.isfinite(v)]
+    if not x:
+        return "not reached"
+    lo, hi = f"{min(x):.2f}", f"{max(x):.2f}"
+    return lo if lo == hi else f"{lo} to {hi}"
 
 
 def _percent(x: float) -> str:
