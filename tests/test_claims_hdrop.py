@@ -318,7 +318,7 @@ def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
         assert (f"at {lo} % of" if lo == hi else f"at {lo} to {hi} % of") in words
         grown_overlaps = [o[g] for o, v, a, g in early]  # their overlaps when their output reached the grown mark
         lo, hi = f"{min(grown_overlaps):.2f}", f"{max(grown_overlaps):.2f}"
-        assert (f"are {lo} to {hi} when" if lo != hi else f" {lo} when") in words
+        assert (f"overlaps are {lo} to {hi}" if lo != hi else f" {lo}") in words
     assert ("pointed along it before its output grew" in words) == (bool(verdicts) and not late)
     assert "silent" not in words and "before the drop" not in words
     said = page.words(ds)["run"]

@@ -175,8 +175,8 @@ def words(ds) -> dict:
                 for verdict, dirs in by.items()]
         same = set(by) == {"as fast as the ODE"}
         shape = ("so the rises have the ODE's shape" if same
-                 else "so the small gap does not show the ODE's shape: the shift pins each pair together at "
-                      "mid-rise, and the gap is measured against the final value")
+                 else "so not every rise has the ODE's shape (the shift pins each pair together at mid-rise, so the "
+                      "gap alone cannot show the shape)")
         ode = (f"each ODE curve is moved in time to cross half its final value when its head does, one fitted shift "
                f"per head; so placed it stays within {100 * np.nanmax(gaps):.0f} % of the final value of the run's "
                f"curve from 5 % to 95 % of it, {'and' if same else 'but'} over the rise proper, {_window()}, "

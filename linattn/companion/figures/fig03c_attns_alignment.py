@@ -203,9 +203,8 @@ def growth_words(ds) -> str:
         parts.append(f"{heads(early)} align{'s' if one else ''} before {'its' if one else 'their'} output grows: "
                      f"from overlap{'' if one else 's'} {at('overlap_at_start', early)} at step 0 "
                      f"{'it passes' if one else 'they pass'} {aligned} at {_percents(ds, early)} of "
-                     f"{'its' if one else 'their'} largest output scale, and "
-                     f"{'its overlap is' if one else 'their overlaps are'} {_range(ds, 'overlap_when_grown', early)} "
-                     f"when it reaches {grown} of it")
+                     f"{'its' if one else 'their'} largest output scale, and at {grown} of it "
+                     f"{'its overlap is' if one else 'their overlaps are'} {_range(ds, 'overlap_when_grown', early)}")
     if late := by.get("grew before it aligned", []):
         one = len(late) == 1
         parts.append(f"{heads(late)} grow{'s' if one else ''} while pointing elsewhere: "
