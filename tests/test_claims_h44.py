@@ -183,3 +183,23 @@ def test_a_direction_not_learned_gets_a_cause_only_where_the_estimate_lies_beyon
     assert "near step" not in long
     # flat: no drop at all
     assert "ATTN_S makes no drop within its 2999 steps" in page.unlearned(_vary_ds([], 3000))
+
+
+# ---------------------------------------------------------------- at most 150 words before each figure
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fig03c_attns_alignment", "beyond_population", "figA_vary_len"])
+def test_at_most_150_words_before_the_figure_at_the_quick_preset(name, tmp_path, monkeypatch):
+    """The words a reader meets before the figure, each glued sentence counted as the words it shows (Figure 3b's
+    count is in test_claims_h3a)."""
+    import importlib
+
+    from test_claims_h3a import MAX_WORDS_BEFORE_FIGURE, words_before_figure
+
+    from linattn.companion import presets
+
+    monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path))
+    page = importlib.import_module(f"linattn.companion.figures.{name}")
+    ds = page.compute(presets.resolve(name, "quick", {}))
+    assert words_before_figure(name, page.words(ds)) <= MAX_WORDS_BEFORE_FIGURE
