@@ -101,9 +101,9 @@ def test_alignment_against_growth_on_constructed_heads():
     assert g.grown_step == step[np.argmax(grows >= 0.1)] and g.aligned_step == 800
     assert events.alignment_against_growth(start, grows, step, aligned=0.9).verdict(0.9) == "aligned from the start"
     assert events.alignment_against_growth(never, grows, step, aligned=0.9).verdict(0.9) == "not aligned"
-    # a head that grows and then hands its direction over (shrinks) is measured against its largest value
+    # a head that grows and then hands its direction over (shrinks) is measured against its largest size
     handed = np.concatenate([grows, np.full(20, 0.05)])
-    assert np.nanmax(events.value_fraction(handed[:, None])) == 1.0
+    assert np.nanmax(events.scale_fraction(handed[:, None])) == 1.0
 
 
 # ---------------------------------------------------------------- subspace stability, constructed
@@ -286,9 +286,11 @@ def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
     page = fig03c_attns_alignment
     ds = _build(page, case, store, monkeypatch)
     both = np.minimum(ds.key_alignment.values, ds.query_alignment.values)
-    size = np.abs(ds.value.values) / np.abs(ds.value.values).max(axis=0)
+    out = np.abs(ds.value.values) * ds.key_norm.values * ds.query_norm.values  # |v|‖k‖‖q‖, the head's output scale
+    size = out / out.max(axis=0)
     steps, words = ds.step.values, page.words(ds)["growth"]
     aligned, grown = ds.attrs["aligned"], ds.attrs["grown"]
+    verdicts: dict[str, list] = {}
     for d in ds.direction.values:
         h = int(ds.aligned_head.sel(direction=d)) - 1
         if h < 0:
@@ -303,10 +305,21 @@ def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
         verdict = ("aligned from the start" if o[0] > aligned else
                    "aligned before it grew" if a <= g else "grew before it aligned")
         assert ds.growth_verdict.sel(direction=d).item() == verdict
-        if verdict == "grew before it aligned":
-            assert f"{o[g]:.2g}" in words
-        elif verdict == "aligned from the start":
-            assert f"overlap {o[0]:.2f} at step 0" in words
+        verdicts[verdict] = verdicts.get(verdict, []) + [(o, v, a, g)]
+    late = verdicts.get("grew before it aligned", [])
+    for o, v, a, g in late:
+        assert f"{o[g]:.2g}" in words
+    for o, v, a, g in verdicts.get("aligned from the start", []):
+        assert f"{o[0]:.2f}" in words
+    early = verdicts.get("aligned before it grew", [])
+    if early:  # the range of the output scales at alignment, in percent of each head's largest
+        pct = [100 * v[a] for o, v, a, g in early]
+        lo, hi = (f"{x:.2g}" if x < 10 else f"{x:.0f}" for x in (min(pct), max(pct)))
+        assert (f"at {lo} % of" if lo == hi else f"at {lo} to {hi} % of") in words
+        grown_overlaps = [o[g] for o, v, a, g in early]  # their overlaps when their output reached the grown mark
+        lo, hi = f"{min(grown_overlaps):.2f}", f"{max(grown_overlaps):.2f}"
+        assert (f"overlaps are {lo} to {hi}" if lo != hi else f" {lo}") in words
+    assert ("pointed along it before its output grew" in words) == (bool(verdicts) and not late)
     assert "silent" not in words and "before the drop" not in words
     said = page.words(ds)["run"]
     assert ("Figure 3a" in said and "our own" not in said) == presets.is_published(page.NAME,
@@ -333,5 +346,18 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
         assert f"over the run: {gap:.2g}." in summary
     words = page.words(ds)
     assert "0.013" not in summary and "nan" not in summary and "Figure 3a" not in words["caption"]
+    # the bias sentence: the finite sets' plateaus below the theory's level, counted with numpy at ℳ₀ and after it
+    finite = np.isfinite(ds.trainset_size.values)
+    gaps = ds.plateau_level.values[finite] - theory_levels
+    at0, later = gaps[:, 0][np.isfinite(gaps[:, 0])], gaps[:, 1:][np.isfinite(gaps[:, 1:])]
+    if not finite.any():
+        assert words["bias"] == ""
+    elif later.size:
+        assert f"{(later < 0).sum()} of the {later.size} finite-set plateaus" in words["bias"]
+        assert "biased low" in words["bias"]
+        assert (f"{(at0 < 0).sum()} of {at0.size} at" in words["bias"]) == bool(at0.size)
+    else:
+        assert "no finite set rested at a saddle with a direction learned" in words["bias"]
+    assert "wall_time" not in ds and "timings" not in words  # a stacked run's clock is not its own time
     assert (words["where"] == "at Figure 3a's settings") == presets.is_published(page.NAME,
                                                                                 json.loads(ds.attrs["settings"]))

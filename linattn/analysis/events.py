@@ -97,34 +97,65 @@ def scalar_ode_rise(v: ArrayLike, t: ArrayLike, lam: float, c: float, *, v_start
     return np.interp(np.asarray(t, dtype=np.float64), shifted, v_ode, left=np.nan, right=v_ode[-1])
 
 
+#: The rise proper is timed from RISE_FROM to RISE_TO of the final value (our choice). A head can pause low, at about
+#: a tenth of its final value, while another head is still learning a neighbouring direction (Figure 3a's run: the
+#: head of e₄ sits near 10 % of its final value for some 3000 steps); a window starting at 30 % leaves that shoulder
+#: out, and taking the *last* passage of 30 % before the rise leaves out a head that rose part-way and fell back.
+RISE_FROM, RISE_TO = 0.3, 0.9
+
+
+def rise_window(v: ArrayLike, steps: ArrayLike, v_inf: float, *, lo: float = RISE_FROM,
+                hi: float = RISE_TO) -> tuple[float, float] | None:
+    """(start, end) of a rise: ``end`` the first step at which ``v`` reaches hi·v_inf, ``start`` the last step before
+    it at which ``v`` is still below lo·v_inf (both interpolated linearly between neighbouring samples). Time spent
+    below lo·v_inf before the rise, on a shoulder or in a rise that fell back, is not part of it. None where ``v``
+    never reaches hi·v_inf or is never below lo·v_inf before it (NaN counts as below: the ODE before its start)."""
+    v, steps = np.nan_to_num(np.asarray(v, dtype=np.float64), nan=-np.inf), np.asarray(steps, dtype=np.float64)
+    end = first_index(v >= hi * v_inf)
+    below = np.flatnonzero(v[:end] < lo * v_inf) if end is not None else np.array([], dtype=int)
+    if below.size == 0:
+        return None
+
+    def crossing(i: int, level: float) -> float:  # between sample i (below level) and i + 1 (at or above it)
+        a, b = v[i], v[i + 1]
+        return float(steps[i] if not np.isfinite(a) else steps[i] + (level - a) / (b - a) * (steps[i + 1] - steps[i]))
+
+    return crossing(int(below[-1]), lo * v_inf), crossing(end - 1, hi * v_inf)
+
+
 @dataclass
 class RiseComparison:
     """A head's value weight against the scalar ODE during its rise (:func:`compare_rise`)."""
 
     max_gap: float | None  # max |v − v_ODE| / v_final from 5 % to 95 % of the final value (None: no rise seen)
-    rise_steps: float | None  # steps from 10 % to 90 % of v_final, the run
-    rise_steps_ode: float  # the same for the ODE
+    rise_steps: float | None  # steps of the rise proper, RISE_FROM → RISE_TO of v_final (rise_window), the run
+    rise_steps_ode: float | None  # the same for the ODE (None: the ODE's rise is not within the steps)
+
+
+def _window_length(v: ArrayLike, steps: ArrayLike, v_inf: float) -> float | None:
+    w = rise_window(v, steps, v_inf)
+    return None if w is None else w[1] - w[0]
 
 
 def compare_rise(v: ArrayLike, v_ode: ArrayLike, steps: ArrayLike, v_inf: float) -> RiseComparison:
     """How closely a head's value weight ``v`` follows its shifted ODE ``v_ode`` (:func:`scalar_ode_rise`), both
-    sampled at ``steps``, relative to the final value ``v_inf``."""
+    sampled at ``steps``, relative to the final value ``v_inf``: the largest gap between them from 5 % to 95 % of
+    v_inf, and the time of each one's rise proper (:func:`rise_window`)."""
     v, v_ode, steps = (np.asarray(a, dtype=np.float64) for a in (v, v_ode, steps))
     rise = (v > 0.05 * v_inf) & (v < 0.95 * v_inf) & np.isfinite(v_ode)
-    levels = [0.1 * v_inf, 0.9 * v_inf]
     return RiseComparison(
         max_gap=float(np.max(np.abs(v[rise] - v_ode[rise])) / v_inf) if rise.any() else None,
-        rise_steps=float(np.ptp(np.interp(levels, v, steps))) if rise.any() else None,
-        rise_steps_ode=float(np.ptp(np.interp(levels, np.nan_to_num(v_ode, nan=0.0), steps))))
+        rise_steps=_window_length(v, steps, v_inf), rise_steps_ode=_window_length(v_ode, steps, v_inf))
 
 
 RISE_FACTOR = 1.25  # our choice: a rise a quarter longer or shorter than the ODE's is visibly another shape on the page
 
 
 def rise_verdict(ratio: float, factor: float = RISE_FACTOR) -> str:
-    """How a head's rise compares with the scalar ODE's, from ``ratio`` = the run's 10 → 90 % rise time over the
-    ODE's (:class:`RiseComparison`): "as fast as the ODE" when factor⁻¹ ≤ ratio ≤ factor, "slower than the ODE"
-    above, "faster than the ODE" below, "not measured" where the ratio is not a finite number."""
+    """How a head's rise compares with the scalar ODE's, from ``ratio`` = the run's rise time over the ODE's, both
+    over the rise proper (:func:`rise_window`, :class:`RiseComparison`): "as fast as the ODE" when
+    factor⁻¹ ≤ ratio ≤ factor, "slower than the ODE" above, "faster than the ODE" below, "not measured" where the
+    ratio is not a finite number."""
     if not np.isfinite(ratio) or ratio <= 0:
         return "not measured"
     if ratio > factor:
@@ -169,16 +200,24 @@ def out_of_order(first_steps: ArrayLike) -> list[tuple[int, int]]:
 # Alignment read against the weights' growth
 # --------------------------------------------------------------------------------------------------------------
 
-#: The size at which a head counts as grown, as a fraction of its largest value weight max_t abs(v_h). A tenth is well
-#: above its start (the paper's init is 1–2 % of a learned head's value) and well below the rise that makes its drop.
+#: The size at which a head counts as grown, as a fraction of its largest output scale max_t |v_h|·‖k_h‖·‖q_h‖
+#: (:func:`output_scale`). From the paper's small start a head's output is ~1e-5 of its largest; a tenth of it is the
+#: head carrying a tenth of what it will, the early part of the rise that makes its drop.
 GROWN = 0.1
 
 
-def value_fraction(values: ArrayLike) -> np.ndarray:
-    """(snapshots, H): abs(v_h(t)) / max_t abs(v_h), each head's value weight as a fraction of its largest over the run
-    (its final one for a head that keeps what it learned; the largest, for one that hands a direction over to another
-    head and shrinks; NaN for a head that is 0 throughout)."""
-    v = np.abs(np.asarray(values, dtype=np.float64))
+def output_scale(values: ArrayLike, key_norms: ArrayLike, query_norms: ArrayLike) -> np.ndarray:
+    """|v_h|·‖k_h‖·‖q_h‖ (any shape, element by element): the size of a rank-one head's output, the norm of its
+    matrix v_h k_h q_hᵀ: a rank-one head predicts v_h βᵀ k_h q_hᵀ x_q (paper Section 5). A head's value weight alone
+    can move while its key and query are still small, so growth is read on this product, not on v_h."""
+    return np.abs(np.asarray(values, dtype=np.float64)) * np.asarray(key_norms) * np.asarray(query_norms)
+
+
+def scale_fraction(scale: ArrayLike) -> np.ndarray:
+    """(snapshots, H): abs(s_h(t)) / max_t abs(s_h), each head's size as a fraction of its largest over the run (its
+    final one for a head that keeps what it learned; the largest, for one that hands a direction over to another head
+    and shrinks; NaN for a head that is 0 throughout)."""
+    v = np.abs(np.asarray(scale, dtype=np.float64))
     top = v.max(axis=0)
     return v / np.where(top > 0, top, np.nan)
 
@@ -194,15 +233,15 @@ class GrowthAlignment:
     """One head's alignment with one direction read against its growth (:func:`alignment_against_growth`)."""
 
     overlap_at_start: float  # its overlap with the direction at the first snapshot
-    overlap_when_grown: float | None  # its overlap when abs(v) first reaches ``grown`` of its largest (None: never)
+    overlap_when_grown: float | None  # its overlap when its size first reaches ``grown`` of its largest (None: never)
     grown_step: int | None  # that step
     aligned_step: int | None  # the first step its overlap exceeds ``aligned`` (None: never)
-    size_when_aligned: float | None  # abs(v) / max abs(v) at that step
+    size_when_aligned: float | None  # its size over its largest at that step
 
     def verdict(self, aligned: float) -> str:
         """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
         above ``aligned`` at the first snapshot, by its random draw), "aligned before it grew" (passed ``aligned``
-        no later than its value reached the grown fraction), "grew before it aligned" (its value reached the grown
+        no later than its size reached the grown fraction), "grew before it aligned" (its size reached the grown
         fraction while its overlap was at most ``aligned``) or "not aligned" (never passed ``aligned``)."""
         if self.overlap_at_start > aligned:
             return "aligned from the start"
@@ -213,19 +252,19 @@ class GrowthAlignment:
         return "grew before it aligned"
 
 
-def alignment_against_growth(overlap: ArrayLike, values: ArrayLike, steps: ArrayLike, *, aligned: float,
+def alignment_against_growth(overlap: ArrayLike, scale: ArrayLike, steps: ArrayLike, *, aligned: float,
                              grown: float = GROWN) -> GrowthAlignment:
     """One head's overlap with a direction (``overlap``: one per snapshot, e.g. the smaller of its key's and its
-    query's, :func:`vector_alignment`) read against its value weight (``values``: v_h at the same snapshots): its
-    overlap at the start and when abs(v_h) first reaches ``grown`` × its largest (:func:`value_fraction`), and its size
-    abs(v_h)/max_t abs(v_h) when the overlap first exceeds ``aligned`` (as ``first_crossings`` counts a crossing).
-    Silent alignment (Atanasov et al. 2022: from a small start the tangent kernel turns to the task while the weights
-    are small, then grows in scale without changing its directions) has as its analogue here a head that points
-    along its direction before its value grows: :meth:`GrowthAlignment.verdict` says whether this head's data show
-    it."""
+    query's, :func:`vector_alignment`) read against its size (``scale``: at the same snapshots, its
+    :func:`output_scale`): its overlap at the start and when the size first reaches ``grown`` × its largest
+    (:func:`scale_fraction`), and its size over its largest when the overlap first exceeds ``aligned`` (as
+    ``first_crossings`` counts a crossing). Silent alignment (Atanasov et al. 2022: from a small start the tangent
+    kernel turns to the task while the weights are small, then grows in scale without changing its directions) has
+    as its analogue here a head that points along its direction before its output grows:
+    :meth:`GrowthAlignment.verdict` says whether this head's data show it."""
     overlap = np.asarray(overlap, dtype=np.float64)
     steps = np.asarray(steps)
-    size = value_fraction(np.asarray(values, dtype=np.float64)[:, None])[:, 0]
+    size = scale_fraction(np.asarray(scale, dtype=np.float64)[:, None])[:, 0]
     g, a = first_index(size >= grown), first_index(overlap > aligned)
     return GrowthAlignment(overlap_at_start=float(overlap[0]),
                            overlap_when_grown=None if g is None else float(overlap[g]),

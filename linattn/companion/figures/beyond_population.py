@@ -76,8 +76,9 @@ def compute(S: dict):
     """Every curve's training loss (``train_loss``: curve × step; ``curve``: "population GD", "P = 1000", …,
     "population flow", with its ``trainset_size`` (inf: the population) and ``dynamics`` as coordinates), the level
     of the first flat stretch at each saddle (``plateau_level``: curve × m, NaN where the curve never rests there),
-    the final loss and each run's training time (``wall_time``, seconds, as the run store recorded it); the theory's
-    population levels (``plateau_theory``: m). The settings, the engines and the runs' settings as attributes."""
+    and the final loss; the theory's population levels (``plateau_theory``: m). The settings, the engines and the
+    runs' settings as attributes. (No training times: runs trained together in one stack share one clock, so a run's
+    recorded time is not its own.)"""
     import xarray as xr
 
     curves = train(runs(S), S)
@@ -89,7 +90,6 @@ def compute(S: dict):
         {"train_loss": (("curve", "step"), loss),
          "plateau_level": (("curve", "m"), [loss_curves.saddle_levels(L, levels) for L in loss]),
          "final_loss": ("curve", loss[:, -1]),
-         "wall_time": ("curve", [float(r.wall_time) for r in curves.values()]),
          "plateau_theory": ("m", levels)},
         coords={"curve": list(curves), "step": pop.history.step, "m": np.arange(len(levels)),
                 "trainset_size": ("curve", [np.inf if r.config.trainset_size is None else r.config.trainset_size
@@ -99,7 +99,6 @@ def compute(S: dict):
                              runs={k: r.config.to_dict() for k, r in curves.items()}))
     ds.attrs.update(band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(r.config) for r in curves.values()))
-    ds.wall_time.attrs["units"] = "s"
     ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
                                              f"(loss_curves.saddle_levels, band {loss_curves.REST_BAND:.3g})")
     return ds
@@ -130,6 +129,38 @@ def gap_words(gap: float, m: int) -> str:
     third decimal)."""
     side = "at" if f"{abs(gap):.3f}" == "0.000" else "below" if gap < 0 else "above"
     return f"{abs(gap):.3f} {side} L({saddle(m)})"
+
+
+def finite_sides(ds) -> dict[str, tuple[int, int]]:
+    """How the finite training sets' plateaus lie against the theory's population levels: for ``"M0"`` (the start,
+    nothing fitted) and ``"learned"`` (ℳ₁ … ℳ_D, directions fitted to the training set), (how many lie below the
+    level, how many were found), over every finite-P curve and saddle it rested at (``plateau_level``)."""
+    finite = ds.trainset_size.values < np.inf
+    gaps = (ds.plateau_level - ds.plateau_theory).values[finite]
+    out = {}
+    for key, g in (("M0", gaps[:, :1]), ("learned", gaps[:, 1:])):
+        g = g[np.isfinite(g)]
+        out[key] = (int((g < 0).sum()), int(g.size))
+    return out
+
+
+def bias_words(ds) -> str:
+    """The page's sentence on a training loss's bias: where directions are fitted to the training set its plateau is
+    biased low, beside its sampling error; with the count from :func:`finite_sides` (empty without a finite set)."""
+    if not (ds.trainset_size.values < np.inf).any():
+        return ""
+    sides = finite_sides(ds)
+    below, n = sides["learned"]
+    if not n:
+        return ("A finite set's plateau is a training loss, measured on the sequences its weights were fitted to; "
+                "in this run no finite set rested at a saddle with a direction learned.")
+    text = (f"A finite set's plateau is a training loss, measured on the sequences its weights were fitted to: once "
+            f"a direction is fitted it is biased low, beside its sampling error. In this run {below} of the {n} "
+            f"finite-set plateaus at {saddle(1)} … {saddle(ds.sizes['m'] - 1)} lie below the theory's level")
+    below0, n0 = sides["M0"]
+    if n0:
+        text += f", and {below0} of {n0} at {saddle(0)}, where nothing is fitted and only sampling error moves it"
+    return text + "."
 
 
 def numbers(ds) -> list[dict]:
@@ -183,8 +214,7 @@ def words(ds) -> dict:
                 caption=", ".join(caption[:-1]) + (" and " if len(caption) > 1 else "") + caption[-1],
                 ways=", ".join(str(c) for c in ds.curve.values), finite_P=list_words(finite) if finite else "none",
                 rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]), summary=summary(ds),
-                samples=f"estimated from {samples} fresh sequences" if samples else "exact",
-                timings=", ".join(f"{c} {t:.1f} s" for c, t in zip(ds.curve.values, ds.wall_time.values)))
+                samples=f"estimated from {samples} fresh sequences" if samples else "exact", bias=bias_words(ds))
 
 
 def plot(ds):

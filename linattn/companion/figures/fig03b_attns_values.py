@@ -7,7 +7,8 @@ each head's sign so that its final value is positive) and steps in units of τ (
 head learned which direction is read off the trained weights (``diagnostics.head_direction``,
 ``events.value_learners``); each learning head's rise is set beside the ODE shifted to the head's own half-rise
 (``events.scalar_ode_rise``, ``events.compare_rise``), which leaves the shape of the rise a prediction with no free
-parameter; each rise's 10 → 90 % time over the ODE's is worded by ``events.rise_verdict``.
+parameter; each rise proper (``events.rise_window``: from the last passage of 30 % of the final value to 90 %,
+so that a shoulder a head sits on before its rise is not timed) over the ODE's is worded by ``events.rise_verdict``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def compute(S: dict):
     each step, the direction each head ends up aligned with (``head_direction``: head), and per direction: the head
     that learned it (``learner``: 0 where none did), its final value beside the theory's (λ_d c_d)^{-1/3}, the step
     at which it reached half of it, and how its rise compares with the ODE's (largest gap relative to the final
-    value, 10 %–90 % rise in steps, the run's and the ODE's)."""
+    value, the rise proper in steps, ``events.rise_window``, the run's and the ODE's)."""
     import xarray as xr
 
     res = seed_run(runs(S), S)
@@ -73,7 +74,7 @@ def compute(S: dict):
         per_dir["half"][d] = step[np.argmax(values[:, h] >= 0.5 * v_final[d])]  # the order the heads switch on in
         per_dir["gap"][d] = np.nan if rise.max_gap is None else rise.max_gap
         per_dir["rise"][d] = np.nan if rise.rise_steps is None else rise.rise_steps
-        per_dir["rise_ode"][d] = rise.rise_steps_ode
+        per_dir["rise_ode"][d] = np.nan if rise.rise_steps_ode is None else rise.rise_steps_ode
     half = [per_dir["half"][d] for d in by_dir]
     ds = xr.Dataset(
         {"value": (("step", "head"), values), "value_ode": (("step", "head"), ode), "time_over_tau": ("step", t),
@@ -110,9 +111,9 @@ def numbers(ds) -> list[dict]:
     for d, _ in learned:
         gap = float(ds.max_gap.sel(direction=d))
         rise = float(ds.rise_steps.sel(direction=d))
-        rows.append(dict(key=f"max_gap.e{d}", quantity=f"max |v − v_ODE| / v_final during the rise, e_{d}",
+        rows.append(dict(key=f"max_gap.e{d}", quantity=f"max |v − v_ODE| / v_final from 5 % to 95 % of v_final, e_{d}",
                          theory=0.0, reproduced=gap if np.isfinite(gap) else None))
-        rows.append(dict(key=f"rise_steps.e{d}", quantity=f"rise time 10%→90% (steps), e_{d}",
+        rows.append(dict(key=f"rise_steps.e{d}", quantity=f"rise time {_window()} (steps), e_{d}",
                          theory=step_number(ds.rise_steps_ode.sel(direction=d)), reproduced=step_number(rise)))
     rows.append(dict(key="in_order", quantity="heads switch on in order of decreasing eigenvalue (1 = yes)",
                      theory=1.0, reproduced=float(ds.attrs["in_order"])))
@@ -132,6 +133,12 @@ def table(ds) -> MarkdownTable:
               theory=float(ds.final_value_theory.sel(direction=d)), final=float(ds.final_value.sel(direction=d)),
               half=step_number(ds.half_rise_step.sel(direction=d))) for d, h in _learned(ds)],
         columns, {"paper": ".3f", "theory": ".3f", "final": ".3f"})
+
+
+def _window() -> str:
+    """The rise proper in words (``events.rise_window``)."""
+    return (f"from the last passage of {100 * events.RISE_FROM:g} % of the final value to "
+            f"{100 * events.RISE_TO:g} %")
 
 
 def _e(d: int) -> str:
@@ -159,22 +166,26 @@ def words(ds) -> dict:
             heads += (", and they switch on in order of decreasing eigenvalue" if ds.attrs["in_order"]
                       else ", and they do not switch on in order of decreasing eigenvalue")
     if np.isfinite(gaps).any() and np.isfinite(ratios).any():
-        each = [f"{_e(d)}'s rise takes {r:.2g} times the ODE's time ({events.rise_verdict(r)})"
-                for d, r in ((d, ratios[d - 1]) for d, _ in learned) if np.isfinite(r)]
-        verdicts = {events.rise_verdict(ratios[d - 1]) for d, _ in learned if np.isfinite(ratios[d - 1])}
-        same = verdicts == {"as fast as the ODE"}
+        by: dict[str, list[int]] = {}  # verdict → the directions it holds for, in order
+        for d, _ in learned:
+            if np.isfinite(ratios[d - 1]):
+                by.setdefault(events.rise_verdict(ratios[d - 1]), []).append(d)
+        each = [f"{join([_e(d) for d in dirs])} rise{'s' if len(dirs) == 1 else ''} in "
+                f"{join([f'{ratios[d - 1]:.2f}' for d in dirs])} times the ODE's time ({verdict})"
+                for verdict, dirs in by.items()]
+        same = set(by) == {"as fast as the ODE"}
         shape = ("so the rises have the ODE's shape" if same
-                 else "so the bound does not show the ODE's shape: the shift pins each pair together at mid-rise and "
-                      "the gap is measured against the final value")
+                 else "so not every rise has the ODE's shape (the shift pins each pair together at mid-rise, so the "
+                      "gap alone cannot show the shape)")
         ode = (f"each ODE curve is moved in time to cross half its final value when its head does, one fitted shift "
                f"per head; so placed it stays within {100 * np.nanmax(gaps):.0f} % of the final value of the run's "
-               f"curve through every rise, {'and' if same else 'but'} from 10 % to 90 % of the final value "
+               f"curve from 5 % to 95 % of it, {'and' if same else 'but'} over the rise proper, {_window()}, "
                f"{join(each)}, {shape}")
     else:
         ode = "no rise was measured in this run, so there is none to set beside the ODE"
     return dict(rank=run["rank"], seed=run["seed"], heads=heads, ode=ode,
                 caption_lead=published.page.caption_lead("Figure 3b", bool(ds.attrs["published"])),
-                rise_factor=f"{events.RISE_FACTOR:g}",
+                rise_factor=f"{events.RISE_FACTOR:g}", window=_window(),
                 settings=describe(run), final_values=list_words(np.round(ds.final_value_theory.values, 3)))
 
 

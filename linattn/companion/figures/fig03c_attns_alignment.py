@@ -6,9 +6,10 @@ weights recorded every ``snapshot_every`` steps. Measured on each snapshot: the 
 with each eigenvector, |e_dᵀ k_h| / ‖k_h‖ (``events.vector_alignment``); a direction counts as learned at the first
 snapshot where some head's key and query both overlap it by more than :data:`ALIGNED`
 (``events.first_crossings``, ``events.first_learner``), and is set beside the step of the loss's drop
-(``loss_curves.drop_steps``). Alignment is read against the head's growth (``events.alignment_against_growth``):
-its overlap at step 0 and when its value weight first reaches ``events.GROWN`` of its largest, and its size when
-its overlap first passes :data:`ALIGNED`. The scalar reduction of the theory starts a head along its direction, so
+(``loss_curves.drop_steps``). Alignment is read against the head's growth (``events.alignment_against_growth``),
+its size being its output scale |v|·‖k‖·‖q‖ (``events.output_scale``): its overlap at step 0 and when its size first
+reaches ``events.GROWN`` of its largest, and its size when its overlap first passes :data:`ALIGNED`. The scalar
+reduction of the theory starts a head along its direction, so
 that only its size grows (the analogue of Atanasov et al. 2022's silent alignment: directions found while the
 weights are small, growth after); whether a head of this run did so is :meth:`events.GrowthAlignment.verdict`, read
 off the data.
@@ -49,8 +50,10 @@ def compute(S: dict):
     where none did; ``aligned_step``), the order in which it was learned (``learned_order``: 1 for the first; 0:
     never), its best final alignment over heads (``final_alignment``: the smaller of key and query), and the
     aligned head's alignment against its growth (``events.alignment_against_growth``): ``overlap_at_start``,
-    ``overlap_when_grown`` and ``grown_step`` (its value at ``events.GROWN`` of its largest),
-    ``size_when_aligned`` (|v|/max |v| at ``aligned_step``) and ``growth_verdict``."""
+    ``overlap_when_grown`` and ``grown_step`` (its output scale at ``events.GROWN`` of its largest),
+    ``size_when_aligned`` (output scale over its largest at ``aligned_step``) and ``growth_verdict``. Each head's
+    value weight on the label (``value``) and the norms of its key and query rows (``key_norm``, ``query_norm``, the
+    x-part as in the overlaps): step × head, their product the output scale."""
     import xarray as xr
 
     res = seed_run(runs(S), S)
@@ -66,13 +69,16 @@ def compute(S: dict):
     order = [d for _, d in sorted((s, d) for d, (_, s) in first.items())]  # by the step aligned
     aligned_head, aligned_step, learned_order = np.zeros(D, dtype=int), np.full(D, np.nan), np.zeros(D, dtype=int)
     value = np.array([w["W_V"][:, -1, -1] for _, w in snaps])  # v_h, each head's value weight on the label
+    key_norm = np.array([_x_norm(w["W_K"], D) for _, w in snaps])
+    query_norm = np.array([_x_norm(w["W_Q"], D) for _, w in snaps])
+    scale = events.output_scale(value, key_norm, query_norm)
     growth = {name: np.full(D, np.nan) for name in ("overlap_at_start", "overlap_when_grown", "grown_step",
                                                     "size_when_aligned")}
     verdict = np.full(D, "not aligned", dtype=object)
     for i, d in enumerate(order):
         h = first[d][0]
         aligned_head[d], aligned_step[d], learned_order[d] = h + 1, first[d][1], i + 1
-        g = events.alignment_against_growth(both[:, h, d], value[:, h], step, aligned=ALIGNED)
+        g = events.alignment_against_growth(both[:, h, d], scale[:, h], step, aligned=ALIGNED)
         for name in growth:
             growth[name][d] = np.nan if getattr(g, name) is None else getattr(g, name)
         verdict[d] = g.verdict(ALIGNED)
@@ -84,7 +90,8 @@ def compute(S: dict):
          "aligned_head": ("direction", aligned_head), "aligned_step": ("direction", aligned_step),
          "learned_order": ("direction", learned_order), "final_alignment": ("direction", both[-1].max(axis=0)),
          "eigenvalue": ("direction", theory.spectrum(cov)[0]),
-         "value": (("step", "head"), value), "growth_verdict": ("direction", verdict.astype(str)),
+         "value": (("step", "head"), value), "key_norm": (("step", "head"), key_norm),
+         "query_norm": (("step", "head"), query_norm), "growth_verdict": ("direction", verdict.astype(str)),
          **{name: ("direction", x) for name, x in growth.items()}},
         coords={"step": step, "head": np.arange(1, H + 1), "direction": np.arange(1, D + 1)},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
@@ -94,7 +101,15 @@ def compute(S: dict):
     ds.key_alignment.attrs["description"] = "|e_d^T k_h| / |k_h|: the key of head h against eigenvector e_d"
     ds.query_alignment.attrs["description"] = "|e_d^T q_h| / |q_h|: the query of head h against eigenvector e_d"
     ds.drop_step.attrs["description"] = "drop d of the loss: first step below the midpoint of L(M_{d-1}), L(M_d)"
+    ds.key_norm.attrs["description"] = "|k_h|: the norm of the x-part of head h's key row"
+    ds.query_norm.attrs["description"] = "|q_h|: the norm of the x-part of head h's query row"
     return ds
+
+
+def _x_norm(W, D: int) -> np.ndarray:
+    """(H,): ‖W[h, 0, :D]‖, the norm of the x-part of each rank-one key or query row (as ``events.vector_alignment``
+    reads its direction)."""
+    return np.linalg.norm(np.asarray(W, dtype=np.float64)[:, 0, :D], axis=1)
 
 
 def _order(ds) -> list[int]:
@@ -105,8 +120,8 @@ def _order(ds) -> list[int]:
 
 def numbers(ds) -> list[dict]:
     """``numbers.json``: which direction was learned i-th (theory: the i-th largest), how far each alignment lies
-    from the matching drop of the loss, the aligned head's overlap when it had grown to ``events.GROWN`` of its
-    largest value and its size when it aligned, and each direction's best final alignment."""
+    from the matching drop of the loss, the aligned head's overlap when its output scale had grown to
+    ``events.GROWN`` of its largest and its output scale when it aligned, and each direction's best final alignment."""
     rows = []
     drops = ds.drop_step.values
     for i, d in enumerate(_order(ds)):
@@ -117,9 +132,10 @@ def numbers(ds) -> list[dict]:
             rows.append(dict(key=f"aligned_minus_drop.{i + 1}",
                              quantity=f"step head {h} aligns with e_{d} − step of drop {i + 1}",
                              reproduced=s - int(drops[i])))
-        for name, what in (("overlap_when_grown", f"overlap of head {h} with e_{d} when its value reached "
+        for name, what in (("overlap_when_grown", f"overlap of head {h} with e_{d} when its output scale reached "
                                                   f"{ds.attrs['grown']:g} of its largest"),
-                           ("size_when_aligned", f"value of head {h} over its largest when it aligned with e_{d}")):
+                           ("size_when_aligned", f"output scale of head {h} over its largest when it aligned with "
+                                                 f"e_{d}")):
             x = float(ds[name].sel(direction=d))
             if np.isfinite(x):
                 rows.append(dict(key=f"{name}.e{d}", quantity=what, reproduced=x))
@@ -147,49 +163,60 @@ def table(ds):
 
     return MarkdownTable(
         [dict(order=f"{i + 1}.", direction=f"$e_{d}$", head=int(cell[d].aligned_head),
-              start=num(d, "overlap_at_start"), aligned=num(d, "aligned_step"), size=num(d, "size_when_aligned"),
+              start=num(d, "overlap_at_start"), aligned=num(d, "aligned_step"),
+              size=None if num(d, "size_when_aligned") is None else _percent(100 * num(d, "size_when_aligned")),
               grown=num(d, "overlap_when_grown"),
               drop=float(drops[i]) if i < len(drops) and np.isfinite(drops[i]) else "not within the run",
               verdict=str(cell[d].growth_verdict.item()))
          for i, d in enumerate(order)],
         {"order": "learned", "direction": "direction", "head": "head", "start": "overlap at step 0",
-         "aligned": f"step overlap > {ds.attrs['aligned']:g}", "size": "value over its largest then",
-         "grown": f"overlap when the value reached {100 * ds.attrs['grown']:g} % of its largest",
+         "aligned": f"step overlap > {ds.attrs['aligned']:g}", "size": "output scale then, % of its largest",
+         "grown": f"overlap when the output scale reached {100 * ds.attrs['grown']:g} % of its largest",
          "drop": "step of the loss drop", "verdict": "alignment and growth"},
-        {"aligned": ".0f", "drop": ".0f", "start": ".3f", "size": ".3f", "grown": ".3f"})
+        {"aligned": ".0f", "drop": ".0f", "start": ".3f", "grown": ".3f"})
 
 
 def growth_words(ds) -> str:
-    """The page's sentence on alignment against growth: how many learned heads grew before they aligned, which
-    started aligned by their draw, and the overlaps and sizes that show it (each from ``growth_verdict``)."""
+    """The page's sentence on alignment against growth (each head's output scale |v|·‖k‖·‖q‖): the learned heads
+    grouped by ``growth_verdict``, with the overlaps and sizes that show it, and, where every learned head pointed
+    along its direction before its output grew, that this is the start the scalar reduction takes."""
     order = _order(ds)
     if not order:
         return "no head aligned, so there is no growth to read it against"
-    by: dict[str, list] = {}  # verdict → its directions
+    by: dict[str, list[int]] = {}
     for d in order:
         by.setdefault(str(ds.growth_verdict.sel(direction=d).item()), []).append(d)
-    grown = ds.attrs["grown"]
+    aligned, grown = f"{ds.attrs['aligned']:g}", f"{100 * ds.attrs['grown']:g} %"
+
+    def at(name: str, dirs: list[int], fmt: str = ".2f") -> str:
+        return _and([f"{float(ds[name].sel(direction=d)):{fmt}}" for d in dirs])
+
+    def heads(dirs: list[int]) -> str:
+        return f"the head{'' if len(dirs) == 1 else 's'} of {_and([f'e{subscript(d)}' for d in dirs])}"
+
     parts = []
-    for d in by.get("aligned from the start", []):
-        parts.append(f"the head of e{subscript(d)} starts aligned by its random draw (overlap "
-                     f"{float(ds.overlap_at_start.sel(direction=d)):.2f} at step 0)")
-    for d in by.get("aligned before it grew", []):
-        parts.append(f"the head of e{subscript(d)} aligns before it grows (overlap already "
-                     f"{float(ds.overlap_at_start.sel(direction=d)):.2f} at step 0 by its random draw; "
-                     f"{ds.attrs['aligned']:g} reached at "
-                     f"{100 * float(ds.size_when_aligned.sel(direction=d)):.0f} % of its largest value)")
-    late = by.get("grew before it aligned", [])
-    if late:
-        names = _and([f"e{subscript(d)}" for d in late])
-        overlaps = _and([f"{float(ds.overlap_when_grown.sel(direction=d)):.2g}" for d in late])
-        sizes = [100 * float(ds.size_when_aligned.sel(direction=d)) for d in late]
+    if start := by.get("aligned from the start", []):
+        parts.append(f"{heads(start)} start{'s' if len(start) == 1 else ''} aligned by the random draw (overlap "
+                     f"{at('overlap_at_start', start)} at step 0)")
+    if early := by.get("aligned before it grew", []):
+        one = len(early) == 1
+        parts.append(f"{heads(early)} align{'s' if one else ''} before {'its' if one else 'their'} output grows: "
+                     f"from overlap{'' if one else 's'} {at('overlap_at_start', early)} at step 0 "
+                     f"{'it passes' if one else 'they pass'} {aligned} at {_percents(ds, early)} of "
+                     f"{'its' if one else 'their'} largest output scale, and at {grown} of it "
+                     f"{'its overlap is' if one else 'their overlaps are'} {_range(ds, 'overlap_when_grown', early)}")
+    if late := by.get("grew before it aligned", []):
         one = len(late) == 1
-        parts.append(f"the {'head' if one else 'heads'} of {names} {'grows' if one else 'grow'} while pointing "
-                     f"elsewhere: {'its overlap' if one else 'their overlaps'} with that direction "
-                     f"{'is' if one else 'are'} {overlaps} when {'its' if one else 'their'} value reaches "
-                     f"{100 * grown:g} % of its largest, and {'it passes' if one else 'they pass'} "
-                     f"{ds.attrs['aligned']:g} only at {_percent_range(sizes)} of it")
-    return "; ".join(parts)
+        parts.append(f"{heads(late)} grow{'s' if one else ''} while pointing elsewhere: "
+                     f"{'its overlap' if one else 'their overlaps'} with that direction {'is' if one else 'are'} "
+                     f"{at('overlap_when_grown', late, '.2g')} when {'its' if one else 'their'} output scale reaches "
+                     f"{grown} of its largest, and {'it passes' if one else 'they pass'} {aligned} only at "
+                     f"{_percents(ds, late)} of it")
+    text = "; ".join(parts)
+    if not late and set(by) <= {"aligned from the start", "aligned before it grew"}:
+        text += (", so every head that learned a direction pointed along it before its output grew, the start the "
+                 "scalar reduction assumes")
+    return text
 
 
 def words(ds) -> dict:
@@ -220,9 +247,26 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def _percent_range(values) -> str:
-    """[23.3, 25.1] → "23 to 25 %"; one value, or values equal to the percent, → "23 %"."""
-    lo, hi = f"{min(values):.0f}", f"{max(values):.0f}"
+def _range(ds, name: str, dirs: list[int]) -> str:
+    """The finite values of ``ds[name]`` over the directions ``dirs`` as "0.97" or "0.97 to 1.00" (two decimals)."""
+    x = [float(ds[name].sel(direction=d)) for d in dirs]
+    x = [v for v in x if np.isfinite(v)]
+    if not x:
+        return "not reached"
+    lo, hi = f"{min(x):.2f}", f"{max(x):.2f}"
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _percent(x: float) -> str:
+    """A percentage to two significant digits, whole above 10: 0.0042, 1.4, 64, 100."""
+    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
+
+
+def _percents(ds, dirs: list[int]) -> str:
+    """The aligned heads' output scales over their largest when they aligned, as one percent or a range:
+    "1.4 %", "0.0042 to 1.6 %" (:func:`_percent`)."""
+    values = [100 * float(ds.size_when_aligned.sel(direction=d)) for d in dirs]
+    lo, hi = _percent(min(values)), _percent(max(values))
     return f"{lo} %" if lo == hi else f"{lo} to {hi} %"
 
 
