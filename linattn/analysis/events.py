@@ -112,7 +112,9 @@ def rise_window(v: ArrayLike, steps: ArrayLike, v_inf: float, *, lo: float = RIS
     never reaches hi·v_inf or is never below lo·v_inf before it (NaN counts as below: the ODE before its start)."""
     v, steps = np.nan_to_num(np.asarray(v, dtype=np.float64), nan=-np.inf), np.asarray(steps, dtype=np.float64)
     end = first_index(v >= hi * v_inf)
-    below = np.flatnonzero(v[:end] < lo * v_inf) if end is not None else np.array([], dtype=int)
+    if end is None:
+        return None
+    below = np.flatnonzero(v[:end] < lo * v_inf)
     if below.size == 0:
         return None
 
