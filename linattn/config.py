@@ -292,7 +292,8 @@ class RunConfig:
         """``self`` if every setting has its type (``Setting.kind``), is allowed (its range, choices and
         rule) and they fit together; else :class:`~linattn.errors.ConfigError` about the first problem, in one
         sentence, with ``.field`` the setting. Also refuses an unavailable CUDA ``device``. Whether the reference's
-        draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`)."""
+        draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`). The run
+        remembers that it passed (:attr:`validated`), a copy of it too (pickled, deep-copied)."""
         for s in SETTINGS.values():
             s.check_type(getattr(self, s.name))
         check_weight_settings(model=self.model, head_num=self.head_num, in_dim=self.in_dim, rank=self.rank,
@@ -300,7 +301,37 @@ class RunConfig:
         for s in SETTINGS.values():
             s.check_value(getattr(self, s.name))
         self._check_together()
+        self._passed = self._values()
         return self
+
+    @property
+    def validated(self) -> bool:
+        """Whether :meth:`validate` passed on these very settings (none changed since): a run checked once, at the
+        boundary where its settings came in, is not checked again (:func:`~linattn.training.plan.plan`)."""
+        return getattr(self, "_passed", None) == self._values()
+
+    def _values(self) -> tuple:
+        """Every setting's value, lists and arrays as tuples: what :attr:`validated` compares."""
+        def frozen(value):
+            if isinstance(value, np.ndarray):
+                value = value.tolist()
+            return tuple(frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+        return tuple(frozen(getattr(self, name)) for name in self.field_names())
+
+    def replaced(self, **changes) -> "RunConfig":
+        """``dataclasses.replace(self, **changes)``, still :attr:`validated` where ``self`` is and every change
+        keeps a valid run valid by itself: ``track_value`` (which no rule across settings reads) or a longer
+        ``epoch`` (the one rule that reads it, ``record``'s last step, only loosens), each checked alone (its type and
+        range). Any other change gives a copy to validate."""
+        out = replace(self, **changes)
+        alone = all(k == "track_value" or (k == "epoch" and is_int(v) and v >= self.epoch) for k, v in changes.items())
+        if self.validated and alone:
+            for k, v in changes.items():
+                SETTINGS[k].check_type(v)
+                SETTINGS[k].check_value(v)
+            out._passed = out._values()
+        return out
 
     def _check_together(self) -> None:
         """The rules across settings."""
