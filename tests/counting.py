@@ -16,6 +16,7 @@ import functools
 import importlib.abc
 import os
 import sys
+import types
 from collections import Counter
 from pathlib import Path
 
@@ -44,9 +45,10 @@ def _record(what: str, detail: str = "") -> None:
 
 
 def _run_words(args) -> str:
-    """Which run a RunConfig.validate call is about (its first argument): a few settings that tell runs apart."""
+    """Which run a RunConfig.validate call is about (its first argument): settings that tell a figure's runs apart,
+    not those that change as a run is stored or carried on (track_value, epoch)."""
     cfg = args[0]
-    return " ".join(f"{k}={getattr(cfg, k)}" for k in ("model", "seed", "draws", "engine", "epoch", "track_value"))
+    return " ".join(f"{k}={getattr(cfg, k)}" for k in ("model", "seed", "draws", "engine", "dynamics"))
 
 
 def _counted(function, what: str):
@@ -69,9 +71,13 @@ def _patch(module, setattr_=setattr) -> None:
         owner, _, attr = dotted.rpartition(".")
         target = getattr(module, owner) if owner else module
         setattr_(target, attr, _counted(getattr(target, attr), f"{name.rsplit('.', 1)[-1]}.{dotted}"))
-    runs = getattr(module, "runs", None)
-    if name.startswith(FIGURES) and callable(runs) and getattr(runs, "__module__", None) == name:
-        setattr_(module, "runs", _counted(runs, f"{name.rsplit('.', 1)[-1]}.runs"))
+    runs, what = getattr(module, "runs", None), f"{name.rsplit('.', 1)[-1]}.runs"
+    if not name.startswith(FIGURES) or runs is None:
+        return
+    if isinstance(runs, types.FunctionType) and runs.__module__ == name:
+        setattr_(module, "runs", _counted(runs, what))
+    elif isinstance(getattr(runs, "function", None), types.FunctionType):  # the contract's Once: count each build
+        setattr_(runs, "function", _counted(runs.function, what))
 
 
 def _wanted(name: str) -> bool:
@@ -117,7 +123,8 @@ def uninstall() -> None:
 @contextlib.contextmanager
 def counting(folder: Path, monkeypatch):
     """Count the calls of every process started in the block (and of this one); yields a function that reads the
-    counts so far: ``{what: calls}`` over all processes, and ``{what: {pid: calls}}`` with ``by_process=True``."""
+    counts so far: ``{what: calls}`` over all processes, ``{what: {pid: calls}}`` with ``by_process=True``, and
+    every call as ``(pid, what, detail)`` with ``details=True`` (a RunConfig.validate's detail names its run)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
     counts = folder / "counts.txt"
@@ -126,7 +133,10 @@ def counting(folder: Path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
     install(monkeypatch.setattr)
 
-    def read(by_process: bool = False):
+    def read(by_process: bool = False, details: bool = False):
+        if details:  # (pid, what, detail) of every call, in order
+            return [(int(pid), what, detail) for line in counts.read_text().splitlines() if line
+                    for (pid, what), detail in [(line.split("\t")[0].split(" ", 1), line.partition("\t")[2])]]
         rows = [line.split("\t")[0].split(" ", 1) for line in counts.read_text().splitlines() if line]
         if not by_process:
             return Counter(what for _, what in rows)
