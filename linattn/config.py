@@ -292,8 +292,19 @@ class RunConfig:
         """``self`` if every setting has its type (``Setting.kind``), is allowed (its range, choices and
         rule) and they fit together; else :class:`~linattn.errors.ConfigError` about the first problem, in one
         sentence, with ``.field`` the setting. Also refuses an unavailable CUDA ``device``. Whether the reference's
-        draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`). The run
-        remembers that it passed (:attr:`validated`), a copy of it too (pickled, deep-copied)."""
+        draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`).
+
+        A run is checked once: it remembers that it passed (:attr:`validated`; a copy of it too, pickled or
+        deep-copied), and is not checked again while none of its settings changes (at the boundary where its
+        settings came in, e.g. the figure runner; then not in the kernel's run store)."""
+        if not self.validated:
+            self._check_all()
+            self._passed = self._values()
+        return self
+
+    def _check_all(self) -> None:
+        """:meth:`validate`'s checks: each setting's type, the weights' settings, each setting's value, the rules
+        across settings."""
         for s in SETTINGS.values():
             s.check_type(getattr(self, s.name))
         check_weight_settings(model=self.model, head_num=self.head_num, in_dim=self.in_dim, rank=self.rank,
@@ -301,13 +312,10 @@ class RunConfig:
         for s in SETTINGS.values():
             s.check_value(getattr(self, s.name))
         self._check_together()
-        self._passed = self._values()
-        return self
 
     @property
     def validated(self) -> bool:
-        """Whether :meth:`validate` passed on these very settings (none changed since): a run checked once, at the
-        boundary where its settings came in, is not checked again (:func:`~linattn.training.plan.plan`)."""
+        """Whether :meth:`validate` passed on these very settings (none changed since)."""
         return getattr(self, "_passed", None) == self._values()
 
     def _values(self) -> tuple:

@@ -25,7 +25,7 @@ ENV = "LINATTN_TEST_COUNTS"
 # module → the functions counted there ("Class.method" for a method)
 COUNTED = {
     "linattn.companion.presets": ("resolve", "settings", "parameters", "check_model"),
-    "linattn.config": ("RunConfig.validate",),
+    "linattn.config": ("RunConfig._check_all",),  # validate's checks, where they are carried out
 }
 FIGURES = "linattn.companion.figures."  # every figure module's own runs(S) is counted as "<module>.runs"
 
@@ -45,7 +45,7 @@ def _record(what: str, detail: str = "") -> None:
 
 
 def _run_words(args) -> str:
-    """Which run a RunConfig.validate call is about (its first argument): settings that tell a figure's runs apart,
+    """Which run a RunConfig check is about (its first argument): settings that tell a figure's runs apart,
     not those that change as a run is stored or carried on (track_value, epoch)."""
     cfg = args[0]
     return " ".join(f"{k}={getattr(cfg, k)}" for k in ("model", "seed", "draws", "engine", "dynamics"))
@@ -57,7 +57,7 @@ def _counted(function, what: str):
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
-        _record(what, _run_words(args) if what.endswith("validate") else "")
+        _record(what, _run_words(args) if what.endswith("_check_all") else "")
         return function(*args, **kwargs)
 
     wrapper._counted = True
@@ -124,7 +124,7 @@ def uninstall() -> None:
 def counting(folder: Path, monkeypatch):
     """Count the calls of every process started in the block (and of this one); yields a function that reads the
     counts so far: ``{what: calls}`` over all processes, ``{what: {pid: calls}}`` with ``by_process=True``, and
-    every call as ``(pid, what, detail)`` with ``details=True`` (a RunConfig.validate's detail names its run)."""
+    every call as ``(pid, what, detail)`` with ``details=True`` (a RunConfig check's detail names its run)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
     counts = folder / "counts.txt"

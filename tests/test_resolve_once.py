@@ -12,6 +12,7 @@ import pickle
 from collections import Counter
 
 import pytest
+from counting import counting
 
 from linattn.companion import presets
 from linattn.companion.figures import contract
@@ -19,8 +20,6 @@ from linattn.companion.figures.common.runs import Once
 from linattn.companion.runner import schedule
 from linattn.config import ConfigError, RunConfig
 from linattn.training import plan as plan_mod
-
-from counting import counting
 
 FIG3A = "fig03a_attns_loss"
 
@@ -41,7 +40,7 @@ def test_a_build_resolves_validates_and_plans_once(tmp_path, monkeypatch):
                                         progress=False)
         assert result.status == "ran", result.error
         calls, where = read(), read(by_process=True)
-        validated = Counter(detail for _, what, detail in read(details=True) if what == "config.RunConfig.validate")
+        validated = Counter(detail for _, what, detail in read(details=True) if what == "config.RunConfig._check_all")
     assert calls["presets.settings"] == calls["presets.resolve"] == calls["presets.check_model"] == 1
     assert calls["presets.parameters"] == 0
     assert calls[f"{FIG3A}.runs"] == 1
@@ -105,13 +104,13 @@ def test_runs_are_built_once_per_settings():
 
 def test_a_run_is_validated_once_and_again_when_it_changes(monkeypatch):
     calls = []
-    real = RunConfig.validate
-    monkeypatch.setattr(RunConfig, "validate", lambda self: calls.append(self.seed) or real(self))
+    real = RunConfig._check_all
+    monkeypatch.setattr(RunConfig, "_check_all", lambda self: calls.append(self.seed) or real(self))
     cfg = RunConfig(seed=4, epoch=50)
     assert not cfg.validated
     plan_mod.plan(cfg)
     plan_mod.plan(cfg)
-    assert cfg.validated and calls == [4]  # the second plan trusts the first check
+    assert cfg.validated and calls == [4] and cfg.validate() is cfg and calls == [4]  # checked once
     for kept in (copy.deepcopy(cfg), pickle.loads(pickle.dumps(cfg)), cfg.replaced(track_value=True),
                  cfg.replaced(epoch=80)):
         assert kept.validated  # a copy, or a change that keeps a valid run valid by itself

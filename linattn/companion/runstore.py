@@ -473,7 +473,7 @@ class RunStore:
         """(the run's plan, its key): the one check (of the run as stored: value weights recorded, its snapshots);
         every run the store trains carries it out. ``cfg`` is validated once (not again where it was already, e.g. by
         the figure runner), and so is the run as stored (:meth:`~linattn.config.RunConfig.replaced`)."""
-        stored = (cfg if cfg.validated else cfg.validate()).replaced(track_value=True)
+        stored = cfg.validate().replaced(track_value=True)
         checked = plan(stored, init=init, data=data, snapshot_every=snapshot_every)
         return checked, run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
 

@@ -192,12 +192,8 @@ def plan(cfg: RunConfig, *, init: dict | None = None, data: Datasets | Sequences
             do not have where something is drawn with ``draws="reference"``, or a run too large for
             ``max_memory`` (None: the memory available now).
         ValueError: ``init`` or ``data`` of the wrong keys, shapes or values, or a ``start_step`` without ``init``.
-
-    The settings of a ``cfg`` that passed :meth:`~linattn.config.RunConfig.validate` unchanged since
-    (:attr:`~linattn.config.RunConfig.validated`) are not checked again.
     """
-    if not cfg.validated:
-        cfg.validate()
+    cfg.validate()
     if start_step and (cfg.dynamics != "gd" or init is None):
         raise ValueError("start_step continues a gradient-descent run from given weights: it needs dynamics='gd' and "
                          "init (the weights at that step)")
