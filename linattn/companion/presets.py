@@ -147,10 +147,11 @@ def resolve(name, preset: str, overrides: dict | None = None) -> dict:
 
 
 def parameters(name, namespace: dict) -> dict:
-    """Figure ``name``'s settings as its notebook's parameters cell (and the runner's injected values) left them in
+    """Figure ``name``'s settings as its notebook's parameters cell (and any values papermill injected) left them in
     ``namespace`` (the notebook's ``globals()``): ``{key: namespace[key]}`` for every setting of the figure, deep
-    copied, and checked like ``settings`` (a page's model is fixed: ``check_model``). The one line a
-    notebook calls after its parameters cell."""
+    copied, and checked like ``settings`` (a page's model is fixed: ``check_model``). How a notebook run by hand,
+    without the runner, resolves its settings, once (``frame.build``; the runner hands its kernel a
+    :class:`Resolved` instead)."""
     out = {k: copy.deepcopy(namespace[k]) for k in table(name)["paper"]}
     check_model(name, out)
     return out
@@ -162,7 +163,7 @@ def horizons(s: dict):
     list taking its largest value."""
     ext = s["epoch_extended"]
     if isinstance(ext, dict):
-        ext = {int(R): steps for R, steps in ext.items()}  # a notebook's injected dict has JSON's text keys
+        ext = {int(R): steps for R, steps in ext.items()}  # papermill writes a dict's keys as text (a re-run by hand)
         return {R: max(s["epoch"], int(ext.get(R, max(ext.values())))) for R in s["ranks"]}
     return max(s["epoch"], int(ext))
 

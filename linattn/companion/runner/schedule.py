@@ -97,7 +97,8 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked first, before
     anything is written (:class:`linattn.companion.runner.notebooks.ParameterError`): against every selected notebook's
     parameters cell (known key, right type), then every run the figure would train with them against
-    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.check_overrides`); the run store,
+    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.prepare`, whose record of the settings
+    and runs each kernel is then handed as data; a figure without overrides is resolved as it starts); the run store,
     resolved where the command runs, must be a usable folder (:class:`~linattn.companion.runner.paths.UnusableFolder`).
     A root this call created is removed again if nothing but its lock files is left in it. Raises
     :class:`Interrupted` on Ctrl-C or SIGTERM (as a ``KeyboardInterrupt`` whose argument is the signal)."""
