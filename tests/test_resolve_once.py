@@ -11,6 +11,7 @@ import os
 import pickle
 from collections import Counter
 
+import numpy as np
 import pytest
 from counting import counting
 
@@ -99,6 +100,7 @@ def test_runs_are_built_once_per_settings():
     assert once(S)["a"].seed == 2 and len(built) == 2
     once.give({"seed": 5}, {"given": RunConfig(seed=5)})
     assert list(once({"seed": 5})) == ["given"] and len(built) == 2
+    assert once({"seed": 5, "spectrum": np.ones(2)}) and once({"seed": 5, "spectrum": np.ones(2)}) and len(built) == 4
     assert isinstance(contract(FIG3A).runs, Once) and contract(FIG3A).module.runs is contract(FIG3A).runs
 
 

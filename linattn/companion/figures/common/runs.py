@@ -60,10 +60,18 @@ class Once:
         self._built: dict | None = None
 
     def __call__(self, S: dict) -> dict:
-        if self._built is None or S != self._settings:
+        if self._built is None or not _equal(S, self._settings):
             self.give(S, self.function(S))
         return dict(self._built)
 
     def give(self, S: dict, runs: dict) -> None:
         """Take ``runs`` as the runs of settings ``S`` (their own copy: a later change to ``S`` is a new request)."""
         self._settings, self._built = copy.deepcopy(S), dict(runs)
+
+
+def _equal(a, b) -> bool:
+    """Whether settings ``a`` and ``b`` are equal; settings holding arrays (a reader's own) count as different."""
+    try:
+        return bool(a == b)
+    except (ValueError, TypeError):
+        return False
