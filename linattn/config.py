@@ -295,8 +295,8 @@ class RunConfig:
         draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`).
 
         A run is checked once: it remembers that it passed (:attr:`validated`; a copy of it too, pickled or
-        deep-copied), and is not checked again while none of its settings changes (at the boundary where its
-        settings came in, e.g. the figure runner; then not in the kernel's run store)."""
+        deep-copied), and is not checked again while none of its settings changes, nor the engines registered (at the
+        boundary where its settings came in, e.g. the figure runner; then not in the kernel's run store)."""
         if not self.validated:
             self._check_all()
             self._passed = self._values()
@@ -315,17 +315,20 @@ class RunConfig:
 
     @property
     def validated(self) -> bool:
-        """Whether :meth:`validate` passed on these very settings (none changed since)."""
+        """Whether :meth:`validate` passed on these very settings, checked against the same registries (none
+        changed since: a setting, or the engines registered)."""
         return getattr(self, "_passed", None) == self._values()
 
     def _values(self) -> tuple:
-        """Every setting's value, lists and arrays as tuples: what :attr:`validated` compares."""
+        """Every setting's value (lists and arrays as tuples) and the registered choices they are checked against
+        (the engines): what :attr:`validated` compares."""
         def frozen(value):
             if isinstance(value, np.ndarray):
                 value = value.tolist()
             return tuple(frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
 
-        return tuple(frozen(getattr(self, name)) for name in self.field_names())
+        registered = tuple(s.allowed() for s in SETTINGS.values() if callable(s.choices))
+        return tuple(frozen(getattr(self, name)) for name in self.field_names()) + (registered,)
 
     def replaced(self, **changes) -> "RunConfig":
         """``dataclasses.replace(self, **changes)``, still :attr:`validated` where ``self`` is and every change

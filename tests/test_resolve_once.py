@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from counting import counting
 
+from linattn import objectives
 from linattn.companion import presets
 from linattn.companion.figures import contract
 from linattn.companion.figures.common.runs import Once
@@ -118,6 +119,10 @@ def test_a_run_is_validated_once_and_again_when_it_changes(monkeypatch):
         assert kept.validated  # a copy, or a change that keeps a valid run valid by itself
     for changed in (cfg.replaced(epoch=20), cfg.replaced(epoch=80.5), cfg.replaced(head_num=3)):
         assert not changed.validated  # shorter (record's last step), not an integer, or another setting
+    monkeypatch.setitem(objectives.ENGINES, "another", objectives.Autograd)  # what the settings are checked against
+    assert not cfg.validated
+    monkeypatch.delitem(objectives.ENGINES, "another")
+    assert cfg.validated
     cfg.head_num = 0  # changed in place after its check
     assert not cfg.validated
     with pytest.raises(ConfigError, match="head_num"):
