@@ -121,7 +121,7 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     try:
         with retraining(retrain):  # its workers' kernels retrain every run they ask for, once (runstore)
             return _run(root, preset, found, parsed, everything, overrides, jobs, force or retrain, timeout,
-                        progress, store, resolved)
+                        progress, resolved, store)
     finally:
         _remove_if_unused(root, created)
 
@@ -145,7 +145,7 @@ def _remove_if_unused(root: Path, created: bool) -> None:
     root.rmdir()
 
 
-def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, store, resolved):
+def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, resolved, store):
     """The body of :func:`run_figures`, once its arguments are checked and ``root`` exists (``resolved``: the figures'
     settings resolved while checking them)."""
     import multiprocessing  # here, as every import of a run: the CLI's parser and refusals answer without them
