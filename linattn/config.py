@@ -292,7 +292,19 @@ class RunConfig:
         """``self`` if every setting has its type (``Setting.kind``), is allowed (its range, choices and
         rule) and they fit together; else :class:`~linattn.errors.ConfigError` about the first problem, in one
         sentence, with ``.field`` the setting. Also refuses an unavailable CUDA ``device``. Whether the reference's
-        draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`)."""
+        draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`).
+
+        A run is checked once: it remembers that it passed (:attr:`validated`; a copy of it too, pickled or
+        deep-copied), and is not checked again while none of its settings changes, nor the engines registered (at the
+        boundary where its settings came in, e.g. the figure runner; then not in the kernel's run store)."""
+        if not self.validated:
+            self._check_all()
+            self._passed = self._values()
+        return self
+
+    def _check_all(self) -> None:
+        """:meth:`validate`'s checks: each setting's type, the weights' settings, each setting's value, the rules
+        across settings."""
         for s in SETTINGS.values():
             s.check_type(getattr(self, s.name))
         check_weight_settings(model=self.model, head_num=self.head_num, in_dim=self.in_dim, rank=self.rank,
@@ -300,7 +312,37 @@ class RunConfig:
         for s in SETTINGS.values():
             s.check_value(getattr(self, s.name))
         self._check_together()
-        return self
+
+    @property
+    def validated(self) -> bool:
+        """Whether :meth:`validate` passed on these very settings, checked against the same registries (none
+        changed since: a setting, or the engines registered)."""
+        return getattr(self, "_passed", None) == self._values()
+
+    def _values(self) -> tuple:
+        """Every setting's value (lists and arrays as tuples) and the registered choices they are checked against
+        (the engines): what :attr:`validated` compares."""
+        def frozen(value):
+            if isinstance(value, np.ndarray):
+                value = value.tolist()
+            return tuple(frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+        registered = tuple(s.allowed() for s in SETTINGS.values() if callable(s.choices))
+        return tuple(frozen(getattr(self, name)) for name in self.field_names()) + (registered,)
+
+    def replaced(self, **changes) -> "RunConfig":
+        """``dataclasses.replace(self, **changes)``, still :attr:`validated` where ``self`` is and every change
+        keeps a valid run valid by itself: ``track_value`` (which no rule across settings reads) or a longer
+        ``epoch`` (the one rule that reads it, ``record``'s last step, only loosens), each checked alone (its type and
+        range). Any other change gives a copy to validate."""
+        out = replace(self, **changes)
+        alone = all(k == "track_value" or (k == "epoch" and is_int(v) and v >= self.epoch) for k, v in changes.items())
+        if self.validated and alone:
+            for k, v in changes.items():
+                SETTINGS[k].check_type(v)
+                SETTINGS[k].check_value(v)
+            out._passed = out._values()
+        return out
 
     def _check_together(self) -> None:
         """The rules across settings."""

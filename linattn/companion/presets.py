@@ -6,6 +6,12 @@ and ``runs(S)``, the runs its settings ``S`` make. This module is the generic ma
     resolve(name, "quick", {"head_num": 12})   # what the runner gives the notebook's parameters cell
     run_configs(name, "paper")                 # the RunConfig of each run it trains: its runs(S)
     check_overrides(name, "quick", {"lr": 5})  # a reader's --param planned through runs(S) before any work
+    prepare(name, "quick", {"seeds": [3]})     # all of it once: the settings and the runs a build hands its kernel
+
+A build resolves a figure's settings once, in the runner (:func:`prepare`, a :class:`Resolved`): the settings, checked,
+and its module's ``runs(S)``, each run planned (its settings validated). The runner hands that record to the notebook's
+kernel as data (:meth:`Resolved.save`, :func:`given`), which uses it as it is; a notebook run by hand, without the
+runner, resolves its parameters cell's values once there (:func:`parameters`).
 
 The notebooks' parameters cells are written from the ``paper`` presets with :func:`knob_help`
 (:func:`linattn.companion.runner.notebooks.parameters_source`). The building blocks several figures' presets share, the
@@ -15,6 +21,9 @@ knob help of knobs several figures have and the sweep rule are in :mod:`linattn.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import pickle
+from pathlib import Path
 
 from .figures.common.preset_blocks import nested
 from .figures.common.runs import configs as _declared
@@ -138,10 +147,11 @@ def resolve(name, preset: str, overrides: dict | None = None) -> dict:
 
 
 def parameters(name, namespace: dict) -> dict:
-    """Figure ``name``'s settings as its notebook's parameters cell (and the runner's injected values) left them in
+    """Figure ``name``'s settings as its notebook's parameters cell (and any values papermill injected) left them in
     ``namespace`` (the notebook's ``globals()``): ``{key: namespace[key]}`` for every setting of the figure, deep
-    copied, and checked like ``settings`` (a page's model is fixed: ``check_model``). The one line a
-    notebook calls after its parameters cell."""
+    copied, and checked like ``settings`` (a page's model is fixed: ``check_model``). How a notebook run by hand,
+    without the runner, resolves its settings, once (``frame.build``; the runner hands its kernel a
+    :class:`Resolved` instead)."""
     out = {k: copy.deepcopy(namespace[k]) for k in table(name)["paper"]}
     check_model(name, out)
     return out
@@ -153,7 +163,7 @@ def horizons(s: dict):
     list taking its largest value."""
     ext = s["epoch_extended"]
     if isinstance(ext, dict):
-        ext = {int(R): steps for R, steps in ext.items()}  # a notebook's injected dict has JSON's text keys
+        ext = {int(R): steps for R, steps in ext.items()}  # papermill writes a dict's keys as text (a re-run by hand)
         return {R: max(s["epoch"], int(ext.get(R, max(ext.values())))) for R in s["ranks"]}
     return max(s["epoch"], int(ext))
 
@@ -202,60 +212,104 @@ def _param_words(name: str, *value) -> str:
     return f"--param {name}={value[0]!r}" if value else name
 
 
-def drawn_config(name, preset: str = "quick", overrides: dict | None = None):
-    """For figure ``name`` that trains nothing (no ``runs``: a schematic), a :class:`linattn.config.RunConfig` of its
-    settings that are run settings (``in_dim``, ``head_num``: the weights it draws, of its paper preset's ``model``),
-    not validated; None for a figure with runs or without such settings."""
-    from ..config import RunConfig
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """Figure ``name``'s settings resolved once for a build at ``preset`` with a reader's ``overrides``: what the runner
+    hands the notebook's kernel as data (:func:`prepare`).
 
-    if _contract(name).runs is not None:
-        return None
-    fields = set(RunConfig.field_names())
-    S = resolve(name, preset, {k: v for k, v in (overrides or {}).items() if k in table(name).get(preset, {})})
-    own = {k: v for k, v in S.items() if k in fields}
-    return RunConfig(**own) if own else None
+    ``settings``: every setting, the overrides applied and checked (:func:`resolve`); ``runs``: its module's
+    ``runs(settings)``, ``{label: RunConfig or FromRun}``, each run's settings validated
+    (:func:`linattn.training.plan.plan`), or None for a figure that trains nothing."""
 
+    name: str
+    preset: str
+    overrides: dict
+    settings: dict
+    runs: dict | None = None
 
-def _plan_all(name: str, preset: str, overrides: dict) -> None:
-    """Plan every run figure ``name`` trains with ``overrides`` (:func:`linattn.training.plan.plan`: bounds, draws,
-    memory), or, for a figure that trains nothing, check the weights it draws (bounds, memory), and the figure's own
-    ``check(S)`` where it declares one (a schematic's size); raises their ConfigError."""
-    from ..training.memory import check_weights_memory
-    from ..training.plan import plan
-
-    _check_values(overrides)
-    drawn = drawn_config(name, preset, overrides)
-    if drawn is not None:
-        drawn.validate()
-        check_weights_memory(drawn)
-    check = _contract(name).check
-    if check is not None:  # what the figure itself cannot show (a schematic too large to draw)
-        check(resolve(name, preset, {k: v for k, v in overrides.items() if k in table(name).get(preset, {})}))
-    for cfg in run_configs(name, preset, overrides):
-        plan(cfg)
+    def save(self, path) -> Path:
+        """Write the record to ``path`` for the kernel (:func:`given` reads it back): a pickle, so that every value
+        keeps its type (a dict's int keys, a tuple, a RunConfig) and its validation."""
+        path = Path(path)
+        path.write_bytes(pickle.dumps(self))
+        return path
 
 
-def check_overrides(name: str, preset: str, overrides: dict) -> None:
-    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.training.plan.plan`
-    refuses (its settings, the reference's draws, its memory), or, for a figure that trains nothing, weights too large
-    or of invalid settings, before anything runs (:class:`linattn.errors.ConfigError`: one line naming the figure, the
-    parameters and the reason). The overrides are applied together, as the runner gives them, so their order does
-    not matter; the line names the parameter the reason is about where it is one of them, else all of them.
-    Notebooks without presets (a reader's own) are not checked."""
+#: the name under which the runner gives a notebook the path of its :class:`Resolved` (an injected parameter)
+GIVEN = "resolved"
+
+
+def given(namespace: dict) -> Resolved | None:
+    """The :class:`Resolved` the runner gave a notebook (``namespace``: its ``globals()``), or None where it was run
+    without the runner (its parameters cell then holds the values: :func:`parameters`)."""
+    path = namespace.get(GIVEN)
+    return None if path is None else pickle.loads(Path(path).read_bytes())  # the runner's own file, in its stage
+
+
+def prepare(name: str, preset: str, overrides: dict | None = None) -> Resolved:
+    """Figure ``name``'s settings at ``preset`` with a reader's ``overrides``, resolved and checked once, and the runs
+    they make (:class:`Resolved`): each run planned (:func:`linattn.training.plan.plan`: bounds, draws, memory), or,
+    for a figure that trains nothing, the weights it draws checked (bounds, memory), and the figure's own ``check(S)``
+    where it declares one (a schematic's size). Overrides that are neither a setting nor a run setting are left out.
+    Raises their ConfigError, worded for the reader's overrides where there are some (:func:`check_overrides`)."""
     from ..config import ConfigError
 
-    if not overrides or not has_presets(name):
-        return
+    overrides = dict(overrides or {})
     try:
-        _plan_all(name, preset, overrides)
+        return _prepared(name, preset, overrides)
     except ConfigError as e:
+        if not overrides:
+            raise
         if str(e.field).endswith("model") and e.field in {*overrides, *(f"{k}.model" for k in overrides)}:
             # check_model: the page's own model
             raise ConfigError(f"{name}: {e.words(_param_words)}", field=e.field, value=e.value) from None
         raise ConfigError(f"{name}: {_given(overrides, e.field)} {_what(name)}: {e}", field=e.field,
                           value=e.value) from None
     except (TypeError, ValueError) as e:  # e.g. a seed that is not a number
+        if not overrides:
+            raise
         raise ConfigError(f"{name}: {_given(overrides, None)} {_what(name)}: not a valid value ({e})") from None
+
+
+def _prepared(name: str, preset: str, overrides: dict) -> Resolved:
+    """The body of :func:`prepare`: its checks, in the order a reader's values meet them."""
+    from ..config import RunConfig
+    from ..training.memory import check_weights_memory
+    from ..training.plan import plan
+
+    _check_values(overrides)
+    fields, own = set(RunConfig.field_names()), table(name)[preset]
+    S = resolve(name, preset, {k: v for k, v in overrides.items() if k in own or k in fields})
+    figure = _contract(name)
+    if figure.runs is None:
+        drawn = {k: v for k, v in S.items() if k in fields}
+        if drawn:
+            check_weights_memory(RunConfig(**drawn).validate())
+    if figure.check is not None:  # what the figure itself cannot show (a schematic too large to draw)
+        figure.check(S)
+    runs = None if figure.runs is None else figure.runs(S)
+    for cfg in _declared(runs or {}):
+        plan(cfg)
+    return Resolved(name, preset, overrides, S, runs)
+
+
+def for_build(name: str, params: dict) -> Resolved | None:
+    """:func:`prepare` of figure ``name`` for a build's ``params`` (``preset`` and a reader's overrides); None for a
+    notebook without presets (a report, a reader's own), which is given ``params`` as they are."""
+    if not has_presets(name):
+        return None
+    return prepare(name, params["preset"], {k: v for k, v in params.items() if k != "preset"})
+
+
+def check_overrides(name: str, preset: str, overrides: dict) -> None:
+    """Refuse a reader's ``overrides`` of figure ``name`` that would give a run :func:`linattn.training.plan.plan`
+    refuses (its settings, the reference's draws, its memory), or, for a figure that trains nothing, weights too large
+    or of invalid settings, before anything runs (:class:`linattn.errors.ConfigError`: one line naming the figure, the
+    parameters and the reason; :func:`prepare`). The overrides are applied together, as the runner gives them, so their
+    order does not matter; the line names the parameter the reason is about where it is one of them, else all of them.
+    Notebooks without presets (a reader's own) are not checked."""
+    if overrides and has_presets(name):
+        prepare(name, preset, overrides)
 
 
 def _what(name: str) -> str:

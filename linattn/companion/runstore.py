@@ -479,8 +479,10 @@ class RunStore:
 
     def _checked(self, cfg: RunConfig, snapshot_every: int, init, data):
         """(the run's plan, its key): the one check (of the run as stored: value weights recorded, its snapshots);
-        every run the store trains carries it out."""
-        checked = plan(dataclasses.replace(cfg, track_value=True), init=init, data=data, snapshot_every=snapshot_every)
+        every run the store trains carries it out. ``cfg`` is validated once (not again where it was already, e.g. by
+        the figure runner), and so is the run as stored (:meth:`~linattn.config.RunConfig.replaced`)."""
+        stored = cfg.validate().replaced(track_value=True)
+        checked = plan(stored, init=init, data=data, snapshot_every=snapshot_every)
         return checked, run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
 
     def _retrains(self, token: str | None) -> bool:
@@ -524,8 +526,8 @@ class RunStore:
 
     def _view(self, cfg, key, entry, trained, checked, snapshot_every, init, data, progress, drawn) -> RunResult:
         """The run of ``cfg`` as :meth:`get` returns it, which ``extended(epoch)`` carries on through the store."""
-        def more(epoch: int) -> RunResult:
-            return self._get(dataclasses.replace(cfg, epoch=epoch), snapshot_every=snapshot_every, init=init,
+        def more(epoch: int) -> RunResult:  # the same run, longer: validated where the run is (RunConfig.replaced)
+            return self._get(cfg.replaced(epoch=epoch), snapshot_every=snapshot_every, init=init,
                              data=data, progress=progress, drawn=drawn)
 
         return entry.view(cfg, key, trained, checked.data, more)
@@ -575,11 +577,12 @@ def predicted_drop_steps(result: RunResult, *, horizon: int | None = None, chunk
     cov = np.asarray(_own_cov(result), dtype=np.float64)
     levels = theory.plateau_losses(cov, config.N)
     horizon = config.epoch if horizon is None else int(horizon)
-    base = dataclasses.replace(config.on_population(cov), dynamics="gd")
+    # validated once, then only lengthened chunk by chunk (RunConfig.replaced)
+    base = dataclasses.replace(config.on_population(cov), dynamics="gd", epoch=min(chunk, horizon)).validate()
     start, loss = 0, np.empty(0)
     while start < horizon:
         end = min(start + chunk, horizon)
-        history = stored_run(dataclasses.replace(base, epoch=end), init=result.init, root=root).history
+        history = stored_run(base.replaced(epoch=end), init=result.init, root=root).history
         loss = np.asarray(history.train_loss)
         if np.isfinite(drop_steps(loss[np.asarray(history.step) >= start], levels[-2:])[0]):
             break

@@ -13,6 +13,8 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .common.runs import Once
+
 PRESET_NAMES = ("paper", "quick")
 
 
@@ -28,7 +30,9 @@ class Figure:
     ``runs(S)`` (what it trains), ``compute(S)`` (its dataset), ``words(ds)`` (the values its prose glues) and
     ``check(S)`` (what its settings cannot be, beyond a run's own checks) and ``comparison(ds)`` (its rows beside the
     published figure); ``write_page(S, frame)`` for a page that is more than ``compute`` → ``plot`` → ``numbers``
-    (it saves its files into the frame and returns its dataset, its numbers table and its words).
+    (it saves its files into the frame and returns its dataset, its numbers table and its words). Reading the contract
+    puts a :class:`~linattn.companion.figures.common.runs.Once` in place of the module's ``runs``: one build per
+    settings.
     """
 
     module: types.ModuleType
@@ -80,4 +84,6 @@ def of_module(module: types.ModuleType) -> Figure:
         raise TypeError(f"figure {name!r}: PRESETS must hold exactly {', '.join(PRESET_NAMES)}")
     if not all(isinstance(case, dict) for case in found["KNOB_CASES"]):
         raise TypeError(f"figure {name!r}: every KNOB_CASES entry must be a dict of --param overrides")
+    if found.get("runs") is not None and not isinstance(found["runs"], Once):
+        found["runs"] = module.runs = Once(found["runs"])  # the module's own calls share one build per settings
     return Figure(module=module, **found)

@@ -2,10 +2,14 @@
 the staged figure is swapped in whole (:mod:`linattn.companion.runner.publish`).
 
 Each notebook (jupytext MyST markdown, see :mod:`linattn.companion.runner.notebooks`) is converted in memory and
-executed by papermill with ``preset``, ``out_dir`` (the stage) and the reader's overrides injected; it writes its files
-to ``<stage>/<name>/`` (:class:`linattn.companion.output.FigureOutput`). The runner then adds the page's badge (preset,
-overrides, date) under the title and the "Cite this figure" cell at the end (:mod:`linattn.companion.runner.citation`),
-writes the cache key and run record into the figure's folder, and swaps the figure in.
+executed by papermill with ``preset``, ``out_dir`` (the stage) and, for a figure with presets, the path of its settings
+as the runner resolved them (a :class:`linattn.companion.presets.Resolved`, written into the stage: the kernel uses it
+as it is) injected, or, for a notebook without presets, the reader's overrides; it writes its files to
+``<stage>/<name>/`` (:class:`linattn.companion.output.FigureOutput`). The executed notebook's injected cell is then
+written to show the values it ran with, so that it runs again as it stands. The runner then adds the page's badge
+(preset, overrides, date) under the title and the "Cite this figure" cell at the end
+(:mod:`linattn.companion.runner.citation`), writes the cache key and run record into the figure's folder, and swaps the
+figure in.
 
 A warning printed into a notebook's outputs fails its figure, except a known fallback (an engine's slower path with
 the same result, :class:`linattn.objectives.native.KnownFallback`): that is taken off the page and said once on the
@@ -73,6 +77,9 @@ def badge(preset: str, overrides: dict, date: str) -> str:
     parts += [f"{{bdg-warning-line}}`{k} = {v!r}`" for k, v in overrides.items()]
     parts.append(f"{{bdg-secondary-line}}`run {date}`")
     return " ".join(parts)
+
+
+RESOLVED_FILE = ".resolved.pickle"  # the kernel's settings, in the stage (not published)
 
 
 def notebook_values(name: str, params: dict) -> dict:
@@ -170,6 +177,14 @@ def _link_the_others(stage: Path, root: Path, name: str, reads: list[str]) -> No
             (stage / other).symlink_to(root / other, target_is_directory=True)
 
 
+def _injected(params: dict, resolved, stage: Path) -> dict:
+    """What papermill injects into the notebook (``out_dir`` aside): for a figure with presets, ``preset`` and the path
+    of its :class:`~linattn.companion.presets.Resolved` (written into ``stage``); else ``params`` as they are."""
+    if resolved is None:
+        return dict(params)
+    return {"preset": params["preset"], presets.GIVEN: str(resolved.save(stage / RESOLVED_FILE))}
+
+
 def _run_notebook(name: str, text: str, stage: Path, values: dict, timeout: float | None):
     import logging
 
@@ -188,15 +203,18 @@ def _run_notebook(name: str, text: str, stage: Path, values: dict, timeout: floa
             extra_arguments=kernel_arguments())  # the kernel ends with this worker
 
 
-def _unstage(nb, name: str, stage: Path, root: Path) -> None:
-    """The executed ``nb`` as if it had run in ``root``, where it is published: its injected ``out_dir`` (the
-    parameters cell and papermill's record of it) and papermill's output path name ``root``, not the stage."""
+def _unstage(nb, name: str, stage: Path, root: Path, values: dict) -> None:
+    """The executed ``nb`` as if it had run in ``root``, where it is published, with the ``values`` it ran with (the
+    preset and every setting, or a notebook's parameters) as its injected cell and papermill's record of its
+    parameters, ``out_dir`` naming ``root``: it runs again as it stands (``linattn.companion.reproduce``), without the
+    runner's settings file, which stays in the stage."""
+    shown = {**values, "out_dir": str(root)}
     for cell in nb.cells:
         if "injected-parameters" in cell.metadata.get("tags", []):
-            cell.source = cell.source.replace(repr(str(stage)), repr(str(root))).replace(str(stage), str(root))
+            cell.source = "# Parameters\n" + "".join(f"{k} = {v!r}\n" for k, v in shown.items())
     record = nb.metadata.get("papermill", {})
-    if "out_dir" in record.get("parameters", {}):
-        record["parameters"]["out_dir"] = str(root)
+    if "parameters" in record:
+        record["parameters"] = shown
     if "output_path" in record:
         record["output_path"] = str(root / f"{name}.ipynb")
 
@@ -229,7 +247,7 @@ def _finish_page(nb, name: str, text: str, stage: Path, params: dict, values: di
     known fallbacks it took. Raises :class:`PrintedWarning` for any other warning printed on the page."""
     import nbformat
 
-    _unstage(nb, name, stage, stage.parent)
+    _unstage(nb, name, stage, stage.parent, values)
     fallbacks = notebooks.take_known_fallbacks(nb)  # said on the runner's line, not on the page
     if printed := notebooks.printed_warnings(nb):  # it would show on the page: a failed figure, never cached
         raise PrintedWarning(printed[0])
@@ -273,9 +291,11 @@ def _failure_note(name: str, exc: BaseException):
 
 
 def execute_figure(name: str, text: str, root: str, params: dict, key: str, *, timeout: float | None = None,
-                   store: str | None = None, force: bool = True, reads: tuple[str, ...] = ()) -> dict:
+                   store: str | None = None, force: bool = True, reads: tuple[str, ...] = (), resolved=None) -> dict:
     """Execute figure ``name`` (its MyST ``text``: the very text its cache ``key`` was computed from) with
-    ``params`` (``preset`` and the reader's overrides) and the run store at ``store`` (an absolute path), and
+    ``params`` (``preset`` and the reader's overrides; ``resolved``: its settings as the runner resolved them for
+    those, a :class:`linattn.companion.presets.Resolved`, else resolved here where it has presets,
+    :func:`linattn.companion.presets.for_build`) and the run store at ``store`` (an absolute path), and
     publish it into ``root`` whole; returns ``{"ok", "cached", "seconds", "cpu_seconds", "error", "notebook",
     "fallbacks", "notes"}``. Never raises an Exception (an interruption unwinds it, leaving ``root`` as it was).
 
@@ -302,7 +322,8 @@ def execute_figure(name: str, text: str, root: str, params: dict, key: str, *, t
             stage = publish.stage_dir(root_p, name)
             stage.mkdir()
             try:
-                return _execute_staged(name, text, root_p, stage, params, key, timeout, store, reads, timed)
+                return _execute_staged(name, text, root_p, stage, params, resolved, key, timeout, store, reads,
+                                       timed)
             finally:
                 if stage.exists() and not (stage / publish.MARKER).exists():
                     publish.discard(stage)
@@ -312,14 +333,15 @@ def execute_figure(name: str, text: str, root: str, params: dict, key: str, *, t
         raise
 
 
-def _execute_staged(name, text, root, stage, params, key, timeout, store, reads, timed) -> dict:
+def _execute_staged(name, text, root, stage, params, resolved, key, timeout, store, reads, timed) -> dict:
     """The body of :func:`execute_figure`, with the lock held and the empty ``stage`` made."""
     _kernel_environment(name, store)
     _link_the_others(stage, root, name, list(reads))
     values = {}
     try:
-        values = notebook_values(name, params)
-        nb = _run_notebook(name, text, stage, values, timeout)
+        resolved = resolved if resolved is not None else presets.for_build(name, params)
+        values = dict(params) if resolved is None else {"preset": params["preset"], **resolved.settings}
+        nb = _run_notebook(name, text, stage, _injected(params, resolved, stage), timeout)
         fallbacks = _finish_page(nb, name, text, stage, params, values)
         done = timed()
         _write_record(stage / name, params, key, done["seconds"], done["cpu_seconds"], fallbacks)

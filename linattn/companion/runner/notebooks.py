@@ -4,9 +4,9 @@ Every figure is a jupytext MyST notebook ``figures_src/<name>.md`` whose first c
 each line of that cell is one knob (``name[: type] = default  # what it means``). For a figure with presets the
 cell is written from its module's presets (:func:`parameters_source`: every setting at its paper value, with its
 :func:`~linattn.companion.presets.knob_help` text; ``python -m linattn.companion.runner.notebooks --sync`` rewrites the
-cells and a test keeps them in step), and the runner gives it the values of the chosen preset with a reader's overrides
-(:func:`linattn.companion.presets.resolve`). :func:`check_overrides` refuses an unknown key or a value of the wrong
-type before anything runs.
+cells and a test keeps them in step), and the runner resolves the values of the chosen preset with a reader's overrides
+once (:func:`linattn.companion.presets.prepare`) and hands them to the kernel as data. :func:`check_overrides` refuses
+an unknown key or a value of the wrong type before anything runs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from ...objectives.native import KnownFallback
 from .paths import SRC_DIR
 
-_INJECTED = ("preset", "out_dir")  # set by the runner, never by --param
+_INJECTED = ("preset", "out_dir", "resolved")  # set by the runner, never by --param (resolved: presets.GIVEN)
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "tuple": tuple}
 
 

@@ -71,18 +71,24 @@ def _expected_seconds(root: Path, name: str, nb, preset: str) -> float:
     return float(estimate) if estimate is not None else 0.0
 
 
-def _check_overrides(parsed: dict, preset: str, overrides: dict) -> None:
-    """A reader's values against every selected notebook's parameters cell, then as the runs they would give."""
+def _check_overrides(parsed: dict, preset: str, overrides: dict) -> dict:
+    """A reader's values against every selected notebook's parameters cell, then as the runs they would give
+    (:func:`linattn.companion.presets.prepare`); returns what that resolved, ``{name: Resolved or None}`` (None: a
+    notebook without presets), to be handed on as it is (``{}`` without overrides: each figure is resolved as it
+    starts)."""
     for name, nb in parsed.items():
         notebooks.check_overrides(name, nb, overrides)
-    if overrides:
-        from ...config import ConfigError
+    if not overrides:
+        return {}
+    from ...config import ConfigError
 
-        for name in parsed:
-            try:
-                presets.check_overrides(name, preset, overrides)
-            except ConfigError as e:
-                raise notebooks.ParameterError(str(e)) from None
+    resolved = {}
+    for name in parsed:
+        try:
+            resolved[name] = presets.for_build(name, {"preset": preset, **overrides})
+        except ConfigError as e:
+            raise notebooks.ParameterError(str(e)) from None
+    return resolved
 
 
 def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool = False, out=None, src=None,
@@ -92,7 +98,8 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     return one :class:`FigureResult` each. ``overrides`` (a reader's parameter values) are checked first, before
     anything is written (:class:`linattn.companion.runner.notebooks.ParameterError`): against every selected notebook's
     parameters cell (known key, right type), then every run the figure would train with them against
-    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.check_overrides`); the run store,
+    :meth:`linattn.config.RunConfig.validate` (:func:`linattn.companion.presets.prepare`, whose record of the settings
+    and runs each kernel is then handed as data; a figure without overrides is resolved as it starts); the run store,
     resolved where the command runs, must be a usable folder (:class:`~linattn.companion.runner.paths.UnusableFolder`).
     A root this call created is removed again if nothing but its lock files is left in it. Raises
     :class:`Interrupted` on Ctrl-C or SIGTERM (as a ``KeyboardInterrupt`` whose argument is the signal)."""
@@ -105,7 +112,7 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
         found = {k: v for k, v in everything.items() if k in set(only)}
     overrides = dict(overrides or {})
     parsed = {n: read_notebook(p) for n, p in found.items()}
-    _check_overrides(parsed, preset, overrides)
+    resolved = _check_overrides(parsed, preset, overrides)
     store = run_store_dir()  # resolved here, where the command runs: the kernels run in the output root
     if (why := unusable_output_dir(store)) is not None and not _readable_folder(store):
         raise UnusableFolder(f"the run store (${ENV_RUNS_DIR} or the default) {why}")
@@ -115,7 +122,7 @@ def run_figures(*, preset: str = "paper", only=None, jobs: int = 2, force: bool 
     try:
         with retraining(retrain):  # its workers' kernels retrain every run they ask for, once (runstore)
             return _run(root, preset, found, parsed, everything, overrides, jobs, force or retrain, timeout,
-                        progress, store)
+                        progress, resolved, store)
     finally:
         _remove_if_unused(root, created)
 
@@ -139,8 +146,9 @@ def _remove_if_unused(root: Path, created: bool) -> None:
     root.rmdir()
 
 
-def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, store):
-    """The body of :func:`run_figures`, once its arguments are checked and ``root`` exists."""
+def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeout, progress, resolved, store):
+    """The body of :func:`run_figures`, once its arguments are checked and ``root`` exists (``resolved``: the figures'
+    settings resolved while checking them)."""
     import multiprocessing  # here, as every import of a run: the CLI's parser and refusals answer without them
     from concurrent.futures import ProcessPoolExecutor
 
@@ -162,9 +170,18 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
                                     sources=source_hash(notebook_sources(parsed[name])), report=name in last)
         return keys[name]
 
+    def settings(name):  # once per figure, here: its kernel is handed them as data
+        if name not in resolved:
+            try:
+                resolved[name] = presets.for_build(name, params)
+            except Exception:  # noqa: BLE001 — resolved again in its worker, where its failure is that figure's alone
+                resolved[name] = None
+        return resolved[name]
+
     def job(name):
         return (execute_figure, name, texts[name], str(root), params, key(name)), dict(
-            timeout=timeout, store=str(store), force=force, reads=tuple(reads) if name in last else ())
+            timeout=timeout, store=str(store), force=force, reads=tuple(reads) if name in last else (),
+            resolved=settings(name))
 
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch threads
     _start_resource_tracker()

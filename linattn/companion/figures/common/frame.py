@@ -159,9 +159,11 @@ class BuiltPage:
 
 
 def build(fig, namespace: dict, *, more_plots: tuple[str, ...] = (), **inputs) -> BuiltPage:
-    """A figure page's one call: the settings its notebook's parameters cell left in ``namespace`` (its
-    ``globals()``), its dataset ``fig.compute(S, **inputs)`` in the :func:`figure` frame (the figure, its data and
-    ``numbers.json`` saved under ``namespace["out_dir"]``), each plot of ``more_plots`` (``"extended"``:
+    """A figure page's one call: its settings (and runs) as the runner resolved them, given as data
+    (:func:`linattn.companion.presets.given`), or, in a notebook run by hand, as its parameters cell left them in
+    ``namespace`` (its ``globals()``, :func:`linattn.companion.presets.parameters`), its dataset
+    ``fig.compute(S, **inputs)`` in the :func:`figure` frame (the figure, its data and ``numbers.json`` saved under
+    ``namespace["out_dir"]``), each plot of ``more_plots`` (``"extended"``:
     ``fig.plot_extended(ds)``, saved as ``<name>_extended``), and its words glued. An input given as a function is
     called with the settings (``weights=fig.example_weights``). A figure that declares ``write_page(S, frame)``
     writes its page itself (two datasets, a cluster) and gives back its dataset, numbers table and words."""
@@ -170,7 +172,13 @@ def build(fig, namespace: dict, *, more_plots: tuple[str, ...] = (), **inputs) -
     from ..figure_contract import of_module
 
     declared = of_module(fig)
-    S = presets.parameters(declared.NAME, namespace)
+    resolved = presets.given(namespace)
+    if resolved is None:
+        S = presets.parameters(declared.NAME, namespace)
+    else:  # resolved and checked once, by the runner: used as they are
+        S = resolved.settings
+        if resolved.runs is not None:
+            declared.runs.give(S, resolved.runs)
     # a page with no settings of its own (one that reads the others') records the preset it was built at
     with figure(declared.NAME, S or {"preset": namespace["preset"]}, namespace.get("out_dir")) as page:
         if declared.write_page is not None:
