@@ -85,5 +85,6 @@ def of_module(module: types.ModuleType) -> Figure:
     if not all(isinstance(case, dict) for case in found["KNOB_CASES"]):
         raise TypeError(f"figure {name!r}: every KNOB_CASES entry must be a dict of --param overrides")
     if found.get("runs") is not None and not isinstance(found["runs"], Once):
-        found["runs"] = module.runs = Once(found["runs"])  # the module's own calls share one build per settings
+        found["runs"] = Once(found["runs"])
+        setattr(module, "runs", found["runs"])  # the module's own calls share one build per settings
     return Figure(module=module, **found)

@@ -170,6 +170,7 @@ def build(fig, namespace: dict, *, more_plots: tuple[str, ...] = (), **inputs) -
     from ... import presets
     from ...output import glue
     from ..figure_contract import of_module
+    from .runs import Once
 
     declared = of_module(fig)
     resolved = presets.given(namespace)
@@ -177,7 +178,7 @@ def build(fig, namespace: dict, *, more_plots: tuple[str, ...] = (), **inputs) -
         S = presets.parameters(declared.NAME, namespace)
     else:  # resolved and checked once, by the runner: used as they are
         S = resolved.settings
-        if resolved.runs is not None:
+        if resolved.runs is not None and isinstance(declared.runs, Once):
             declared.runs.give(S, resolved.runs)
     # a page with no settings of its own (one that reads the others') records the preset it was built at
     with figure(declared.NAME, S or {"preset": namespace["preset"]}, namespace.get("out_dir")) as page:

@@ -61,7 +61,9 @@ class Once:
 
     def __call__(self, S: dict) -> dict:
         if self._built is None or not _equal(S, self._settings):
-            self.give(S, self.function(S))
+            built = self.function(S)
+            self.give(S, built)
+            return dict(built)
         return dict(self._built)
 
     def give(self, S: dict, runs: dict) -> None:
