@@ -141,3 +141,32 @@ def test_the_figures_command_still_reaches_the_runner():
     done = subprocess.run([sys.executable, "-m", "linattn", "figures", "--jobs", "0"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2 and done.stderr == "linattn figures: error: --jobs must be a positive integer\n"
+
+
+_WRITE_A_DATASET = """
+    import sys
+    import numpy as np, xarray as xr
+    from linattn.companion.output import FigureOutput
+    {before}
+    ds = xr.Dataset({{"loss": ("step", np.array([1.0, 0.5, np.nan]))}}, coords={{"step": [0, 1, 2]}})
+    path = FigureOutput("demo", sys.argv[1]).save_dataset(ds)
+    back = xr.open_dataset(path.with_suffix(".nc"), engine="h5netcdf")
+    xr.testing.assert_identical(back.load(), ds)
+    print(sorted(name for name in ("distributed", "dask.distributed") if name in sys.modules),
+          [name for name, module in sys.modules.items() if module is None and "distributed" in name])
+"""
+
+
+def test_writing_a_figure_dataset_imports_no_dask_distributed(tmp_path):
+    """xarray's writer asks which Dask scheduler runs, which would import dask.distributed: a page without a cluster
+    writes its NetCDF (read back identical) without it, and leaves no blocked entry in sys.modules."""
+    done, loaded = _probe(_WRITE_A_DATASET.format(before=""), str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[] []" and "xarray" in loaded
+
+
+def test_a_dataset_written_with_a_cluster_about_keeps_dask_distributed(tmp_path):
+    """Where dask.distributed is imported (a page with a cluster), writing a dataset leaves it as it was."""
+    done, _ = _probe(_WRITE_A_DATASET.format(before="import dask.distributed"), str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['dask.distributed', 'distributed'] []"

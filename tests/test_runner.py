@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shlex
 import shutil
@@ -97,6 +98,27 @@ def test_each_figure_reports_the_cpu_its_kernel_used(tmp_path):
     assert res["sleeps"].seconds > 1.0 and res["sleeps"].cpu_seconds > 0  # the kernel's own start-up counts
     recorded = json.loads((out / "burns" / cachekey.RUN_INFO).read_text())
     assert recorded["cpu_seconds"] == pytest.approx(res["burns"].cpu_seconds, abs=0.06)
+
+
+@pytest.mark.slow
+def test_a_kernel_keeps_no_history_and_is_stopped_once_its_cells_are_done(tmp_path):
+    """The kernel runs without IPython's history database, and after its last cell it is stopped at once (no exit
+    handlers, no teardown of its libraries, which would cost CPU for nothing) and is gone when the figure is done;
+    what its cells wrote is all there."""
+    body = WRITE + textwrap.dedent("""\
+        import atexit
+        atexit.register(lambda: (root / NAME / "exited.txt").write_text("orderly exit"))
+        (root / NAME / "kernel.txt").write_text(f"{os.getpid()} {get_ipython().history_manager.enabled}")
+        """)
+    src = make_src(tmp_path, {"one": body})
+    out = tmp_path / "out"
+    res = schedule.run_figures(src=src, out=out, jobs=1, preset="quick", progress=False)
+    assert [r.status for r in res] == ["ran"]
+    pid, history = (out / "one" / "kernel.txt").read_text().split()
+    assert history == "False" and (out / "one" / "out.txt").read_text().startswith("quick ")
+    assert not (out / "one" / "exited.txt").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid), 0)
 
 
 @pytest.mark.slow

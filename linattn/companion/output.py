@@ -14,10 +14,12 @@ else ``$LINATTN_FIGURES_DIR``, else the working directory (a notebook opened in 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -211,6 +213,26 @@ class NumbersTable:
         return "\n".join(out)
 
 
+@contextlib.contextmanager
+def _no_distributed_unless_imported():
+    """While xarray writes a file, a ``dask.distributed`` that this process has not imported stays unimported.
+
+    xarray asks which Dask scheduler is active before it writes (``get_dask_scheduler``), and the asking imports
+    ``distributed`` (about 0.35 s of CPU) to see whether a ``Client`` is the one. Where ``distributed`` was never
+    imported no client can exist, so the answer is the same without it: the import is made to fail (a ``None`` in
+    ``sys.modules``, which xarray and Dask catch as "not installed") and the entries are removed afterwards. Where it
+    is imported (a page with a Dask cluster) nothing changes."""
+    blocked = () if "distributed" in sys.modules else ("distributed", "dask.distributed")
+    for name in blocked:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
 class FigureOutput:
     """The output folder of figure ``name``, created when the first file is asked for (:meth:`path`), so that a
     notebook that fails before it writes anything leaves no empty folder behind."""
@@ -279,7 +301,7 @@ class FigureOutput:
         variable is missing — a run shorter than the longest, a step axis another run does not share — are left
         out)."""
         stem = stem or self.name
-        with atomic_path(self.path(f"{stem}.nc")) as tmp:
+        with atomic_path(self.path(f"{stem}.nc")) as tmp, _no_distributed_unless_imported():
             ds.to_netcdf(tmp, engine="h5netcdf")
         curves = [v for v in ds.data_vars if "step" in ds[v].dims] or list(ds.data_vars)
         table = ds[curves].to_dataframe().dropna(how="all").reset_index()
