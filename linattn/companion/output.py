@@ -224,7 +224,7 @@ def _no_distributed_unless_imported():
     is imported (a page with a Dask cluster) nothing changes."""
     blocked = () if "distributed" in sys.modules else ("distributed", "dask.distributed")
     for name in blocked:
-        sys.modules[name] = None
+        sys.modules[name] = None  # type: ignore[assignment]  # None there makes the import fail (the import system's rule)
     try:
         yield
     finally:
