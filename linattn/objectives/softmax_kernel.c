@@ -28,6 +28,7 @@
 #ifdef USE_DOUBLE
 typedef double real;
 typedef int64_t word;
+typedef uint64_t uword;
 #ifdef __AVX512F__
 #define LANES 8 /* one 512-bit register */
 #else
@@ -46,6 +47,7 @@ static const real P2[] = {1.0, 0.6931471805599453, 0.2402265069591007, 0.0555041
 #else
 typedef float real;
 typedef int32_t word;
+typedef uint32_t uword;
 #ifdef __AVX512F__
 #define LANES 16 /* one 512-bit register */
 #else
@@ -114,20 +116,25 @@ static inline vec pow2(vec z) {
 #define VMIN(a, b) ((vec)_mm256_min_ps((__m256)(a), (__m256)(b)))
 #endif
 #endif
-/* 2^z = 2^n 2^f, n = round(z), f = z - n; z clamped to +-EXP_MAX, so that 2^n is a normal number (below, the term is
- * 2^-EXP_MAX instead of 0: the sums hold at least 1 from the shift's own key; NaN stays NaN, as max and min return
- * their second operand where one is NaN). 2^n is built from the bits of z + ROUNDER, whose low bits hold n. */
+/* 2^z = 2^n 2^f, n = round(z), f = z - n; z clamped to +-EXP_CLAMP, so that 2^n 2^f is a normal number (below, the
+ * term is about 2^-EXP_CLAMP instead of 0: the sums hold at least 1 from the shift's own key; NaN stays NaN, as max and
+ * min return their second operand where one is NaN). The low bits of t = z + ROUNDER hold n (two's complement), so
+ * t's bits shifted into the exponent field and added to 2^f's bits make 2^n 2^f: an integer addition, not a
+ * multiplication on the units the rest of the loop keeps busy. */
+#define EXP_CLAMP (EXP_MAX - 1) /* 2^f is in [2^-1/2, 2^1/2]: its exponent field is 126 or 127 (float32) */
+
+typedef uword uvec __attribute__((vector_size(LANES * sizeof(real))));
 static inline vec pow2(vec z) {
 #ifdef VMIN
-    z = VMIN(splat(EXP_MAX), VMAX(splat(-EXP_MAX), z));
+    z = VMIN(splat(EXP_CLAMP), VMAX(splat(-EXP_CLAMP), z));
 #else
-    z = blend(z < -EXP_MAX, splat(-EXP_MAX), z);
-    z = blend(z > EXP_MAX, splat(EXP_MAX), z);
+    z = blend(z < -EXP_CLAMP, splat(-EXP_CLAMP), z);
+    z = blend(z > EXP_CLAMP, splat(EXP_CLAMP), z);
 #endif
     vec t = z + ROUNDER;
     vec n = t - ROUNDER;
-    ivec bits = ((ivec)t - (ivec)splat(ROUNDER) + EXP_BIAS) << MANTISSA;
-    return poly2(z - n) * (vec)bits;
+    ivec scale = (ivec)((uvec)t << MANTISSA);
+    return (vec)((ivec)poly2(z - n) + scale);
 }
 #endif
 
@@ -154,39 +161,17 @@ static inline void token(vec x[DIM], const real *X) {
 /* What one head gives one group of sequences: Z, T_b, TU_b and y_h = v.T / Z (4) */
 typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
 
-/* What one key gives the sums: its weight e = 2^z (3) and e.u */
-typedef struct { vec e, eu; } key_terms;
-
-static inline key_terms weigh(const vec q[DIM], const vec v[DIM], vec shift, const real *X) {
-    vec x[DIM];
-    token(x, X);
-    vec e = pow2(shifted_score(q, x, shift));
-    vec u = v[0] * x[0];
-    for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-    return (key_terms){e, e * u};
-}
-
-static inline void add_key(key_terms k, const real *X, vec *Z, vec T[DIM], vec TU[DIM]) {
-    vec x[DIM];
-    token(x, X);
-    *Z += k.e;
-    for (int b = 0; b < DIM; b++) {
-        T[b] += k.e * x[b];
-        TU[b] += k.eu * x[b];
-    }
-}
-
-/* Keys whose weights are computed ahead of their sums (below): two were no faster with AVX-512's 32 registers and
- * 15% slower with AVX2's 16 */
-#define AHEAD 1
+/* Keys weighed at a time (below): their weights wait in a buffer in the L1 cache */
+#define CHUNK 32
 
 /* X: the group's first key, key j's coordinate b at X[j*KEY + b*BLOCK]; xq: the query, coordinate b at
- * xq[b*BLOCK]; shift: the scores' shift c_h (3), `own` where it is the query's own score in every lane. One pass
- * over the keys: each key's score, e = 2^z and e.u, then its terms of Z, T, TU; `lines` cache lines from `ahead`
- * are prefetched on the way.
- * A weight is a chain of some 50 cycles (score, 2^z, e.u) that the sums wait on. The loop computes key j+AHEAD's
- * weight while it adds key j's terms, whose inputs are then ready: the out-of-order core need not hold several
- * keys' waiting chains to keep its FMA units busy. */
+ * xq[b*BLOCK]; shift: the scores' shift c_h (3), `own` where it is the query's own score in every lane. The keys
+ * are taken CHUNK at a time in two loops: the first weighs each (score, e = 2^z and e.u) into a buffer, the second
+ * adds their terms to Z, T, TU; `lines` cache lines from `ahead` are prefetched on the way.
+ * Why two loops: a weight is a chain of some 50 cycles that its terms wait on. In the first loop the keys are
+ * independent, so the core overlaps their chains with nothing else waiting, and only q, v and the polynomial are
+ * live; in the second the 2 DIM + 1 sums and a key fit in AVX2's 16 registers (one loop doing both spilled sums
+ * and reloaded q and v from memory for every key). */
 static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], const vec v[DIM], vec shift, int own,
                       const char *ahead, long lines) {
     const long KEY = DIM * BLOCK;
@@ -204,23 +189,29 @@ static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], co
         T[b] = e * x[b];
         TU[b] = e * u * x[b];
     }
-    key_terms k[AHEAD] = {{splat(0), splat(0)}};      /* set below for the keys there are (n may be < AHEAD) */
-    for (int a = 0; a < AHEAD && a < n; a++) k[a] = weigh(q, v, shift, X + a * KEY);
-    /* lines prefetched a key (no division in the loop), the last keys' share after it: spreading all the lines over
-     * the loop's n - AHEAD keys instead was 3% slower */
-    const long per = n > 0 ? (lines + n - 1) / n : 0;
-    int j = 0;
-    for (; j + AHEAD < n; j++) {
-        for (long l = j * per; l < (j + 1) * per && l < lines; l++)
+    const long per = n > 0 ? (lines + n - 1) / n : 0;     /* lines prefetched a key */
+    vec we[CHUNK], weu[CHUNK];
+    for (int j0 = 0; j0 < n; j0 += CHUNK) {
+        const int m = n - j0 < CHUNK ? n - j0 : CHUNK;
+        const real *Xc = X + j0 * KEY;
+        for (long l = j0 * per; l < (j0 + m) * per && l < lines; l++)
             __builtin_prefetch(ahead + 64 * l, 0, 2);    /* read, into L2 (prefetcht1) */
-        key_terms next = weigh(q, v, shift, X + (j + AHEAD) * KEY);
-        add_key(k[0], X + j * KEY, &Z, T, TU);
-        for (int a = 0; a + 1 < AHEAD; a++) k[a] = k[a + 1];
-        k[AHEAD - 1] = next;
+        for (int j = 0; j < m; j++) {
+            token(x, Xc + j * KEY);
+            we[j] = pow2(shifted_score(q, x, shift));
+            vec uj = v[0] * x[0];
+            for (int b = 1; b < DIM; b++) uj += v[b] * x[b];
+            weu[j] = we[j] * uj;
+        }
+        for (int j = 0; j < m; j++) {
+            token(x, Xc + j * KEY);
+            Z += we[j];
+            for (int b = 0; b < DIM; b++) {
+                T[b] += we[j] * x[b];
+                TU[b] += weu[j] * x[b];
+            }
+        }
     }
-    for (long l = j * per; l < lines; l++)
-        __builtin_prefetch(ahead + 64 * l, 0, 2);
-    for (int a = 0; j + a < n; a++) add_key(k[a], X + (j + a) * KEY, &Z, T, TU);
     head_sums out;
     vec y = v[0] * T[0];
     for (int b = 1; b < DIM; b++) y += v[b] * T[b];
