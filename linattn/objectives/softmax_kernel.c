@@ -67,6 +67,14 @@ typedef real vec __attribute__((vector_size(LANES * sizeof(real))));
 typedef word ivec __attribute__((vector_size(LANES * sizeof(real))));
 
 static inline vec load(const real *p) { vec v; memcpy(&v, p, sizeof v); return v; }
+/* v is computed into a register here: a value loaded from memory is then read from the register by every later use,
+ * where the compiler would fold the load into each instruction that uses it (one load each: loads, not multiply-adds,
+ * were what the loops over keys waited on). Only where a vec fits in one register (AVX) */
+#ifdef __AVX__
+#define IN_REGISTER(v) __asm__("" : "+x"(v))
+#else
+#define IN_REGISTER(v) ((void)0)
+#endif
 static inline vec splat(real x) { return (vec){0} + x; }
 static inline vec blend(ivec mask, vec a, vec b) { return (vec)((mask & (ivec)a) | (~mask & (ivec)b)); }
 static inline vec vmax(vec a, vec b) { return blend(a > b, a, b); }
@@ -164,18 +172,69 @@ typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
 /* Keys weighed at a time (below): their weights wait in a buffer in the L1 cache */
 #define CHUNK 32
 
+/* AVX2's 16 registers hold q and v or the polynomial's constants, not both: there the scores and u = v.x of a chunk
+ * are one loop and their weights another; with AVX-512's 32 registers one loop does both. */
+#ifdef __AVX512F__
+#define SPLIT_WEIGHTS 0
+#else
+#define SPLIT_WEIGHTS 1
+#endif
+
+/* The weights of keys 0 .. m-1 from X (key j's coordinate b at X[j*KEY + b*BLOCK]): e[j] = 2^z (3), z = q.x - shift,
+ * and eu[j] = e[j] (v.x). The keys are independent, so the core overlaps their chains (some 50 cycles each). */
+static inline void weigh(const real *X, int m, const vec q[DIM], const vec v[DIM], vec shift, vec *e, vec *eu) {
+    const long KEY = DIM * BLOCK;
+    for (int j = 0; j < m; j++) {
+        vec x[DIM];
+        token(x, X + j * KEY);
+        for (int b = 0; b < DIM; b++) IN_REGISTER(x[b]);   /* one load for both sums, not one each */
+        vec z = shifted_score(q, x, shift), u = v[0] * x[0];
+        for (int b = 1; b < DIM; b++) u += v[b] * x[b];
+        if (SPLIT_WEIGHTS) {
+            e[j] = z;
+            eu[j] = u;
+        } else {
+            e[j] = pow2(z);
+            eu[j] = e[j] * u;
+        }
+    }
+    for (int j = 0; SPLIT_WEIGHTS && j < m; j++) {
+        e[j] = pow2(e[j]);
+        eu[j] *= e[j];
+    }
+}
+
+/* Adds the terms of keys 0 .. m-1 of X with weights e, eu to Z, T, TU (4)-(5), kept in registers through the loop */
+static inline void add_terms(const real *X, int m, const vec *e, const vec *eu, head_sums *acc) {
+    const long KEY = DIM * BLOCK;
+    vec Z = acc->Z, T[DIM], TU[DIM];
+    memcpy(T, acc->T, sizeof T);
+    memcpy(TU, acc->TU, sizeof TU);
+    for (int j = 0; j < m; j++) {
+        vec ej = e[j], euj = eu[j];
+        Z += ej;
+        for (int b = 0; b < DIM; b++) {
+            vec xb = load(X + j * KEY + b * BLOCK);
+            IN_REGISTER(xb);   /* one load for both terms, not one each */
+            T[b] += ej * xb;
+            TU[b] += euj * xb;
+        }
+    }
+    acc->Z = Z;
+    memcpy(acc->T, T, sizeof T);
+    memcpy(acc->TU, TU, sizeof TU);
+}
+
 /* X: the group's first key, key j's coordinate b at X[j*KEY + b*BLOCK]; xq: the query, coordinate b at
  * xq[b*BLOCK]; shift: the scores' shift c_h (3), `own` where it is the query's own score in every lane. The keys
- * are taken CHUNK at a time in two loops: the first weighs each (score, e = 2^z and e.u) into a buffer, the second
- * adds their terms to Z, T, TU; `lines` cache lines from `ahead` are prefetched on the way.
- * Why two loops: a weight is a chain of some 50 cycles that its terms wait on. In the first loop the keys are
- * independent, so the core overlaps their chains with nothing else waiting, and only q, v and the polynomial are
- * live; in the second the 2 DIM + 1 sums and a key fit in AVX2's 16 registers (one loop doing both spilled sums
- * and reloaded q and v from memory for every key). */
+ * are taken CHUNK at a time: their weights into a buffer (weigh), then their terms (add_terms); `lines` cache lines
+ * from `ahead` are prefetched on the way. One loop doing both spilled sums with AVX2's 16 registers and reloaded
+ * q and v from memory for every key; apart, each loop's values fit and the weights' chains overlap freely. */
 static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], const vec v[DIM], vec shift, int own,
                       const char *ahead, long lines) {
     const long KEY = DIM * BLOCK;
-    vec x[DIM], Z, T[DIM], TU[DIM];
+    head_sums out;
+    vec x[DIM];
     token(x, xq);
     /* the query's own term: exactly 2^0 = 1 where the shift is its own score (`own`, the first pass: z + 1, so that
      * a NaN or infinite shift still gives NaN and the group is computed again; in a second pass, the lanes whose
@@ -184,41 +243,23 @@ static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], co
     vec e = own ? z + 1 : blend(z == 0, splat(1), pow2(z));
     vec u = v[0] * x[0];
     for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-    Z = e;
+    out.Z = e;
     for (int b = 0; b < DIM; b++) {
-        T[b] = e * x[b];
-        TU[b] = e * u * x[b];
+        out.T[b] = e * x[b];
+        out.TU[b] = e * u * x[b];
     }
     const long per = n > 0 ? (lines + n - 1) / n : 0;     /* lines prefetched a key */
     vec we[CHUNK], weu[CHUNK];
     for (int j0 = 0; j0 < n; j0 += CHUNK) {
         const int m = n - j0 < CHUNK ? n - j0 : CHUNK;
-        const real *Xc = X + j0 * KEY;
         for (long l = j0 * per; l < (j0 + m) * per && l < lines; l++)
             __builtin_prefetch(ahead + 64 * l, 0, 2);    /* read, into L2 (prefetcht1) */
-        for (int j = 0; j < m; j++) {
-            token(x, Xc + j * KEY);
-            we[j] = pow2(shifted_score(q, x, shift));
-            vec uj = v[0] * x[0];
-            for (int b = 1; b < DIM; b++) uj += v[b] * x[b];
-            weu[j] = we[j] * uj;
-        }
-        for (int j = 0; j < m; j++) {
-            token(x, Xc + j * KEY);
-            Z += we[j];
-            for (int b = 0; b < DIM; b++) {
-                T[b] += we[j] * x[b];
-                TU[b] += weu[j] * x[b];
-            }
-        }
+        weigh(X + j0 * KEY, m, q, v, shift, we, weu);
+        add_terms(X + j0 * KEY, m, we, weu, &out);
     }
-    head_sums out;
-    vec y = v[0] * T[0];
-    for (int b = 1; b < DIM; b++) y += v[b] * T[b];
-    out.Z = Z;
-    out.y = y / Z;
-    memcpy(out.T, T, sizeof T);
-    memcpy(out.TU, TU, sizeof TU);
+    vec y = v[0] * out.T[0];
+    for (int b = 1; b < DIM; b++) y += v[b] * out.T[b];
+    out.y = y / out.Z;
     return out;
 }
 
