@@ -28,16 +28,19 @@ y ms = z× the floor".
 
 Each CPU softmax row is then set against its compute floor: the multiply-adds a step needs at the least
 (:func:`step_fmas`: P · H · seq_len · (4E + 8), E = D + 1) over one core's FMA throughput, measured in the same process
-(:func:`fma_rate`: ``fma_peak.c``, chains of vector FMAs of the kernel's width, compiled with the kernel's flags), as
-"x× it". ``LINATTN_KERNEL_ISA=avx2`` times the kernels (and the FMA rate) without AVX-512, as on a CPU without it.
+(:func:`fma_rate`: ``fma_peak.c``, chains of vector FMAs of the kernel's width, compiled with the kernel's flags, so
+that an ``avx2`` build is held to the 256-bit rate and a ``portable`` one to SSE2's separate multiplies and adds), as
+"x× it". Both sides are CPU time (the FMA rate the fastest of 15 runs in the thread's CPU time, the step the median
+of its steps' process CPU time; the wall-clock ratio is printed beside it): on a shared machine a process the
+scheduler interrupts would otherwise make the floor look lower or the step slower. ``LINATTN_KERNEL_ISA=avx2``
+times the kernels (and the FMA rate) without AVX-512, as on a CPU without it.
 
-Measured (2 shared cores, ``--engines softmax --quick``, AMD EPYC with AVX-512 at 133–135 G float32 multiply-adds a
-second with 512-bit vectors, 67–68 G with 256-bit): at load 1.3, ATTN_S 5.3 ms a step = 2.0× its compute floor of
-2.65 ms and ATTN_M 0.55 ms = 2.0× (default build); at load 2.7, with ``LINATTN_KERNEL_ISA=avx2``, ATTN_S 11.5 ms =
-2.2× its floor of 5.3 ms and ATTN_M 1.14 ms = 2.1× (the default build's ATTN_S, which streams its 51.5 MB from
-memory, took 8.0 ms = 3.0× at that load). The 256-bit path's clamps of 2^z as max/min instructions took its step
-from 1.238 to 1.180 ms at ATTN_M and from 12.8 to 12.3 ms at ATTN_S (medians of 6 rounds of alternating fresh
-processes, load 3–4).
+Measured (2 shared cores, AMD EPYC (Zen 5, AVX-512), 130–133 G float32 multiply-adds a second with 512-bit vectors,
+65–66 G with 256-bit; medians of 3 fresh processes of each build, alternating, at load 5; ``benchmarks/README.md``):
+default build ATTN_S 5.81 ms of CPU a step = 2.1× its compute floor of 2.74 ms (it streams its 50 MB from memory
+at that load: the same passes in the cache take about a fifth less) and ATTN_M 0.547 ms = 2.0×; ``avx2`` ATTN_S
+9.14 ms = 1.7× its floor of 5.43 ms and ATTN_M 0.950 ms = 1.75× (the kernel before: 12.30 ms = 2.2× and 1.285 ms
+= 2.3×, in the same rounds).
 
 Measured before (2 cores under load 1.1, ``--quick``; the whole table, the H100's and the kernels before this one in
 ``benchmarks/README.md``): softmax ATTN_S 8.33 ms a step against autograd's 337 ms, 40×, and 8.3 ms vs floor
@@ -183,7 +186,8 @@ def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> d
     on_cpu = engine in ("softmax", "softmax-f64") and not device.startswith("cuda")
     rate = fma_rate(engine == "softmax-f64") if on_cpu else None
     return dict(engine=engine, setup_s=setup, first_s=times[0], step_s=statistics.median(times[1:]),
-                step_min_s=min(times[1:]), step_cpu_s=statistics.median(cpu[1:]), loss=loss, grad=[p.grad.flatten().tolist() for p in net.parameters()],
+                step_min_s=min(times[1:]), step_cpu_s=statistics.median(cpu[1:]), loss=loss,
+                grad=[p.grad.flatten().tolist() for p in net.parameters()],
                 device=device, step_bytes=step_bytes, floor_s=floor, fmas=step_fmas(s) if rate else None,
                 fma_rate=rate, compute_floor_s=step_fmas(s) / rate if rate else None,
                 isa=os.environ.get("LINATTN_KERNEL_ISA") or "native",
