@@ -63,7 +63,7 @@ from ..normalization import lengths, prefix_queries
 from . import native
 from .base import DEFAULT_CHUNK, Objective
 from .declarations import SoftmaxEngine
-from .native import KnownFallback, fallback_reason
+from .native import KnownFallback, fallback_reason, huge_page_copy
 
 if TYPE_CHECKING:
     from ..models import Model
@@ -214,7 +214,8 @@ class Softmax(SoftmaxEngine, Objective):
         q_tok, targets = prefix_queries(tokens, y, self.terms)   # (K·B, terms, d), (K·B, terms)
         blocked = lambda t: t.reshape(K, BLOCK, *t.shape[1:]).movedim(1, -1)  # sequence index last
         # the last token is never a context token (it is the query of the whole sequence)
-        self.X = blocked(tokens[:, :n - 1]).contiguous().to(self.device)                 # (K, n−1, d, B)
+        X = blocked(tokens[:, :n - 1])                                                   # (K, n−1, d, B)
+        self.X = huge_page_copy(X) if on_cpu else X.contiguous().to(self.device)  # the kernel streams it each step
         self.xq = blocked(q_tok).permute(1, 0, 2, 3).contiguous().to(self.device)        # (terms, K, d, B)
         self.y = blocked(targets).transpose(0, 1).contiguous().to(self.device)           # (terms, K, B)
 
