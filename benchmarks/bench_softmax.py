@@ -35,12 +35,11 @@ of its steps' process CPU time; the wall-clock ratio is printed beside it): on a
 scheduler interrupts would otherwise make the floor look lower or the step slower. ``LINATTN_KERNEL_ISA=avx2``
 times the kernels (and the FMA rate) without AVX-512, as on a CPU without it.
 
-Measured (2 shared cores, AMD EPYC (Zen 5, AVX-512), 130–133 G float32 multiply-adds a second with 512-bit vectors,
-65–66 G with 256-bit; medians of 3 fresh processes of each build, alternating, at load 5; ``benchmarks/README.md``):
-default build ATTN_S 5.81 ms of CPU a step = 2.1× its compute floor of 2.74 ms (it streams its 50 MB from memory
-at that load: the same passes in the cache take about a fifth less) and ATTN_M 0.547 ms = 2.0×; ``avx2`` ATTN_S
-9.14 ms = 1.7× its floor of 5.43 ms and ATTN_M 0.950 ms = 1.75× (the kernel before: 12.30 ms = 2.2× and 1.285 ms
-= 2.3×, in the same rounds).
+Measured (2 shared cores at load 3.5–4.3, AMD EPYC (Zen 5) with AVX-512 at 130 G float32 multiply-adds a second
+with 512-bit vectors, 65 G with 256-bit; ``--engines softmax --quick``, medians of 3 runs; ``benchmarks/README.md``):
+default build ATTN_S 5.26 ms of CPU a step = 1.92× its compute floor of 2.77 ms and ATTN_M 0.544 ms = 1.94×;
+``LINATTN_KERNEL_ISA=avx2`` ATTN_S 8.45 ms = 1.53× its floor of 5.52 ms and ATTN_M 0.864 ms = 1.54× (the kernel
+before: 12.1 ms = 2.2× and 1.34 ms = 2.4×); ``portable`` 1.81× and 1.89×.
 
 Measured before (2 cores under load 1.1, ``--quick``; the whole table, the H100's and the kernels before this one in
 ``benchmarks/README.md``): softmax ATTN_S 8.33 ms a step against autograd's 337 ms, 40×, and 8.3 ms vs floor
