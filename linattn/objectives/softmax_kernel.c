@@ -69,9 +69,10 @@ typedef real vec __attribute__((vector_size(LANES * sizeof(real))));
 typedef word ivec __attribute__((vector_size(LANES * sizeof(real))));
 
 static inline vec load(const real *p) { vec v; memcpy(&v, p, sizeof v); return v; }
-/* v is computed into a register here: a value loaded from memory is then read from the register by every later use,
- * where the compiler would fold the load into each instruction that uses it (one load each: loads, not multiply-adds,
- * were what the loops over keys waited on). Only where a vec fits in one register (AVX) */
+/* IN_REGISTER(v): v is held in a register from here, so that a value loaded from memory is loaded once and read from
+ * the register by every later use, where the compiler would fold the load into each instruction that uses it (one
+ * load each: loads, not multiply-adds, were what the loops over keys waited on). Only where a vec fits in one
+ * register (AVX) */
 #ifdef __AVX__
 #define IN_REGISTER(v) __asm__("" : "+x"(v))
 #else
@@ -130,7 +131,8 @@ static inline vec pow2(vec z) {
  * term is about 2^-EXP_CLAMP instead of 0: the sums hold at least 1 from the shift's own key; NaN stays NaN, as max and
  * min return their second operand where one is NaN). The low bits of t = z + ROUNDER hold n (two's complement), so
  * t's bits shifted into the exponent field and added to 2^f's bits make 2^n 2^f: an integer addition, not a
- * multiplication on the units the rest of the loop keeps busy. */
+ * multiplication on the units the rest of the loop keeps busy. A NaN z gives a NaN 2^f, to which t adds nothing where
+ * the NaN's low 9 bits are zero, as in every NaN that arithmetic makes or numpy and torch write. */
 #define EXP_CLAMP (EXP_MAX - 1) /* 2^f is in [2^-1/2, 2^1/2]: its exponent field is 126 or 127 (float32) */
 
 typedef uword uvec __attribute__((vector_size(LANES * sizeof(real))));
