@@ -28,16 +28,18 @@ y ms = z× the floor".
 
 Each CPU softmax row is then set against its compute floor: the multiply-adds a step needs at the least
 (:func:`step_fmas`: P · H · seq_len · (4E + 8), E = D + 1) over one core's FMA throughput, measured in the same process
-(:func:`fma_rate`: ``fma_peak.c``, chains of vector FMAs of the kernel's width, compiled with the kernel's flags), as
-"x× it". ``LINATTN_KERNEL_ISA=avx2`` times the kernels (and the FMA rate) without AVX-512, as on a CPU without it.
+(:func:`fma_rate`: ``fma_peak.c``, chains of vector FMAs of the kernel's width, compiled with the kernel's flags, so
+that an ``avx2`` build is held to the 256-bit rate and a ``portable`` one to SSE2's separate multiplies and adds), as
+"x× it". Both sides are CPU time (the FMA rate the fastest of 15 runs in the thread's CPU time, the step the median
+of its steps' process CPU time; the wall-clock ratio is printed beside it): on a shared machine a process the
+scheduler interrupts would otherwise make the floor look lower or the step slower. ``LINATTN_KERNEL_ISA=avx2``
+times the kernels (and the FMA rate) without AVX-512, as on a CPU without it.
 
-Measured (2 shared cores, ``--engines softmax --quick``, AMD EPYC with AVX-512 at 133–135 G float32 multiply-adds a
-second with 512-bit vectors, 67–68 G with 256-bit): at load 1.3, ATTN_S 5.3 ms a step = 2.0× its compute floor of
-2.65 ms and ATTN_M 0.55 ms = 2.0× (default build); at load 2.7, with ``LINATTN_KERNEL_ISA=avx2``, ATTN_S 11.5 ms =
-2.2× its floor of 5.3 ms and ATTN_M 1.14 ms = 2.1× (the default build's ATTN_S, which streams its 51.5 MB from
-memory, took 8.0 ms = 3.0× at that load). The 256-bit path's clamps of 2^z as max/min instructions took its step
-from 1.238 to 1.180 ms at ATTN_M and from 12.8 to 12.3 ms at ATTN_S (medians of 6 rounds of alternating fresh
-processes, load 3–4).
+Measured (2 shared cores at load 3.5–4.3, AMD EPYC (Zen 5) with AVX-512 at 130 G float32 multiply-adds a second
+with 512-bit vectors, 65 G with 256-bit; ``--engines softmax --quick``, medians of 3 runs; ``benchmarks/README.md``):
+default build ATTN_S 5.26 ms of CPU a step = 1.92× its compute floor of 2.77 ms and ATTN_M 0.544 ms = 1.94×;
+``LINATTN_KERNEL_ISA=avx2`` ATTN_S 8.45 ms = 1.53× its floor of 5.52 ms and ATTN_M 0.864 ms = 1.54× (the kernel
+before: 12.1 ms = 2.2× and 1.34 ms = 2.4×); ``portable`` 1.81× and 1.89×.
 
 Measured before (2 cores under load 1.1, ``--quick``; the whole table, the H100's and the kernels before this one in
 ``benchmarks/README.md``): softmax ATTN_S 8.33 ms a step against autograd's 337 ms, 40×, and 8.3 ms vs floor
@@ -148,9 +150,9 @@ def fma_rate(double: bool, repeats: int = 15) -> float:
     rounds, per_round = 20_000_000, 12 * peak.lanes()
     best = float("inf")
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = time.thread_time()  # CPU time: a run the scheduler interrupts on a shared machine is not made slower
         peak.fmas(rounds, 0.999, 0.001)
-        best = min(best, time.perf_counter() - t)
+        best = min(best, time.thread_time() - t)
     return rounds * per_round / best
 
 
@@ -168,21 +170,23 @@ def measure(settings: dict, engine: str, n_steps: int, device: str = "cpu") -> d
     t0 = time.perf_counter()
     step = _objective(engine, ds.train, device)
     setup = time.perf_counter() - t0
-    times = []
+    times, cpu = [], []
     for _ in range(n_steps + 1):
         for p in net.parameters():
             p.grad = None
         sync()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         loss = step(net)
         sync()
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     step_bytes = getattr(step.__self__, "step_bytes", None)
     floor = stream_floor(step_bytes, device=device) if step_bytes else None
     on_cpu = engine in ("softmax", "softmax-f64") and not device.startswith("cuda")
     rate = fma_rate(engine == "softmax-f64") if on_cpu else None
     return dict(engine=engine, setup_s=setup, first_s=times[0], step_s=statistics.median(times[1:]),
-                step_min_s=min(times[1:]), loss=loss, grad=[p.grad.flatten().tolist() for p in net.parameters()],
+                step_min_s=min(times[1:]), step_cpu_s=statistics.median(cpu[1:]), loss=loss,
+                grad=[p.grad.flatten().tolist() for p in net.parameters()],
                 device=device, step_bytes=step_bytes, floor_s=floor, fmas=step_fmas(s) if rate else None,
                 fma_rate=rate, compute_floor_s=step_fmas(s) / rate if rate else None,
                 isa=os.environ.get("LINATTN_KERNEL_ISA") or "native",
@@ -248,8 +252,9 @@ def print_row(r):
               f"{r['step_s'] / r['floor_s']:.1f}× the floor", flush=True)
     if r.get("compute_floor_s"):
         print(f"{'':<42} {r['engine']:<14} {r['fmas'] / 1e6:.1f} M multiply-adds a step over "
-              f"{r['fma_rate'] / 1e9:.1f} G/s (fma_peak.c, {r['isa']} flags): compute floor "
-              f"{r['compute_floor_s'] * 1e3:.2f} ms; the step is {r['step_s'] / r['compute_floor_s']:.1f}× it",
+              f"{r['fma_rate'] / 1e9:.1f} G/s (fma_peak.c, {r['isa']} flags, CPU time): compute floor "
+              f"{r['compute_floor_s'] * 1e3:.2f} ms; the step's CPU time {r['step_cpu_s'] * 1e3:.2f} ms is "
+              f"{r['step_cpu_s'] / r['compute_floor_s']:.2f}× it (wall {r['step_s'] / r['compute_floor_s']:.2f}×)",
               flush=True)
 
 

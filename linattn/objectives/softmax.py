@@ -36,8 +36,8 @@ Kernels (``Softmax.kernel``). On the CPU, ``native``: ``softmax_kernel.c``, comp
 by the system's C compiler for this CPU and the dimension D+1 (under a second; ``$CC`` picks the compiler) and
 called through ctypes, once per prefix length over the whole set. One SIMD instruction handles 16 sequences
 (float32; 8 in float64) where the CPU has AVX-512, else 8 (4), 2^z is a polynomial times 2^n (AVX-512's vscalef,
-else exponent bits), and for each head and group of sequences one pass over the keys forms the sums Z, T, TU (3)-(5)
-in registers, each key's weight 2^z computed a key ahead of its terms while the block after next is prefetched;
+else exponent bits), and for each head and group of sequences the keys' weights 2^z are computed into a small buffer,
+then their terms added to the sums Z, T, TU (3)-(5) in registers, while the block after next is prefetched;
 a group of sequences where some key outscores the query by more than ``SHIFT_LIMIT`` is computed again in the
 kernel. On CUDA, ``compiled``: ``chunk_sums`` through ``torch.compile`` (triton) chunk by chunk, for sets of at
 least ``COMPILE_FROM`` sequence-terms. ``eager``: ``chunk_sums`` in plain torch (``compile=False``, the reference the
@@ -63,7 +63,7 @@ from ..normalization import lengths, prefix_queries
 from . import native
 from .base import DEFAULT_CHUNK, Objective
 from .declarations import SoftmaxEngine
-from .native import KnownFallback, fallback_reason
+from .native import KnownFallback, fallback_reason, huge_page_copy
 
 if TYPE_CHECKING:
     from ..models import Model
@@ -214,7 +214,8 @@ class Softmax(SoftmaxEngine, Objective):
         q_tok, targets = prefix_queries(tokens, y, self.terms)   # (K·B, terms, d), (K·B, terms)
         blocked = lambda t: t.reshape(K, BLOCK, *t.shape[1:]).movedim(1, -1)  # sequence index last
         # the last token is never a context token (it is the query of the whole sequence)
-        self.X = blocked(tokens[:, :n - 1]).contiguous().to(self.device)                 # (K, n−1, d, B)
+        X = blocked(tokens[:, :n - 1])                                                   # (K, n−1, d, B)
+        self.X = huge_page_copy(X) if on_cpu else X.contiguous().to(self.device)  # the kernel streams it each step
         self.xq = blocked(q_tok).permute(1, 0, 2, 3).contiguous().to(self.device)        # (terms, K, d, B)
         self.y = blocked(targets).transpose(0, 1).contiguous().to(self.device)           # (terms, K, B)
 

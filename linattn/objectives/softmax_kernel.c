@@ -8,13 +8,15 @@
  * every array), so each line below is one SIMD instruction for LANES sequences at once: one 512-bit register where
  * the compiler targets AVX-512 (-march=native on such a CPU), else 256 bits.
  *
- * For one group of LANES sequences and one head, one pass over the n keys forms the 2·DIM + 1 sums Z, T, TU
- * (4)-(5), while a share of the block after next is prefetched. A group where some key outscores the query by more
- * than 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the shift.
+ * For one group of LANES sequences and one head, the n keys are taken CHUNK at a time: one loop weighs each key
+ * (score, e = 2^z and e.u) into a buffer in the L1 cache, a second adds its terms to the 2·DIM + 1 sums Z, T, TU
+ * (4)-(5) in registers, while a share of the block after next is prefetched. A group where some key outscores the
+ * query by more than 2^limit (Z > 2^limit, or NaN) is computed again with its largest score as the shift.
  *
- * At Figure 5's ATTN_S setting (float32, AVX-512) the loop over keys is 31 vector instructions per key, head and 16
- * sequences, issued at about three quarters of two FMA units' rate; the data streams from the L3 cache under the
- * prefetches at about 8% over the same passes in the cache (benchmarks/README.md).
+ * At Figure 5's settings (float32, D = 4, in the cache) a key costs about 4.1 ns a head and 8 sequences with AVX2,
+ * 1.2x the time its 27 instructions for the FMA units take at their measured peak, and 4.4 ns a head and 16 sequences
+ * with AVX-512 (30 such instructions: 1.2x); the per-head work around the loops (q, the query's own term, the
+ * gradient) is a sixth to a fifth of the kernel at 31 keys (benchmarks/README.md).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +30,7 @@
 #ifdef USE_DOUBLE
 typedef double real;
 typedef int64_t word;
+typedef uint64_t uword;
 #ifdef __AVX512F__
 #define LANES 8 /* one 512-bit register */
 #else
@@ -46,6 +49,7 @@ static const real P2[] = {1.0, 0.6931471805599453, 0.2402265069591007, 0.0555041
 #else
 typedef float real;
 typedef int32_t word;
+typedef uint32_t uword;
 #ifdef __AVX512F__
 #define LANES 16 /* one 512-bit register */
 #else
@@ -65,6 +69,15 @@ typedef real vec __attribute__((vector_size(LANES * sizeof(real))));
 typedef word ivec __attribute__((vector_size(LANES * sizeof(real))));
 
 static inline vec load(const real *p) { vec v; memcpy(&v, p, sizeof v); return v; }
+/* IN_REGISTER(v): v is held in a register from here, so that a value loaded from memory is loaded once and read from
+ * the register by every later use, where the compiler would fold the load into each instruction that uses it (one
+ * load each: loads, not multiply-adds, were what the loops over keys waited on). Only where a vec fits in one
+ * register (AVX) */
+#ifdef __AVX__
+#define IN_REGISTER(v) __asm__("" : "+x"(v))
+#else
+#define IN_REGISTER(v) ((void)0)
+#endif
 static inline vec splat(real x) { return (vec){0} + x; }
 static inline vec blend(ivec mask, vec a, vec b) { return (vec)((mask & (ivec)a) | (~mask & (ivec)b)); }
 static inline vec vmax(vec a, vec b) { return blend(a > b, a, b); }
@@ -114,20 +127,26 @@ static inline vec pow2(vec z) {
 #define VMIN(a, b) ((vec)_mm256_min_ps((__m256)(a), (__m256)(b)))
 #endif
 #endif
-/* 2^z = 2^n 2^f, n = round(z), f = z - n; z clamped to +-EXP_MAX, so that 2^n is a normal number (below, the term is
- * 2^-EXP_MAX instead of 0: the sums hold at least 1 from the shift's own key; NaN stays NaN, as max and min return
- * their second operand where one is NaN). 2^n is built from the bits of z + ROUNDER, whose low bits hold n. */
+/* 2^z = 2^n 2^f, n = round(z), f = z - n; z clamped to +-EXP_CLAMP, so that 2^n 2^f is a normal number (below, the
+ * term is about 2^-EXP_CLAMP instead of 0: the sums hold at least 1 from the shift's own key; NaN stays NaN, as max and
+ * min return their second operand where one is NaN). The low bits of t = z + ROUNDER hold n (two's complement), so
+ * t's bits shifted into the exponent field and added to 2^f's bits make 2^n 2^f: an integer addition, not a
+ * multiplication on the units the rest of the loop keeps busy. A NaN z gives a NaN 2^f, to which t adds nothing where
+ * the NaN's low 9 bits are zero, as in every NaN that arithmetic makes or numpy and torch write. */
+#define EXP_CLAMP (EXP_MAX - 1) /* 2^f is in [2^-1/2, 2^1/2]: its exponent field is 126 or 127 (float32) */
+
+typedef uword uvec __attribute__((vector_size(LANES * sizeof(real))));
 static inline vec pow2(vec z) {
 #ifdef VMIN
-    z = VMIN(splat(EXP_MAX), VMAX(splat(-EXP_MAX), z));
+    z = VMIN(splat(EXP_CLAMP), VMAX(splat(-EXP_CLAMP), z));
 #else
-    z = blend(z < -EXP_MAX, splat(-EXP_MAX), z);
-    z = blend(z > EXP_MAX, splat(EXP_MAX), z);
+    z = blend(z < -EXP_CLAMP, splat(-EXP_CLAMP), z);
+    z = blend(z > EXP_CLAMP, splat(EXP_CLAMP), z);
 #endif
     vec t = z + ROUNDER;
     vec n = t - ROUNDER;
-    ivec bits = ((ivec)t - (ivec)splat(ROUNDER) + EXP_BIAS) << MANTISSA;
-    return poly2(z - n) * (vec)bits;
+    ivec scale = (ivec)((uvec)t << MANTISSA);
+    return (vec)((ivec)poly2(z - n) + scale);
 }
 #endif
 
@@ -154,43 +173,72 @@ static inline void token(vec x[DIM], const real *X) {
 /* What one head gives one group of sequences: Z, T_b, TU_b and y_h = v.T / Z (4) */
 typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
 
-/* What one key gives the sums: its weight e = 2^z (3) and e.u */
-typedef struct { vec e, eu; } key_terms;
+/* Keys weighed at a time (below): their weights wait in a buffer in the L1 cache */
+#define CHUNK 32
 
-static inline key_terms weigh(const vec q[DIM], const vec v[DIM], vec shift, const real *X) {
-    vec x[DIM];
-    token(x, X);
-    vec e = pow2(shifted_score(q, x, shift));
-    vec u = v[0] * x[0];
-    for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-    return (key_terms){e, e * u};
-}
+/* AVX2's 16 registers hold q and v or the polynomial's constants, not both: there the scores and u = v.x of a chunk
+ * are one loop and their weights another; with AVX-512's 32 registers one loop does both. */
+#ifdef __AVX512F__
+#define SPLIT_WEIGHTS 0
+#else
+#define SPLIT_WEIGHTS 1
+#endif
 
-static inline void add_key(key_terms k, const real *X, vec *Z, vec T[DIM], vec TU[DIM]) {
-    vec x[DIM];
-    token(x, X);
-    *Z += k.e;
-    for (int b = 0; b < DIM; b++) {
-        T[b] += k.e * x[b];
-        TU[b] += k.eu * x[b];
+/* The weights of keys 0 .. m-1 from X (key j's coordinate b at X[j*KEY + b*BLOCK]): e[j] = 2^z (3), z = q.x - shift,
+ * and eu[j] = e[j] (v.x). The keys are independent, so the core overlaps their chains (some 50 cycles each). */
+static inline void weigh(const real *X, int m, const vec q[DIM], const vec v[DIM], vec shift, vec *e, vec *eu) {
+    const long KEY = DIM * BLOCK;
+    for (int j = 0; j < m; j++) {
+        vec x[DIM];
+        token(x, X + j * KEY);
+        for (int b = 0; b < DIM; b++) IN_REGISTER(x[b]);   /* one load for both sums, not one each */
+        vec z = shifted_score(q, x, shift), u = v[0] * x[0];
+        for (int b = 1; b < DIM; b++) u += v[b] * x[b];
+        if (SPLIT_WEIGHTS) {
+            e[j] = z;
+            eu[j] = u;
+        } else {
+            e[j] = pow2(z);
+            eu[j] = e[j] * u;
+        }
+    }
+    for (int j = 0; SPLIT_WEIGHTS && j < m; j++) {
+        e[j] = pow2(e[j]);
+        eu[j] *= e[j];
     }
 }
 
-/* Keys whose weights are computed ahead of their sums (below): two were no faster with AVX-512's 32 registers and
- * 15% slower with AVX2's 16 */
-#define AHEAD 1
+/* Adds the terms of keys 0 .. m-1 of X with weights e, eu to Z, T, TU (4)-(5), kept in registers through the loop */
+static inline void add_terms(const real *X, int m, const vec *e, const vec *eu, head_sums *acc) {
+    const long KEY = DIM * BLOCK;
+    vec Z = acc->Z, T[DIM], TU[DIM];
+    memcpy(T, acc->T, sizeof T);
+    memcpy(TU, acc->TU, sizeof TU);
+    for (int j = 0; j < m; j++) {
+        vec ej = e[j], euj = eu[j];
+        Z += ej;
+        for (int b = 0; b < DIM; b++) {
+            vec xb = load(X + j * KEY + b * BLOCK);
+            IN_REGISTER(xb);   /* one load for both terms, not one each */
+            T[b] += ej * xb;
+            TU[b] += euj * xb;
+        }
+    }
+    acc->Z = Z;
+    memcpy(acc->T, T, sizeof T);
+    memcpy(acc->TU, TU, sizeof TU);
+}
 
 /* X: the group's first key, key j's coordinate b at X[j*KEY + b*BLOCK]; xq: the query, coordinate b at
- * xq[b*BLOCK]; shift: the scores' shift c_h (3), `own` where it is the query's own score in every lane. One pass
- * over the keys: each key's score, e = 2^z and e.u, then its terms of Z, T, TU; `lines` cache lines from `ahead`
- * are prefetched on the way.
- * A weight is a chain of some 50 cycles (score, 2^z, e.u) that the sums wait on. The loop computes key j+AHEAD's
- * weight while it adds key j's terms, whose inputs are then ready: the out-of-order core need not hold several
- * keys' waiting chains to keep its FMA units busy. */
+ * xq[b*BLOCK]; shift: the scores' shift c_h (3), `own` where it is the query's own score in every lane. The keys
+ * are taken CHUNK at a time: their weights into a buffer (weigh), then their terms (add_terms); `lines` cache lines
+ * from `ahead` are prefetched on the way. One loop doing both spilled sums with AVX2's 16 registers and reloaded
+ * q and v from memory for every key; apart, each loop's values fit and the weights' chains overlap freely. */
 static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], const vec v[DIM], vec shift, int own,
                       const char *ahead, long lines) {
     const long KEY = DIM * BLOCK;
-    vec x[DIM], Z, T[DIM], TU[DIM];
+    head_sums out;
+    vec x[DIM];
     token(x, xq);
     /* the query's own term: exactly 2^0 = 1 where the shift is its own score (`own`, the first pass: z + 1, so that
      * a NaN or infinite shift still gives NaN and the group is computed again; in a second pass, the lanes whose
@@ -199,35 +247,23 @@ static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], co
     vec e = own ? z + 1 : blend(z == 0, splat(1), pow2(z));
     vec u = v[0] * x[0];
     for (int b = 1; b < DIM; b++) u += v[b] * x[b];
-    Z = e;
+    out.Z = e;
     for (int b = 0; b < DIM; b++) {
-        T[b] = e * x[b];
-        TU[b] = e * u * x[b];
+        out.T[b] = e * x[b];
+        out.TU[b] = e * u * x[b];
     }
-    key_terms k[AHEAD] = {{splat(0), splat(0)}};      /* set below for the keys there are (n may be < AHEAD) */
-    for (int a = 0; a < AHEAD && a < n; a++) k[a] = weigh(q, v, shift, X + a * KEY);
-    /* lines prefetched a key (no division in the loop), the last keys' share after it: spreading all the lines over
-     * the loop's n - AHEAD keys instead was 3% slower */
-    const long per = n > 0 ? (lines + n - 1) / n : 0;
-    int j = 0;
-    for (; j + AHEAD < n; j++) {
-        for (long l = j * per; l < (j + 1) * per && l < lines; l++)
+    const long per = n > 0 ? (lines + n - 1) / n : 0;     /* lines prefetched a key */
+    vec we[CHUNK], weu[CHUNK];
+    for (int j0 = 0; j0 < n; j0 += CHUNK) {
+        const int m = n - j0 < CHUNK ? n - j0 : CHUNK;
+        for (long l = j0 * per; l < (j0 + m) * per && l < lines; l++)
             __builtin_prefetch(ahead + 64 * l, 0, 2);    /* read, into L2 (prefetcht1) */
-        key_terms next = weigh(q, v, shift, X + (j + AHEAD) * KEY);
-        add_key(k[0], X + j * KEY, &Z, T, TU);
-        for (int a = 0; a + 1 < AHEAD; a++) k[a] = k[a + 1];
-        k[AHEAD - 1] = next;
+        weigh(X + j0 * KEY, m, q, v, shift, we, weu);
+        add_terms(X + j0 * KEY, m, we, weu, &out);
     }
-    for (long l = j * per; l < lines; l++)
-        __builtin_prefetch(ahead + 64 * l, 0, 2);
-    for (int a = 0; j + a < n; a++) add_key(k[a], X + (j + a) * KEY, &Z, T, TU);
-    head_sums out;
-    vec y = v[0] * T[0];
-    for (int b = 1; b < DIM; b++) y += v[b] * T[b];
-    out.Z = Z;
-    out.y = y / Z;
-    memcpy(out.T, T, sizeof T);
-    memcpy(out.TU, TU, sizeof TU);
+    vec y = v[0] * out.T[0];
+    for (int b = 1; b < DIM; b++) y += v[b] * out.T[b];
+    out.y = y / out.Z;
     return out;
 }
 
@@ -245,8 +281,10 @@ static inline int any_above(vec Z, real limit) {
 
 /* dW and dv are summed in float32 vectors over FLUSH blocks, then added lane by lane into float64 vectors (`wide`,
  * WIDE of them a vec), whose lanes are summed once at the end: summing 16 lanes into one float64 after every block
- * took a fifth of the time, and converting after every block still a tenth. */
-#define FLUSH 2
+ * took a fifth of the time, and converting after every block still a tenth. FLUSH blocks are 8 groups of 8 or 16
+ * sequences in float32 (each lane sums 8 terms on either path; 4 blocks with AVX-512 instead of 2 made its step 4%
+ * faster), 4 or 8 groups in float64. */
+#define FLUSH (LANES == 16 ? 4 : 2)
 #ifdef USE_DOUBLE
 #define WIDE 1
 typedef vec wide;
