@@ -469,6 +469,17 @@ class RunStore:
         return [self._view(cfg, key, out[key][0], out[key][1], checked, snapshot_every, None, None, progress,
                            out[key][2]) for cfg, (checked, key) in zip(cfgs, asked)]
 
+    def held(self, cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None) -> int:
+        """How many steps of the run of ``cfg`` (``init``, ``data`` as for :meth:`get`) the store holds and serves
+        as they are: its entry's last checkpoint, read from its ``run.json`` alone (nothing else read or checked);
+        0 where there is none, it does not read, or it is to be retrained (:meth:`get` then deals with it)."""
+        key = run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
+        try:
+            info = read_info(self.root / key, key)
+        except DamagedEntry:
+            return 0
+        return 0 if self._retrains(info.get("retrained")) else max(info["checkpoints"])
+
     def _checked(self, cfg: RunConfig, snapshot_every: int, init, data):
         """(the run's plan, its key): the one check (of the run as stored: value weights recorded, its snapshots);
         every run the store trains carries it out."""
@@ -561,12 +572,15 @@ def predicted_drop_steps(result: RunResult, *, horizon: int | None = None, chunk
     levels = theory.plateau_losses(cov, config.N)
     horizon = config.epoch if horizon is None else int(horizon)
     base = dataclasses.replace(config.on_population(cov), dynamics="gd")
-    start, loss = 0, np.empty(0)
+    store = RunStore(root)
+    held = min(store.held(base, init=result.init), horizon)  # what is stored is read once, not once per chunk
+    start, loss, history = 0, np.empty(0), None
     while start < horizon:
         end = min(start + chunk, horizon)
-        history = stored_run(dataclasses.replace(base, epoch=end), init=result.init, root=root).history
-        loss = np.asarray(history.train_loss)
-        if np.isfinite(drop_steps(loss[np.asarray(history.step) >= start], levels[-2:])[0]):
+        if history is None or history.train_loss.size < end:
+            history = store.get(dataclasses.replace(base, epoch=max(end, held)), init=result.init).history
+        loss = np.asarray(history.train_loss[:end])  # gradient descent: one row per step 0 … end − 1
+        if np.isfinite(drop_steps(loss[start:], levels[-2:])[0]):
             break
         start = end
     return drop_steps(loss, levels)
