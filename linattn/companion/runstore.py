@@ -460,8 +460,8 @@ class RunStore:
                     out[new[i]] = _Entry.from_result(res), res.config.epoch, res.datasets, self._retrains(token)
                     self._write(new[i], out[new[i]][0], self._token(token))
             for key, checked in first.items():
-                if key not in new:
-                    out[key] = self._serve(key, checked, snapshot_every, progress, None)
+                if key not in new:  # served from the entry just read (not read again)
+                    out[key] = self._serve(key, checked, snapshot_every, progress, None, entries[key])
                 if key in out:
                     self._served(key, checked.config, out[key][1], out[key][3], started)
         if failed is not None:
@@ -494,11 +494,11 @@ class RunStore:
         """The retraining token an entry trained now is written under, from the one it had."""
         return self.retrain if self._retrains(token) else token
 
-    def _serve(self, key: str, checked, snapshot_every: int, progress: bool, drawn):
+    def _serve(self, key: str, checked, snapshot_every: int, progress: bool, drawn, stored=None):
         """Under ``key``'s lock: (its entry, the steps trained for this request, the data sets drawn in this process
-        or None, whether it was retrained): the stored entry, trained or carried on (and written) where it is
-        missing, retrained or short."""
-        entry, token = self._stored(key)
+        or None, whether it was retrained): the stored entry (``stored``: as :meth:`_stored` read it under this
+        lock, else read now), trained or carried on (and written) where it is missing, retrained or short."""
+        entry, token = self._stored(key) if stored is None else stored
         retrained = self._retrains(token)
         if retrained:
             entry = None
@@ -526,10 +526,16 @@ class RunStore:
                   seconds=round(time.perf_counter() - started, 3), **({"retrained": True} if retrained else {}))
 
     def _view(self, cfg, key, entry, trained, checked, snapshot_every, init, data, progress, drawn) -> RunResult:
-        """The run of ``cfg`` as :meth:`get` returns it, which ``extended(epoch)`` carries on through the store."""
+        """The run of ``cfg`` as :meth:`get` returns it, which ``extended(epoch)`` carries on: from ``entry`` as read
+        or trained here where it holds that length (a checkpoint there; the store only ever adds steps to an entry),
+        else through the store (:meth:`get`)."""
         def more(epoch: int) -> RunResult:
-            return self._get(dataclasses.replace(cfg, epoch=epoch), snapshot_every=snapshot_every, init=init,
-                             data=data, progress=progress, drawn=drawn)
+            longer = dataclasses.replace(cfg, epoch=epoch)
+            if epoch in entry.checkpoints:
+                self._served(key, longer, 0, False, time.perf_counter())
+                return self._view(longer, key, entry, 0, checked, snapshot_every, init, data, progress, drawn)
+            return self._get(longer, snapshot_every=snapshot_every, init=init, data=data, progress=progress,
+                             drawn=drawn)
 
         return entry.view(cfg, key, trained, checked.data, more)
 
