@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ....models import build_model
-from ....objectives import Exact
+from ....objectives.base import Moments, feature_batches
 from ....objectives.population import mixture_moments
 from .phase import FLAT, quadratic_loss, triple
 
@@ -18,9 +18,12 @@ TESTS = ("test_iwl", "test_icl")
 
 
 def data_moments(result, seqs) -> tuple:
-    """(E[TTᵀ], E[yT], E[y²]) of the sequences ``seqs`` on ATTN_M's features (the exact engine's quadratic form)."""
+    """(E[TTᵀ], E[yT], E[y²]) of the sequences ``seqs`` on ATTN_M's features (the exact engine's quadratic form, as
+    ``Exact.from_data`` accumulates it, without its check that the model is linear in them: ATTN_M is)."""
     model = build_model("attnM", result.init, dtype=torch.float64)
-    return triple(Exact.from_data(model, seqs, normalize=result.config.normalize).moments)
+    with torch.no_grad():
+        return triple(Moments.accumulate(feature_batches(model, seqs, vary_len=False,
+                                                         normalize=result.config.normalize)))
 
 
 def train_moments(result) -> tuple:
