@@ -166,25 +166,13 @@ def _parts(S: dict, kind: str | None) -> dict:
             if (k.startswith(kind) if kind else not k.startswith((CELL, COLUMN)))}
 
 
-def sequence_features(seqs, normalize: str) -> torch.Tensor:
-    """ATTN_M's features T of each sequence of ``seqs`` (``models.attention_features`` at the token scale of
-    ``normalize``), (P, F): its prediction is ŷ = ⟨combined(), T⟩ whatever its weights, so one set's features serve
-    every cell."""
-    from ...models import attention_features
-    from ...normalization import token_scale
-
-    X = torch.as_tensor(seqs.X, dtype=torch.float64)
-    return attention_features(X, token_scale(X.shape[1], normalize))
-
-
 def per_sequence_losses(result, seqs, features: torch.Tensor | None = None) -> np.ndarray:
     """(ŷ − y)² of each sequence of ``seqs`` under ``result``'s final weights: the terms whose mean is the run's
-    recorded loss on that set at its last step. ŷ = ⟨combined(), T⟩ on the sequences' features T (``features``: as
-    :func:`sequence_features` gives them, else computed here)."""
-    T = sequence_features(seqs, result.config.normalize) if features is None else features
-    with torch.no_grad():
-        out = (T @ result.model.combined()).numpy()
-    return (out - np.asarray(seqs.y, dtype=np.float64)) ** 2
+    recorded loss on that set at its last step (:func:`.common.end_point.per_sequence_losses`; ``features``: the
+    sequences' own, :func:`.common.end_point.sequence_features`, else computed here)."""
+    if features is None:
+        features = end_point.sequence_features(seqs, result.config.normalize)
+    return end_point.per_sequence_losses(result.model, seqs, features)
 
 
 def _cell(result, tests: dict, data, features: dict) -> dict:
@@ -221,7 +209,7 @@ def compute(S: dict, client=None):
     base, data = first.config, first.datasets
     tests = end_point.test_moments(first)
     icl, sizes = _grid(S)
-    features = {name: sequence_features(getattr(data, name), base.normalize) for name in tests}
+    features = {name: end_point.sequence_features(getattr(data, name), base.normalize) for name in tests}
     cells = [_cell(r, tests, data, features) for r in results.values()]
     at, steps = first.history.step, phase.record_steps(int(S["attn_m"]["epoch"]), base.epoch)
     keep, last = np.searchsorted(at, steps), np.flatnonzero(at >= (1 - WINDOW) * base.epoch)[:-1]
@@ -274,7 +262,7 @@ def _with_column(ds, column: dict, fresh_TT: np.ndarray, test_set, features: tor
     final training and in-context test losses (``column_train_loss``, ``column_test_icl``) and the test loss's
     standard error (``column_se_icl``), the P of the peak of its test loss (``column_peak``: NaN where the grid
     shows none, :func:`.common.phase.sample_wise_peak`) and where least squares predicts it, the rank of the fresh
-    sequences' feature covariance (``feature_rank``); ``features``: the test set's (:func:`sequence_features`)."""
+    sequences' feature covariance (``feature_rank``); ``features``: the test set's (:func:`.common.end_point.sequence_features`)."""
     sizes = [int(r.config.trainset_size) for r in column.values()]
     test = [float(r.history.test_icl[-1]) for r in column.values()]
     se = [phase.test_loss_se(per_sequence_losses(r, test_set, features)) for r in column.values()]

@@ -26,6 +26,25 @@ def data_moments(result, seqs) -> tuple:
                                                          normalize=result.config.normalize)))
 
 
+def sequence_features(seqs, normalize: str) -> torch.Tensor:
+    """ATTN_M's features T of each sequence of ``seqs`` (``models.attention_features`` at the token scale of
+    ``normalize``), (P, F), in float64: a linear attention model's prediction is ŷ = ⟨combined(), T⟩ whatever its
+    weights, so one set's features serve every set of weights."""
+    from ....models import attention_features
+    from ....normalization import token_scale
+
+    X = torch.as_tensor(seqs.X, dtype=torch.float64)
+    return attention_features(X, token_scale(X.shape[1], normalize))
+
+
+def per_sequence_losses(model, seqs, features: torch.Tensor) -> np.ndarray:
+    """(ŷ − y)² of each sequence of ``seqs`` for the linear attention ``model``, ŷ = ⟨combined(), T⟩ on the
+    sequences' ``features`` T (:func:`sequence_features`): the terms whose mean is its loss on that set."""
+    with torch.no_grad():
+        out = (features @ model.combined().to(torch.float64)).numpy()
+    return (out - np.asarray(seqs.y, dtype=np.float64)) ** 2
+
+
 def train_moments(result) -> tuple:
     """The moments of a run's training loss: its training set's, or the mixture's at P = ∞."""
     cfg, data = result.config, result.datasets
