@@ -262,7 +262,8 @@ def _with_column(ds, column: dict, fresh_TT: np.ndarray, test_set, features: tor
     final training and in-context test losses (``column_train_loss``, ``column_test_icl``) and the test loss's
     standard error (``column_se_icl``), the P of the peak of its test loss (``column_peak``: NaN where the grid
     shows none, :func:`.common.phase.sample_wise_peak`) and where least squares predicts it, the rank of the fresh
-    sequences' feature covariance (``feature_rank``); ``features``: the test set's (:func:`.common.end_point.sequence_features`)."""
+    sequences' feature covariance (``feature_rank``); ``features``: the test set's
+    (:func:`.common.end_point.sequence_features`)."""
     sizes = [int(r.config.trainset_size) for r in column.values()]
     test = [float(r.history.test_icl[-1]) for r in column.values()]
     se = [phase.test_loss_se(per_sequence_losses(r, test_set, features)) for r in column.values()]
