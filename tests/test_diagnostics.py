@@ -625,3 +625,8 @@ def test_predicted_drop_steps_read_a_stored_prediction_once(tmp_path, monkeypatc
     assert len(reads) == 1 and json.loads(log[-1])["trained_steps"] == 0
     assert np.array_equal(again, first, equal_nan=True)
     assert np.array_equal(predicted_drop_steps(res, chunk=700, root=tmp_path), first, equal_nan=True)
+    # a run cut before its last drop gives no hint where the prediction's comes: chunk by chunk, the same drops
+    cut = SimpleNamespace(config=cfg, init=res.init, datasets=res.datasets,
+                          history=SimpleNamespace(train_loss=res.history.train_loss[:int(np.nanmin(first))]))
+    assert np.array_equal(predicted_drop_steps(cut, horizon=cfg.epoch, chunk=250, root=tmp_path / "cut"), first,
+                          equal_nan=True)
