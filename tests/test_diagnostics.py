@@ -1,5 +1,6 @@
 """Diagnostics and the plateau detector, checked against the theory on population runs (exact moments)."""
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -589,3 +590,43 @@ def test_predicted_drop_steps_follow_the_run_from_the_same_start(tmp_path):
     with pytest.raises(ValueError, match="model"):
         predicted_drop_steps(SimpleNamespace(config=RunConfig(model="attnM", in_dim=2), init=res.init,
                                              datasets=res.datasets), root=tmp_path)
+
+
+@pytest.mark.parametrize("model, normalize", [("attnS", "sum"), ("attnM", "mean")])
+def test_snapshot_heads_are_the_heads_snapshot_fn_records(model, normalize):
+    """All snapshots' heads read at once (as one model's heads) equal, snapshot by snapshot, what snapshot_fn records
+    from one model per snapshot, in the paper's normalisation; ``before`` keeps the earlier snapshots."""
+    cfg = RunConfig(model=model, head_num=3, rank=2, in_dim=3, seq_len=8, trainset_size=200, epoch=120, lr=0.05,
+                    init=0.2, seed=2, draws="streams", normalize=normalize)
+    res = run(cfg, snapshot_every=10, snapshot=dg.snapshot_fn(cfg.N, normalize=normalize))
+    recorded = res.history.snapshots  # snapshot_fn's dicts, recorded during training
+    weights = run(cfg, snapshot_every=10).history.snapshots  # the weights themselves
+    read = SimpleNamespace(config=cfg, history=SimpleNamespace(snapshots=weights))
+    steps, heads = dg.snapshot_heads(read)
+    assert steps.tolist() == [s for s, _ in recorded] and heads.shape == (len(recorded), 3, 3, 3)
+    assert np.allclose(heads, [v["heads"] for _, v in recorded], rtol=1e-12, atol=1e-15)
+    early, first = dg.snapshot_heads(read, before=50)
+    assert early.tolist() == [0, 10, 20, 30, 40] and np.array_equal(first, heads[:5])
+
+
+def test_predicted_drop_steps_read_a_stored_prediction_once(tmp_path, monkeypatch):
+    """Asked again, the prediction reads its stored population run once (not once per chunk), trains nothing, and is
+    the same whatever the chunk."""
+    from linattn.companion import runstore
+
+    cfg = _predicted_case(trainset_size=20000)
+    res = run(cfg)
+    first = predicted_drop_steps(res, chunk=300, root=tmp_path)
+    reads = []
+    monkeypatch.setattr(runstore._Entry, "load", classmethod(
+        lambda cls, folder, f=runstore._Entry.load.__func__: reads.append(folder) or f(cls, folder)))
+    again = predicted_drop_steps(res, chunk=300, root=tmp_path)
+    log = (tmp_path / "trainings.jsonl").read_text().splitlines()
+    assert len(reads) == 1 and json.loads(log[-1])["trained_steps"] == 0
+    assert np.array_equal(again, first, equal_nan=True)
+    assert np.array_equal(predicted_drop_steps(res, chunk=700, root=tmp_path), first, equal_nan=True)
+    # a run cut before its last drop gives no hint where the prediction's comes: chunk by chunk, the same drops
+    cut = SimpleNamespace(config=cfg, init=res.init, datasets=res.datasets,
+                          history=SimpleNamespace(train_loss=res.history.train_loss[:int(np.nanmin(first))]))
+    assert np.array_equal(predicted_drop_steps(cut, horizon=cfg.epoch, chunk=250, root=tmp_path / "cut"), first,
+                          equal_nan=True)

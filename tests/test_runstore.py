@@ -525,3 +525,23 @@ def test_a_killed_writers_temporary_folder_is_removed_by_the_next_writer_of_its_
     assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key == key
     assert not stale.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted([".locks", live.name])
+
+
+def test_each_request_reads_its_entry_once_and_a_held_length_is_carried_on_unread(tmp_path, monkeypatch):
+    """get_many reads a stored entry once; extended() to a length the entry read already holds (a checkpoint) reads
+    nothing more and trains nothing, bit for bit the direct run; a longer one goes through the store."""
+    from linattn.companion import runstore
+
+    RunStore(tmp_path).get(CFG, snapshot_every=EVERY).extended(500)  # checkpoints at 300 and 500
+    reads = []
+    monkeypatch.setattr(runstore._Entry, "load", classmethod(
+        lambda cls, folder, f=runstore._Entry.load.__func__: reads.append(folder) or f(cls, folder)))
+    store = RunStore(tmp_path)
+    assert store.held(CFG, snapshot_every=EVERY) == 500 and store.held(CFG) == 0
+    window = store.get_many([CFG], snapshot_every=EVERY)[0]
+    longer = window.extended(500)
+    assert len(reads) == 1 and longer.trained_steps == 0
+    _same_run(longer, linattn.run(replace(CFG, epoch=500), snapshot_every=EVERY, progress=False))
+    assert longer.extended(600).trained_steps == 100 and len(reads) == 2
+    log = [json.loads(line) for line in (tmp_path / "trainings.jsonl").read_text().splitlines()]
+    assert [(row["epoch"], row["trained_steps"]) for row in log[-3:]] == [(300, 0), (500, 0), (600, 100)]

@@ -215,6 +215,24 @@ def snapshot_fn(N: int, *, normalize: str) -> Callable[[Model], dict[str, np.nda
     return snap
 
 
+def snapshot_heads(result, *, before: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, heads): the steps of ``result``'s weight snapshots (those below ``before``, default all) and each one's
+    head matrices A_h in the paper's normalisation, (snapshot, H, D, D): the ``"heads"`` :func:`snapshot_fn` records,
+    read at once. A_h depends on head h's own weights alone, so every snapshot's heads are read as the heads of one
+    model (its weights stacked along the head axis) instead of one model per snapshot."""
+    from ..models import build_model
+
+    cfg = result.config
+    snaps = [(s, w) for s, w in result.history.snapshots if before is None or s < before]
+    steps = np.array([s for s, _ in snaps], dtype=np.int64)
+    if not snaps:
+        return steps, np.empty((0, cfg.head_num, cfg.in_dim, cfg.in_dim))
+    stacked = {n: np.concatenate([np.asarray(w[n]) for _, w in snaps]) for n in snaps[0][1]}
+    heads = head_matrices(build_model(cfg.model, stacked, softmax=cfg.softmax))
+    factor = theory.feature_scale(cfg.N, normalize=cfg.normalize)
+    return steps, heads.reshape(len(snaps), -1, *heads.shape[1:]) * factor
+
+
 def _plateau_index(A, cov, N) -> tuple[int, float]:
     """The plateau M_m whose PCR predictor is nearest to A, and that distance (mean squared prediction gap)."""
     D = np.asarray(A).shape[0]

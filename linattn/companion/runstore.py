@@ -468,14 +468,25 @@ class RunStore:
                     out[new[i]] = _Entry.from_result(res), res.config.epoch, res.datasets, self._retrains(token)
                     self._write(new[i], out[new[i]][0], self._token(token))
             for key, checked in first.items():
-                if key not in new:
-                    out[key] = self._serve(key, checked, snapshot_every, progress, None)
+                if key not in new:  # served from the entry just read (not read again)
+                    out[key] = self._serve(key, checked, snapshot_every, progress, None, entries[key])
                 if key in out:
                     self._served(key, checked.config, out[key][1], out[key][3], started)
         if failed is not None:
             raise failed
         return [self._view(cfg, key, out[key][0], out[key][1], checked, snapshot_every, None, None, progress,
                            out[key][2]) for cfg, (checked, key) in zip(cfgs, asked)]
+
+    def held(self, cfg: RunConfig, *, snapshot_every: int = 0, init: dict | None = None, data=None) -> int:
+        """How many steps of the run of ``cfg`` (``init``, ``data`` as for :meth:`get`) the store holds and serves
+        as they are: its entry's last checkpoint, read from its ``run.json`` alone (nothing else read or checked);
+        0 where there is none, it does not read, or it is to be retrained (:meth:`get` then deals with it)."""
+        key = run_key(cfg, length=False, snapshot_every=snapshot_every, init=init, data=data)
+        try:
+            info = read_info(self.root / key, key)
+        except DamagedEntry:
+            return 0
+        return 0 if self._retrains(info.get("retrained")) else max(info["checkpoints"])
 
     def _checked(self, cfg: RunConfig, snapshot_every: int, init, data):
         """(the run's plan, its key): the one check (of the run as stored: value weights recorded, its snapshots);
@@ -493,11 +504,11 @@ class RunStore:
         """The retraining token an entry trained now is written under, from the one it had."""
         return self.retrain if self._retrains(token) else token
 
-    def _serve(self, key: str, checked, snapshot_every: int, progress: bool, drawn):
+    def _serve(self, key: str, checked, snapshot_every: int, progress: bool, drawn, stored=None):
         """Under ``key``'s lock: (its entry, the steps trained for this request, the data sets drawn in this process
-        or None, whether it was retrained): the stored entry, trained or carried on (and written) where it is
-        missing, retrained or short."""
-        entry, token = self._stored(key)
+        or None, whether it was retrained): the stored entry (``stored``: as :meth:`_stored` read it under this
+        lock, else read now), trained or carried on (and written) where it is missing, retrained or short."""
+        entry, token = self._stored(key) if stored is None else stored
         retrained = self._retrains(token)
         if retrained:
             entry = None
@@ -525,10 +536,16 @@ class RunStore:
                   seconds=round(time.perf_counter() - started, 3), **({"retrained": True} if retrained else {}))
 
     def _view(self, cfg, key, entry, trained, checked, snapshot_every, init, data, progress, drawn) -> RunResult:
-        """The run of ``cfg`` as :meth:`get` returns it, which ``extended(epoch)`` carries on through the store."""
+        """The run of ``cfg`` as :meth:`get` returns it, which ``extended(epoch)`` carries on: from ``entry`` as read
+        or trained here where it holds that length (a checkpoint there; the store only ever adds steps to an entry),
+        else through the store (:meth:`get`)."""
         def more(epoch: int) -> RunResult:  # the same run, longer: validated where the run is (RunConfig.replaced)
-            return self._get(cfg.replaced(epoch=epoch), snapshot_every=snapshot_every, init=init,
-                             data=data, progress=progress, drawn=drawn)
+            longer = cfg.replaced(epoch=epoch)
+            if epoch in entry.checkpoints:
+                self._served(key, longer, 0, False, time.perf_counter())
+                return self._view(longer, key, entry, 0, checked, snapshot_every, init, data, progress, drawn)
+            return self._get(longer, snapshot_every=snapshot_every, init=init, data=data, progress=progress,
+                             drawn=drawn)
 
         return entry.view(cfg, key, trained, checked.data, more)
 
@@ -567,7 +584,10 @@ def predicted_drop_steps(result: RunResult, *, horizon: int | None = None, chunk
     Unlike the closed-form escape time ``theory.attn_s_drop_steps`` (one head, from a typical scale), this knows
     which of the H heads starts with most weight along each direction: the first of H heads to escape is the fastest
     of H. It differs from the finite-P run only by the training set's sampling error. The store carries the run on
-    ``chunk`` steps at a time, stopping once all D drops are made (each chunk continues the stored entry); it costs
+    ``chunk`` steps at a time, stopping once all D drops are made (each chunk continues the stored entry, which is
+    written whole each time); the first chunk goes a quarter past the run's own last drop where the run made it
+    (the prediction's comes near it), so that the entry is mostly written once. The drops read are the same whatever
+    the chunks: each is the first step below its midpoint, and the run stops only once the last is made. It costs
     what the same number of exact steps costs (the population engine trains on moments of size
     D(D+1)² × D(D+1)², whatever P)."""
     config = result.config
@@ -577,14 +597,19 @@ def predicted_drop_steps(result: RunResult, *, horizon: int | None = None, chunk
     cov = np.asarray(_own_cov(result), dtype=np.float64)
     levels = theory.plateau_losses(cov, config.N)
     horizon = config.epoch if horizon is None else int(horizon)
-    # validated once, then only lengthened chunk by chunk (RunConfig.replaced)
-    base = dataclasses.replace(config.on_population(cov), dynamics="gd", epoch=min(chunk, horizon)).validate()
-    start, loss = 0, np.empty(0)
+    store = RunStore(root)
+    own = drop_steps(result.history.train_loss, levels)[-1]  # the run's own last drop (NaN: not made)
+    first = min(int(1.25 * own) + 1 if np.isfinite(own) else chunk, horizon)
+    # validated once, then only lengthened (RunConfig.replaced)
+    base = dataclasses.replace(config.on_population(cov), dynamics="gd", epoch=first).validate()
+    held = min(store.held(base, init=result.init), horizon)  # what is stored is read once, not once per chunk
+    start, loss, history = 0, np.empty(0), None
     while start < horizon:
-        end = min(start + chunk, horizon)
-        history = stored_run(base.replaced(epoch=end), init=result.init, root=root).history
-        loss = np.asarray(history.train_loss)
-        if np.isfinite(drop_steps(loss[np.asarray(history.step) >= start], levels[-2:])[0]):
+        end = min(start + (first if start == 0 else chunk), horizon)
+        if history is None or history.train_loss.size < end:
+            history = store.get(base.replaced(epoch=max(end, held)), init=result.init).history
+        loss = np.asarray(history.train_loss[:end])  # gradient descent: one row per step 0 … end − 1
+        if np.isfinite(drop_steps(loss[start:], levels[-2:])[0]):
             break
         start = end
     return drop_steps(loss, levels)

@@ -167,27 +167,25 @@ def _parts(S: dict, kind: str | None) -> dict:
             if (k.startswith(kind) if kind else not k.startswith((CELL, COLUMN)))}
 
 
-def per_sequence_losses(result, seqs) -> np.ndarray:
+def per_sequence_losses(result, seqs, features: torch.Tensor | None = None) -> np.ndarray:
     """(ŷ − y)² of each sequence of ``seqs`` under ``result``'s final weights: the terms whose mean is the run's
-    recorded loss on that set at its last step."""
-    from ...normalization import token_scale
-
-    X = torch.as_tensor(seqs.X, dtype=torch.float64)
-    with torch.no_grad():
-        out = result.model(X, token_scale(X.shape[1], result.config.normalize)).reshape(-1).numpy()
-    return (out - np.asarray(seqs.y, dtype=np.float64)) ** 2
+    recorded loss on that set at its last step (:func:`.common.end_point.per_sequence_losses`; ``features``: the
+    sequences' own, :func:`.common.end_point.sequence_features`, else computed here)."""
+    if features is None:
+        features = end_point.sequence_features(seqs, result.config.normalize)
+    return end_point.per_sequence_losses(result.model, seqs, features)
 
 
-def _cell(result, tests: dict, data) -> dict:
+def _cell(result, tests: dict, data, features: dict) -> dict:
     """A cell's losses at its recorded steps, their least-squares end points (None where the training loss is flat),
     E[TTᵀ]'s smallest eigenvalue relative to its largest, and each final test loss's standard error from its
     per-sequence losses (:func:`.common.phase.test_loss_se`) on the test sets ``data`` (linattn's streams give every
-    cell the same ones)."""
+    cell the same ones; ``features``: theirs, by name)."""
     mom = end_point.train_moments(result)
     m_star, curvature = end_point.least_squares(mom)
     out: dict[str, Any] = {"curvature": curvature, "seconds": float(result.history.wall_time)}
     for name in tests:
-        out[f"se_{name}"] = phase.test_loss_se(per_sequence_losses(result, getattr(data, name)))
+        out[f"se_{name}"] = phase.test_loss_se(per_sequence_losses(result, getattr(data, name), features[name]))
     for name, moments in (("train_loss", mom), *tests.items()):
         out[name] = np.asarray(getattr(result.history, name), dtype=np.float64)
         out[f"limit_{name}"] = None if m_star is None else phase.quadratic_loss(m_star, moments)
@@ -212,7 +210,8 @@ def compute(S: dict, client=None):
     base, data = first.config, first.datasets
     tests = end_point.test_moments(first)
     icl, sizes = _grid(S)
-    cells = [_cell(r, tests, data) for r in results.values()]
+    features = {name: end_point.sequence_features(getattr(data, name), base.normalize) for name in tests}
+    cells = [_cell(r, tests, data, features) for r in results.values()]
     at, steps = first.history.step, phase.record_steps(int(S["attn_m"]["epoch"]), base.epoch)
     keep, last = np.searchsorted(at, steps), np.flatnonzero(at >= (1 - WINDOW) * base.epoch)[:-1]
 
@@ -241,7 +240,8 @@ def compute(S: dict, client=None):
     ds = phase.verdicts(ds, midpoint, fixed, fresh_m, _population_tests(data, base, fresh_m))
     ds["free_directions"] = phase.free_directions(fixed[0])
     ds["null_flat"], ds["null_next"] = phase.null_space_gap(fixed[0])
-    ds = _with_column(ds, {k: r for k, r in done.items() if k.startswith(COLUMN)}, fresh_m[0], data.test_icl)
+    ds = _with_column(ds, {k: r for k, r in done.items() if k.startswith(COLUMN)}, fresh_m[0], data.test_icl,
+                      features["test_icl"])
     ds.attrs.update(settings_attrs(S, engine="exact (gradient flow)", seeds=S["attn_m"]["seed"]))
     ds.attrs.update(tolerance=TOLERANCE, window=WINDOW, horizon=int(base.epoch), epoch=int(S["attn_m"]["epoch"]),
                     lr=float(base.lr), flow_rtol=FLOW_RTOL, published=int(presets.is_published(NAME, S)),
@@ -258,15 +258,16 @@ def _population_tests(data, cfg, fresh: tuple) -> dict:
     return {"test_icl": fresh, "test_iwl": noise}
 
 
-def _with_column(ds, column: dict, fresh_TT: np.ndarray, test_set):
+def _with_column(ds, column: dict, fresh_TT: np.ndarray, test_set, features: torch.Tensor):
     """``ds`` with the pure in-context column (c = 1 at the P of ``column``'s runs, coordinate ``column_P``): the
     final training and in-context test losses (``column_train_loss``, ``column_test_icl``) and the test loss's
     standard error (``column_se_icl``), the P of the peak of its test loss (``column_peak``: NaN where the grid
     shows none, :func:`.common.phase.sample_wise_peak`) and where least squares predicts it, the rank of the fresh
-    sequences' feature covariance (``feature_rank``)."""
+    sequences' feature covariance (``feature_rank``); ``features``: the test set's
+    (:func:`.common.end_point.sequence_features`)."""
     sizes = [int(r.config.trainset_size) for r in column.values()]
     test = [float(r.history.test_icl[-1]) for r in column.values()]
-    se = [phase.test_loss_se(per_sequence_losses(r, test_set)) for r in column.values()]
+    se = [phase.test_loss_se(per_sequence_losses(r, test_set, features)) for r in column.values()]
     peak = phase.sample_wise_peak(test) if column else None
     return ds.assign(column_train_loss=("column_P", [float(r.history.train_loss[-1]) for r in column.values()]),
                      column_test_icl=("column_P", test), column_se_icl=("column_P", se),

@@ -109,9 +109,23 @@ def _standard_errors(result) -> list:
         if getattr(result.datasets, which, None) is None:
             out.append([np.nan, np.nan])
             continue
-        out.append([uncertainty.standard_error(uncertainty.per_sequence_losses(result, which, w)) / scale
-                    for w in ("init", "final")])
+        out.append([uncertainty.standard_error(losses) / scale for losses in _per_sequence_losses(result, which)])
     return out
+
+
+def _per_sequence_losses(result, which: str) -> list[np.ndarray]:
+    """The per-sequence losses of the run's set ``which`` at its initial and its final weights: for linear attention
+    from the set's features, computed once for both (:func:`.common.end_point.per_sequence_losses`), else
+    ``uncertainty.per_sequence_losses`` (the model's own prediction)."""
+    from ...models import build_model
+
+    cfg = result.config
+    if cfg.model not in ("attnM", "attnS") or cfg.softmax or cfg.vary_len:
+        return [uncertainty.per_sequence_losses(result, which, w) for w in ("init", "final")]
+    seqs = getattr(result.datasets, which)
+    T = end_point.sequence_features(seqs, cfg.normalize)
+    return [end_point.per_sequence_losses(model, seqs, T)
+            for model in (build_model(cfg.model, result.init), result.model)]
 
 
 def sampling(ds) -> dict:

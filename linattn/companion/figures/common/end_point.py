@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ....models import build_model
-from ....objectives import Exact
+from ....objectives.base import Moments, feature_batches
 from ....objectives.population import mixture_moments
 from .phase import FLAT, quadratic_loss, triple
 
@@ -18,9 +18,31 @@ TESTS = ("test_iwl", "test_icl")
 
 
 def data_moments(result, seqs) -> tuple:
-    """(E[TTᵀ], E[yT], E[y²]) of the sequences ``seqs`` on ATTN_M's features (the exact engine's quadratic form)."""
+    """(E[TTᵀ], E[yT], E[y²]) of the sequences ``seqs`` on ATTN_M's features (the exact engine's quadratic form, as
+    ``Exact.from_data`` accumulates it, without its check that the model is linear in them: ATTN_M is)."""
     model = build_model("attnM", result.init, dtype=torch.float64)
-    return triple(Exact.from_data(model, seqs, normalize=result.config.normalize).moments)
+    with torch.no_grad():
+        return triple(Moments.accumulate(feature_batches(model, seqs, vary_len=False,
+                                                         normalize=result.config.normalize)))
+
+
+def sequence_features(seqs, normalize: str) -> torch.Tensor:
+    """ATTN_M's features T of each sequence of ``seqs`` (``models.attention_features`` at the token scale of
+    ``normalize``), (P, F), in float64: a linear attention model's prediction is ŷ = ⟨combined(), T⟩ whatever its
+    weights, so one set's features serve every set of weights."""
+    from ....models import attention_features
+    from ....normalization import token_scale
+
+    X = torch.as_tensor(seqs.X, dtype=torch.float64)
+    return attention_features(X, token_scale(X.shape[1], normalize))
+
+
+def per_sequence_losses(model, seqs, features: torch.Tensor) -> np.ndarray:
+    """(ŷ − y)² of each sequence of ``seqs`` for the linear attention ``model``, ŷ = ⟨combined(), T⟩ on the
+    sequences' ``features`` T (:func:`sequence_features`): the terms whose mean is its loss on that set."""
+    with torch.no_grad():
+        out = (features @ model.combined().to(torch.float64)).numpy()
+    return (out - np.asarray(seqs.y, dtype=np.float64)) ** 2
 
 
 def train_moments(result) -> tuple:

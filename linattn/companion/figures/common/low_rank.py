@@ -24,12 +24,8 @@ NOT_CLASSIFIED = -1  # rest_long: a rest cut by the end of the run, or a curve w
 def learned_share(result, window: int):
     """The snapshot steps below ``window`` and, at each, the share of each direction the heads of ``result`` carry
     together (``events.learned_share``; the run's own covariance and N): (steps, snapshot × direction)."""
-    cfg = result.config
-    snaps = [(s, v) for s, v in result.snapshots_of(diagnostics.snapshot_fn(cfg.N, normalize=cfg.normalize))
-             if s < window]
-    heads = np.array([v["heads"] for _, v in snaps])
-    return (np.array([s for s, _ in snaps]),
-            events.learned_share(events.direction_fractions(heads, result.datasets.cov, cfg.N)))
+    steps, heads = diagnostics.snapshot_heads(result, before=window)
+    return steps, events.learned_share(events.direction_fractions(heads, result.datasets.cov, result.config.N))
 
 
 def mask(subset) -> int:
