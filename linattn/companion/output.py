@@ -21,11 +21,15 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..records import atomic_path, atomic_write, provenance, write_csv, write_json
 from .uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, difference_band, verdict  # noqa: F401 (re-exported)
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 ENV_ROOT = "LINATTN_FIGURES_DIR"
 NUMBER_FIELDS = ("quantity", "paper", "theory", "reproduced", "abs_error")
@@ -235,6 +239,7 @@ def _no_distributed_unless_imported():
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 PNG_DPI = 150
+_NO_ENGINE: dict[RcKeyType, Any] = {"figure.autolayout": False, "figure.constrained_layout.use": False}  # set_layout_engine(None): none
 
 
 @contextlib.contextmanager
@@ -258,13 +263,12 @@ def laid_out_once(fig, dpi: float = PNG_DPI):
         bbox = fig.get_tightbbox().padded(mpl.rcParams["savefig.pad_inches"])
     finally:
         fig.dpi = figure_dpi
-    no_engine = {"figure.autolayout": False, "figure.constrained_layout.use": False}  # None means no engine
-    with mpl.rc_context(no_engine):
+    with mpl.rc_context(_NO_ENGINE):
         fig.set_layout_engine(None)
     try:
         yield bbox
     finally:
-        with mpl.rc_context(no_engine):
+        with mpl.rc_context(_NO_ENGINE):
             fig.set_layout_engine(engine)
 
 
@@ -292,11 +296,11 @@ def mathtext_parsed_once():
             parses[full] = cached(parser, *key)
         return parses[full]
 
-    MathTextParser._parse_cached = parse_cached  # type: ignore[method-assign]
+    MathTextParser._parse_cached = parse_cached  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        MathTextParser._parse_cached = cached  # type: ignore[method-assign]
+        MathTextParser._parse_cached = cached  # type: ignore[attr-defined]
 
 
 class FigureOutput:
@@ -314,10 +318,11 @@ class FigureOutput:
         return self.dir / filename
 
     def save_figure(self, fig, stem: str | None = None) -> list[Path]:
-        """``<name>.png`` (``PNG_DPI``), ``.svg`` and ``.pdf`` (a page's second figure: ``<stem>.*``), all three from one
-        layout and one bounding box (:func:`laid_out_once`); dates left out of the metadata so reruns are stable. The
-        SVG (the image the book shows) always keeps its text as ``<text>`` elements (``svg.fonttype: none``), so the
-        page shows real text at its font size (``tests/readability.py`` checks those sizes)."""
+        """``<name>.png`` (``PNG_DPI``), ``.svg`` and ``.pdf`` (a page's second figure: ``<stem>.*``), all three from
+        one layout and one bounding box (:func:`laid_out_once`), each label's mathtext parsed once
+        (:func:`mathtext_parsed_once`); dates left out of the metadata so reruns are stable. The SVG (the image the
+        book shows) always keeps its text as ``<text>`` elements (``svg.fonttype: none``), so the page shows real text
+        at its font size (``tests/readability.py`` checks those sizes)."""
         import matplotlib as mpl
 
         metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
