@@ -239,7 +239,8 @@ def _no_distributed_unless_imported():
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 PNG_DPI = 150
-_NO_ENGINE: dict[RcKeyType, Any] = {"figure.autolayout": False, "figure.constrained_layout.use": False}  # set_layout_engine(None): none
+# Under these rcParams, ``set_layout_engine(None)`` means no engine (else it would pick one from them).
+_NO_ENGINE: dict[RcKeyType, Any] = {"figure.autolayout": False, "figure.constrained_layout.use": False}
 
 
 @contextlib.contextmanager
