@@ -21,11 +21,15 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..records import atomic_path, atomic_write, provenance, write_csv, write_json
 from .uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, difference_band, verdict  # noqa: F401 (re-exported)
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 ENV_ROOT = "LINATTN_FIGURES_DIR"
 NUMBER_FIELDS = ("quantity", "paper", "theory", "reproduced", "abs_error")
@@ -233,6 +237,73 @@ def _no_distributed_unless_imported():
                 del sys.modules[name]
 
 
+FIGURE_FORMATS = ("png", "svg", "pdf")
+PNG_DPI = 150
+# Under these rcParams, ``set_layout_engine(None)`` means no engine (else it would pick one from them).
+_NO_ENGINE: dict[RcKeyType, Any] = {"figure.autolayout": False, "figure.constrained_layout.use": False}
+
+
+@contextlib.contextmanager
+def laid_out_once(fig, dpi: float = PNG_DPI):
+    """``fig`` laid out once, for saving in several formats: yields its tight bounding box (inches, padded by
+    ``savefig.pad_inches``), to be passed as ``bbox_inches`` to each ``savefig``, while its layout engine is off.
+
+    ``savefig(bbox_inches="tight")`` draws the figure twice per file: once to run the layout engine (constrained
+    layout) and measure the text for the tight box, once to write. Each draw lays out every text anew in a fresh
+    renderer (mathtext is parsed again: most of the cost). Here the figure is drawn once, without output, at ``dpi``
+    (the PNG's renderer, as ``savefig`` would for the PNG), its box is measured, and the layout engine is switched off
+    so that each file is written by one draw at the axes positions that layout left. Every file shows the same layout
+    (before, each format laid out its text with its own font metrics). On leaving, the figure's engine and dpi are
+    as they were."""
+    import matplotlib as mpl
+
+    engine, figure_dpi = fig.get_layout_engine(), fig.dpi
+    fig.dpi = dpi
+    try:
+        fig.draw_without_rendering()
+        bbox = fig.get_tightbbox().padded(mpl.rcParams["savefig.pad_inches"])
+    finally:
+        fig.dpi = figure_dpi
+    with mpl.rc_context(_NO_ENGINE):
+        fig.set_layout_engine(None)
+    try:
+        yield bbox
+    finally:
+        with mpl.rc_context(_NO_ENGINE):
+            fig.set_layout_engine(engine)
+
+
+@contextlib.contextmanager
+def mathtext_parsed_once():
+    """While inside, each mathtext string is parsed once per output kind, dpi, font and glyph flags, whichever
+    renderer asks.
+
+    matplotlib caches a parse per parser (``MathTextParser._parse_cached``, 50 entries), and every renderer makes its
+    own parser, so each of the four draws of :meth:`FigureOutput.save_figure` parsed every label again (pyparsing, a
+    few ms a label: most of a save's cost). The parse is a pure function of that key, so the results are shared here;
+    the files are byte for byte the same (``tests/test_save_figure.py``). Where matplotlib lacks these internals,
+    nothing is changed."""
+    from matplotlib.mathtext import MathTextParser
+
+    cached = MathTextParser.__dict__.get("_parse_cached")
+    if cached is None:
+        yield
+        return
+    parses: dict = {}
+
+    def parse_cached(parser, *key):
+        full = (getattr(parser, "_output_type", id(parser)), *key)  # no output kind known: per parser, as before
+        if full not in parses:
+            parses[full] = cached(parser, *key)
+        return parses[full]
+
+    MathTextParser._parse_cached = parse_cached  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        MathTextParser._parse_cached = cached  # type: ignore[attr-defined]
+
+
 class FigureOutput:
     """The output folder of figure ``name``, created when the first file is asked for (:meth:`path`), so that a
     notebook that fails before it writes anything leaves no empty folder behind."""
@@ -248,21 +319,22 @@ class FigureOutput:
         return self.dir / filename
 
     def save_figure(self, fig, stem: str | None = None) -> list[Path]:
-        """``<name>.png`` (150 dpi), ``.svg`` and ``.pdf`` (a page's second figure: ``<stem>.*``); dates left out of
-        the metadata so reruns are stable. The SVG (the image the book shows) always keeps its text as ``<text>``
-        elements (``svg.fonttype: none``), so the page shows real text at its font size (``tests/readability.py``
-        checks those sizes)."""
+        """``<name>.png`` (``PNG_DPI``), ``.svg`` and ``.pdf`` (a page's second figure: ``<stem>.*``), all three from
+        one layout and one bounding box (:func:`laid_out_once`), each label's mathtext parsed once
+        (:func:`mathtext_parsed_once`); dates left out of the metadata so reruns are stable. The SVG (the image the
+        book shows) always keeps its text as ``<text>`` elements (``svg.fonttype: none``), so the page shows real text
+        at its font size (``tests/readability.py`` checks those sizes)."""
         import matplotlib as mpl
 
         metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
         paths = []
-        for fmt in ("png", "svg", "pdf"):
-            buf = io.BytesIO()
-            with mpl.rc_context({"svg.fonttype": "none"}):
-                fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata[fmt])
-            path = self.path(f"{stem or self.name}.{fmt}")
-            atomic_write(path, lambda f, b=buf: f.write(b.getvalue()), binary=True)
-            paths.append(path)
+        with mpl.rc_context({"svg.fonttype": "none"}), mathtext_parsed_once(), laid_out_once(fig, PNG_DPI) as bbox:
+            for fmt in FIGURE_FORMATS:
+                buf = io.BytesIO()
+                fig.savefig(buf, format=fmt, dpi=PNG_DPI, bbox_inches=bbox, metadata=metadata[fmt])
+                path = self.path(f"{stem or self.name}.{fmt}")
+                atomic_write(path, lambda f, b=buf: f.write(b.getvalue()), binary=True)
+                paths.append(path)
         return paths
 
     def save_rows(self, rows: list[dict], columns: list[str], stem: str | None = None) -> Path:

@@ -1,0 +1,110 @@
+"""FigureOutput.save_figure writes its three files from one layout, and its shortcuts change no byte of them."""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.image as mpimg  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
+from matplotlib.mathtext import MathTextParser  # noqa: E402
+
+from linattn.companion.output import PNG_DPI, FigureOutput, mathtext_parsed_once  # noqa: E402
+from linattn.companion.plotting import plateau_labels, theory_axis, use_style  # noqa: E402
+
+
+class CountingLayout(ConstrainedLayoutEngine):
+    """Constrained layout that counts how often it runs."""
+
+    runs = 0
+
+    def execute(self, fig):
+        type(self).runs += 1
+        return super().execute(fig)
+
+
+def _figure():
+    """Two panels under constrained layout with mathtext labels and a right-hand theory axis whose labels are chosen
+    at draw time from the axes' size (a layout that depends on the renderer)."""
+    use_style()
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 3.0))
+    fig.set_layout_engine(CountingLayout())
+    levels = [1.0, 0.6, 0.58, 0.2]
+    for ax in axes:
+        ax.plot([0, 1, 2, 3], [1.0, 0.6, 0.4, 0.2])
+        ax.set_xlabel("step $t$")
+        ax.set_title("$L(ℳ_{1})$ at $10^{-2}$")
+        theory_axis(ax, levels, plateau_labels(len(levels)))
+    axes[1].legend(["a curve"], loc="center left", bbox_to_anchor=(1.0, 0.5))  # outside the figure's edge
+    return fig
+
+
+def _svg_size_pt(path):
+    text = path.read_text()
+    w, h = (float(re.search(rf'{k}="([\d.]+)pt"', text).group(1)) for k in ("width", "height"))
+    return w, h
+
+
+def _pdf_size_pt(path):
+    box = re.search(rb"/MediaBox \[ *([\d. ]+)\]", path.read_bytes()).group(1).split()
+    return float(box[2]) - float(box[0]), float(box[3]) - float(box[1])
+
+
+def test_three_files_from_one_layout_and_one_box(tmp_path):
+    fig = _figure()
+    CountingLayout.runs = 0
+    png, svg, pdf = FigureOutput("demo", tmp_path).save_figure(fig)
+    assert CountingLayout.runs == 1  # laid out once for all three (savefig with "tight" runs it once per file)
+    assert isinstance(fig.get_layout_engine(), CountingLayout) and fig.dpi == plt.rcParams["figure.dpi"]
+    w, h = _svg_size_pt(svg)
+    assert _pdf_size_pt(pdf) == pytest.approx((w, h), abs=1e-5)  # one bounding box for the vector files
+    rows, cols = mpimg.imread(png).shape[:2]
+    assert abs(cols - w * PNG_DPI / 72) <= 1 and abs(rows - h * PNG_DPI / 72) <= 1  # and for the PNG
+    plt.close(fig)
+
+
+def _clip_ids_numbered(data: bytes) -> bytes:
+    """An SVG with its clip-path ids numbered in order: matplotlib hashes them from the clip objects' addresses, which
+    differ from one save to the next."""
+    ids: dict[bytes, bytes] = {}
+    return re.sub(rb"\bp[0-9a-f]{10}\b", lambda m: ids.setdefault(m.group(0), b"clip%d" % len(ids)), data)
+
+
+def test_saving_again_writes_the_same_files(tmp_path):
+    fig = _figure()
+    first = [p.read_bytes() for p in FigureOutput("a", tmp_path).save_figure(fig)]
+    second = [p.read_bytes() for p in FigureOutput("b", tmp_path).save_figure(fig)]
+    # the figure is left as it was (its engine, dpi and axes positions), so a second save lays it out alike
+    assert first[0] == second[0] and first[2] == second[2]
+    assert _clip_ids_numbered(first[1]) == _clip_ids_numbered(second[1])
+    plt.close(fig)
+
+
+def test_shared_mathtext_parses_change_no_byte(tmp_path, monkeypatch):
+    import contextlib
+
+    import linattn.companion.output as output
+
+    def save(stem):
+        fig = _figure()
+        paths = FigureOutput(stem, tmp_path).save_figure(fig)
+        plt.close(fig)
+        return [_clip_ids_numbered(p.read_bytes()) for p in paths]
+
+    shared = save("shared")
+    monkeypatch.setattr(output, "mathtext_parsed_once", contextlib.nullcontext)  # matplotlib's cache, per parser
+    assert save("own") == shared
+
+
+def test_mathtext_sharing_is_undone_on_leaving():
+    before = MathTextParser.__dict__["_parse_cached"]
+    with mathtext_parsed_once():
+        assert MathTextParser.__dict__["_parse_cached"] is not before
+        a = MathTextParser("path").parse("$x^2$", 72)
+        b = MathTextParser("path").parse("$x^2$", 72)
+        assert a is b  # two parsers, one parse
+    assert MathTextParser.__dict__["_parse_cached"] is before
