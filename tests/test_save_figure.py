@@ -1,4 +1,4 @@
-"""FigureOutput.save_figure writes its three files from one layout, and its shortcuts change no byte of them."""
+"""FigureOutput.save_figure writes its three files from one layout and one bounding box."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
-from matplotlib.mathtext import MathTextParser  # noqa: E402
 
-from linattn.companion.output import PNG_DPI, FigureOutput, mathtext_parsed_once  # noqa: E402
+from linattn.companion.output import PNG_DPI, FigureOutput  # noqa: E402
 from linattn.companion.plotting import plateau_labels, theory_axis, use_style  # noqa: E402
 
 
@@ -82,29 +81,3 @@ def test_saving_again_writes_the_same_files(tmp_path):
     assert first[0] == second[0] and first[2] == second[2]
     assert _clip_ids_numbered(first[1]) == _clip_ids_numbered(second[1])
     plt.close(fig)
-
-
-def test_shared_mathtext_parses_change_no_byte(tmp_path, monkeypatch):
-    import contextlib
-
-    import linattn.companion.output as output
-
-    def save(stem):
-        fig = _figure()
-        paths = FigureOutput(stem, tmp_path).save_figure(fig)
-        plt.close(fig)
-        return [_clip_ids_numbered(p.read_bytes()) for p in paths]
-
-    shared = save("shared")
-    monkeypatch.setattr(output, "mathtext_parsed_once", contextlib.nullcontext)  # matplotlib's cache, per parser
-    assert save("own") == shared
-
-
-def test_mathtext_sharing_is_undone_on_leaving():
-    before = MathTextParser.__dict__["_parse_cached"]
-    with mathtext_parsed_once():
-        assert MathTextParser.__dict__["_parse_cached"] is not before
-        a = MathTextParser("path").parse("$x^2$", 72)
-        b = MathTextParser("path").parse("$x^2$", 72)
-        assert a is b  # two parsers, one parse
-    assert MathTextParser.__dict__["_parse_cached"] is before

@@ -273,37 +273,6 @@ def laid_out_once(fig, dpi: float = PNG_DPI):
             fig.set_layout_engine(engine)
 
 
-@contextlib.contextmanager
-def mathtext_parsed_once():
-    """While inside, each mathtext string is parsed once per output kind, dpi, font and glyph flags, whichever
-    renderer asks.
-
-    matplotlib caches a parse per parser (``MathTextParser._parse_cached``, 50 entries), and every renderer makes its
-    own parser, so each of the four draws of :meth:`FigureOutput.save_figure` parsed every label again (pyparsing, a
-    few ms a label: most of a save's cost). The parse is a pure function of that key, so the results are shared here;
-    the files are byte for byte the same (``tests/test_save_figure.py``). Where matplotlib lacks these internals,
-    nothing is changed."""
-    from matplotlib.mathtext import MathTextParser
-
-    cached = MathTextParser.__dict__.get("_parse_cached")
-    if cached is None:
-        yield
-        return
-    parses: dict = {}
-
-    def parse_cached(parser, *key):
-        full = (getattr(parser, "_output_type", id(parser)), *key)  # no output kind known: per parser, as before
-        if full not in parses:
-            parses[full] = cached(parser, *key)
-        return parses[full]
-
-    MathTextParser._parse_cached = parse_cached  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        MathTextParser._parse_cached = cached  # type: ignore[attr-defined]
-
-
 class FigureOutput:
     """The output folder of figure ``name``, created when the first file is asked for (:meth:`path`), so that a
     notebook that fails before it writes anything leaves no empty folder behind."""
@@ -320,15 +289,14 @@ class FigureOutput:
 
     def save_figure(self, fig, stem: str | None = None) -> list[Path]:
         """``<name>.png`` (``PNG_DPI``), ``.svg`` and ``.pdf`` (a page's second figure: ``<stem>.*``), all three from
-        one layout and one bounding box (:func:`laid_out_once`), each label's mathtext parsed once
-        (:func:`mathtext_parsed_once`); dates left out of the metadata so reruns are stable. The SVG (the image the
-        book shows) always keeps its text as ``<text>`` elements (``svg.fonttype: none``), so the page shows real text
-        at its font size (``tests/readability.py`` checks those sizes)."""
+        one layout and one bounding box (:func:`laid_out_once`); dates left out of the metadata so reruns are
+        stable. The SVG (the image the book shows) always keeps its text as ``<text>`` elements (``svg.fonttype:
+        none``), so the page shows real text at its font size (``tests/readability.py`` checks those sizes)."""
         import matplotlib as mpl
 
         metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
         paths = []
-        with mpl.rc_context({"svg.fonttype": "none"}), mathtext_parsed_once(), laid_out_once(fig, PNG_DPI) as bbox:
+        with mpl.rc_context({"svg.fonttype": "none"}), laid_out_once(fig, PNG_DPI) as bbox:
             for fmt in FIGURE_FORMATS:
                 buf = io.BytesIO()
                 fig.savefig(buf, format=fmt, dpi=PNG_DPI, bbox_inches=bbox, metadata=metadata[fmt])
