@@ -192,10 +192,10 @@ def test_a_direction_not_learned_gets_a_cause_only_where_the_estimate_lies_beyon
 @pytest.mark.parametrize("name", ["fig03c_attns_alignment", "beyond_population", "figA_vary_len"])
 def test_at_most_150_words_before_the_figure_at_the_quick_preset(name, tmp_path, monkeypatch):
     """The words a reader meets before the figure, each glued sentence counted as the words it shows (Figure 3b's
-    count is in test_claims_h3a)."""
+    count is in test_claims_drops_and_rises)."""
     import importlib
 
-    from test_claims_h3a import MAX_WORDS_BEFORE_FIGURE, words_before_figure
+    from test_claims_drops_and_rises import MAX_WORDS_BEFORE_FIGURE, words_before_figure
 
     from linattn.companion import presets
 

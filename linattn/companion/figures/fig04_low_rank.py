@@ -27,22 +27,8 @@ from .. import presets, published, runstore
 from ..output import AGREES, DIFFERS, ESTIMATE, MarkdownTable
 from ..output import words as list_words
 from ..published.rules import Claim
-from .common import preset_blocks
+from .common import low_rank, preset_blocks
 from .common.frame import settings_attrs
-from .common.low_rank import (
-    curve_variables,
-    describe,
-    describe_rests,
-    expected_cell,
-    gap_panel,
-    join,
-    long_cell,
-    predicted_rows,
-    rest_rows,
-    rest_variables,
-    rests_text,
-    seed_runs,
-)
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -96,7 +82,7 @@ def compute(S: dict):
     from ..plotting import log_thin
 
     window, horizon, ranks = S["epoch"], presets.horizons(S), [int(R) for R in S["ranks"]]
-    grid = seed_runs(runs(S), S)
+    grid = low_rank.seed_runs(runs(S), S)
     carried = [r.extended(horizon[R]) for R, r in zip(ranks, grid[0])]
     cfg, cov = carried[0].config, carried[0].datasets.cov
     levels = theory.plateau_losses(cov, cfg.N)
@@ -109,7 +95,7 @@ def compute(S: dict):
     for i, L in enumerate(full):
         inside = step_log < len(L)
         extended[i, inside] = L[step_log[inside]]
-    rests, snapshot = rest_variables(loss, grid, window)
+    rests, snapshot = low_rank.rest_variables(loss, grid, window)
     predicted = [runstore.predicted_drop_steps(r, horizon=horizon[R])
                  for R, r in zip(ranks, carried)]
     estimate = theory.attn_s_drop_steps(cov, cfg.N, lr=cfg.lr, init=cfg.init, rank=1, head_num=cfg.head_num,
@@ -121,7 +107,7 @@ def compute(S: dict):
          "horizon": ("rank", [len(L) for L in full]),
          "drop_step": (("rank", "direction"), [loss_curves.drop_steps(L, levels) for L in full]),
          "drop_step_predicted": (("rank", "direction"), predicted),
-         **curve_variables(loss, levels),
+         **low_rank.curve_variables(loss, levels),
          **rests,
          "directions_learned_extended": ("rank", [loss_curves.directions_learned(L, levels) for L in full]),
          "final_loss_extended": ("rank", [L[-1] for L in full]),
@@ -139,7 +125,7 @@ def compute(S: dict):
     ds.drop_step_predicted.attrs["description"] = ("the same drop step of the population gradient descent from the "
                                                    "extended run's initial weights (runstore.predicted_drop_steps)")
     ds.drop_step_theory.attrs["description"] = "one-head escape time τ/(λ_d² v₀) in steps, an order of magnitude"
-    describe_rests(ds)
+    low_rank.describe_rests(ds)
     return ds
 
 
@@ -189,7 +175,7 @@ def numbers(ds) -> list[dict]:
                          quantity=f"R={R}: directions learned within {_window(ds)}, seed {seeds[0]} (theory: drops "
                                   "predicted from the initial weights)",
                          theory=int(np.sum(pred < window)), reproduced=int(r.directions_learned.sel(seed=seeds[0]))))
-        rows += rest_rows(ds, R, f"R{R}.window", f" within {_window(ds)}")
+        rows += low_rank.rest_rows(ds, R, f"R{R}.window", f" within {_window(ds)}")
         rows.append(dict(key=f"R{R}.extended.learned",
                          quantity=f"R={R}: directions learned in the extended run ({h} steps); theory: predicted "
                                   "from its initial weights",
@@ -200,7 +186,7 @@ def numbers(ds) -> list[dict]:
                              reproduced=float(r.drop_step.isel(direction=-1))))
         rows.append(dict(key=f"R{R}.extended.final_loss", quantity=f"R={R}: final loss, extended run",
                          reproduced=r.final_loss_extended, theory=levels[learned]))
-        rows += predicted_rows(r, R, f"R{R}.extended", "extended run")
+        rows += low_rank.predicted_rows(r, R, f"R{R}.extended", "extended run")
     if 1 in ds["rank"].values:
         t1, estimate = ds.drop_step.sel(rank=1).values, ds.drop_step_theory.values
         for d in range(D):
@@ -232,7 +218,7 @@ def rank_table(ds) -> MarkdownTable:
                          last=float(r.drop_step.values[-1]) if learned == D else None,
                          predicted=(f"{pred[-1]:.0f}" if np.isfinite(pred[-1]) else
                                     f"beyond the prediction run's {int(r.horizon)} steps"),
-                         long=long_cell(ds, int(R)) + f" ({expected_cell(ds, int(R))})"))
+                         long=low_rank.long_cell(ds, int(R)) + f" ({low_rank.expected_cell(ds, int(R))})"))
     return MarkdownTable(rows, {"rank": "rank", "window": f"directions learned in {_window(ds)} "
                                                          f"(seeds {list_words(seeds)})",
                                 "extended": f"in the extended run (seed {seeds[0]})",
@@ -254,7 +240,7 @@ def _r1_last(ds) -> str:
 
 
 def _steps(values) -> str:
-    return join([f"{v:.0f}" if np.isfinite(v) else "–" for v in values])
+    return low_rank.join([f"{v:.0f}" if np.isfinite(v) else "–" for v in values])
 
 
 def _predicted_words(pred, horizon: int) -> str:
@@ -263,8 +249,8 @@ def _predicted_words(pred, horizon: int) -> str:
     missing = [d + 1 for d in np.flatnonzero(~np.isfinite(pred))]
     if not missing:
         return made
-    return (made + f" (drop{'s' if len(missing) > 1 else ''} {join([str(d) for d in missing])} beyond the prediction "
-            f"run's {horizon} steps)")
+    drops = low_rank.join([str(d) for d in missing])
+    return made + f" (drop{'s' if len(missing) > 1 else ''} {drops} beyond the prediction run's {horizon} steps)"
 
 
 def drops_text(ds) -> str:
@@ -316,12 +302,12 @@ def words(ds) -> dict:
                min_dwell=f"{loss_curves.REST_MIN_DWELL:g}", max_rate=f"{loss_curves.REST_MAX_RATE:g}",
                long_fraction=f"{loss_curves.LONG_FRACTION:g}",
                seeds=list_words(list(ds.seed.values)),
-               seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=describe(S, ranks=ranks),
-               horizons=join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
+               seed=int(ds.seed.values[0]), init_scheme=S["init_scheme"], settings=low_rank.describe(S, ranks=ranks),
+               horizons=low_rank.join([f"{int(ds.horizon.sel(rank=R))} steps for R = {R}" for R in ranks]),
                enough=(f"long enough for every rank to learn all {D} directions" if not short else
                        f"not long enough for R = {list_words(short)} to learn all {D} directions"),
                caption=published.page.caption_lead("Figure 4", bool(ds.attrs["published"])),
-               rests=rests_text(ds),
+               rests=low_rank.rests_text(ds),
                setting_note=("These are the published settings (seed 10 is the reference's default seed; the paper "
                              "does not say which seed it used)." if ds.attrs["published"] else
                              "These are not the published settings, so the paper's claim is not set beside them."))
@@ -356,7 +342,7 @@ def plot(ds):
     for (ax, ax_log), R in zip(axes, ranks):
         curves = ds.sel(rank=R).train_loss.values
         loss_panel(ax, ds.step.values, list(curves), levels, title=f"$R = {R}$", linewidth=0.9)
-        gap_panel(ax_log, ds.step.values, curves, levels, title=f"$R = {R}$: " + "$L - L(ℳ_D)$")
+        low_rank.gap_panel(ax_log, ds.step.values, curves, levels, title=f"$R = {R}$: " + "$L - L(ℳ_D)$")
         ax.set_ylabel("training loss")
     for ax in axes[:-1].flat:
         ax.set_xlabel("")

@@ -17,21 +17,8 @@ from ...analysis import loss_curves
 from .. import presets, published, runstore
 from ..output import MarkdownTable
 from ..output import words as list_words
-from .common import preset_blocks
+from .common import low_rank, preset_blocks
 from .common.frame import settings_attrs
-from .common.low_rank import (
-    curve_variables,
-    describe,
-    describe_rests,
-    expected_cell,
-    gap_panel,
-    long_cell,
-    predicted_rows,
-    rest_rows,
-    rest_variables,
-    rests_text,
-    seed_runs,
-)
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -63,15 +50,15 @@ def compute(S: dict):
     import xarray as xr
 
     ranks, seeds = [int(R) for R in S["ranks"]], [int(x) for x in S["seeds"]]
-    grid = seed_runs(runs(S), S)
+    grid = low_rank.seed_runs(runs(S), S)
     first = grid[0]
     cfg, cov = first[0].config, first[0].datasets.cov
     levels = theory.plateau_losses(cov, cfg.N)
     loss = np.array([[r.history.train_loss for r in by_rank] for by_rank in grid])
-    rests, snapshot = rest_variables(loss, grid, loss.shape[-1])
+    rests, snapshot = low_rank.rest_variables(loss, grid, loss.shape[-1])
     ds = xr.Dataset(
         {"train_loss": (("seed", "rank", "step"), loss),
-         **curve_variables(loss, levels),
+         **low_rank.curve_variables(loss, levels),
          **rests,
          "drop_step": (("rank", "direction"), [loss_curves.drop_steps(L, levels) for L in loss[0]]),
          "drop_step_predicted": (("rank", "direction"), [runstore.predicted_drop_steps(r)
@@ -83,7 +70,7 @@ def compute(S: dict):
         attrs=settings_attrs(S, engine=first[0].engine, seeds=seeds,
                              runs={str(R): r.config.to_dict() for R, r in zip(ranks, first)}))
     ds.attrs.update(band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)))
-    describe_rests(ds)
+    low_rank.describe_rests(ds)
     ds.drop_step_predicted.attrs["description"] = ("drop steps of the population gradient descent from the first "
                                                    "seed's initial weights (runstore.predicted_drop_steps)")
     return ds
@@ -101,8 +88,8 @@ def numbers(ds) -> list[dict]:
                                                        "predicted from the initial weights)",
                          theory=int(np.sum(np.isfinite(pred))),
                          reproduced=int(r.directions_learned.sel(seed=seeds[0]))))
-        rows += rest_rows(ds, R, f"R{R}", "")
-        rows += predicted_rows(r, R, f"R{R}", f"seed {seeds[0]}")
+        rows += low_rank.rest_rows(ds, R, f"R{R}", "")
+        rows += low_rank.predicted_rows(r, R, f"R{R}", f"seed {seeds[0]}")
     return rows
 
 
@@ -110,7 +97,7 @@ def rank_table(ds) -> MarkdownTable:
     """Per rank: the saddles the theory expects long among those the curves left, the long rests found
     at each seed (:func:`~.common.low_rank.long_cell`), the directions learned and the final loss (first seed)."""
     D, seeds = ds.sizes["m"] - 1, [int(x) for x in ds.seed.values]
-    rows = [dict(rank=f"$R = {R}$", expected=expected_cell(ds, int(R)), found=long_cell(ds, int(R)),
+    rows = [dict(rank=f"$R = {R}$", expected=low_rank.expected_cell(ds, int(R)), found=low_rank.long_cell(ds, int(R)),
                  learned=", ".join(str(int(n)) for n in ds.directions_learned.sel(rank=R).values) + f" of {D}",
                  final=float(ds.final_loss.sel(rank=R, seed=seeds[0]))) for R in ds["rank"].values]
     return MarkdownTable(rows, {"rank": "rank", "expected": "long rests expected (theory)",
@@ -121,7 +108,7 @@ def rank_table(ds) -> MarkdownTable:
 
 def verdict(ds) -> str:
     """The page's sentences on the rests (:func:`~.common.low_rank.rests_text`)."""
-    return rests_text(ds)
+    return low_rank.rests_text(ds)
 
 
 def words(ds) -> dict:
@@ -135,7 +122,7 @@ def words(ds) -> dict:
                 min_dwell=f"{loss_curves.REST_MIN_DWELL:g}", max_rate=f"{loss_curves.REST_MAX_RATE:g}",
                 long_fraction=f"{loss_curves.LONG_FRACTION:g}",
                 seeds=list_words(list(ds.seed.values)),
-                settings=describe(S, ranks=ranks),
+                settings=low_rank.describe(S, ranks=ranks),
                 caption=published.page.caption_lead("Figure 12", bool(ds.attrs["published"])),
                 setting_note=("These are Figure 4's published settings, with the paper's appendix ranks."
                               if ds.attrs["published"] else
@@ -155,7 +142,7 @@ def plot(ds):
     for (ax, ax_log), R in zip(axes, ranks):
         curves = list(ds.train_loss.sel(rank=R).values)
         loss_panel(ax, step, curves, levels, title=f"$R = {R}$", linewidth=0.9)
-        gap_panel(ax_log, step, curves, levels, title=f"$R = {R}$: $L - L(ℳ_D)$")
+        low_rank.gap_panel(ax_log, step, curves, levels, title=f"$R = {R}$: $L - L(ℳ_D)$")
     for ax in axes[:-1].flat:
         ax.set_xlabel("")
     axes[-1, 1].set_xlabel("step")
