@@ -294,7 +294,7 @@ class RunConfig:
         sentence, with ``.field`` the setting. Also refuses an unavailable CUDA ``device``. Whether the reference's
         draws exist for the settings is asked where something is drawn (:meth:`reference_draws_refusal`).
 
-        A run is checked once: it remembers that it passed (:attr:`validated`; a copy of it too, pickled or
+        A run is checked once: it remembers that it passed (``validated``; a copy of it too, pickled or
         deep-copied), and is not checked again while none of its settings changes, nor the engines registered (at the
         boundary where its settings came in, e.g. the figure runner; then not in the kernel's run store)."""
         if not self.validated:
@@ -321,7 +321,7 @@ class RunConfig:
 
     def _values(self) -> tuple:
         """Every setting's value (lists and arrays as tuples) and the registered choices they are checked against
-        (the engines): what :attr:`validated` compares."""
+        (the engines): what ``validated`` compares."""
         def frozen(value):
             if isinstance(value, np.ndarray):
                 value = value.tolist()
@@ -331,7 +331,7 @@ class RunConfig:
         return tuple(frozen(getattr(self, name)) for name in self.field_names()) + (registered,)
 
     def replaced(self, **changes) -> "RunConfig":
-        """``dataclasses.replace(self, **changes)``, still :attr:`validated` where ``self`` is and every change
+        """``dataclasses.replace(self, **changes)``, still ``validated`` where ``self`` is and every change
         keeps a valid run valid by itself: ``track_value`` (which no rule across settings reads) or a longer
         ``epoch`` (the one rule that reads it, ``record``'s last step, only loosens), each checked alone (its type and
         range). Any other change gives a copy to validate."""

@@ -202,14 +202,14 @@ def out_of_order(first_steps: ArrayLike) -> list[tuple[int, int]]:
 # Alignment read against the weights' growth
 # --------------------------------------------------------------------------------------------------------------
 
-#: The size at which a head counts as grown, as a fraction of its largest output scale max_t |v_h|·‖k_h‖·‖q_h‖
+#: The size at which a head counts as grown, as a fraction of its largest output scale ``max_t |v_h|·‖k_h‖·‖q_h‖``
 #: (:func:`output_scale`). From the paper's small start a head's output is ~1e-5 of its largest; a tenth of it is the
 #: head carrying a tenth of what it will, the early part of the rise that makes its drop.
 GROWN = 0.1
 
 
 def output_scale(values: ArrayLike, key_norms: ArrayLike, query_norms: ArrayLike) -> np.ndarray:
-    """|v_h|·‖k_h‖·‖q_h‖ (any shape, element by element): the size of a rank-one head's output, the norm of its
+    """``|v_h|·‖k_h‖·‖q_h‖`` (any shape, element by element): the size of a rank-one head's output, the norm of its
     matrix v_h k_h q_hᵀ: a rank-one head predicts v_h βᵀ k_h q_hᵀ x_q (paper Section 5). A head's value weight alone
     can move while its key and query are still small, so growth is read on this product, not on v_h."""
     return np.abs(np.asarray(values, dtype=np.float64)) * np.asarray(key_norms) * np.asarray(query_norms)

@@ -27,7 +27,7 @@ PRESETS: dict[str, dict] = {
     "paper": dict(),
 }
 KNOB_CASES = ()  # no parameter of its own (it reads the other pages' outputs): nothing for a reader to vary
-TOLERANCES: list[tuple[str, str, float]] = []  # nothing its quick build's numbers are held to (its page says why)
+TOLERANCES: list[tuple[str, str, float]] = []  # it copies the other figures' rows, each held by its own figure
 # the names in linattn.companion.published it compares with
 PUBLISHED = ("REPORT_GROUPS",)
 

@@ -74,7 +74,7 @@ README_ROWS = (
     ("5", "softmax ATTN_M, ATTN_S at 32× the published learning rates: drops", ("claim.figure_5|drops.attn_m",
                                                                                "drops.attn_s")),
 )
-TOLERANCES: list[tuple[str, str, float]] = []  # nothing its quick build's numbers are held to (its page says why)
+TOLERANCES: list[tuple[str, str, float]] = []  # no theory of softmax attention to hold its numbers to
 # the names (in this module) of the paper's number and the rule it compares with
 PUBLISHED = ("PUBLISHED_ATTN_M_DROPS", "single_drop_claim")
 MODELS = ("attn_m", "attn_s")
