@@ -13,8 +13,9 @@ laws) applied to this project's models. Record them during training with
 All matrices A are in the βᵀ A x_q form of ``theory.py`` and, inside snapshots and tables, in the **paper's
 normalisation** (a reference-normalised model's A is multiplied by N), so they compare directly with
 ``theory.fixed_point_A(..., normalize="mean")``. What is read off a model comes from its class's methods
-(``models.py``: ``in_context_heads``, ``conserved_quantities``, ``mlp_weights``); a model without the method raises
-TypeError.
+(``weights.ModelWeights``: ``in_context_heads``, ``conserved_quantities``, ``mlp_weights``), which a torch model of
+``models.py`` and a run's stored weight arrays (``weights.model_weights``, read without torch) share; a model without
+the method raises TypeError.
 """
 
 from __future__ import annotations
@@ -28,14 +29,17 @@ from numpy.typing import ArrayLike
 from .. import theory
 
 if TYPE_CHECKING:
-    from ..models import Model
+    from ..weights import ModelWeights  # a torch model of models.py is one too
 
 # --------------------------------------------------------------------------------------------------------------
 # The in-context matrix of a model
 # --------------------------------------------------------------------------------------------------------------
 
 def _np(t) -> np.ndarray:
-    return t.detach().to("cpu").double().numpy()
+    """A reading as a float64 numpy array (a torch tensor detached and brought to the CPU first)."""
+    if hasattr(t, "detach"):
+        t = t.detach().to("cpu")
+    return np.asarray(t, dtype=np.float64)
 
 
 def _from_model(model, method: str):
@@ -43,11 +47,11 @@ def _from_model(model, method: str):
     fn = getattr(model, method, None)
     if not callable(fn):
         raise TypeError(f"a {type(model).__name__} has no {method}(): the diagnostics cover the models of "
-                        f"linattn.models (AttnM, AttnS, MLP)")
+                        f"linattn.models (AttnM, AttnS, MLP) and their weights (linattn.weights.model_weights)")
     return fn()
 
 
-def head_matrices(model: Model) -> np.ndarray:
+def head_matrices(model: ModelWeights) -> np.ndarray:
     """(H, D, D): each head's in-context matrix A_h as the model's weights are (``model.in_context_heads()``).
 
     ŷ = bᵀ (Σ_h A_h) x_q + terms even in the labels, b = scale Σ_{n≤N} y_n x_n; for attention
@@ -57,7 +61,7 @@ def head_matrices(model: Model) -> np.ndarray:
     return _np(_from_model(model, "in_context_heads"))
 
 
-def combined_A(model: Model, N: int | None = None, *, normalize: str) -> np.ndarray:
+def combined_A(model: ModelWeights, N: int | None = None, *, normalize: str) -> np.ndarray:
     """A = Σ_h A_h in the paper's normalisation: ŷ = βᵀ A x_q + terms even in the labels, β = (1/N) Σ y_n x_n.
     The model's own A for ``normalize="mean"``, N times it for ``"sum"`` (which then needs ``N``)."""
     if normalize == "sum" and N is None:
@@ -65,7 +69,7 @@ def combined_A(model: Model, N: int | None = None, *, normalize: str) -> np.ndar
     return head_matrices(model).sum(axis=0) * theory.feature_scale(N or 0, normalize=normalize)  # N: checked above
 
 
-def white_sigma(model: Model, N: int | None = None, *, normalize: str) -> float:
+def white_sigma(model: ModelWeights, N: int | None = None, *, normalize: str) -> float:
     """σ = tr(A)/D for the combined A (:func:`combined_A`, paper normalisation): the one number the white-covariance
     theory tracks, where A stays a multiple σ I of the identity (``theory.white_sigma``, Appendix)."""
     A = combined_A(model, N, normalize=normalize)
@@ -182,7 +186,7 @@ def numerical_rank(A: ArrayLike, rel_tol: float = 0.05) -> int:
 # Conservation laws
 # --------------------------------------------------------------------------------------------------------------
 
-def conserved_quantities(model: Model) -> dict[str, np.ndarray]:
+def conserved_quantities(model: ModelWeights) -> dict[str, np.ndarray]:
     """Per head, the quantities gradient flow keeps constant (``model.conserved_quantities()``, from the rescaling
     symmetry of each head's factors). ATTN_S: ‖v_h‖² − ‖W_K[h]‖², ‖W_K[h]‖² − ‖W_Q[h]‖² ("v_minus_k",
     "k_minus_q"); ATTN_M: ‖v_h‖² − ‖W_KQ[h]‖²; MLP: w₂[h]² − ‖W₁[h]‖² (both "v_minus_k"); and "scale", the largest
@@ -202,7 +206,7 @@ def _conservation_drift(first: dict, current: dict) -> np.ndarray:
 # Snapshots and tidy tables
 # --------------------------------------------------------------------------------------------------------------
 
-def snapshot_fn(N: int, *, normalize: str) -> Callable[[Model], dict[str, np.ndarray]]:
+def snapshot_fn(N: int, *, normalize: str) -> Callable[[ModelWeights], dict[str, np.ndarray]]:
     """A ``snapshot(model)`` for ``gradient_descent``/``run``: the head matrices in the paper's normalisation (times N
     for ``normalize="sum"``) and the conserved quantities. Cheap (a few small arrays), so it can be recorded often."""
     factor = theory.feature_scale(N, normalize=normalize)
@@ -280,7 +284,7 @@ def tidy(snapshots: Iterable[tuple[int, dict[str, np.ndarray]]], cov: ArrayLike,
     return table
 
 
-def attn_m_effective_a0(model: Model, cov: ArrayLike, N: int, *, normalize: str) -> float:
+def attn_m_effective_a0(model: ModelWeights, cov: ArrayLike, N: int, *, normalize: str) -> float:
     """The initial product a0 that feeds ``theory.attn_m_drop_time`` for a random small ATTN_M (or MLP) start.
 
     In the linear regime u = W₁ê and w₂ obey τ u̇ = s w₂, τ ẇ₂ = s u, so a = w₂ᵀu ≈ ¼‖u(0) + w₂(0)‖² e^{2st/τ} once
@@ -294,7 +298,7 @@ def attn_m_effective_a0(model: Model, cov: ArrayLike, N: int, *, normalize: str)
     return float(0.25 * np.sum((u + w2 * factor) ** 2))
 
 
-def attn_m_drop_step(model: Model, cov: ArrayLike, N: int, *, lr: float, normalize: str) -> float:
+def attn_m_drop_step(model: ModelWeights, cov: ArrayLike, N: int, *, lr: float, normalize: str) -> float:
     """The GD step of ATTN_M's (or the MLP's) half-drop predicted from the model's current (initial) weights.
 
     a0 from :func:`attn_m_effective_a0`, the half-drop time t/τ from ``theory.attn_m_drop_time`` (the logistic
