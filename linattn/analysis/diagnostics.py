@@ -219,11 +219,10 @@ def snapshot_fn(N: int, *, normalize: str) -> Callable[[ModelWeights], dict[str,
     return snap
 
 
-def _plateau_index(A, cov, N) -> tuple[int, float]:
-    """The plateau M_m whose PCR predictor is nearest to A, and that distance (mean squared prediction gap)."""
-    D = np.asarray(A).shape[0]
-    d = [theory.predictor_distance(A, theory.pcr_weights(cov, N, m, normalize="mean"), cov, N, normalize="mean")
-         for m in range(D + 1)]
+def _plateau_index(A, pcr: list, cov, N) -> tuple[int, float]:
+    """The plateau M_m whose PCR predictor (``pcr[m]``, ``theory.pcr_weights``) is nearest to A, and that distance
+    (mean squared prediction gap)."""
+    d = [theory.predictor_distance(A, B, cov, N, normalize="mean") for B in pcr]
     m = int(np.argmin(d))
     return m, float(d[m])
 
@@ -255,24 +254,25 @@ def tidy(snapshots: Iterable[tuple[int, dict[str, np.ndarray]]], cov: ArrayLike,
                               "subspace_change", "drift_max", "plateau", "pcr_dist", "pcr_dist_rel"]}
     overlaps = []
     zero = np.zeros((D, D))
+    pcr = [theory.pcr_weights(cov, N, m, normalize="mean") for m in range(D + 1)]  # each saddle's, once
+    pcr_norm = [theory.predictor_distance(B, zero, cov, N, normalize="mean") for B in pcr]
     for i, (v, A) in enumerate(zip(values, A_all)):
         rows["loss_theory"].append(theory.loss_of_A(A, cov, N, normalize="mean"))
         overlaps.append(mode_overlaps(A, cov))
         rows["eff_rank"].append(effective_rank(A))
         rows["marginal_eff_rank"].append(_marginal_effective_rank(v["heads"]))
-        rows["numerical_rank"].append(numerical_rank(A))
         r = numerical_rank(A)
+        rows["numerical_rank"].append(r)
         rows["subspace_dist"].append(learned_subspace_distance(A, cov, r))
         rows["subspace_change"].append(subspace_distance(top_subspace(A, max(1, r)), top_subspace(A_all[i - 1],
                                                                                                    max(1, r)))
                                        if i else 0.0)
         cur = {key[5:]: val for key, val in v.items() if key.startswith("cons_")}
         rows["drift_max"].append(float(_conservation_drift(first, cur).max()))
-        m, dist = _plateau_index(A, cov, N)
+        m, dist = _plateau_index(A, pcr, cov, N)
         rows["plateau"].append(m)
         rows["pcr_dist"].append(dist)
-        ref = theory.pcr_weights(cov, N, m, normalize="mean") if m else A
-        norm = theory.predictor_distance(ref, zero, cov, N, normalize="mean")
+        norm = pcr_norm[m] if m else theory.predictor_distance(A, zero, cov, N, normalize="mean")
         rows["pcr_dist_rel"].append(dist / norm if norm > 0 else 0.0)
     table = {"step": steps}
     if lr is not None:
