@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import theory
-from ...weights import model_weights
 from ...analysis import diagnostics, events
+from ...weights import model_weights
 from .. import presets, published
 from ..output import MarkdownTable, step_number, subscript
 from ..output import words as list_words

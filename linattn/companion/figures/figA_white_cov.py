@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import theory
-from ...weights import model_weights
 from ...analysis import diagnostics, loss_curves
+from ...weights import model_weights
 from .. import presets
 from ..commands import train_command
 from ..output import MarkdownTable, by_sign, prose_text
