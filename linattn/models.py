@@ -21,6 +21,9 @@ no mask) and the model is no longer linear in a fixed feature.
 What the measures of ``diagnostics.py`` read off a model is a method of its class: ``in_context_heads()`` (each
 head's in-context matrix A_h, ŷ = bᵀ (Σ_h A_h) x_q + terms even in the labels), ``conserved_quantities()`` (the
 gradient-flow invariants of each head) and, for ATTN_M and the MLP, ``mlp_weights()`` (the two factors W₁, w₂).
+Each model inherits them, and ``key_query()``, from its weights' class in ``weights.py`` (``AttnMWeights``, …),
+where they are written once for numpy arrays and torch tensors alike: a stored run's weights are read the same way
+without torch (``weights.model_weights``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ from .normalization import token_scale
 from .weights import (  # noqa: F401
     INIT_SCHEMES,
     MODELS,
+    AttentionWeights,
+    AttnMWeights,
+    AttnSWeights,
+    MLPWeights,
     attn_m_to_mlp,
     attn_s_scales,
     check_weight_settings,
@@ -115,18 +122,6 @@ def cubic_features(X: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor
     D = X.shape[-1] - 1
     b = torch.einsum("pn,pnd->pd", X[:, :-1, D], X[:, :-1, :D]) * scale
     return (b[:, :, None] * X[:, -1, None, :D]).reshape(X.shape[0], -1)
-
-
-def _balances(**blocks: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per head, ‖a_h‖² − ‖b_h‖² for each pair of consecutive factor blocks a, b (keys "a_minus_b"), and "scale", the
-    largest ‖·‖² of the head's blocks (to make a drift relative). ŷ is multilinear in a head's factors, so
-    a_h → α a_h, b_h → b_h/α leaves it unchanged and gradient flow keeps these differences constant (paper,
-    Section 3: balanced heads stay balanced). Whole blocks, zero blocks included, for which the law is exact."""
-    sq = {name: (t.detach() ** 2).reshape(t.shape[0], -1).sum(dim=1) for name, t in blocks.items()}
-    names = list(sq)
-    out = {f"{a}_minus_{b}": sq[a] - sq[b] for a, b in zip(names, names[1:])}
-    out["scale"] = torch.stack(list(sq.values())).amax(dim=0)
-    return out
 
 
 class _Model(nn.Module):
@@ -218,8 +213,9 @@ class _Call(nn.Module):
         return getattr(self.inner, self.method)()
 
 
-class _Attention(_Model):
-    """Shared query-row computation; subclasses give the query-key bilinear form and the combined weight."""
+class _Attention(_Model, AttentionWeights):
+    """Shared query-row computation; subclasses give the query-key bilinear form and the combined weight (and, from
+    their weights' class, ``key_query()``)."""
 
     softmax: bool
     v: nn.Parameter  # (H, D+1): v_h, the last row of each head's value matrix
@@ -236,10 +232,6 @@ class _Attention(_Model):
 
     def query_projection(self, xq: torch.Tensor) -> torch.Tensor:
         """(P, H, D+1): row h is x̃_qᵀ W_KQ[h], so the score of key m in head h is its product with x̃_m."""
-        raise NotImplementedError
-
-    def key_query(self) -> torch.Tensor:
-        """(H, D+1, D+1): each head's merged key-query matrix W_KQ[h] (ATTN_S: W_Q[h]ᵀ W_K[h])."""
         raise NotImplementedError
 
     def query_weights(self, X: torch.Tensor, scale: float | torch.Tensor = 1.0) -> torch.Tensor:
@@ -291,28 +283,8 @@ class _Attention(_Model):
         """Each head's value weight on the label, v_h[D] (what ``--track_value`` records)."""
         return self.v[:, -1]
 
-    def in_context_heads(self) -> torch.Tensor:
-        """(H, D, D): head h's in-context matrix A_h, the coefficient of the part of ŷ linear in the labels.
 
-        With W = W_KQ[h] (ATTN_S: W_Q[h]ᵀ W_K[h]), x̃_q = (x_q, 0) and S split into S_xx = scale Σ_m x_m x_mᵀ (all n
-        tokens), b = S[:D, D] = scale Σ_{n≤N} y_n x_n and S_yy = scale Σ_{n≤N} y_n², head h outputs (paper Eq. 2–4)
-
-            x̃_qᵀ W S v_h = bᵀ A_h x_q + x_qᵀ W[:D, :D] S_xx v_h[:D] + (x_qᵀ W[:D, D]) S_yy v_h[D],
-            A_h = v_h[D] W[:D, :D]ᵀ + v_h[:D] W[:D, D]ᵀ.
-
-        The last two terms are even in the labels (y → −y leaves them unchanged) and carry no in-context regression.
-        For ATTN_S the first term of A_h is the paper's Σ_r v_h k_{h,r} q_{h,r}ᵀ (k = W_K[h][r, :D],
-        q = W_Q[h][r, :D]); the second needs the key's label column (W[:D, D] = W_Q[h][:, :D]ᵀ W_K[h][:, D]) and
-        v_h[:D], both zero in the theory. The jan2025 and dec2025 initialisations zero them (and for ATTN_M they stay
-        zero in the population); dec2024's ATTN_S keeps W_K's label column, and a head can then learn a direction
-        through v_h[:D] and W_K[h][:, D] instead of its key. In the reference's normalisation (scale 1) b = N β.
-        """
-        W = self.key_query()
-        D = W.shape[-1] - 1
-        return self.v[:, D, None, None] * W[:, :D, :D].transpose(1, 2) + self.v[:, :D, None] * W[:, None, :D, D]
-
-
-class AttnM(_Attention):
+class AttnM(_Attention, AttnMWeights):
     """ATTN_M: H heads with a merged key-query matrix W_KQ[h] ∈ R^{(D+1)×(D+1)}."""
 
     def __init__(self, W_KQ, W_V, softmax: bool = False):
@@ -323,9 +295,6 @@ class AttnM(_Attention):
 
     def query_projection(self, xq: torch.Tensor) -> torch.Tensor:
         return torch.einsum("pa,hab->phb", xq, self.W_KQ)
-
-    def key_query(self) -> torch.Tensor:
-        return self.W_KQ
 
     def key_query_vjp(self, g_rows: torch.Tensor) -> list[torch.Tensor]:
         return [torch.nn.functional.pad(g_rows, (0, 0, 0, 1))]  # the label row: zero
@@ -340,10 +309,6 @@ class AttnM(_Attention):
         """Φ[(a, k), (a', b), c] = δ_aa' fold[(b, c), k] (``fold_combined``): m = fold(M), M[a, b, c] =
         Σ_h W_KQ[h][a, b] v_h[c] (a < D), with a_h = W_KQ[h][:D] flattened (n_a = D(D+1)) and b_h = v_h (n_b = D+1)."""
         return _attn_m_bilinear_map(self.in_dim)
-
-    def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(W₁ (H, D²), w₂ (H,)): the MLP with the same in-context matrix while the vector blocks are zero."""
-        return attn_m_to_mlp(self.W_KQ, self.v[:, -1])
 
     def combined_jacobian(self) -> torch.Tensor:
         """J = ∂m/∂θ (F, n), written out. m is bilinear: with M[a, b, c] = Σ_h W_KQ[h][a, b] v_h[c] (a < D) and
@@ -376,12 +341,8 @@ class AttnM(_Attention):
             out[H * E * E:, :H * E * E] = cross.T
             return out
 
-    def conserved_quantities(self) -> dict[str, torch.Tensor]:
-        """Per head ‖v_h‖² − ‖W_KQ[h]‖² ("v_minus_k") and "scale" (see :func:`_balances`)."""
-        return _balances(v=self.v, k=self.W_KQ)
 
-
-class AttnS(_Attention):
+class AttnS(_Attention, AttnSWeights):
     """ATTN_S: H heads with separate query and key W_Q[h], W_K[h] ∈ R^{R×(D+1)} (rank R)."""
 
     def __init__(self, W_Q, W_K, W_V, softmax: bool = False):
@@ -393,9 +354,6 @@ class AttnS(_Attention):
 
     def query_projection(self, xq: torch.Tensor) -> torch.Tensor:
         return torch.einsum("pa,hra,hrb->phb", xq, self.W_Q, self.W_K)
-
-    def key_query(self) -> torch.Tensor:
-        return torch.bmm(self.W_Q.transpose(1, 2), self.W_K)
 
     def key_query_vjp(self, g_rows: torch.Tensor) -> list[torch.Tensor]:
         """W_KQ[h] = W_Q[h]ᵀ W_K[h] with G = ∂/∂W_KQ[h] (its label row D zero): ∂/∂W_Q[h] = W_K[h] Gᵀ (zero in column
@@ -410,13 +368,8 @@ class AttnS(_Attention):
         mask[:, :, -1] = True
         return [mask, None, None]
 
-    def conserved_quantities(self) -> dict[str, torch.Tensor]:
-        """Per head ‖v_h‖² − ‖W_K[h]‖² ("v_minus_k"), ‖W_K[h]‖² − ‖W_Q[h]‖² ("k_minus_q") and "scale"
-        (see :func:`_balances`)."""
-        return _balances(v=self.v, k=self.W_K, q=self.W_Q)
 
-
-class MLP(_Model):
+class MLP(_Model, MLPWeights):
     """Two-layer linear network on the cubic feature: ŷ = w₂ᵀ W₁ z (W₁: H×D², w₂: H)."""
 
     softmax = False
@@ -443,21 +396,9 @@ class MLP(_Model):
     def value_weights(self) -> torch.Tensor:
         return self.w2
 
-    def mlp_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.W1, self.w2
-
     def bilinear_map(self) -> np.ndarray:
         """Φ[f, i, 0] = δ_fi: m = W₁ᵀ w₂ = Σ_h W₁[h] w₂[h], with a_h = W₁[h] (n_a = D²) and b_h = w₂[h] (n_b = 1)."""
         return np.eye(self.W1.shape[1])[:, :, None]
-
-    def in_context_heads(self) -> torch.Tensor:
-        """(H, D, D): A_h = w₂[h] · reshape(W₁[h], (D, D)), so ŷ = bᵀ (Σ_h A_h) x_q exactly (z[i·D+j] = b_i x_q,j)."""
-        D = math.isqrt(self.W1.shape[1])
-        return self.w2[:, None, None] * self.W1.reshape(-1, D, D)
-
-    def conserved_quantities(self) -> dict[str, torch.Tensor]:
-        """Per head w₂[h]² − ‖W₁[h]‖² ("v_minus_k") and "scale" (see :func:`_balances`)."""
-        return _balances(v=self.w2, k=self.W1)
 
 
 #: The models of the package, as :func:`build_model` makes them (for type annotations).

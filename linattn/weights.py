@@ -1,13 +1,20 @@
 """The models' weights as arrays, without torch: which models there are, the shapes of their weights (the layout of
-``init.npz``), their initial draws per initialisation era, the checks of both, and ATTN_M's weights as the MLP's.
+``init.npz``), their initial draws per initialisation era, the checks of both, ATTN_M's weights as the MLP's, and
+what is read off a model's weights without a forward pass (:class:`ModelWeights`: the in-context matrices, the
+conserved quantities, the MLP's two factors).
 
 ``RunConfig`` validation and the theory read these without importing torch; ``models.py`` builds the torch modules
-from such arrays (and gives these names too, ``linattn.models.init_weights`` and the rest).
+from such arrays (and gives these names too, ``linattn.models.init_weights`` and the rest). Its modules are
+:class:`ModelWeights` themselves, their parameters being the weights: one formula for each reading, whether of a
+torch model or of a stored run's arrays (:func:`model_weights`).
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -165,3 +172,145 @@ def mlp_from_attn_m(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     (paper Section 4.1)."""
     W1, w2 = attn_m_to_mlp(weights["W_KQ"], weights["W_V"][:, -1, -1].copy())
     return {"W1": W1, "w2": w2}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What is read off a model's weights, on numpy arrays and torch tensors alike
+# --------------------------------------------------------------------------------------------------------------
+
+def _namespace(a) -> Any:
+    """The array library of ``a``: torch for a torch tensor (imported already, since the tensor exists), else numpy."""
+    return sys.modules["torch"] if type(a).__module__.startswith("torch") else np
+
+
+def _batched_product(a, b):
+    """a[h] @ b[h] for each h: torch's ``bmm`` for tensors (the kernel ``@`` dispatches to, without its few
+    microseconds of reshaping, which a training step would pay), ``@`` for numpy arrays."""
+    return a.bmm(b) if hasattr(a, "bmm") else a @ b
+
+
+def _balances(**blocks) -> dict[str, Any]:
+    """Per head, ‖a_h‖² − ‖b_h‖² for each pair of consecutive factor blocks a, b (keys "a_minus_b"), and "scale", the
+    largest ‖·‖² of the head's blocks (to make a drift relative). ŷ is multilinear in a head's factors, so
+    a_h → α a_h, b_h → b_h/α leaves it unchanged and gradient flow keeps these differences constant (paper,
+    Section 3: balanced heads stay balanced). Whole blocks, zero blocks included, for which the law is exact."""
+    sq = {name: (t ** 2).reshape(t.shape[0], -1).sum(axis=1) for name, t in blocks.items()}
+    names = list(sq)
+    out = {f"{a}_minus_{b}": sq[a] - sq[b] for a, b in zip(names, names[1:])}
+    xp = _namespace(sq[names[0]])
+    out["scale"] = xp.amax(xp.stack(list(sq.values())), axis=0)
+    return out
+
+
+class ModelWeights:
+    """A model as its weights — numpy arrays or torch tensors alike — and what is read off them without a forward
+    pass: ``in_context_heads()`` (each head's in-context matrix A_h, ŷ = bᵀ (Σ_h A_h) x_q + terms even in the
+    labels), ``conserved_quantities()`` (the gradient-flow invariants of each head) and, for ATTN_M and the MLP,
+    ``mlp_weights()`` (the two factors W₁, w₂). Each reading returns arrays of the weights' kind.
+
+    The torch models of ``models.py`` are these, their parameters being the weights (a reading of a model then
+    records an autograd graph, as any product of its parameters); :func:`model_weights` makes one of the arrays of
+    a run (the layout of ``init.npz``) without importing torch. ``analysis.diagnostics`` reads either."""
+
+
+class AttentionWeights(ModelWeights):
+    """The readings that ATTN_M and ATTN_S share: through each head's merged key-query matrix ``key_query()`` and
+    v_h (``v``, (H, D+1): the last row of each head's value matrix)."""
+
+    v: Any
+
+    def key_query(self):
+        """(H, D+1, D+1): each head's merged key-query matrix W_KQ[h] (ATTN_S: W_Q[h]ᵀ W_K[h])."""
+        raise NotImplementedError
+
+    def in_context_heads(self):
+        """(H, D, D): head h's in-context matrix A_h, the coefficient of the part of ŷ linear in the labels.
+
+        With W = W_KQ[h] (ATTN_S: W_Q[h]ᵀ W_K[h]), x̃_q = (x_q, 0) and S split into S_xx = scale Σ_m x_m x_mᵀ (all n
+        tokens), b = S[:D, D] = scale Σ_{n≤N} y_n x_n and S_yy = scale Σ_{n≤N} y_n², head h outputs (paper Eq. 2–4)
+
+            x̃_qᵀ W S v_h = bᵀ A_h x_q + x_qᵀ W[:D, :D] S_xx v_h[:D] + (x_qᵀ W[:D, D]) S_yy v_h[D],
+            A_h = v_h[D] W[:D, :D]ᵀ + v_h[:D] W[:D, D]ᵀ.
+
+        The last two terms are even in the labels (y → −y leaves them unchanged) and carry no in-context regression.
+        For ATTN_S the first term of A_h is the paper's Σ_r v_h k_{h,r} q_{h,r}ᵀ (k = W_K[h][r, :D],
+        q = W_Q[h][r, :D]); the second needs the key's label column (W[:D, D] = W_Q[h][:, :D]ᵀ W_K[h][:, D]) and
+        v_h[:D], both zero in the theory. The jan2025 and dec2025 initialisations zero them (and for ATTN_M they stay
+        zero in the population); dec2024's ATTN_S keeps W_K's label column, and a head can then learn a direction
+        through v_h[:D] and W_K[h][:, D] instead of its key. In the reference's normalisation (scale 1) b = N β.
+        """
+        W = self.key_query()
+        D = W.shape[-1] - 1
+        return self.v[:, D, None, None] * W[:, :D, :D].swapaxes(1, 2) + self.v[:, :D, None] * W[:, None, :D, D]
+
+
+class AttnMWeights(AttentionWeights):
+    """ATTN_M's weights: each head's merged key-query matrix W_KQ (H, D+1, D+1) and v (H, D+1)."""
+
+    W_KQ: Any
+
+    def __init__(self, W_KQ, v):
+        self.W_KQ, self.v = W_KQ, v
+
+    def key_query(self):
+        return self.W_KQ
+
+    def conserved_quantities(self) -> dict[str, Any]:
+        """Per head ‖v_h‖² − ‖W_KQ[h]‖² ("v_minus_k") and "scale" (see :func:`_balances`)."""
+        return _balances(v=self.v, k=self.W_KQ)
+
+    def mlp_weights(self) -> tuple[Any, Any]:
+        """(W₁ (H, D²), w₂ (H,)): the MLP with the same in-context matrix while the vector blocks are zero."""
+        return attn_m_to_mlp(self.W_KQ, self.v[:, -1])
+
+
+class AttnSWeights(AttentionWeights):
+    """ATTN_S's weights: each head's query and key W_Q, W_K (H, R, D+1) and v (H, D+1)."""
+
+    W_Q: Any
+    W_K: Any
+
+    def __init__(self, W_Q, W_K, v):
+        self.W_Q, self.W_K, self.v = W_Q, W_K, v
+
+    def key_query(self):
+        return _batched_product(self.W_Q.swapaxes(1, 2), self.W_K)
+
+    def conserved_quantities(self) -> dict[str, Any]:
+        """Per head ‖v_h‖² − ‖W_K[h]‖² ("v_minus_k"), ‖W_K[h]‖² − ‖W_Q[h]‖² ("k_minus_q") and "scale"
+        (see :func:`_balances`)."""
+        return _balances(v=self.v, k=self.W_K, q=self.W_Q)
+
+
+class MLPWeights(ModelWeights):
+    """The MLP's weights on the cubic feature: W1 (H, D²) and w2 (H,), ŷ = w₂ᵀ W₁ z."""
+
+    W1: Any
+    w2: Any
+
+    def __init__(self, W1, w2):
+        self.W1, self.w2 = W1, w2
+
+    def in_context_heads(self):
+        """(H, D, D): A_h = w₂[h] · reshape(W₁[h], (D, D)), so ŷ = bᵀ (Σ_h A_h) x_q exactly (z[i·D+j] = b_i x_q,j)."""
+        D = math.isqrt(self.W1.shape[1])
+        return self.w2[:, None, None] * self.W1.reshape(-1, D, D)
+
+    def conserved_quantities(self) -> dict[str, Any]:
+        """Per head w₂[h]² − ‖W₁[h]‖² ("v_minus_k") and "scale" (see :func:`_balances`)."""
+        return _balances(v=self.w2, k=self.W1)
+
+    def mlp_weights(self) -> tuple[Any, Any]:
+        return self.W1, self.w2
+
+
+def model_weights(model: str, weights: Mapping[str, ArrayLike]) -> ModelWeights:
+    """``model`` ("attnM", "attnS" or "mlp") as its ``weights`` in the layout of ``init.npz`` (checked as
+    :func:`check_weights` checks them; v_h is the last row of W_V[h]): what the diagnostics read off a run's stored
+    weights, without building its torch model."""
+    w = check_weights(model, dict(weights))
+    if model == "attnM":
+        return AttnMWeights(w["W_KQ"], w["W_V"][:, -1])
+    if model == "attnS":
+        return AttnSWeights(w["W_Q"], w["W_K"], w["W_V"][:, -1])
+    return MLPWeights(w["W1"], w["w2"])

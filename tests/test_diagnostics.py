@@ -17,6 +17,7 @@ from linattn.config import RunConfig
 from linattn.data import streams
 from linattn.models import build_model, init_weights
 from linattn.training.experiment import run
+from linattn.weights import model_weights
 
 N = 31
 SPEC4 = (0.4, 0.3, 0.2, 0.1)
@@ -287,6 +288,30 @@ def test_models_carry_their_measures_and_other_models_raise_type_error():
             measure(Other())
     with pytest.raises(TypeError, match="AttnS has no mlp_weights"):
         dg.attn_m_effective_a0(attn_s, cov, 7, normalize="sum")
+
+
+@pytest.mark.parametrize("model, rank", [("attnM", 1), ("attnS", 2), ("mlp", 1)])
+def test_the_readings_of_weight_arrays_are_the_torch_models(model, rank):
+    """What the diagnostics read off a model is the same from its weight arrays (``model_weights``: numpy, no torch)
+    as from its torch module, up to the order of a sum's terms; dec2024's ATTN_S keeps the key's label column and
+    the vector blocks are set, so every term of A_h counts."""
+    w = init_weights(model, head_num=3, in_dim=3, rank=rank, init=0.5, init_scheme="dec2024", rng=streams(4, 0))
+    if model != "mlp":
+        w["W_V"][:, -1, :3] = streams(5, 0).normal(0.0, 0.5, (3, 3))
+    net, arrays = build_model(model, w), model_weights(model, w)
+    assert isinstance(arrays.in_context_heads(), np.ndarray)
+    assert np.allclose(dg.head_matrices(arrays), dg.head_matrices(net), rtol=1e-14, atol=1e-15)
+    assert np.abs(dg.head_matrices(arrays)).min() > 0  # no term left out by a zero block
+    torch_laws, array_laws = dg.conserved_quantities(net), dg.conserved_quantities(arrays)
+    assert array_laws.keys() == torch_laws.keys()
+    assert all(np.allclose(array_laws[k], torch_laws[k], rtol=1e-14, atol=1e-15) for k in torch_laws)
+    cov = np.diag([0.5, 0.3, 0.2])
+    if model == "attnS":
+        with pytest.raises(TypeError, match="AttnSWeights has no mlp_weights"):
+            dg.attn_m_effective_a0(arrays, cov, 7, normalize="sum")
+    else:
+        assert dg.attn_m_effective_a0(arrays, cov, 7, normalize="sum") == pytest.approx(
+            dg.attn_m_effective_a0(net, cov, 7, normalize="sum"), rel=1e-14)
 
 
 def test_in_eigenbasis_and_mode_overlaps():

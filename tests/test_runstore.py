@@ -225,6 +225,24 @@ def test_snapshots_of_passes_keyword_arguments(tmp_path):
     assert all(x == pytest.approx(3.0 * y) for (_, x), (_, y) in zip(scaled, plain))
 
 
+def test_snapshots_of_weight_arrays_read_what_the_rebuilt_models_do(tmp_path):
+    """``snapshots_of(fn, arrays=True)`` hands ``fn`` each snapshot's weight arrays (no torch model built): the
+    diagnostics read the same numbers off them as off the rebuilt models, keyword arguments passed on."""
+    from linattn.analysis import diagnostics
+    from linattn.weights import AttnSWeights
+
+    stored = RunStore(tmp_path).get(CFG, snapshot_every=EVERY)
+    snap = diagnostics.snapshot_fn(CFG.N, normalize=CFG.normalize)
+    read, built = stored.snapshots_of(snap, arrays=True), stored.snapshots_of(snap)
+    assert [s for s, _ in read] == [s for s, _ in built] == [s for s, _ in stored.history.snapshots]
+    assert all(a.keys() == b.keys() and all(np.allclose(a[k], b[k], rtol=1e-13, atol=1e-16) for k in a)
+               for (_, a), (_, b) in zip(read, built))
+    kinds = stored.snapshots_of(lambda m, factor: (type(m), factor * float(np.abs(m.v).sum())), arrays=True,
+                                factor=3.0)
+    assert all(kind is AttnSWeights for _, (kind, _) in kinds)
+    assert kinds[-1][1][1] == pytest.approx(3.0 * np.abs(stored.weights["W_V"][:, -1]).sum(), rel=1e-12)
+
+
 def test_a_stored_run_is_read_once_per_array(tmp_path):
     """Reading an entry back reads each snapshot array once: every snapshot is a view of the same array (a fresh
     read per snapshot made memory grow with the square of the snapshots: Figure 3a's six runs took 23 GB)."""

@@ -13,8 +13,9 @@ laws) applied to this project's models. Record them during training with
 All matrices A are in the βᵀ A x_q form of ``theory.py`` and, inside snapshots and tables, in the **paper's
 normalisation** (a reference-normalised model's A is multiplied by N), so they compare directly with
 ``theory.fixed_point_A(..., normalize="mean")``. What is read off a model comes from its class's methods
-(``models.py``: ``in_context_heads``, ``conserved_quantities``, ``mlp_weights``); a model without the method raises
-TypeError.
+(``weights.ModelWeights``: ``in_context_heads``, ``conserved_quantities``, ``mlp_weights``), which a torch model of
+``models.py`` and a run's stored weight arrays (``weights.model_weights``, read without torch) share; a model without
+the method raises TypeError.
 """
 
 from __future__ import annotations
@@ -26,16 +27,20 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import theory
+from ..weights import model_weights
 
 if TYPE_CHECKING:
-    from ..models import Model
+    from ..weights import ModelWeights  # a torch model of models.py is one too
 
 # --------------------------------------------------------------------------------------------------------------
 # The in-context matrix of a model
 # --------------------------------------------------------------------------------------------------------------
 
 def _np(t) -> np.ndarray:
-    return t.detach().to("cpu").double().numpy()
+    """A reading as a float64 numpy array (a torch tensor detached and brought to the CPU first)."""
+    if hasattr(t, "detach"):
+        t = t.detach().to("cpu")
+    return np.asarray(t, dtype=np.float64)
 
 
 def _from_model(model, method: str):
@@ -43,11 +48,11 @@ def _from_model(model, method: str):
     fn = getattr(model, method, None)
     if not callable(fn):
         raise TypeError(f"a {type(model).__name__} has no {method}(): the diagnostics cover the models of "
-                        f"linattn.models (AttnM, AttnS, MLP)")
+                        f"linattn.models (AttnM, AttnS, MLP) and their weights (linattn.weights.model_weights)")
     return fn()
 
 
-def head_matrices(model: Model) -> np.ndarray:
+def head_matrices(model: ModelWeights) -> np.ndarray:
     """(H, D, D): each head's in-context matrix A_h as the model's weights are (``model.in_context_heads()``).
 
     ŷ = bᵀ (Σ_h A_h) x_q + terms even in the labels, b = scale Σ_{n≤N} y_n x_n; for attention
@@ -57,7 +62,7 @@ def head_matrices(model: Model) -> np.ndarray:
     return _np(_from_model(model, "in_context_heads"))
 
 
-def combined_A(model: Model, N: int | None = None, *, normalize: str) -> np.ndarray:
+def combined_A(model: ModelWeights, N: int | None = None, *, normalize: str) -> np.ndarray:
     """A = Σ_h A_h in the paper's normalisation: ŷ = βᵀ A x_q + terms even in the labels, β = (1/N) Σ y_n x_n.
     The model's own A for ``normalize="mean"``, N times it for ``"sum"`` (which then needs ``N``)."""
     if normalize == "sum" and N is None:
@@ -65,7 +70,7 @@ def combined_A(model: Model, N: int | None = None, *, normalize: str) -> np.ndar
     return head_matrices(model).sum(axis=0) * theory.feature_scale(N or 0, normalize=normalize)  # N: checked above
 
 
-def white_sigma(model: Model, N: int | None = None, *, normalize: str) -> float:
+def white_sigma(model: ModelWeights, N: int | None = None, *, normalize: str) -> float:
     """σ = tr(A)/D for the combined A (:func:`combined_A`, paper normalisation): the one number the white-covariance
     theory tracks, where A stays a multiple σ I of the identity (``theory.white_sigma``, Appendix)."""
     A = combined_A(model, N, normalize=normalize)
@@ -182,7 +187,7 @@ def numerical_rank(A: ArrayLike, rel_tol: float = 0.05) -> int:
 # Conservation laws
 # --------------------------------------------------------------------------------------------------------------
 
-def conserved_quantities(model: Model) -> dict[str, np.ndarray]:
+def conserved_quantities(model: ModelWeights) -> dict[str, np.ndarray]:
     """Per head, the quantities gradient flow keeps constant (``model.conserved_quantities()``, from the rescaling
     symmetry of each head's factors). ATTN_S: ‖v_h‖² − ‖W_K[h]‖², ‖W_K[h]‖² − ‖W_Q[h]‖² ("v_minus_k",
     "k_minus_q"); ATTN_M: ‖v_h‖² − ‖W_KQ[h]‖²; MLP: w₂[h]² − ‖W₁[h]‖² (both "v_minus_k"); and "scale", the largest
@@ -202,7 +207,7 @@ def _conservation_drift(first: dict, current: dict) -> np.ndarray:
 # Snapshots and tidy tables
 # --------------------------------------------------------------------------------------------------------------
 
-def snapshot_fn(N: int, *, normalize: str) -> Callable[[Model], dict[str, np.ndarray]]:
+def snapshot_fn(N: int, *, normalize: str) -> Callable[[ModelWeights], dict[str, np.ndarray]]:
     """A ``snapshot(model)`` for ``gradient_descent``/``run``: the head matrices in the paper's normalisation (times N
     for ``normalize="sum"``) and the conserved quantities. Cheap (a few small arrays), so it can be recorded often."""
     factor = theory.feature_scale(N, normalize=normalize)
@@ -219,25 +224,23 @@ def snapshot_heads(result, *, before: int | None = None) -> tuple[np.ndarray, np
     """(steps, heads): the steps of ``result``'s weight snapshots (those below ``before``, default all) and each one's
     head matrices A_h in the paper's normalisation, (snapshot, H, D, D): the ``"heads"`` :func:`snapshot_fn` records,
     read at once. A_h depends on head h's own weights alone, so every snapshot's heads are read as the heads of one
-    model (its weights stacked along the head axis) instead of one model per snapshot."""
-    from ..models import build_model
-
+    model (its weights stacked along the head axis) instead of one model per snapshot, from the weight arrays
+    (:func:`linattn.weights.model_weights`: no torch model is built)."""
     cfg = result.config
     snaps = [(s, w) for s, w in result.history.snapshots if before is None or s < before]
     steps = np.array([s for s, _ in snaps], dtype=np.int64)
     if not snaps:
         return steps, np.empty((0, cfg.head_num, cfg.in_dim, cfg.in_dim))
     stacked = {n: np.concatenate([np.asarray(w[n]) for _, w in snaps]) for n in snaps[0][1]}
-    heads = head_matrices(build_model(cfg.model, stacked, softmax=cfg.softmax))
+    heads = head_matrices(model_weights(cfg.model, stacked))
     factor = theory.feature_scale(cfg.N, normalize=cfg.normalize)
     return steps, heads.reshape(len(snaps), -1, *heads.shape[1:]) * factor
 
 
-def _plateau_index(A, cov, N) -> tuple[int, float]:
-    """The plateau M_m whose PCR predictor is nearest to A, and that distance (mean squared prediction gap)."""
-    D = np.asarray(A).shape[0]
-    d = [theory.predictor_distance(A, theory.pcr_weights(cov, N, m, normalize="mean"), cov, N, normalize="mean")
-         for m in range(D + 1)]
+def _plateau_index(A, pcr: list, cov, N) -> tuple[int, float]:
+    """The plateau M_m whose PCR predictor (``pcr[m]``, ``theory.pcr_weights``) is nearest to A, and that distance
+    (mean squared prediction gap)."""
+    d = [theory.predictor_distance(A, B, cov, N, normalize="mean") for B in pcr]
     m = int(np.argmin(d))
     return m, float(d[m])
 
@@ -269,24 +272,25 @@ def tidy(snapshots: Iterable[tuple[int, dict[str, np.ndarray]]], cov: ArrayLike,
                               "subspace_change", "drift_max", "plateau", "pcr_dist", "pcr_dist_rel"]}
     overlaps = []
     zero = np.zeros((D, D))
+    pcr = [theory.pcr_weights(cov, N, m, normalize="mean") for m in range(D + 1)]  # each saddle's, once
+    pcr_norm = [theory.predictor_distance(B, zero, cov, N, normalize="mean") for B in pcr]
     for i, (v, A) in enumerate(zip(values, A_all)):
         rows["loss_theory"].append(theory.loss_of_A(A, cov, N, normalize="mean"))
         overlaps.append(mode_overlaps(A, cov))
         rows["eff_rank"].append(effective_rank(A))
         rows["marginal_eff_rank"].append(_marginal_effective_rank(v["heads"]))
-        rows["numerical_rank"].append(numerical_rank(A))
         r = numerical_rank(A)
+        rows["numerical_rank"].append(r)
         rows["subspace_dist"].append(learned_subspace_distance(A, cov, r))
         rows["subspace_change"].append(subspace_distance(top_subspace(A, max(1, r)), top_subspace(A_all[i - 1],
                                                                                                    max(1, r)))
                                        if i else 0.0)
         cur = {key[5:]: val for key, val in v.items() if key.startswith("cons_")}
         rows["drift_max"].append(float(_conservation_drift(first, cur).max()))
-        m, dist = _plateau_index(A, cov, N)
+        m, dist = _plateau_index(A, pcr, cov, N)
         rows["plateau"].append(m)
         rows["pcr_dist"].append(dist)
-        ref = theory.pcr_weights(cov, N, m, normalize="mean") if m else A
-        norm = theory.predictor_distance(ref, zero, cov, N, normalize="mean")
+        norm = pcr_norm[m] if m else theory.predictor_distance(A, zero, cov, N, normalize="mean")
         rows["pcr_dist_rel"].append(dist / norm if norm > 0 else 0.0)
     table = {"step": steps}
     if lr is not None:
@@ -298,7 +302,7 @@ def tidy(snapshots: Iterable[tuple[int, dict[str, np.ndarray]]], cov: ArrayLike,
     return table
 
 
-def attn_m_effective_a0(model: Model, cov: ArrayLike, N: int, *, normalize: str) -> float:
+def attn_m_effective_a0(model: ModelWeights, cov: ArrayLike, N: int, *, normalize: str) -> float:
     """The initial product a0 that feeds ``theory.attn_m_drop_time`` for a random small ATTN_M (or MLP) start.
 
     In the linear regime u = W₁ê and w₂ obey τ u̇ = s w₂, τ ẇ₂ = s u, so a = w₂ᵀu ≈ ¼‖u(0) + w₂(0)‖² e^{2st/τ} once
@@ -312,7 +316,7 @@ def attn_m_effective_a0(model: Model, cov: ArrayLike, N: int, *, normalize: str)
     return float(0.25 * np.sum((u + w2 * factor) ** 2))
 
 
-def attn_m_drop_step(model: Model, cov: ArrayLike, N: int, *, lr: float, normalize: str) -> float:
+def attn_m_drop_step(model: ModelWeights, cov: ArrayLike, N: int, *, lr: float, normalize: str) -> float:
     """The GD step of ATTN_M's (or the MLP's) half-drop predicted from the model's current (initial) weights.
 
     a0 from :func:`attn_m_effective_a0`, the half-drop time t/τ from ``theory.attn_m_drop_time`` (the logistic

@@ -16,6 +16,7 @@ import numpy as np
 from .. import data as data_mod
 from ..config import RunConfig
 from ..records import atomic_write, provenance, write_csv, write_json
+from ..weights import model_weights
 from .plan import draw_checked
 from .train import History
 
@@ -82,9 +83,14 @@ class RunResult:
             self._model = build_model(self.config.model, self.weights, softmax=self.config.softmax)
         return self._model
 
-    def snapshots_of(self, fn: Callable, **kwargs: Any) -> list:
+    def snapshots_of(self, fn: Callable, /, *, arrays: bool = False, **kwargs: Any) -> list:
         """``[(step, fn(model, **kwargs))]`` for each weight snapshot, the model rebuilt from it: what
-        ``linattn.run(..., snapshot=fn)`` would have recorded."""
+        ``linattn.run(..., snapshot=fn)`` would have recorded. With ``arrays=True`` ``fn`` is handed the snapshot's
+        weights instead (``weights.model_weights``: numpy arrays and what is read off them, e.g. the in-context
+        matrices and conserved quantities of ``analysis.diagnostics``), which needs no torch; the same numbers as of
+        the torch model, up to the order of a sum's terms (about 1e-16 relative)."""
+        if arrays:
+            return [(s, fn(model_weights(self.config.model, w), **kwargs)) for s, w in self.history.snapshots]
         from ..models import build_model
 
         return [(s, fn(build_model(self.config.model, w, softmax=self.config.softmax), **kwargs))

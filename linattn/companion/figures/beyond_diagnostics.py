@@ -59,7 +59,7 @@ def compute(S: dict):
     res = seed_run(runs(S), S)
     cfg, cov = res.config, res.datasets.cov
     N, D = cfg.N, cov.shape[0]
-    snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize))
+    snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize), arrays=True)
     tab = diagnostics.tidy(snapshots, cov, N, lr=cfg.lr, normalize=cfg.normalize, model=cfg.model)
     levels = theory.plateau_losses(cov, N)
     loss = res.history.train_loss

@@ -48,7 +48,7 @@ def compute(S: dict):
     res = seed_run(runs(S), S)
     cfg, cov = res.config, res.datasets.cov
     N = cfg.N
-    snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize))
+    snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize), arrays=True)
     lam = theory.spectrum(cov)[0]
     D = len(lam)
     step = np.array([s for s, _ in snapshots])

@@ -17,6 +17,7 @@ import numpy as np
 from ... import mlp_from_attn_m, theory
 from ...analysis import diagnostics, loss_curves
 from ...config import RunConfig
+from ...weights import model_weights
 from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import by_sign, prose_text
@@ -67,8 +68,6 @@ def compute(S: dict):
     settings, seed, engine and each run's settings as attributes."""
     import xarray as xr
 
-    from ...models import build_model  # torch: imported by the function that builds a model
-
     done = train(runs(S), S)
     attn = done["attn_m"]
     cov, N = attn.datasets.cov, attn.config.N
@@ -77,7 +76,7 @@ def compute(S: dict):
     twins = {k: population_twin(done[k]).history.train_loss for k in ("attn_m", "mlp_own_init")}
     population = np.stack([twins.get(k, twins["attn_m"]) for k in MODELS])  # matched MLP: ATTN_M's start
     found = [loss_curves.detect_plateaus(L) for L in loss]
-    estimate = [diagnostics.attn_m_drop_step(build_model(r.config.model, r.init), cov, N, lr=S["lr"],
+    estimate = [diagnostics.attn_m_drop_step(model_weights(r.config.model, r.init), cov, N, lr=S["lr"],
                                              normalize=attn.config.normalize) for r in done.values()]
     estimate[MODELS.index("mlp_matched_init")] = estimate[0]  # the same function of the same start
     ds = xr.Dataset(

@@ -17,6 +17,7 @@ import numpy as np
 
 from ... import theory
 from ...analysis import diagnostics, events
+from ...weights import model_weights
 from .. import presets, published
 from ..output import MarkdownTable, step_number, subscript
 from ..output import words as list_words
@@ -58,7 +59,7 @@ def compute(S: dict):
     D = len(lam)
     v_final = theory.final_value_weights(cov, N, normalize="mean")  # paper normalisation, decreasing λ
     t = theory.steps_to_time(step, cfg.lr, normalize=cfg.normalize, model=cfg.model, N=N)
-    direction = diagnostics.head_direction(diagnostics.head_matrices(res.model), cov)
+    direction = diagnostics.head_direction(diagnostics.head_matrices(model_weights(cfg.model, res.weights)), cov)
     values = res.history.values * theory.weight_scale_to_paper(cfg.model, N, normalize=cfg.normalize)
     values = values * np.sign(values[-1])  # final value positive (v k qᵀ is unchanged when v and k both flip)
     H = values.shape[1]

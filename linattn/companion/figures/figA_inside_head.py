@@ -52,7 +52,7 @@ def compute(S: dict):
     res, = train(runs(S), S).values()
     cfg, step, loss = res.config, res.history.step, res.history.train_loss
     cov, N = res.datasets.cov, cfg.N
-    snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize))
+    snapshots = res.snapshots_of(diagnostics.snapshot_fn(N, normalize=cfg.normalize), arrays=True)
     snap_steps = np.array([s for s, _ in snapshots])
     heads = np.array([v["heads"] for _, v in snapshots])  # (snapshots, H, D, D), paper normalisation
     fraction = events.direction_fractions(heads, cov, N)

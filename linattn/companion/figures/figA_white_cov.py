@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import theory
 from ...analysis import diagnostics, loss_curves
+from ...weights import model_weights
 from .. import presets
 from ..commands import train_command
 from ..output import MarkdownTable, by_sign, prose_text
@@ -52,14 +53,13 @@ def compute(S: dict):
     ``loss_star`` (1 − 1/c) and ``sigma_final_theory`` (D/c)."""
     import xarray as xr
 
-    from ...models import build_model  # torch: imported by the function that builds a model
-
     done = list(train(runs(S), S).values())  # one per seed
     D, N = S["in_dim"], done[0].config.N
     kappa, c = 1.0 / D, theory.white_c(D, N)
     # the losses' steps and the snapshots' (the last snapshot holds the weights after the last step, whose loss is
     # not recorded: NaN there)
-    snapshots = [r.snapshots_of(diagnostics.white_sigma, N=N, normalize=r.config.normalize) for r in done]  # tr A/D
+    snapshots = [r.snapshots_of(diagnostics.white_sigma, arrays=True, N=N, normalize=r.config.normalize)
+                 for r in done]  # tr A/D
     trained = done[0].history.step
     step = np.union1d(trained, [s for snaps in snapshots for s, _ in snaps]).astype(trained.dtype)
     t = theory.steps_to_time(step, S["lr"], normalize="sum", model="attnM", N=N)
@@ -67,7 +67,7 @@ def compute(S: dict):
     per_seed: dict[str, list] = {k: [] for k in ("loss", "loss_theory", "sigma_theory", "sigma", "a0", "final_sigma",
                                                  "drop", "drop_theory", "drop_population")}
     for r, snaps in zip(done, snapshots):
-        cov, model = r.datasets.cov, build_model("attnM", r.init)
+        cov, model = r.datasets.cov, model_weights("attnM", r.init)
         a0 = diagnostics.attn_m_effective_a0(model, cov, N, normalize="sum")
         sigma_theory = theory.white_sigma(t, D, N, np.sqrt(a0), kappa=kappa)
         loss, sigma = np.full(len(step), np.nan), np.full(len(step), np.nan)
