@@ -223,8 +223,8 @@ def _check_values(folder: Path, history: History) -> None:
     values = history.values
     if (folder / VALUES).is_file() and (values is None or values.dtype != np.float64 or values.ndim != 2
                                         or len(values) != len(history.step)):
-        shape = None if values is None else (values.dtype, values.shape)
-        raise DamagedEntry(f"{VALUES} holds {shape}, not a float64 row for each of loss.csv's {len(history.step)} "
+        held = "nothing" if values is None else f"{values.dtype} of shape {values.shape}"
+        raise DamagedEntry(f"{VALUES} holds {held}, not a float64 row for each of loss.csv's {len(history.step)} "
                            "rows")
 
 
