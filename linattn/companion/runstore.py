@@ -21,7 +21,8 @@ value weights v_h[D], one float64 row per step (H columns), which a run folder o
 ``value_h`` columns. ``loss.csv`` keeps the step and the losses, the numbers a reader looks at, as the shortest text
 of each float64; the value weights (H of a row's 2 + H numbers, which the store records for every run and few
 figures read) go binary, exactly, because writing a float as its shortest text costs about 0.5 µs (an entry of
-150 001 steps and 9 heads: 0.7 s as text, milliseconds as ``values.npy``). Each entry is written
+150 001 steps of 9 heads: its ``loss.csv`` takes 0.69 s to write with them, 0.09 s without; ``values.npy`` 2 ms).
+Each entry is written
 into a temporary folder and renamed into place; a lock file per key makes notebooks that execute at the same time
 wait for each other rather than train the same run twice. ``trainings.jsonl`` in the store logs every request and
 whether it trained, so a build can say how many runs it trained.
