@@ -279,7 +279,8 @@ def _last_loss_edited(path: Path) -> None:
 FAULTS = {"truncated weights.npz": ("weights.npz", _truncate),
           "garbage run.json": ("run.json", lambda p: p.write_text("{'not': json")),
           "loss.csv cut short": ("loss.csv", _cut_short),
-          "last loss edited to 0.5": ("loss.csv", _last_loss_edited)}
+          "last loss edited to 0.5": ("loss.csv", _last_loss_edited),
+          "truncated values.npy": ("values.npy", _truncate)}
 
 
 def _files(folder: Path) -> dict:
@@ -325,7 +326,7 @@ def test_every_file_of_an_entry_is_digested(tmp_path):
     info = json.loads((folder / "run.json").read_text())
     files = {p.name for p in folder.iterdir()}
     assert set(info["digests"]) == files and files >= {"loss.csv", "run.json", "init.npz", "weights.npz",
-                                                       "snapshots.npz", "checkpoints.npz"}
+                                                       "snapshots.npz", "checkpoints.npz", "values.npy"}
     assert info["digests"]["weights.npz"] == hashlib.sha256((folder / "weights.npz").read_bytes()).hexdigest()
     info["final_train_loss"] = 0.5  # run.json's own content is digested too
     (folder / "run.json").write_text(json.dumps(info))
@@ -383,6 +384,46 @@ def test_an_entry_whose_loss_csv_disagrees_with_its_run_json_is_set_aside(tmp_pa
     add_digests(folder)
     with pytest.warns(KnownFallback, match=re.escape(f"last train loss 0.01 is not run.json's final_train_loss "
                                                      f"{recorded!r}")):
+        assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).trained_steps == SMALL.epoch
+    assert len(list((tmp_path / QUARANTINE).iterdir())) == 1
+
+
+def test_an_entry_keeps_its_value_weights_exactly_in_values_npy(tmp_path):
+    """Issue 47: loss.csv holds the step and the losses as text; the value weights, which the store records for every
+    run, are in values.npy, bit for bit those of a direct run with track_value, and served as such."""
+    direct = linattn.run(replace(SMALL, track_value=True), progress=False)
+    stored = RunStore(tmp_path).get(replace(SMALL, track_value=True), snapshot_every=EVERY)
+    folder = tmp_path / stored.key
+    assert (folder / "loss.csv").read_text().splitlines()[0] == "step,train_loss"
+    values = np.load(folder / "values.npy")
+    assert values.dtype == np.float64 and np.array_equal(values, direct.history.values)
+    assert np.array_equal(stored.history.values, direct.history.values)
+    assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).history.values is None  # not asked for
+
+
+def test_an_entry_with_its_value_weights_in_loss_csv_is_served_as_it_is(tmp_path):
+    """An entry written before values.npy (the value weights as loss.csv's value_h columns) is read, not retrained."""
+    from linattn.companion.runstore import add_digests
+    from linattn.records import write_csv
+
+    folder = tmp_path / RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+    direct = linattn.run(replace(SMALL, track_value=True), progress=False)
+    write_csv(folder / "loss.csv", direct.history.columns(), exact=True)
+    (folder / "values.npy").unlink()
+    add_digests(folder)
+    served = _served_quietly(tmp_path, replace(SMALL, track_value=True))
+    assert served.trained_steps == 0 and np.array_equal(served.history.values, direct.history.values)
+    assert np.array_equal(served.history.train_loss, direct.history.train_loss)
+
+
+def test_value_weights_that_do_not_fit_the_history_are_set_aside(tmp_path):
+    """values.npy with a row too few, signed again (digests recomputed): the entry is set aside and trained again."""
+    from linattn.companion.runstore import add_digests
+
+    folder = tmp_path / RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).key
+    np.save(folder / "values.npy", np.load(folder / "values.npy")[:-1])
+    add_digests(folder)
+    with pytest.warns(KnownFallback, match=re.escape(f"values.npy holds float64 of shape ({SMALL.epoch - 1}, 3)")):
         assert RunStore(tmp_path).get(SMALL, snapshot_every=EVERY).trained_steps == SMALL.epoch
     assert len(list((tmp_path / QUARANTINE).iterdir())) == 1
 

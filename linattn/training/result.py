@@ -200,7 +200,8 @@ def load_run(out_dir: str | os.PathLike[str]) -> RunResult:
     """Read a run folder back into a :class:`RunResult`: what ``linattn train --out``, :func:`write_outputs`, a
     sweep's run or a run-store entry holds (:func:`write_outputs` says what each file is).
 
-    ``loss.csv`` and ``run.json`` must be there (FileNotFoundError otherwise); the weights, snapshots and
+    ``loss.csv`` and ``run.json`` must be there (FileNotFoundError otherwise); the weights, snapshots, the value
+    weights of a run-store entry (``values.npy``, in place of ``loss.csv``'s ``value_h`` columns) and
     ``data.npz`` are read when present (``init``, ``weights`` None when not). ``datasets`` come from ``data.npz``,
     or are drawn again on first use where the run drew them; ``model`` is rebuilt from ``weights`` when asked for.
     """
@@ -211,6 +212,8 @@ def load_run(out_dir: str | os.PathLike[str]) -> RunResult:
     info = json.loads((out / "run.json").read_text(encoding="utf-8"))
     cfg = RunConfig.from_dict(info["settings"])
     history = _read_history(out / "loss.csv", info.get("train_time_s", 0.0))
+    if (out / "values.npy").is_file():  # a run store entry's value weights, kept out of its loss.csv
+        history.values = np.load(out / "values.npy", allow_pickle=False)
     if (out / "snapshots.npz").is_file():
         history.snapshots = _read_snapshots(out / "snapshots.npz")
     task = {k: np.asarray(v["values"], dtype=v["dtype"]) for k, v in info.get("task", {}).items()}
