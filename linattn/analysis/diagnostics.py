@@ -225,7 +225,7 @@ def snapshot_heads(result, *, before: int | None = None) -> tuple[np.ndarray, np
     head matrices A_h in the paper's normalisation, (snapshot, H, D, D): the ``"heads"`` :func:`snapshot_fn` records,
     read at once. A_h depends on head h's own weights alone, so every snapshot's heads are read as the heads of one
     model (its weights stacked along the head axis) instead of one model per snapshot, from the weight arrays
-    (:func:`linattn.weights.model_weights`: no torch model is built)."""
+    (``linattn.weights.model_weights``: no torch model is built)."""
     cfg = result.config
     snaps = [(s, w) for s, w in result.history.snapshots if before is None or s < before]
     steps = np.array([s for s, _ in snaps], dtype=np.int64)
