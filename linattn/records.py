@@ -219,6 +219,14 @@ def git_commit(where: Path = PACKAGE_ROOT) -> str | None:
         return None
 
 
+@functools.cache
+def _process_commit() -> str | None:
+    """:func:`git_commit` of the package's checkout, asked once per process, as :func:`_version` asks once: the
+    modules a process runs were imported from the checkout as it then was (two git commands per run written cost a
+    page of many small runs more CPU than its training)."""
+    return git_commit()
+
+
 def library_versions(libraries: Iterable[str] = LIBRARIES) -> dict[str, str | None]:
     """The installed version of each of ``libraries`` (default :data:`LIBRARIES`; None when absent)."""
     return {lib: _version(lib) for lib in libraries}
@@ -245,7 +253,7 @@ def peak_memory_mb() -> float:
 def provenance() -> dict:
     return {
         "linattn_version": __version__,
-        "git_commit": git_commit(),
+        "git_commit": _process_commit(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "platform": platform.platform(),
