@@ -20,6 +20,7 @@ import numpy as np
 
 from ... import theory
 from ...analysis import diagnostics, loss_curves
+from ...weights import model_weights
 from .. import presets
 from ..output import ESTIMATE, MarkdownTable
 from ..output import words as list_words
@@ -75,8 +76,6 @@ def compute(S: dict):
     scales (``law``: NaN when fewer than two have a plateau) beside the theory's (``law_theory``)."""
     import xarray as xr
 
-    from ...models import build_model  # torch: imported by the function that builds a model
-
     done = train(runs(S), S)
     by_init = {k: dict(zip(S[_INITS[k]], [r for label, r in done.items() if label.split()[0] == k]))
                for k in MODELS}
@@ -98,7 +97,7 @@ def compute(S: dict):
             drop[i, j], course[i, j] = _first_drop(L), loss_curves.first_drop_course(L)
             drop_theory[i, j] = _first_drop(population_twin(r).history.train_loss)
             if model == "attnM":
-                th = diagnostics.attn_m_drop_step(build_model("attnM", r.init), cov, N, lr=lr,
+                th = diagnostics.attn_m_drop_step(model_weights("attnM", r.init), cov, N, lr=lr,
                                                   normalize=r.config.normalize)
             else:
                 c = r.config
