@@ -657,7 +657,7 @@ def test_figA_ranks_at_settings_the_paper_never_used(rank_runs):
     assert ds.rest_subset.dims == ("seed", "rank", "rest")
     rows = keyed(figA_ranks.numbers(ds))
     assert all(r["paper"] is None for r in rows.values())
-    for R in (2, 3):  # the theory's long rests after a multiple of R directions; each rest beside its saddle's loss
+    for R in (2, 3):  # the paper's long rests after a multiple of R directions; each rest beside its saddle's loss
         assert rows[f"R{R}.learned"]["reproduced"] == int(ds.directions_learned.sel(seed=10, rank=R)) <= 3
         assert set(rows[f"R{R}.seed10.long_plateaus"]["theory"].split()) <= {"ℳ₀", "ℳ₂", "ℳ₃", "none"}
         for k, r in rows.items():
@@ -788,7 +788,7 @@ def test_the_rests_sentence_counts_each_saddle_over_the_seeds_with_a_rest_there(
     text = low_rank.rests_text(ds)
     assert "ℳ₅ in 2 of the 3 seeds with a classified rest there (4600 steps at seed 10, 4600 steps at seed 11)" in text
     assert "ℳ₄ in 1 of the 1 seeds with a classified rest there (200 steps at seed 11)" in text
-    assert "nowhere after 4 directions learned, where the theory expects a long rest, at seed 12" in text
+    assert "nowhere after 4 directions learned, where the paper expects a long rest, at seed 12" in text
     assert "out of order (a later direction learned before an earlier one) at {e₁, e₂, e₃, e₅}" in text
 
 

@@ -120,7 +120,9 @@ def drop_steps(loss: ArrayLike, levels: ArrayLike, steps: ArrayLike | None = Non
     to find and the answer is NaN. Passing the midpoint is then a fall of at least half that gap.
 
     The one drop-step rule of the package (figures, benchmarks and ``published``): with ``theory.plateau_losses``
-    as levels, drop d is the passage M_{d−1} → M_d of the paper; with a curve's start and end value, its one drop.
+    as levels, drop d is the loss crossing from L(M_{d−1}) towards L(M_d), the passage M_{d−1} → M_d of the paper
+    when the directions are learned in order (a run that learns e_{d+1} before e_d crosses the same level); with a
+    curve's start and end value, its one drop.
     """
     levels = np.asarray(levels, dtype=np.float64)
     if not 0 <= min_fall < 1:
@@ -537,7 +539,7 @@ class RankSummary:
     rank: int
     levels: np.ndarray  # L(M_0) … L(M_D), as given
     plateaus: SaddlePlateaus
-    expected_long: list  # the theory's long plateaus m = 0, R, 2R, … up to the last plateau the curve reached
+    expected_long: list  # the paper's long plateaus m = 0, R, 2R, … up to the last plateau the curve reached
     learned: int  # directions learned: drops made (midpoints between consecutive levels passed)
     final_loss: float
     final_theory: float  # L(M_learned)

@@ -11,8 +11,8 @@ the extended run: the step of each drop (``loss_curves.drop_steps``: the first s
 consecutive saddle losses) and the directions learned. The prediction of each drop's step: the population gradient
 descent from the extended run's own initial weights, all heads included (``runstore.predicted_drop_steps``); the
 closed-form escape time of one rank-one head (``theory.attn_s_drop_steps``) is kept as an order of magnitude. The
-theory: the saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``) and the long plateaus m = 0, R, 2R, …
-(``theory.long_plateaus``).
+theory: the saddle losses L(M_0) … L(M_D) (``theory.plateau_losses``); the paper's claim: the long plateaus
+m = 0, R, 2R, … (``theory.long_plateaus``).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def numbers(ds) -> list[dict]:
         t1, estimate = ds.drop_step.sel(rank=1).values, ds.drop_step_theory.values
         for d in range(D):
             rows.append(dict(key=f"R1.extended.drop{d + 1}",
-                             quantity=f"R=1: step of drop {d + 1} (M_{d} → M_{d + 1}), extended run; theory: one-head "
+                             quantity=f"R=1: step of {low_rank.drop_words(d + 1)}, extended run; theory: one-head "
                                       f"escape time τ/(λ_{d + 1}² v₀), an order of magnitude",
                              theory=estimate[d], reproduced=None if np.isnan(t1[d]) else t1[d], verdict=ESTIMATE))
         dur, dur_th = _plateau_durations(t1), _plateau_durations(estimate)
@@ -207,7 +207,7 @@ def numbers(ds) -> list[dict]:
 def rank_table(ds) -> MarkdownTable:
     """Per rank: the directions learned in the published window (each seed) and in the first seed's extended run,
     the step of its last drop beside the prediction, and the long plateaus found in the window at each seed beside
-    the theory's."""
+    those the paper expects."""
     D, rows, seeds = ds.sizes["direction"], [], [int(x) for x in ds.seed.values]
     for R in ds["rank"].values:
         r = ds.sel(rank=R)
@@ -224,7 +224,7 @@ def rank_table(ds) -> MarkdownTable:
                                 "extended": f"in the extended run (seed {seeds[0]})",
                                 "last": f"step of drop {D} (the last)",
                                 "predicted": "predicted from its initial weights",
-                                "long": "long rests in the window, per seed (theory)"},
+                                "long": "long rests in the window, per seed (those the paper expects)"},
                          {"last": ".0f"})
 
 
@@ -253,6 +253,13 @@ def _predicted_words(pred, horizon: int) -> str:
     return made + f" (drop{'s' if len(missing) > 1 else ''} {drops} beyond the prediction run's {horizon} steps)"
 
 
+def _span_words(steps) -> str:
+    """" (the last N steps after the first)" for one list of drop steps, set right after that list so that each
+    span sits with its own list; "" when its first or last drop is not made."""
+    steps = np.asarray(steps, dtype=np.float64)
+    return f" (the last {steps[-1] - steps[0]:.0f} steps after the first)" if np.isfinite(steps[[0, -1]]).all() else ""
+
+
 def drops_text(ds) -> str:
     """The page's lines on where each rank's drops come (the first seed's extended run): how many inside the
     published window, the later ones, those never made, beside the steps predicted from the run's own initial
@@ -266,9 +273,9 @@ def drops_text(ds) -> str:
         line += (f", then {later.size} more in the extended run" if later.size else "")
         missing = int(np.sum(~np.isfinite(t)))
         line += f"; {missing} not reached by step {int(ds.horizon.sel(rank=R))}" if missing else ""
-        line += f". Drop steps {_steps(t)}; predicted {_predicted_words(pred, int(ds.horizon.sel(rank=R)))}"
-        after = t[-1] - t[0] if np.isfinite(t[[0, -1]]).all() else np.nan
-        line += f" (the last comes {after:.0f} steps after the first)" if np.isfinite(after) and R > 1 else ""
+        span = (_span_words(t), _span_words(pred)) if R > 1 else ("", "")
+        line += f". Drop steps {_steps(t)}{span[0]}"
+        line += f"; predicted {_predicted_words(pred, int(ds.horizon.sel(rank=R)))}{span[1]}"
         lines.append(line + ".")
     if 1 in ds["rank"].values:
         lam, estimate = ds.eigenvalue.values, ds.drop_step_theory.values

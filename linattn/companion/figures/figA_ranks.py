@@ -1,9 +1,9 @@
 """The paper's Figure 12 (appendix): the key-query ranks Figure 4 leaves out (3, 5, 6 and 7 at D = 8), in Figure 4's
-setting. Where R does not divide D the last head is only partly filled; the theory still expects long plateaus only
+setting. Where R does not divide D the last head is only partly filled; the paper still expects long plateaus only
 after 0, R, 2R, … learned directions (``theory.long_plateaus``).
 
 One run per rank and seed through the run store, its weights recorded every ``snapshot_every`` steps; each curve's
-rests, each saddle named by what is learned there, which are long and which the theory expects long
+rests, each saddle named by what is learned there, which are long and which the paper expects long
 (:mod:`~linattn.companion.figures.common.low_rank`), the directions learned and the final loss; for the first
 seed, each drop's step beside its prediction from the run's own initial weights (``runstore.predicted_drop_steps``).
 """
@@ -78,7 +78,7 @@ def compute(S: dict):
 
 def numbers(ds) -> list[dict]:
     """``numbers.json``: per rank, the directions learned at the first seed beside the drops predicted from its
-    initial weights, every seed's rests (each level beside its saddle's loss, the long ones beside the theory's:
+    initial weights, every seed's rests (each level beside its saddle's loss, the long ones beside the paper's:
     :func:`~.common.low_rank.rest_rows`), and each drop's step beside its prediction."""
     seeds, rows = [int(x) for x in ds.seed.values], []
     for R in (int(x) for x in ds["rank"].values):
@@ -94,13 +94,13 @@ def numbers(ds) -> list[dict]:
 
 
 def rank_table(ds) -> MarkdownTable:
-    """Per rank: the saddles the theory expects long among those the curves left, the long rests found
+    """Per rank: the saddles the paper expects long among those the curves left, the long rests found
     at each seed (:func:`~.common.low_rank.long_cell`), the directions learned and the final loss (first seed)."""
     D, seeds = ds.sizes["m"] - 1, [int(x) for x in ds.seed.values]
     rows = [dict(rank=f"$R = {R}$", expected=low_rank.expected_cell(ds, int(R)), found=low_rank.long_cell(ds, int(R)),
                  learned=", ".join(str(int(n)) for n in ds.directions_learned.sel(rank=R).values) + f" of {D}",
                  final=float(ds.final_loss.sel(rank=R, seed=seeds[0]))) for R in ds["rank"].values]
-    return MarkdownTable(rows, {"rank": "rank", "expected": "long rests expected (theory)",
+    return MarkdownTable(rows, {"rank": "rank", "expected": "long rests the paper expects",
                                 "found": f"long rests found (seeds {list_words(seeds)})",
                                 "learned": "directions learned", "final": f"final loss (seed {seeds[0]})"},
                          {"final": ".4f"})

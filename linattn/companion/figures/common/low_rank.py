@@ -5,8 +5,9 @@ A rest (``loss_curves.subset_rests``) is time spent in a saddle's band, not a pa
 subset S of eigen-directions the heads carry together at its slowest steps (``events.learned_share`` on the weight
 snapshots: ``M_m`` when S is the m largest, else the set, e.g. {1,2,3,5}), and it is long when it lasts at least
 ``loss_curves.LONG_FRACTION`` of the same curve's own rest at M_0 (``loss_curves.classify_long``), a yardstick
-every curve carries inside its window. The theory of rank-R heads expects a rest long exactly where the number
-of directions learned is a multiple of R (``theory.long_plateaus``). One function (:func:`rest_classes`) reads all of
+every curve carries inside its window. The paper's claim for rank-R heads is a long rest exactly where the number
+of directions learned is a multiple of R (``theory.long_plateaus``): a qualitative claim, not a dwell the theory
+computes, so the pages call it the paper's expectation. One function (:func:`rest_classes`) reads all of
 it back from the dataset; the tables, the counts and the prose all come from it.
 """
 
@@ -93,7 +94,7 @@ def rest_classes(ds, R: int, seed: int | None = None) -> list[dict]:
     """The rests of rank ``R`` at ``seed``, as the dataset holds them, each a dict: its saddle (``subset``, ``name``),
     whether it is in order, first and last step, dwell, level and the saddle's loss, whether it is long (True, False,
     or None: not classified), the yardstick (its M_0 rest), whether it is cut by the end of the window (``cut``:
-    its dwell is then a lower bound), and whether the theory expects it long (the number of
+    its dwell is then a lower bound), and whether the paper expects it long (the number of
     directions learned a multiple of R: ``theory.long_plateaus``). The one reading of the rests: the table, the counts
     and the prose all use it."""
     r = ds.sel({k: v for k, v in (("rank", R), ("seed", seed)) if k in ds.rest_subset.dims})
@@ -121,7 +122,7 @@ def long_names(ds, R: int, seed: int) -> list[str]:
 
 def rest_counts(ds, R: int) -> dict:
     """Per saddle (by name, in order of first appearance), over the seeds: the seeds where a classified rest there is
-    long and those where it is short, and whether the theory expects it long (:func:`rest_classes`)."""
+    long and those where it is short, and whether the paper expects it long (:func:`rest_classes`)."""
     out: dict[str, dict] = {}
     for sd in ds.seed.values:
         for c in rest_classes(ds, R, int(sd)):
@@ -134,7 +135,7 @@ def rest_counts(ds, R: int) -> dict:
 
 
 def missing_rests(ds, R: int) -> dict:
-    """{k: [seed, …]}: for each number k > 0 of directions after which the theory expects a long rest (a multiple of
+    """{k: [seed, …]}: for each number k > 0 of directions after which the paper expects a long rest (a multiple of
     R), the seeds whose curve learned more than k directions in the window without resting anywhere after k
     (:func:`rest_classes`)."""
     D, out = ds.sizes["direction"], {}
@@ -149,21 +150,21 @@ def missing_rests(ds, R: int) -> dict:
 
 def rests_text(ds) -> str:
     """The page's sentences on the rests, per rank, from :func:`rest_counts` and :func:`missing_rests`: the saddles
-    where a rest is long though the theory expects it short, and short though it expects it long, each "in n of the
+    where a rest is long though the paper expects it short, and short though it expects it long, each "in n of the
     m seeds with a classified rest there"; the counts of directions after which a long rest is expected but none
     came; the out-of-order saddles a curve rested at."""
     lines = []
     for R in (int(x) for x in ds["rank"].values):
         counts, parts = rest_counts(ds, R), []
-        for kind, wanted, word in (("long", False, "long where the theory expects a short rest"),
-                                   ("short", True, "short where the theory expects a long rest")):
+        for kind, wanted, word in (("long", False, "long where the paper expects a short rest"),
+                                   ("short", True, "short where the paper expects a long rest")):
             found = [(name, e) for name, e in counts.items() if e["expected_long"] == wanted and e[kind]]
             if found:
                 parts.append(f"{word}: " + join([
                     f"{name} in {len(e[kind])} of the {len(e['long']) + len(e['short'])} seeds with a classified "
                     f"rest there ({_dwells(e, kind)})" for name, e in found]))
         for k, seeds in missing_rests(ds, R).items():
-            parts.append(f"nowhere after {k} direction{'s' if k > 1 else ''} learned, where the theory expects a "
+            parts.append(f"nowhere after {k} direction{'s' if k > 1 else ''} learned, where the paper expects a "
                          f"long rest, at seed{'s' if len(seeds) > 1 else ''} {words(seeds)}")
         parts += cut_rests_parts(ds, R)
         odd = sorted({c["name"] for sd in ds.seed.values for c in rest_classes(ds, R, int(sd)) if not c["in_order"]})
@@ -171,12 +172,12 @@ def rests_text(ds) -> str:
             parts.append("out of order (a later direction learned before an earlier one) at " + join(odd))
         if parts:
             lines.append(f"R = {R} rests " + "; ".join(parts) + ".")
-    return " ".join(lines) or "Every classified rest is long or short where the theory expects it."
+    return " ".join(lines) or "Every classified rest is long or short where the paper expects it."
 
 
 def cut_rests_parts(ds, R: int) -> list[str]:
-    """Phrases on rank ``R``'s rests cut by the end of the window at a saddle where the theory expects a long rest
-    (:func:`rest_classes`), one per saddle: "end on ℳ₆, where the theory expects a long rest, from step 4037 at seed
+    """Phrases on rank ``R``'s rests cut by the end of the window at a saddle where the paper expects a long rest
+    (:func:`rest_classes`), one per saddle: "end on ℳ₆, where the paper expects a long rest, from step 4037 at seed
     10, … to the end of the window: at least 15963, … steps", and which of them already count as long."""
     by_name: dict[str, list] = {}
     for sd in (int(x) for x in ds.seed.values):
@@ -191,7 +192,7 @@ def cut_rests_parts(ds, R: int) -> list[str]:
         verdict = (f"; already long at seed{'s' if len(long) > 1 else ''} {words(long)}" if long
                    else f"; none yet {loss_curves.LONG_FRACTION:g} times as long as its curve's rest at ℳ₀, so the "
                         "window cannot tell whether it will be long")
-        out.append(f"end on {name}, where the theory expects a long rest, from {starts} to the end of the window: "
+        out.append(f"end on {name}, where the paper expects a long rest, from {starts} to the end of the window: "
                    f"at least {dwells} steps{verdict}")
     return out
 
@@ -214,7 +215,8 @@ def describe_rests(ds) -> None:
 
 def rest_rows(ds, R: int, key: str, where: str) -> list[dict]:
     """``numbers.json`` rows of rank ``R``'s rests at every seed (:func:`rest_classes`): each rest's level beside
-    its saddle's loss L(A_S), and the long rests beside those the theory expects long among the classified ones
+    its saddle's loss L(A_S), and the long rests beside those the paper expects long (its claim, in the ``theory``
+    column, since the ``paper`` column is kept for the published settings) among the classified ones
     (``key`` prefixes each key, ``where`` is added to each quantity)."""
     rows = []
     for sd in (int(x) for x in ds.seed.values):
@@ -226,8 +228,8 @@ def rest_rows(ds, R: int, key: str, where: str) -> list[dict]:
                              theory=c["theory"], reproduced=c["level"]))
         judged = [c for c in classes if c["long"] is not None]
         rows.append(dict(key=f"{key}.seed{sd}.long_plateaus",
-                         quantity=f"R={R}: long rests among the classified ones{where}, seed {sd} (theory: those "
-                                  "after a multiple of R directions)",
+                         quantity=f"R={R}: long rests among the classified ones{where}, seed {sd} (theory column: the "
+                                  "paper's claim, those after a multiple of R directions)",
                          theory=" ".join(c["name"] for c in judged if c["expected_long"]) or "none",
                          reproduced=" ".join(c["name"] for c in judged if c["long"]) or "none"))
     return rows
@@ -239,7 +241,7 @@ def long_cell(ds, R: int) -> str:
 
 
 def expected_cell(ds, R: int) -> str:
-    """A table cell: the saddles ℳ_k the theory expects long (k = 0, R, 2R, …: ``theory.long_plateaus``) that some
+    """A table cell: the saddles ℳ_k the paper expects long (k = 0, R, 2R, …: ``theory.long_plateaus``) that some
     seed's curve reached within the run (k at most its directions learned), whether or not it rested there: m = 0,
     R, 2R, … and the last, smaller group's ℳ when R does not divide D."""
     reached = int(ds.directions_learned.sel(rank=R).max())
@@ -256,12 +258,19 @@ def seed_runs(runs: dict, S: dict) -> list:
     return [done[i:i + n] for i in range(0, len(done), n)]
 
 
+def drop_words(d: int) -> str:
+    """Drop ``d`` (1-based) named by the loss level it crosses, "drop 4 (loss below the midpoint of L(M_3) and
+    L(M_4))", not by a passage M_{d−1} → M_d: the heads may learn a later direction before an earlier one, so the
+    crossing need not be the learning of direction d (``loss_curves.drop_steps``)."""
+    return f"drop {d} (loss below the midpoint of L(M_{d - 1}) and L(M_{d}))"
+
+
 def predicted_rows(r, R: int, key: str, which: str) -> list[dict]:
     """``numbers.json`` rows of rank ``R``'s drops (``r``: the dataset at that rank, with ``drop_step`` and
     ``drop_step_predicted`` over ``direction``) beside those predicted from the run's own initial weights; ``key``
     prefixes each row's key, ``which`` names the run in the quantity."""
     return [dict(key=f"{key}.drop{d + 1}.predicted",
-                 quantity=f"R={R}: step of drop {d + 1} (M_{d} → M_{d + 1}), {which}; theory: the population gradient "
+                 quantity=f"R={R}: step of {drop_words(d + 1)}, {which}; theory: the population gradient "
                           "descent from the run's initial weights",
                  theory=None if np.isnan(pred_d) else pred_d, reproduced=None if np.isnan(run_d) else run_d)
             for d, (run_d, pred_d) in enumerate(zip(r.drop_step.values, r.drop_step_predicted.values))]
