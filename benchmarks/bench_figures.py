@@ -82,32 +82,39 @@ def data_key(run: dict) -> tuple:
     return plan.data_key(linattn.RunConfig(**_runnable(run)))
 
 
+def timed_run(run: dict, steps: int) -> tuple[float, float]:
+    """(CPU of the whole ``linattn.run``, CPU of its gradient descent alone) for ``run``'s settings at ``steps``
+    steps (user + system, all threads of this process)."""
+    import linattn
+    from linattn.training import experiment
+
+    spent = []
+    descend = experiment.gradient_descent
+
+    def timed(*args, **kwargs):
+        t = time.process_time()
+        try:
+            return descend(*args, **kwargs)
+        finally:
+            spent.append(time.process_time() - t)
+
+    experiment.gradient_descent = timed
+    start = time.process_time()
+    try:
+        linattn.run(linattn.RunConfig(**dict(_runnable(run), epoch=steps)), progress=False,
+                    snapshot_every=min(run["snapshot_every"], steps))
+    finally:
+        experiment.gradient_descent = descend
+    return time.process_time() - start, sum(spent)
+
+
 def setup_cpu(run: dict, repeats: int = 3) -> float:
     """CPU seconds ``linattn.run`` spends on ``run`` outside gradient descent: drawing its data (the authors' random
     stream, for reference draws) and reading the data's moments, its initial weights, its engine: the median of
     ``repeats`` runs of a few steps, after one to warm up."""
-    import linattn
-    from linattn.training import experiment
-
     def once() -> float:
-        spent = []
-
-        def timed(*args, **kwargs):
-            t = time.process_time()
-            try:
-                return descend(*args, **kwargs)
-            finally:
-                spent.append(time.process_time() - t)
-
-        descend = experiment.gradient_descent
-        experiment.gradient_descent = timed
-        start = time.process_time()
-        try:
-            linattn.run(linattn.RunConfig(**dict(_runnable(run), epoch=FEW[run["engine"]])), progress=False,
-                        snapshot_every=min(run["snapshot_every"], FEW[run["engine"]]))
-        finally:
-            experiment.gradient_descent = descend
-        return time.process_time() - start - sum(spent)
+        whole, descent = timed_run(run, FEW[run["engine"]])
+        return whole - descent
 
     once()
     return statistics.median(once() for _ in range(repeats))
@@ -115,29 +122,8 @@ def setup_cpu(run: dict, repeats: int = 3) -> float:
 
 def step_cpu(run: dict, repeats: int = 3, measured_s: float = 0.3) -> float:
     """CPU seconds of one step of ``run``'s engine at its settings (differences of two runs, see the module)."""
-    import linattn
-    from linattn.training import experiment
-
-    settings = _runnable(run)
-
     def cpu(steps: int) -> float:  # of gradient descent alone (the set-up, data and moments, left out)
-        spent = []
-
-        def timed(*args, **kwargs):
-            t = time.process_time()
-            try:
-                return descend(*args, **kwargs)
-            finally:
-                spent.append(time.process_time() - t)
-
-        descend = experiment.gradient_descent
-        experiment.gradient_descent = timed
-        try:
-            linattn.run(linattn.RunConfig(**dict(settings, epoch=steps)), progress=False,
-                        snapshot_every=min(run["snapshot_every"], steps))
-        finally:
-            experiment.gradient_descent = descend
-        return sum(spent)
+        return timed_run(run, steps)[1]
 
     few = FEW[run["engine"]]
     cpu(few)  # warms up: a kernel's compile or load, lazy imports
