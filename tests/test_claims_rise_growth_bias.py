@@ -97,15 +97,16 @@ def test_output_scale_is_the_norm_of_the_heads_matrix():
 def test_a_value_that_moves_first_is_not_growth_of_the_head():
     """The referee's case: the value weight reaches a quarter of its largest while the key and query are still small
     and point elsewhere; the head aligns, and only then do key and query grow. On the value alone it 'grew before it
-    aligned'; on its output scale it aligned before it grew."""
+    aligned'; on its output scale it aligned while small against its largest, yet grown from its start."""
     step = 10 * np.arange(200)
     value = np.concatenate([np.linspace(0.01, 0.25, 100), np.linspace(0.25, 1.0, 100)])
     norms = np.concatenate([np.full(120, 0.02), np.linspace(0.02, 1.0, 80)])  # key and query grow from index 120
     overlap = np.concatenate([np.full(110, 0.3), np.full(90, 0.99)])  # aligned at index 110
     scale = events.output_scale(value, norms, norms)
     g = events.alignment_against_growth(overlap, scale, step, aligned=0.9)
-    assert g.verdict(0.9) == "aligned before it grew" and g.aligned_step == 1100
+    assert g.verdict(0.9) == "aligned while small" and g.aligned_step == 1100
     assert g.size_when_aligned == pytest.approx(scale[110] / scale.max())
+    assert g.growth_when_aligned == pytest.approx(scale[110] / scale[0]) and g.growth_when_aligned > 10
     assert events.alignment_against_growth(overlap, value, step, aligned=0.9).verdict(0.9) == "grew before it aligned"
     # a head whose output grows while it points elsewhere is still called so
     late = np.concatenate([np.full(190, 0.3), np.full(10, 0.99)])
