@@ -362,16 +362,14 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
         assert f"over the run: {gap:.2g}." in summary
     words = page.words(ds)
     assert "0.013" not in summary and "nan" not in summary and "Figure 3a" not in words["caption"]
-    # the bias sentence: the finite sets' plateaus below the theory's level, counted with numpy at ℳ₀ and after it
+    # the bias sentence: the finite sets' plateaus at ℳ₁ … (found with numpy) are said untested, never counted by side
     finite = np.isfinite(ds.trainset_size.values)
-    gaps = ds.plateau_level.values[finite] - theory_levels
-    at0, later = gaps[:, 0][np.isfinite(gaps[:, 0])], gaps[:, 1:][np.isfinite(gaps[:, 1:])]
+    later = ds.plateau_level.values[finite][:, 1:]
     if not finite.any():
         assert words["bias"] == ""
-    elif later.size:
-        assert f"{(later < 0).sum()} of the {later.size} finite-set plateaus" in words["bias"]
-        assert "biased low" in words["bias"]
-        assert (f"{(at0 < 0).sum()} of {at0.size} at" in words["bias"]) == bool(at0.size)
+    elif np.isfinite(later).any():
+        assert "biased low" in words["bias"] and "not tested" in words["bias"]
+        assert not any(ch.isdigit() for ch in words["bias"])  # no count of plateaus by side
     else:
         assert "no finite set rested at a saddle with a direction learned" in words["bias"]
     assert "wall_time" not in ds and "timings" not in words  # a stacked run's clock is not its own time
