@@ -239,18 +239,22 @@ class GrowthAlignment:
     grown_step: int | None  # that step
     aligned_step: int | None  # the first step its overlap exceeds ``aligned`` (None: never)
     size_when_aligned: float | None  # its size over its largest at that step
+    growth_when_aligned: float | None  # its size at that step over its size at the first snapshot (None: never
+    # aligned, or a size of 0 at the first snapshot)
 
     def verdict(self, aligned: float) -> str:
         """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
-        above ``aligned`` at the first snapshot, by its random draw), "aligned before it grew" (passed ``aligned``
-        no later than its size reached the grown fraction), "grew before it aligned" (its size reached the grown
-        fraction while its overlap was at most ``aligned``) or "not aligned" (never passed ``aligned``)."""
+        above ``aligned`` at the first snapshot, by its random draw), "aligned while small" (passed ``aligned``
+        no later than its size reached the grown fraction of its largest: small against its end, which says
+        nothing of how far it had grown from its start, :attr:`growth_when_aligned`), "grew before it aligned" (its
+        size reached the grown fraction while its overlap was at most ``aligned``) or "not aligned" (never passed
+        ``aligned``)."""
         if self.overlap_at_start > aligned:
             return "aligned from the start"
         if self.aligned_step is None:
             return "not aligned"
         if self.grown_step is None or self.aligned_step <= self.grown_step:
-            return "aligned before it grew"
+            return "aligned while small"
         return "grew before it aligned"
 
 
@@ -259,17 +263,20 @@ def alignment_against_growth(overlap: ArrayLike, scale: ArrayLike, steps: ArrayL
     """One head's overlap with a direction (``overlap``: one per snapshot, e.g. the smaller of its key's and its
     query's, :func:`vector_alignment`) read against its size (``scale``: at the same snapshots, its
     :func:`output_scale`): its overlap at the start and when the size first reaches ``grown`` × its largest
-    (:func:`scale_fraction`), and its size over its largest when the overlap first exceeds ``aligned`` (as
-    ``first_crossings`` counts a crossing). Silent alignment (Atanasov et al. 2022: from a small start the tangent
-    kernel turns to the task while the weights are small, then grows in scale without changing its directions) has
-    as its analogue here a head that points along its direction before its output grows:
+    (:func:`scale_fraction`), and its size when the overlap first exceeds ``aligned`` (as ``first_crossings`` counts
+    a crossing), over its largest and over its size at the first snapshot (s_h(t_a) / s_h(t_0): a head can be small
+    against its end and yet hundreds of times its start). Silent alignment (Atanasov et al. 2022: from a small start
+    the tangent kernel turns to the task while the weights are small, then grows in scale without changing its
+    directions) has as its analogue here a head that points along its direction before its output grows:
     :meth:`GrowthAlignment.verdict` says whether this head's data show it."""
     overlap = np.asarray(overlap, dtype=np.float64)
     steps = np.asarray(steps)
-    size = scale_fraction(np.asarray(scale, dtype=np.float64)[:, None])[:, 0]
+    raw = np.abs(np.asarray(scale, dtype=np.float64))
+    size = scale_fraction(raw[:, None])[:, 0]
     g, a = first_index(size >= grown), first_index(overlap > aligned)
     return GrowthAlignment(overlap_at_start=float(overlap[0]),
                            overlap_when_grown=None if g is None else float(overlap[g]),
                            grown_step=None if g is None else int(steps[g]),
                            aligned_step=None if a is None else int(steps[a]),
-                           size_when_aligned=None if a is None else float(size[a]))
+                           size_when_aligned=None if a is None else float(size[a]),
+                           growth_when_aligned=None if a is None or raw[0] == 0 else float(raw[a] / raw[0]))

@@ -51,7 +51,8 @@ def compute(S: dict):
     never), its best final alignment over heads (``final_alignment``: the smaller of key and query), and the
     aligned head's alignment against its growth (``events.alignment_against_growth``): ``overlap_at_start``,
     ``overlap_when_grown`` and ``grown_step`` (its output scale at ``events.GROWN`` of its largest),
-    ``size_when_aligned`` (output scale over its largest at ``aligned_step``) and ``growth_verdict``. Each head's
+    ``size_when_aligned`` (output scale over its largest at ``aligned_step``), ``growth_when_aligned`` (output scale
+    at ``aligned_step`` over its value at step 0) and ``growth_verdict``. Each head's
     value weight on the label (``value``) and the norms of its key and query rows (``key_norm``, ``query_norm``, the
     x-part as in the overlaps): step × head, their product the output scale."""
     import xarray as xr
@@ -73,7 +74,7 @@ def compute(S: dict):
     query_norm = np.array([_x_norm(w["W_Q"], D) for _, w in snaps])
     scale = events.output_scale(value, key_norm, query_norm)
     growth = {name: np.full(D, np.nan) for name in ("overlap_at_start", "overlap_when_grown", "grown_step",
-                                                    "size_when_aligned")}
+                                                    "size_when_aligned", "growth_when_aligned")}
     verdict = np.full(D, "not aligned", dtype=object)
     for i, d in enumerate(order):
         h = first[d][0]
@@ -165,12 +166,14 @@ def table(ds):
         [dict(order=f"{i + 1}.", direction=f"$e_{d}$", head=int(cell[d].aligned_head),
               start=num(d, "overlap_at_start"), aligned=num(d, "aligned_step"),
               size=None if num(d, "size_when_aligned") is None else _percent(100 * num(d, "size_when_aligned")),
+              start_times=None if num(d, "growth_when_aligned") is None else _percent(num(d, "growth_when_aligned")),
               grown=num(d, "overlap_when_grown"),
               drop=float(drops[i]) if i < len(drops) and np.isfinite(drops[i]) else "not within the run",
               verdict=str(cell[d].growth_verdict.item()))
          for i, d in enumerate(order)],
         {"order": "learned", "direction": "direction", "head": "head", "start": "overlap at step 0",
          "aligned": f"step overlap > {ds.attrs['aligned']:g}", "size": "output scale then, % of its largest",
+         "start_times": "output scale then, × its value at step 0",
          "grown": f"overlap when the output scale reached {100 * ds.attrs['grown']:g} % of its largest",
          "drop": "step of the loss drop", "verdict": "alignment and growth"},
         {"aligned": ".0f", "drop": ".0f", "start": ".3f", "grown": ".3f"})
@@ -178,8 +181,8 @@ def table(ds):
 
 def growth_words(ds) -> str:
     """The page's sentence on alignment against growth (each head's output scale |v|·‖k‖·‖q‖): the learned heads
-    grouped by ``growth_verdict``, with the overlaps and sizes that show it, and, where every learned head pointed
-    along its direction before its output grew, that this is the start the scalar reduction takes."""
+    grouped by ``growth_verdict``, with the overlaps and sizes that show it: for a head that aligned while small, its
+    size then both as a fraction of its largest and as a multiple of its size at step 0."""
     order = _order(ds)
     if not order:
         return "no head aligned, so there is no growth to read it against"
@@ -198,12 +201,13 @@ def growth_words(ds) -> str:
     if start := by.get("aligned from the start", []):
         parts.append(f"{heads(start)} start{'s' if len(start) == 1 else ''} aligned by the random draw (overlap "
                      f"{at('overlap_at_start', start)} at step 0)")
-    if early := by.get("aligned before it grew", []):
+    if early := by.get("aligned while small", []):
         one = len(early) == 1
-        parts.append(f"{heads(early)} align{'s' if one else ''} before {'its' if one else 'their'} output grows: "
+        its = "its" if one else "their"
+        parts.append(f"{heads(early)} align{'s' if one else ''} while {its} output is small against {its} largest: "
                      f"from overlap{'' if one else 's'} {at('overlap_at_start', early)} at step 0 "
-                     f"{'it passes' if one else 'they pass'} {aligned} at {_percents(ds, early)} of "
-                     f"{'its' if one else 'their'} largest output scale, and at {grown} of it "
+                     f"{'it passes' if one else 'they pass'} {aligned} at {_each_percent(ds, early)} of {its} largest "
+                     f"output scale, by then {_times(ds, early)}, and at {grown} of it "
                      f"{'its overlap is' if one else 'their overlaps are'} {_range(ds, 'overlap_when_grown', early)}")
     if late := by.get("grew before it aligned", []):
         one = len(late) == 1
@@ -212,11 +216,7 @@ def growth_words(ds) -> str:
                      f"{at('overlap_when_grown', late, '.2g')} when {'its' if one else 'their'} output scale reaches "
                      f"{grown} of its largest, and {'it passes' if one else 'they pass'} {aligned} only at "
                      f"{_percents(ds, late)} of it")
-    text = "; ".join(parts)
-    if not late and set(by) <= {"aligned from the start", "aligned before it grew"}:
-        text += (", so every head that learned a direction pointed along it before its output grew, the start the "
-                 "scalar reduction assumes")
-    return text
+    return "; ".join(parts)
 
 
 def words(ds) -> dict:
@@ -268,6 +268,20 @@ def _percents(ds, dirs: list[int]) -> str:
     values = [100 * float(ds.size_when_aligned.sel(direction=d)) for d in dirs]
     lo, hi = _percent(min(values)), _percent(max(values))
     return f"{lo} %" if lo == hi else f"{lo} to {hi} %"
+
+
+def _each_percent(ds, dirs: list[int]) -> str:
+    """Each aligned head's output scale over its largest when it aligned, in the order of ``dirs``: "0.0042, 0.5 and
+    1.6 %" (:func:`_percent`)."""
+    return f"{_and([_percent(100 * float(ds.size_when_aligned.sel(direction=d))) for d in dirs])} %"
+
+
+def _times(ds, dirs: list[int]) -> str:
+    """Each aligned head's output scale when it aligned over its own at step 0, in the order of ``dirs``: "1.4, 739
+    and 951 times their output scale at step 0" (:func:`_percent`; "not defined" for a head whose scale was 0)."""
+    x = [float(ds.growth_when_aligned.sel(direction=d)) for d in dirs]
+    said = _and([_percent(v) if np.isfinite(v) else "not defined" for v in x])
+    return f"{said} times {'its' if len(dirs) == 1 else 'their'} output scale at step 0"
 
 
 def plot(ds):
