@@ -294,6 +294,24 @@ def test_fig5_fall_drops_recomputed(fig5):
                 assert not (deep and min(loss[a] - loss[c], loss[c] - loss[b]) >= 0.1 * total), f"{run}: {c}"
 
 
+def test_fig5_near_cut_caveat_recomputed(fig5):
+    """The page calls a model's count marginal exactly where, recomputed from its curve, the fall rate at a stored
+    pause is above a quarter (3/4 of the 1/3 cut) of the smaller peak beside it, and names those pauses' steps."""
+    ds = fig5
+    detected = fig05_softmax.words(ds)["detected"]
+    sentences = {k: s for k, s in zip(("attn_m", "attn_s"), detected.split("Counted from its fall rate")[1:])}
+    for run in ("attn_m", "attn_s"):
+        loss = _runs_of(ds)[run]
+        n, _, _, pauses = _stored(ds, run)
+        r = _fall_rate(loss, max(1, loss.size // 400) if run == "attn_s" else None)
+        edges = [0, *[int(p) for p in pauses], loss.size - 1]
+        peaks = [r[a:b + 1].max() for a, b in zip(edges[:-1], edges[1:])]
+        near = [int(p) for j, p in enumerate(pauses) if r[int(p)] > 0.25 * min(peaks[j], peaks[j + 1])]
+        assert ("marginal" in sentences[run]) == bool(near), run
+        for p in near:
+            assert f"at step {p} it dips to" in sentences[run], run
+
+
 def test_fig5_final_losses_and_lead_recomputed(fig5):
     ds = fig5
     w = fig05_softmax.words(ds)

@@ -362,6 +362,27 @@ def test_figure_5_claim_is_one_drop_and_names_the_pause():
     assert "published" not in f5.single_drop_claim(found).counted
 
 
+def _drops(dips, steps=(700, 800, 900, 1000)):
+    n = len(dips) + 1
+    return loss_curves.Drops(np.array(steps[:n], float), np.full(n, 1 / n), np.array(steps[:n - 1], float) + 50,
+                             np.linspace(0.6, 0.2, n - 1), np.array(dips, float), True)
+
+
+def test_figure_5_near_cut_caveat_only_for_a_split_close_to_the_cut():
+    """A split whose dip lies between 3/4 of the cut and the cut is named, with its step and dip; a deep dip, a
+    single drop and a far-apart two-stage curve (dip near 0) get no caveat."""
+    cut = loss_curves.DROP_DIP
+    near = f5.near_cut_words(_drops([0.05, 0.29, 0.1]))
+    assert "marginal" in near and "at step 850 it dips to 29%" in near and "step 750" not in near
+    assert "33%" in near and "a split rests" in near
+    both = f5.near_cut_words(_drops([0.30, 0.26]))
+    assert "splits rest" in both and "step 750" in both and "step 850" in both
+    assert f5.near_cut_words(_drops([0.74 * cut])) == ""  # deep enough: the split is clear
+    assert f5.near_cut_words(_drops([])) == ""  # one drop: no split
+    apart = loss_curves.count_drops(_two_stage(True))
+    assert len(apart) == 2 and apart.pause_dips[0] < 0.1 and f5.near_cut_words(apart) == ""
+
+
 def test_figure_5_claim_cannot_tell_a_single_drop_in_a_run_still_falling():
     """One drop in a run that ends while the loss still falls fast cannot confirm a single drop; a second drop under
     way at the end refutes it although no plateau follows it."""

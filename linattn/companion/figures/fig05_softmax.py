@@ -303,8 +303,10 @@ def _detected(ds, key: str) -> str:
     resolution of :func:`_resolution`) and its last loss."""
     final, name, d = float(ds.final_loss.sel(model=key)), TITLES[key], _fall(ds, key)
     where = f" (averaged over {_resolution(ds)} steps)" if key == "attn_s" else ""
+    near = near_cut_words(d)
     return (f"Counted from its fall rate{where}, the loss of {name} falls in {drops_words(d)}; its last "
-            f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}.")
+            f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}."
+            + (f" {near}" if near else ""))
 
 
 def _resolution(ds) -> int:
@@ -445,6 +447,24 @@ def drops_words(drops) -> str:
     return text + ("; between them the fall rate dips to "
                    + ", ".join(f"{d:.0%} of the smaller peak beside it at step {s:.0f} (loss {L:.3f})"
                                for d, s, L in zip(drops.pause_dips, drops.pause_steps, drops.pause_losses)))
+
+
+#: A split between two drops is *near the cut* when the fall rate between them dips to more than this fraction of
+#: the cut (``loss_curves.DROP_DIP``): a slightly shallower dip would have merged them, so the count is marginal.
+NEAR_CUT = 0.75
+
+
+def near_cut_words(drops, dip: float = loss_curves.DROP_DIP) -> str:
+    """A sentence on the splits of ``drops`` (``loss_curves.count_drops``) whose dip d is near the cut ``dip``
+    (d > :data:`NEAR_CUT` · ``dip``, still below it): at their steps the count rests on a dip close to the cut, so
+    it is marginal; "" where no split is near the cut."""
+    near = [(s, d) for s, d in zip(drops.pause_steps, drops.pause_dips) if NEAR_CUT * dip < d < dip]
+    if not near:
+        return ""
+    splits = "; ".join(f"at step {s:.0f} it dips to {d:.0%}" for s, d in near)
+    return (f"The count is marginal: {'a split rests' if len(near) == 1 else 'splits rest'} on a dip of the fall "
+            f"rate near the cut of {dip:.0%} of the smaller peak ({splits}); a slightly shallower dip would have "
+            f"merged {'those drops' if len(near) > 1 else 'the two drops'}.")
 
 
 def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0) -> Claim:
