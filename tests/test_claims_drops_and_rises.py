@@ -338,7 +338,11 @@ def test_fig5_table_rows_recomputed(fig5):
         final = loss[np.isfinite(loss)][-1]
         L_star = np.nanmin(ds.plateau_theory.sel(model=key).values)  # the lowest saddle: the minimum L(M_D)
         assert float(cells[-1]) == pytest.approx(L_star, abs=5e-4)
-        assert cells[-2] == f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"
+        se = float(ds.final_loss_se.sel(model=key))
+        assert 0 < se < final  # a standard error of a mean of positive per-sequence losses
+        where = ("at $L^*$ within its error" if abs(final - L_star) <= 2 * se
+                 else "below $L^*$" if final < L_star else "above $L^*$")
+        assert cells[-2] == f"{final:.4f} ({where})"
     for c, line in zip(["attn_m", "attn_s", *[str(c) for c in ds.check.values]], lines):
         cells = [x.strip() for x in line.split("|")[1:-1]]
         assert cells[-2].split(" ")[0] == f"{runs[c][-1]:.4f}"

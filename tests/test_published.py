@@ -383,6 +383,18 @@ def test_figure_5_near_cut_caveat_only_for_a_split_close_to_the_cut():
     assert len(apart) == 2 and apart.pause_dips[0] < 0.1 and f5.near_cut_words(apart) == ""
 
 
+def test_figure_5_final_loss_beside_loss_star_uses_the_error_band():
+    """Within 2 SE of L* (either side) a final loss is at L* within its error, never "below"; beyond, below or
+    above; a zero SE leaves only an exact tie at L*."""
+    assert f5.final_vs_loss_star(0.1330, 0.1360, 0.0016) == "at $L^*$ within its error"  # 0.003 ≤ 2 × 0.0016
+    assert f5.final_vs_loss_star(0.1390, 0.1360, 0.0016) == "at $L^*$ within its error"
+    assert f5.final_vs_loss_star(0.1330, 0.1360, 0.0014) == "below $L^*$"  # 0.003 > 2 × 0.0014
+    assert f5.final_vs_loss_star(0.1465, 0.1360, 0.002) == "above $L^*$"
+    assert f5.final_vs_loss_star(0.1360, 0.1360, 0.0) == "at $L^*$ within its error"
+    assert f5.final_vs_loss_star(0.1359, 0.1360, 0.0) == "below $L^*$"
+    assert "2 standard errors" in f5.final_rule_words()
+
+
 def test_figure_5_claim_cannot_tell_a_single_drop_in_a_run_still_falling():
     """One drop in a run that ends while the loss still falls fast cannot confirm a single drop; a second drop under
     way at the end refutes it although no plateau follows it."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from ... import theory
 from ...analysis import loss_curves
-from .. import presets, published
+from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text
 from ..output import words as list_words
@@ -104,7 +104,8 @@ def compute(S: dict):
     """Both runs' training losses (``train_loss``: model × step; the shorter run is NaN past its end) with what the
     plateau detector finds in each — the level, first and last step of each flat stretch (``plateau_level``,
     ``plateau_start``, ``plateau_end``: model × plateau), the step of each drop (``drop_step``: model × drop), their
-    number (``drops``) — the final loss and the training's wall time; for reference, each model's
+    number (``drops``) — the final loss with its standard error from the per-sequence training losses
+    (``final_loss_se``) and the training's wall time; for reference, each model's
     linear-attention saddle losses (``plateau_theory``: model × m) and minimum (``loss_star``: model). For ATTN_M and
     each check run (``run``: ``attn_m``, ``attn_s``, then the checks; ATTN_S's fall rate averaged over
     n/:data:`ATTN_S_RATE_WINDOW` samples each side) its drops counted from the fall rate
@@ -133,6 +134,8 @@ def compute(S: dict):
          "drop_step": (("model", "drop"), padded([p.drop_steps for p in found], n_plateaus - 1)),
          "drops": ("model", [len(p.drop_steps) for p in found]),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
+         "final_loss_se": ("model", [uncertainty.standard_error(uncertainty.per_sequence_losses(r, "train"))
+                                     for r in models.values()]),
          "wall_time": ("model", [float(r.wall_time) for r in models.values()]),
          "plateau_theory": (("model", "m"), padded(levels, max(len(v) for v in levels))),
          "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in models.values()]),
@@ -160,6 +163,8 @@ def compute(S: dict):
     ds.check_loss.attrs["description"] = "ATTN_M's check runs: other seeds, and half the learning rate"
     ds.train_loss.attrs["description"] = "training loss (NaN past the end of the shorter run)"
     ds.plateau_theory.attrs["description"] = "linear attention's saddle losses L(M_m), for reference only"
+    ds.final_loss_se.attrs["description"] = ("standard error of each model's final training loss, from its "
+                                             "per-sequence losses at the final weights")
     ds.fall_drops.attrs["description"] = ("each run's drops counted from the fall rate (loss_curves.count_drops; "
                                           "ATTN_S's rate averaged over window samples each side)")
     ds.fall_drops.attrs["window"] = _attn_s_window(losses[1])
@@ -272,10 +277,10 @@ def table(ds) -> MarkdownTable:
     rows = []
     for key in MODELS:
         final, L_star = float(ds.final_loss.sel(model=key)), float(ds.loss_star.sel(model=key))
-        steps = _fall(ds, key).steps
+        steps, se = _fall(ds, key).steps, float(ds.final_loss_se.sel(model=key))
         rows.append(dict(model=TITLES[key], paper=PAPER[key], drops=f"{_drop_count(ds, key)}{_unsettled(ds, key)}",
                          L_star=L_star, steps=list_words(np.round(steps)),
-                         final=f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"))
+                         final=f"{final:.4f} ({final_vs_loss_star(final, L_star, se)})"))
     for c in ds.check.values:
         d = _fall(ds, c)
         rows.append(dict(model=f"{TITLES['attn_m']}, {_check_words(ds, c)}", paper=PAPER["attn_m"],
@@ -287,6 +292,21 @@ def table(ds) -> MarkdownTable:
     if not ds.attrs["published"]:
         del columns["paper"]
     return MarkdownTable(rows, columns)
+
+
+def final_vs_loss_star(final: float, loss_star: float, se: float) -> str:
+    """Where a final training loss ends beside linear attention's minimum L* (a reference, not a bound for softmax),
+    in words: "at $L^*$ within its error" where |final − L*| ≤ ``uncertainty.difference_band(se)`` (COVERAGE
+    standard errors ``se`` of the mean per-sequence loss; L* has none), else "below $L^*$" or "above $L^*$"."""
+    if uncertainty.verdict(final - loss_star, uncertainty.difference_band(se)) == AGREES:
+        return "at $L^*$ within its error"
+    return "below $L^*$" if final < loss_star else "above $L^*$"
+
+
+def final_rule_words() -> str:
+    """The rule of :func:`final_vs_loss_star` in words, for the page."""
+    return (f"a final loss within {uncertainty.COVERAGE:g} standard errors (of the mean of its per-sequence "
+            "losses) of L* is said to be at L* within its error")
 
 
 def _unsettled(ds, run: str):
@@ -386,7 +406,8 @@ def words(ds) -> dict:
                 paper_lrs=list_words([paper[k]["lr"] for k in MODELS]),
                 detected=" ".join(_detected(ds, k) for k in MODELS), reading=_reading(ds),
                 directions=_directions_words(ds), checks=_checks_words(ds),
-                drop_rule=loss_curves.drop_rule_words(), attn_s_span=f"1/{ATTN_S_RATE_WINDOW // 2}",
+                drop_rule=loss_curves.drop_rule_words(), final_rule=final_rule_words(),
+                attn_s_span=f"1/{ATTN_S_RATE_WINDOW // 2}",
                 lr_scale=f"{paper['attn_m']['lr'] / preset_blocks.ATTN_M_PAPER['lr']:g}",
                 caption_lead=published.page.caption_lead("Figure 5", bool(ds.attrs["published"])))
 
