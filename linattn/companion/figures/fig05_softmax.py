@@ -139,6 +139,7 @@ def compute(S: dict):
          "wall_time": ("model", [float(r.wall_time) for r in models.values()]),
          "plateau_theory": (("model", "m"), padded(levels, max(len(v) for v in levels))),
          "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in models.values()]),
+         "variance_share": (("model", "d"), [variance_shares(r.datasets.cov) for r in models.values()]),
          "check_loss": (("check", "step"), padded([r.history.train_loss for _, r in checks], len(steps))),
          "fall_drops": ("run", [len(d) for d in counted]),
          "fall_drop_step": (("run", "fall_drop"), padded([d.steps for d in counted], n_fall)),
@@ -153,6 +154,7 @@ def compute(S: dict):
          "check_wall_time": ("check", [float(r.wall_time) for _, r in checks])},
         coords={"model": list(MODELS), "step": steps, "plateau": np.arange(n_plateaus),
                 "drop": np.arange(1, n_plateaus), "m": np.arange(max(len(v) for v in levels)),
+                "d": np.arange(1, len(levels[0])),
                 "check": [label for label, _ in checks], "run": ["attn_m", "attn_s"] + [label for label, _ in checks],
                 "fall_drop": np.arange(1, n_fall + 1), "pause": np.arange(1, n_fall)},
         attrs=settings_attrs(S, engine=models["attn_m"].engine, seeds=S["seed"],
@@ -169,6 +171,24 @@ def compute(S: dict):
                                           "ATTN_S's rate averaged over window samples each side)")
     ds.fall_drops.attrs["window"] = _attn_s_window(losses[1])
     return ds
+
+
+def variance_shares(cov) -> np.ndarray:
+    """The input's variance shares λ_d / tr Λ of the covariance ``cov``, λ_1 ≥ … ≥ λ_D."""
+    lam = np.sort(np.linalg.eigvalsh(np.asarray(cov, dtype=np.float64)))[::-1]
+    return lam / lam.sum()
+
+
+def shares_words(drops, variance_share) -> str:
+    """The drops' shares of the fall (``loss_curves.count_drops``) set beside the input's variance shares
+    λ_d / tr Λ (:func:`variance_shares`), with the largest difference, where there are as many drops as directions
+    (D); "" otherwise (the shares then pair with no direction)."""
+    share, lam = np.asarray(drops.shares, dtype=np.float64), np.asarray(variance_share, dtype=np.float64)
+    if share.size < 2 or share.size != lam.size:
+        return ""
+    return (f"Its drops' shares of the fall, {', '.join(f'{x:.3f}' for x in share)}, stand beside the input's "
+            f"variance shares λ_d / tr Λ = {', '.join(f'{x:.3f}' for x in lam)}: the largest difference is "
+            f"{np.abs(share - lam).max():.3f}.")
 
 
 def _attn_s_window(loss) -> int:
@@ -323,10 +343,10 @@ def _detected(ds, key: str) -> str:
     resolution of :func:`_resolution`) and its last loss."""
     final, name, d = float(ds.final_loss.sel(model=key)), TITLES[key], _fall(ds, key)
     where = f" (averaged over {_resolution(ds)} steps)" if key == "attn_s" else ""
-    near = near_cut_words(d)
+    near, shared = near_cut_words(d), shares_words(d, ds.variance_share.sel(model=key).values)
     return (f"Counted from its fall rate{where}, the loss of {name} falls in {drops_words(d)}; its last "
             f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}."
-            + (f" {near}" if near else ""))
+            + (f" {near}" if near else "") + (f" {shared}" if shared else ""))
 
 
 def _resolution(ds) -> int:
