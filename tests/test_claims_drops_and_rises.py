@@ -329,6 +329,14 @@ def test_fig5_drop_shares_beside_variance_shares_recomputed(fig5):
         assert ("variance shares" in sentence) == (n == D and n > 1), run
         if n == D and n > 1:
             assert f"largest difference is {np.abs(shares - lam).max():.3f}" in sentence
+        stored = ds.plateau_theory.sel(model=run).dropna("m").values
+        levels = _levels(lam * stored[0], json.loads(ds.attrs["runs"])[run]["seq_len"] - 1)  # L(M_0) = tr Λ
+        np.testing.assert_allclose(levels, stored, rtol=1e-6)  # the variance shares are the covariance's own
+        saddles = levels[1:-1]  # L(M_1) … L(M_{D-1})
+        assert ("Its pauses" in sentence) == (len(pauses) == D - 1 and D > 1), run
+        if len(pauses) == D - 1 and D > 1:
+            offsets = loss[[int(p) for p in pauses]] - saddles
+            assert ", ".join(f"{x:+.3f}" for x in offsets) in sentence, run
 
 
 def _settings_dim(ds) -> int:

@@ -27,7 +27,7 @@ from ... import theory
 from ...analysis import loss_curves
 from .. import presets, published, uncertainty
 from ..commands import train_command
-from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text
+from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text, saddle
 from ..output import words as list_words
 from ..published.rules import Claim
 from .common import preset_blocks
@@ -191,6 +191,19 @@ def shares_words(drops, variance_share) -> str:
             f"{np.abs(share - lam).max():.3f}.")
 
 
+def pause_offsets_words(drops, plateau_theory) -> str:
+    """The slow stretches between the drops (``loss_curves.count_drops``) set beside linear attention's saddle losses
+    L(ℳ_1) … L(ℳ_{D−1}) (``plateau_theory``: L(ℳ_0) … L(ℳ_D); for reference only), each pause's loss minus its
+    saddle's, where there is one pause for each of them; "" otherwise."""
+    pauses = np.asarray(drops.pause_losses, dtype=np.float64)
+    levels = np.asarray(plateau_theory, dtype=np.float64)[1:-1]
+    if pauses.size == 0 or pauses.size != levels.size:
+        return ""
+    names = ", ".join(f"L({saddle(m)})" for m in range(1, levels.size + 1))
+    return (f"Its pauses, at loss {', '.join(f'{x:.3f}' for x in pauses)}, lie "
+            f"{', '.join(f'{x:+.3f}' for x in pauses - levels)} from linear attention's {names}.")
+
+
 def _attn_s_window(loss) -> int:
     """The samples each side over which ATTN_S's fall rate is averaged: max(1, n / :data:`ATTN_S_RATE_WINDOW`)."""
     return max(1, len(loss) // ATTN_S_RATE_WINDOW)
@@ -344,6 +357,7 @@ def _detected(ds, key: str) -> str:
     final, name, d = float(ds.final_loss.sel(model=key)), TITLES[key], _fall(ds, key)
     where = f" (averaged over {_resolution(ds)} steps)" if key == "attn_s" else ""
     near, shared = near_cut_words(d), shares_words(d, ds.variance_share.sel(model=key).values)
+    shared = " ".join(x for x in (shared, pause_offsets_words(d, ds.plateau_theory.sel(model=key).values)) if x)
     return (f"Counted from its fall rate{where}, the loss of {name} falls in {drops_words(d)}; its last "
             f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}."
             + (f" {near}" if near else "") + (f" {shared}" if shared else ""))
