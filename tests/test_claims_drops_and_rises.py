@@ -294,6 +294,55 @@ def test_fig5_fall_drops_recomputed(fig5):
                 assert not (deep and min(loss[a] - loss[c], loss[c] - loss[b]) >= 0.1 * total), f"{run}: {c}"
 
 
+def test_fig5_near_cut_caveat_recomputed(fig5):
+    """The page calls a model's count marginal exactly where, recomputed from its curve, the fall rate at a stored
+    pause is above a quarter (3/4 of the 1/3 cut) of the smaller peak beside it, and names those pauses' steps."""
+    ds = fig5
+    detected = fig05_softmax.words(ds)["detected"]
+    sentences = {k: s for k, s in zip(("attn_m", "attn_s"), detected.split("Counted from its fall rate")[1:])}
+    for run in ("attn_m", "attn_s"):
+        loss = _runs_of(ds)[run]
+        n, _, _, pauses = _stored(ds, run)
+        r = _fall_rate(loss, max(1, loss.size // 400) if run == "attn_s" else None)
+        edges = [0, *[int(p) for p in pauses], loss.size - 1]
+        peaks = [r[a:b + 1].max() for a, b in zip(edges[:-1], edges[1:])]
+        near = [int(p) for j, p in enumerate(pauses) if r[int(p)] > 0.25 * min(peaks[j], peaks[j + 1])]
+        assert ("marginal" in sentences[run]) == bool(near), run
+        for p in near:
+            assert f"at step {p} it dips to" in sentences[run], run
+
+
+def test_fig5_drop_shares_beside_variance_shares_recomputed(fig5):
+    """The input's variance shares are a decreasing split of 1, one for each of D directions; a model's sentence sets
+    its drops' shares (recomputed from its curve at the stored pauses) beside them only when it has D drops, with the
+    largest difference recomputed."""
+    ds = fig5
+    sentences = fig05_softmax.words(ds)["detected"].split("Counted from its fall rate")[1:]
+    for run, sentence in zip(("attn_m", "attn_s"), sentences):
+        lam = ds.variance_share.sel(model=run).values
+        D = _settings_dim(ds)
+        assert lam.size == D and np.isclose(lam.sum(), 1) and np.all(np.diff(lam) <= 1e-12)
+        loss = _runs_of(ds)[run]
+        n, _, _, pauses = _stored(ds, run)
+        edges = [0, *[int(p) for p in pauses], loss.size - 1]
+        shares = np.array([(loss[a] - loss[b]) / (loss[0] - loss.min()) for a, b in zip(edges[:-1], edges[1:])])
+        assert ("variance shares" in sentence) == (n == D and n > 1), run
+        if n == D and n > 1:
+            assert f"largest difference is {np.abs(shares - lam).max():.3f}" in sentence
+        stored = ds.plateau_theory.sel(model=run).dropna("m").values
+        levels = _levels(lam * stored[0], json.loads(ds.attrs["runs"])[run]["seq_len"] - 1)  # L(M_0) = tr Λ
+        np.testing.assert_allclose(levels, stored, rtol=1e-6)  # the variance shares are the covariance's own
+        saddles = levels[1:-1]  # L(M_1) … L(M_{D-1})
+        assert ("Its pauses" in sentence) == (len(pauses) == D - 1 and D > 1), run
+        if len(pauses) == D - 1 and D > 1:
+            offsets = loss[[int(p) for p in pauses]] - saddles
+            assert ", ".join(f"{x:+.3f}" for x in offsets) in sentence, run
+
+
+def _settings_dim(ds) -> int:
+    return json.loads(ds.attrs["runs"])["attn_s"]["in_dim"]
+
+
 def test_fig5_final_losses_and_lead_recomputed(fig5):
     ds = fig5
     w = fig05_softmax.words(ds)
@@ -320,7 +369,11 @@ def test_fig5_table_rows_recomputed(fig5):
         final = loss[np.isfinite(loss)][-1]
         L_star = np.nanmin(ds.plateau_theory.sel(model=key).values)  # the lowest saddle: the minimum L(M_D)
         assert float(cells[-1]) == pytest.approx(L_star, abs=5e-4)
-        assert cells[-2] == f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"
+        se = float(ds.final_loss_se.sel(model=key))
+        assert 0 < se < final  # a standard error of a mean of positive per-sequence losses
+        where = ("at $L^*$ within its error" if abs(final - L_star) <= 2 * se
+                 else "below $L^*$" if final < L_star else "above $L^*$")
+        assert cells[-2] == f"{final:.4f} ({where})"
     for c, line in zip(["attn_m", "attn_s", *[str(c) for c in ds.check.values]], lines):
         cells = [x.strip() for x in line.split("|")[1:-1]]
         assert cells[-2].split(" ")[0] == f"{runs[c][-1]:.4f}"

@@ -362,6 +362,66 @@ def test_figure_5_claim_is_one_drop_and_names_the_pause():
     assert "published" not in f5.single_drop_claim(found).counted
 
 
+def _drops(dips, steps=(700, 800, 900, 1000)):
+    n = len(dips) + 1
+    return loss_curves.Drops(np.array(steps[:n], float), np.full(n, 1 / n), np.array(steps[:n - 1], float) + 50,
+                             np.linspace(0.6, 0.2, n - 1), np.array(dips, float), True)
+
+
+def test_figure_5_near_cut_caveat_only_for_a_split_close_to_the_cut():
+    """A split whose dip lies between 3/4 of the cut and the cut is named, with its step and dip; a deep dip, a
+    single drop and a far-apart two-stage curve (dip near 0) get no caveat."""
+    cut = loss_curves.DROP_DIP
+    near = f5.near_cut_words(_drops([0.05, 0.29, 0.1]))
+    assert "marginal" in near and "at step 850 it dips to 29%" in near and "step 750" not in near
+    assert "33%" in near and "a split rests" in near
+    both = f5.near_cut_words(_drops([0.30, 0.26]))
+    assert "splits rest" in both and "step 750" in both and "step 850" in both
+    assert f5.near_cut_words(_drops([0.74 * cut])) == ""  # deep enough: the split is clear
+    assert f5.near_cut_words(_drops([])) == ""  # one drop: no split
+    apart = loss_curves.count_drops(_two_stage(True))
+    assert len(apart) == 2 and apart.pause_dips[0] < 0.1 and f5.near_cut_words(apart) == ""
+
+
+def test_figure_5_final_loss_beside_loss_star_uses_the_error_band():
+    """Within 2 SE of L* (either side) a final loss is at L* within its error, never "below"; beyond, below or
+    above; a zero SE leaves only an exact tie at L*."""
+    assert f5.final_vs_loss_star(0.1330, 0.1360, 0.0016) == "at $L^*$ within its error"  # 0.003 ≤ 2 × 0.0016
+    assert f5.final_vs_loss_star(0.1390, 0.1360, 0.0016) == "at $L^*$ within its error"
+    assert f5.final_vs_loss_star(0.1330, 0.1360, 0.0014) == "below $L^*$"  # 0.003 > 2 × 0.0014
+    assert f5.final_vs_loss_star(0.1465, 0.1360, 0.002) == "above $L^*$"
+    assert f5.final_vs_loss_star(0.1360, 0.1360, 0.0) == "at $L^*$ within its error"
+    assert f5.final_vs_loss_star(0.1359, 0.1360, 0.0) == "below $L^*$"
+    assert "2 standard errors" in f5.final_rule_words()
+
+
+def test_figure_5_drop_shares_beside_variance_shares_only_when_one_drop_per_direction():
+    lam = f5.variance_shares(np.diag([0.2, 0.8, 0.4, 0.6]))  # unsorted on the diagonal
+    assert np.allclose(lam, [0.4, 0.3, 0.2, 0.1])
+    rotated = np.linalg.qr(np.arange(16.0).reshape(4, 4) + np.eye(4))[0]
+    assert np.allclose(f5.variance_shares(rotated @ np.diag([0.2, 0.8, 0.4, 0.6]) @ rotated.T), lam)
+    four = loss_curves.Drops(np.arange(4.0), np.array([0.398, 0.300, 0.201, 0.101]), np.arange(3.0), np.ones(3),
+                             np.zeros(3), True)
+    text = f5.shares_words(four, lam)
+    assert "0.398, 0.300, 0.201, 0.101" in text and "0.400, 0.300, 0.200, 0.100" in text
+    assert "largest difference is 0.002" in text
+    assert f5.shares_words(_drops([0.1, 0.1]), lam) == ""  # 3 drops for 4 directions: no pairing
+    assert f5.shares_words(_drops([]), lam[:1] / lam[0]) == ""  # one drop: nothing to set beside
+
+
+def test_figure_5_pauses_beside_saddle_losses_only_one_for_each():
+    levels = [1.0, 0.641, 0.377, 0.210, 0.136]
+    three = loss_curves.Drops(np.arange(4.0), np.full(4, 0.25), np.arange(3.0), np.array([0.663, 0.405, 0.233]),
+                              np.zeros(3), True)
+    text = f5.pause_offsets_words(three, levels)
+    assert "0.663, 0.405, 0.233" in text and "+0.022, +0.028, +0.023" in text and "L(ℳ₁), L(ℳ₂), L(ℳ₃)" in text
+    below = loss_curves.Drops(np.arange(4.0), np.full(4, 0.25), np.arange(3.0), np.array([0.6, 0.4, 0.2]),
+                              np.zeros(3), True)
+    assert "-0.041, +0.023, -0.010" in f5.pause_offsets_words(below, levels)
+    assert f5.pause_offsets_words(_drops([0.1]), levels) == ""  # one pause for three saddles: no pairing
+    assert f5.pause_offsets_words(_drops([]), levels) == ""
+
+
 def test_figure_5_claim_cannot_tell_a_single_drop_in_a_run_still_falling():
     """One drop in a run that ends while the loss still falls fast cannot confirm a single drop; a second drop under
     way at the end refutes it although no plateau follows it."""

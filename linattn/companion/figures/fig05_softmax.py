@@ -25,9 +25,9 @@ import numpy as np
 
 from ... import theory
 from ...analysis import loss_curves
-from .. import presets, published
+from .. import presets, published, uncertainty
 from ..commands import train_command
-from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text
+from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text, saddle
 from ..output import words as list_words
 from ..published.rules import Claim
 from .common import preset_blocks
@@ -104,7 +104,8 @@ def compute(S: dict):
     """Both runs' training losses (``train_loss``: model × step; the shorter run is NaN past its end) with what the
     plateau detector finds in each — the level, first and last step of each flat stretch (``plateau_level``,
     ``plateau_start``, ``plateau_end``: model × plateau), the step of each drop (``drop_step``: model × drop), their
-    number (``drops``) — the final loss and the training's wall time; for reference, each model's
+    number (``drops``) — the final loss with its standard error from the per-sequence training losses
+    (``final_loss_se``) and the training's wall time; for reference, each model's
     linear-attention saddle losses (``plateau_theory``: model × m) and minimum (``loss_star``: model). For ATTN_M and
     each check run (``run``: ``attn_m``, ``attn_s``, then the checks; ATTN_S's fall rate averaged over
     n/:data:`ATTN_S_RATE_WINDOW` samples each side) its drops counted from the fall rate
@@ -133,9 +134,12 @@ def compute(S: dict):
          "drop_step": (("model", "drop"), padded([p.drop_steps for p in found], n_plateaus - 1)),
          "drops": ("model", [len(p.drop_steps) for p in found]),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
+         "final_loss_se": ("model", [uncertainty.standard_error(uncertainty.per_sequence_losses(r, "train"))
+                                     for r in models.values()]),
          "wall_time": ("model", [float(r.wall_time) for r in models.values()]),
          "plateau_theory": (("model", "m"), padded(levels, max(len(v) for v in levels))),
          "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in models.values()]),
+         "variance_share": (("model", "d"), [variance_shares(r.datasets.cov) for r in models.values()]),
          "check_loss": (("check", "step"), padded([r.history.train_loss for _, r in checks], len(steps))),
          "fall_drops": ("run", [len(d) for d in counted]),
          "fall_drop_step": (("run", "fall_drop"), padded([d.steps for d in counted], n_fall)),
@@ -150,6 +154,7 @@ def compute(S: dict):
          "check_wall_time": ("check", [float(r.wall_time) for _, r in checks])},
         coords={"model": list(MODELS), "step": steps, "plateau": np.arange(n_plateaus),
                 "drop": np.arange(1, n_plateaus), "m": np.arange(max(len(v) for v in levels)),
+                "d": np.arange(1, len(levels[0])),
                 "check": [label for label, _ in checks], "run": ["attn_m", "attn_s"] + [label for label, _ in checks],
                 "fall_drop": np.arange(1, n_fall + 1), "pause": np.arange(1, n_fall)},
         attrs=settings_attrs(S, engine=models["attn_m"].engine, seeds=S["seed"],
@@ -160,10 +165,43 @@ def compute(S: dict):
     ds.check_loss.attrs["description"] = "ATTN_M's check runs: other seeds, and half the learning rate"
     ds.train_loss.attrs["description"] = "training loss (NaN past the end of the shorter run)"
     ds.plateau_theory.attrs["description"] = "linear attention's saddle losses L(M_m), for reference only"
+    ds.final_loss_se.attrs["description"] = ("standard error of each model's final training loss, from its "
+                                             "per-sequence losses at the final weights")
     ds.fall_drops.attrs["description"] = ("each run's drops counted from the fall rate (loss_curves.count_drops; "
                                           "ATTN_S's rate averaged over window samples each side)")
     ds.fall_drops.attrs["window"] = _attn_s_window(losses[1])
     return ds
+
+
+def variance_shares(cov) -> np.ndarray:
+    """The input's variance shares λ_d / tr Λ of the covariance ``cov``, λ_1 ≥ … ≥ λ_D."""
+    lam = np.sort(np.linalg.eigvalsh(np.asarray(cov, dtype=np.float64)))[::-1]
+    return lam / lam.sum()
+
+
+def shares_words(drops, variance_share) -> str:
+    """The drops' shares of the fall (``loss_curves.count_drops``) set beside the input's variance shares
+    λ_d / tr Λ (:func:`variance_shares`), with the largest difference, where there are as many drops as directions
+    (D); "" otherwise (the shares then pair with no direction)."""
+    share, lam = np.asarray(drops.shares, dtype=np.float64), np.asarray(variance_share, dtype=np.float64)
+    if share.size < 2 or share.size != lam.size:
+        return ""
+    return (f"Its drops' shares of the fall, {', '.join(f'{x:.3f}' for x in share)}, stand beside the input's "
+            f"variance shares λ_d / tr Λ = {', '.join(f'{x:.3f}' for x in lam)}: the largest difference is "
+            f"{np.abs(share - lam).max():.3f}.")
+
+
+def pause_offsets_words(drops, plateau_theory) -> str:
+    """The slow stretches between the drops (``loss_curves.count_drops``) set beside linear attention's saddle losses
+    L(ℳ_1) … L(ℳ_{D−1}) (``plateau_theory``: L(ℳ_0) … L(ℳ_D); for reference only), each pause's loss minus its
+    saddle's, where there is one pause for each of them; "" otherwise."""
+    pauses = np.asarray(drops.pause_losses, dtype=np.float64)
+    levels = np.asarray(plateau_theory, dtype=np.float64)[1:-1]
+    if pauses.size == 0 or pauses.size != levels.size:
+        return ""
+    names = ", ".join(f"L({saddle(m)})" for m in range(1, levels.size + 1))
+    return (f"Its pauses, at loss {', '.join(f'{x:.3f}' for x in pauses)}, lie "
+            f"{', '.join(f'{x:+.3f}' for x in pauses - levels)} from linear attention's {names}.")
 
 
 def _attn_s_window(loss) -> int:
@@ -272,10 +310,10 @@ def table(ds) -> MarkdownTable:
     rows = []
     for key in MODELS:
         final, L_star = float(ds.final_loss.sel(model=key)), float(ds.loss_star.sel(model=key))
-        steps = _fall(ds, key).steps
+        steps, se = _fall(ds, key).steps, float(ds.final_loss_se.sel(model=key))
         rows.append(dict(model=TITLES[key], paper=PAPER[key], drops=f"{_drop_count(ds, key)}{_unsettled(ds, key)}",
                          L_star=L_star, steps=list_words(np.round(steps)),
-                         final=f"{final:.4f} ({'below' if final < L_star else 'above'} $L^*$)"))
+                         final=f"{final:.4f} ({final_vs_loss_star(final, L_star, se)})"))
     for c in ds.check.values:
         d = _fall(ds, c)
         rows.append(dict(model=f"{TITLES['attn_m']}, {_check_words(ds, c)}", paper=PAPER["attn_m"],
@@ -287,6 +325,21 @@ def table(ds) -> MarkdownTable:
     if not ds.attrs["published"]:
         del columns["paper"]
     return MarkdownTable(rows, columns)
+
+
+def final_vs_loss_star(final: float, loss_star: float, se: float) -> str:
+    """Where a final training loss ends beside linear attention's minimum L* (a reference, not a bound for softmax),
+    in words: "at $L^*$ within its error" where |final − L*| ≤ ``uncertainty.difference_band(se)`` (COVERAGE
+    standard errors ``se`` of the mean per-sequence loss; L* has none), else "below $L^*$" or "above $L^*$"."""
+    if uncertainty.verdict(final - loss_star, uncertainty.difference_band(se)) == AGREES:
+        return "at $L^*$ within its error"
+    return "below $L^*$" if final < loss_star else "above $L^*$"
+
+
+def final_rule_words() -> str:
+    """The rule of :func:`final_vs_loss_star` in words, for the page."""
+    return (f"a final loss within {uncertainty.COVERAGE:g} standard errors (of the mean of its per-sequence "
+            "losses) of L* is said to be at L* within its error")
 
 
 def _unsettled(ds, run: str):
@@ -303,8 +356,11 @@ def _detected(ds, key: str) -> str:
     resolution of :func:`_resolution`) and its last loss."""
     final, name, d = float(ds.final_loss.sel(model=key)), TITLES[key], _fall(ds, key)
     where = f" (averaged over {_resolution(ds)} steps)" if key == "attn_s" else ""
+    near, shared = near_cut_words(d), shares_words(d, ds.variance_share.sel(model=key).values)
+    shared = " ".join(x for x in (shared, pause_offsets_words(d, ds.plateau_theory.sel(model=key).values)) if x)
     return (f"Counted from its fall rate{where}, the loss of {name} falls in {drops_words(d)}; its last "
-            f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}.")
+            f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}."
+            + (f" {near}" if near else "") + (f" {shared}" if shared else ""))
 
 
 def _resolution(ds) -> int:
@@ -384,7 +440,8 @@ def words(ds) -> dict:
                 paper_lrs=list_words([paper[k]["lr"] for k in MODELS]),
                 detected=" ".join(_detected(ds, k) for k in MODELS), reading=_reading(ds),
                 directions=_directions_words(ds), checks=_checks_words(ds),
-                drop_rule=loss_curves.drop_rule_words(), attn_s_span=f"1/{ATTN_S_RATE_WINDOW // 2}",
+                drop_rule=loss_curves.drop_rule_words(), final_rule=final_rule_words(),
+                attn_s_span=f"1/{ATTN_S_RATE_WINDOW // 2}",
                 lr_scale=f"{paper['attn_m']['lr'] / preset_blocks.ATTN_M_PAPER['lr']:g}",
                 caption_lead=published.page.caption_lead("Figure 5", bool(ds.attrs["published"])))
 
@@ -445,6 +502,24 @@ def drops_words(drops) -> str:
     return text + ("; between them the fall rate dips to "
                    + ", ".join(f"{d:.0%} of the smaller peak beside it at step {s:.0f} (loss {L:.3f})"
                                for d, s, L in zip(drops.pause_dips, drops.pause_steps, drops.pause_losses)))
+
+
+#: A split between two drops is *near the cut* when the fall rate between them dips to more than this fraction of
+#: the cut (``loss_curves.DROP_DIP``): a slightly shallower dip would have merged them, so the count is marginal.
+NEAR_CUT = 0.75
+
+
+def near_cut_words(drops, dip: float = loss_curves.DROP_DIP) -> str:
+    """A sentence on the splits of ``drops`` (``loss_curves.count_drops``) whose dip d is near the cut ``dip``
+    (d > :data:`NEAR_CUT` · ``dip``, still below it): at their steps the count rests on a dip close to the cut, so
+    it is marginal; "" where no split is near the cut."""
+    near = [(s, d) for s, d in zip(drops.pause_steps, drops.pause_dips) if NEAR_CUT * dip < d < dip]
+    if not near:
+        return ""
+    splits = "; ".join(f"at step {s:.0f} it dips to {d:.0%}" for s, d in near)
+    return (f"The count is marginal: {'a split rests' if len(near) == 1 else 'splits rest'} on a dip of the fall "
+            f"rate near the cut of {dip:.0%} of the smaller peak ({splits}); a slightly shallower dip would have "
+            f"merged {'those drops' if len(near) > 1 else 'the two drops'}.")
 
 
 def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0) -> Claim:
