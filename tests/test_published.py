@@ -521,6 +521,13 @@ def test_figure_14_judges_its_losses_after_the_offset_of_its_loss_scale():
     assert (stated.value, stated.slope) == (pytest.approx(-0.0099), pytest.approx(0.005))
     assert stated.scatter == pytest.approx(0, abs=1e-12) and stated.n == len(loss)
     assert "-0.0099 + 0.0050 × loss" in published.page.summary(judged, f14.PUBLISHED_IMAGE)
+    # without the offset each loss is judged on its raw difference in the same band (by hand, not the verdict rule)
+    raw = sum(abs(r["difference"]) <= r["band"] if r["unit"] == "loss" else r["verdict"] == AGREES
+              for r in judged if r["verdict"] in VERDICTS)
+    assert raw < sum(r["verdict"] == AGREES for r in judged)
+    assert published.page.counts(judged, offset_removed=False) == (raw, len(judged))
+    assert (f"judged without it {raw} of {len(judged)} readings agree"
+            in published.page.summary(judged, f14.PUBLISHED_IMAGE))
     i = next(i for i, r in enumerate(rows) if r["unit"] == "loss")
     rows[i] = dict(rows[i], difference=rows[i]["difference"] - 0.03)
     assert rules.judged_after_offset(rows)[i]["verdict"] == DIFFERS
