@@ -70,6 +70,15 @@ def test_figure_3a_plateau_readings_lie_on_the_theory_within_a_pixel():
     assert np.all(np.abs(np.array(f3a.PUBLISHED_PLATEAUS) - levels) <= 5e-4)
 
 
+def test_figure_3b_final_values_the_paper_states_are_the_theorys():
+    """The heads' final values Figure 3b's text states are (λ_d c_d)^(−1/3) at Figure 3a's setting (eigenvalues 0.4,
+    0.3, 0.2, 0.1, N = 31), the theory column's values, to three decimals."""
+    from linattn.companion.figures import fig03b_attns_values as f3b
+
+    ours = theory.final_value_weights(np.diag([0.4, 0.3, 0.2, 0.1]), 31, normalize="mean")
+    assert np.all(np.abs(np.array(f3b.PUBLISHED_FINAL_VALUES) - ours) <= 5e-4)
+
+
 def test_figure_3a_compares_no_theory_line_as_a_published_plateau():
     """Only the published curves' own plateaus are compared: the image's dotted theory lines (read at L(M_0) …
     L(M_2)) are a drawing of the theory, so no row sets our levels beside them and none counts among the readings."""
