@@ -284,7 +284,7 @@ def seed0(module):
     return ds
 
 
-def test_fig03a_at_settings_the_paper_never_used(fig03_runs):
+def test_fig03a_at_settings_the_paper_never_used(fig03_runs, monkeypatch):
     S = presets.settings(fig03a, "quick", seeds=[0], epoch_extended=350, epoch_streams=300, **TINY_3A)
     assert not presets.is_published(fig03a.NAME, S)
     ds = fig03a.compute(S)
@@ -293,6 +293,11 @@ def test_fig03a_at_settings_the_paper_never_used(fig03_runs):
     assert ds.plateau_level.dims == ("seed", "m") and (ds.sizes["direction"], ds.sizes["m"]) == (3, 4)
     rows = keyed(fig03a.numbers(ds))
     assert all(r["paper"] is None for r in rows.values()) and fig03a.comparison(ds) == []
+    # at the published settings too, a theory level (the saddles' L(M_m)) is a theory value, never a "paper" one
+    monkeypatch.setattr(fig03a, "comparison", lambda ds: [])  # the published readings need the published run
+    as_published = keyed(fig03a.numbers(ds.assign_attrs(published=True)))
+    assert all(r["paper"] is None and r["theory"] is not None for k, r in as_published.items()
+               if k.startswith("plateau.") or k == "final_loss.extended")
     found = {k: r for k, r in rows.items() if k.startswith("plateau.") and r["reproduced"] is not None}
     assert found, rows
     nearest_own_level(found, ds.plateau_theory.values)
@@ -328,6 +333,11 @@ def test_fig03b_value_weights_on_the_shared_run(fig03_runs):
     assert dict(ds.sizes) == {"step": 300, "head": 4, "direction": 3}
     rows = keyed(fig03b.numbers(ds))
     assert all(r["paper"] is None for r in rows.values()) and "paper" not in fig03b.table(ds).columns
+    # at the published settings too: the final values the paper states are (λ_d c_d)^(−1/3), theory values
+    published = ds.assign_attrs(published=True)
+    assert all(r["paper"] is None and r["theory"] is not None for k, r in keyed(fig03b.numbers(published)).items()
+               if k.startswith("final_value."))
+    assert "paper" not in fig03b.table(published).columns
     heads = [int(h) for h in ds.learner.values if h > 0]
     assert len(set(heads)) == len(heads) <= 3  # one direction per learning head, never more than the directions
     learned = [int(d) for d, h in zip(ds.direction.values, ds.learner.values) if h > 0]

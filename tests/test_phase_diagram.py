@@ -290,6 +290,29 @@ def test_sample_wise_peak_and_the_count_it_sits_next_to():
     assert not phase.near_count(fresh, 10, 25) and not phase.near_count(fresh, 40, 40)
 
 
+def _seed_slopes(exponent, scatter, seeds=4, rng_seed=0):
+    """Each seed's log–log slope of steps t = 100·init^exponent·exp(noise) drawn at five scales, by polyfit."""
+    rng, inits = np.random.default_rng(rng_seed), np.logspace(-3, -1, 5)
+    steps = 100 * inits[None] ** exponent * np.exp(scatter * rng.normal(size=(seeds, inits.size)))
+    return [np.polyfit(np.log(inits), np.log(s), 1)[0] for s in steps]
+
+
+def test_exponent_verdict_on_constructed_cases():
+    mean, se, said = phase.exponent_verdict(_seed_slopes(-1.0, 0.0))  # an exact power law
+    assert mean == pytest.approx(-1.0) and se == pytest.approx(0.0, abs=1e-12) and said == "agrees"
+    mean, se, said = phase.exponent_verdict(_seed_slopes(-1.3, 0.01))  # another slope, small scatter
+    assert mean == pytest.approx(-1.3, abs=0.02) and said == "differs"
+    mean, se, said = phase.exponent_verdict([0.5, -2.5, 0.2, -2.2])  # large scatter: the band holds −1 and 0 alike
+    assert mean == pytest.approx(-1.0) and 2 * se > 1.0 and said == "cannot tell"
+    assert phase.exponent_verdict([-1.3])[1:] == (None, "cannot tell")  # one seed: no standard error
+    assert np.isnan(phase.exponent_verdict([np.nan, np.nan])[0])
+    # the band is 2 SE: a mean 1.9 SE from the law agrees, one 2.1 SE from it differs
+    base = np.array([-1.0, 1.0, -1.0, 1.0]) * 0.1  # SE = 0.1·2/√3/2 of these four
+    se = base.std(ddof=1) / 2
+    assert phase.exponent_verdict(-1 + 1.9 * se + base)[2] == "agrees"
+    assert phase.exponent_verdict(-1 + 2.1 * se + base)[2] == "differs"
+
+
 def test_free_directions_counts_the_flat_eigenvalues():
     rng = np.random.default_rng(0)
     basis = np.linalg.qr(rng.normal(size=(6, 6)))[0]

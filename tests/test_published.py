@@ -70,6 +70,15 @@ def test_figure_3a_plateau_readings_lie_on_the_theory_within_a_pixel():
     assert np.all(np.abs(np.array(f3a.PUBLISHED_PLATEAUS) - levels) <= 5e-4)
 
 
+def test_figure_3b_final_values_the_paper_states_are_the_theorys():
+    """The heads' final values Figure 3b's text states are (λ_d c_d)^(−1/3) at Figure 3a's setting (eigenvalues 0.4,
+    0.3, 0.2, 0.1, N = 31), the theory column's values, to three decimals."""
+    from linattn.companion.figures import fig03b_attns_values as f3b
+
+    ours = theory.final_value_weights(np.diag([0.4, 0.3, 0.2, 0.1]), 31, normalize="mean")
+    assert np.all(np.abs(np.array(f3b.PUBLISHED_FINAL_VALUES) - ours) <= 5e-4)
+
+
 def test_figure_3a_compares_no_theory_line_as_a_published_plateau():
     """Only the published curves' own plateaus are compared: the image's dotted theory lines (read at L(M_0) …
     L(M_2)) are a drawing of the theory, so no row sets our levels beside them and none counts among the readings."""
@@ -581,6 +590,13 @@ def test_figure_14_judges_its_losses_after_the_offset_of_its_loss_scale():
     assert (stated.value, stated.slope) == (pytest.approx(-0.0099), pytest.approx(0.005))
     assert stated.scatter == pytest.approx(0, abs=1e-12) and stated.n == len(loss)
     assert "-0.0099 + 0.0050 × loss" in published.page.summary(judged, f14.PUBLISHED_IMAGE)
+    # without the offset each loss is judged on its raw difference in the same band (by hand, not the verdict rule)
+    raw = sum(abs(r["difference"]) <= r["band"] if r["unit"] == "loss" else r["verdict"] == AGREES
+              for r in judged if r["verdict"] in VERDICTS)
+    assert raw < sum(r["verdict"] == AGREES for r in judged)
+    assert published.page.counts(judged, offset_removed=False) == (raw, len(judged))
+    assert (f"judged without it {raw} of {len(judged)} readings agree"
+            in published.page.summary(judged, f14.PUBLISHED_IMAGE))
     i = next(i for i, r in enumerate(rows) if r["unit"] == "loss")
     rows[i] = dict(rows[i], difference=rows[i]["difference"] - 0.03)
     assert rules.judged_after_offset(rows)[i]["verdict"] == DIFFERS

@@ -242,3 +242,23 @@ def test_the_report_tables_say_which_of_our_own_runs_are_missing(tmp_path):
     assert list(tables["unjudged"]) == ["Estimates", "Every other number"]
     assert "| 1.1 |" in str(tables["unjudged"]["Every other number"])
     assert tables["claims"] is None
+
+
+def test_the_report_counts_readings_without_the_offset_beside_the_count_with_it(tmp_path):
+    """Three readings of one page, two judged after an offset of the image's scale: the report states the count that
+    agree (3) and, beside it, the count that agree on the raw difference in the same band (worked by hand: 0.012 and
+    0.004 against the band 0.0099: one of the two, plus the reading judged without an offset)."""
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+
+    rows = [row(key="a", paper=0.5, reproduced=0.512, tolerance=0.0099, verdict=AGREES, difference=0.012,
+                band=0.0099, offset=0.01, unresolved=0.0099, unit="loss"),
+            row(key="b", paper=0.4, reproduced=0.404, tolerance=0.0099, verdict=AGREES, difference=0.004,
+                band=0.0099, offset=0.01, unresolved=0.0, unit="loss"),
+            row(key="c", paper=700.0, reproduced=705.0, tolerance=17.0, verdict=AGREES, difference=5.0, band=17.0,
+                unit="step")]
+    (tmp_path / "fig14_icl_iwl").mkdir()
+    (tmp_path / "fig14_icl_iwl" / "numbers.json").write_text(json.dumps(rows))
+    summary = report.summary(report.collect(tmp_path), "quick")
+    assert "3 of 3 readings agree** with ours in their band (the page states it) (2 of 3 without the offset" in summary

@@ -88,7 +88,10 @@ def summary(report: dict, preset: str) -> str:
         rows = [r for r in groups["reading"] if r["page"] == page]
         agree, total = published.page.counts(rows)
         unsure = sum(r["verdict"] == CANNOT_TELL for r in rows)
+        raw = (f" ({published.page.counts(rows, offset_removed=False)[0]} of {total} without the offset of the "
+               "image's loss scale, fitted to the same readings)" if published.page.has_offset(rows) else "")
         lines.append(f"* **{page}: {agree} of {total} readings agree** with ours in their band (the page states it)"
+                     + raw
                      + (f"; {unsure} cannot tell" if unsure else "")
                      + f"; {total - agree - unsure} differ{'s' if total - agree - unsure == 1 else ''}.")
     if not groups["reading"]:

@@ -282,8 +282,9 @@ def compute_escape(S: dict, client=None):
     the sweep engine's summary of each run), the theory's escape time of each drop (``law``: init × direction,
     ``theory.attn_s_drop_steps``, one head: an order of magnitude), the drops predicted from each run's own initial
     weights, every head included (``predicted``, ``runstore.predicted_drop_steps``; ``predicted_ratio``: the
-    median simulated over predicted step of each drop), the fitted exponent of each drop's step in the
-    initialisation scale and the median ratio of simulated to the estimate's step."""
+    median over every run of its simulated over predicted step of each drop), each seed's fitted exponent of each
+    drop's step in the initialisation scale (``seed_exponent``) and their mean over seeds (``exponent``), and
+    ``ratio``: the median over inits of each init's median over seeds of the simulated step, over the estimate."""
     import xarray as xr
 
     from ..sweeps.cells import summarise
@@ -307,7 +308,10 @@ def compute_escape(S: dict, client=None):
                         coords={"init": inits, "seed": seeds, "direction": np.arange(1, D + 1)})
     ratio = (escape.drop_step / escape.predicted).transpose("direction", ...).values.reshape(D, -1)
     escape["predicted_ratio"] = ("direction", [_median(r) for r in ratio])
-    escape["exponent"] = ("direction", [_exponent(escape.drop_step.sel(direction=d)) for d in escape.direction])
+    escape["seed_exponent"] = (("seed", "direction"), np.array([[_exponent(escape.drop_step.sel(seed=s, direction=d))
+                                                                  for d in escape.direction] for s in seeds]))
+    escape["exponent"] = ("direction", [phase.exponent_verdict(escape.seed_exponent.sel(direction=d).values)[0]
+                                        for d in escape.direction])
     escape["ratio"] = ("direction", [_median((escape.drop_step.sel(direction=d).median("seed")
                                               / escape.law.sel(direction=d)).values) for d in escape.direction])
     escape.attrs["head_num"] = base.head_num  # the escape-time estimate is for one head
@@ -364,7 +368,7 @@ def words(ds, escape=None) -> dict:
                zero_icl="–" if zero is None else t._range(zero.final_test_icl))
     if escape is not None:
         out.update(n_escape=int(escape.drop_step.isel(direction=0).size),
-                   exponents=t._list([f"{x:.2f}" for x in escape.exponent.values if np.isfinite(x)]) or "–",
+                   exponents=t.exponent_phrase(escape),
                    ratios=t._list([f"{x:.1f}" for x in escape.ratio.values if np.isfinite(x)]) or "–",
                    predicted_ratios=t._list([f"{x:.2f}" for x in escape.predicted_ratio.values if np.isfinite(x)])
                    or "–", heads_s=int(escape.attrs.get("head_num", 1)))

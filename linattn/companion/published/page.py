@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from ..output import ESTIMATE, MarkdownTable
-from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS
+from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, verdict
 from .readings import Image
 from .rules import Claim, judged_difference, offset_of, pixels, slug
 
@@ -87,10 +87,26 @@ def _signed(x, unit) -> str | None:
     return f"{x:+.3f}" if unit == "loss" else f"{x:+.0f}"
 
 
-def counts(rows: list[dict]) -> tuple[int, int]:
-    """(rows that agree, rows with a verdict)."""
+def counts(rows: list[dict], offset_removed: bool = True) -> tuple[int, int]:
+    """(rows that agree, rows with a verdict); with ``offset_removed`` False, each row judged as if no offset of the
+    image's scale had been removed first (:func:`verdict_without_offset`)."""
     judged = [r for r in rows if r["verdict"] in VERDICTS]
-    return sum(r["verdict"] == AGREES for r in judged), len(judged)
+    said = [r["verdict"] if offset_removed else verdict_without_offset(r) for r in judged]
+    return sum(v == AGREES for v in said), len(judged)
+
+
+def verdict_without_offset(r: dict) -> str:
+    """A row's verdict had no offset been removed: ``uncertainty.verdict`` of its raw ``difference`` (ours − the
+    reading) in the same ``band`` and ``unresolved`` margin; the row's own verdict where it removed none. ``r``: a
+    comparison row or its ``numbers.json`` row (the same keys)."""
+    if not r.get("offset"):
+        return r["verdict"]
+    return verdict(r.get("difference"), r.get("band"), r.get("unresolved") or 0.0)
+
+
+def has_offset(rows: list[dict]) -> bool:
+    """Whether any of ``rows`` was judged after removing an offset of the image's scale."""
+    return any(r.get("offset") for r in rows)
 
 
 def summary(rows: list[dict], image: Image) -> str:
@@ -118,7 +134,9 @@ def summary(rows: list[dict], image: Image) -> str:
         text.append(f"All {offset.n} loss readings share one offset of the image's loss scale: ours − published ≈ "
                     f"{offset.value:.4f} {'+' if offset.slope >= 0 else '−'} {abs(offset.slope):.4f} × loss "
                     f"({px[0]:+.1f} px at a loss of 0.1, {px[1]:+.1f} px at 1), scatter {offset.scatter:.4f} about it. "
-                    "It is a reading of the scale, not of the curves, so each loss is judged after removing it.")
+                    "It is a reading of the scale, not of the curves, so each loss is judged after removing it; "
+                    "as it is fitted to the same readings it corrects, judged without it "
+                    f"{counts(rows, offset_removed=False)[0]} of {total} readings agree.")
     if unsure:
         text.append(f"{unsure} cannot tell: beyond the band, but within a further margin the band cannot cover: one "
                     "more pixel, the ± of reading the published point itself, and where it applies what the draw of "

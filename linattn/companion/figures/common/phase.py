@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....objectives.population import mixture_moments
+from ... import uncertainty
 
 #: The settled criterion's defaults: a test loss moved less than TOLERANCE (relative to its final value) over the last
 #: WINDOW of the training.
@@ -231,3 +232,26 @@ def near_count(fresh, peak: int, k: int) -> bool:
     return 0 < j < fresh.size - 1 and fresh[j - 1] < k < fresh[j + 1]
 
 
+
+
+def exponent_verdict(seed_exponents, law: float = -1.0) -> tuple[float, float | None, str]:
+    """The mean of one drop's fitted exponents over seeds (each seed's own log–log slope of step against init), its
+    standard error over the seeds (``uncertainty.spread`` / √n; None for fewer than two seeds), and the verdict against
+    the ``law`` by ``uncertainty.verdict`` with the band ``uncertainty.difference_band`` (COVERAGE = 2 SE): *agrees*
+    within it, *differs* beyond it; *cannot tell* with fewer than two seeds, or where the band that holds the law
+    also holds 0 (a step that does not depend on init: the scatter cannot tell the law from no law at all). NaN mean
+    and *cannot tell* without any finite exponent."""
+    x = np.asarray(seed_exponents, dtype=np.float64).ravel()
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return float("nan"), None, uncertainty.CANNOT_TELL
+    sd = uncertainty.spread(x)
+    mean = float(x.mean())
+    if sd is None:
+        return mean, None, uncertainty.CANNOT_TELL
+    se = sd / np.sqrt(x.size)
+    band = uncertainty.difference_band(se, resolution=1e-9)  # 1e-9: the fits' floating-point rounding, no evidence
+    said = uncertainty.verdict(mean - law, band)
+    if said == uncertainty.AGREES and abs(mean) <= band:
+        said = uncertainty.CANNOT_TELL
+    return mean, float(se), said
