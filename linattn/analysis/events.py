@@ -246,7 +246,7 @@ class GrowthAlignment:
         """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
         above ``aligned`` at the first snapshot, by its random draw), "aligned while small" (passed ``aligned``
         no later than its size reached the grown fraction of its largest: small against its end, which says
-        nothing of how far it had grown from its start, :attr:`growth_when_aligned`), "grew before it aligned" (its
+        nothing of how far it had grown from its start, ``growth_when_aligned``), "grew before it aligned" (its
         size reached the grown fraction while its overlap was at most ``aligned``) or "not aligned" (never passed
         ``aligned``)."""
         if self.overlap_at_start > aligned:
