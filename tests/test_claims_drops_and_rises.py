@@ -312,33 +312,6 @@ def test_fig5_near_cut_caveat_recomputed(fig5):
             assert f"at step {p} it dips to" in sentences[run], run
 
 
-def test_fig5_drop_shares_beside_variance_shares_recomputed(fig5):
-    """The input's variance shares are a decreasing split of 1, one for each of D directions; a model's sentence sets
-    its drops' shares (recomputed from its curve at the stored pauses) beside them only when it has D drops, with the
-    largest difference recomputed."""
-    ds = fig5
-    sentences = fig05_softmax.words(ds)["detected"].split("Counted from its fall rate")[1:]
-    for run, sentence in zip(("attn_m", "attn_s"), sentences):
-        lam = ds.variance_share.sel(model=run).values
-        D = _settings_dim(ds)
-        assert lam.size == D and np.isclose(lam.sum(), 1) and np.all(np.diff(lam) <= 1e-12)
-        loss = _runs_of(ds)[run]
-        n, _, _, pauses = _stored(ds, run)
-        edges = [0, *[int(p) for p in pauses], loss.size - 1]
-        shares = np.array([(loss[a] - loss[b]) / (loss[0] - loss.min()) for a, b in zip(edges[:-1], edges[1:])])
-        assert ("variance shares" in sentence) == (n == D and n > 1), run
-        if n == D and n > 1:
-            assert f"largest difference is {np.abs(shares - lam).max():.3f}" in sentence
-        stored = ds.plateau_theory.sel(model=run).dropna("m").values
-        levels = _levels(lam * stored[0], json.loads(ds.attrs["runs"])[run]["seq_len"] - 1)  # L(M_0) = tr Λ
-        np.testing.assert_allclose(levels, stored, rtol=1e-6)  # the variance shares are the covariance's own
-        saddles = levels[1:-1]  # L(M_1) … L(M_{D-1})
-        assert ("Its pauses" in sentence) == (len(pauses) == D - 1 and D > 1), run
-        if len(pauses) == D - 1 and D > 1:
-            offsets = loss[[int(p) for p in pauses]] - saddles
-            assert ", ".join(f"{x:+.3f}" for x in offsets) in sentence, run
-
-
 def _settings_dim(ds) -> int:
     return json.loads(ds.attrs["runs"])["attn_s"]["in_dim"]
 

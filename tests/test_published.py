@@ -404,33 +404,6 @@ def test_figure_5_final_loss_beside_loss_star_uses_the_error_band():
     assert "2 standard errors" in f5.final_rule_words()
 
 
-def test_figure_5_drop_shares_beside_variance_shares_only_when_one_drop_per_direction():
-    lam = f5.variance_shares(np.diag([0.2, 0.8, 0.4, 0.6]))  # unsorted on the diagonal
-    assert np.allclose(lam, [0.4, 0.3, 0.2, 0.1])
-    rotated = np.linalg.qr(np.arange(16.0).reshape(4, 4) + np.eye(4))[0]
-    assert np.allclose(f5.variance_shares(rotated @ np.diag([0.2, 0.8, 0.4, 0.6]) @ rotated.T), lam)
-    four = loss_curves.Drops(np.arange(4.0), np.array([0.398, 0.300, 0.201, 0.101]), np.arange(3.0), np.ones(3),
-                             np.zeros(3), True)
-    text = f5.shares_words(four, lam)
-    assert "0.398, 0.300, 0.201, 0.101" in text and "0.400, 0.300, 0.200, 0.100" in text
-    assert "largest difference is 0.002" in text
-    assert f5.shares_words(_drops([0.1, 0.1]), lam) == ""  # 3 drops for 4 directions: no pairing
-    assert f5.shares_words(_drops([]), lam[:1] / lam[0]) == ""  # one drop: nothing to set beside
-
-
-def test_figure_5_pauses_beside_saddle_losses_only_one_for_each():
-    levels = [1.0, 0.641, 0.377, 0.210, 0.136]
-    three = loss_curves.Drops(np.arange(4.0), np.full(4, 0.25), np.arange(3.0), np.array([0.663, 0.405, 0.233]),
-                              np.zeros(3), True)
-    text = f5.pause_offsets_words(three, levels)
-    assert "0.663, 0.405, 0.233" in text and "+0.022, +0.028, +0.023" in text and "L(ℳ₁), L(ℳ₂), L(ℳ₃)" in text
-    below = loss_curves.Drops(np.arange(4.0), np.full(4, 0.25), np.arange(3.0), np.array([0.6, 0.4, 0.2]),
-                              np.zeros(3), True)
-    assert "-0.041, +0.023, -0.010" in f5.pause_offsets_words(below, levels)
-    assert f5.pause_offsets_words(_drops([0.1]), levels) == ""  # one pause for three saddles: no pairing
-    assert f5.pause_offsets_words(_drops([]), levels) == ""
-
-
 def test_figure_5_claim_cannot_tell_a_single_drop_in_a_run_still_falling():
     """One drop in a run that ends while the loss still falls fast cannot confirm a single drop; a second drop under
     way at the end refutes it although no plateau follows it."""

@@ -27,7 +27,7 @@ from ... import theory
 from ...analysis import loss_curves
 from .. import presets, published, uncertainty
 from ..commands import train_command
-from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text, saddle
+from ..output import AGREES, CANNOT_TELL, DIFFERS, MarkdownTable, prose_text
 from ..output import words as list_words
 from ..published.rules import Claim
 from .common import preset_blocks
@@ -139,7 +139,6 @@ def compute(S: dict):
          "wall_time": ("model", [float(r.wall_time) for r in models.values()]),
          "plateau_theory": (("model", "m"), padded(levels, max(len(v) for v in levels))),
          "loss_star": ("model", [theory.loss_star(r.datasets.cov, r.config.N) for r in models.values()]),
-         "variance_share": (("model", "d"), [variance_shares(r.datasets.cov) for r in models.values()]),
          "check_loss": (("check", "step"), padded([r.history.train_loss for _, r in checks], len(steps))),
          "fall_drops": ("run", [len(d) for d in counted]),
          "fall_drop_step": (("run", "fall_drop"), padded([d.steps for d in counted], n_fall)),
@@ -171,37 +170,6 @@ def compute(S: dict):
                                           "ATTN_S's rate averaged over window samples each side)")
     ds.fall_drops.attrs["window"] = _attn_s_window(losses[1])
     return ds
-
-
-def variance_shares(cov) -> np.ndarray:
-    """The input's variance shares λ_d / tr Λ of the covariance ``cov``, λ_1 ≥ … ≥ λ_D."""
-    lam = np.sort(np.linalg.eigvalsh(np.asarray(cov, dtype=np.float64)))[::-1]
-    return lam / lam.sum()
-
-
-def shares_words(drops, variance_share) -> str:
-    """The drops' shares of the fall (``loss_curves.count_drops``) set beside the input's variance shares
-    λ_d / tr Λ (:func:`variance_shares`), with the largest difference, where there are as many drops as directions
-    (D); "" otherwise (the shares then pair with no direction)."""
-    share, lam = np.asarray(drops.shares, dtype=np.float64), np.asarray(variance_share, dtype=np.float64)
-    if share.size < 2 or share.size != lam.size:
-        return ""
-    return (f"Its drops' shares of the fall, {', '.join(f'{x:.3f}' for x in share)}, stand beside the input's "
-            f"variance shares λ_d / tr Λ = {', '.join(f'{x:.3f}' for x in lam)}: the largest difference is "
-            f"{np.abs(share - lam).max():.3f}.")
-
-
-def pause_offsets_words(drops, plateau_theory) -> str:
-    """The slow stretches between the drops (``loss_curves.count_drops``) set beside linear attention's saddle losses
-    L(ℳ_1) … L(ℳ_{D−1}) (``plateau_theory``: L(ℳ_0) … L(ℳ_D); for reference only), each pause's loss minus its
-    saddle's, where there is one pause for each of them; "" otherwise."""
-    pauses = np.asarray(drops.pause_losses, dtype=np.float64)
-    levels = np.asarray(plateau_theory, dtype=np.float64)[1:-1]
-    if pauses.size == 0 or pauses.size != levels.size:
-        return ""
-    names = ", ".join(f"L({saddle(m)})" for m in range(1, levels.size + 1))
-    return (f"Its pauses, at loss {', '.join(f'{x:.3f}' for x in pauses)}, lie "
-            f"{', '.join(f'{x:+.3f}' for x in pauses - levels)} from linear attention's {names}.")
 
 
 def _attn_s_window(loss) -> int:
@@ -356,11 +324,10 @@ def _detected(ds, key: str) -> str:
     resolution of :func:`_resolution`) and its last loss."""
     final, name, d = float(ds.final_loss.sel(model=key)), TITLES[key], _fall(ds, key)
     where = f" (averaged over {_resolution(ds)} steps)" if key == "attn_s" else ""
-    near, shared = near_cut_words(d), shares_words(d, ds.variance_share.sel(model=key).values)
-    shared = " ".join(x for x in (shared, pause_offsets_words(d, ds.plateau_theory.sel(model=key).values)) if x)
+    near = near_cut_words(d)
     return (f"Counted from its fall rate{where}, the loss of {name} falls in {drops_words(d)}; its last "
             f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}."
-            + (f" {near}" if near else "") + (f" {shared}" if shared else ""))
+            + (f" {near}" if near else ""))
 
 
 def _resolution(ds) -> int:
