@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _lazy
 from ..errors import named
-from .declarations import AutogradEngine, Engine, ExactEngine, PopulationEngine, SoftmaxEngine
+from .declarations import AutogradEngine, Engine, ExactEngine, PopulationEngine, RunSettings, SoftmaxEngine
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
     from ..data import Datasets
     from ..models import Model
 
@@ -62,7 +61,7 @@ def get(name: str) -> type[Any]:
         raise ValueError(f"engine must be one of {', '.join(map(repr, engine_choices()))}, got {name!r}") from None
 
 
-def resolve(cfg: RunConfig) -> str:
+def resolve(cfg: RunSettings) -> str:
     """The engine ``cfg`` trains with: ``cfg.engine``, or for ``"auto"`` population when the training set is
     infinite (``trainset_size=None``), softmax for softmax attention, else exact."""
     if cfg.engine != "auto":
@@ -72,7 +71,7 @@ def resolve(cfg: RunConfig) -> str:
     return SoftmaxEngine.name if cfg.softmax else ExactEngine.name
 
 
-def refusal(cfg: RunConfig) -> str | None:
+def refusal(cfg: RunSettings) -> str | None:
     """Why the engine of ``cfg`` (after :func:`resolve`) cannot train it, or None."""
     engine = get(resolve(cfg))
     reason = engine.refuses(cfg)
@@ -109,7 +108,7 @@ def threads_for(engine: str, device: str) -> int | None:
     return get(engine).threads if str(device).split(":")[0] == "cpu" else 1
 
 
-def build(cfg: RunConfig, model: Model, datasets: Datasets, device: str, *,
+def build(cfg: RunSettings, model: Model, datasets: Datasets, device: str, *,
           shared: dict | None = None) -> tuple[Any, dict[str, Any]]:
     """(training objective, {"test_iwl"/"test_icl": test objective}) of a run of ``cfg`` on ``datasets``.
 

@@ -9,12 +9,45 @@ checking a run's settings never imports torch. Each engine class (``exact.py``, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import named
 
-if TYPE_CHECKING:
-    from ..config import RunConfig
+
+class RunSettings(Protocol):
+    """What an engine reads of a run's settings (:class:`linattn.config.RunConfig` has them all): the engines are
+    typed against this, so that they need not import the configuration, which imports them to validate a run."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def softmax(self) -> bool: ...
+    @property
+    def seq_len(self) -> int: ...
+    @property
+    def trainset_size(self) -> int | None: ...
+    @property
+    def testset_size(self) -> int: ...
+    @property
+    def icl(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def cov_matrix(self) -> list | None: ...
+    @property
+    def draws(self) -> str: ...
+    @property
+    def normalize(self) -> str: ...
+    @property
+    def vary_len(self) -> bool: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def chunk(self) -> int: ...
+    @property
+    def population_samples(self) -> int: ...
 
 
 class Engine:
@@ -35,7 +68,7 @@ class Engine:
     threads: int | None = None
 
     @staticmethod
-    def refuses(cfg: RunConfig) -> str | None:
+    def refuses(cfg: RunSettings) -> str | None:
         """Why this engine cannot train a run of ``cfg`` (None: it can)."""
         return None
 
@@ -55,7 +88,7 @@ class ExactEngine(Engine):
     threads = 1  # a step is microseconds: more threads only add a fork/join to each small product
 
     @staticmethod
-    def refuses(cfg: RunConfig) -> str | None:
+    def refuses(cfg: RunSettings) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if cfg.softmax:
             return (f"{named('engine')} 'exact' covers linear attention only; {named('softmax')} needs "
@@ -76,7 +109,7 @@ class PopulationEngine(ExactEngine):
     trains = "Population"
 
     @staticmethod
-    def refuses(cfg: RunConfig) -> str | None:
+    def refuses(cfg: RunSettings) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if cfg.softmax:
             return (f"{named('engine')} 'population' covers linear attention only; {named('softmax')} needs "
@@ -101,7 +134,7 @@ class SoftmaxEngine(Engine):
     trains = "Softmax"
 
     @staticmethod
-    def refuses(cfg: RunConfig) -> str | None:
+    def refuses(cfg: RunSettings) -> str | None:
         """Why this objective cannot train ``cfg`` (None: it can)."""
         if not cfg.softmax:
             return (f"{named('engine')} 'softmax' covers softmax attention only (set {named('softmax', True)}, or use "

@@ -19,11 +19,10 @@ from .. import data as data_mod
 from ..models import triangle_pairs
 from ..normalization import lengths, token_scale
 from .base import DEFAULT_CHUNK, Moments, check_linear, feature_batches
-from .declarations import PopulationEngine
+from .declarations import PopulationEngine, RunSettings
 from .exact import Exact
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
     from ..data import Datasets
     from ..models import Model
 
@@ -182,7 +181,7 @@ class Population(PopulationEngine, Exact):
     """The P → ∞ objective of the icl = 1 task: :class:`~linattn.objectives.Exact` on the population moments."""
 
     @classmethod
-    def for_run(cls, model: Model, datasets: Datasets, cfg: RunConfig, **opts: Any) -> Population:
+    def for_run(cls, model: Model, datasets: Datasets, cfg: RunSettings, **opts: Any) -> Population:
         """The training objective of a run of ``cfg`` (its covariance from ``datasets``; at ``cfg.icl`` < 1 the
         mixture's moments, :func:`mixture_moments`, with the run's fixed task ``datasets.w_fix``)."""
         if cfg.icl != 1.0:
