@@ -13,17 +13,17 @@ the CPU (user + system, all threads) of gradient descent in ``linattn.run`` at t
 steps less that for ``few`` steps, over n (what a run pays once cancels out), the median of three, after a first run
 to warm up (a kernel's compile or load, lazy imports): n = 20 softmax steps, or for the engines whose steps are
 microseconds the run's own count (at least 1000), raised to about 0.3 s of steps where the run has as many. Runs
-alike but for seed and length share one measurement. A figure's data CPU is what ``linattn.run`` spends on a run
-outside gradient descent (drawing its data, for reference draws from the authors' random stream, reading the data's
-moments, its initial weights), measured on a run of a few steps, counted once for the runs of the figure that draw the
-same data (``plan.data_key``: ``run_many`` draws it once). A gradient-flow run (``dynamics = flow``) has no fixed step:
-its recorded training time is taken as is, marked ``flow``. Printed per figure: total, training steps, data, the
-rest (total − steps − data), the issue's ratio total / (steps + 2 s), which the book's target holds ≤ 1.5, the same
-with the data counted as training (a run with microsecond steps on 80000 drawn sequences is mostly its draw), and
-as a cross-check the training time the build's runs recorded (``train_time_s``, wall; a batch of runs trained
-together may record the batch's time on each). The step times use the kernels of this process's setting
-(``$LINATTN_KERNEL_ISA``), while the totals are the build's: measure on the machine and setting of the build, and on
-idle cores (under load a step's CPU grows).
+alike but for seed and length share one measurement. A figure's data CPU is what its runs spend outside training
+(drawing their data and test sets, for reference draws from the authors' random stream, reading the data's moments,
+their initial weights), measured by training them all for a few steps as the run store does (those alike in shape in
+one ``run_many``, which draws shared data and test sets once). A gradient-flow run (``dynamics = flow``) has no
+fixed step: its recorded training time is taken as is, marked ``flow``, and its data counted as any run's. Printed
+per figure: total, training steps, data, the rest (total − steps − data), the issue's ratio total / (steps + 2 s),
+which the book's target holds ≤ 1.5, the same with the data counted as training (a run with microsecond steps on
+80000 drawn sequences is mostly its draw), and as a cross-check the training time the build's runs recorded
+(``train_time_s``, wall; a batch of runs trained together may record the batch's time on each). The step times use
+the kernels of this process's setting (``$LINATTN_KERNEL_ISA``), while the totals are the build's: measure on the
+machine and setting of the build, and on idle cores (under load a step's CPU grows).
 """
 
 from __future__ import annotations
@@ -73,48 +73,59 @@ def _runnable(run: dict) -> dict:
     return dict(_settings(run), **({"draws": "streams"} if run["settings"]["cov_matrix"] is not None else {}))
 
 
-def data_key(run: dict) -> tuple:
-    """What decides the data ``run`` draws (``linattn.training.plan.data_key``): runs of a figure with equal keys
-    draw their data once (``linattn.run_many``)."""
+def _config(run: dict, steps: int):
+    """``run``'s RunConfig at ``steps`` steps (a flow run's listed steps kept up to that end)."""
     import linattn
-    from linattn.training import plan
 
-    return plan.data_key(linattn.RunConfig(**_runnable(run)))
+    settings = dict(_runnable(run), epoch=steps)
+    if isinstance(settings.get("record"), list):
+        settings["record"] = [k for k in settings["record"] if k <= steps] or None
+    return linattn.RunConfig(**settings)
 
 
-def timed_run(run: dict, steps: int) -> tuple[float, float]:
-    """(CPU of the whole ``linattn.run``, CPU of its gradient descent alone) for ``run``'s settings at ``steps``
-    steps (user + system, all threads of this process)."""
+def timed_runs(runs: list[dict], steps: int) -> tuple[float, float]:
+    """(CPU of training ``runs`` at ``steps`` steps each as the figure does, CPU of their training alone: gradient
+    descent or flow) (user + system, all threads of this process). The runs alike in shape and engine train in one
+    ``linattn.run_many``, as the run store trains a figure's missing runs: those drawing the same data, or the same
+    test sets, draw them once."""
     import linattn
-    from linattn.training import experiment
+    from linattn.training import batch, experiment
 
     spent = []
-    descend = experiment.gradient_descent
+    trainers = {name: getattr(experiment, name) for name in ("gradient_descent", "gradient_flow")}
 
-    def timed(*args, **kwargs):
-        t = time.process_time()
-        try:
-            return descend(*args, **kwargs)
-        finally:
-            spent.append(time.process_time() - t)
+    def timed(train):
+        def timed_train(*args, **kwargs):
+            t = time.process_time()
+            try:
+                return train(*args, **kwargs)
+            finally:
+                spent.append(time.process_time() - t)
+        return timed_train
 
-    experiment.gradient_descent = timed
+    groups = defaultdict(list)
+    for run in runs:
+        groups[json.dumps([run["settings"].get(k) for k in batch.SHARED] + [run["engine"]])].append(run)
+    for name, train in trainers.items():
+        setattr(experiment, name, timed(train))
     start = time.process_time()
     try:
-        linattn.run(linattn.RunConfig(**dict(_runnable(run), epoch=steps)), progress=False,
-                    snapshot_every=min(run["snapshot_every"], steps))
+        for group in groups.values():
+            every = min(group[0]["snapshot_every"], steps)
+            linattn.run_many([_config(run, steps) for run in group], snapshot_every=every)
     finally:
-        experiment.gradient_descent = descend
+        for name, train in trainers.items():
+            setattr(experiment, name, train)
     return time.process_time() - start, sum(spent)
 
 
-def setup_cpu(run: dict, repeats: int = 3) -> float:
-    """CPU seconds ``linattn.run`` spends on ``run`` outside gradient descent: drawing its data (the authors' random
-    stream, for reference draws) and reading the data's moments, its initial weights, its engine: the median of
-    ``repeats`` runs of a few steps, after one to warm up."""
+def data_cpu(runs: list[dict], repeats: int = 3) -> float:
+    """CPU seconds a figure's ``runs`` spend outside training (gradient descent or flow): drawing their data (the
+    authors' random stream, for reference draws) and test sets, reading the data's moments, their initial weights,
+    their engines: the median of ``repeats`` trainings of a few steps each, after one to warm up."""
     def once() -> float:
-        whole, descent = timed_run(run, FEW[run["engine"]])
-        return whole - descent
+        whole, training = timed_runs(runs, min(FEW[run["engine"]] for run in runs))
+        return whole - training
 
     once()
     return statistics.median(once() for _ in range(repeats))
@@ -123,7 +134,7 @@ def setup_cpu(run: dict, repeats: int = 3) -> float:
 def step_cpu(run: dict, repeats: int = 3, measured_s: float = 0.3) -> float:
     """CPU seconds of one step of ``run``'s engine at its settings (differences of two runs, see the module)."""
     def cpu(steps: int) -> float:  # of gradient descent alone (the set-up, data and moments, left out)
-        return timed_run(run, steps)[1]
+        return timed_runs([run], steps)[1]
 
     few = FEW[run["engine"]]
     cpu(few)  # warms up: a kernel's compile or load, lazy imports
@@ -138,32 +149,26 @@ def step_cpu(run: dict, repeats: int = 3, measured_s: float = 0.3) -> float:
 def figure_rows(build: Path, runs: Path, verbose: bool = False) -> list[dict]:
     by_figure = trained_runs(runs)
     step_of: dict[str, float] = {}
-    setup_of: dict[tuple, float] = {}
     rows = []
     for record in sorted(build.glob("*/.run.json")):
         name = record.parent.name
         total = json.loads(record.read_text())["cpu_seconds"]
         training, flow, n_runs, recorded = 0.0, 0.0, 0, 0.0
-        data = {}  # data key → the set-up CPU of the figure's runs on that data (paid once: run_many)
         for run in by_figure.get(name, []):
             n_runs += 1
             recorded += run["train_s"]
-            if run["settings"]["dynamics"] == "flow":
+            if run["settings"]["dynamics"] == "flow":  # no fixed step: the recorded integration time
                 flow += run["train_s"]
-                continue
-            c = _class(run)
-            if c not in step_of:
-                step_of[c] = step_cpu(run)
-            training += run["steps"] * step_of[c]
-            key = data_key(run)
-            if key not in setup_of:
-                setup_of[key] = setup_cpu(run)
-            data[key] = setup_of[key]
-            if verbose:
-                print(f"  {run['engine']:<10} {run['settings']['model']:<5} {run['steps']:6d} steps × "
-                      f"{step_of[c] * 1e6:9.1f} µs", file=sys.stderr)
+            else:
+                c = _class(run)
+                if c not in step_of:
+                    step_of[c] = step_cpu(run)
+                training += run["steps"] * step_of[c]
+                if verbose:
+                    print(f"  {run['engine']:<10} {run['settings']['model']:<5} {run['steps']:6d} steps × "
+                          f"{step_of[c] * 1e6:9.1f} µs", file=sys.stderr)
         training += flow
-        setup = sum(data.values())
+        setup = data_cpu(by_figure[name]) if by_figure.get(name) else 0.0
         rows.append(dict(figure=name, total_s=total, training_s=training, flow_s=flow, runs=n_runs, recorded_s=recorded,
                          setup_s=setup, rest_s=total - training - setup, ratio=total / (training + SLACK_S),
                          ratio_with_data=total / (training + setup + SLACK_S)))
