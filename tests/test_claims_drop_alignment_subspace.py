@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import linattn
-
 from linattn import theory
 from linattn.analysis import diagnostics as dg
 from linattn.analysis import events
@@ -416,6 +415,8 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
             for c in ds.curve.values}
     if all(k < D for k in made.values()):
         assert "no curve makes the last drop" in words["reach"]
+        run = json.loads(ds.attrs["runs"])[page.GD]
+        assert ("Nor can a longer run" in words["reach"]) == (run["head_num"] * run["rank"] < D)
     for c, k in made.items():
         final = f"{float(ds.train_loss.sel(curve=c)[-1]):.3f}"
         if k < D:

@@ -142,6 +142,21 @@ def test_the_reach_sentence_never_claims_a_level_the_run_did_not_reach():
     assert "P = 500 ends after the drop to ℳ₃" in said and "no curve" not in said
     every = _ds({page.GD: all4}, sizes={page.GD: np.inf}, origin_error={page.GD: 0.0})
     assert page.reach_words(every) == "Within the 3000 steps every curve makes the last drop, to ℳ₄."
+    assert page.model_reach(none) is None and "longer run" not in page.reach_words(none)  # no settings: not said
+
+
+@pytest.mark.parametrize("heads, rank, most", [(2, 1, 2), (3, 1, 3), (4, 1, None), (2, 2, None), (5, 1, None)])
+def test_a_model_with_too_few_heads_is_said_to_stop_short_of_the_last_saddle(heads, rank, most):
+    """H heads of rank R learn at most H·R of the D = 4 directions: a run that stops at ℳ₂ with H = 2 is said to stop
+    there for good; with H·R ≥ D nothing is added."""
+    three = _staircase([400, 900])
+    ds = _ds({page.GD: three}, sizes={page.GD: np.inf}, origin_error={page.GD: 0.0})
+    ds.attrs["runs"] = json.dumps({page.GD: dict(head_num=heads, rank=rank)})
+    assert page.model_reach(ds) == most
+    said = page.reach_words(ds)
+    assert ("Nor can a longer run" in said) == (most is not None)
+    if most is not None:
+        assert f"at most {most} of the 4 directions" in said and f"no saddle past ℳ{'₀₁₂₃₄'[most]}" in said
 
 
 def test_the_flow_sentence_compares_at_matched_levels_in_whole_steps():
@@ -157,5 +172,6 @@ def test_the_flow_sentence_compares_at_matched_levels_in_whole_steps():
     assert "lags the flow by −2, 0 and 0 steps (negative: ahead of it)" in page.flow_words(ahead)
     assert page.flow_words(ds.sel(curve=[page.GD])) == ""
     rows = {r["key"]: r for r in page.numbers(ds)}
-    assert rows["drop_step.population_gd.d1"]["reproduced"] == 405 and rows["drop_step.population_gd.d1"]["theory"] == 400
+    first = rows["drop_step.population_gd.d1"]
+    assert (first["reproduced"], first["theory"]) == (405, 400)
     assert "drop_step.population_gd.d4" not in rows  # the flow makes no drop to ℳ₄: no step to set beside

@@ -52,7 +52,6 @@ KNOB_CASES = (dict(in_dim=3, head_num=2, trainset_sizes=[None, 500], epoch=1001)
 GD, FLOW = "population GD", "population flow"
 
 
-
 def _label(P) -> str:
     return GD if P is None else f"P = {P}"
 
@@ -91,8 +90,9 @@ def compute(S: dict):
     of the first flat stretch at each saddle (``plateau_level``: curve × m, NaN where the curve never rests there),
     the standard error of each curve's loss at zero weights about L(M_0) (``origin_error``, :func:`origin_error`),
     the drops each made (``directions_learned``, ``loss_curves.directions_learned``) and the final loss; the theory's
-    population levels (``plateau_theory``: m) and the run's input covariance Λ (``input_cov``). The settings, the engines and the runs' settings as attributes. (No
-    training times: runs trained together in one stack share one clock, so a run's recorded time is not its own.)"""
+    population levels (``plateau_theory``: m) and the run's input covariance Λ (``input_cov``). The settings, the
+    engines and the runs' settings as attributes. (No training times: runs trained together in one stack share one
+    clock, so a run's recorded time is not its own.)"""
     import xarray as xr
 
     curves = train(runs(S), S)
@@ -216,14 +216,29 @@ def bias_words(ds) -> str:
             "direction is fitted it is biased low, beside the sampling error of a mean over P sequences")
     if not finite_learned_plateaus(ds):
         return text + "; in this run no finite set rested at a saddle with a direction learned."
-    return (text + ". At the later saddles this run measures neither, so the finite sets' gaps there are not tested "
-            "against them: the side a gap lies on is no evidence of the bias.")
+    return (text + ". At the later saddles this run measures neither, so the gaps there are not tested against them: "
+            "the side a gap lies on is no evidence of the bias.")
+
+
+def model_reach(ds) -> int | None:
+    """The most directions the run's model can learn where that is fewer than D: H heads of rank R give a combined
+    weight of rank at most H·R, so the saddles past ℳ_{H·R} are out of its reach; None where H·R ≥ D (settings
+    missing from ``ds``: None)."""
+    import json
+
+    run = json.loads(ds.attrs.get("runs", "{}")).get(GD)
+    D = ds.sizes["m"] - 1
+    if not run:
+        return None
+    most = int(run["head_num"]) * int(run["rank"])
+    return most if most < D else None
 
 
 def reach_words(ds) -> str:
     """The page's sentence on how far each curve got (``directions_learned``: the drops it made, each passing the
     midpoint towards the next saddle level, ``loss_curves.drop_steps``): which curves make the last drop, to M_D,
-    within the run, and where the others end."""
+    within the run, and where the others end; where the model has too few heads to learn every direction
+    (:func:`model_reach`), that is said."""
     import json
 
     D, epoch = ds.sizes["m"] - 1, int(json.loads(ds.attrs["settings"])["epoch"])
@@ -243,7 +258,11 @@ def reach_words(ds) -> str:
             f"{float(ds.plateau_theory[-1]):.3f}): " if not made else
             f"Within the {epoch} steps {_listed(made)} make{'s' if len(made) == 1 else ''} the last drop, to "
             f"{last} (L({last}) = {float(ds.plateau_theory[-1]):.3f}), and ")
-    return lead + "; ".join(ends) + "."
+    most = model_reach(ds)
+    beyond = (f" Nor can a longer run: the model's heads learn at most {most} of the {D} directions (a combined "
+              f"weight of rank at most H·R = {most}), so no saddle past {saddle(most)} is within its reach."
+              if most is not None and not made else "")
+    return lead + "; ".join(ends) + "." + beyond
 
 
 def flow_words(ds) -> str:
