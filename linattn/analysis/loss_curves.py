@@ -591,6 +591,30 @@ def directions_learned(loss: ArrayLike, levels: ArrayLike, steps: ArrayLike | No
     return int(np.sum(np.isfinite(drop_steps(loss, levels, steps))))
 
 
+@dataclass
+class DropLag:
+    """Two curves of one run set side by side at matched levels (:func:`drop_lag`): for each drop d = 1 … D, the step
+    at which each passes the midpoint towards L(M_d) (NaN where it does not within the run) and the lag (the curve's
+    step − the reference's, NaN unless both pass it); for each saddle both rest at, the gap between their plateau
+    levels (curve − reference; NaN where either does not rest there)."""
+
+    steps: np.ndarray
+    reference_steps: np.ndarray
+    lag: np.ndarray
+    level_gap: np.ndarray
+
+
+def drop_lag(loss: ArrayLike, reference: ArrayLike, levels: ArrayLike, steps: ArrayLike | None = None) -> DropLag:
+    """How far ``loss`` lies from ``reference`` along the time axis and along the loss axis, each at matched levels:
+    the lag of each drop, the difference of the steps at which the two pass the midpoint between L(M_{d−1}) and
+    L(M_d) (:func:`drop_steps`, ``levels`` = L(M_0) … L(M_D)), and the gap between their plateau levels at each
+    saddle (:func:`saddle_levels`). On a steep fall a lag of a few steps is a large gap in loss at one step, so two
+    curves are compared here at the same level, never at the same step."""
+    a, b = drop_steps(loss, levels, steps), drop_steps(reference, levels, steps)
+    return DropLag(steps=a, reference_steps=b, lag=a - b,
+                   level_gap=saddle_levels(loss, levels, steps=steps) - saddle_levels(reference, levels, steps=steps))
+
+
 def scalar_ode_overlay(loss: ArrayLike, lr: float, cov: ArrayLike, N: int, m: int, *, level: float | None = None,
                        start_frac: float = 0.05, normalize: str, model: str = "attnS") -> tuple[np.ndarray, np.ndarray]:
     """The scalar ODE's prediction for drop m → m+1 of a rank-one ATTN_S run, started from the run itself.

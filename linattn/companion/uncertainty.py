@@ -59,6 +59,24 @@ def standard_error(per_sequence) -> float:
     return float(x.std(ddof=1) / math.sqrt(x.size))
 
 
+def origin_loss_error(cov, n: int, *, whitened: bool) -> float:
+    """The standard error of L̂(ℳ₀) = (1/n) Σ_p y_p², the loss at zero weights over n sequences, about its population
+    value L(ℳ₀) = tr Λ (Λ = ``cov``), in closed form from the data model (y_p = w_pᵀx_p, x_p ~ N(0, Λ),
+    w_p ~ N(0, I_D)).
+
+    Given w_p, y_p² has mean w_pᵀΛw_p and variance 2 (w_pᵀΛw_p)², and E[(wᵀΛw)²] = (tr Λ)² + 2 tr Λ². A training
+    set at icl = 1 has its task vectors whitened ((1/P) Σ_p w_p w_pᵀ = I, ``whitened=True``), so Σ_p w_pᵀΛw_p is
+    n tr Λ exactly and only the first part is left: se² = 2 ((tr Λ)² + 2 tr Λ²)/n. Independent task vectors (a
+    Monte-Carlo population estimate, ``whitened=False``) add Var(wᵀΛw) = 2 tr Λ²: se² = (2 (tr Λ)² + 6 tr Λ²)/n.
+    (The centring of a training set's inputs shifts the mean by O(tr Λ/n), far below the error.)"""
+    lam = np.linalg.eigvalsh(np.asarray(cov, dtype=np.float64))
+    if int(n) < 1:
+        raise ValueError(f"n must be a number of sequences >= 1, got {n}")
+    t1, t2 = float(lam.sum()), float((lam ** 2).sum())
+    var = 2 * (t1 * t1 + 2 * t2) if whitened else 2 * t1 * t1 + 6 * t2
+    return math.sqrt(var / int(n))
+
+
 def per_sequence_losses(result, which: str = "test_icl", weights: str = "final") -> np.ndarray:
     """The loss of each sequence of ``result.datasets.<which>`` ("train", "test_iwl" or "test_icl"), (y − ŷ)², with the
     run's ``weights`` ("final" or "init"): the values whose mean is the recorded loss at that step. The prediction is
