@@ -70,6 +70,26 @@ def test_figure_3a_plateau_readings_lie_on_the_theory_within_a_pixel():
     assert np.all(np.abs(np.array(f3a.PUBLISHED_PLATEAUS) - levels) <= 5e-4)
 
 
+def test_figure_1b_numbers_the_text_states_are_the_theorys_and_never_a_paper_value(monkeypatch):
+    """The plateau and final loss Figure 1b's text states are tr Λ and L* = L(M_D) at its setting (eigenvalues 0.4,
+    0.3, 0.2, 0.1, N = 31), theory values: the page's rows at the published settings give them in the theory column
+    only, and the README's "paper" column for 1b holds the values read off the published plot."""
+    levels = theory.plateau_losses(np.diag([0.4, 0.3, 0.2, 0.1]), 31)
+    assert abs(f1b.PUBLISHED_PLATEAU - levels[0]) <= 5e-4 and abs(f1b.PUBLISHED_FINAL - levels[-1]) <= 5e-4
+    xr = pytest.importorskip("xarray")
+    ds = xr.Dataset({"plateau_theory": levels[0], "loss_star": levels[-1], "plateau_level": ("model", [1.02, 0, 0]),
+                     "final_loss": ("model", [0.13, 0.131, 0.132]), "half_drop_step": ("model", [900.0, 950.0, 990.0]),
+                     "half_drop_step_theory": ("model", [1000.0, 990.0, 995.0]),
+                     "train_loss": (("model", "step"), np.ones((3, 4)))},
+                    coords={"model": list(f1b.MODELS)}, attrs={"published": 1})
+    monkeypatch.setattr(f1b, "comparison", lambda ds: [])  # the published readings need the published run
+    rows = {r["key"]: number_row(**r) for r in f1b.numbers(ds)}
+    stated = [rows[k] for k in ("plateau.attn_m", "final_loss.attn_m", "final_loss.mlp_own_init")]
+    assert all(r["paper"] is None and r["theory"] is not None for r in stated)
+    read = [k for _, what, keys in f1b.README_ROWS if "read off" in what for k in keys]
+    assert read and all(k.startswith("published.") for k in read)
+
+
 def test_figure_3b_final_values_the_paper_states_are_the_theorys():
     """The heads' final values Figure 3b's text states are (λ_d c_d)^(−1/3) at Figure 3a's setting (eigenvalues 0.4,
     0.3, 0.2, 0.1, N = 31), the theory column's values, to three decimals."""
