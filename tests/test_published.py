@@ -251,6 +251,44 @@ def test_fig3a_comparison_uses_each_published_crossing_once():
     assert still[0]["reproduced"] == 0 and still[0]["paper"] == 1 and still[0]["verdict"] == DIFFERS
 
 
+def test_a_difference_to_a_reading_known_only_beyond_a_step_is_said_as_a_bound():
+    """Constructed cases: a step before a crossing open above (a curve still on its plateau at the window's end) is
+    only bounded, ours − published ≤ the distance, and is said as one ("at least … earlier"); a step inside it, a
+    step never made, a closed interval or one step are values, signed as before."""
+    beyond = readings.Crossing(((9966, math.inf),), "still on M_3 at 9966")
+    assert rules.is_bound(9650, beyond) and not rules.is_bound(9970, beyond)
+    assert not rules.is_bound(float("nan"), beyond) and not rules.is_bound(None, beyond)
+    assert not rules.is_bound(300, readings.Crossing(((370, 514),), "bundle")) and not rules.is_bound(
+        3000, readings.crossing_at(3601))
+    assert rules.is_bound(20.0, readings.Crossing(((-math.inf, 10.0),), "below 10"))
+    image = readings.Image("constructed", 10.0, 0.01)
+    row = rules.check_row(image, "", "step", "still on M_3 at 9966", "still on M_3 at 9966", 9650.0, -316.0, "step",
+                          10.0, bound=True)
+    assert published.page.difference_text(row) == "at least 316 earlier"
+    assert published.page.difference_text(dict(row, difference=0.004, unit="loss")) == "at least 0.004 higher"
+    assert published.page.difference_text(dict(row, bound=False)) == "-316"
+    shown = published.page.table([row])._repr_markdown_().splitlines()[-1]
+    assert "at least 316 earlier" in shown and "at least 31.6" in shown and "-316" not in shown
+    said = published.page.summary([row], image)
+    assert "(at least 316 earlier, at least 31.6 px)" in said and "-316" not in said
+    assert published.page.number_rows([row])[0]["bound"] is True
+    assert "bound" not in published.page.number_rows([dict(row, bound=False)])[0]
+
+
+def test_fig3a_says_the_curve_left_on_m3_as_a_bound():
+    """Second route, from Figure 3a's pairing: the seed paired with the curve still on M_3 at the window's end
+    (published step ≥ 9966) has a difference known only as a bound, 9966 − its step or more, and the page's table
+    says it in words; every other pair's difference is a value."""
+    ours = {0: [395, 725, 1310, 5181], 1: [592, 1074, 1426, 4597], 2: [505, 627, 1872, 9650],
+            3: [433, 800, 1657, 3744], 4: [495, 571, 1014, 6532], 5: [463, 813, 1084, 4947]}
+    rows = f3a.compare_with_published({s: np.array(t, dtype=float) for s, t in ours.items()})
+    bounded = [r for r in rows if r.get("bound")]
+    assert [(r["drop"], r["seed"]) for r in bounded] == [(4, 2)]
+    assert bounded[0]["published"].startswith("still on M_3") and ours[2][3] < f3a.PUBLISHED_LAST_STEP
+    table = published.page.table(rows)._repr_markdown_()
+    assert f"at least {f3a.PUBLISHED_LAST_STEP - ours[2][3]} earlier" in table
+
+
 def test_summary_is_made_from_the_rows():
     rows = f3a.compare_with_published({s: np.array([450.0, 700.0, 1100.0, np.nan]) for s in range(6)})
     text = published.page.summary(rows, f3a.PUBLISHED_IMAGE)

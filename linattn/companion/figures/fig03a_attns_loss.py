@@ -430,7 +430,7 @@ def compare_with_published(drops: dict, plateaus=None, twins=None) -> list[dict]
             twin = None if twins is None else float(twins[seed][d - 1])
             row = rules.check_row(PUBLISHED_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step",
                                   crossing.text, rules.crossing_value(crossing), step, diff, "step", tol,
-                                  unresolved=rules.finite_p_margin(step, twin))
+                                  unresolved=rules.finite_p_margin(step, twin), bound=rules.is_bound(step, crossing))
             row.update(drop=d, seed=seed)
             rows.append(row)
     still = sum(1 for t in drops.values() if not float(t[3]) <= PUBLISHED_LAST_STEP)
