@@ -204,7 +204,8 @@ def plot(ds):
 # 0–1.11).
 PUBLISHED_IMAGE = Image("Figure 1b", 21.83, 0.00508)
 # Numbers the paper states in its text: ATTN_M's plateau at tr Λ and the minimum L* (D = 4, N = 31). They are theory
-# values (the tests check them against ``theory``), never set in a "paper" column: the page's rows give the theory's own.
+# values (the tests check them against ``theory``), never set in a "paper" column: the page's rows give the theory's
+# own.
 PUBLISHED_PLATEAU, PUBLISHED_FINAL = 1.0, 0.136
 # ATTN_M (H = 8, P = 5000, init 1e-6, lr 1e-3) and the MLP on the cubic feature (its own initialisation).
 PUBLISHED_READINGS = [

@@ -174,7 +174,8 @@ def table(ds):
              num("overlap_when_grown", ".3f")),
             ("step of the loss drop", drop),
             ("alignment and growth", [str(cell[d].growth_verdict.item()) for d in order])]
-    columns = {"quantity": "direction, in the order learned:"} | {f"d{d}": f"{i + 1}. $e_{d}$" for i, d in enumerate(order)}
+    columns = {"quantity": "direction, in the order learned:"}
+    columns |= {f"d{d}": f"{i + 1}. $e_{d}$" for i, d in enumerate(order)}
     return MarkdownTable([dict(quantity=label, **{f"d{d}": v for d, v in zip(order, values)})
                           for label, values in rows], columns)
 
