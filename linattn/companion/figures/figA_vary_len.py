@@ -259,8 +259,9 @@ def rest_verdict_words(ds) -> str:
           for v in uncertainty.VERDICTS}
     sizes = list_words(sorted({int(r["trainset_size"]) for r in _runs(ds).values()}))
     text = (f"Each rest is a training loss on its run's P sequences (P = {sizes}): its band is twice the standard "
-            "error of their mean (from their losses at the saddle's theory weights), widened by what fitting the "
-            f"weights to them lowers the loss (cannot tell there); {len(by[uncertainty.AGREES])} of {len(judged)} "
+            "error of their mean (from their losses at the saddle's theory weights), widened below the level by what "
+            f"fitting the weights to them lowers the loss (cannot tell there); {len(by[uncertainty.AGREES])} of "
+            f"{len(judged)} "
             "rests agree")
     for v in (uncertainty.CANNOT_TELL, uncertainty.DIFFERS):
         if by[v]:
