@@ -16,7 +16,7 @@ from linattn.companion.figures import fig03a_attns_loss as f3a
 from linattn.companion.figures import fig04_low_rank as f4
 from linattn.companion.figures import fig05_softmax as f5
 from linattn.companion.figures import fig14_icl_iwl as f14
-from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, number_row
+from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, NumbersTable, number_row
 from linattn.companion.published import readings, rules
 from linattn.config import RunConfig
 
@@ -271,7 +271,8 @@ def test_a_difference_to_a_reading_known_only_beyond_a_step_is_said_as_a_bound()
     assert "at least 316 earlier" in shown and "at least 31.6" in shown and "-316" not in shown
     said = published.page.summary([row], image)
     assert "(at least 316 earlier, at least 31.6 px)" in said and "-316" not in said
-    assert published.page.number_rows([row])[0]["bound"] is True
+    kept = number_row(**published.page.number_rows([row])[0])
+    assert kept["bound"] is True and "| at least 316 |" in NumbersTable([kept])._repr_markdown_()  # numbers.json too
     assert "bound" not in published.page.number_rows([dict(row, bound=False)])[0]
 
 
