@@ -250,9 +250,9 @@ PAIRING = (
     "still on its plateau at the end of the published window counts as a crossing beyond it, and where the image "
     "cannot say which of two double-ink crossings a curve makes, the pair takes the nearer one. \"difference\" is ours "
     "minus the published step (0 inside the bundle of first drops; a bound, \"at least\", against the curve still on "
-    "its plateau at the window's end, whose crossing is known only to come later), also in pixels of the published "
-    "image; a pair agrees when it is within a pixel. The table also sets the published curves' plateau levels "
-    "beside ours where the image shows them, at L(M_3) and L(M_4); above those the image shows only its dotted theory lines, which are not "
+    "its plateau at the window's end), also in pixels of the published image; a pair "
+    "agrees when it is within a pixel. The table also sets the published curves' plateau levels beside ours where the "
+    "image shows them, at L(M_3) and L(M_4); above those the image shows only its dotted theory lines, which are not "
     "the published runs and are not compared.\n\n")
 
 
