@@ -90,6 +90,20 @@ def test_figure_1b_numbers_the_text_states_are_the_theorys_and_never_a_paper_val
     assert read and all(k.startswith("published.") for k in read)
 
 
+def test_figure_5s_paper_preset_trains_at_n_times_the_published_rates_and_nothing_else():
+    """The page says its paper-preset runs are the published ones at n = seq_len times the learning rate (a step at
+    n times the rate being a step at the published rate on n times the loss): each run's settings are the published
+    run's with only ``lr`` (times n), ``dtype`` and ``softmax`` changed."""
+    from linattn.companion.figures.common import preset_blocks
+
+    for key, published_run in (("attn_m", preset_blocks.ATTN_M_PAPER), ("attn_s", preset_blocks.ATTN_S_PAPER)):
+        run = f5.PRESETS["paper"][key]
+        n = run["seq_len"]
+        assert run["lr"] == pytest.approx(n * published_run["lr"], rel=1e-12)
+        changed = {k for k in set(run) | set(published_run) if run.get(k) != published_run.get(k)}
+        assert changed == {"lr", "dtype", "softmax"}
+
+
 def test_figure_3b_final_values_the_paper_states_are_the_theorys():
     """The heads' final values Figure 3b's text states are (λ_d c_d)^(−1/3) at Figure 3a's setting (eigenvalues 0.4,
     0.3, 0.2, 0.1, N = 31), the theory column's values, to three decimals."""
