@@ -309,6 +309,108 @@ def test_vary_len_levels_table_and_rests_by_a_second_route(vary):
         "m").values[-1])
 
 
+def _prefix_losses(X, y, lam, vecs, normalize):
+    """Per sequence, the mean over its prefixes n = 2 … seq_len of (y_n − ŷ_n)² at the theory's weights of every
+    saddle M_0 … M_D (columns), written out: ŷ_n = x_qᵀ A (scale · Σ y_i x_i) with A = Σ_{d≤m} a_d e_d e_dᵀ and
+    a_d = ⟨s⟩/(λ_d ⟨s² c_d⟩); and each prefix's rows for a least-squares fit whose query side lies in e_1 … e_m:
+    the query's coordinates along e_1 … e_D times the upper triangle of scale · Σ x̃ x̃ᵀ (the query's label zeroed)."""
+    P, L, E = X.shape
+    D = E - 1
+    Ns = np.arange(1, L)
+    s = Ns / (Ns + 1.0) if normalize == "sum" else np.ones(len(Ns))
+    c = np.array([_c_d(lam, N) for N in Ns])
+    a = s.mean() / (lam * np.mean(s[:, None] ** 2 * c, axis=0))
+    per, rows, targets = np.zeros((P, D + 1)), [], []
+    iu = np.triu_indices(E)
+    for n in range(2, L + 1):
+        Xn = X[:, :n].copy()
+        yn = Xn[:, -1, -1].copy() if n < L else y
+        Xn[:, -1, -1] = 0.0
+        scale = 1.0 / n if normalize == "sum" else 1.0 / (n - 1)
+        b = scale * np.einsum("pi,pia->pa", Xn[:, :, D], Xn[:, :, :D])
+        along_q, along_b = Xn[:, -1, :D] @ vecs, b @ vecs
+        pred = np.cumsum(np.concatenate([np.zeros((P, 1)), a * along_q * along_b], axis=1), axis=1)
+        per += (yn[:, None] - pred) ** 2 / (L - 1)
+        S = scale * np.einsum("pia,pib->pab", Xn, Xn)[:, iu[0], iu[1]]
+        rows.append(np.einsum("pj,pk->pjk", along_q, S))
+        targets.append(yn)
+    return per, np.concatenate(rows), np.concatenate(targets)
+
+
+def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
+    """Each rest's band and verdict, recomputed from its run's own training set (re-drawn from the run's settings):
+    the standard error of the per-sequence losses at the theory's weights, the drop a least-squares fit of the
+    saddle's family gives, and the verdict |rest − level| ≤ 2 se (agrees), ≤ 2 se + that drop (cannot tell), else
+    differs, as the table, numbers.json and the sentence say."""
+    ds, runs = vary, json.loads(vary.attrs["runs"])
+    table = figA_vary_len.table(ds)
+    rows = {r["key"]: r for r in figA_vary_len.numbers(ds)}
+    counted = {"agrees": 0, "cannot tell": 0, "differs": 0}
+    for key in figA_vary_len.MODELS:
+        cfg = RunConfig.from_dict(runs[key])
+        data = draw(cfg)[0]
+        lam, vecs = np.linalg.eigh(data.cov)
+        lam, vecs = lam[::-1], vecs[:, ::-1]
+        per, design, target = _prefix_losses(data.train.X, data.train.y, lam, vecs, cfg.normalize)
+        se = per.std(axis=0, ddof=1) / np.sqrt(per.shape[0])
+        np.testing.assert_allclose(ds.rest_se.sel(model=key).dropna("m").values, se, rtol=1e-8)
+        for m in range(len(lam) + 1):
+            if m == 0:
+                drop = 0.0
+            else:
+                fit = design[:, :m].reshape(len(design), -1)
+                coef, *_ = np.linalg.lstsq(fit, target, rcond=None)
+                drop = per[:, m].mean() - np.mean((target - fit @ coef) ** 2)
+            assert float(ds.rest_optimism.sel(model=key, m=m)) == pytest.approx(drop, rel=1e-6, abs=1e-12)
+        shown = [0, len(lam)] if key == "attn_m" else list(range(len(lam) + 1))
+        for m in shown:
+            rest, level = float(ds.plateau_level.sel(model=key, m=m)), float(ds.plateau_theory.sel(model=key, m=m))
+            row = next(r for r in table.rows if r["model"] == figA_vary_len.LABELS[key] and f"{{{m}}}" in r["level"])
+            if not np.isfinite(rest):
+                assert row["verdict"] is None and f"plateau.{key}.M{m}" not in rows
+                continue
+            gap, band = abs(rest - level), 2 * se[m]
+            opt = float(ds.rest_optimism.sel(model=key, m=m))
+            fitted = opt if rest < level else 0.0  # fitting only lowers a training loss
+            want = "agrees" if gap <= band else "cannot tell" if gap <= band + fitted else "differs"
+            assert row["verdict"] == want and rows[f"plateau.{key}.M{m}"]["verdict"] == want
+            assert row["band"].startswith(f"{band:.4f}")
+            counted[want] += 1
+    said = figA_vary_len.words(ds)["judged"]
+    assert f"{counted['agrees']} of {sum(counted.values())} rests agree" in said
+    assert ("cannot tell" in said.split("(cannot tell there)")[1]) == bool(counted["cannot tell"])
+    assert ("differs" in said) == bool(counted["differs"])
+
+
+def test_rest_verdict_on_constructed_cases():
+    """Within 2 se of the level: agrees (either side); below it by more, within the fit's drop: cannot tell; above it
+    by more, or below beyond the drop: differs; no rest: no verdict."""
+    verdict = figA_vary_len.rest_verdict
+    assert verdict(0.3110, 0.32, 0.005, 0.0) == "agrees" and verdict(0.3290, 0.32, 0.005, 0.0) == "agrees"
+    assert verdict(0.3050, 0.32, 0.005, 0.006) == "cannot tell"
+    assert verdict(0.3350, 0.32, 0.005, 0.006) == "differs"  # above the level: the fit cannot have raised it
+    assert verdict(0.3000, 0.32, 0.005, 0.006) == "differs"
+    assert verdict(float("nan"), 0.32, 0.005, 0.006) is None
+
+
+def test_rest_errors_on_a_constructed_training_set():
+    """At M_0 (no weights) each sequence's loss is the mean of its prefixes' squared labels, so the standard error is
+    theirs, written out here; nothing is fitted there (no drop), and a fit never raises the loss."""
+    from linattn.data import Sequences
+
+    rng = np.random.default_rng(3)
+    P, L, D = 200, 6, 2
+    cov = np.diag([0.7, 0.3])
+    x = rng.standard_normal((P, L, D)) @ np.sqrt(cov)
+    labels = np.einsum("pld,pd->pl", x, rng.standard_normal((P, D)))
+    X = np.concatenate([x, labels[..., None]], axis=-1)
+    X[:, -1, -1] = 0.0
+    se, drop = figA_vary_len.rest_errors(Sequences(X, labels[:, -1]), cov, L, "sum")
+    per = np.mean(labels[:, 1:] ** 2, axis=1)  # prefixes n = 2 … L: targets are tokens 2 … L's labels
+    assert se[0] == pytest.approx(per.std(ddof=1) / np.sqrt(P), rel=1e-10)
+    assert drop[0] == 0 and np.all(drop >= 0) and np.all(se > 0) and se.shape == drop.shape == (D + 1,)
+
+
 def test_vary_len_unlearned_directions_by_a_second_route(vary):
     """The sentence on directions not learned within the run: each drop re-found as the first step below the midpoint
     of two neighbouring length-averaged levels, and the escape estimate t_1·(λ_1/λ_d)² written out."""

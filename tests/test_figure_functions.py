@@ -371,6 +371,26 @@ def test_fig03c_alignment_on_the_shared_run(fig03_runs):
     assert "run out" in fig03c.words(ds.isel(head=slice(0, 2)))["spare"]  # fewer heads than directions
     assert all(r["theory"] is None for k, r in rows.items() if k.startswith("aligned_minus_drop."))  # no zero lag
     fig03c.plot(ds)
+    readable_alignment_table(ds)
+
+
+def readable_alignment_table(ds):
+    """Figure 3c's table keeps every quantity of every learned direction, one column per direction (so at most
+    1 + D columns, not one per quantity), and fits the book's 650-px column at 1280 px: the longest word of each
+    column (about 7.5 px a character, 16 px of padding) sums to less than the column's width."""
+    table = fig03c.table(ds)
+    text = table._repr_markdown_()
+    lines = text.splitlines()
+    header, body = lines[0].strip("|").split(" | "), [r.strip(" |").split(" | ") for r in lines[2:]]
+    learned = [d for d in ds.direction.values if ds.learned_order.sel(direction=d) > 0]
+    assert len(header) == 1 + len(learned) <= 1 + ds.sizes["direction"]
+    assert len(body) == 8 and all(len(r) == len(header) for r in body)  # the eight quantities, one row each
+    by_label = {r[0]: r[1:] for r in body}
+    order = sorted(learned, key=lambda d: int(ds.learned_order.sel(direction=d)))
+    assert [int(h) for h in by_label["head"]] == [int(ds.aligned_head.sel(direction=d)) for d in order]
+    assert by_label["overlap at step 0"] == [f"{float(ds.overlap_at_start.sel(direction=d)):.3f}" for d in order]
+    widest = [max(len(w) for cell in col for w in cell.split()) for col in zip(header, *body)]
+    assert sum(7.5 * w + 16 for w in widest) < 650, widest
 
 
 def test_the_diagnostics_page_on_the_shared_run(fig03_runs):

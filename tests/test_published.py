@@ -16,7 +16,7 @@ from linattn.companion.figures import fig03a_attns_loss as f3a
 from linattn.companion.figures import fig04_low_rank as f4
 from linattn.companion.figures import fig05_softmax as f5
 from linattn.companion.figures import fig14_icl_iwl as f14
-from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, number_row
+from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, NumbersTable, number_row
 from linattn.companion.published import readings, rules
 from linattn.config import RunConfig
 
@@ -68,6 +68,40 @@ def test_figure_3a_plateau_readings_lie_on_the_theory_within_a_pixel():
     for m, read in f3a.PUBLISHED_PLATEAU_READINGS.items():
         assert abs(read - levels[m]) <= f3a.PUBLISHED_IMAGE.loss_per_px
     assert np.all(np.abs(np.array(f3a.PUBLISHED_PLATEAUS) - levels) <= 5e-4)
+
+
+def test_figure_1b_numbers_the_text_states_are_the_theorys_and_never_a_paper_value(monkeypatch):
+    """The plateau and final loss Figure 1b's text states are tr Λ and L* = L(M_D) at its setting (eigenvalues 0.4,
+    0.3, 0.2, 0.1, N = 31), theory values: the page's rows at the published settings give them in the theory column
+    only, and the README's "paper" column for 1b holds the values read off the published plot."""
+    levels = theory.plateau_losses(np.diag([0.4, 0.3, 0.2, 0.1]), 31)
+    assert abs(f1b.PUBLISHED_PLATEAU - levels[0]) <= 5e-4 and abs(f1b.PUBLISHED_FINAL - levels[-1]) <= 5e-4
+    xr = pytest.importorskip("xarray")
+    ds = xr.Dataset({"plateau_theory": levels[0], "loss_star": levels[-1], "plateau_level": ("model", [1.02, 0, 0]),
+                     "final_loss": ("model", [0.13, 0.131, 0.132]), "half_drop_step": ("model", [900.0, 950.0, 990.0]),
+                     "half_drop_step_theory": ("model", [1000.0, 990.0, 995.0]),
+                     "train_loss": (("model", "step"), np.ones((3, 4)))},
+                    coords={"model": list(f1b.MODELS)}, attrs={"published": 1})
+    monkeypatch.setattr(f1b, "comparison", lambda ds: [])  # the published readings need the published run
+    rows = {r["key"]: number_row(**r) for r in f1b.numbers(ds)}
+    stated = [rows[k] for k in ("plateau.attn_m", "final_loss.attn_m", "final_loss.mlp_own_init")]
+    assert all(r["paper"] is None and r["theory"] is not None for r in stated)
+    read = [k for _, what, keys in f1b.README_ROWS if "read off" in what for k in keys]
+    assert read and all(k.startswith("published.") for k in read)
+
+
+def test_figure_5s_paper_preset_trains_at_n_times_the_published_rates_and_nothing_else():
+    """The page says its paper-preset runs are the published ones at n = seq_len times the learning rate (a step at
+    n times the rate being a step at the published rate on n times the loss): each run's settings are the published
+    run's with only ``lr`` (times n), ``dtype`` and ``softmax`` changed."""
+    from linattn.companion.figures.common import preset_blocks
+
+    for key, published_run in (("attn_m", preset_blocks.ATTN_M_PAPER), ("attn_s", preset_blocks.ATTN_S_PAPER)):
+        run = f5.PRESETS["paper"][key]
+        n = run["seq_len"]
+        assert run["lr"] == pytest.approx(n * published_run["lr"], rel=1e-12)
+        changed = {k for k in set(run) | set(published_run) if run.get(k) != published_run.get(k)}
+        assert changed == {"lr", "dtype", "softmax"}
 
 
 def test_figure_3b_final_values_the_paper_states_are_the_theorys():
@@ -229,6 +263,45 @@ def test_fig3a_comparison_uses_each_published_crossing_once():
     assert fourth[5]["difference"] == 11 and fourth[5]["pixels"] == pytest.approx(11 / 28.90)
     still = [r for r in rows if r["what"].startswith("curves still on")]
     assert still[0]["reproduced"] == 0 and still[0]["paper"] == 1 and still[0]["verdict"] == DIFFERS
+
+
+def test_a_difference_to_a_reading_known_only_beyond_a_step_is_said_as_a_bound():
+    """Constructed cases: a step before a crossing open above (a curve still on its plateau at the window's end) is
+    only bounded, ours − published ≤ the distance, and is said as one ("at least … earlier"); a step inside it, a
+    step never made, a closed interval or one step are values, signed as before."""
+    beyond = readings.Crossing(((9966, math.inf),), "still on M_3 at 9966")
+    assert rules.is_bound(9650, beyond) and not rules.is_bound(9970, beyond)
+    assert not rules.is_bound(float("nan"), beyond) and not rules.is_bound(None, beyond)
+    assert not rules.is_bound(300, readings.Crossing(((370, 514),), "bundle")) and not rules.is_bound(
+        3000, readings.crossing_at(3601))
+    assert rules.is_bound(20.0, readings.Crossing(((-math.inf, 10.0),), "below 10"))
+    image = readings.Image("constructed", 10.0, 0.01)
+    row = rules.check_row(image, "", "step", "still on M_3 at 9966", "still on M_3 at 9966", 9650.0, -316.0, "step",
+                          10.0, bound=True)
+    assert published.page.difference_text(row) == "at least 316 earlier"
+    assert published.page.difference_text(dict(row, difference=0.004, unit="loss")) == "at least 0.004 higher"
+    assert published.page.difference_text(dict(row, bound=False)) == "-316"
+    shown = published.page.table([row])._repr_markdown_().splitlines()[-1]
+    assert "at least 316 earlier" in shown and "at least 31.6" in shown and "-316" not in shown
+    said = published.page.summary([row], image)
+    assert "(at least 316 earlier, at least 31.6 px)" in said and "-316" not in said
+    kept = number_row(**published.page.number_rows([row])[0])
+    assert kept["bound"] is True and "| at least 316 |" in NumbersTable([kept])._repr_markdown_()  # numbers.json too
+    assert "bound" not in published.page.number_rows([dict(row, bound=False)])[0]
+
+
+def test_fig3a_says_the_curve_left_on_m3_as_a_bound():
+    """Second route, from Figure 3a's pairing: the seed paired with the curve still on M_3 at the window's end
+    (published step ≥ 9966) has a difference known only as a bound, 9966 − its step or more, and the page's table
+    says it in words; every other pair's difference is a value."""
+    ours = {0: [395, 725, 1310, 5181], 1: [592, 1074, 1426, 4597], 2: [505, 627, 1872, 9650],
+            3: [433, 800, 1657, 3744], 4: [495, 571, 1014, 6532], 5: [463, 813, 1084, 4947]}
+    rows = f3a.compare_with_published({s: np.array(t, dtype=float) for s, t in ours.items()})
+    bounded = [r for r in rows if r.get("bound")]
+    assert [(r["drop"], r["seed"]) for r in bounded] == [(4, 2)]
+    assert bounded[0]["published"].startswith("still on M_3") and ours[2][3] < f3a.PUBLISHED_LAST_STEP
+    table = published.page.table(rows)._repr_markdown_()
+    assert f"at least {f3a.PUBLISHED_LAST_STEP - ours[2][3]} earlier" in table
 
 
 def test_summary_is_made_from_the_rows():

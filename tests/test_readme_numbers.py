@@ -21,9 +21,10 @@ def test_table_shows_the_built_numbers(tmp_path):
     a number changed in numbers.json changes the table."""
     for i, g in enumerate(readme.glance()):
         existing = json.loads((tmp_path / g.name / "numbers.json").read_text()) if (tmp_path / g.name).exists() else []
+        written = {r["key"] for r in existing}  # a row two README rows name (one as the other's fallback): once
         _numbers(tmp_path, g.name, existing + [dict(key=k.split("|")[-1], quantity="whatever the page says", paper=None,
                                                     theory=0.5, reproduced=100 + i + j / 8)
-                                               for j, k in enumerate(g.keys)])
+                                               for j, k in enumerate(g.keys) if k.split("|")[-1] not in written])
     table = readme.glance_table(tmp_path).splitlines()
     assert len(table) == 2 + len(readme.glance())
     first = readme.glance()[0]

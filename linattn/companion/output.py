@@ -59,7 +59,7 @@ _VERDICTS = (*VERDICTS, ESTIMATE)
 
 def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None, reproduced=None, abs_error=None,
                tolerance=None, verdict=None, standard_error=None, difference=None, band=None, offset=None,
-               unresolved=None, unit=None, no_value=None) -> dict:
+               unresolved=None, unit=None, no_value=None, bound=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
     there is no theory value), or None when neither is a number. A row that is a check may carry its
     ``tolerance`` and ``verdict`` (one of ``uncertainty.VERDICTS``, or ``ESTIMATE`` for a theory value that is an
@@ -68,7 +68,8 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
     given. A reading of a published image also carries what its verdict applied (``difference``: ours − the
     reading, signed; ``band``; ``offset`` removed first; ``unresolved`` margin; ``unit``), so that the report shows
     the band the verdict used. ``no_value``: why a row has no reproduced value, where that is not that the event did
-    not happen (a grid that brackets a value but gives none). ``key``: the
+    not happen (a grid that brackets a value but gives none). ``bound``: True where ``difference`` is only a bound
+    (the reading is known only to lie beyond a step: ``published.rules.is_bound``). ``key``: the
     row's stable name (e.g. ``"final_loss.attn_m"``), by which the report, the README and the tests find it
     whatever its wording."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
@@ -94,6 +95,8 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
         row["unit"] = str(unit)
     if no_value is not None:
         row["no_value"] = str(no_value)
+    if bound:
+        row["bound"] = True
     return row
 
 
@@ -191,6 +194,13 @@ def step_text(x, missing: str = NOT_WITHIN_RUN) -> str:
     return missing if n is None else str(n)
 
 
+def _cell(row: dict, key: str) -> str:
+    """One cell of :class:`NumbersTable`: the value (:func:`_fmt`), and an error that is only a bound (the row's
+    ``bound``) said as one, "at least 316"."""
+    shown = _fmt(row[key])
+    return f"at least {shown}" if key == "abs_error" and row.get("bound") and row[key] is not None else shown
+
+
 class NumbersTable:
     """The rows of ``numbers.json``; shown as a markdown table in a notebook and as aligned text by ``print``."""
 
@@ -198,7 +208,7 @@ class NumbersTable:
         self.rows = rows
 
     def _cells(self):
-        return [list(NUMBER_FIELDS)] + [[_fmt(r[k]) for k in NUMBER_FIELDS] for r in self.rows]
+        return [list(NUMBER_FIELDS)] + [[_cell(r, k) for k in NUMBER_FIELDS] for r in self.rows]
 
     def __str__(self) -> str:
         cells = self._cells()

@@ -43,7 +43,7 @@ def write_page(S: dict, frame):
     return found, tables(found), {}
 COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error"]
 # what a reading's verdict applied, carried from its page's numbers.json (published.page.number_rows)
-APPLIED = ("standard_error", "difference", "band", "offset", "unresolved", "unit", "no_value")
+APPLIED = ("standard_error", "difference", "band", "offset", "unresolved", "unit", "no_value", "bound")
 
 
 def collect(root) -> dict:
@@ -139,7 +139,7 @@ def tables(report: dict) -> dict:
     groups = report["groups"]
     reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
                        "error": "difference (ours − published)", "band": "band applied", "verdict": "verdict"}
-    readings = {page: MarkdownTable([dict(r, band=_band_applied(r), error=r.get("difference", r["error"]))
+    readings = {page: MarkdownTable([dict(r, band=_band_applied(r), error=_difference(r))
                                      for r in groups["reading"] if r["page"] == page], reading_columns)
                 for page in reading_pages(report)}
     claims = MarkdownTable(groups["claim"], {"page": "page", "quantity": "quantity", "paper": "paper",
@@ -162,6 +162,14 @@ def tables(report: dict) -> dict:
                                                   ("Checks of our own runs", checks, "check", "check"))}
     return {"readings": readings, "claims": claims if groups["claim"] else None, "own_runs": own_runs,
             "unjudged": {"Estimates": estimates, "Every other number": other}, "counts": _counts(report)}
+
+
+def _difference(r: dict):
+    """A reading's difference as its page shows it: the number, or in words where it is only a bound
+    (:func:`published.page.difference_text`: "at least 316 earlier")."""
+    if r.get("bound") and r.get("unit"):
+        return published.page.difference_text(r)
+    return r.get("difference", r["error"])
 
 
 def _band_applied(r: dict) -> str | None:

@@ -249,7 +249,8 @@ PAIRING = (
     "by drop, by the assignment that makes the total distance smallest: each published crossing is used once, a curve "
     "still on its plateau at the end of the published window counts as a crossing beyond it, and where the image "
     "cannot say which of two double-ink crossings a curve makes, the pair takes the nearer one. \"difference\" is ours "
-    "minus the published step (0 inside the bundle of first drops), also in pixels of the published image; a pair "
+    "minus the published step (0 inside the bundle of first drops; a bound, \"at least\", against the curve still on "
+    "its plateau at the window's end), also in pixels of the published image; a pair "
     "agrees when it is within a pixel. The table also sets the published curves' plateau levels beside ours where the "
     "image shows them, at L(M_3) and L(M_4); above those the image shows only its dotted theory lines, which are not "
     "the published runs and are not compared.\n\n")
@@ -430,7 +431,7 @@ def compare_with_published(drops: dict, plateaus=None, twins=None) -> list[dict]
             twin = None if twins is None else float(twins[seed][d - 1])
             row = rules.check_row(PUBLISHED_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step",
                                   crossing.text, rules.crossing_value(crossing), step, diff, "step", tol,
-                                  unresolved=rules.finite_p_margin(step, twin))
+                                  unresolved=rules.finite_p_margin(step, twin), bound=rules.is_bound(step, crossing))
             row.update(drop=d, seed=seed)
             rows.append(row)
     still = sum(1 for t in drops.values() if not float(t[3]) <= PUBLISHED_LAST_STEP)

@@ -148,9 +148,10 @@ def numbers(ds) -> list[dict]:
 
 
 def table(ds):
-    """Per direction in the order learned: the head that took it, its overlap at step 0, the step it aligned and its
-    size then, its overlap when it had grown, the step of the matching drop of the loss and how alignment and growth
-    came (a sentence where none aligned)."""
+    """Per direction in the order learned, one column each (the table is transposed so that it stays narrow however
+    long its quantities' names): the head that took it, its overlap at step 0, the step it aligned and its size then,
+    its overlap when it had grown, the step of the matching drop of the loss and how alignment and growth came (a
+    sentence where none aligned)."""
     from IPython.display import Markdown
 
     order, drops = _order(ds), ds.drop_step.values
@@ -158,25 +159,25 @@ def table(ds):
         return Markdown(f"*(No direction reached an overlap of {ds.attrs['aligned']:g} in this run.)*")
     cell = {d: ds.sel(direction=d) for d in order}
 
-    def num(d, name):
-        x = float(cell[d][name])
-        return x if np.isfinite(x) else None
+    def num(name, fmt, scale=None):  # the row of one variable over the directions, "–" where it is NaN
+        xs = [float(cell[d][name]) for d in order]
+        return [None if not np.isfinite(x) else _percent(scale * x) if scale else format(x, fmt) for x in xs]
 
-    return MarkdownTable(
-        [dict(order=f"{i + 1}.", direction=f"$e_{d}$", head=int(cell[d].aligned_head),
-              start=num(d, "overlap_at_start"), aligned=num(d, "aligned_step"),
-              size=None if num(d, "size_when_aligned") is None else _percent(100 * num(d, "size_when_aligned")),
-              start_times=None if num(d, "growth_when_aligned") is None else _percent(num(d, "growth_when_aligned")),
-              grown=num(d, "overlap_when_grown"),
-              drop=float(drops[i]) if i < len(drops) and np.isfinite(drops[i]) else "not within the run",
-              verdict=str(cell[d].growth_verdict.item()))
-         for i, d in enumerate(order)],
-        {"order": "learned", "direction": "direction", "head": "head", "start": "overlap at step 0",
-         "aligned": f"step overlap > {ds.attrs['aligned']:g}", "size": "output scale then, % of its largest",
-         "start_times": "output scale then, × its value at step 0",
-         "grown": f"overlap when the output scale reached {100 * ds.attrs['grown']:g} % of its largest",
-         "drop": "step of the loss drop", "verdict": "alignment and growth"},
-        {"aligned": ".0f", "drop": ".0f", "start": ".3f", "grown": ".3f"})
+    drop = [f"{drops[i]:.0f}" if i < len(drops) and np.isfinite(drops[i]) else "not within the run"
+            for i in range(len(order))]
+    rows = [("head", [str(int(cell[d].aligned_head)) for d in order]),
+            ("overlap at step 0", num("overlap_at_start", ".3f")),
+            (f"step overlap > {ds.attrs['aligned']:g}", num("aligned_step", ".0f")),
+            ("output scale then, % of its largest", num("size_when_aligned", "", 100)),
+            ("output scale then, × its value at step 0", num("growth_when_aligned", "", 1)),
+            (f"overlap when the output scale reached {100 * ds.attrs['grown']:g} % of its largest",
+             num("overlap_when_grown", ".3f")),
+            ("step of the loss drop", drop),
+            ("alignment and growth", [str(cell[d].growth_verdict.item()) for d in order])]
+    columns = {"quantity": "direction, in the order learned:"}
+    columns |= {f"d{d}": f"{i + 1}. $e_{d}$" for i, d in enumerate(order)}
+    return MarkdownTable([dict(quantity=label, **{f"d{d}": v for d, v in zip(order, values)})
+                          for label, values in rows], columns)
 
 
 def growth_words(ds) -> str:

@@ -6,7 +6,10 @@ contexts of every length. The theory: the saddle losses L(M_0) … L(M_D) of the
 (``theory.vary_len_plateau_losses``), beside the fixed-length ones of Figures 1b and 3a (``theory.plateau_losses``)
 for contrast. Measured: the rest at each saddle (``loss_curves.saddle_levels``, the one rule: the saddle
 whose band, ``loss_curves.REST_BAND`` of the gap to the neighbouring level, holds the rest) and the final loss.
-ATTN_M has no saddles between M_0 and M_D, so only those two are reported for it.
+ATTN_M has no saddles between M_0 and M_D, so only those two are reported for it. Each rest, a training loss on
+the run's P sequences, is judged against its level (:func:`rest_verdict`) with the errors of that training set
+(:func:`rest_errors`): twice the standard error of the mean over the P sequences, and below the level the further
+drop that fitting the saddle's weights to them gives.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 
 from ... import theory
 from ...analysis import loss_curves
-from .. import presets
+from .. import presets, uncertainty
 from ..commands import train_command
 from ..output import MarkdownTable, subscript
 from ..output import words as list_words
@@ -65,6 +68,8 @@ def compute(S: dict):
                 for r in done.values()]
     fixed = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in done.values()]
     found = [loss_curves.saddle_levels(L, lv) for L, lv in zip(losses, averaged)]
+    errors = [rest_errors(r.datasets.train, r.datasets.cov, r.config.seq_len, r.config.normalize)
+              for r in done.values()]
     steps = max((r.history.step for r in done.values()), key=len)
     M = max(len(v) for v in averaged)
     ds = xr.Dataset(
@@ -72,6 +77,8 @@ def compute(S: dict):
          "plateau_theory": (("model", "m"), padded(averaged, M)),
          "plateau_theory_fixed": (("model", "m"), padded(fixed, M)),
          "plateau_level": (("model", "m"), padded(found, M)),
+         "rest_se": (("model", "m"), padded([e[0] for e in errors], M)),
+         "rest_optimism": (("model", "m"), padded([e[1] for e in errors], M)),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
          "eigenvalue": (("model", "direction"),
                         padded([theory.spectrum(r.datasets.cov)[0] for r in done.values()], M - 1))},
@@ -85,7 +92,115 @@ def compute(S: dict):
     ds.plateau_theory_fixed.attrs["description"] = "saddle losses L(M_m) at the full length (Figures 1b and 3a)"
     ds.plateau_level.attrs["description"] = (f"level of the first rest at saddle M_m (saddle_levels, band "
                                              f"{loss_curves.REST_BAND:.3g})")
+    ds.rest_se.attrs["description"] = ("standard error of the training loss at saddle M_m: the run's per-sequence "
+                                       "losses (mean over prefixes) at the theory's weights there, over √P "
+                                       "(rest_errors)")
+    ds.rest_optimism.attrs["description"] = ("how much fitting the saddle's weights to the run's training set lowers "
+                                             "its loss there (rest_errors)")
     return ds
+
+
+def saddle_directions(cov, F: int):
+    """The combined weight (``models.fold_combined``, F entries) of the predictor ŷ = x_qᵀ e_d e_dᵀ b for each
+    eigenvector e_d of ``cov`` (largest eigenvalue first; b = scale · Σ_n y_n x_n), as the columns of an (F, D)
+    array; and the eigenvectors (D, D). The theory's saddle M_m predicts with Σ_{d≤m} a_d e_d e_dᵀ."""
+    import torch
+
+    from ...models import fold_combined
+
+    lam, vecs = np.linalg.eigh(np.asarray(cov, dtype=np.float64))
+    vecs = vecs[:, np.argsort(lam)[::-1]]
+    D = vecs.shape[0]
+    columns = []
+    for d in range(D):
+        M = torch.zeros(D, D + 1, D + 1, dtype=torch.float64)
+        M[:, :D, D] = torch.as_tensor(np.outer(vecs[:, d], vecs[:, d]))
+        columns.append(fold_combined(M).numpy())
+    out = np.stack(columns, axis=1)
+    if out.shape[0] != F:
+        raise ValueError(f"the features have {F} entries, the folded weights of D = {D} have {out.shape[0]}")
+    return out, vecs
+
+
+def _training_terms(seqs, seq_len: int, normalize: str, chunk: int = 1000):
+    """(features (B, prefixes, F), targets (B, prefixes)) of the training set's loss terms under ``vary_len``, a
+    chunk of sequences at a time (``normalization.prefix_terms``: every prefix n = 2 … seq_len)."""
+    import torch
+
+    from ...models import attention_features
+    from ...normalization import prefix_terms
+    from ...objectives.base import chunks
+
+    for X, y in chunks(seqs.X, seqs.y, chunk, "cpu", torch.float64):
+        terms = list(prefix_terms(X, y, vary_len=True, normalize=normalize))
+        yield (torch.stack([attention_features(Xn, scale) for Xn, _, scale in terms], 1).numpy(),
+               torch.stack([yn for _, yn, _ in terms], 1).numpy())
+
+
+def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray]:
+    """The error of a training loss resting at each saddle M_0 … M_D, from the run's own training set ``seqs`` (P
+    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism)``, each of length D + 1.
+
+    * ``se[m]``: the standard error of the mean over the P sequences (``uncertainty.standard_error`` of the
+      per-sequence losses, each the mean of its prefixes' (y − ŷ)²) at the theory's weights of M_m, Σ_{d≤m} a_d e_d e_dᵀ
+      with the a_d that minimise the length-averaged population loss (``population_moments``), whose population loss
+      is L(M_m) (``theory.vary_len_plateau_losses``): the finite-P sampling of the training set.
+    * ``optimism[m]``: how much lower the training loss gets when the weights are fitted to these P sequences: the
+      training loss at those weights minus its least value over every combined weight whose query side lies in the
+      learned span e_1 … e_m (rows a of the fold along those directions, all of their entries: what a run resting at
+      M_m may fit; 0 at M_0, where nothing is fitted). A rest may sit this much below its level.
+    """
+    from ...objectives.population import population_moments
+
+    pop = population_moments("attention", cov, seq_len, normalize=normalize, vary_len=True)
+    TT, yT = pop.TT.numpy(), pop.yT.numpy()
+    G, vecs = saddle_directions(cov, TT.shape[0])
+    D, K = vecs.shape[0], TT.shape[0] // vecs.shape[0]
+    weights = np.zeros((TT.shape[0], D + 1))
+    for m in range(1, D + 1):
+        Gm = G[:, :m]
+        weights[:, m] = Gm @ np.linalg.solve(Gm.T @ TT @ Gm, Gm.T @ yT)
+    per_sequence, yy, b, A = [], 0.0, 0.0, 0.0
+    for T, y in _training_terms(seqs, seq_len, normalize):
+        per_sequence.append(((y[..., None] - T @ weights) ** 2).mean(axis=1))  # (B, D + 1)
+        flat, target = T.reshape(-1, T.shape[-1]), y.reshape(-1)
+        yy, b, A = yy + target @ target, b + flat.T @ target, A + flat.T @ flat
+    losses = np.concatenate(per_sequence)
+    count = losses.shape[0] * T.shape[1]
+    yy, b, A = yy / count, b / count, A / count
+    se = np.array([uncertainty.standard_error(losses[:, m]) for m in range(D + 1)])
+    optimism = np.zeros(D + 1)
+    for m in range(1, D + 1):
+        B = np.kron(vecs[:, :m], np.eye(K))  # the fold's rows a along e_1 … e_m, every entry of each
+        fitted, *_ = np.linalg.lstsq(B.T @ A @ B, B.T @ b, rcond=None)
+        least = yy - 2 * (B.T @ b) @ fitted + fitted @ (B.T @ A @ B) @ fitted
+        optimism[m] = max(float(losses[:, m].mean() - least), 0.0)
+    return se, optimism
+
+
+def rest_verdict(rest: float, level: float, se: float, optimism: float) -> str | None:
+    """The verdict on a rest at ``rest`` beside the theory's length-averaged level (``uncertainty.verdict``): it
+    *agrees* within ``uncertainty.COVERAGE`` (2) standard errors ``se`` of the mean over the training set; below
+    the level, beyond that but within the further ``optimism`` (the fit to these sequences, which only lowers a
+    training loss) it *cannot tell*; else it *differs*. None where the run does not rest there (NaN)."""
+    if rest is None or not np.isfinite(rest):
+        return None
+    return uncertainty.verdict(rest - level, uncertainty.difference_band(se), optimism if rest < level else 0.0)
+
+
+def _verdicts(ds) -> dict:
+    """(model, m) → (verdict, band, band with the fit's margin) of every rest shown (:func:`rest_verdict`)."""
+    out = {}
+    for key in MODELS:
+        at = ds.sel(model=key)
+        for m in _shown(ds, key):
+            se, opt = float(at.rest_se.sel(m=m)), float(at.rest_optimism.sel(m=m))
+            said = rest_verdict(float(at.plateau_level.sel(m=m)), float(at.plateau_theory.sel(m=m)), se, opt)
+            if said is not None:
+                band = uncertainty.difference_band(se)
+                below = float(at.plateau_level.sel(m=m)) < float(at.plateau_theory.sel(m=m))
+                out[key, m] = (said, band, band + opt if below else band)
+    return out
 
 
 def _shown(ds, key: str) -> list[int]:
@@ -96,15 +211,16 @@ def _shown(ds, key: str) -> list[int]:
 
 def numbers(ds) -> list[dict]:
     """``numbers.json``: each plateau the run rests on beside its length-averaged level, and each final loss (ATTN_M's
-    beside its minimum; ATTN_S's alone, as it need not have learned every direction)."""
-    rows = []
+    beside its minimum; ATTN_S's alone, as it need not have learned every direction); each plateau with its verdict
+    (:func:`rest_verdict`)."""
+    rows, judged = [], _verdicts(ds)
     for key in MODELS:
         at, label = ds.sel(model=key), f"{LABELS[key]} vary_len"
         for m in _shown(ds, key):
             got = float(at.plateau_level.sel(m=m))
             if np.isfinite(got):
                 rows.append(dict(key=f"plateau.{key}.M{m}", quantity=f"{label}: plateau L(M_{m})",
-                                 theory=at.plateau_theory.sel(m=m), reproduced=got))
+                                 theory=at.plateau_theory.sel(m=m), reproduced=got, verdict=judged[key, m][0]))
         D = _shown(ds, key)[-1]
         rows.append(dict(key=f"final_loss.{key}", quantity=f"{label}: final loss",
                          theory=at.plateau_theory.sel(m=D) if key == "attn_m" else None, reproduced=at.final_loss))
@@ -112,15 +228,45 @@ def numbers(ds) -> list[dict]:
 
 
 def table(ds) -> MarkdownTable:
-    """Per model and saddle: the length-averaged and the fixed-length level, and the plateau this run settled on."""
+    """Per model and saddle: the length-averaged and the fixed-length level, the plateau this run settled on, and its
+    band and verdict beside the length-averaged level (:func:`rest_verdict`; "–" where the run does not rest)."""
+    judged = _verdicts(ds)
+
+    def band(key, m):  # "0.0082", or "0.0082, cannot tell to 0.0090" where fitting widens it
+        if (key, m) not in judged:
+            return None
+        _, b, wider = judged[key, m]
+        return f"{b:.4f}" + (f", cannot tell to {wider:.4f}" if wider > b else "")
+
     return MarkdownTable(
         [dict(model=LABELS[key], level=f"$L(\\mathcal{{M}}_{{{m}}})$",
               averaged=float(ds.plateau_theory.sel(model=key, m=m)),
               fixed=float(ds.plateau_theory_fixed.sel(model=key, m=m)),
-              ours=float(ds.plateau_level.sel(model=key, m=m))) for key in MODELS for m in _shown(ds, key)],
+              ours=float(ds.plateau_level.sel(model=key, m=m)), band=band(key, m),
+              verdict=judged.get((key, m), (None,))[0]) for key in MODELS for m in _shown(ds, key)],
         {"model": "model", "level": "level", "averaged": "theory, averaged over lengths",
-         "fixed": "theory, fixed length", "ours": "this run"},
+         "fixed": "theory, fixed length", "ours": "this run", "band": "band (±)", "verdict": "verdict"},
         {"averaged": ".4f", "fixed": ".4f", "ours": ".4f"})
+
+
+def rest_verdict_words(ds) -> str:
+    """The page's sentence on the table's verdicts (:func:`rest_verdict`): how many rests agree with their
+    length-averaged levels, and which cannot tell or differ; empty where the run rests nowhere."""
+    judged = _verdicts(ds)
+    if not judged:
+        return ""
+    by = {v: [f"{LABELS[k]} at M_{m}" for (k, m), (said, _, _) in judged.items() if said == v]
+          for v in uncertainty.VERDICTS}
+    sizes = list_words(sorted({int(r["trainset_size"]) for r in _runs(ds).values()}))
+    text = (f"Each rest is a training loss on its run's P sequences (P = {sizes}): its band is twice the standard "
+            "error of their mean (from their losses at the saddle's theory weights), widened below the level by what "
+            f"fitting the weights to them lowers the loss (cannot tell there); {len(by[uncertainty.AGREES])} of "
+            f"{len(judged)} "
+            "rests agree")
+    for v in (uncertainty.CANNOT_TELL, uncertainty.DIFFERS):
+        if by[v]:
+            text += f"; {join(by[v])}: {v}"
+    return text + "."
 
 
 def _runs(ds) -> dict:
@@ -185,7 +331,8 @@ def words(ds) -> dict:
     return dict(rank_s=s["rank"], n_max=s["seq_len"], N_max=s["seq_len"] - 1,
                 rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]),
                 eigenvalues=list_words(np.round(ds.eigenvalue.sel(model="attn_s").dropna("direction").values, 4)),
-                settings_m=describe(m), settings_s=describe(s), rests=_rests(ds), unlearned=unlearned(ds))
+                settings_m=describe(m), settings_s=describe(s), rests=_rests(ds), unlearned=unlearned(ds),
+                judged=rest_verdict_words(ds))
 
 
 def plot(ds):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..output import ESTIMATE, MarkdownTable
+from ..output import ESTIMATE, MarkdownTable, by_sign
 from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, verdict
 from .readings import Image
 from .rules import Claim, judged_difference, offset_of, pixels, slug
@@ -54,8 +54,9 @@ def table(rows: list[dict]) -> MarkdownTable:
     """The comparison rows as the page's table (steps in whole numbers, losses to three decimals, pixels to one): the
     difference, its band (:mod:`linattn.companion.uncertainty`; "+ offset" where a shared offset was removed first,
     "to <band + margin>: cannot tell" where a further margin applies) and the verdict."""
-    shown = [dict(r, reproduced=_shown(r["reproduced"], r["unit"]), difference=_signed(r["difference"], r["unit"]),
-                  band=band_text(r)) for r in rows]
+    shown = [dict(r, reproduced=_shown(r["reproduced"], r["unit"]), difference=difference_text(r),
+                  pixels=_pixels_text(r, r["pixels"]), band=band_text(r))
+             for r in rows]
     return MarkdownTable(shown, _COLUMNS, {"pixels": "+.1f"})
 
 
@@ -79,6 +80,28 @@ def _shown(x, unit) -> str | None:
     if x is None or not math.isfinite(x):
         return None
     return f"{x:.3f}" if unit == "loss" else f"{x:.0f}"
+
+
+# how a bound on ours − published reads, by unit: (the word where ours lies below, above)
+_BOUND_SIDES = {"step": ("earlier", "later"), "loss": ("lower", "higher"), "count": ("fewer", "more")}
+
+
+def difference_text(r: dict) -> str | None:
+    """A row's difference as the page and the report show it: signed (``+12``, ``-0.004``), or, where the reading is
+    only bounded (``bound``: the published value is known only to lie beyond a step), in words as the bound it is:
+    "at least 316 earlier" (ours lies 316 or more before the published step)."""
+    x = r["difference"]
+    if not r.get("bound") or x is None or not math.isfinite(x):
+        return _signed(x, r["unit"])
+    below, above = _BOUND_SIDES.get(r["unit"], ("below", "above"))
+    return f"at least {_shown(abs(x), r['unit'])} {by_sign(x, below, above, 'from it')}"
+
+
+def _pixels_text(r: dict, px: float, suffix: str = "") -> str | float | None:
+    """A row's difference in pixels: the number, or "at least 10.9" where the difference is only a bound."""
+    if not r.get("bound") or px is None or not math.isfinite(px):
+        return px
+    return f"at least {abs(px):.1f}{suffix}"
 
 
 def _signed(x, unit) -> str | None:
@@ -158,6 +181,8 @@ def _off_by(r: dict, image: Image) -> str:
     left = judged_difference(r)
     judged = f", {_signed(left, r['unit'])} after the scale's offset" if r.get("offset") else ""
     px = pixels(left, r["unit"], image)
+    if r.get("bound"):  # a bound, said as one
+        return f" ({difference_text(r)}" + (f", {_pixels_text(r, px, ' px')})" if math.isfinite(px) else ")")
     return f" ({_signed(r['difference'], r['unit'])}{judged}" + (f", {px:+.1f} px)" if math.isfinite(px) else ")")
 
 
@@ -176,7 +201,7 @@ def number_rows(rows: list[dict]) -> list[dict]:
                  abs_error=abs(r["difference"]) if math.isfinite(r["difference"]) else None,
                  tolerance=r["tolerance"], standard_error=r.get("standard_error"), verdict=r["verdict"],
                  difference=r["difference"], band=r["band"], offset=r.get("offset") or 0.0,
-                 unresolved=r.get("unresolved") or 0.0, unit=r["unit"])
+                 unresolved=r.get("unresolved") or 0.0, unit=r["unit"], **({"bound": True} if r.get("bound") else {}))
             for r in rows]
 
 

@@ -120,19 +120,20 @@ def judged_difference(row: dict) -> float:
 
 
 def check_row(image: Image, panel: str, what: str, published: str, paper, ours, diff: float, unit: str,
-               tolerance: float, standard_error=None, unresolved=0.0, offset=0.0) -> dict:
+               tolerance: float, standard_error=None, unresolved=0.0, offset=0.0, bound: bool = False) -> dict:
     """One comparison row: the reading and ours, their difference in the unit and in pixels of ``image``, the
     tolerance, the standard error of the difference where the quantity has one (its band is then tolerance + 2 ×
     it), the ``unresolved`` margin beyond the band (*cannot tell* there: the given margin plus the reading's own
     pixel, :func:`reading_margin`), the ``offset`` removed before judging, and the verdict
-    (:func:`linattn.companion.uncertainty.verdict` of :func:`judged_difference`). Rows of this shape feed the page's
-    table, its prose (:func:`summary`) and ``numbers.json`` (:func:`number_rows`)."""
+    (:func:`linattn.companion.uncertainty.verdict` of :func:`judged_difference`); ``bound``: the difference is only a
+    bound (:func:`is_bound`), which the page says in words. Rows of this shape feed the page's table, its prose
+    (:func:`summary`) and ``numbers.json`` (:func:`number_rows`)."""
     band = difference_band(standard_error, resolution=tolerance)
     row = dict(figure=image.name, panel=panel, what=what, published=published, paper=paper,
                reproduced=None if ours is None or not math.isfinite(ours) else float(ours),
                difference=diff, pixels=pixels(diff, unit, image), unit=unit, tolerance=tolerance,
                standard_error=standard_error, band=band, unresolved=unresolved + reading_margin(unit, image),
-               offset=offset)
+               offset=offset, bound=bool(bound))
     return dict(row, verdict=verdict(judged_difference(row), band, row["unresolved"]))
 
 
@@ -248,6 +249,16 @@ def signed_distance(step: float, crossing: Crossing) -> float:
     x = float(step)
     options = [0.0 if low <= x <= high else (x - low if x < low else x - high) for low, high in crossing.where]
     return min(options, key=abs)
+
+
+def is_bound(step: float, crossing: Crossing) -> bool:
+    """Whether ours − the crossing (:func:`signed_distance`) is only a bound: the crossing is known only to lie beyond
+    a step (one interval open at one end: a curve still on its plateau at the end of the published window) and our
+    step lies outside it, so that the published step, and with it the difference, is bounded, not known."""
+    if step is None or not math.isfinite(step) or len(crossing.where) != 1:
+        return False
+    (low, high), x = crossing.where[0], float(step)
+    return (high == math.inf and x < low) or (low == -math.inf and x > high)
 
 
 def match_one_to_one(ours: dict, crossings) -> list[tuple]:

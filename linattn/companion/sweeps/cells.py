@@ -90,10 +90,12 @@ def theory_levels(cfg: RunConfig, cov) -> np.ndarray:
 
 def summarise(history, cov, cfg: RunConfig) -> dict:
     """What a run did, by the library's diagnostics: the plateau level found at each saddle M_m
-    (``loss_curves.saddle_plateaus``, the first stretch at each; None where none), the step of each drop
-    M_{d-1} → M_d (``loss_curves.drop_steps``, None where the loss never got there), the directions learned
-    (``loss_curves.directions_learned``), the first drop from start to end value (``loss_curves.first_drop_step``)
-    and the final losses; ``theory_levels`` are the saddles' losses the others are measured against."""
+    (``loss_curves.saddle_plateaus``, the first stretch at each; None where none), the step of each drop d, named by
+    the loss level it crosses: the loss first below the midpoint of L(M_{d-1}) and L(M_d) (``loss_curves.drop_steps``,
+    None where the loss never got there; a run that learns a later direction first crosses the same level), the
+    directions learned (``loss_curves.directions_learned``), the first drop from start to end value
+    (``loss_curves.first_drop_step``) and the final losses; ``theory_levels`` are the saddles' losses the others are
+    measured against."""
     loss = np.asarray(history.train_loss, dtype=np.float64)
     levels = theory_levels(cfg, cov)
     found = np.full(len(levels), np.nan)

@@ -9,7 +9,8 @@ smaller D leaves the rest NaN). Variables:
     wall_time                        (…)             seconds of the run (run.json; a failed cell: until it failed)
     final_train_loss, final_test_iwl, final_test_icl (…)
     directions_learned, first_drop_step             (…)
-    drop_step                        (…, direction)  step of drop M_{d-1} → M_d (NaN: not reached)
+    drop_step                        (…, direction)  step of drop d: the loss first below the midpoint of
+                                                     L(M_{d-1}) and L(M_d) (NaN: not reached)
     plateau_level, theory_level      (…, m)          the plateau found at M_m and the theory's L(M_m)
 
 (the per-run summaries are those of ``linattn.companion.sweeps.cells.summarise``). A step a run did not reach, or a
