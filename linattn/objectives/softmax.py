@@ -24,8 +24,8 @@ The shift (3). Any c_h gives the same ratios; it only has to keep 2^z in range. 
 with c_h = s_hq the query's term is e_hq = 1 and Z_h ≥ 1 (nothing underflows), and the pass also takes the largest
 z_hm over the keys: while it stays ≤ ``SHIFT_LIMIT`` (2^64 in float32: the sums keep ~2^60 of headroom) the result
 is exact; a chunk where some key outscores the query by more (one key takes almost all the attention, e.g. scores
-in the hundreds) is computed again with c_h = max_m s_hm, the largest score, which that pass returned. This saves
-the separate max pass of the usual two-pass softmax.
+in the hundreds) is computed again with c_h = max_m s_hm, the largest of the very scores it then shifts (so the top
+key's z is exactly 0, however large the scores). This saves the separate max pass of the usual two-pass softmax.
 
 Layout. Sequences are stored in blocks of ``BLOCK`` = 32, the sequence index innermost — the context tokens
 X (blocks, n−1, D+1, BLOCK), the queries (terms, blocks, D+1, BLOCK) — so every operation vectorises across

@@ -185,7 +185,11 @@ typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
 #endif
 
 /* The weights of keys 0 .. m-1 from X (key j's coordinate b at X[j*KEY + b*BLOCK]): e[j] = 2^z (3), z = q.x - shift,
- * and eu[j] = e[j] (v.x). The keys are independent, so the core overlaps their chains (some 50 cycles each). */
+ * and eu[j] = e[j] (v.x). The keys are independent, so the core overlaps their chains (some 50 cycles each).
+ * `largest` (the second pass, the shift the largest score): z = score(q, x) - shift, from the very rounded scores
+ * the shift is the largest of, so that the top key's z is exactly 0 and none is above. The shift taken inside the
+ * fused chain (shifted_score) differs from that by a score's rounding, which at scores of 1e30 (1e23 in float32)
+ * is far more than 2^z spans: the top key's weight overflowed (vscalef: inf, NaN sums) or vanished (a wrong loss). */
 static inline void weigh(const real *X, int m, const vec q[DIM], const vec v[DIM], vec shift, int largest, vec *e,
                          vec *eu) {
     const long KEY = DIM * BLOCK;
