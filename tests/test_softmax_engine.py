@@ -22,6 +22,8 @@ from linattn.training.train import gradient_descent
 
 D, SEQ, H, R = 3, 6, 3, 2  # one D everywhere: D+1 is a static size of the native kernel (a new one compiles)
 P, CHUNK = 600, 256        # 19 blocks of 32 sequences (the last padded), in 2 chunks where the kernel takes chunks
+# native.load and the engine's _native without their per-process caches: a build for each call
+_BUILD, _NATIVE = native.load.__wrapped__, se._native.__wrapped__
 
 
 def _sequences(P=P, seed=0):
@@ -104,6 +106,59 @@ def test_large_scores_neither_overflow_nor_lose_accuracy(model, compile):
         assert np.isfinite(loss) and abs(loss - ref_loss) < tol * ref_loss
         for g, ref in zip(grads, ref_grads):
             assert _rel(g, ref) < 10 * tol
+
+
+def _huge_weight(model, value, dtype=torch.float64):
+    """The test model with one weight of the scores set to ``value`` (ATTN_M: W_KQ[0][0, 0]; ATTN_S: W_Q[0][0, 0])."""
+    net = _model(model, dtype=dtype)
+    with torch.no_grad():
+        (net.W_KQ if model == "attnM" else net.W_Q)[0, 0, 0] = value
+    return net
+
+
+def _engines(monkeypatch, seqs, dtype):
+    """(name, engine) at ``dtype``: the native kernel built for each ``$LINATTN_KERNEL_ISA`` (``avx2`` only where the
+    compiler targets x86), then the eager one."""
+    for isa in ("native", "avx2", "portable"):
+        monkeypatch.setenv("LINATTN_KERNEL_ISA", isa)
+        monkeypatch.setattr(native, "load", _BUILD)  # a fresh build for this setting
+        try:
+            kernel = _NATIVE(D + 1, dtype == torch.float64)
+        except RuntimeError:
+            assert isa == "avx2", f"no {isa} build"
+            continue
+        monkeypatch.setattr(se, "_native", lambda dim, double, kernel=kernel: kernel)
+        yield isa, Softmax(seqs, dtype=dtype)
+    yield "eager", Softmax(seqs, dtype=dtype, compile=False)
+
+
+@pytest.mark.parametrize("value", [1e30, -1e30])
+@pytest.mark.parametrize("model", ["attnM", "attnS"])
+def test_a_weight_of_1e30_gives_the_reference_loss_on_every_instruction_set(monkeypatch, tmp_path, model, value):
+    """Scores of 10³⁰: one key takes all the attention, and a score's rounding (10²³ in float32) is far more than
+    2^z spans, so the second pass must shift by the largest of the very scores it shifts. The torch reference
+    (autograd, float64) is finite here, so every kernel must be: the native one built for AVX-512 (this CPU's),
+    AVX2 and the compiler's baseline, and the eager one. ATTN_M's gradient agrees too; ATTN_S's reaches W_K through
+    W_Q = 10³⁰, which multiplies the rounding of ∂L/∂W_KQ (exactly 0 in the reference) by 10³⁰: finite only."""
+    monkeypatch.setenv("LINATTN_KERNEL_CACHE", str(tmp_path))
+    try:
+        native.compiler()
+    except RuntimeError:
+        pytest.skip("no C compiler")
+    seqs = _sequences(P=200)
+    ref_loss, ref_grads = _loss_and_grads(objectives.Autograd(seqs), _huge_weight(model, value))
+    assert np.isfinite(ref_loss) and all(torch.isfinite(g).all() for g in ref_grads)
+    W = _huge_weight(model, value).key_query().detach()
+    scores = torch.einsum("pa,hab,pnb->hpn", torch.as_tensor(seqs.X[:, -1]), W, torch.as_tensor(seqs.X))
+    assert scores.abs().max() > 1e29  # the regime: z's of 10³⁰
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 2e-6)):
+        for name, engine in _engines(monkeypatch, seqs, dtype):
+            loss, grads = _loss_and_grads(engine, _huge_weight(model, value, dtype))
+            assert engine.kernel == ("eager" if name == "eager" else "native")
+            assert abs(loss - ref_loss) <= tol * ref_loss, (name, dtype, loss, ref_loss)
+            assert all(torch.isfinite(g).all() for g in grads), (name, dtype)
+            if model == "attnM":
+                assert all(_rel(g, ref) <= tol for g, ref in zip(grads, ref_grads)), (name, dtype)
 
 
 def _run(engine, **kw):

@@ -24,8 +24,8 @@ The shift (3). Any c_h gives the same ratios; it only has to keep 2^z in range. 
 with c_h = s_hq the query's term is e_hq = 1 and Z_h ≥ 1 (nothing underflows), and the pass also takes the largest
 z_hm over the keys: while it stays ≤ ``SHIFT_LIMIT`` (2^64 in float32: the sums keep ~2^60 of headroom) the result
 is exact; a chunk where some key outscores the query by more (one key takes almost all the attention, e.g. scores
-in the hundreds) is computed again with c_h = max_m s_hm, the largest score, which that pass returned. This saves
-the separate max pass of the usual two-pass softmax.
+in the hundreds) is computed again with c_h = max_m s_hm, the largest of the very scores it then shifts (so the top
+key's z is exactly 0, however large the scores). This saves the separate max pass of the usual two-pass softmax.
 
 Layout. Sequences are stored in blocks of ``BLOCK`` = 32, the sequence index innermost — the context tokens
 X (blocks, n−1, D+1, BLOCK), the queries (terms, blocks, D+1, BLOCK) — so every operation vectorises across
@@ -104,13 +104,15 @@ def _dot(a, b, start=None):
 
 
 def chunk_sums(X: torch.Tensor, xq: torch.Tensor, W: torch.Tensor, v: torch.Tensor, y: torch.Tensor,
-               floor: torch.Tensor,
+               largest: bool,
                grad: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
     """Loss, ∂L/∂W_KQ and ∂L/∂v summed over a chunk of blocks (unweighted), and the largest Z_h.
 
     X (K, N, D+1, B): the N context tokens; xq (K, D+1, B): the query (also a key); W (H, D+1, D+1): W[h, b, a] =
-    log₂e · W_KQ[h][a, b]; v (H, D+1); y (K, B); floor (K, H, B): −inf, or the largest scores (log₂ units) when a
-    chunk is computed again; the shift (3) is c = max(s_q, floor). Returns float64 Σ (ŷ − y)², float64
+    log₂e · W_KQ[h][a, b]; v (H, D+1); y (K, B). The shift (3) is c = s_q, or with ``largest`` (a chunk computed
+    again) the largest score over the keys and the query, taken from the very scores it shifts: a largest score
+    summed in another order can differ from them by its rounding, which at scores of 10³⁰ is far more than 2^z
+    spans (the top key's weight then overflows or vanishes). Returns float64 Σ (ŷ − y)², float64
     (H, D+1, D+1) [h, a, b] or None, float64 (H, D+1) or None, and max Z_h (Z_h ≥ 1; above 2^``SHIFT_LIMIT`` a
     key outscored the shift by more than the limit, and the sums may have lost range). Zero tokens with a zero target
     (the padding of the last block) contribute nothing.
@@ -121,8 +123,14 @@ def chunk_sums(X: torch.Tensor, xq: torch.Tensor, W: torch.Tensor, v: torch.Tens
     Q = (W[None, :, :, :, None] * xq[:, None, None]).sum(3)          # (K, H, D+1, B): q_h (1), log₂ units
     q = [Q[:, :, b] for b in range(d)]
     s_q = (Q * xq[:, None]).sum(2)                                   # the query's score of itself (a buffer)
-    shift = torch.maximum(s_q, floor)
-    z = _tree_sum([qb[:, :, None] * xb for qb, xb in zip(q, x)] + [-shift[:, :, None]])  # (K, H, N, B): z (3)
+    terms = [qb[:, :, None] * xb for qb, xb in zip(q, x)]           # (K, H, N, B) each
+    if largest:
+        s = _tree_sum(terms)                                         # the scores (log₂ units)
+        shift = torch.cat([s, s_q[:, :, None]], 2).amax(2)
+        z = s - shift[:, :, None]                                    # 0 at the largest score, exactly
+    else:
+        shift = s_q
+        z = _tree_sum(terms + [-shift[:, :, None]])                  # (K, H, N, B): z (3)
     e = torch.exp2(z)
     e_q = torch.exp2(s_q - shift)                                    # 1 unless the shift is a key's score
     Z = e.sum(2) + e_q
@@ -141,13 +149,6 @@ def chunk_sums(X: torch.Tensor, xq: torch.Tensor, W: torch.Tensor, v: torch.Tens
     dW = (xq[:, None, :, None].double() * dq[:, :, None].double()).sum((0, 4))    # (H, D+1, D+1): (6)
     dv = torch.stack([(g * T[b]).double().sum((0, 2)) for b in range(d)], 1)       # (6)
     return loss, dW, dv, Z.amax()
-
-
-def max_scores(X: torch.Tensor, xq: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """The largest score of each sequence and head over its keys (context and query), log₂ units: (K, H, B)."""
-    Q = (W[None, :, :, :, None] * xq[:, None, None]).sum(3)
-    s = (Q[:, :, None] * X[:, None]).sum(3)                         # (K, H, N, B)
-    return torch.maximum(s.amax(2), (Q * xq[:, None]).sum(2))
 
 
 @functools.cache
@@ -185,8 +186,6 @@ class Softmax(SoftmaxEngine, Objective):
     ``chunk_sums`` (bounds the memory of its intermediate sums, about 0.7 KB a sequence at H = 5); on a GPU at least
     ``GPU_CHUNK``. The native kernel needs no chunks: it keeps only a few KB of sums at a time.
     """
-
-    _floor: torch.Tensor  # made on first use (``_no_floor``)
 
     def __init__(self, seqs: data_mod.Sequences, *, vary_len=False, normalize="sum", chunk=DEFAULT_CHUNK,
                  dtype=torch.float32, device="cpu", compile: bool | None = None):
@@ -232,11 +231,6 @@ class Softmax(SoftmaxEngine, Objective):
                              f"got {type(model).__name__} with softmax={getattr(model, 'softmax', None)}: "
                              f"use engine 'exact' or 'autograd'")
 
-    def _no_floor(self, H):
-        if getattr(self, "_floor", None) is None or self._floor.shape[1] != H:
-            self._floor = torch.full((self.X.shape[0], H, BLOCK), -math.inf, dtype=self.dtype, device=self.device)
-        return self._floor
-
     def _failed(self, err: Exception):
         """The compiler did not work: eager from now on, in this engine and every later one on this device type."""
         _compile_failed.add(self.device.type)
@@ -265,21 +259,20 @@ class Softmax(SoftmaxEngine, Objective):
         """``chunk_sums`` of term ``t`` (sequence length ``m``), chunk by chunk, compiled or eager; a chunk where a key
         outscores the query by more than the limit (3) is computed again with the largest scores as the shift."""
         z_limit = 2.0 ** SHIFT_LIMIT.get(self.dtype, 64.0)
-        no_floor = self._no_floor(W.shape[0])
         parts = []
         for blocks in self.chunks:
             args = (self.X[blocks, :m - 1], self.xq[t, blocks], W, v, self.y[t, blocks])
-            part, dW_part, dv_part, Z_max = self._sums(*args, no_floor[blocks], grad)
+            part, dW_part, dv_part, Z_max = self._sums(*args, False, grad)
             if not Z_max.item() <= z_limit:  # a key outscores the query by more than the limit (3), or NaN
-                part, dW_part, dv_part, _ = self._sums(*args, max_scores(*args[:3]), grad)
+                part, dW_part, dv_part, _ = self._sums(*args, True, grad)
             parts.append((part, dW_part, dv_part))
         return parts
 
     def _sums(self, *args):
         if self.kernel == "compiled":
-            X, xq, W, v, y, floor, _ = args
-            # one graph for every chunk, prefix length and head count
-            for t, dims in ((X, (0, 1)), (xq, (0,)), (W, (0,)), (v, (0,)), (y, (0,)), (floor, (0, 1))):
+            X, xq, W, v, y, _, _ = args
+            # one graph for every chunk, prefix length and head count (and one more for `largest`, where needed)
+            for t, dims in ((X, (0, 1)), (xq, (0,)), (W, (0,)), (v, (0,)), (y, (0,))):
                 for dim in dims:
                     torch._dynamo.maybe_mark_dynamic(t, dim)
             try:

@@ -185,14 +185,19 @@ typedef struct { vec Z, y, T[DIM], TU[DIM]; } head_sums;
 #endif
 
 /* The weights of keys 0 .. m-1 from X (key j's coordinate b at X[j*KEY + b*BLOCK]): e[j] = 2^z (3), z = q.x - shift,
- * and eu[j] = e[j] (v.x). The keys are independent, so the core overlaps their chains (some 50 cycles each). */
-static inline void weigh(const real *X, int m, const vec q[DIM], const vec v[DIM], vec shift, vec *e, vec *eu) {
+ * and eu[j] = e[j] (v.x). The keys are independent, so the core overlaps their chains (some 50 cycles each).
+ * `largest` (the second pass, the shift the largest score): z = score(q, x) - shift, from the very rounded scores
+ * the shift is the largest of, so that the top key's z is exactly 0 and none is above. The shift taken inside the
+ * fused chain (shifted_score) differs from that by a score's rounding, which at scores of 1e30 (1e23 in float32)
+ * is far more than 2^z spans: the top key's weight overflowed (vscalef: inf, NaN sums) or vanished (a wrong loss). */
+static inline void weigh(const real *X, int m, const vec q[DIM], const vec v[DIM], vec shift, int largest, vec *e,
+                         vec *eu) {
     const long KEY = DIM * BLOCK;
     for (int j = 0; j < m; j++) {
         vec x[DIM];
         token(x, X + j * KEY);
         for (int b = 0; b < DIM; b++) IN_REGISTER(x[b]);   /* one load for both sums, not one each */
-        vec z = shifted_score(q, x, shift), u = v[0] * x[0];
+        vec z = largest ? score(q, x) - shift : shifted_score(q, x, shift), u = v[0] * x[0];
         for (int b = 1; b < DIM; b++) u += v[b] * x[b];
         if (SPLIT_WEIGHTS) {
             e[j] = z;
@@ -258,7 +263,7 @@ static head_sums sums(const real *X, int n, const real *xq, const vec q[DIM], co
         const int m = n - j0 < CHUNK ? n - j0 : CHUNK;
         for (long l = j0 * per; l < (j0 + m) * per && l < lines; l++)
             __builtin_prefetch(ahead + 64 * l, 0, 2);    /* read, into L2 (prefetcht1) */
-        weigh(X + j0 * KEY, m, q, v, shift, we, weu);
+        weigh(X + j0 * KEY, m, q, v, shift, !own, we, weu);
         add_terms(X + j0 * KEY, m, we, weu, &out);
     }
     vec y = v[0] * out.T[0];
