@@ -2,7 +2,7 @@
 
 Dimensions: one per swept setting (coordinates: its values, in the grid's order), ``step`` for the curves,
 ``m`` for the saddles M_0 … M_D and ``direction`` for the drops 1 … D (D the largest ``in_dim`` of the grid; a
-smaller D leaves the rest NaN). Variables:
+smaller D leaves the rest NaN). Variables::
 
     train_loss, test_iwl, test_icl   (…, step)       the curves of loss.csv (test curves when the runs have test sets)
     status, message                  (…)             done, diverged, failed or missing (not run yet); the error
