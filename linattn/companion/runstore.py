@@ -492,9 +492,9 @@ class RunStore:
             new = [key for key, (entry, token) in entries.items() if entry is None or self._retrains(token)]
             for key in new:
                 self._writable(key)
-            plans = [first[key] for key in new]
+            plans, shared = [first[key] for key in new], {}  # shared: draws and moments, across the groups
             for members in groups([p.config for p in plans]):
-                results = run_many([plans[i] for i in members], snapshot_every=snapshot_every)
+                results = run_many([plans[i] for i in members], snapshot_every=snapshot_every, shared=shared)
                 for i, res in zip(members, results):
                     if isinstance(res, Exception):
                         failed = failed or res
