@@ -146,6 +146,7 @@ def gradient_descent(model: Model, objective: Objective, *, lr: float, epoch: in
     compiled = getattr(objective, "compiled_steps", None)
     steps = compiled(model, list(tests.values())) if compiled is not None else None
     block = 16  # steps of the next call: grown to about CALL_S seconds a call
+    test_rows = list(rec.tests.values())
     try:
         t = 0
         while t < epoch:
@@ -153,7 +154,7 @@ def gradient_descent(model: Model, objective: Objective, *, lr: float, epoch: in
                 snaps.append((start_step + t, take(model)))  # the weights before step t's update
             n = epoch - t if not snapshot_every else min(epoch - t, snapshot_every - (start_step + t) % snapshot_every)
             n, called = min(n, block), time.perf_counter()
-            done = steps(t, n, lr, rec.losses, list(rec.tests.values()), rec.values) if steps is not None else \
+            done = steps(t, n, lr, rec.losses, test_rows, rec.values) if steps is not None else \
                 _torch_steps(model, objective, tests, rec, t, n, lr)
             block = _next_block(block, done, time.perf_counter() - called)
             bar.update(done)
