@@ -492,7 +492,8 @@ class RunStore:
             new = [key for key, (entry, token) in entries.items() if entry is None or self._retrains(token)]
             for key in new:
                 self._writable(key)
-            plans, shared = [first[key] for key in new], {}  # shared: draws and moments, across the groups
+            plans = [first[key] for key in new]
+            shared: dict = {}  # the draws and moments of the groups' members, across the groups
             for members in groups([p.config for p in plans]):
                 results = run_many([plans[i] for i in members], snapshot_every=snapshot_every, shared=shared)
                 for i, res in zip(members, results):

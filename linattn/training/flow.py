@@ -139,7 +139,7 @@ class BilinearLoss:
         self._Q_aa = Q.permute(1, 0, 2, 3).reshape(-1, self.nb)  # x = b over j, y = b over j'
         self._Q_ab = Q.permute(1, 0, 3, 2).reshape(-1, self.na)  # x = b over j, y = a over i'
         self._Q_bb = Q.permute(0, 1, 3, 2).reshape(-1, self.na)  # x = a over i, y = a over i'
-        self._out = None  # the Hessian's buffer and its views (:meth:`_buffer`), made on first use
+        self._out = self._buffer()  # the Hessian's buffer and its views
 
     def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = self.H * self.na
@@ -171,11 +171,10 @@ class BilinearLoss:
 
     def _hessian(self, theta: np.ndarray):
         """:meth:`hessian` as a torch tensor that the next call overwrites (its blocks are written into views of one
-        buffer made once: a Hessian is a few small products, and a fresh buffer and its views cost a tenth of it)."""
+        buffer made with the loss: a Hessian is a few small products, and a fresh buffer and its views cost a tenth
+        of it)."""
         import torch
 
-        if self._out is None:
-            self._out = self._buffer()
         out, aa, ab, ab_diag, bb, ab2, ba = self._out
         a, b, _, _, G = self._parts(theta)
         H, na, nb = self.H, self.na, self.nb
@@ -192,7 +191,7 @@ class BilinearLoss:
         ba.copy_(ab2.T)
         return out
 
-    def _buffer(self):
+    def _buffer(self) -> tuple:
         """(the Hessian's buffer, its views: the a–a and a–b blocks by head (and the a–b block's same-head diagonal),
         the b–b block by head, the a–b and b–a blocks as matrices)."""
         import torch
