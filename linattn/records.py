@@ -171,26 +171,45 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[..., object], *, 
         write(f)
 
 
-def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write(path, lambda f: json.dump(obj, f, indent=2, sort_keys=False, default=_jsonable))
+def write_file(path: str | os.PathLike[str], write: Callable[..., object], *, binary: bool = False,
+               atomic: bool = True) -> None:
+    """``write(file)`` into ``path``: through :func:`atomic_write`, or with ``atomic=False`` straight into the file —
+    for a file in a folder that is itself made under a temporary name and renamed into place whole (a run-store
+    entry), where a temporary file and a rename per file would only repeat that guarantee."""
+    if atomic:
+        atomic_write(path, write, binary=binary)
+        return
+    with open(path, "wb" if binary else "w") as f:
+        write(f)
 
 
-def write_csv(path: str | os.PathLike[str], columns: dict[str, np.ndarray], *, exact: bool = False) -> None:
+def write_json(path: str | os.PathLike[str], obj: Any, *, atomic: bool = True) -> None:
+    """``obj`` as indented JSON (numpy numbers and arrays, paths as JSON values) into ``path`` (:func:`write_file`)."""
+    text = json.dumps(obj, indent=2, sort_keys=False, default=jsonable)
+    write_file(path, lambda f: f.write(text), atomic=atomic)
+
+
+def write_csv(path: str | os.PathLike[str], columns: dict[str, np.ndarray], *, exact: bool = False,
+              atomic: bool = True) -> None:
     """A CSV with a header row; the ``step`` column is written as integers, the rest with 10 significant digits,
-    or with ``exact`` as the shortest text that reads back to the same float64 (``repr``)."""
+    or with ``exact`` as the shortest text that reads back to the same float64 (``repr``). ``atomic``: as for
+    :func:`write_file`."""
     names = list(columns)
     table = np.column_stack([np.asarray(columns[k], dtype=np.float64) for k in names])
     if not exact:
         fmt = ["%d" if k == "step" else "%.10g" for k in names]
-        atomic_write(path, lambda f: np.savetxt(f, table, delimiter=",", header=",".join(names), comments="",
-                                                fmt=fmt))
+        write_file(path, lambda f: np.savetxt(f, table, delimiter=",", header=",".join(names), comments="",
+                                              fmt=fmt), atomic=atomic)
         return
-    row = ",".join("%d" if k == "step" else "%r" for k in names) + "\n"  # %r: the float's repr
-    cols = [col.astype(np.int64).tolist() if k == "step" else col.tolist() for k, col in zip(names, table.T)]
-    atomic_write(path, lambda f: f.write(",".join(names) + "\n" + "".join([row % r for r in zip(*cols)])))
+    # each number's repr (a Python int's or float's: the shortest text that reads back to it), a column at a time
+    cols = [map(repr, col.astype(np.int64).tolist() if k == "step" else col.tolist()) for k, col in zip(names, table.T)]
+    rows = "\n".join(map(",".join, zip(*cols)))
+    text = ",".join(names) + "\n" + (rows + "\n" if rows else "")
+    write_file(path, lambda f: f.write(text), atomic=atomic)
 
 
-def _jsonable(x):
+def jsonable(x):
+    """``x`` (a numpy number or array, a path) as a JSON value: the ``default`` of ``json.dumps`` for run records."""
     if isinstance(x, (np.floating, np.integer)):
         return x.item()
     if isinstance(x, np.ndarray):

@@ -337,3 +337,19 @@ def test_the_flow_tolerance_is_a_flow_setting_that_reaches_the_integrator():
     assert not np.array_equal(a, b)
     np.testing.assert_allclose(b, a, rtol=0.05)
 
+
+
+def test_the_bilinear_hessian_is_a_new_array_at_each_call():
+    """BilinearLoss writes its Hessian's blocks into one buffer made once: the arrays it returns are copies, so a
+    Hessian kept by a caller is not changed by the next one, and the Jacobian the flow hands the integrator is
+    −lr times the same numbers."""
+    model, datasets = _random_model("attnM")
+    objective = objectives.Exact.from_data(model, datasets.train)
+    loss = BilinearLoss(model.bilinear_map(), len(model.value_weights()), objective.moments)
+    theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()[
+        torch.as_tensor(moving_entries(model))].numpy()
+    first = loss.hessian(theta)
+    kept = first.copy()
+    second = loss.hessian(2.0 * theta)
+    assert np.array_equal(first, kept) and not np.array_equal(first, second)
+    assert np.array_equal(loss.hessian(theta), kept)

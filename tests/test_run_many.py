@@ -179,3 +179,27 @@ def test_streams_runs_of_one_seed_share_their_test_sets_whatever_their_training_
         assert np.array_equal(got.datasets.test_iwl.X, alone.datasets.test_iwl.X)
         _same(got, alone)
         assert np.allclose(got.history.test_iwl, alone.history.test_iwl, rtol=1e-8)
+
+
+def test_calls_handed_one_shared_dict_draw_the_test_sets_once_across_engines(monkeypatch):
+    """The run store hands the run_many calls of one request one ``shared`` dict: runs of one seed on two engines
+    (finite P on the exact engine, P = ∞ on the population engine) then hold the same test sets, drawn once and their
+    moments read once, and each result is still its run alone."""
+    import linattn.data as data_mod
+
+    base = dict(BASE, model="attnM", seed=8, testset_size=40, epoch=150, lr=0.005, init=0.1)
+    exact, population = RunConfig(**dict(base, icl=0.5)), RunConfig(**dict(base, icl=0.5, trainset_size=None))
+    draws = []
+    sample = data_mod.sample_sequences
+    monkeypatch.setattr(data_mod, "sample_sequences", lambda P, *a, **k: draws.append(P) or sample(P, *a, **k))
+    shared: dict = {}
+    first = linattn.run_many([exact], shared=shared)[0]
+    second = linattn.run_many([population], shared=shared)[0]
+    assert (first.engine, second.engine) == ("exact", "population")
+    assert draws.count(40) == 2  # the two test sets, once for both calls
+    assert second.datasets.test_icl is first.datasets.test_icl
+    monkeypatch.undo()
+    for cfg, got in zip((exact, population), (first, second)):
+        alone = linattn.run(cfg, progress=False)
+        assert np.array_equal(got.history.train_loss, alone.history.train_loss)
+        assert np.array_equal(got.history.test_icl, alone.history.test_icl)

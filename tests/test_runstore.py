@@ -604,3 +604,54 @@ def test_each_request_reads_its_entry_once_and_a_held_length_is_carried_on_unrea
     assert longer.extended(600).trained_steps == 100 and len(reads) == 2
     log = [json.loads(line) for line in (tmp_path / "trainings.jsonl").read_text().splitlines()]
     assert [(row["epoch"], row["trained_steps"]) for row in log[-3:]] == [(300, 0), (500, 0), (600, 100)]
+
+
+def test_an_entry_is_written_once_into_its_folder_and_signed_as_it_reads_back(tmp_path, monkeypatch):
+    """Issue 47: an entry's files go straight into its temporary folder, which is renamed into place whole (no
+    temporary file and rename per file), and run.json is written once, last, its digests those of the files and of
+    its own content as read back (recomputed here from the bytes, not through the store's digest functions)."""
+    import linattn.records as records
+
+    renamed = []
+    replace_file = os.replace
+    monkeypatch.setattr(records.os, "replace", lambda a, b: renamed.append(b) or replace_file(a, b))
+    opened = []
+    real_open = open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(Path(path).name)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    stored = RunStore(tmp_path).get(SMALL, snapshot_every=EVERY)
+    monkeypatch.undo()
+    folder = tmp_path / stored.key
+    assert renamed == []  # no file of the entry was made under a temporary name of its own
+    assert opened.count("run.json") == 1
+    info = json.loads((folder / "run.json").read_text())
+    digests = info.pop("digests")
+    assert digests.pop("run.json") == hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()
+    assert digests == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()
+                       if p.name != "run.json"}
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert _served_quietly(tmp_path).trained_steps == 0
+
+
+def test_the_exact_csv_is_each_numbers_shortest_text(tmp_path):
+    """records.write_csv(exact=True): a header, then per row the step as an integer and every other number as the
+    shortest text that reads back to the same float64 (Python's repr), whatever the number (subnormal, huge, nan,
+    inf, negative zero); an empty history is its header alone."""
+    from linattn.records import write_csv
+
+    odd = [0.1, 1 / 3, -0.0, 5e-324, 1.7976931348623157e308, float("nan"), float("inf"), 123456789.125, 1e-17]
+    loss = np.array(odd)
+    write_csv(tmp_path / "a.csv", {"step": np.arange(len(odd)), "train_loss": loss, "test_icl": loss[::-1]},
+              exact=True)
+    lines = (tmp_path / "a.csv").read_text().splitlines()
+    assert lines[0] == "step,train_loss,test_icl"
+    for i, line in enumerate(lines[1:]):
+        step, a, b = line.split(",")
+        assert step == str(i) and a == repr(odd[i]) and b == repr(odd[::-1][i])
+        assert np.array_equal(float(a), loss[i], equal_nan=True)
+    write_csv(tmp_path / "b.csv", {"step": np.zeros(0), "train_loss": np.zeros(0)}, exact=True)
+    assert (tmp_path / "b.csv").read_text() == "step,train_loss\n"

@@ -68,3 +68,34 @@ def test_float32_follows_float64():
     b = run(small(init=0.3, lr=0.02, dtype="float32"), progress=False).history.train_loss
     assert a[-1] < 0.7 * a[0]
     assert np.max(np.abs(a - b) / a) < 1e-4
+
+
+@pytest.mark.parametrize("model", ["attnM", "attnS"])
+def test_weights_of_a_model_taken_again_follow_its_training(model):
+    """WeightsOf (what gradient descent snapshots with: the parameter list and numpy views made once) gives what
+    weights_of gives, after updates in place and after a parameter's storage was replaced, and each call's arrays
+    are copies (a snapshot kept does not move with the weights)."""
+    import torch
+
+    from linattn.models import build_model
+    from linattn.training.plan import draw_checked
+    from linattn.training.train import WeightsOf, weights_of
+
+    cfg = small(model=model, head_num=3, init=0.3).validate()
+    net = build_model(model, draw_checked(cfg)[1], dtype=torch.float64)
+    take = WeightsOf(net)
+    kept = take(net)
+
+    def same(a, b):
+        return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+    assert same(kept, weights_of(net))
+    with torch.no_grad():
+        for p in net.parameters():
+            p += 1.0
+    assert same(take(net), weights_of(net)) and not same(kept, weights_of(net))
+    for p in net.parameters():
+        p.data = p.data * 3.0
+    assert same(take(net), weights_of(net))
+    float32 = build_model(model, draw_checked(cfg)[1], dtype=torch.float32)
+    assert same(WeightsOf(float32)(float32), weights_of(float32))

@@ -76,11 +76,11 @@ from ..analysis.loss_curves import drop_steps
 from ..config import RunConfig
 from ..data import Datasets
 from ..objectives.native import KnownFallback, fallback_reason
-from ..records import remove_stale_temps, temp_dir, write_json
+from ..records import jsonable, remove_stale_temps, temp_dir, write_json
 from ..training.experiment import run
 from ..training.keys import run_key
 from ..training.plan import Plan, plan
-from ..training.result import RunResult, load_run, write_outputs
+from ..training.result import RunResult, load_run, run_info, write_run_files
 from ..training.train import History
 from .runner.paths import ENV_FIGURE, ENV_RETRAIN, run_store_dir
 
@@ -124,13 +124,19 @@ def info_digest(info: dict) -> str:
 
 
 def add_digests(folder: Path) -> dict:
-    """Record in ``folder/run.json`` the digest of every other file of the entry and of its own content; return the
-    updated content."""
-    info = json.loads((folder / INFO).read_text(encoding="utf-8"))
-    info.pop("digests", None)
+    """Record in ``folder/run.json`` the digest of every other file of the entry and of its own content
+    (:func:`with_digests`); return the updated content."""
+    info = with_digests(folder, json.loads((folder / INFO).read_text(encoding="utf-8")))
+    write_json(folder / INFO, info)
+    return info
+
+
+def with_digests(folder: Path, info: dict) -> dict:
+    """``info``, the content of ``folder/run.json`` to be written (as JSON reads it back), with the digest of every
+    other file of the entry and of its own content."""
+    info = {k: v for k, v in info.items() if k != "digests"}
     digests = {p.name: file_digest(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != INFO}
     info["digests"] = {**digests, INFO: info_digest(info)}
-    write_json(folder / INFO, info)
     return info
 
 
@@ -280,17 +286,21 @@ class _Entry:
                                    trained_steps=trained, _model=None, carry_on=lambda _run, epoch: more(epoch))
 
     def save(self, folder: Path, retrained: str | None = None) -> None:
-        """Write the entry into ``folder``, its digests last (``retrained``: the retraining token it was trained
-        under, see :data:`~linattn.companion.runner.paths.ENV_RETRAIN`)."""
+        """Write the entry into the new ``folder`` (renamed into place whole by the store: no file of it needs a
+        temporary name of its own), ``run.json`` last, once, with the digests of the others and of itself
+        (``retrained``: the retraining token it was trained under, see
+        :data:`~linattn.companion.runner.paths.ENV_RETRAIN`)."""
         extra = {"checkpoints": sorted(self.checkpoints), **({"retrained": retrained} if retrained else {})}
         values = self.run.history.values
-        write_outputs(dataclasses.replace(self.run, history=dataclasses.replace(self.run.history, values=None)),
-                      folder, extra=extra)
+        run = dataclasses.replace(self.run, history=dataclasses.replace(self.run.history, values=None))
+        folder.mkdir(parents=True, exist_ok=True)
+        write_run_files(run, folder, atomic=False)
         if values is not None:
             np.save(folder / VALUES, np.asarray(values, dtype=np.float64))
         earlier = {f"{E}/{n}": a for E, w in self.checkpoints.items() if E != self.last for n, a in w.items()}
         np.savez(folder / CHECKPOINTS, **earlier)
-        add_digests(folder)
+        info = json.loads(json.dumps(run_info(run, extra), default=jsonable))  # as run.json reads back
+        write_json(folder / INFO, with_digests(folder, info), atomic=False)
 
     @classmethod
     def load(cls, folder: Path) -> "_Entry":
@@ -483,8 +493,9 @@ class RunStore:
             for key in new:
                 self._writable(key)
             plans = [first[key] for key in new]
+            shared: dict = {}  # the draws and moments of the groups' members, across the groups
             for members in groups([p.config for p in plans]):
-                results = run_many([plans[i] for i in members], snapshot_every=snapshot_every)
+                results = run_many([plans[i] for i in members], snapshot_every=snapshot_every, shared=shared)
                 for i, res in zip(members, results):
                     if isinstance(res, Exception):
                         failed = failed or res

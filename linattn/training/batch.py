@@ -45,7 +45,8 @@ SHARED = ("model", "head_num", "in_dim", "seq_len", "dtype", "engine", "device",
 def run_many(configs: Sequence[RunConfig | Plan], *, inits: Sequence[dict | None] | None = None,
              datasets: Sequence[Datasets | None] | None = None, snapshot_every: int = 0,
              snapshot: Callable | None = None, threads: int | None = None, max_memory: int | str | None = None,
-             batched: bool | None = None, on_result: Callable[[int, Any], object] | None = None) -> list:
+             batched: bool | None = None, on_result: Callable[[int, Any], object] | None = None,
+             shared: dict | None = None) -> list:
     """Train the runs of ``configs`` (RunConfigs of one model and shape, or Plans made of them by
     :func:`~linattn.training.plan.plan`, which hold their own init and data) as one: a list with, for each member in
     order, its :class:`~linattn.training.result.RunResult` (what ``linattn.run(configs[i], init=inits[i],
@@ -56,7 +57,10 @@ def run_many(configs: Sequence[RunConfig | Plan], *, inits: Sequence[dict | None
     and train them in one loop of batched products (None: on CUDA only; the module docstring says why), which needs
     the exact or population engine and gradient descent. ``on_result``: called as ``on_result(i, result)`` with each
     member's place and result as soon as that member is done (member by member: after each one; batched: once the
-    loop ends), e.g. to store each run while the others train.
+    loop ends), e.g. to store each run while the others train. ``shared``: the dict in which members' data draws and
+    moments are kept (member by member), for calls after this one to share them too (the run store hands one dict to
+    the calls of one request: e.g. the test sets of one seed, drawn once for runs of two engines); None: this
+    call's own.
 
     Every member is checked before any work (``plan.plan``); a bad one raises ConfigError naming the setting
     and the member, ``configs[i]``. Members must agree on ``SHARED`` (the engine and device after "auto" resolved)
@@ -79,7 +83,7 @@ def run_many(configs: Sequence[RunConfig | Plan], *, inits: Sequence[dict | None
             for i, result in enumerate(results):
                 _report(on_result, i, result)
             return results
-        shared: dict = {}  # draws and moments the members share
+        shared = {} if shared is None else shared  # draws and moments the members share
         return [_report(on_result, i, _alone(p, snapshot_every, snapshot, shared)) for i, p in enumerate(plans)]
 
 

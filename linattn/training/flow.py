@@ -28,6 +28,7 @@ GD departs from the flow when η times the largest Hessian eigenvalue is no long
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -85,7 +86,7 @@ class _Vectorised:
 
     def _check(self, loss: float) -> None:
         self.evaluations += 1
-        if not np.isfinite(loss):
+        if not math.isfinite(loss):
             raise TrainingDiverged(self.evaluations, loss, self.lr)
 
     def rhs(self, _t: float, theta: np.ndarray) -> np.ndarray:
@@ -138,6 +139,7 @@ class BilinearLoss:
         self._Q_aa = Q.permute(1, 0, 2, 3).reshape(-1, self.nb)  # x = b over j, y = b over j'
         self._Q_ab = Q.permute(1, 0, 3, 2).reshape(-1, self.na)  # x = b over j, y = a over i'
         self._Q_bb = Q.permute(0, 1, 3, 2).reshape(-1, self.na)  # x = a over i, y = a over i'
+        self._out = self._buffer()  # the Hessian's buffer and its views
 
     def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = self.H * self.na
@@ -149,23 +151,32 @@ class BilinearLoss:
         return self.Phi @ (a.T @ b).reshape(-1)
 
     def _parts(self, theta):
-        """(a, b, L, G)."""
-        a, b = self.split(theta)
-        m = self.combined(theta)
-        r = self.TT @ m - self.yT  # E[TTᵀ] m − E[yT]
-        loss = self.yy + m @ (r - self.yT)
-        return a, b, loss, (2.0 * r @ self.Phi).reshape(self.na, self.nb)
+        """(a, b, m, r, G): r = E[TTᵀ] m − E[yT], G = ∂L/∂M = Σ_f 2 r_f Φ[f]. Written out rather than through
+        :meth:`split` and :meth:`combined`: the integrator calls it ~10⁵ times a phase diagram, where a call's own
+        overhead is a fair part of the microseconds it takes."""
+        n = self.H * self.na
+        a, b = theta[:n].reshape(self.H, self.na), theta[n:].reshape(self.H, self.nb)
+        m = self.Phi @ (a.T @ b).reshape(-1)
+        r = self.TT @ m - self.yT
+        return a, b, m, r, (2.0 * r @ self.Phi).reshape(self.na, self.nb)
 
     def loss_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """(L(θ), ∇L(θ)), θ = (vec a, vec b)."""
-        a, b, loss, G = self._parts(theta)
-        return float(loss), np.concatenate([(b @ G.T).reshape(-1), (a @ G).reshape(-1)])
+        """(L(θ), ∇L(θ)), θ = (vec a, vec b); L = E[y²] + ⟨m, r − E[yT]⟩."""
+        a, b, m, r, G = self._parts(theta)
+        return float(self.yy + m @ (r - self.yT)), np.concatenate([(b @ G.T).reshape(-1), (a @ G).reshape(-1)])
 
     def hessian(self, theta: np.ndarray) -> np.ndarray:
         """∇²L(θ) (n, n), rows and columns in θ's order (a_h[i] at h·n_a + i, then b_h[j] at H·n_a + h·n_b + j)."""
+        return self._hessian(theta).numpy().copy()
+
+    def _hessian(self, theta: np.ndarray):
+        """:meth:`hessian` as a torch tensor that the next call overwrites (its blocks are written into views of one
+        buffer made with the loss: a Hessian is a few small products, and a fresh buffer and its views cost a tenth
+        of it)."""
         import torch
 
-        a, b, _, G = self._parts(theta)
+        out, aa, ab, ab_diag, bb, ab2, ba = self._out
+        a, b, _, _, G = self._parts(theta)
         H, na, nb = self.H, self.na, self.nb
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
 
@@ -173,14 +184,24 @@ class BilinearLoss:
             inner = torch.mm(Q, y.T).reshape(x.shape[1], -1)
             return torch.mm(x, inner).view(H, rows, -1, H).permute(0, 1, 3, 2)
 
-        out = torch.empty(H * (na + nb), H * (na + nb), dtype=torch.float64)
-        ab = out[:H * na, H * na:].view(H, na, H, nb)
-        out[:H * na, :H * na].view(H, na, H, na).copy_(block(tb, self._Q_aa, tb, na))
+        aa.copy_(block(tb, self._Q_aa, tb, na))
         ab.copy_(block(tb, self._Q_ab, ta, na))
-        ab.diagonal(dim1=0, dim2=2).add_(torch.from_numpy(G)[..., None])  # ∂²⟨g, m⟩/∂a_h[i]∂b_h[j] = G[i, j]
-        out[H * na:, H * na:].view(H, nb, H, nb).copy_(block(ta, self._Q_bb, ta, nb))
-        out[H * na:, :H * na] = out[:H * na, H * na:].T
-        return out.numpy()
+        ab_diag.add_(torch.from_numpy(G)[..., None])  # ∂²⟨g, m⟩/∂a_h[i]∂b_h[j] = G[i, j]
+        bb.copy_(block(ta, self._Q_bb, ta, nb))
+        ba.copy_(ab2.T)
+        return out
+
+    def _buffer(self) -> tuple:
+        """(the Hessian's buffer, its views: the a–a and a–b blocks by head (and the a–b block's same-head diagonal),
+        the b–b block by head, the a–b and b–a blocks as matrices)."""
+        import torch
+
+        H, na, nb = self.H, self.na, self.nb
+        out = torch.empty(H * (na + nb), H * (na + nb), dtype=torch.float64)
+        ab2 = out[:H * na, H * na:]
+        ab = ab2.view(H, na, H, nb)
+        return (out, out[:H * na, :H * na].view(H, na, H, na), ab, ab.diagonal(dim1=0, dim2=2),
+                out[H * na:, H * na:].view(H, nb, H, nb), ab2, out[H * na:, :H * na])
 
 
 class _Bilinear(_Vectorised):
@@ -196,7 +217,7 @@ class _Bilinear(_Vectorised):
         return -self.lr * grad
 
     def jac(self, _t: float, theta: np.ndarray) -> np.ndarray:
-        return -self.lr * self.loss.hessian(theta)
+        return -self.lr * self.loss._hessian(theta).numpy()
 
 
 def _vectorised(model, objective, lr: float) -> _Vectorised:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import data as data_mod
 from ..config import RunConfig
-from ..records import atomic_write, provenance, write_csv, write_json
+from ..records import provenance, write_csv, write_file, write_json
 from ..weights import model_weights
 from .plan import draw_checked
 from .train import History
@@ -128,14 +128,15 @@ class _DrawnOnUse(data_mod.Datasets):
 
 
 def write_outputs(result: RunResult, out_dir: str | os.PathLike[str], *, save_data: bool = False,
-                  extra: dict | None = None) -> None:
-    """Write ``result`` into the folder ``out_dir`` in the one format of a run, each file atomically:
+                  extra: dict | None = None, atomic: bool = True) -> None:
+    """Write ``result`` into the folder ``out_dir`` in the one format of a run, each file atomically (``atomic=False``:
+    straight into place, for a new folder that is itself renamed into place whole):
 
     * ``loss.csv``: the history, one row per step (``step``, ``train_loss``, the test losses, ``value_h``), every
       number as the shortest text that reads back to the same float64;
     * ``run.json``: the provenance (versions, git commit, date), the settings, engine, device, timings, what was
       given in place of drawn, the task (Λ and the fixed task vector), the key and snapshot interval, and
-      ``extra``;
+      ``extra`` (:func:`run_info`);
     * ``init.npz`` and ``weights.npz``: the initial and the final weights (layout of ``init.npz``);
     * ``snapshots.npz`` when weight snapshots were recorded (``steps`` and each weight stacked over them);
     * with ``save_data``, ``data.npz``: the data sets and the task (``Datasets.arrays``).
@@ -144,19 +145,32 @@ def write_outputs(result: RunResult, out_dir: str | os.PathLike[str], *, save_da
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_csv(out / "loss.csv", result.history.columns(), exact=True)
+    write_run_files(result, out, save_data=save_data, atomic=atomic)
+    write_json(out / "run.json", run_info(result, extra), atomic=atomic)
+
+
+def write_run_files(result: RunResult, out: Path, *, save_data: bool = False, atomic: bool = True) -> None:
+    """The files of :func:`write_outputs` but ``run.json``, into the existing folder ``out``; ``atomic``: each file
+    through a temporary one (``records.write_file``; False for a folder renamed into place whole, a run-store
+    entry)."""
+    write_csv(out / "loss.csv", result.history.columns(), exact=True, atomic=atomic)
     for name, arrays in (("init.npz", result.init), ("weights.npz", result.weights)):
         if arrays is not None:
-            atomic_write(out / name, lambda f, a=arrays: np.savez(f, **a), binary=True)
+            write_file(out / name, lambda f, a=arrays: np.savez(f, **a), binary=True, atomic=atomic)
     snaps = result.history.snapshots
     if snaps and all(isinstance(w, dict) and w.keys() == snaps[0][1].keys() for _, w in snaps):
         stacked: dict[str, Any] = {"steps": np.array([s for s, _ in snaps], dtype=np.int64)}
         stacked.update({n: np.stack([np.asarray(w[n]) for _, w in snaps]) for n in snaps[0][1]})
-        atomic_write(out / "snapshots.npz", lambda f: np.savez(f, **stacked), binary=True)
+        write_file(out / "snapshots.npz", lambda f: np.savez(f, **stacked), binary=True, atomic=atomic)
     ds = result.datasets
     if save_data and ds is not None:
         data_arrays: dict[str, Any] = ds.arrays()
-        atomic_write(out / "data.npz", lambda f: np.savez_compressed(f, **data_arrays), binary=True)
+        write_file(out / "data.npz", lambda f: np.savez_compressed(f, **data_arrays), binary=True, atomic=atomic)
+
+
+def run_info(result: RunResult, extra: dict | None = None) -> dict:
+    """The content of a run folder's ``run.json`` (:func:`write_outputs`), ``extra`` added."""
+    ds = result.datasets
     task = {} if ds is None else {k: v for k, v in (("cov", ds.cov), ("w_fix", ds.w_fix)) if v is not None}
     info = provenance()
     info.update(settings=result.config.to_dict(), engine=result.engine, device=result.device,
@@ -166,7 +180,7 @@ def write_outputs(result: RunResult, out_dir: str | os.PathLike[str], *, save_da
                 snapshot_every=result.snapshot_every,
                 task={k: {"dtype": np.asarray(v).dtype.str, "values": np.asarray(v)} for k, v in task.items()},
                 **(extra or {}))
-    write_json(out / "run.json", info)
+    return info
 
 
 def _read_history(path: Path, wall_time: float) -> History:

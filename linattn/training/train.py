@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
@@ -76,16 +76,47 @@ def weights_of(model: Model, like: dict | None = None) -> dict[str, np.ndarray]:
     W_V (H, D+1, D+1) with W_V[h][D] = v_h, the only row that enters the prediction. The other rows are taken from
     ``like["W_V"]`` when given (e.g. the initial weights, which training never changes there), else zero.
     """
-    import torch  # in the functions that use it: importing linattn (and checking settings) needs no torch
+    return WeightsOf(model)(model, like)
 
-    out = {k: p.detach().to("cpu", torch.float64).numpy().copy() for k, p in model.named_parameters()}
-    if "v" in out:
-        v = out.pop("v")
-        W_V = np.zeros(v.shape[:1] + (v.shape[1], v.shape[1])) if like is None else \
-            np.array(like["W_V"], dtype=np.float64)
-        W_V[:, -1] = v
-        out["W_V"] = W_V
-    return out
+
+class WeightsOf:
+    """:func:`weights_of` for one model: its named parameters listed once, and where they are float64 on the CPU, a
+    numpy view of each made once and copied on each call. ``named_parameters()`` walks the module tree and hashes
+    every tensor, and a tensor's conversion to numpy costs a few calls more: most of what a snapshot of a small
+    model costs, and a run snapshotted every 10 steps takes thousands. Training updates the weights in place (the
+    views see it); a parameter whose storage was replaced since (``.data`` set) gets a new view."""
+
+    def __init__(self, model: Model):
+        import torch  # in the functions that use it: importing linattn (and checking settings) needs no torch
+
+        self.params = list(model.named_parameters())
+        self.plain = all(p.dtype == torch.float64 and p.device.type == "cpu" for _, p in self.params)
+        self._views: list | None = None
+        self._ptrs: list[int] | None = None
+
+    def _arrays(self) -> list:
+        """(name, numpy view) of each parameter, made again where a parameter's storage moved."""
+        ptrs = [p.data_ptr() for _, p in self.params]
+        if ptrs != self._ptrs:
+            self._views, self._ptrs = [(k, p.detach().numpy()) for k, p in self.params], ptrs
+        return cast(list, self._views)
+
+    def __call__(self, _model: Model | None = None, like: dict | None = None) -> dict[str, np.ndarray]:
+        """The weights now (``_model``: the model this was made for, so that it stands where ``snapshot(model)``
+        does)."""
+        import torch
+
+        if self.plain:
+            out = {k: a.copy() for k, a in self._arrays()}
+        else:
+            out = {k: p.detach().to("cpu", torch.float64).numpy().copy() for k, p in self.params}
+        if "v" in out:
+            v = out.pop("v")
+            W_V = np.zeros(v.shape[:1] + (v.shape[1], v.shape[1])) if like is None else \
+                np.array(like["W_V"], dtype=np.float64)
+            W_V[:, -1] = v
+            out["W_V"] = W_V
+        return out
 
 
 def gradient_descent(model: Model, objective: Objective, *, lr: float, epoch: int, tests: dict | None = None,
@@ -108,13 +139,14 @@ def gradient_descent(model: Model, objective: Objective, *, lr: float, epoch: in
     """
     tests = tests or {}
     rec = Records(epoch, tests, len(model.value_weights()) if track_value else 0)
-    take = snapshot or weights_of
+    take = snapshot or WeightsOf(model)
     snaps = []
     start = time.perf_counter()
     bar = progress_bar(epoch, progress)
     compiled = getattr(objective, "compiled_steps", None)
     steps = compiled(model, list(tests.values())) if compiled is not None else None
     block = 16  # steps of the next call: grown to about CALL_S seconds a call
+    test_rows = list(rec.tests.values())
     try:
         t = 0
         while t < epoch:
@@ -122,7 +154,7 @@ def gradient_descent(model: Model, objective: Objective, *, lr: float, epoch: in
                 snaps.append((start_step + t, take(model)))  # the weights before step t's update
             n = epoch - t if not snapshot_every else min(epoch - t, snapshot_every - (start_step + t) % snapshot_every)
             n, called = min(n, block), time.perf_counter()
-            done = steps(t, n, lr, rec.losses, list(rec.tests.values()), rec.values) if steps is not None else \
+            done = steps(t, n, lr, rec.losses, test_rows, rec.values) if steps is not None else \
                 _torch_steps(model, objective, tests, rec, t, n, lr)
             block = _next_block(block, done, time.perf_counter() - called)
             bar.update(done)

@@ -283,9 +283,9 @@ def _store(result, root: str, key: str, *, save_data: bool) -> dict:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_dir(folder.parent, key)
         result.key = key
-        write_outputs(result, tmp, save_data=save_data)
+        write_outputs(result, tmp, save_data=save_data, atomic=False)  # tmp is renamed into place whole
         summary = summarise(result.history, result.datasets.cov, result.config)
-        write_json(tmp / "summary.json", summary)
+        write_json(tmp / "summary.json", summary, atomic=False)
         tmp.chmod(0o755)
         try:
             os.rename(tmp, folder)  # fails when another writer put the same run in place first: theirs is kept
