@@ -393,7 +393,7 @@ def lag_words(lag: loss_curves.DropLag, who: str, name: str, ref: str, *, share:
     both = np.isfinite(lag.lag)
     if both.any():
         lags = lag.lag[both]
-        text = (f"{who} makes its drops to {_listed([saddle(k) for k in np.flatnonzero(both) + 1])} at steps "
+        text = (f"{who} makes its drops to {_listed([saddle(int(k)) for k in np.flatnonzero(both) + 1])} at steps "
                 f"{list_words([int(s) for s in lag.steps[both]])}, "
                 + (f"{ref} at {list_words([int(s) for s in lag.reference_steps[both]])}, " if ref_steps else "")
                 + f"so {name} lags {ref} by {_listed(_signed(lags))} steps")
