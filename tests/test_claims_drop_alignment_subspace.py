@@ -464,7 +464,7 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
         for m in passed:  # a stay that slowed to a rest but drifts: its drift beside the band's width
             if f"{c} slows in ℳ{'₀₁₂₃₄₅₆₇₈₉'[m]}'s band" in words["passes"]:
                 _, d, w, _ = stays[str(c)][m]
-                assert f"drifts {d:.2f} there, {d / w:.2f} of its width" in words["passes"]
+                assert f"drifts {d:.2g} there, {d / w:.2g} of its width" in words["passes"]
     # how far each curve got: the drops it made, counted with numpy; no level the run did not reach is claimed
     D = len(levels) - 1
     made = {str(c): sum(s is not None for s in _numpy_drop_steps(ds.train_loss.sel(curve=c).values, levels))

@@ -237,7 +237,7 @@ def test_a_slow_slope_through_a_band_is_a_passage_whatever_its_pace_beside_its_d
     ds = _ds({"P = 100": slope}, sizes={"P = 100": 100}, origin_error={"P = 100": 0.0})
     said = page.passes_words(ds)
     assert said.startswith("Every curve passes through ℳ₁ without resting flat there (P = 100 slows in ℳ₁'s band")
-    assert f"drifts {drift[1]:.2f} there, {drift[1] / BAND_M1:.2f} of its width" in said
+    assert f"drifts {drift[1]:.2g} there, {drift[1] / BAND_M1:.2g} of its width" in said
     assert "ℳ₁" not in page.fitted_words(ds)  # no level read at ℳ₁
 
 

@@ -306,7 +306,7 @@ def passes_words(ds) -> str:
         text = "; ".join(f"{_listed(cs)} pass{'es' if len(cs) == 1 else ''} through {n} without resting flat there"
                          for cs, n in zip(groups.values(), names))
     lo, hi = loss_curves.rest_bands(ds.plateau_theory.values)
-    sloped = [f"{c} slows in {saddle(m)}'s band, but drifts {d:.2f} there, {d / (hi[m] - lo[m]):.2f} of its width"
+    sloped = [f"{c} slows in {saddle(m)}'s band, but drifts {d:.2g} there, {d / (hi[m] - lo[m]):.2g} of its width"
               for c, (_, ms) in passed.items() for m in ms
               for d in [float(ds.rest_drift.sel(curve=c, m=m))]]
     return text + (f" ({'; '.join(sloped)})" if sloped else "") + "."
