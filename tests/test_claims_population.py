@@ -1,8 +1,10 @@
 """The population page's rules on constructed cases: the standard error of a loss at zero weights
 (``uncertainty.origin_loss_error``) against the spread of many drawn sets, two curves compared at matched levels
-(``loss_curves.drop_lag``: flat, transit, shoulder, a drop only one makes), and the page's sentences on the plateaus at
-ℳ₀, on how far each curve got and on gradient descent beside the flow, each from a dataset built by hand. The claims
-recomputed from the figure's own dataset are in test_claims_drop_alignment_subspace
+(``loss_curves.drop_lag``: flat, transit, shoulder, a drop only one makes), the page's rest rule (``saddle_stays``: a
+flat rest, a transit, a shoulder off the level, a slow slope, a drifting rest either side of the cut) and the page's
+sentences on the plateaus at ℳ₀ and at the fitted saddles, on the saddles passed through, on how far each curve got,
+on each finite set beside population GD and on gradient descent beside the flow, each from a dataset built by hand.
+The claims recomputed from the figure's own dataset are in test_claims_drop_alignment_subspace
 (test_population_gap_claims_by_a_second_route)."""
 
 import json
@@ -96,9 +98,11 @@ def _ds(curves: dict, *, sizes: dict, origin_error: dict, epoch: int = 3000, lev
 
     names = list(curves)
     loss = np.stack([curves[c] for c in names])
+    stays = [page.saddle_stays(L, levels) for L in loss]
     return xr.Dataset(
         {"train_loss": (("curve", "step"), loss),
-         "plateau_level": (("curve", "m"), [lc.saddle_levels(L, levels) for L in loss]),
+         "plateau_level": (("curve", "m"), [level for level, _ in stays]),
+         "rest_drift": (("curve", "m"), [drift for _, drift in stays]),
          "origin_error": ("curve", [origin_error[c] for c in names]),
          "directions_learned": ("curve", [lc.directions_learned(L, levels) for L in loss]),
          "final_loss": ("curve", loss[:, -1]), "plateau_theory": ("m", levels)},
@@ -122,7 +126,7 @@ def test_the_origin_sentence_states_each_gap_in_standard_errors_and_its_band():
     alone = page.origin_words(ds.sel(curve=[page.GD]))
     assert alone.startswith("At ℳ₀, the exact population loss") and "standard errors" not in alone
     started_low = _ds({page.GD: np.full(100, 0.3)}, sizes={page.GD: np.inf}, origin_error={page.GD: 0.0})
-    assert page.origin_words(started_low) == "No curve of this run rests at ℳ₀."
+    assert page.origin_words(started_low) == "No curve of this run rests flat at ℳ₀."
 
 
 def test_the_reach_sentence_never_claims_a_level_the_run_did_not_reach():
@@ -175,3 +179,126 @@ def test_the_flow_sentence_compares_at_matched_levels_in_whole_steps():
     first = rows["drop_step.population_gd.d1"]
     assert (first["reproduced"], first["theory"]) == (405, 400)
     assert "drop_step.population_gd.d4" not in rows  # the flow makes no drop to ℳ₄: no step to set beside
+
+
+# ---------------------------------------------------------------- the page's rest rule: flat, or only passing through
+
+
+def _pieces(*parts):
+    """A curve joined from pieces: each (level or (start, end) of a straight stretch, steps), joined by falls 2 steps
+    wide (steeper than any stretch, so a slow stretch in a band is slow beside its drops)."""
+    out = []
+    for level, n in parts:
+        a, b = level if isinstance(level, tuple) else (level, level)
+        out.append(np.linspace(a, b, n))
+    y = np.concatenate(out)
+    step = np.arange(y.size, dtype=float)
+    edges = np.cumsum([n for _, n in parts])[:-1]
+    smooth = y.copy()
+    for e in edges:  # a logistic fall across each join instead of a jump
+        lo, hi = max(e - 12, 0), min(e + 12, y.size)
+        w = 1 / (1 + np.exp(-(step[lo:hi] - e + 0.5) / 2.0))
+        smooth[lo:hi] = y[e - 1] * (1 - w) + y[e] * w + (y[lo:hi] - np.where(step[lo:hi] < e, y[e - 1], y[e]))
+    return smooth
+
+
+BAND_M1 = np.subtract(*lc.rest_bands(LEVELS)[::-1])[1]  # the width of ℳ₁'s band
+
+
+def test_a_flat_rest_reads_its_level_and_a_staircase_rests_flat_at_every_saddle():
+    level, drift = page.saddle_stays(_staircase([400, 900, 1700, 2400]), LEVELS)
+    np.testing.assert_allclose(level, LEVELS, atol=1e-6)
+    assert (drift <= 1e-3 * BAND_M1).all()
+    shifted = _pieces((1.0, 400), (0.62, 500), (0.35, 800), (0.2, 800))  # ℳ₁ 0.020 above its level
+    level, drift = page.saddle_stays(shifted, LEVELS)
+    assert level[1] == pytest.approx(0.62, abs=1e-6) and drift[1] < 1e-3
+    assert page.gap_or_drift(level[1] - LEVELS[1], drift[1], 1) == "0.020 above L(ℳ₁)"
+
+
+def test_a_transit_and_a_shoulder_off_the_level_are_passages_with_no_level():
+    """A drop from L(ℳ₀) straight to L(ℳ₂) crosses ℳ₁'s band in a few steps; a pause at 0.70, in ℳ₁'s band but 0.10
+    above its level, is a shoulder on the way: neither has a rest at ℳ₁, so neither a level nor a drift."""
+    transit = _pieces((1.0, 400), (0.35, 800), (0.2, 800))
+    shoulder = _pieces((1.0, 400), (0.70, 300), (0.35, 800), (0.2, 800))
+    for curve in (transit, shoulder):
+        level, drift = page.saddle_stays(curve, LEVELS)
+        assert np.isnan(level[1]) and np.isnan(drift[1])
+        assert np.isfinite(level[[0, 2, 3]]).all()
+
+
+def test_a_slow_slope_through_a_band_is_a_passage_whatever_its_pace_beside_its_drops():
+    """0.70 → 0.53 evenly over 600 steps, with falls of 2 steps either side: it is slow beside its drops (the shared
+    rule finds a rest), but it drifts the whole band: the page reads no level there and says it passes through."""
+    slope = _pieces((1.0, 400), ((0.70, 0.53), 600), (0.35, 800), (0.2, 800))
+    m_of, _ = lc.saddle_rests(slope, LEVELS)
+    assert 1 in m_of  # the shared rule alone takes it for a rest
+    level, drift = page.saddle_stays(slope, LEVELS)
+    assert np.isnan(level[1]) and drift[1] > 0.5 * BAND_M1
+    ds = _ds({"P = 100": slope}, sizes={"P = 100": 100}, origin_error={"P = 100": 0.0})
+    said = page.passes_words(ds)
+    assert said.startswith("Every curve passes through ℳ₁ without resting flat there (P = 100 slows in ℳ₁'s band")
+    assert f"drifts {drift[1]:.2g} there, {drift[1] / BAND_M1:.2g} of its width" in said
+    assert "ℳ₁" not in page.fitted_words(ds)  # no level read at ℳ₁
+
+
+@pytest.mark.parametrize("share, flat", [(0.08, True), (0.12, False)])
+def test_a_drifting_rest_is_flat_below_the_cut_and_its_gap_is_read_only_beyond_its_drift(share, flat):
+    """A rest at ℳ₁ drifting evenly by a share of its band over 600 steps, centred 0.001 above L(ℳ₁): flat below
+    FLAT_SHARE (0.1), a passage above it; flat, its gap is smaller than its drift, so it is said to lie within it."""
+    fall = share * BAND_M1
+    mid = LEVELS[1] + 0.001
+    curve = _pieces((1.0, 400), ((mid + fall / 2, mid - fall / 2), 600), (0.35, 800), (0.2, 800))
+    level, drift = page.saddle_stays(curve, LEVELS)
+    assert drift[1] == pytest.approx(fall, rel=0.1)
+    assert np.isfinite(level[1]) == flat
+    if flat:
+        gap = level[1] - LEVELS[1]
+        assert abs(gap) < drift[1] and not page.resolved(gap, drift[1])
+        assert page.gap_or_drift(gap, drift[1], 1) == f"within its drift ({drift[1]:.1g}) of L(ℳ₁)"
+
+
+def test_the_fitted_and_passes_sentences_on_a_built_dataset():
+    """Population GD rests flat everywhere at the theory's levels; P = 100 rests 0.02 below L(ℳ₂) and slopes through
+    ℳ₁; P = 1000 drifts at ℳ₁ but within the cut: the farthest each is known to lie, and who passes where."""
+    gd = _staircase([400, 900, 1700])
+    slope = _pieces((1.0, 400), ((0.70, 0.53), 600), (0.33, 800), (0.2, 1200))
+    drifting = _pieces((1.0, 400), ((0.611, 0.591), 600), (0.35, 800), (0.2, 1200))
+    ds = _ds({page.GD: gd, "P = 100": slope, "P = 1000": drifting},
+             sizes={page.GD: np.inf, "P = 100": 100, "P = 1000": 1000}, origin_error=dict.fromkeys([page.GD, "P = 100",
+                                                                                                   "P = 1000"], 0.0))
+    fitted = page.fitted_words(ds)
+    assert fitted.startswith("Where a curve rests flat at a saddle with a direction fitted, the farthest")
+    assert "P = 100: 0.020 below L(ℳ₂)" in fitted
+    d = float(ds.rest_drift.sel(curve="P = 1000", m=1))
+    assert f"P = 1000: within its drift ({d:.1g}) of L(ℳ₁)" in fitted
+    passes = page.passes_words(ds)
+    assert passes.startswith("P = 100 passes through ℳ₁ without resting flat there (P = 100 slows")
+    assert "population GD" not in passes and "P = 1000" not in passes
+    assert page.passages(ds)[page.GD] == ([], [])
+    flat_only = ds.sel(curve=[page.GD])
+    assert page.passes_words(flat_only) == "Every curve rests flat at each saddle it leaves."
+    assert "nan" not in fitted + passes
+
+
+# ---------------------------------------------------------------- each finite set beside population GD
+
+
+def test_the_finite_sentence_gives_each_sets_drops_and_lags_in_steps_and_percent():
+    gd = _staircase([400, 900, 1700])
+    ds = _ds({page.GD: gd, "P = 100": _staircase([380, 990, 2550]), "P = 1000": _staircase([400, 950, 2000, 2700]),
+              page.FLOW: _staircase([398, 897, 1690])},
+             sizes={page.GD: np.inf, "P = 100": 100, "P = 1000": 1000, page.FLOW: np.inf},
+             origin_error=dict.fromkeys([page.GD, "P = 100", "P = 1000", page.FLOW], 0.0))
+    lags = page.finite_lags(ds)
+    assert list(lags) == ["P = 100", "P = 1000"]  # the finite sets only, in the run's order
+    np.testing.assert_array_equal(lags["P = 100"].lag[:3], [-20, 90, 850])
+    said = page.finite_words(ds)
+    assert said.startswith("Each finite training set beside population GD, from the same initial weights")
+    assert ("P = 100 makes its drops to ℳ₁, ℳ₂ and ℳ₃ at steps 380, 990 and 2550, population GD at 400, 900 and "
+            "1700, so P = 100 lags population GD by −20, 90 and 850 steps (−5, 10 and 50 % of population GD's step; "
+            "negative: ahead of it)") in said
+    assert ("P = 1000 makes its drops to ℳ₁, ℳ₂ and ℳ₃ at steps 400, 950 and 2000, so P = 1000 lags population GD by "
+            "0, 50 and 300 steps (0, 6 and 18 % of population GD's step); P = 1000 alone makes the drop to ℳ₄, at "
+            "step 2700") in said
+    assert "flow" not in said and "nan" not in said and ".0" not in said
+    assert page.finite_words(ds.sel(curve=[page.GD, page.FLOW])) == ""

@@ -6,8 +6,9 @@ P training sequences. One run per value of ``trainset_sizes`` (None: the populat
 trainset_size=None)``, its moments exact or estimated from ``population_samples`` fresh sequences), and, with
 ``flow``, the population run again as a gradient flow (``dynamics="flow"``, read at t/τ = 2·lr·step so it shares
 the step axis). Measured: the level of the first flat stretch at each saddle M_0 … M_D
-(``loss_curves.saddle_levels``, the one rule), beside the theory's population levels L(M_m)
-(``theory.plateau_losses``).
+(:func:`saddle_stays`: a rest of ``loss_curves.saddle_rests`` that is flat, its drift small against its band; a curve
+that is not flat there only passes through), beside the theory's population levels L(M_m) (``theory.plateau_losses``),
+and the step of each drop of each curve beside population GD's (``loss_curves.drop_lag``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ TOLERANCES = [preset_blocks.PLATEAUS, (r"drop_step\.population_gd\.d\d+", "rel",
 KNOB_CASES = (dict(in_dim=3, head_num=2, trainset_sizes=[None, 500], epoch=1001),
               dict(seed=3, init=0.02, flow=False, epoch=1001))
 GD, FLOW = "population GD", "population flow"
+#: A curve rests *flat* at a saddle when its drift there (:func:`rest_drift`: its slowest fall per step times the steps
+#: it stays in the band) is at most this fraction of the band's width (``loss_curves.rest_bands``); else it only passes
+#: through, and no level is read there. The drift over the width is about the curve's slowest pace over its mean pace
+#: across the band: near 0 at a saddle, 1 on an even slope. Why a tenth, from this page's curves: at the paper preset
+#: the rests drift 0.005 of their band, P = 5000's stay at M_1 (falling 0.659 → 0.604 over steps 600-760) 0.20; at the
+#: quick preset and the knob cases the values run from 0.02 to 0.14 with no clean gap, so the cut is a choice, and
+#: either side of it the page stays true: a level is read only to within its drift (:func:`gap_or_drift`).
+FLAT_SHARE = 0.1
 
 
 def _label(P) -> str:
@@ -84,25 +93,61 @@ def origin_error(cfg, cov) -> float:
     return uncertainty.origin_loss_error(cov, n, whitened=False) if n else 0.0
 
 
+def rest_drift(loss, steps) -> float:
+    """The drift of a curve over a stay in a saddle's band (``loss``, ``steps``: the stay's samples): its slowest
+    fall per step, the median abs(ΔL/Δstep) over the stay's core (``loss_curves.rest_core``, as
+    ``loss_curves.is_slow`` reads it), times the steps the stay lasts. A level read on the stay is known only to within
+    it: on a slope the loss changes by at least about this much while it is in the band."""
+    y, x = np.asarray(loss, dtype=np.float64), np.asarray(steps, dtype=np.float64)
+    if y.size < 2:
+        return 0.0
+    rate = np.abs(np.gradient(y, x))
+    return float(np.median(rate[loss_curves.rest_core(y)]) * (x[-1] - x[0]))
+
+
+def saddle_stays(loss, levels, steps=None) -> tuple[np.ndarray, np.ndarray]:
+    """The page's rest rule. For each saddle M_0 … M_D (``levels``: L(M_0) … L(M_D)), the first rest of ``loss``
+    there (``loss_curves.saddle_rests``): ``(level, drift)``, its level (the median over its core) and its drift
+    (:func:`rest_drift`), NaN where the curve has none. The level is NaN too where the rest is not flat, its drift
+    above :data:`FLAT_SHARE` of the band's width (``loss_curves.rest_bands``): the curve slows there but only passes
+    through, and no level is read."""
+    y = np.asarray(loss, dtype=np.float64)
+    x = np.arange(y.size) if steps is None else np.asarray(steps)
+    lo, hi = loss_curves.rest_bands(levels)
+    level, drift = np.full(len(lo), np.nan), np.full(len(lo), np.nan)
+    m_of, p = loss_curves.saddle_rests(y, levels, steps=x)
+    for m, a, b, lv in zip(m_of, p.starts, p.ends, p.levels):
+        if np.isfinite(drift[m]):
+            continue  # a saddle's first rest only (a curve may come back near it)
+        on = (x >= a) & (x <= b)
+        drift[m] = rest_drift(y[on], x[on])
+        if drift[m] <= FLAT_SHARE * (hi[m] - lo[m]):
+            level[m] = lv
+    return level, drift
+
+
 def compute(S: dict):
     """Every curve's training loss (``train_loss``: curve × step; ``curve``: "population GD", "P = 1000", …,
     "population flow", with its ``trainset_size`` (inf: the population) and ``dynamics`` as coordinates), the level
-    of the first flat stretch at each saddle (``plateau_level``: curve × m, NaN where the curve never rests there),
-    the standard error of each curve's loss at zero weights about L(M_0) (``origin_error``, :func:`origin_error`),
-    the drops each made (``directions_learned``, ``loss_curves.directions_learned``) and the final loss; the theory's
-    population levels (``plateau_theory``: m) and the run's input covariance Λ (``input_cov``). The settings, the
-    engines and the runs' settings as attributes. (No training times: runs trained together in one stack share one
-    clock, so a run's recorded time is not its own.)"""
+    of its first flat rest at each saddle and the drift of its first rest there (``plateau_level``, ``rest_drift``:
+    curve × m, :func:`saddle_stays`; NaN where it has none), the standard error of each curve's loss at zero weights
+    about L(M_0) (``origin_error``, :func:`origin_error`), the drops each made (``directions_learned``,
+    ``loss_curves.directions_learned``) and the final loss; the theory's population levels (``plateau_theory``: m)
+    and the run's input covariance Λ (``input_cov``). The settings, the engines and the runs' settings as attributes.
+    (No training times: runs trained together in one stack share one clock, so a run's recorded time is not its
+    own.)"""
     import xarray as xr
 
     curves = train(runs(S), S)
     pop = curves[GD]
     levels = theory.plateau_losses(pop.datasets.cov, pop.config.N)
     loss = np.stack([r.history.train_loss for r in curves.values()])
+    stays = [saddle_stays(L, levels) for L in loss]
     engines = list(dict.fromkeys("flow" if r.config.dynamics == "flow" else r.engine for r in curves.values()))
     ds = xr.Dataset(
         {"train_loss": (("curve", "step"), loss),
-         "plateau_level": (("curve", "m"), [loss_curves.saddle_levels(L, levels) for L in loss]),
+         "plateau_level": (("curve", "m"), [level for level, _ in stays]),
+         "rest_drift": (("curve", "m"), [drift for _, drift in stays]),
          "origin_error": ("curve", [origin_error(r.config, pop.datasets.cov) for r in curves.values()]),
          "directions_learned": ("curve", [loss_curves.directions_learned(L, levels) for L in loss]),
          "final_loss": ("curve", loss[:, -1]),
@@ -116,19 +161,31 @@ def compute(S: dict):
                              runs={k: r.config.to_dict() for k, r in curves.items()}))
     ds.attrs.update(band=loss_curves.REST_BAND, published=int(presets.is_published(NAME, S)),
                     commands="\n".join(train_command(r.config) for r in curves.values()))
-    ds.plateau_level.attrs["description"] = (f"level of the first flat stretch at saddle M_m "
-                                             f"(loss_curves.saddle_levels, band {loss_curves.REST_BAND:.3g})")
+    ds.plateau_level.attrs["description"] = (f"level of the first flat rest at saddle M_m (saddle_stays: a rest of "
+                                             f"loss_curves.saddle_rests, band {loss_curves.REST_BAND:.3g}, drifting "
+                                             f"at most {FLAT_SHARE:g} of the band's width)")
+    ds.rest_drift.attrs["description"] = ("drift of the first rest at saddle M_m: its slowest fall per step times the "
+                                          "steps it lasts (rest_drift)")
     ds.origin_error.attrs["description"] = "standard error of the loss at zero weights about L(M_0) (0: exact)"
     return ds
 
 
 def flow_lag(ds) -> loss_curves.DropLag | None:
-    """Population GD beside the population flow at matched levels (``loss_curves.drop_lag``: the lag of each drop in
-    steps and the gap between their plateau levels); None when the flow was not integrated."""
+    """Population GD beside the population flow at matched levels (``loss_curves.drop_lag``: the step of each drop
+    of each and the lag in steps); None when the flow was not integrated."""
     if FLOW not in ds.curve.values:
         return None
     return loss_curves.drop_lag(ds.train_loss.sel(curve=GD).values, ds.train_loss.sel(curve=FLOW).values,
                                 ds.plateau_theory.values, ds.step.values)
+
+
+def finite_lags(ds) -> dict:
+    """Each finite training set beside population GD from the same initial weights, at matched levels
+    (``loss_curves.drop_lag``: the step of each drop of each, and the set's lag behind population GD), by curve."""
+    gd = ds.train_loss.sel(curve=GD).values
+    return {str(c): loss_curves.drop_lag(ds.train_loss.sel(curve=c).values, gd, ds.plateau_theory.values,
+                                         ds.step.values)
+            for c, P in zip(ds.curve.values, ds.trainset_size.values) if np.isfinite(P)}
 
 
 def gap_words(gap: float, m: int) -> str:
@@ -138,16 +195,30 @@ def gap_words(gap: float, m: int) -> str:
     return f"{abs(gap):.3f} {side} L({saddle(m)})"
 
 
+def resolved(gap: float, drift: float) -> bool:
+    """Whether a rest's gap from its saddle's level is read: it is larger than the rest's drift (:func:`rest_drift`),
+    the least the level is uncertain by; a smaller gap is no gap the curve shows, only that it lies within its drift."""
+    return bool(abs(gap) > drift)
+
+
+def gap_or_drift(gap: float, drift: float, m: int) -> str:
+    """A flat rest's gap in words where it is :func:`resolved` (:func:`gap_words`), else "within its drift, 7e-04,
+    of L(ℳ₂)"."""
+    return gap_words(gap, m) if resolved(gap, drift) else f"within its drift ({drift:.1g}) of L({saddle(m)})"
+
+
 def origin_gaps(ds) -> dict:
-    """For each curve that rested at M_0: ``(gap, se, verdict)``, gap = plateau level − L(M_0), se its
-    ``origin_error`` and the verdict of ``uncertainty.verdict`` on the band of ``uncertainty.COVERAGE`` standard errors
-    (None for the exact population loss: no sampling error, no band)."""
+    """For each curve that rested flat at M_0: ``(gap, se, verdict, drift)``, gap = plateau level − L(M_0), se its
+    ``origin_error``, the verdict of ``uncertainty.verdict`` on the band of ``uncertainty.COVERAGE`` standard errors
+    (None for the exact population loss, which has no sampling error, and where the gap is no larger than the rest's
+    drift: :func:`resolved`) and the drift."""
     out = {}
     for c in ds.curve.values:
         gap = float(ds.plateau_level.sel(curve=c, m=0) - ds.plateau_theory.sel(m=0))
-        se = float(ds.origin_error.sel(curve=c))
+        se, drift = float(ds.origin_error.sel(curve=c)), float(ds.rest_drift.sel(curve=c, m=0))
         if np.isfinite(gap):
-            out[str(c)] = (gap, se, uncertainty.verdict(gap, uncertainty.difference_band(se)) if se > 0 else None)
+            band = uncertainty.difference_band(se)
+            out[str(c)] = (gap, se, uncertainty.verdict(gap, band) if se > 0 and resolved(gap, drift) else None, drift)
     return out
 
 
@@ -159,15 +230,19 @@ def _listed(texts) -> str:
 
 def origin_words(ds) -> str:
     """The page's sentence on the plateaus at M_0 (:func:`origin_gaps`): each sampled curve's gap from L(M_0) in its
-    standard errors, within or beyond the band; the exact population curves' gaps as they are."""
+    standard errors, within or beyond the band; the exact population curves' gaps as they are; a gap no larger than
+    the rest's drift as lying within it (:func:`gap_or_drift`)."""
     gaps = origin_gaps(ds)
     if not gaps:
-        return "No curve of this run rests at ℳ₀."
+        return "No curve of this run rests flat at ℳ₀."
     two = f"{uncertainty.COVERAGE:g}"
     sampled = [f"{c} lies {gap_words(g, 0)}, {abs(g) / se:.1f} standard errors, "
                + ("within" if v == uncertainty.AGREES else "beyond") + f" the band of {two}"
-               for c, (g, se, v) in gaps.items() if v is not None]
-    exact = [f"{c} {abs(g):.1g} {'below' if g < 0 else 'above'}" for c, (g, se, v) in gaps.items() if v is None]
+               if v is not None else f"{c} lies {gap_or_drift(g, drift, 0)}"
+               for c, (g, se, v, drift) in gaps.items() if se > 0]
+    exact = [f"{c} {abs(g):.1g} {'below' if g < 0 else 'above'}" if resolved(g, drift) else
+             f"{c} within its drift ({drift:.1g})"
+             for c, (g, se, v, drift) in gaps.items() if se == 0]
     parts = ["At ℳ₀, " + "; ".join(sampled) + "."] if sampled else []
     if exact:
         parts.append(("The" if sampled else "At ℳ₀, the") + " exact population loss has no sampling error; its "
@@ -176,26 +251,65 @@ def origin_words(ds) -> str:
 
 
 def plateau_gaps(ds) -> dict:
-    """For each curve that rested at a saddle with a direction fitted (m ≥ 1), its largest gap from the theory:
-    ``(gap, m)`` with gap = plateau level − L(M_m) (signed: < 0 below the theory's level) at the saddle m ≥ 1 where
-    |gap| is largest."""
-    gaps = (ds.plateau_level - ds.plateau_theory).sel(m=ds.m.values[1:])
+    """For each curve that rested flat at a saddle with a direction fitted (m ≥ 1), the farthest its plateau is
+    known to lie from the theory's level: ``(gap, drift, m)`` at the saddle m ≥ 1 where the larger of abs(gap) (if
+    :func:`resolved`) or the drift (if not) is largest, gap = plateau level − L(M_m) (signed: < 0 below)."""
     out = {}
     for c in ds.curve.values:
-        g = gaps.sel(curve=c).values
-        if np.isfinite(g).any():
-            k = int(np.nanargmax(np.abs(g)))
-            out[str(c)] = (float(g[k]), k + 1)
+        gaps = (ds.plateau_level - ds.plateau_theory).sel(curve=c).values
+        drifts = ds.rest_drift.sel(curve=c).values
+        far = [(abs(g) if resolved(g, d) else d, m) for m, (g, d) in enumerate(zip(gaps, drifts))
+               if m >= 1 and np.isfinite(g)]
+        if far:
+            m = max(far)[1]
+            out[str(c)] = (float(gaps[m]), float(drifts[m]), m)
     return out
 
 
 def fitted_words(ds) -> str:
-    """The page's sentence on the plateaus at the saddles with directions fitted: each curve's largest gap."""
+    """The page's sentence on the flat rests at the saddles with directions fitted: the farthest each curve's plateau
+    is known to lie from the theory's level (:func:`plateau_gaps`, :func:`gap_or_drift`)."""
     gaps = plateau_gaps(ds)
     if not gaps:
-        return "No curve of this run rests at a saddle with a direction fitted."
-    return ("At the saddles with directions fitted, the largest gap: "
-            + "; ".join(f"{c}: {gap_words(g, m)}" for c, (g, m) in gaps.items()) + ".")
+        return "No curve of this run rests flat at a saddle with a direction fitted."
+    return ("Where a curve rests flat at a saddle with a direction fitted, the farthest its plateau lies from the "
+            "theory's level: " + "; ".join(f"{c}: {gap_or_drift(g, d, m)}" for c, (g, d, m) in gaps.items()) + ".")
+
+
+def passages(ds) -> dict:
+    """For each curve, the saddles it only passes through: those it leaves (it makes the drop beyond them,
+    ``directions_learned``) without a flat rest there (:func:`saddle_stays`), and those of them where it slows to a
+    rest of ``loss_curves.saddle_rests`` that drifts too far to be flat: ``{curve: (passed, sloped)}``."""
+    out = {}
+    for c in ds.curve.values:
+        left = range(int(ds.directions_learned.sel(curve=c)))
+        level, drift = ds.plateau_level.sel(curve=c).values, ds.rest_drift.sel(curve=c).values
+        passed = [m for m in left if not np.isfinite(level[m])]
+        out[str(c)] = (passed, [m for m in passed if np.isfinite(drift[m])])
+    return out
+
+
+def passes_words(ds) -> str:
+    """The page's sentence on the saddles a curve only passes through (:func:`passages`), and the drift of each stay
+    that slowed to a rest but was not flat, beside its band's width (:data:`FLAT_SHARE`)."""
+    passed = passages(ds)
+    groups: dict[tuple, list] = {}
+    for c, (ms, _) in passed.items():
+        if ms:
+            groups.setdefault(tuple(ms), []).append(c)
+    if not groups:
+        return "Every curve rests flat at each saddle it leaves."
+    names = [_listed([saddle(m) for m in ms]) for ms in groups]
+    if len(groups) == 1 and len(next(iter(groups.values()))) == len(passed):
+        text = f"Every curve passes through {names[0]} without resting flat there"
+    else:
+        text = "; ".join(f"{_listed(cs)} pass{'es' if len(cs) == 1 else ''} through {n} without resting flat there"
+                         for cs, n in zip(groups.values(), names))
+    lo, hi = loss_curves.rest_bands(ds.plateau_theory.values)
+    sloped = [f"{c} slows in {saddle(m)}'s band, but drifts {d:.2g} there, {d / (hi[m] - lo[m]):.2g} of its width"
+              for c, (_, ms) in passed.items() for m in ms
+              for d in [float(ds.rest_drift.sel(curve=c, m=m))]]
+    return text + (f" ({'; '.join(sloped)})" if sloped else "") + "."
 
 
 def finite_learned_plateaus(ds) -> int:
@@ -265,32 +379,56 @@ def reach_words(ds) -> str:
     return lead + "; ".join(ends) + "." + beyond
 
 
+def _signed(values) -> list[str]:
+    """Whole numbers with a true minus sign: ``[-4, 46]`` → ``["−4", "46"]``."""
+    return [f"{int(v)}".replace("-", "−") for v in values]
+
+
+def lag_words(lag: loss_curves.DropLag, who: str, name: str, ref: str, *, share: bool = False,
+              ref_steps: bool = True) -> str:
+    """Two curves at matched levels in words (:class:`~linattn.analysis.loss_curves.DropLag`): the step of each
+    drop both make, of ``who`` (short name) and (with ``ref_steps``) of ``ref``, the lag of ``name`` (the same curve
+    as the sentence names it again) behind ``ref`` in whole steps (with ``share``, also in percent of ``ref``'s step),
+    and each drop only one of them makes."""
+    both = np.isfinite(lag.lag)
+    if both.any():
+        lags = lag.lag[both]
+        text = (f"{who} makes its drops to {_listed([saddle(int(k)) for k in np.flatnonzero(both) + 1])} at steps "
+                f"{list_words([int(s) for s in lag.steps[both]])}, "
+                + (f"{ref} at {list_words([int(s) for s in lag.reference_steps[both]])}, " if ref_steps else "")
+                + f"so {name} lags {ref} by {_listed(_signed(lags))} steps")
+        ref_at = lag.reference_steps[both]
+        notes = ([f"{_listed(_signed(np.round(100 * lags / ref_at)))} % of {ref}'s step"]
+                 if share and (ref_at > 0).all() else []) + (["negative: ahead of it"] if (lags < 0).any() else [])
+        text += f" ({'; '.join(notes)})" if notes else ""
+    else:
+        text = f"{who} and {ref} make no drop in common within the run"
+    alone = [(k + 1, whose, int(s)) for whose, st, other in ((name, lag.steps, lag.reference_steps),
+                                                             (ref, lag.reference_steps, lag.steps))
+             for k, (s, o) in enumerate(zip(st, other)) if np.isfinite(s) and not np.isfinite(o)]
+    return text + "".join(f"; {whose} alone makes the drop to {saddle(k)}, at step {s}" for k, whose, s in alone)
+
+
 def flow_words(ds) -> str:
-    """The page's sentence on population GD beside the flow, at matched levels (:func:`flow_lag`): the step of each
-    drop of each, the lag of gradient descent behind the flow, and the largest gap between their plateau levels at
-    the saddles both rest at (empty without the flow)."""
+    """The page's sentence on population GD beside the flow, at matched levels (:func:`flow_lag`, :func:`lag_words`):
+    the step of each drop of each and the lag of gradient descent behind the flow (empty without the flow)."""
     lag = flow_lag(ds)
     if lag is None:
         return ""
-    both = np.isfinite(lag.lag)
-    d = np.flatnonzero(both) + 1
-    text = "Population GD beside the flow, at matched levels: "
-    if both.any():
-        text += (f"GD makes its drops to {_listed([saddle(k) for k in d])} at steps "
-                 f"{list_words([int(s) for s in lag.steps[both]])}, the flow at "
-                 f"{list_words([int(s) for s in lag.reference_steps[both]])}, so gradient descent lags the flow by "
-                 f"{_listed([f'{int(s)}'.replace('-', '−') for s in lag.lag[both]])} steps"
-                 + (" (negative: ahead of it)" if (lag.lag[both] < 0).any() else ""))
-    else:
-        text += "neither makes a drop within the run"
-    alone = [(k + 1, who, int(s)) for who, st, other in (("gradient descent", lag.steps, lag.reference_steps),
-                                                         ("the flow", lag.reference_steps, lag.steps))
-             for k, (s, o) in enumerate(zip(st, other)) if np.isfinite(s) and not np.isfinite(o)]
-    text += "".join(f"; {who} alone makes the drop to {saddle(k)}, at step {s}" for k, who, s in alone)
-    gaps = lag.level_gap[np.isfinite(lag.level_gap)]
-    if gaps.size:
-        text += f"; at the saddles both rest at, their plateau levels differ by at most {np.abs(gaps).max():.1g}"
-    return text + "."
+    return "Population GD beside the flow, at matched levels: " + lag_words(lag, "GD", "gradient descent",
+                                                                            "the flow") + "."
+
+
+def finite_words(ds) -> str:
+    """The page's sentence on each finite training set beside population GD, from the same initial weights and at
+    matched levels (:func:`finite_lags`, :func:`lag_words`): the step of each drop of each, and the set's lag in
+    steps and in percent of population GD's step (empty without a finite set)."""
+    lags = finite_lags(ds)
+    if not lags:
+        return ""
+    return ("Each finite training set beside population GD, from the same initial weights and at matched levels: "
+            + "; and ".join(lag_words(lag, c, c, GD, share=True, ref_steps=not k)
+                            for k, (c, lag) in enumerate(lags.items())) + ".")
 
 
 def numbers(ds) -> list[dict]:
@@ -336,7 +474,8 @@ def words(ds) -> dict:
                 caption=", ".join(caption[:-1]) + (" and " if len(caption) > 1 else "") + caption[-1],
                 ways=", ".join(str(c) for c in ds.curve.values), finite_P=list_words(finite) if finite else "none",
                 rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]),
-                origin=origin_words(ds), fitted=fitted_words(ds), reach=reach_words(ds), flow=flow_words(ds),
+                origin=origin_words(ds), fitted=fitted_words(ds), passes=passes_words(ds), reach=reach_words(ds),
+                flow=flow_words(ds), finite=finite_words(ds), flat_share=f"{FLAT_SHARE:g}",
                 samples=f"estimated from {samples} fresh sequences" if samples else "exact", bias=bias_words(ds))
 
 
