@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from linattn.companion import presets, published
+from linattn.companion import presets
+from linattn.companion.published import page as published_page
 from linattn.companion.figures import fig01b_attnm_loss, fig14_icl_iwl, figA_white_cov
 from linattn.companion.figures import fig14_icl_iwl as f14
 
@@ -224,7 +225,7 @@ def test_fig1b_counts_leave_the_l_star_line_out_by_a_second_route(fig1b):
     others = [r for r in rows if r not in line]
     agree = sum(r["verdict"] == "agrees" for r in others)
     unsure = sum(r["verdict"] == "cannot tell" for r in others)
-    text = published.page.summary(rows, fig01b_attnm_loss.PUBLISHED_IMAGE)
+    text = published_page.summary(rows, fig01b_attnm_loss.PUBLISHED_IMAGE)
     assert f"**Figure 1b: {agree} of {len(others)} readings agree**" in text
     assert (f"{unsure} cannot tell:" in text) == (unsure > 0)
     assert f"Not counted: dotted line L* (ours: theory), published 0.136, ours {float(fig1b.loss_star):.3f}" in text
