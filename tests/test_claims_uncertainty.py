@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from linattn.companion import presets
-from linattn.companion.published import page as published_page
 from linattn.companion.figures import fig01b_attnm_loss, fig14_icl_iwl, figA_white_cov
 from linattn.companion.figures import fig14_icl_iwl as f14
+from linattn.companion.published import page as published_page
 
 pytestmark = pytest.mark.slow  # each builds a figure's dataset (seconds)
 
