@@ -189,8 +189,9 @@ def _mean(values) -> float:
 
 
 def comparison(ds) -> list[dict]:
-    """Our drops paired one to one with the crossings of the published curves, the count still on M_3 at the
-    window's end and the published curves' plateau levels (not the image's theory lines), judged with the sampling
+    """Our drops beside the crossings of the published curves (seed 0 with its own double-ink crossing where the
+    image ties it, the others paired one to one), the count still on M_3 at the window's end (restating the drop-4
+    pairs) and the published curves' plateau levels (not the image's theory lines), judged with the sampling
     error of a level on the run's P training sequences (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
