@@ -501,6 +501,37 @@ def test_fig3a_published_rows_judged_by_a_second_route(fig3a):
     assert all("px" not in x for x in still)
 
 
+def test_fig3a_seed_0_and_the_count_on_m3_by_a_second_route(fig3a):
+    """As if at the published settings, recomputed from the dataset by hand: seed 0's drops 2, 3 and 4 are set
+    beside its own double-ink crossings (705 or 804; 1250; 4936 or 5729: seed 0 is drawn twice), each difference to
+    the nearer; the count of curves still on M_3 at step 9966 is our seeds whose drop 4 comes later or never, marked
+    as restating the drop-4 pairs where ours or the published curve is still on M_3, and left out of the page's
+    count of readings."""
+    if fig3a.sizes["direction"] != 4 or 0 not in fig3a.seed.values:
+        return  # the published image has four drops, and ties only seed 0
+    ds = fig3a.copy()
+    ds.attrs = dict(fig3a.attrs, published=1)
+    rows = fig03a_attns_loss.comparison(ds)
+    for d, candidates in {2: (705, 804), 3: (1250,), 4: (4936, 5729)}.items():
+        row = next(r for r in rows if r.get("drop") == d and r["seed"] == 0)
+        step = float(ds.drop_step.sel(seed=0, direction=d))
+        assert "seed 0, drawn twice" in row["published"]
+        if np.isfinite(step) and step <= 9966:
+            assert row["difference"] == min((step - c for c in candidates), key=abs)
+    late = [int(s) for s in ds.seed.values if not float(ds.drop_step.sel(seed=s, direction=4)) <= 9966]
+    count = next(r for r in rows if r["unit"] == "count")
+    assert count["reproduced"] == len(late) and count["paper"] == 1
+    fourth = [r for r in rows if r.get("drop") == 4]
+    deciding = [r for r in fourth if r["seed"] in late or r["published"].startswith("still on M_3")] or fourth
+    assert count["restates"] == [f"{r['panel']}, {r['what']}" for r in deciding]
+    others = [r for r in rows if r is not count]
+    agree = sum(r["verdict"] == "agrees" for r in others)
+    text = fig03a_attns_loss.summary(ds)
+    assert f"**Figure 3a: {agree} of {len(others)} readings agree**" in text
+    assert "Not counted again: curves still on the M_3 plateau" in text
+    assert text.count("\n* ") == sum(r["verdict"] == "differs" for r in others)
+
+
 def test_fig5_check_runs_give_their_pause_levels(fig5):
     """Each check run that pauses between drops is described with the loss at its pause, read off its own curve at
     the stored pause step (the sentence beside the count, so that a reader sees whether the pause is the same)."""

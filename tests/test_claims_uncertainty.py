@@ -13,6 +13,7 @@ import pytest
 from linattn.companion import presets
 from linattn.companion.figures import fig01b_attnm_loss, fig14_icl_iwl, figA_white_cov
 from linattn.companion.figures import fig14_icl_iwl as f14
+from linattn.companion.published import page as published_page
 
 pytestmark = pytest.mark.slow  # each builds a figure's dataset (seconds)
 
@@ -210,6 +211,24 @@ def test_fig1b_comparison_rows_by_a_second_route(fig1b):
         assert r["reproduced"] == pytest.approx(ours) and r["difference"] == pytest.approx(ours - published)
         px = px_step if r["unit"] == "step" else px_loss
         assert r["verdict"] == judge(ours - published, band, margin, px), r["what"]
+
+
+def test_fig1b_counts_leave_the_l_star_line_out_by_a_second_route(fig1b):
+    """The image's dotted line at L* beside the theory's L* (recomputed from the dataset) is a check of the reading:
+    the page's count of readings that agree, and of those that cannot tell, is recomputed here by hand over the
+    other rows, and the line is said apart as not counted."""
+    rows = fig01b_attnm_loss.comparison(fig1b)
+    if not fig1b.attrs["published"]:
+        return
+    line = [r for r in rows if r["what"] == "dotted line L* (ours: theory)"]
+    assert len(line) == 1 and line[0]["reproduced"] == pytest.approx(float(fig1b.loss_star))
+    others = [r for r in rows if r not in line]
+    agree = sum(r["verdict"] == "agrees" for r in others)
+    unsure = sum(r["verdict"] == "cannot tell" for r in others)
+    text = published_page.summary(rows, fig01b_attnm_loss.PUBLISHED_IMAGE)
+    assert f"**Figure 1b: {agree} of {len(others)} readings agree**" in text
+    assert (f"{unsure} cannot tell:" in text) == (unsure > 0)
+    assert f"Not counted: dotted line L* (ours: theory), published 0.136, ours {float(fig1b.loss_star):.3f}" in text
 
 
 # ------------------------------------------------------------------------------------- white covariance page

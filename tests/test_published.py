@@ -47,14 +47,18 @@ def test_figure_1b_readings():
 
 
 def test_figure_3a_crossings_count_seed_0_once():
-    """Six curves per drop (seed 0's doubled line counted once); the fourth drop has one curve beyond the window."""
-    crossings = f3a.PUBLISHED_CROSSINGS
-    assert all(len(c) == 6 for c in crossings.values())
+    """Six curves per drop (seed 0's doubled line counted once): seed 0's own double-ink crossing where the image ties
+    it (drop 3's one double-ink crossing; one of drop 2's and drop 4's two), the other five (six at drop 1) beside
+    it; the fourth drop has one curve beyond the window."""
+    crossings, seed_0 = f3a.PUBLISHED_CROSSINGS, f3a.PUBLISHED_SEED_0_CROSSINGS
+    assert {d: len(c) + (d in seed_0) for d, c in crossings.items()} == {1: 6, 2: 6, 3: 6, 4: 6}
     assert [c.where for c in crossings[1]] == [((370, 514),)] * 5 + [((563, 563),)]
-    assert [c.where for c in crossings[2]] == [((557, 557),), ((601, 601),), ((705, 705),), ((804, 804),),
-                                               ((1098, 1098),), ((705, 705), (804, 804))]
-    assert [c.where[0][0] for c in crossings[3]] == [997, 1069, 1250, 1608, 1718, 1856]
-    assert [c.where for c in crossings[4]] == [((3601, 3601),), ((4936, 4936),), ((5729, 5729),), ((6521, 6521),),
+    assert {d: c.where for d, c in seed_0.items()} == {2: ((705, 705), (804, 804)), 3: ((1250, 1250),),
+                                                       4: ((4936, 4936), (5729, 5729))}
+    assert [c.where for c in crossings[2]] == [((557, 557),), ((601, 601),), ((1098, 1098),),
+                                               ((705, 705), (804, 804)), ((705, 705), (804, 804))]
+    assert [c.where[0][0] for c in crossings[3]] == [997, 1069, 1608, 1718, 1856]
+    assert [c.where for c in crossings[4]] == [((3601, 3601),), ((6521, 6521),), ((4936, 4936), (5729, 5729)),
                                                ((4936, 4936), (5729, 5729)), ((9966, math.inf),)]
 
 
@@ -148,6 +152,7 @@ def test_a_count_that_differs_is_not_given_in_pixels():
     """The summary gives a difference in pixels only for a step or a loss: the count of curves still on M_3 is said
     as a count, never divided by the loss scale."""
     rows = f3a.compare_with_published({s: np.array([450.0, 700.0, 1100.0, 5000.0]) for s in range(6)})
+    rows = [{k: v for k, v in r.items() if k != "restates"} for r in rows]  # the count as a row of its own
     text = published.page.summary(rows, f3a.PUBLISHED_IMAGE)
     line = next(x for x in text.splitlines() if "curves still on" in x)
     assert line.endswith("published 1, ours 0 (-1)") and "px" not in line
@@ -255,7 +260,7 @@ def test_fig3a_comparison_uses_each_published_crossing_once():
     for d, crossings in f3a.PUBLISHED_CROSSINGS.items():
         pairs = [r for r in rows if r.get("drop") == d]
         assert len(pairs) == 6
-        used = sorted(r["published"] for r in pairs)
+        used = sorted(r["published"] for r in pairs if r["seed"] != 0 or d not in f3a.PUBLISHED_SEED_0_CROSSINGS)
         assert used == sorted(c.text for c in crossings)  # every published crossing exactly once
     fourth = {r["seed"]: r for r in rows if r.get("drop") == 4}
     assert fourth[2]["published"].startswith("still on M_3")  # the slowest seed takes the curve left on M_3
@@ -263,6 +268,119 @@ def test_fig3a_comparison_uses_each_published_crossing_once():
     assert fourth[5]["difference"] == 11 and fourth[5]["pixels"] == pytest.approx(11 / 28.90)
     still = [r for r in rows if r["what"].startswith("curves still on")]
     assert still[0]["reproduced"] == 0 and still[0]["paper"] == 1 and still[0]["verdict"] == DIFFERS
+
+
+def test_a_curve_tied_to_its_own_crossing_is_compared_with_it_alone():
+    """Constructed cases: a curve the image ties to a crossing is set beside that one even where another crossing
+    lies nearer; the others are paired one to one with the rest; a tie for a curve we do not have is unused; the
+    order of ours is kept; with no tie the pairing is the one-to-one pairing."""
+    crossings = (readings.crossing_at(100), readings.crossing_at(200))
+    own = readings.crossing_at(300, 400, text="300 or 400 (a)")
+    pairs = rules.match_with_ties({"b": 190.0, "a": 110.0, "c": 105.0}, crossings, {"a": own, "z": own})
+    assert [(k, step, c.text) for k, step, c in pairs] == [("b", 190.0, "200"), ("a", 110.0, "300 or 400 (a)"),
+                                                           ("c", 105.0, "100")]
+    assert rules.signed_distance(110.0, own) == -190.0  # the nearer of its own two: 300
+    untied = rules.match_with_ties({"a": 110.0, "b": 190.0}, crossings, {})
+    assert [(k, c.text) for k, _, c in untied] == [(k, c.text) for k, _, c in rules.match_one_to_one(
+        {"a": 110.0, "b": 190.0}, crossings)] == [("a", "100"), ("b", "200")]
+    never = rules.match_with_ties({"a": math.nan, "b": 150.0}, crossings, {"a": own})
+    assert [(k, c.text) for k, _, c in never] == [("a", "300 or 400 (a)"), ("b", "100")]
+
+
+def test_fig3a_sets_seed_0_beside_its_own_double_ink_crossing():
+    """Second route, from the drop steps of the reference draws at the published settings: seed 0's line is drawn
+    twice, so at drop 3 it is the one double-ink crossing (1250) and at drop 4 one of the two (4936 or 5729); its
+    difference there is to the nearer of its own, recomputed here by hand (5181 − 4936 = +245, 8.5 px; 5729 is 548
+    away), and a seed 0 nearer another crossing is still set beside its own. Drop 1 does not tie it."""
+    ours = {0: [395, 725, 1310, 5181], 1: [592, 1074, 1426, 4596], 2: [505, 627, 1872, 9650],
+            3: [433, 800, 1657, 3745], 4: [495, 571, 1014, 6532], 5: [463, 813, 1084, 4947]}
+    rows = f3a.compare_with_published({s: np.array(t, dtype=float) for s, t in ours.items()})
+    seed_0 = {r["drop"]: r for r in rows if r.get("seed") == 0}
+    own = {2: (705, 804), 3: (1250,), 4: (4936, 5729)}
+    for d, candidates in own.items():
+        by_hand = min((ours[0][d - 1] - c for c in candidates), key=abs)
+        assert seed_0[d]["difference"] == by_hand and "seed 0, drawn twice" in seed_0[d]["published"]
+        assert seed_0[d]["pixels"] == pytest.approx(by_hand / 28.90)
+    assert seed_0[4]["difference"] == 245 and round(seed_0[4]["pixels"], 1) == 8.5
+    assert seed_0[4]["verdict"] == DIFFERS  # 245 steps is beyond one pixel, the reading's own and no twin
+    assert "seed 0" not in seed_0[1]["published"]  # drop 1's bundle is not read for ink
+    early = {s: np.array(t, dtype=float) for s, t in ours.items()}
+    early[0][2] = 1000.0  # three steps from 997, but seed 0's own crossing at drop 3 is 1250
+    row = next(r for r in f3a.compare_with_published(early) if r.get("drop") == 3 and r["seed"] == 0)
+    assert row["published"].startswith("1250") and row["difference"] == -250
+    assert "Seed 0's can" in f3a.pairing_words() and "drop 3: 1250" in f3a.pairing_words()
+
+
+def test_a_row_restating_others_keeps_its_verdict_but_is_not_counted():
+    """Constructed rows: a row marked as restating another keeps its verdict in the table, with the row it restates
+    named, but is left out of the page's count, its list of rows that differ and its count that cannot tell, and
+    is said once as not counted again; numbers.json carries the mark."""
+    image = readings.Image("constructed", 10.0, 0.01)
+    pair = rules.check_row(image, "drop 4", "seed 2, step", "beyond 100", "beyond 100", 60.0, -40.0, "step", 10.0)
+    agree = rules.check_row(image, "drop 4", "seed 1, step", "50", 50.0, 52.0, 2.0, "step", 10.0)
+    count = rules.check_row(image, "", "curves left", "1", 1, 0, -1, "count", 0)
+    restated = rules.restating(count, [pair])
+    assert (pair["verdict"], count["verdict"], restated["verdict"]) == (DIFFERS, DIFFERS, DIFFERS)
+    assert restated["restates"] == ["drop 4, seed 2, step"] and "restates" not in count
+    assert published.page.counted(pair) and not published.page.counted(restated)
+    assert published.page.counts([pair, agree, restated]) == (1, 2)
+    assert published.page.counts([pair, agree, count]) == (1, 3)  # unmarked, the count is a row of its own
+    text = published.page.summary([pair, agree, restated], image)
+    assert "1 of 2 readings agree" in text and text.count("\n* ") == 1 and "curves left: published" not in text
+    assert "Not counted again: curves left (differs) restates the fact of drop 4, seed 2, step." in text
+    shown = published.page.table([restated])._repr_markdown_()
+    assert "differs (the same fact as drop 4, seed 2, step; not counted again)" in shown
+    kept = number_row(**published.page.number_rows([restated])[0])
+    assert kept["restates"] == ["drop 4, seed 2, step"] and not published.page.counted(kept)
+    assert "restates" not in published.page.number_rows([pair])[0]
+
+
+def test_fig3a_count_still_on_m3_restates_the_drop_4_pairs_that_decide_it():
+    """Constructed cases: the count of curves still on M_3 at the window's end is the drop-4 pairs' fact, so it is
+    marked as restating the pairs where ours or the published curve is still on M_3 there (a seed that drops at 9650
+    against the published curve left on M_3; two seeds left on M_3, one of them against a crossing inside the window),
+    or every drop-4 pair where none is; it keeps its verdict and is never counted."""
+    base = {0: 5181.0, 1: 4596.0, 2: 9650.0, 3: 3745.0, 4: 6532.0, 5: 4947.0}
+
+    def count_row(fourth):
+        drops = {s: np.array([450.0, 700.0, 1100.0, t]) for s, t in fourth.items()}
+        rows = f3a.compare_with_published(drops)
+        return next(r for r in rows if r["unit"] == "count"), [r for r in rows if r.get("drop") == 4]
+
+    row, _ = count_row(base)
+    assert row["verdict"] == DIFFERS and row["restates"] == ["drop 4 (M_3 → M_4), seed 2, step"]
+    row, _ = count_row({**base, 2: math.nan})  # seed 2 left on M_3 like the published curve: the count agrees
+    assert row["verdict"] == AGREES and row["restates"] == ["drop 4 (M_3 → M_4), seed 2, step"]
+    row, fourth = count_row({**base, 2: math.nan, 4: 12000.0})  # two left on M_3: one against 6521
+    assert row["verdict"] == DIFFERS and row["reproduced"] == 2
+    assert sorted(row["restates"]) == [f"drop 4 (M_3 → M_4), seed {s}, step" for s in (2, 4)]
+    assert next(r for r in fourth if r["seed"] == 4)["verdict"] == DIFFERS  # that pair states the fact already
+    for case in (base, {**base, 2: math.nan}):
+        rows = f3a.compare_with_published({s: np.array([450.0, 700.0, 1100.0, t]) for s, t in case.items()})
+        assert published.page.counts(rows)[1] == len(rows) - 1
+
+
+def test_a_check_of_the_reading_keeps_its_verdict_but_is_not_counted():
+    """Constructed cases: a reading marked ``checks_reading`` (the image's drawn theory line beside our theory
+    value) is judged like any other, but it is shown as a check of the reading and left out of every count: an
+    agreeing check adds no agreement, a differing one no difference. Figure 1b's dotted line at L* is one."""
+    image = readings.Image("constructed", 10.0, 0.01)
+    marked = [readings.Reading("", "drawn line", "theory", ("final",), 0.5, "loss", checks_reading=True),
+              readings.Reading("", "level", "y", ("final",), 0.3, "loss")]
+    for theory_value, said in ((0.503, AGREES), (0.6, DIFFERS)):
+        rows = rules.compare(marked, {"theory": [theory_value], "y": [0.3]}, image)
+        assert [r["verdict"] for r in rows] == [said, AGREES] and rows[0]["checks_reading"]
+        assert published.page.counts(rows) == (1, 1)
+        text = published.page.summary(rows, image)
+        assert "1 of 1 readings agree" in text and "None differs." in text
+        assert f"Not counted: drawn line, published 0.500, ours {theory_value:.3f} ({said})" in text
+        shown = published.page.table(rows)._repr_markdown_()
+        assert f"{said} (a check of the reading, not counted)" in shown
+        assert number_row(**published.page.number_rows(rows)[0])["checks_reading"] is True
+    assert [r.what for r in f1b.PUBLISHED_READINGS if r.checks_reading] == ["dotted line L* (ours: theory)"]
+    t = np.linspace(1, 0.1, 7000)
+    rows = f1b.compare_with_published(t, t, 0.136)
+    assert published.page.counts(rows)[1] == len(rows) - 1
 
 
 def test_a_difference_to_a_reading_known_only_beyond_a_step_is_said_as_a_bound():
@@ -309,7 +427,9 @@ def test_summary_is_made_from_the_rows():
     text = published.page.summary(rows, f3a.PUBLISHED_IMAGE)
     agree, total = published.page.counts(rows)
     assert f"{agree} of {total} readings agree" in text
-    assert text.count("\n* ") == sum(r["verdict"] == DIFFERS for r in rows)  # one line per row that differs
+    counted = [r for r in rows if not r.get("restates")]  # the count of curves still on M_3 restates drop 4's pairs
+    assert len(counted) == len(rows) - 1 and total == len(counted)
+    assert text.count("\n* ") == sum(r["verdict"] == DIFFERS for r in counted)  # one line per counted row that differs
     assert "not the published ones" in published.page.summary([], f3a.PUBLISHED_IMAGE)
 
 
@@ -569,8 +689,8 @@ def test_fig3a_step_reading_is_judged_with_its_own_seeds_twin_shift():
     reading's pixel alone (2 × 28.9 = 57.8 steps); with its seed's population twin 50 steps away the margin is
     57.8 + 50 = 107.8, so it cannot tell; with the twin 30 steps away (87.8) it still differs. Another seed's twin
     shift does not count, and a twin not within the run adds nothing (the margin recomputed here by hand)."""
-    drops = {s: np.array([450.0, 700.0, c, 5000.0]) for s, c in enumerate((997.0, 1069.0, 1350.0, 1608.0, 1718.0,
-                                                                           1856.0))}
+    drops = {s: np.array([450.0, 700.0, c, 5000.0]) for s, c in enumerate((1250.0, 997.0, 1956.0, 1069.0, 1608.0,
+                                                                           1718.0))}  # seed 0 at its own 1250
 
     def drop3(twins):
         rows = f3a.compare_with_published(drops, twins=twins)

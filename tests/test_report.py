@@ -262,3 +262,34 @@ def test_the_report_counts_readings_without_the_offset_beside_the_count_with_it(
     (tmp_path / "fig14_icl_iwl" / "numbers.json").write_text(json.dumps(rows))
     summary = report.summary(report.collect(tmp_path), "quick")
     assert "3 of 3 readings agree** with ours in their band (the page states it) (2 of 3 without the offset" in summary
+
+
+def test_the_report_leaves_checks_of_a_reading_and_restated_rows_out_of_its_counts(tmp_path):
+    """Constructed numbers.json rows: a reading that agrees, one that differs, a check of the reading (the image's
+    drawn theory beside ours) that agrees, and a count restating the row that differs. The report shows all four
+    with their verdicts, but its per-page line, its total and its counts table count two readings (1 agrees, 1
+    differs) and list the other two apart, each row once."""
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+
+    rows = [row(key="published.a", paper=100.0, reproduced=101.0, tolerance=10.0, verdict=AGREES),
+            row(key="published.b", paper=200.0, reproduced=260.0, tolerance=10.0, verdict=DIFFERS),
+            row(key="published.line", paper=0.136, reproduced=0.136, tolerance=0.005, verdict=AGREES,
+                checks_reading=True),
+            row(key="published.count", paper=1, reproduced=0, tolerance=0.0, verdict=DIFFERS, restates=["b"])]
+    (tmp_path / "fig03a_attns_loss").mkdir()
+    (tmp_path / "fig03a_attns_loss" / "numbers.json").write_text(json.dumps(rows))
+    found = report.collect(tmp_path)
+    assert len(found["groups"]["reading"]) == 4  # all four are readings of the image, shown in its table
+    summary = report.summary(found, "quick")
+    assert "1 of 2 readings agree" in summary and "; 1 differs;" in summary
+    assert "1 more checks the reading" in summary and "1 more restates another row's fact" in summary
+    assert "In all, 1 of 2 verdicts agree" in summary and "2 more not counted" in summary
+    counted = {r["what"]: r["n"] for r in report.tables(found)["counts"].rows}
+    assert counted["readings that agree"] == 1 and counted["readings that differ"] == 1
+    assert counted["checks of a reading (the image's drawn theory beside our theory; not counted)"] == 1
+    assert counted["readings restating another row's fact (not counted again)"] == 1
+    shown = next(iter(report.tables(found)["readings"].values()))._repr_markdown_()
+    assert "agrees (a check of the reading, not counted)" in shown
+    assert "differs (the same fact as b; not counted again)" in shown

@@ -59,7 +59,7 @@ _VERDICTS = (*VERDICTS, ESTIMATE)
 
 def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None, reproduced=None, abs_error=None,
                tolerance=None, verdict=None, standard_error=None, difference=None, band=None, offset=None,
-               unresolved=None, unit=None, no_value=None, bound=None) -> dict:
+               unresolved=None, unit=None, no_value=None, bound=None, checks_reading=None, restates=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
     there is no theory value), or None when neither is a number. A row that is a check may carry its
     ``tolerance`` and ``verdict`` (one of ``uncertainty.VERDICTS``, or ``ESTIMATE`` for a theory value that is an
@@ -69,7 +69,9 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
     reading, signed; ``band``; ``offset`` removed first; ``unresolved`` margin; ``unit``), so that the report shows
     the band the verdict used. ``no_value``: why a row has no reproduced value, where that is not that the event did
     not happen (a grid that brackets a value but gives none). ``bound``: True where ``difference`` is only a bound
-    (the reading is known only to lie beyond a step: ``published.rules.is_bound``). ``key``: the
+    (the reading is known only to lie beyond a step: ``published.rules.is_bound``). ``checks_reading``: True where
+    the reading checks the reading itself (the image's drawn theory beside ours); ``restates``: the rows whose fact
+    it restates; either keeps its verdict out of every count (``published.page.counted``). ``key``: the
     row's stable name (e.g. ``"final_loss.attn_m"``), by which the report, the README and the tests find it
     whatever its wording."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
@@ -97,6 +99,10 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
         row["no_value"] = str(no_value)
     if bound:
         row["bound"] = True
+    if checks_reading:
+        row["checks_reading"] = True
+    if restates:
+        row["restates"] = [str(r) for r in restates]
     return row
 
 

@@ -5,7 +5,9 @@ a *reading* of a published image (a verdict and a tolerance), a *claim* of the p
 tolerance), a *robustness* run (the same claim on a run of ours at another seed or step size: not a claim of the paper,
 counted apart), a *check* of our own run (a verdict with no published value beside it: the phase diagram's settling
 criterion), an *estimate* (an order-of-magnitude theory value, not judged) or *other*; every row gets an error
-(:func:`linattn.companion.output.compare_row`). The report's own rows are keyed ``<figure>.<the row's key>``.
+(:func:`linattn.companion.output.compare_row`). The report's own rows are keyed ``<figure>.<the row's key>``. A reading
+that checks the reading itself (the image's drawn theory beside our theory) or restates another row's fact is shown
+with its verdict but left out of every count of agreement (:func:`linattn.companion.published.page.counted`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def write_page(S: dict, frame):
     return found, tables(found), {}
 COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error"]
 # what a reading's verdict applied, carried from its page's numbers.json (published.page.number_rows)
-APPLIED = ("standard_error", "difference", "band", "offset", "unresolved", "unit", "no_value", "bound")
+APPLIED = ("standard_error", "difference", "band", "offset", "unresolved", "unit", "no_value", "bound",
+           "checks_reading", "restates")
 
 
 def collect(root) -> dict:
@@ -87,13 +90,14 @@ def summary(report: dict, preset: str) -> str:
     for page in reading_pages(report):
         rows = [r for r in groups["reading"] if r["page"] == page]
         agree, total = published.page.counts(rows)
-        unsure = sum(r["verdict"] == CANNOT_TELL for r in rows)
+        unsure = sum(r["verdict"] == CANNOT_TELL for r in rows if published.page.counted(r))
         raw = (f" ({published.page.counts(rows, offset_removed=False)[0]} of {total} without the offset of the "
                "image's loss scale, fitted to the same readings)" if published.page.has_offset(rows) else "")
         lines.append(f"* **{page}: {agree} of {total} readings agree** with ours in their band (the page states it)"
                      + raw
                      + (f"; {unsure} cannot tell" if unsure else "")
-                     + f"; {total - agree - unsure} differ{'s' if total - agree - unsure == 1 else ''}.")
+                     + f"; {total - agree - unsure} differ{'s' if total - agree - unsure == 1 else ''}"
+                     + _not_counted(rows) + ".")
     if not groups["reading"]:
         lines.append("* No figure ran at the published settings of Figures 1b, 3a and 14, so no published reading is "
                      "compared at this preset.")
@@ -113,8 +117,13 @@ def summary(report: dict, preset: str) -> str:
                      + (f"; {unsure} cannot tell (the run ends before it settles)" if unsure else "") + ".")
     judged = groups["reading"] + groups["claim"]
     if judged:
-        lines.append(f"* **In all, {published.page.counts(judged)[0]} of {len(judged)} verdicts agree** "
-                     f"({_count(len(groups['reading']), 'reading')} and {_count(len(groups['claim']), 'claim')}).")
+        agree, total = published.page.counts(judged)
+        readings = published.page.counts(groups["reading"])[1]
+        aside = len(judged) - total
+        lines.append(f"* **In all, {agree} of {total} verdicts agree** ({_count(readings, 'reading')} and "
+                     f"{_count(total - readings, 'claim')}"
+                     + (f"; {aside} more not counted: a check of a reading or a row restating another's fact"
+                        if aside else "") + ").")
     for r in groups["check"]:
         lines.append(f"* {r['page']}, a check of our own run, not of the paper: {r['quantity']} — {r['verdict']}.")
     other = [r for r in groups["other"] if r["kind"] != NOT_COMPARABLE]
@@ -125,6 +134,17 @@ def summary(report: dict, preset: str) -> str:
                  "reported for information only.")
     return (f"At the `{preset}` preset, {len(report['rows'])} numbers from {report['pages_read']} pages:\n\n"
             + "\n".join(lines))
+
+
+def _not_counted(rows: list[dict]) -> str:
+    """The rows of a page's readings whose verdict is not counted (``published.page.counted``), in words: "; 1
+    more checks the reading (not counted)", "; 1 more restates another row's fact (not counted again)"."""
+    checks = sum(bool(r.get("checks_reading")) for r in rows)
+    restated = sum(bool(r.get("restates")) and not r.get("checks_reading") for r in rows)
+    return ((f"; {checks} more {'checks' if checks == 1 else 'check'} the reading (the image's drawn theory beside "
+             "our theory; not counted)" if checks else "")
+            + (f"; {restated} more {'restates' if restated == 1 else 'restate'} another row's fact (not counted "
+               "again)" if restated else ""))
 
 
 def _count(n: int, noun: str) -> str:
@@ -139,7 +159,8 @@ def tables(report: dict) -> dict:
     groups = report["groups"]
     reading_columns = {"quantity": "quantity", "paper": "published", "reproduced": "ours",
                        "error": "difference (ours − published)", "band": "band applied", "verdict": "verdict"}
-    readings = {page: MarkdownTable([dict(r, band=_band_applied(r), error=_difference(r))
+    readings = {page: MarkdownTable([dict(r, band=_band_applied(r), error=_difference(r),
+                                          verdict=published.page.verdict_text(r))
                                      for r in groups["reading"] if r["page"] == page], reading_columns)
                 for page in reading_pages(report)}
     claims = MarkdownTable(groups["claim"], {"page": "page", "quantity": "quantity", "paper": "paper",
@@ -191,9 +212,15 @@ def judged_in_bands(r: dict) -> float:
 def _counts(report: dict) -> MarkdownTable:
     groups, rows = report["groups"], report["rows"]
     reasons = Counter(r["error"].split(" (")[0] for r in groups["other"] if r["kind"] == NOT_COMPARABLE)
-    counted = [("readings that agree", sum(r["verdict"] == AGREES for r in groups["reading"])),
-               ("readings we cannot tell", sum(r["verdict"] == CANNOT_TELL for r in groups["reading"])),
-               ("readings that differ", sum(r["verdict"] == DIFFERS for r in groups["reading"])),
+    evidence = [r for r in groups["reading"] if published.page.counted(r)]
+    aside = [r for r in groups["reading"] if not published.page.counted(r)]
+    counted = [("readings that agree", sum(r["verdict"] == AGREES for r in evidence)),
+               ("readings we cannot tell", sum(r["verdict"] == CANNOT_TELL for r in evidence)),
+               ("readings that differ", sum(r["verdict"] == DIFFERS for r in evidence)),
+               ("checks of a reading (the image's drawn theory beside our theory; not counted)",
+                sum(bool(r.get("checks_reading")) for r in aside)),
+               ("readings restating another row's fact (not counted again)",
+                sum(not r.get("checks_reading") for r in aside)),
                ("claims of the paper's text that agree", sum(r["verdict"] == AGREES for r in groups["claim"])),
                ("claims of the paper's text that differ", sum(r["verdict"] == DIFFERS for r in groups["claim"])),
                ("robustness runs (not claims of the paper)", len(groups["robustness"])),

@@ -59,8 +59,8 @@ README_ROWS = (
 )
 TOLERANCES = [preset_blocks.PLATEAUS]
 # the names (in this module) of the published readings and the rule it compares with
-PUBLISHED = ("PUBLISHED_IMAGE", "PUBLISHED_PLATEAUS", "PUBLISHED_CROSSINGS", "PUBLISHED_PLATEAU_READINGS",
-             "PUBLISHED_STILL_ON_M3", "compare_with_published")
+PUBLISHED = ("PUBLISHED_IMAGE", "PUBLISHED_PLATEAUS", "PUBLISHED_CROSSINGS", "PUBLISHED_SEED_0_CROSSINGS",
+             "PUBLISHED_PLATEAU_READINGS", "PUBLISHED_STILL_ON_M3", "compare_with_published")
 
 
 
@@ -189,8 +189,9 @@ def _mean(values) -> float:
 
 
 def comparison(ds) -> list[dict]:
-    """Our drops paired one to one with the crossings of the published curves, the count still on M_3 at the
-    window's end and the published curves' plateau levels (not the image's theory lines), judged with the sampling
+    """Our drops beside the crossings of the published curves (seed 0 with its own double-ink crossing where the
+    image ties it, the others paired one to one), the count still on M_3 at the window's end (restating the drop-4
+    pairs) and the published curves' plateau levels (not the image's theory lines), judged with the sampling
     error of a level on the run's P training sequences (only at the published settings: [] otherwise)."""
     if not ds.attrs["published"]:
         return []
@@ -243,17 +244,32 @@ def numbers(ds) -> list[dict]:
     return rows + published.page.number_rows(comparison(ds))
 
 
-PAIRING = (
-    "The six published curves are all black (and the authors' plotting cell draws seed 0 twice), so a published "
-    "crossing cannot be tied to a seed. Our curves are therefore paired with the published crossings one to one, drop "
-    "by drop, by the assignment that makes the total distance smallest: each published crossing is used once, a curve "
-    "still on its plateau at the end of the published window counts as a crossing beyond it, and where the image "
-    "cannot say which of two double-ink crossings a curve makes, the pair takes the nearer one. \"difference\" is ours "
-    "minus the published step (0 inside the bundle of first drops; a bound, \"at least\", against the curve still on "
-    "its plateau at the window's end), also in pixels of the published image; a pair "
-    "agrees when it is within a pixel. The table also sets the published curves' plateau levels beside ours where the "
-    "image shows them, at L(M_3) and L(M_4); above those the image shows only its dotted theory lines, which are not "
-    "the published runs and are not compared.\n\n")
+def _seed_0_words() -> str:
+    """Where the image ties seed 0's crossings (:data:`PUBLISHED_SEED_0_CROSSINGS`), in words: "drop 2: 705 or 804;
+    drop 3: 1250; …", and the drops where it does not."""
+    tied = "; ".join(f"drop {d}: {' or '.join(f'{low:g}' for low, _ in c.where)}"
+                     for d, c in PUBLISHED_SEED_0_CROSSINGS.items())
+    free = [d for d in PUBLISHED_CROSSINGS if d not in PUBLISHED_SEED_0_CROSSINGS]
+    return f"{tied}" + (f"; not at drop {list_words(free)}, whose bundle cannot be read for ink" if free else "")
+
+
+def pairing_words() -> str:
+    """How the page sets our drops beside the published crossings, in words (read before the comparison's own
+    sentences)."""
+    return (
+        "The six published curves are all black, so most published crossings cannot be tied to a seed. Seed 0's can: "
+        "the authors' plotting cell draws seed 0 twice, so its crossing carries double ink; a drop with one double-ink "
+        "crossing has seed 0 there, a drop with two has it at one of them, the other holding two seeds "
+        f"({_seed_0_words()}). Our seed 0 is set beside its own crossing there, the same seed on both sides; our other "
+        "curves are paired with the remaining crossings one to one, drop by drop, by the assignment that makes the "
+        "total distance smallest: each published crossing is used once, a curve still on its plateau at the end of "
+        "the published window counts as a crossing beyond it, and where the image cannot say which of two double-ink "
+        "crossings a curve makes, the pair takes the nearer one (each pair alone, so together they may put more "
+        "curves at one crossing than its ink holds). \"difference\" is ours minus the published step (0 inside the "
+        "bundle of first drops; a bound, \"at least\", against the curve still on its plateau at the window's end), "
+        "also in pixels of the published image; a pair agrees when it is within a pixel. The table also sets the "
+        "published curves' plateau levels beside ours where the image shows them, at L(M_3) and L(M_4); above those "
+        "the image shows only its dotted theory lines, which are not the published runs and are not compared.\n\n")
 
 
 def summary(ds) -> str:
@@ -262,7 +278,7 @@ def summary(ds) -> str:
     compared = comparison(ds)
     text = published.page.summary(compared, PUBLISHED_IMAGE)
     if compared:
-        text = PAIRING + text
+        text = pairing_words() + text
         text += ("\n\nOne possible source of difference, not tested here: numpy draws the tokens through an SVD of "
                  "$\\Lambda$ whose singular-vector signs depend on the LAPACK library, so our data need not be the "
                  "published run's. No run with another sign pattern was made, so none of the differences above is "
@@ -397,26 +413,44 @@ BEYOND = (PUBLISHED_LAST_STEP, math.inf)  # a crossing after the window: the cur
 
 # Drop d of a curve: its first step below the midpoint of L(M_{d-1}) and L(M_d) (``loss_curves.drop_steps``). Seed 0
 # is drawn twice, so the image holds seven lines for six curves: a double-ink crossing is seed 0, or two seeds at
-# one pixel. Each drop lists six curves: where two double-ink crossings leave one curve unaccounted for, that curve
-# is at one of them ("705 or 804").
+# one pixel. Where a drop has one double-ink crossing among six (drop 3: 1250) it is seed 0's; where it has two
+# (drop 2: 705 and 804; drop 4: 4936 and 5729) seed 0 is one of them and the other holds two seeds. Drop 1's bundle
+# of five crossings cannot be read for ink, so there seed 0 is not tied.
+PUBLISHED_SEED_0_CROSSINGS = {2: crossing_at(705, 804, text="705 or 804 (seed 0, drawn twice)"),
+                              3: crossing_at(1250, text="1250 (seed 0, drawn twice)"),
+                              4: crossing_at(4936, 5729, text="4936 or 5729 (seed 0, drawn twice)")}
+# The crossings of the curves not tied to a seed, six a drop where seed 0 is not tied, else the other five; "705 or
+# 804": one of the two seeds at the double-ink crossing that is not seed 0's.
 PUBLISHED_CROSSINGS = {
     1: tuple([Crossing(((370, 514),), "370–514 (a bundle of five)", 0.0)] * 5) + (crossing_at(563),),
-    2: (crossing_at(557, stated=43), crossing_at(601, stated=43), crossing_at(705), crossing_at(804),
-        crossing_at(1098), crossing_at(705, 804)),
-    3: (crossing_at(997), crossing_at(1069), crossing_at(1250), crossing_at(1608), crossing_at(1718),
-        crossing_at(1856)),
-    4: (crossing_at(3601), crossing_at(4936), crossing_at(5729), crossing_at(6521), crossing_at(4936, 5729),
+    2: (crossing_at(557, stated=43), crossing_at(601, stated=43), crossing_at(1098), crossing_at(705, 804),
+        crossing_at(705, 804)),
+    3: (crossing_at(997), crossing_at(1069), crossing_at(1608), crossing_at(1718), crossing_at(1856)),
+    4: (crossing_at(3601), crossing_at(6521), crossing_at(4936, 5729), crossing_at(4936, 5729),
         Crossing((BEYOND,), f"still on M_3 at {PUBLISHED_LAST_STEP}")),
 }
 PUBLISHED_STILL_ON_M3 = 1  # published curves without the fourth drop inside the window
 
 
+def _deciding_the_count(fourth: list[dict]) -> list[dict]:
+    """The drop-4 pairs that decide the count of curves still on M_3 at the window's end: each pair where ours or
+    the published curve is still on M_3 there (every drop-4 pair where none is, since each then says its curve left
+    M_3 inside the window). Each curve is in one pair, so the count is these rows' fact, restated."""
+    def beyond(r):
+        ours_left = r["reproduced"] is not None and r["reproduced"] <= PUBLISHED_LAST_STEP
+        return not ours_left or r["published_beyond"]
+    return [r for r in fourth if beyond(r)] or fourth
+
+
 def compare_with_published(drops: dict, plateaus=None, twins=None) -> list[dict]:
     """Our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
-    the published window count as beyond it) paired one to one with the published crossings, drop by drop, each
-    pair judged with its own seed's finite-P margin (``twins``: seed → the same drops of that seed's population twin,
-    :func:`~linattn.companion.published.rules.finite_p_margin`); then
-    the count of curves still on the M_3 plateau at the window's end, and (``plateaus``: for each of L(M_0)…L(M_4)
+    the published window count as beyond it) beside the published crossings, drop by drop: seed 0 with its own
+    double-ink crossing where the image ties it (:data:`PUBLISHED_SEED_0_CROSSINGS`), the other seeds paired one to
+    one with the rest (:func:`~linattn.companion.published.rules.match_with_ties`), each pair judged with its own
+    seed's finite-P margin (``twins``: seed → the same drops of that seed's population twin,
+    :func:`~linattn.companion.published.rules.finite_p_margin`); then the count of curves still on the M_3 plateau
+    at the window's end, shown but marked as restating the drop-4 pairs that decide it (:func:`_deciding_the_count`,
+    :func:`~linattn.companion.published.rules.restating`), and (``plateaus``: for each of L(M_0)…L(M_4)
     our seeds' levels, NaN where none was found) the plateau levels of the published curves
     (:data:`PUBLISHED_PLATEAU_READINGS`: only where the curves, not the theory's dotted lines, are read), ours the mean
     over seeds. A plateau level is a training loss, so it gets no sampling-error agreement
@@ -425,19 +459,22 @@ def compare_with_published(drops: dict, plateaus=None, twins=None) -> list[dict]
     *cannot tell*."""
     rows = []
     for d, crossings in PUBLISHED_CROSSINGS.items():
-        for seed, step, crossing in rules.match_one_to_one({s: float(t[d - 1]) for s, t in drops.items()}, crossings):
+        ties = {0: PUBLISHED_SEED_0_CROSSINGS[d]} if d in PUBLISHED_SEED_0_CROSSINGS else {}
+        for seed, step, crossing in rules.match_with_ties({s: float(t[d - 1]) for s, t in drops.items()}, crossings,
+                                                          ties):
             diff = rules.signed_distance(step, crossing)
             tol = max(PUBLISHED_IMAGE.steps_per_px, crossing.stated)
             twin = None if twins is None else float(twins[seed][d - 1])
             row = rules.check_row(PUBLISHED_IMAGE, f"drop {d} (M_{d - 1} → M_{d})", f"seed {seed}, step",
                                   crossing.text, rules.crossing_value(crossing), step, diff, "step", tol,
                                   unresolved=rules.finite_p_margin(step, twin), bound=rules.is_bound(step, crossing))
-            row.update(drop=d, seed=seed)
+            row.update(drop=d, seed=seed, published_beyond=any(high == math.inf for _, high in crossing.where))
             rows.append(row)
     still = sum(1 for t in drops.values() if not float(t[3]) <= PUBLISHED_LAST_STEP)
-    rows.append(rules.check_row(PUBLISHED_IMAGE, "", f"curves still on the M_3 plateau at step {PUBLISHED_LAST_STEP}",
-                                str(PUBLISHED_STILL_ON_M3), PUBLISHED_STILL_ON_M3, still,
-                                still - PUBLISHED_STILL_ON_M3, "count", 0))
+    count = rules.check_row(PUBLISHED_IMAGE, "", f"curves still on the M_3 plateau at step {PUBLISHED_LAST_STEP}",
+                            str(PUBLISHED_STILL_ON_M3), PUBLISHED_STILL_ON_M3, still, still - PUBLISHED_STILL_ON_M3,
+                            "count", 0)
+    rows.append(rules.restating(count, _deciding_the_count([r for r in rows if r["drop"] == 4])))
     for m, levels in enumerate(plateaus if plateaus is not None else ()):
         if m not in PUBLISHED_PLATEAU_READINGS:
             continue

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..output import ESTIMATE, MarkdownTable, by_sign
 from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, verdict
 from .readings import Image
-from .rules import Claim, judged_difference, offset_of, pixels, slug
+from .rules import Claim, judged_difference, offset_of, pixels, slug, where
 
 
 def claims_table(claims: list[Claim]) -> MarkdownTable:
@@ -55,7 +55,7 @@ def table(rows: list[dict]) -> MarkdownTable:
     difference, its band (:mod:`linattn.companion.uncertainty`; "+ offset" where a shared offset was removed first,
     "to <band + margin>: cannot tell" where a further margin applies) and the verdict."""
     shown = [dict(r, reproduced=_shown(r["reproduced"], r["unit"]), difference=difference_text(r),
-                  pixels=_pixels_text(r, r["pixels"]), band=band_text(r))
+                  pixels=_pixels_text(r, r["pixels"]), band=band_text(r), verdict=verdict_text(r))
              for r in rows]
     return MarkdownTable(shown, _COLUMNS, {"pixels": "+.1f"})
 
@@ -110,10 +110,31 @@ def _signed(x, unit) -> str | None:
     return f"{x:+.3f}" if unit == "loss" else f"{x:+.0f}"
 
 
+def counted(row: dict) -> bool:
+    """Whether a row's verdict counts as evidence of agreement or difference: it has one, it is not a check of the
+    reading (``checks_reading``: the image's drawn theory beside our theory tests the reading, not the run) and it
+    does not restate the fact of other rows (``restates``, :func:`linattn.companion.published.rules.restating`).
+    ``row``: a comparison row or its ``numbers.json`` row (the same keys)."""
+    return row.get("verdict") in VERDICTS and not row.get("checks_reading") and not row.get("restates")
+
+
+def verdict_text(r: dict) -> str | None:
+    """A row's verdict as the page's and the report's tables show it: the verdict, and for a row that is not
+    counted (:func:`counted`) why: "agrees (a check of the reading, not counted)", "differs (the same fact as drop
+    4, seed 2; not counted again)"."""
+    judged = r.get("verdict")
+    if r.get("checks_reading"):
+        return f"{judged} (a check of the reading, not counted)"
+    if r.get("restates"):
+        return f"{judged} (the same fact as {'; '.join(r['restates'])}; not counted again)"
+    return judged
+
+
 def counts(rows: list[dict], offset_removed: bool = True) -> tuple[int, int]:
-    """(rows that agree, rows with a verdict); with ``offset_removed`` False, each row judged as if no offset of the
-    image's scale had been removed first (:func:`verdict_without_offset`)."""
-    judged = [r for r in rows if r["verdict"] in VERDICTS]
+    """(rows that agree, rows with a verdict), of the rows that count (:func:`counted`); with ``offset_removed``
+    False, each row judged as if no offset of the image's scale had been removed first
+    (:func:`verdict_without_offset`)."""
+    judged = [r for r in rows if counted(r)]
     said = [r["verdict"] if offset_removed else verdict_without_offset(r) for r in judged]
     return sum(v == AGREES for v in said), len(judged)
 
@@ -135,13 +156,14 @@ def has_offset(rows: list[dict]) -> bool:
 def summary(rows: list[dict], image: Image) -> str:
     """The sentences that say where ours and the published curves agree and differ, made from the rows themselves:
     the count that agree, the bands they were judged in (:mod:`linattn.companion.uncertainty`), the shared offset
-    removed first (if any), the count that cannot tell, and, for each row that differs, both values and the
+    removed first (if any), the count that cannot tell, the rows whose verdict is not counted (:func:`counted`: a
+    check of the reading, a row that restates others) and, for each counted row that differs, both values and the
     difference."""
     if not rows:
         return ("These settings are not the published ones, so there is no published curve to set beside this "
                 "run.")
     agree, total = counts(rows)
-    unsure = sum(r["verdict"] == CANNOT_TELL for r in rows)
+    unsure = sum(r["verdict"] == CANNOT_TELL for r in rows if counted(r))
     text = [f"**{image.name}: {agree} of {total} readings agree** with ours. Each is judged in a band (the table's "
             f"last columns): one pixel of the published image ({image.steps_per_px:g} steps or "
             f"{image.loss_per_px:g} in loss) or the reading's own ± where it is larger"
@@ -165,10 +187,11 @@ def summary(rows: list[dict], image: Image) -> str:
                     "more pixel, the ± of reading the published point itself, and where it applies what the draw of "
                     "the training set alone moves (a training loss, biased on the set it was fitted to, gets no "
                     "sampling-error agreement; a step, the shift between our run and its population twin).")
-    differ = [r for r in rows if r["verdict"] == DIFFERS]
+    text += _set_aside(rows)
+    differ = [r for r in rows if r["verdict"] == DIFFERS and counted(r)]
     if not differ:
         return " ".join(text) + " None differs."
-    items = [f"{_where(r)}: published {r['published']}, ours {_shown(r['reproduced'], r['unit']) or 'none'}"
+    items = [f"{where(r)}: published {r['published']}, ours {_shown(r['reproduced'], r['unit']) or 'none'}"
              + _off_by(r, image) for r in differ]
     return " ".join(text) + f" {'These differ' if len(differ) > 1 else 'This one differs'}:\n\n" + "\n".join(
         f"* {item}" for item in items)
@@ -186,22 +209,39 @@ def _off_by(r: dict, image: Image) -> str:
     return f" ({_signed(r['difference'], r['unit'])}{judged}" + (f", {px:+.1f} px)" if math.isfinite(px) else ")")
 
 
-def _where(r: dict) -> str:
-    return f"{r['panel']}, {r['what']}" if r["panel"] else r["what"]
+def _set_aside(rows: list[dict]) -> list[str]:
+    """The sentences on the rows with a verdict that is not counted (:func:`counted`): each check of the reading,
+    and each row that restates the fact of others, with its verdict."""
+    text = []
+    for r in rows:
+        if r.get("verdict") not in VERDICTS or counted(r):
+            continue
+        if r.get("checks_reading"):
+            text.append(f"Not counted: {where(r)}, published {r['published']}, ours "
+                        f"{_shown(r['reproduced'], r['unit']) or 'none'} ({r['verdict']}), sets the image's drawing of "
+                        "a theory value beside our theory value: a check that the image is read right, not a result "
+                        "of the run.")
+        else:
+            text.append(f"Not counted again: {where(r)} ({r['verdict']}) restates the fact of "
+                        f"{'; '.join(r['restates'])}.")
+    return text
 
 
 def number_rows(rows: list[dict]) -> list[dict]:
     """The comparison rows as ``numbers.json`` rows (key, quantity, paper, reproduced, abs_error, tolerance,
     verdict, and what the verdict applied: the signed ``difference``, the ``band``, the ``offset`` removed first, the
-    ``unresolved`` margin and the ``unit``, so that the report shows the band that was used); the key names the
-    published reading: ``published.<panel>.<what>``."""
+    ``unresolved`` margin and the ``unit``, so that the report shows the band that was used; ``checks_reading`` and
+    ``restates`` where the row is not counted, :func:`counted`); the key names the published reading:
+    ``published.<panel>.<what>``."""
     return [dict(key=".".join(["published"] + [slug(t) for t in (r["panel"], r["what"]) if t]),
                  quantity=f"published {r['figure']}" + (f", {r['panel']}" if r["panel"] else "") + f": {r['what']}",
                  paper=r["paper"], reproduced=r["reproduced"],
                  abs_error=abs(r["difference"]) if math.isfinite(r["difference"]) else None,
                  tolerance=r["tolerance"], standard_error=r.get("standard_error"), verdict=r["verdict"],
                  difference=r["difference"], band=r["band"], offset=r.get("offset") or 0.0,
-                 unresolved=r.get("unresolved") or 0.0, unit=r["unit"], **({"bound": True} if r.get("bound") else {}))
+                 unresolved=r.get("unresolved") or 0.0, unit=r["unit"], **({"bound": True} if r.get("bound") else {}),
+                 **({"checks_reading": True} if r.get("checks_reading") else {}),
+                 **({"restates": r["restates"]} if r.get("restates") else {}))
             for r in rows]
 
 

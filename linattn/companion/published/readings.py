@@ -41,7 +41,9 @@ class Reading:
     over loss levels between ``low`` and ``high``, of the steps by which this curve crosses each level after the
     curve ``"reference"`` does. ``value`` is a number or a ``(low, high)`` range; ``stated`` the reading's own ± where
     it is larger than a pixel. ``on_start``: a loss read on the first plateau, where the weights are still those of
-    the start (its sampling error is that of the initial weights' per-sequence losses)."""
+    the start (its sampling error is that of the initial weights' per-sequence losses). ``checks_reading``: the
+    image's drawing of a theory value (a dotted line) set beside our theory value: a check that the image is read
+    right, not a result of the run, so its verdict is shown but never counted as agreement."""
 
     panel: str
     what: str
@@ -51,6 +53,7 @@ class Reading:
     unit: str
     stated: float = 0.0
     on_start: bool = False
+    checks_reading: bool = False
 
     def sampled(self, last_step) -> str:
         """Which weights' per-sequence losses give this loss reading its sampling error: "start" (the value at step 0,

@@ -22,8 +22,14 @@ draw of the tokens goes through an SVD whose signs depend on the LAPACK library)
 * a digitisation **offset** shared by many readings (:func:`~linattn.companion.uncertainty.systematic_offset`) is
   measured, stated, and removed before the difference is judged.
 
-A figure that draws several seeds in one colour cannot tie its published crossings to seeds: our curves are paired
-with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing used once.
+A figure that draws several seeds in one colour cannot tie most of its published crossings to seeds: our curves are
+paired with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing used once. A
+crossing the image does tie to a seed (a line drawn twice, so with double ink) is compared with that seed alone
+(:func:`match_with_ties`).
+
+Two kinds of row keep their verdict but are not counted as evidence (:func:`linattn.companion.published.page.counted`):
+a *check of the reading* (:attr:`Reading.checks_reading`: the image's drawing of a theory value beside our theory
+value, which tests the reading, not the run) and a row that *restates* the fact of others (:func:`restating`).
 """
 
 from __future__ import annotations
@@ -198,6 +204,7 @@ def compare(readings: list[Reading], curves: dict, image: Image, steps=None, sam
                         ours, difference(ours, r.value), r.unit, r.tolerance(image), se, margin)
         s = sampling.get(r.curve)
         row["same_test_set"] = bool(s is not None and s.kind == "test" and s.same_draws and r.unit == "loss")
+        row["checks_reading"] = r.checks_reading
         rows.append(row)
     return rows
 
@@ -274,6 +281,32 @@ def match_one_to_one(ours: dict, crossings) -> list[tuple]:
     rows, cols = linear_sum_assignment(cost)
     pairs = {keys[i]: crossings[j] for i, j in zip(rows, cols)}
     return [(k, ours[k], pairs[k]) for k in keys if k in pairs]
+
+
+def match_with_ties(ours: dict, crossings, ties: dict) -> list[tuple]:
+    """Pair our curves' steps with the published crossings where the image ties some crossings to a curve: a curve
+    with a crossing of its own (``ties``: key → :class:`Crossing`, such as a seed whose line is drawn twice and so
+    carries double ink) is compared with that crossing, the same seed on both sides; the other curves are paired one
+    to one (:func:`match_one_to_one`) with ``crossings``, the crossings left once the tied lines are taken out.
+    Returns ``(key, step, crossing)`` in the order of ``ours``; a tie whose key is not among ``ours`` is unused."""
+    own = {k: ties[k] for k in ours if k in ties}
+    pairs = {k: (k, step, c) for k, step, c in match_one_to_one({k: v for k, v in ours.items() if k not in own},
+                                                                crossings)}
+    pairs.update({k: (k, ours[k], c) for k, c in own.items()})
+    return [pairs[k] for k in ours if k in pairs]
+
+
+def where(row: dict) -> str:
+    """How a page names a comparison row: "<panel>, <what>", or its ``what`` alone where it has no panel."""
+    return f"{row['panel']}, {row['what']}" if row["panel"] else row["what"]
+
+
+def restating(row: dict, facts: list[dict]) -> dict:
+    """``row`` marked as restating ``facts``, the rows that already state its fact (a count of curves still on a
+    plateau, say, that the pairing rows of that drop decide): it keeps its verdict, which the page shows with the
+    rows it restates (``restates``: their :func:`where`), and is not counted again
+    (:func:`linattn.companion.published.page.counted`)."""
+    return dict(row, restates=[where(r) for r in facts])
 
 
 def crossing_value(crossing: Crossing):
