@@ -30,6 +30,9 @@ _STYLE: dict[RcKeyType, Any] = {
     "axes.spines.right": False,
     "lines.linewidth": 1.4,
     "savefig.dpi": 150,
+    # figures are made at the PNG's dpi, so the text their layout measures (tight_layout) is measured by the renderer
+    # that draws the PNG (output.laid_out_once), once, not again at another dpi
+    "figure.dpi": 150,
     "svg.fonttype": "none",  # SVG keeps <text> elements (real, selectable text at its font size), not glyph paths
     "svg.hashsalt": "linattn",  # stable ids in the SVG output
 }
