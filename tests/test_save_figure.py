@@ -81,3 +81,40 @@ def test_saving_again_writes_the_same_files(tmp_path):
     assert first[0] == second[0] and first[2] == second[2]
     assert _clip_ids_numbered(first[1]) == _clip_ids_numbered(second[1])
     plt.close(fig)
+
+
+def _tight_figure(pad: float):
+    """One log-scale panel with mathtext labels, laid out by ``tight_layout`` (no engine left to run at saving), its
+    text ``pad`` font sizes from the figure's edge."""
+    use_style()
+    fig, ax = plt.subplots(figsize=(4.0, 3.0))
+    ax.plot([1, 10, 100, 1000], [1.0, 0.6, 0.4, 0.2])
+    ax.set_xscale("log")
+    ax.set_xlabel("step $t$")
+    fig.tight_layout(pad=pad)
+    return fig
+
+
+@pytest.mark.parametrize("pad", [1.08, 0.2])  # the padded box inside the figure; past its edge (filled with its face)
+def test_png_of_a_tight_figure_is_its_layout_draw_as_savefig_draws_it(tmp_path, pad):
+    fig = _tight_figure(pad)
+    png = FigureOutput("demo", tmp_path).save_figure(fig)[0]
+    w, h = _svg_size_pt(tmp_path / "demo" / "demo.svg")
+    saved = mpimg.imread(png)
+    assert abs(saved.shape[0] - h * PNG_DPI / 72) <= 1 and abs(saved.shape[1] - w * PNG_DPI / 72) <= 1
+    # the same box with its edges on whole pixels, as the PNG rounds them: savefig draws the very same pixels
+    import io
+
+    import numpy as np
+    from matplotlib.transforms import Bbox
+
+    from linattn.companion.output import laid_out_once
+
+    with laid_out_once(fig) as (bbox, pixels):
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=PNG_DPI, bbox_inches=Bbox(np.round(bbox.get_points() * PNG_DPI) / PNG_DPI
+                                                                      + 1e-9))
+    buf.seek(0)
+    assert pixels is not None and np.array_equal(np.round(mpimg.imread(buf) * 255).astype(np.uint8), pixels)
+    assert np.array_equal(np.round(saved * 255).astype(np.uint8), pixels)  # and a second save writes the same
+    plt.close(fig)

@@ -253,6 +253,17 @@ def _no_distributed_unless_imported():
                 del sys.modules[name]
 
 
+CSV_FLOAT = "%.8g"  # the digits a dataset's tidy CSV keeps
+
+
+def csv_floats(values) -> np.ndarray:
+    """The text of each float of ``values`` as ``DataFrame.to_csv(float_format=CSV_FLOAT)`` writes it (``CSV_FLOAT %
+    x``, and an empty cell for NaN), as an object array: a column of these is written as it is, and about twice as
+    fast as pandas formats the floats itself (a call per value)."""
+    return np.array(["" if x != x else CSV_FLOAT % x for x in np.asarray(values, dtype=np.float64).tolist()],
+                    dtype=object)
+
+
 FIGURE_FORMATS = ("png", "svg", "pdf")
 PNG_DPI = 150
 # Under these rcParams, ``set_layout_engine(None)`` means no engine (else it would pick one from them).
@@ -262,31 +273,78 @@ _NO_ENGINE: dict[RcKeyType, Any] = {"figure.autolayout": False, "figure.constrai
 @contextlib.contextmanager
 def laid_out_once(fig, dpi: float = PNG_DPI):
     """``fig`` laid out once, for saving in several formats: yields its tight bounding box (inches, padded by
-    ``savefig.pad_inches``), to be passed as ``bbox_inches`` to each ``savefig``, while its layout engine is off.
+    ``savefig.pad_inches``), to be passed as ``bbox_inches`` to each ``savefig``, and the PNG's pixels (or None),
+    while its layout engine is off.
 
     ``savefig(bbox_inches="tight")`` draws the figure twice per file: once to run the layout engine (constrained
     layout) and measure the text for the tight box, once to write. Each draw lays out every text anew in a fresh
-    renderer (mathtext is parsed again: most of the cost). Here the figure is drawn once, without output, at ``dpi``
-    (the PNG's renderer, as ``savefig`` would for the PNG), its box is measured, and the layout engine is switched off
-    so that each file is written by one draw at the axes positions that layout left. Every file shows the same layout
-    (before, each format laid out its text with its own font metrics). On leaving, the figure's engine and dpi are
-    as they were."""
+    renderer (mathtext is parsed again: most of the cost). Here the figure is drawn once at ``dpi`` on its own canvas
+    (the renderer its layout measured the text with, when the figure's dpi is ``dpi``), its box is measured, and the
+    layout engine is switched off so that each file is written by one draw at the axes positions that layout left.
+    That draw is the PNG's where it can be (:func:`_png_pixels`: the drawn pixels inside the box), so the PNG costs no
+    draw of its own. Every file shows the same layout. On leaving, the figure's engine and dpi are as they were."""
     import matplotlib as mpl
 
     engine, figure_dpi = fig.get_layout_engine(), fig.dpi
     fig.dpi = dpi
     try:
-        fig.draw_without_rendering()
-        bbox = fig.get_tightbbox().padded(mpl.rcParams["savefig.pad_inches"])
+        drawn = _draw_on_agg(fig)
+        tight = fig.get_tightbbox()
+        bbox = tight.padded(mpl.rcParams["savefig.pad_inches"])
+        pixels = _png_pixels(fig, tight, bbox) if drawn else None
     finally:
         fig.dpi = figure_dpi
     with mpl.rc_context(_NO_ENGINE):
         fig.set_layout_engine(None)
     try:
-        yield bbox
+        yield bbox, pixels
     finally:
         with mpl.rc_context(_NO_ENGINE):
             fig.set_layout_engine(engine)
+
+
+def _draw_on_agg(fig) -> bool:
+    """Draw ``fig``: rendered on its canvas where that is Agg's (the Agg and inline backends) and its layout is
+    settled (no layout engine left to run: ``tight_layout`` done or none), and True; else laid out without output
+    (its engine runs), and False. A first draw that runs constrained layout renders some lines' antialiasing a
+    little unlike every later draw, so such a figure's PNG is drawn by ``savefig``, as a second save would draw it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    engine = fig.get_layout_engine()
+    if isinstance(fig.canvas, FigureCanvasAgg) and (engine is None or isinstance(engine, PlaceHolderLayoutEngine)):
+        fig.canvas.draw()
+        return True
+    fig.draw_without_rendering()
+    return False
+
+
+def _png_pixels(fig, tight, bbox):
+    """The RGBA pixels inside ``bbox`` (inches; ``tight`` padded) of ``fig`` as its Agg canvas has just drawn it,
+    the part of the box past the figure's edge (the padding around text that comes close to it) filled with the
+    figure's face colour, as ``savefig(bbox_inches=bbox)`` fills it. None where savefig would show what the canvas
+    does not hold: artists past the figure's edge (``tight`` reaching past it), or a background that is not the
+    figure's own opaque face without a frame (``savefig.facecolor``/``edgecolor`` other than "auto",
+    ``savefig.transparent``, a translucent face, a drawn edge). The box's edges are rounded to whole pixels, so the
+    image is shifted by less than half a pixel from savefig's."""
+    import matplotlib as mpl
+    from matplotlib.colors import to_rgba
+
+    face = to_rgba(fig.get_facecolor())
+    if (mpl.rcParams["savefig.transparent"] or face[3] < 1.0 or fig.patch.get_linewidth() > 0
+            or any(mpl.rcParams[f"savefig.{k}"] != "auto" for k in ("facecolor", "edgecolor"))):
+        return None
+    width, height = fig.canvas.get_width_height(physical=True)
+    if tight.x0 < 0 or tight.y0 < 0 or tight.x1 * fig.dpi > width or tight.y1 * fig.dpi > height:
+        return None
+    x0, x1 = (int(round(x * fig.dpi)) for x in (bbox.x0, bbox.x1))
+    top, bottom = (int(round(height - y * fig.dpi)) for y in (bbox.y1, bbox.y0))
+    out = np.empty((bottom - top, x1 - x0, 4), dtype=np.uint8)
+    out[...] = np.round(np.multiply(face, 255))
+    rows, cols = slice(max(top, 0), min(bottom, height)), slice(max(x0, 0), min(x1, width))
+    out[rows.start - top:rows.stop - top, cols.start - x0:cols.stop - x0] = \
+        np.asarray(fig.canvas.buffer_rgba())[rows, cols]
+    return out
 
 
 class FigureOutput:
@@ -309,13 +367,18 @@ class FigureOutput:
         stable. The SVG (the image the book shows) always keeps its text as ``<text>`` elements (``svg.fonttype:
         none``), so the page shows real text at its font size (``tests/readability.py`` checks those sizes)."""
         import matplotlib as mpl
+        import matplotlib.image
 
         metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
         paths = []
-        with mpl.rc_context({"svg.fonttype": "none"}), laid_out_once(fig, PNG_DPI) as bbox:
+        with mpl.rc_context({"svg.fonttype": "none"}), laid_out_once(fig, PNG_DPI) as (bbox, pixels):
             for fmt in FIGURE_FORMATS:
                 buf = io.BytesIO()
-                fig.savefig(buf, format=fmt, dpi=PNG_DPI, bbox_inches=bbox, metadata=metadata[fmt])
+                if fmt == "png" and pixels is not None:  # what savefig's PNG writer does with the drawn pixels
+                    matplotlib.image.imsave(buf, pixels, format="png", origin="upper", dpi=PNG_DPI,
+                                            metadata=metadata[fmt])
+                else:
+                    fig.savefig(buf, format=fmt, dpi=PNG_DPI, bbox_inches=bbox, metadata=metadata[fmt])
                 path = self.path(f"{stem or self.name}.{fmt}")
                 atomic_write(path, lambda f, b=buf: f.write(b.getvalue()), binary=True)
                 paths.append(path)
@@ -361,8 +424,10 @@ class FigureOutput:
             ds.to_netcdf(tmp, engine="h5netcdf")
         curves = [v for v in ds.data_vars if "step" in ds[v].dims] or list(ds.data_vars)
         table = ds[curves].to_dataframe().dropna(how="all").reset_index()
+        for column in table.columns[[dtype.kind == "f" for dtype in table.dtypes]]:
+            table[column] = csv_floats(table[column].to_numpy())
         path = self.path(f"{stem}.csv")
-        atomic_write(path, lambda f: table.to_csv(f, index=False, float_format="%.8g", lineterminator="\n"))
+        atomic_write(path, lambda f: table.to_csv(f, index=False, float_format=CSV_FLOAT, lineterminator="\n"))
         return path
 
     def save_numbers(self, rows: list[dict]) -> NumbersTable:

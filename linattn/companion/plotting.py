@@ -30,6 +30,9 @@ _STYLE: dict[RcKeyType, Any] = {
     "axes.spines.right": False,
     "lines.linewidth": 1.4,
     "savefig.dpi": 150,
+    # figures are made at the PNG's dpi, so the text their layout measures (tight_layout) is measured by the renderer
+    # that draws the PNG (output.laid_out_once), once, not again at another dpi
+    "figure.dpi": 150,
     "svg.fonttype": "none",  # SVG keeps <text> elements (real, selectable text at its font size), not glyph paths
     "svg.hashsalt": "linattn",  # stable ids in the SVG output
 }
@@ -42,6 +45,15 @@ def use_style() -> None:
     import matplotlib as mpl
 
     mpl.rcParams.update(_STYLE)
+
+
+def top_title(ax, text: str, **style):
+    """``ax``'s title ``text`` at its top edge (``axes.titlepad`` above it), placed once. Left to place itself,
+    matplotlib checks at every draw, for each title, whether tick labels, an axis label or an axis' offset text of
+    the axes (or its twins and secondary axes) sit up there, which measures their y axes again (a fifth to a third of
+    a panel figure's drawing); for axes with nothing above their top spine it then puts the title at exactly this
+    place. Use it only for such axes."""
+    return ax.set_title(text, y=1.0, **style)
 
 
 def loss_figure(history, title: str = ""):
@@ -274,7 +286,7 @@ def loss_panel(ax, step, curves, levels, *, log_steps: bool = False, mark_step=N
     if mark_step is not None:
         ax.axvline(mark_step + (1.0 if log_steps else 0.0), color="tab:red", linestyle="--", linewidth=0.9)
     if title:
-        ax.set_title(title)
+        top_title(ax, title)
     ax.set_xlabel("step + 1 (log scale)" if log_steps else "step")
     theory_axis(ax, levels, plateau_labels(len(levels)))
     return ax

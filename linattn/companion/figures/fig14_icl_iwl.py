@@ -22,7 +22,7 @@ from .. import presets, published, uncertainty
 from ..commands import train_command
 from ..output import MarkdownTable, prose_text
 from ..output import words as list_words
-from ..plotting import panel_grid, theory_lines
+from ..plotting import panel_grid, theory_lines, top_title
 from ..published.readings import Image, Reading
 from .common import end_point, preset_blocks
 from .common.attn_s_run import describe, join
@@ -281,7 +281,7 @@ def plot_condensed(ds):
             ax.plot(step, ds[var].sel(icl=c).values, color=colour, label=f"c = {float(c):g}")
     theory_lines(axes[2], [float(ds.loss_star)], ["$L^*$"])
     for ax, title in zip(axes, ["training loss / start", "in-weight test loss", "in-context test loss"]):
-        ax.set_title(title)
+        top_title(ax, title)
         ax.set_xlabel("step")
         ax.set_xlim(step[0], step[-1])
         ax.set_ylim(0, 2.3)
@@ -478,7 +478,7 @@ def plot_panels(step, curves: dict, *, landmarks: dict | None = None, L_star: fl
             ax.errorbar(mark["step"], mark["loss"], xerr=mark.get("step_pm") or None, fmt="o", markersize=4.5,
                         markerfacecolor="white", markeredgecolor=colour, markeredgewidth=1.1, ecolor=colour,
                         elinewidth=1.0, capsize=0, zorder=3, clip_on=False)
-        ax.set_title(f"$c = {c:.3g}$")
+        top_title(ax, f"$c = {c:.3g}$")
         ax.set_xlim(step[0], step[-1])
         ax.set_ylim(*ylim)
     for i, ax in enumerate(axes):

@@ -24,6 +24,7 @@ from ...weights import model_weights
 from .. import presets
 from ..output import ESTIMATE, MarkdownTable
 from ..output import words as list_words
+from ..plotting import top_title
 from ..published.rules import slug
 from ..runstore import population_twin
 from .common import preset_blocks
@@ -301,7 +302,7 @@ def plot(ds):
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("training loss")
-        ax.set_title("ATTN_M" if k == "attn_m" else f"ATTN_S ({said['heads_s']}, rank {said['R_s']})")
+        top_title(ax, "ATTN_M" if k == "attn_m" else f"ATTN_S ({said['heads_s']}, rank {said['R_s']})")
         ax.legend(loc="upper right" if k == "attn_m" else "lower left", ncols=2, handlelength=1.2,
                   columnspacing=0.8)
         ax = axes[1, col]

@@ -6,13 +6,17 @@ Used by the phase diagram (every cell) and by Figure 14 (each panel)."""
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
-from ....models import build_model
-from ....objectives.base import Moments, feature_batches
-from ....objectives.population import mixture_moments
+import numpy as np
+
 from .phase import FLAT, quadratic_loss, triple
+
+if TYPE_CHECKING:
+    import torch
+
+# torch and the objectives are imported where they are used: a page that imports this module imports torch only
+# once it computes (inside frame.build, whose garbage collection settings make the import cheaper)
 
 TESTS = ("test_iwl", "test_icl")
 
@@ -20,6 +24,11 @@ TESTS = ("test_iwl", "test_icl")
 def data_moments(result, seqs) -> tuple:
     """(E[TTᵀ], E[yT], E[y²]) of the sequences ``seqs`` on ATTN_M's features (the exact engine's quadratic form, as
     ``Exact.from_data`` accumulates it, without its check that the model is linear in them: ATTN_M is)."""
+    import torch
+
+    from ....models import build_model
+    from ....objectives.base import Moments, feature_batches
+
     model = build_model("attnM", result.init, dtype=torch.float64)
     with torch.no_grad():
         return triple(Moments.accumulate(feature_batches(model, seqs, vary_len=False,
@@ -30,6 +39,8 @@ def sequence_features(seqs, normalize: str) -> torch.Tensor:
     """ATTN_M's features T of each sequence of ``seqs`` (``models.attention_features`` at the token scale of
     ``normalize``), (P, F), in float64: a linear attention model's prediction is ŷ = ⟨combined(), T⟩ whatever its
     weights, so one set's features serve every set of weights."""
+    import torch
+
     from ....models import attention_features
     from ....normalization import token_scale
 
@@ -40,6 +51,8 @@ def sequence_features(seqs, normalize: str) -> torch.Tensor:
 def per_sequence_losses(model, seqs, features: torch.Tensor) -> np.ndarray:
     """(ŷ − y)² of each sequence of ``seqs`` for the linear attention ``model``, ŷ = ⟨combined(), T⟩ on the
     sequences' ``features`` T (:func:`sequence_features`): the terms whose mean is its loss on that set."""
+    import torch
+
     with torch.no_grad():
         out = (features @ model.combined().to(torch.float64)).numpy()
     return (out - np.asarray(seqs.y, dtype=np.float64)) ** 2
@@ -47,6 +60,8 @@ def per_sequence_losses(model, seqs, features: torch.Tensor) -> np.ndarray:
 
 def train_moments(result) -> tuple:
     """The moments of a run's training loss: its training set's, or the mixture's at P = ∞."""
+    from ....objectives.population import mixture_moments
+
     cfg, data = result.config, result.datasets
     if cfg.trainset_size is None:
         return triple(mixture_moments("attention", data.cov, cfg.seq_len, icl=cfg.icl, w_fix=data.w_fix,

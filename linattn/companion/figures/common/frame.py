@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import time
 import types
@@ -90,6 +91,27 @@ def figure(name: str, S: dict, out_dir=None):
     page = FigurePage(name, S, out_dir)
     yield page
     page._finish()
+
+
+#: How many allocations (net of frees) of container objects the cyclic garbage collector lets pass before it runs,
+#: while a page is built; Python's default is 700.
+PAGE_GC_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def fewer_collections(threshold: int = PAGE_GC_THRESHOLD):
+    """The cyclic garbage collector run less often: its youngest generation every ``threshold`` allocations instead
+    of Python's 700 (the older generations' counts as they were). A page allocates millions of small objects (the
+    torch import, the runs' histories, matplotlib's artists) beside hundreds of thousands that live as long as the
+    process, and each run of the older generations walks all of these again to find almost no garbage: about 0.4 s
+    of CPU of a page (measured with ``gc.callbacks``: 0.6–0.7 s of collections at 700, 0.2 s at 50 000). Garbage
+    in reference cycles is still collected, a little later. The thresholds are restored on leaving."""
+    before = gc.get_threshold()
+    gc.set_threshold(threshold, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +203,8 @@ def build(fig, namespace: dict, *, more_plots: tuple[str, ...] = (), **inputs) -
         if resolved.runs is not None and isinstance(declared.runs, Once):
             declared.runs.give(S, resolved.runs)
     # a page with no settings of its own (one that reads the others') records the preset it was built at
-    with figure(declared.NAME, S or {"preset": namespace["preset"]}, namespace.get("out_dir")) as page:
+    with fewer_collections(), figure(declared.NAME, S or {"preset": namespace["preset"]},
+                                     namespace.get("out_dir")) as page:
         if declared.write_page is not None:
             ds, table, said = declared.write_page(S, page)
         elif declared.compute is None or declared.words is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....objectives.population import mixture_moments
 from ... import uncertainty
 
 #: The settled criterion's defaults: a test loss moved less than TOLERANCE (relative to its final value) over the last
@@ -148,6 +147,8 @@ def task_moments(cov, w_fix, *, seq_len: int, normalize: str) -> tuple[tuple, tu
     """The population moments (E[TTᵀ], E[yT], E[y²]) of the sequences with the fixed task (context labels w_fixᵀx)
     and of those with a fresh task: the training mixture at any c > 0 is (1 − c)·fixed + c·fresh. (At c = 0 the
     training sequences carry noise context labels instead, another recipe.)"""
+    from ....objectives.population import mixture_moments  # imports torch: only where the moments are computed
+
     fresh, half = (triple(mixture_moments("attention", cov, seq_len, icl=c, w_fix=w_fix,
                                            normalize=normalize)) for c in (1.0, 0.5))
     (tt_half, yt_half, yy_half), (tt_fresh, yt_fresh, yy_fresh) = half, fresh
