@@ -610,6 +610,7 @@ def drop_lag(loss: ArrayLike, reference: ArrayLike, levels: ArrayLike, steps: Ar
     L(M_d) (:func:`drop_steps`, ``levels`` = L(M_0) … L(M_D)), and the gap between their plateau levels at each
     saddle (:func:`saddle_levels`). On a steep fall a lag of a few steps is a large gap in loss at one step, so two
     curves are compared here at the same level, never at the same step."""
+    levels = np.asarray(levels, dtype=float)
     a, b = drop_steps(loss, levels, steps), drop_steps(reference, levels, steps)
     return DropLag(steps=a, reference_steps=b, lag=a - b,
                    level_gap=saddle_levels(loss, levels, steps=steps) - saddle_levels(reference, levels, steps=steps))

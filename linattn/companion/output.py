@@ -332,7 +332,7 @@ def _png_pixels(fig, tight, bbox):
 
     face = to_rgba(fig.get_facecolor())
     if (mpl.rcParams["savefig.transparent"] or face[3] < 1.0 or fig.patch.get_linewidth() > 0
-            or any(mpl.rcParams[f"savefig.{k}"] != "auto" for k in ("facecolor", "edgecolor"))):
+            or mpl.rcParams["savefig.facecolor"] != "auto" or mpl.rcParams["savefig.edgecolor"] != "auto"):
         return None
     width, height = fig.canvas.get_width_height(physical=True)
     if tight.x0 < 0 or tight.y0 < 0 or tight.x1 * fig.dpi > width or tight.y1 * fig.dpi > height:
@@ -376,7 +376,7 @@ class FigureOutput:
                 buf = io.BytesIO()
                 if fmt == "png" and pixels is not None:  # what savefig's PNG writer does with the drawn pixels
                     matplotlib.image.imsave(buf, pixels, format="png", origin="upper", dpi=PNG_DPI,
-                                            metadata=metadata[fmt])
+                                            metadata=metadata[fmt])  # type: ignore[arg-type]  # None: no key
                 else:
                     fig.savefig(buf, format=fmt, dpi=PNG_DPI, bbox_inches=bbox, metadata=metadata[fmt])
                 path = self.path(f"{stem or self.name}.{fmt}")
