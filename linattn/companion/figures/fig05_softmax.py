@@ -665,9 +665,10 @@ def matched_time_words(label: str, m: MatchedTime, ours: int) -> str:
         return _and([f"{L:.3f} at {s:.0f}" for s, L in p]) if len(p) else "nowhere"
 
     n, k = len(m.steps), len(m.check_steps)
+    theirs = f" {at(m.check_steps)} in the main run's steps" if k else ""
     text = (f"At the same gradient-flow time (learning rate × step), as far as both runs go (the main run's step "
-            f"{m.reach:.0f}), {label} makes {_count(k, 'drop')} {at(m.check_steps)} in the main run's steps against "
-            f"the main run's {n} {at(m.steps)}".replace("  ", " "))
+            f"{m.reach:.0f}), {label} makes {_count(k, 'drop')}{theirs} against the main run's {_count(n, 'drop')}"
+            + (f" {at(m.steps)}" if n else ""))
     if len(m.pauses) or len(m.check_pauses):
         text += f", pauses at loss {paused(m.check_pauses)} against {paused(m.pauses)}"
     text += f", and is at loss {m.check_loss:.3f} where the main run is at {m.loss:.3f}."
