@@ -256,6 +256,23 @@ def test_a_drop_count_holds_only_when_every_check_finds_it():
     assert "and still falling" in still and "cannot be told from these runs" in still
 
 
+def test_the_single_drop_verdict_on_a_count_that_rests_on_its_cuts():
+    """A count whose verdict on "a single drop" would change with the cuts moved is "cannot tell"; one that keeps its
+    verdict at the moved cuts keeps it; the claim's reason then names the split near its cut."""
+    from linattn.analysis import loss_curves
+    from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS
+
+    assert fig05.single_drop_verdict(2, True) == DIFFERS and fig05.single_drop_verdict(2, True, (2, 3)) == DIFFERS
+    assert fig05.single_drop_verdict(2, True, (1, 2)) == CANNOT_TELL  # one drop at stricter cuts
+    assert fig05.single_drop_verdict(1, True, (1, 1)) == AGREES and fig05.single_drop_verdict(1, True, (1, 2)) == (
+        CANNOT_TELL)
+    assert fig05.single_drop_verdict(1, False, (1, 1)) == CANNOT_TELL
+    loss = _two_drops(1000, 1140, np.arange(3000.0))  # a split at a dip of ~31 %, near the 1/3 cut
+    claim = fig05.single_drop_claim(loss_curves.count_drops(loss), moved=fig05.moved_cut_counts(loss))
+    assert claim.verdict == CANNOT_TELL and "The count is marginal: the split at step" in claim.reason
+    assert fig05.single_drop_claim(loss_curves.count_drops(loss)).verdict == DIFFERS  # without the moved counts
+
+
 def test_a_count_near_its_cuts_is_called_marginal():
     """A split whose dip is within a quarter of the 1/3 cut, and a drop within a quarter of the 10 % least share, are
     each named; a count that moves when both cuts move is given as a range; a count far from its cuts is not."""

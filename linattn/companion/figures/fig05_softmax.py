@@ -207,7 +207,8 @@ def _fall(ds, run: str):
 def checks(ds) -> list[dict]:
     """ATTN_M's check runs as ``single_drop_claim`` takes them: label, drops counted
     (:func:`_fall`), their steps, whether the run settled, the step scale (the run's learning rate over the main
-    run's), the last loss and, for a run at another learning rate, its comparison with the main run at the same
+    run's), the last loss, the counts with both cuts moved (``moved``: :func:`moved_cut_counts`) and, for a run at
+    another learning rate, its comparison with the main run at the same
     gradient-flow time (``matched``: :func:`matched_time`)."""
     lr = float(_runs(ds)["attn_m"]["lr"])
     main = ds.train_loss.sel(model="attn_m").dropna("step")
@@ -215,7 +216,7 @@ def checks(ds) -> list[dict]:
     for c in ds.check.values:
         d, loss, scale = _fall(ds, c), ds.check_loss.sel(check=c).dropna("step"), float(ds.check_lr.sel(check=c)) / lr
         one = dict(label=str(c), drops=len(d), drop_steps=d.steps, settled=d.settled, pause_losses=d.pause_losses,
-                   step_scale=scale, final=float(loss[-1]))
+                   step_scale=scale, final=float(loss[-1]), moved=_moved(ds, c))
         if scale != 1:
             one["matched"] = matched_time(main.step.values, main.values, _fall(ds, "attn_m"),
                                           loss.step.values, loss.values, d, scale)
@@ -235,7 +236,7 @@ def claims(ds) -> list:
     otherwise)."""
     if not ds.attrs["published"]:
         return []
-    return [single_drop_claim(_fall(ds, "attn_m"), checks(ds), lr_scale=lr_scale(ds))]
+    return [single_drop_claim(_fall(ds, "attn_m"), checks(ds), lr_scale=lr_scale(ds), moved=_moved(ds, "attn_m"))]
 
 
 def numbers(ds) -> list[dict]:
@@ -262,7 +263,7 @@ def numbers(ds) -> list[dict]:
                                      "a single drop)" if paper else ""),
                          paper=paper, reproduced=n,
                          verdict=None if paper is None else single_drop_verdict(
-                             n, _fall(ds, c).settled)))
+                             n, _fall(ds, c).settled, _moved(ds, c))))
     made = claims(ds)
     claimed = {c.counted for c in made}  # a count the paper's text states is written once: as its claim
     return [r for r in rows if r["quantity"] not in claimed] + [c.row() for c in made]
@@ -431,7 +432,7 @@ def words(ds) -> dict:
         lead += ("; at the published sizes, with n times the published learning rates, ATTN_S learns in a "
                  "staircase, as linear attention does, and ATTN_M's fall slows between drops (the paper describes "
                  "a single drop)")
-        draws = {single_drop_verdict(c["drops"], c["settled"])
+        draws = {single_drop_verdict(c["drops"], c["settled"], c.get("moved", ()))
                  for c in checks(ds) if c["step_scale"] == 1}
         if draws == {AGREES}:
             lead += ", but at the other seeds checked it falls in a single drop: the extra drop belongs to this draw"
@@ -482,15 +483,21 @@ def plot(ds):
 PUBLISHED_ATTN_M_DROPS = 1
 
 
-def single_drop_verdict(drops: int, settled: bool) -> str:
+def single_drop_verdict(drops: int, settled: bool, moved=()) -> str:
     """The paper's "a single drop" against a count of drops (``loss_curves.count_drops``): more than one differs
     however the run ends (a drop made stays made); one agrees, and none differs, only in a run that has settled
-    (else a later drop may still come: cannot tell)."""
-    if drops > PUBLISHED_ATTN_M_DROPS:
-        return DIFFERS
-    if not settled:
-        return CANNOT_TELL
-    return AGREES if drops == PUBLISHED_ATTN_M_DROPS else DIFFERS
+    (else a later drop may still come: cannot tell). ``moved``: the counts with the rule's cuts moved
+    (:func:`moved_cut_counts`); where one of them would give another verdict, the verdict rests on where a cut lies:
+    cannot tell."""
+    def one(n: int) -> str:
+        if n > PUBLISHED_ATTN_M_DROPS:
+            return DIFFERS
+        if not settled:
+            return CANNOT_TELL
+        return AGREES if n == PUBLISHED_ATTN_M_DROPS else DIFFERS
+
+    found = {one(int(n)) for n in (drops, *moved)}
+    return found.pop() if len(found) == 1 else CANNOT_TELL
 
 
 def drops_words(drops) -> str:
@@ -564,7 +571,7 @@ def near_cut_words(drops, stricter: int, looser: int, dip: float = loss_curves.D
     return f"The count is marginal: {', and '.join(parts)}."
 
 
-def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0) -> Claim:
+def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0, moved=()) -> Claim:
     """The paper's claim for softmax ATTN_M: its loss falls in a single drop. ``drops``: what
     ``loss_curves.count_drops`` found in our training loss (the count, each drop's step and share of the fall, the
     slow stretches between drops, whether the run settled); the verdict is :func:`single_drop_verdict`.
@@ -572,13 +579,16 @@ def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0) -> Claim:
     ``checks``: the same model run again (other seeds, a smaller learning rate), each ``{"label", "drops",
     "drop_steps", "settled", "step_scale"[, "final"]}`` (``step_scale``: the run's learning rate over the main
     run's, so that step × scale is the same gradient-flow time; ``final``: its last loss); the reason then says what
-    the checks show (:func:`check_words`)."""
+    the checks show (:func:`check_words`). ``moved``: the counts with both cuts moved (:func:`moved_cut_counts`);
+    the reason then says where the count is marginal (:func:`near_cut_words`)."""
     paper, ours = PUBLISHED_ATTN_M_DROPS, len(drops)
     scaled = f" at {lr_scale:g}× the published learning rates" if lr_scale != 1 else ""
     claim, counted = "a single drop", f"softmax ATTN_M{scaled}: drops counted"
-    verdict = single_drop_verdict(ours, drops.settled)
+    verdict = single_drop_verdict(ours, drops.settled, moved)
+    near = near_cut_words(drops, *moved) if moved else ""
     reason = (f"Counted from the fall rate, the loss falls in {drops_words(drops)}"
               + ("." if drops.settled else "; it is still falling at the end of the run.")
+              + (f" {near}" if near else "")
               + (f" The run trains at {lr_scale:g} times the published learning rates, so this verdict is one on "
                  "that run, not at the published settings." if lr_scale != 1 else ""))
     if checks:
@@ -707,7 +717,8 @@ def check_words(ours: int, checks) -> str:
         if not group:
             continue
         what = "a smaller step" if kind == "step" else "other draws"
-        single = "; ".join(f"{c['label']} {single_drop_verdict(int(c['drops']), c['settled'])}" for c in group)
+        single = "; ".join(f"{c['label']} {single_drop_verdict(int(c['drops']), c['settled'], c.get('moved', ()))}"
+                           for c in group)
         said = (f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)} (against the paper's "
                 f"single drop: {single}). ")
         if kind == "step":
