@@ -212,9 +212,8 @@ def growth_words(ds) -> str:
                      f"overlap{'' if one else 's'} {_start_overlaps(ds, near)} at step 0 "
                      f"{'it passes' if one else 'they pass'} {aligned} at step{'' if one else 's'} "
                      f"{at('aligned_step', near, '.0f')}, at {_times(ds, near)} (under {ds.attrs['ungrown']:g}: "
-                     f"before {its} output had grown), so {'it was' if one else 'they were'} aligned from nearly the "
-                     f"start: only the cut of {aligned} parts {'it' if one else 'them'} from a head aligned from the "
-                     "start")
+                     f"before {its} output had grown): aligned from nearly the start, parted only by the cut of "
+                     f"{aligned} from a head aligned from the start")
     if early := by.get("aligned while small", []):
         one = len(early) == 1
         its = "its" if one else "their"
