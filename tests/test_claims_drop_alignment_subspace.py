@@ -111,6 +111,25 @@ def test_alignment_against_growth_on_constructed_heads():
     assert g.growth_when_aligned == pytest.approx(risen[g.aligned_step // 10] / 1e-6) and g.growth_when_aligned > 100
     assert events.alignment_against_growth(early, np.where(step == 0, 0.0, risen), step,
                                            aligned=0.9).growth_when_aligned is None  # no multiple of a zero start
+    # the referee's head of e₁: 0.88 at the start, past the 0.9 cut at 1.4 × its starting output scale — aligned from
+    # nearly the start; the same start past the cut only after growing 500-fold is aligned while small; a head that
+    # turns from far off (0.2) before it grows at all aligned while small too: it did turn
+    near = np.concatenate([np.linspace(0.88, 0.99, 12), np.full(88, 0.99)])  # past 0.9 at index 3 (0.91)
+    slow = np.concatenate([np.linspace(1e-3, 1.4e-3, 5), np.geomspace(1.4e-3, 1.0, 95)])
+    g = events.alignment_against_growth(near, slow, step, aligned=0.9)
+    assert g.aligned_step == 30 and g.growth_when_aligned < 2 and g.verdict(0.9) == "aligned from nearly the start"
+    late_near = np.concatenate([np.full(25, 0.88), np.full(75, 0.99)])  # past the cut at index 25, grown by then
+    g = events.alignment_against_growth(late_near, risen, step, aligned=0.9)
+    assert g.growth_when_aligned > 2 and g.verdict(0.9) == "aligned while small"
+    g = events.alignment_against_growth(early, grows, step, aligned=0.9)  # 0.2 → 0.95 at its starting size
+    assert g.growth_when_aligned < 2 and g.verdict(0.9) == "aligned while small"
+    # at the edges: an overlap just under 0.9 × the cut, or an output just at twice its start, is not "nearly"
+    edge = np.concatenate([[0.8099], np.full(99, 0.99)])
+    assert events.alignment_against_growth(edge, slow, step, aligned=0.9).verdict(0.9) == "aligned while small"
+    doubled = np.concatenate([[1.0], np.full(98, 2.0), [100.0]])  # twice its start from index 1, then grows
+    assert events.alignment_against_growth(near, doubled, step, aligned=0.9).verdict(0.9) == "aligned while small"
+    assert events.alignment_against_growth(near, doubled * 0.999 + 0.001, step, aligned=0.9).verdict(0.9) == (
+        "aligned from nearly the start")
     # a head that grows and then hands its direction over (shrinks) is measured against its largest size
     handed = np.concatenate([grows, np.full(20, 0.05)])
     assert np.nanmax(events.scale_fraction(handed[:, None])) == 1.0
@@ -314,7 +333,8 @@ def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
         assert float(ds.overlap_when_grown.sel(direction=d)) == o[g]
         assert float(ds.size_when_aligned.sel(direction=d)) == pytest.approx(v[a])
         assert float(ds.growth_when_aligned.sel(direction=d)) == pytest.approx(out[a, h] / out[0, h])
-        verdict = ("aligned from the start" if o[0] > aligned else
+        nearly = o[0] >= ds.attrs["nearly_aligned"] * aligned and out[a, h] / out[0, h] < ds.attrs["ungrown"]
+        verdict = ("aligned from the start" if o[0] > aligned else "aligned from nearly the start" if nearly else
                    "aligned while small" if a <= g else "grew before it aligned")
         assert ds.growth_verdict.sel(direction=d).item() == verdict
         verdicts[verdict] = verdicts.get(verdict, []) + [(o, v, a, g, out[a, h] / out[0, h])]
@@ -323,6 +343,9 @@ def test_alignment_claims_by_a_second_route(case, store, monkeypatch):
         assert f"{o[g]:.2g}" in words
     for o, v, a, g, f in verdicts.get("aligned from the start", []):
         assert f"{o[0]:.2f}" in words
+    for o, v, a, g, f in verdicts.get("aligned from nearly the start", []):  # its start, its step, its growth
+        assert f"{o[0]:.2f} (key" in words and f"{steps[a]:.0f}" in words and f"{f:.2g}" in words
+        assert "aligned from nearly the start" in words
     early = verdicts.get("aligned while small", [])
 
     def listed(x: list) -> str:  # each head's value in the order learned, two significant digits, whole from 10

@@ -148,7 +148,8 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert np.isfinite(ds.check_loss.sel(check=fig05.HALF_LR).values).sum() == 50
     rows = keyed(fig05.numbers(ds))
     assert set(rows) == {"drops.attn_m", "final_loss.attn_m", "drops.attn_s", "final_loss.attn_s",
-                         "drops.attn_m.check.seed_11", "drops.attn_m.check.half_the_learning_rate"}
+                         "drops.attn_m.check.seed_11", "drops.attn_m.check.half_the_learning_rate",
+                         *(f"drops.{k}.{way}" for k in fig05.MODELS for way in ("stricter", "looser"))}
     assert len(fig05.table(ds).rows) == 4  # a row for each model and each check
     assert all(r["paper"] is None for r in rows.values()) and fig05.claims(ds) == []
     assert "paper" not in fig05.table(ds).columns
@@ -156,7 +157,8 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert rows["final_loss.attn_s"]["theory"] == pytest.approx(float(ds.plateau_theory.sel(model="attn_s", m=3)))
     # every run's drops are counted from the fall rate, one step per drop (ATTN_S's at a finer window)
     assert rows["drops.attn_s"]["reproduced"] == int(ds.fall_drops.sel(run="attn_s"))
-    assert max(int(np.isfinite(ds.plateau_level.sel(model="attn_s")).sum()) - 1, 0) == int(ds.drops.sel(model="attn_s"))
+    assert "drops" not in ds and "drop_step" not in ds  # one count of drops: no second classifier's count stored
+    assert rows["drops.attn_s.stricter"]["reproduced"] == int(ds.fall_drops_stricter.sel(run="attn_s"))
     assert list(ds.run.values) == ["attn_m", "attn_s", "seed 11", fig05.HALF_LR]
     assert rows["drops.attn_m"]["reproduced"] == int(ds.fall_drops.sel(run="attn_m"))
     for run in ds.run.values:
@@ -183,25 +185,126 @@ def test_fig05_at_settings_the_paper_never_used_and_the_claim_at_the_published_o
     assert fig05.words(ds)["caption_lead"].startswith("The paper's Figure 5, reproduced")
 
 
-def test_a_drop_count_holds_only_when_every_check_finds_it():
-    """The check runs' verdict on the main run's count: it holds where every settled check finds it, does not where
-    one finds more (or fewer and has settled), and cannot be told where a check with fewer drops is still falling."""
+def _two_drops(first: float, second: float, steps) -> np.ndarray:
+    """A loss with two sigmoid drops (1 → 0.6 at ``first``, 0.6 → 0.2 at ``second``) over ``steps``."""
+    return 1 - 0.4 / (1 + np.exp(-(steps - first) / 20)) - 0.4 / (1 + np.exp(-(steps - second) / 20))
+
+
+def _matched(main_drops: tuple, check_drops: tuple, main_end=2000, check_end=2000, scale=0.5):
+    """A main run and a check at ``scale`` times its learning rate, each with its drops at the given main-run steps
+    (the check's drawn at its own steps, step / scale), compared at the same gradient-flow time."""
+    from linattn.analysis import loss_curves
+
+    x, xc = np.arange(main_end + 1.0), np.arange(check_end + 1.0)
+    main = 1 - sum(0.8 / len(main_drops) / (1 + np.exp(-(x - t) / 20)) for t in main_drops)
+    check = 1 - sum(0.8 / len(check_drops) / (1 + np.exp(-(xc * scale - t) / 20 * scale)) for t in check_drops)
+    return fig05.matched_time(x, main, loss_curves.count_drops(main), xc, check, loss_curves.count_drops(check),
+                              scale)
+
+
+def test_a_smaller_step_is_compared_at_the_same_gradient_flow_time():
+    """The run at half the learning rate is read at step × ½ beside the main run, only as far as both go: the same
+    drops there hold (AGREES), one more differs, one fewer in a run still falling cannot be told, and a main-run drop
+    after the check's reach cannot be told either."""
     from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS
 
+    same = _matched((500, 1200), (505, 1190), main_end=3000, check_end=3000)  # the check reaches main step 1500
+    assert same.reach == 1500 and np.allclose(same.check_steps, [505, 1190], atol=1)  # midpoints between samples
+    assert np.allclose(same.steps, [500, 1200], atol=1) and same.later.size == 0 and same.end == 3000
+    assert same.check_loss == pytest.approx(same.loss, abs=1e-3)
+    assert fig05.step_size_holds(same) == AGREES
+    text = fig05.matched_time_words("half", same, 2)
+    said = " and ".join(f"{x:.0f}" for x in same.check_steps)
+    assert "as far as both runs go (the main run's step 1500)" in text and f"{said} in the main run's" in text
+    assert "holds with a smaller step as far as that run goes; the main run goes on to step 3000" in text
+    assert fig05.step_size_holds(_matched((500, 1200), (400, 800, 1200), main_end=3000, check_end=3000)) == DIFFERS
+    lagging = _matched((500, 1200), (500,), main_end=3000, check_end=3000)._replace(check_settled=False)
+    assert fig05.step_size_holds(lagging) == CANNOT_TELL
+    assert (f"whether it makes the main run's drop at step {lagging.steps[1]:.0f}"
+            in fig05.matched_time_words("half", lagging, 2))
+    short = _matched((500, 1200), (500,), main_end=3000, check_end=1600)  # reaches main step 800 only
+    assert short.reach == 800 and np.allclose(short.later, [1200], atol=1)
+    assert fig05.step_size_holds(short) == CANNOT_TELL
+    assert f"The main run's drop at step {short.later[0]:.0f} comes later" in fig05.matched_time_words("half", short, 2)
+    # a check that goes further than the main run is read only up to the main run's end
+    longer = _matched((500, 1200), (500, 1200, 2500), main_end=1500, check_end=6000)
+    assert longer.reach == 1500 and len(longer.check_steps) == 2 and fig05.step_size_holds(longer) == AGREES
+
+
+def test_a_drop_count_holds_only_when_every_check_finds_it():
+    """The check runs' verdict on the main run's count: it holds where every settled check finds it, does not where
+    one finds more (or fewer and has settled), and cannot be told where a check with fewer drops is still falling;
+    a check at a smaller step is said by its comparison at the same gradient-flow time."""
+    from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS
+
+    matched = _matched((500, 1200), (505, 1190), main_end=3000, check_end=3000)
     same = [dict(label="seed 11", drops=2, drop_steps=[600, 1700], step_scale=1.0, settled=True),
-            dict(label="half", drops=2, drop_steps=[1250, 3300], step_scale=0.5, settled=True)]
-    assert fig05.drop_count_holds(2, same) == AGREES
-    assert fig05.drop_count_holds(2, same[:1] + [dict(same[1], drops=1)]) == DIFFERS
-    assert fig05.drop_count_holds(2, same[:1] + [dict(same[1], drops=3)]) == DIFFERS
-    assert fig05.drop_count_holds(2, same[:1] + [dict(same[1], drops=1, settled=False)]) == CANNOT_TELL
+            dict(label="half", drops=2, drop_steps=[1010, 2380], step_scale=0.5, settled=False, matched=matched)]
+    assert fig05.drop_count_holds(2, same[:1]) == AGREES
+    assert fig05.drop_count_holds(2, [dict(same[0], drops=1)]) == DIFFERS
+    assert fig05.drop_count_holds(2, [dict(same[0], drops=3)]) == DIFFERS
+    assert fig05.drop_count_holds(2, [dict(same[0], drops=1, settled=False)]) == CANNOT_TELL
     text = fig05.check_words(2, same)
-    assert "625 and 1650 in the main run's steps" in text
-    assert "holds with a smaller step" in text and "holds with other draws" in text
+    said = " and ".join(f"{x:.0f}" for x in matched.check_steps)
+    assert "half, 2 drops at steps 1010 and 2380" in text and f"{said} in the main run's steps" in text
+    assert "holds with a smaller step as far as that run goes" in text and "holds with other draws" in text
+    assert "cannot be told" not in text  # the run at the smaller step is still falling, yet matched where both go
     one_seed_differs = fig05.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])
     assert "holds with a smaller step" in one_seed_differs and "does not hold with other draws" in one_seed_differs
     assert "ending at 0.290" in one_seed_differs
     still = fig05.check_words(2, [dict(same[0], drops=1, drop_steps=[800], settled=False)])
     assert "and still falling" in still and "cannot be told from these runs" in still
+
+
+def test_the_single_drop_verdict_on_a_count_that_rests_on_its_cuts():
+    """A count whose verdict on "a single drop" would change with the cuts moved is "cannot tell"; one that keeps its
+    verdict at the moved cuts keeps it; the claim's reason then names the split near its cut."""
+    from linattn.analysis import loss_curves
+    from linattn.companion.output import AGREES, CANNOT_TELL, DIFFERS
+
+    assert fig05.single_drop_verdict(2, True) == DIFFERS and fig05.single_drop_verdict(2, True, (2, 3)) == DIFFERS
+    assert fig05.single_drop_verdict(2, True, (1, 2)) == CANNOT_TELL  # one drop at stricter cuts
+    assert fig05.single_drop_verdict(1, True, (1, 1)) == AGREES and fig05.single_drop_verdict(1, True, (1, 2)) == (
+        CANNOT_TELL)
+    assert fig05.single_drop_verdict(1, False, (1, 1)) == CANNOT_TELL
+    loss = _two_drops(1000, 1140, np.arange(3000.0))  # a split at a dip of ~31 %, near the 1/3 cut
+    claim = fig05.single_drop_claim(loss_curves.count_drops(loss), moved=fig05.moved_cut_counts(loss))
+    assert claim.verdict == CANNOT_TELL and "The count is marginal: the split at step" in claim.reason
+    assert fig05.single_drop_claim(loss_curves.count_drops(loss)).verdict == DIFFERS  # without the moved counts
+
+
+def test_a_count_near_its_cuts_is_called_marginal():
+    """A split whose dip is within a quarter of the 1/3 cut, and a drop within a quarter of the 10 % least share, are
+    each named; a count that moves when both cuts move is given as a range; a count far from its cuts is not."""
+    from linattn.analysis import loss_curves
+
+    drops = loss_curves.Drops(np.array([300.0, 670, 780, 1430]), np.array([0.40, 0.30, 0.2, 0.1004]),
+                              np.array([527.0, 722, 1050]), np.array([0.66, 0.41, 0.23]),
+                              np.array([0.011, 0.29, 0.09]), True)
+    splits, small = fig05.near_cuts(drops)
+    assert [s for s, _ in splits] == [722] and [s for s, _ in small] == [1430]
+    text = fig05.near_cut_words(drops, 2, 4)
+    assert "the split at step 722 (the fall rate dips to 29%" in text and "the drop at step 1430 (10.0% of" in text
+    assert "the rule counts 2 to 4 with both cuts moved by a quarter" in text
+    assert fig05.count_range_words(4, 4, 4) == "" and fig05.count_range_words(2, 2, 3) == (
+        "2 to 3 with both cuts moved by a quarter")
+    clear = loss_curves.Drops(np.array([300.0, 1400]), np.array([0.5, 0.5]), np.array([800.0]), np.array([0.5]),
+                              np.array([0.05]), True)
+    assert fig05.near_cuts(clear) == ([], []) and fig05.near_cut_words(clear, 2, 2) == ""
+    # nothing near a cut that is kept, yet a dip just above the cut makes one more drop at the looser cut
+    assert fig05.near_cut_words(clear, 2, 3) == ("The count is marginal: the rule counts 2 to 3 with both cuts moved "
+                                                 "by a quarter.")
+    # the counts at moved cuts, on constructed curves: a split at a dip of ~31 % holds at 1/3 and merges at 1/4; a
+    # dip of ~36 % merges at 1/3 and holds at 4/9
+    x = np.arange(3000.0)
+    loss = _two_drops(1000, 1140, x)
+    n, (stricter, looser) = len(loss_curves.count_drops(loss)), fig05.moved_cut_counts(loss)
+    dip = loss_curves.count_drops(loss).pause_dips
+    assert n == 2 and 0.25 < dip[0] < 1 / 3 and (stricter, looser) == (1, 2)
+    assert len(loss_curves.count_drops(_two_drops(1000, 1130, x))) == 1
+    assert fig05.moved_cut_counts(_two_drops(1000, 1130, x)) == (1, 2)
+    far = _two_drops(800, 1800, x)
+    assert fig05.moved_cut_counts(far) == (2, 2) == (len(loss_curves.count_drops(far)),) * 2
 
 
 # ---------------------------------------------------------------- beyond the paper: the population loss and the flow

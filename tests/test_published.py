@@ -572,17 +572,21 @@ def _drops(dips, steps=(700, 800, 900, 1000)):
 
 def test_figure_5_near_cut_caveat_only_for_a_split_close_to_the_cut():
     """A split whose dip lies between 3/4 of the cut and the cut is named, with its step and dip; a deep dip, a
-    single drop and a far-apart two-stage curve (dip near 0) get no caveat."""
+    single drop and a far-apart two-stage curve (dip near 0) get no caveat (the counts at moved cuts unchanged)."""
     cut = loss_curves.DROP_DIP
-    near = f5.near_cut_words(_drops([0.05, 0.29, 0.1]))
-    assert "marginal" in near and "at step 850 it dips to 29%" in near and "step 750" not in near
-    assert "33%" in near and "a split rests" in near
-    both = f5.near_cut_words(_drops([0.30, 0.26]))
-    assert "splits rest" in both and "step 750" in both and "step 850" in both
-    assert f5.near_cut_words(_drops([0.74 * cut])) == ""  # deep enough: the split is clear
-    assert f5.near_cut_words(_drops([])) == ""  # one drop: no split
+
+    def said(d) -> str:
+        return f5.near_cut_words(d, len(d), len(d))
+
+    near = said(_drops([0.05, 0.29, 0.1]))
+    assert "marginal" in near and "the split at step 850 (the fall rate dips to 29%" in near and "750" not in near
+    assert "33%" in near and "lies near its cut" in near
+    both = said(_drops([0.30, 0.26]))
+    assert "lie near their cuts" in both and "step 750" in both and "step 850" in both
+    assert said(_drops([0.74 * cut])) == ""  # deep enough: the split is clear
+    assert said(_drops([])) == ""  # one drop: no split
     apart = loss_curves.count_drops(_two_stage(True))
-    assert len(apart) == 2 and apart.pause_dips[0] < 0.1 and f5.near_cut_words(apart) == ""
+    assert len(apart) == 2 and apart.pause_dips[0] < 0.1 and said(apart) == ""
 
 
 def test_figure_5_final_loss_beside_loss_star_uses_the_error_band():
@@ -612,7 +616,14 @@ def test_figure_5_checks_say_what_each_run_shows_of_the_single_drop():
     checks = [dict(label="seed 11", drops=2, drop_steps=[850, 5230], settled=False, step_scale=1),
               dict(label="seed 12", drops=1, drop_steps=[1010], settled=False, step_scale=1),
               dict(label="half", drops=2, drop_steps=[1250, 3300], settled=True, step_scale=0.5)]
+    # the half-rate run beside the main run at the same gradient-flow time: both drops by the main run's step 3000
+    checks[2]["matched"] = f5.MatchedTime(reach=3000.0, steps=np.array([628.0, 1664.0]),
+                                          check_steps=np.array([625.0, 1650.0]), pauses=np.array([[1111.0, 0.748]]),
+                                          check_pauses=np.array([[1110.0, 0.748]]), loss=0.156, check_loss=0.156,
+                                          later=np.array([]), end=6000.0, check_settled=True)
     text = f5.check_words(2, checks)
+    assert "pauses at loss 0.748 at 1110 against 0.748 at 1111" in text
+    assert "the main run goes on to step 6000 and makes no further drop" in text
     assert "seed 11, 2 drops at steps 850 and 5230 and still falling" in text
     assert "(against the paper's single drop: seed 11 differs; seed 12 cannot tell)" in text
     assert "(against the paper's single drop: half differs)" in text and "holds with a smaller step" in text

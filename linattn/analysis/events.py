@@ -206,6 +206,15 @@ def out_of_order(first_steps: ArrayLike) -> list[tuple[int, int]]:
 #: (:func:`output_scale`). From the paper's small start a head's output is ~1e-5 of its largest; a tenth of it is the
 #: head carrying a tenth of what it will, the early part of the rise that makes its drop.
 GROWN = 0.1
+#: A head that passes the alignment cut while its output scale is still below this multiple of its size at the first
+#: snapshot, from an overlap at the start of at least :data:`NEARLY_ALIGNED` × the cut, was aligned from nearly the
+#: start: its random draw already pointed close to the direction, and it crossed the cut before its output had grown
+#: (the head of e₁ in Figure 3a's seed-0 run: 0.88 at step 0, past 0.9 at 1.4 × its starting output scale).
+UNGROWN = 2.0
+#: The overlap at the start, as a fraction of the alignment cut, from which a head that crosses the cut before its
+#: output has grown (:data:`UNGROWN`) is said to be aligned from nearly the start; a head that starts further off and
+#: turns to the direction before growing aligned while small.
+NEARLY_ALIGNED = 0.9
 
 
 def output_scale(values: ArrayLike, key_norms: ArrayLike, query_norms: ArrayLike) -> np.ndarray:
@@ -244,18 +253,28 @@ class GrowthAlignment:
 
     def verdict(self, aligned: float) -> str:
         """How the head's alignment and growth came, in the words a page prints: "aligned from the start" (overlap
-        above ``aligned`` at the first snapshot, by its random draw), "aligned while small" (passed ``aligned``
-        no later than its size reached the grown fraction of its largest: small against its end, which says
-        nothing of how far it had grown from its start, ``growth_when_aligned``), "grew before it aligned" (its
-        size reached the grown fraction while its overlap was at most ``aligned``) or "not aligned" (never passed
-        ``aligned``)."""
+        above ``aligned`` at the first snapshot, by its random draw), "aligned from nearly the start" (an overlap of
+        at least :data:`NEARLY_ALIGNED` × ``aligned`` at the first snapshot, and past ``aligned`` while its size was
+        below :data:`UNGROWN` times its size then: only the cut parts it from the first kind), "aligned while small"
+        (passed ``aligned`` no later than its size reached the grown fraction of its largest: small against its end,
+        which says nothing of how far it had grown from its start, ``growth_when_aligned``), "grew before it
+        aligned" (its size reached the grown fraction while its overlap was at most ``aligned``) or "not aligned"
+        (never passed ``aligned``)."""
         if self.overlap_at_start > aligned:
             return "aligned from the start"
         if self.aligned_step is None:
             return "not aligned"
+        if self.nearly_from_start(aligned):
+            return "aligned from nearly the start"
         if self.grown_step is None or self.aligned_step <= self.grown_step:
             return "aligned while small"
         return "grew before it aligned"
+
+    def nearly_from_start(self, aligned: float) -> bool:
+        """Whether the head started within :data:`NEARLY_ALIGNED` of the cut ``aligned`` (overlap ≥ that fraction of
+        it) and passed the cut before its size reached :data:`UNGROWN` times its size at the first snapshot."""
+        return (self.overlap_at_start >= NEARLY_ALIGNED * aligned and self.growth_when_aligned is not None
+                and self.growth_when_aligned < UNGROWN)
 
 
 def alignment_against_growth(overlap: ArrayLike, scale: ArrayLike, steps: ArrayLike, *, aligned: float,

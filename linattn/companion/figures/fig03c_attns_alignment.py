@@ -97,7 +97,8 @@ def compute(S: dict):
         coords={"step": step, "head": np.arange(1, H + 1), "direction": np.arange(1, D + 1)},
         attrs=settings_attrs(S, engine=res.engine, seeds=S["seed"], runs={"attn_s": cfg.to_dict()}))
     ds.attrs["run_key"] = res.key  # the run store's entry: the same for the five pages on this run
-    ds.attrs.update(aligned=ALIGNED, grown=events.GROWN, snapshot_every=int(S["snapshot_every"]),
+    ds.attrs.update(aligned=ALIGNED, grown=events.GROWN, nearly_aligned=events.NEARLY_ALIGNED,
+                    ungrown=events.UNGROWN, snapshot_every=int(S["snapshot_every"]),
                     published=int(presets.is_published(NAME, S)))
     ds.key_alignment.attrs["description"] = "|e_d^T k_h| / |k_h|: the key of head h against eigenvector e_d"
     ds.query_alignment.attrs["description"] = "|e_d^T q_h| / |q_h|: the query of head h against eigenvector e_d"
@@ -182,8 +183,10 @@ def table(ds):
 
 def growth_words(ds) -> str:
     """The page's sentence on alignment against growth (each head's output scale |v|·‖k‖·‖q‖): the learned heads
-    grouped by ``growth_verdict``, with the overlaps and sizes that show it: for a head that aligned while small, its
-    size then both as a fraction of its largest and as a multiple of its size at step 0."""
+    grouped by ``growth_verdict``, with the overlaps and sizes that show it: for a head aligned from nearly the
+    start, the overlaps (key, query) it started at and its size when it passed the cut as a multiple of its start;
+    for a head that aligned while small, its size then both as a fraction of its largest and as a multiple of its
+    size at step 0."""
     order = _order(ds)
     if not order:
         return "no head aligned, so there is no growth to read it against"
@@ -202,6 +205,15 @@ def growth_words(ds) -> str:
     if start := by.get("aligned from the start", []):
         parts.append(f"{heads(start)} start{'s' if len(start) == 1 else ''} aligned by the random draw (overlap "
                      f"{at('overlap_at_start', start)} at step 0)")
+    if near := by.get("aligned from nearly the start", []):
+        one = len(near) == 1
+        its = "its" if one else "their"
+        parts.append(f"{heads(near)} start{'s' if one else ''} nearly aligned by the random draw: from "
+                     f"overlap{'' if one else 's'} {_start_overlaps(ds, near)} at step 0 "
+                     f"{'it passes' if one else 'they pass'} {aligned} at step{'' if one else 's'} "
+                     f"{at('aligned_step', near, '.0f')}, at {_times(ds, near)} (under {ds.attrs['ungrown']:g}: "
+                     f"before {its} output had grown): aligned from nearly the start, parted only by the cut of "
+                     f"{aligned} from a head aligned from the start")
     if early := by.get("aligned while small", []):
         one = len(early) == 1
         its = "its" if one else "their"
@@ -238,6 +250,7 @@ def words(ds) -> dict:
         heads = f"until the heads run out: {H} heads can learn only the first {H} of the {D} directions"
     return dict(rank=run["rank"], seed=run["seed"], H=H, D=D, spare=heads, aligned=ds.attrs["aligned"],
                 growth=growth_words(ds), grown=f"{100 * ds.attrs['grown']:g} %",
+                nearly=f"{100 * (1 - ds.attrs['nearly_aligned']):g} %", ungrown=f"{ds.attrs['ungrown']:g}",
                 **which_run(bool(ds.attrs.get("published"))),
                 caption_lead=published.page.caption_lead("Figure 3c", bool(ds.attrs.get("published"))),
                 settings=describe(run, snapshot_every=ds.attrs["snapshot_every"]))
@@ -246,6 +259,18 @@ def words(ds) -> dict:
 def _and(items: list[str]) -> str:
     """["a", "b", "c"] → "a, b and c"."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _start_overlaps(ds, dirs: list[int]) -> str:
+    """Each direction's aligned head's overlap at step 0, the smaller of its key's and its query's, with both:
+    "0.88 (key 0.88, query 0.95)"."""
+    def one(d: int) -> str:
+        h, cell = int(ds.aligned_head.sel(direction=d)), dict(step=ds.step.values[0], direction=d)
+        key = float(ds.key_alignment.sel(head=h, **cell))
+        query = float(ds.query_alignment.sel(head=h, **cell))
+        return f"{float(ds.overlap_at_start.sel(direction=d)):.2f} (key {key:.2f}, query {query:.2f})"
+
+    return _and([one(d) for d in dirs])
 
 
 def _range(ds, name: str, dirs: list[int]) -> str:

@@ -4,13 +4,15 @@ fall (paper Section 6).
 Two runs, the settings of Figures 1b and 3a with a softmax over the attention scores (``softmax=True``: the
 companion's softmax engine, ``linattn.objectives.softmax``). There is no theory for softmax attention: the
 linear-attention saddle losses L(M_0) … L(M_D) of the same covariance (``theory.plateau_losses``) and its minimum L*
-are drawn for reference only. Measured: the flat stretches and drops of each curve (``loss_curves.detect_plateaus``)
-and where it ends; each model's drops counted from its fall rate by one rule, ATTN_S's at a resolution fine enough
-to see a pause of a few tens of steps (:data:`ATTN_S_RATE_WINDOW`), and whether each run has settled by its end
-(``loss_curves.count_drops``, which counts a fall still under way at the end). The runs keep no weights, so the page
+are drawn for reference only. Measured: each curve's drops, counted from its fall rate by one rule
+(``loss_curves.count_drops``, which counts a fall still under way at the end; ATTN_S's at a resolution fine enough
+to see a pause of a few tens of steps, :data:`ATTN_S_RATE_WINDOW`), the count again with both of the rule's cuts
+moved by :data:`NEAR_CUT` (so that the page says where the count rests on a cut), where each run ends and whether
+it has settled by its end. The runs keep no weights, so the page
 does not say which directions a drop learns. ATTN_M is trained again at the ``check_seeds`` and at half the
 learning rate for twice the steps (:func:`check_configs`), so that the page can say whether its drops survive another
-draw and a smaller step. At the paper preset (published settings but n times the published learning rates) the
+draw, and how the run at a smaller step compares with the main run at the same gradient-flow time
+(:func:`matched_time`). At the paper preset (published settings but n times the published learning rates) the
 paper's text for ATTN_M, a single drop, is set beside the run as a claim judged at those scaled rates
 (``single_drop_claim``, with the checks).
 """
@@ -18,8 +20,7 @@ paper's text for ATTN_M, a single drop, is set beside the run as a claim judged 
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -73,6 +74,9 @@ HELP = {
 README_ROWS = (
     ("5", "softmax ATTN_M, ATTN_S at 32× the published learning rates: drops", ("claim.figure_5|drops.attn_m",
                                                                                "drops.attn_s")),
+    ("5", "the same, with both cuts of the count a quarter stricter", ("drops.attn_m.stricter",
+                                                                       "drops.attn_s.stricter")),
+    ("5", "the same, with both cuts a quarter looser", ("drops.attn_m.looser", "drops.attn_s.looser")),
 )
 TOLERANCES: list[tuple[str, str, float]] = []  # no theory of softmax attention to hold its numbers to
 # the names (in this module) of the paper's number and the rule it compares with
@@ -101,38 +105,30 @@ def check_configs(S: dict) -> list[tuple]:
 
 
 def compute(S: dict):
-    """Both runs' training losses (``train_loss``: model × step; the shorter run is NaN past its end) with what the
-    plateau detector finds in each — the level, first and last step of each flat stretch (``plateau_level``,
-    ``plateau_start``, ``plateau_end``: model × plateau), the step of each drop (``drop_step``: model × drop), their
-    number (``drops``) — the final loss with its standard error from the per-sequence training losses
-    (``final_loss_se``) and the training's wall time; for reference, each model's
-    linear-attention saddle losses (``plateau_theory``: model × m) and minimum (``loss_star``: model). For ATTN_M and
-    each check run (``run``: ``attn_m``, ``attn_s``, then the checks; ATTN_S's fall rate averaged over
-    n/:data:`ATTN_S_RATE_WINDOW` samples each side) its drops counted from the fall rate
-    (``loss_curves.count_drops``): their number, steps and shares of the fall (``fall_drops``, ``fall_drop_step``,
-    ``fall_share``), the slow stretches between them (``pause_step``, ``pause_loss``, ``pause_dip``) and whether the
-    run settled (``settled``)."""
+    """Both runs' training losses (``train_loss``: model × step; the shorter run is NaN past its end), the final loss
+    with its standard error from the per-sequence training losses (``final_loss_se``) and the training's wall time;
+    for reference, each model's linear-attention saddle losses (``plateau_theory``: model × m) and minimum
+    (``loss_star``: model). For ATTN_M, ATTN_S and each check run (``run``: ``attn_m``, ``attn_s``, then the checks;
+    ATTN_S's fall rate averaged over n/:data:`ATTN_S_RATE_WINDOW` samples each side) its drops counted from the fall
+    rate (``loss_curves.count_drops``), the one count of drops the page gives: their number, steps and shares of the
+    fall (``fall_drops``, ``fall_drop_step``, ``fall_share``), the slow stretches between them (``pause_step``,
+    ``pause_loss``, ``pause_dip``), whether the run settled (``settled``), and the count again with both cuts moved
+    by :data:`NEAR_CUT` (``fall_drops_stricter``, ``fall_drops_looser``: :func:`moved_cut_counts`)."""
     import xarray as xr
 
     done = train(runs(S), S)
     checks = [(label, r) for label, r in done.items() if label not in MODELS]
     models = {k: done[k] for k in MODELS}
     losses = [models[k].history.train_loss for k in MODELS]
-    counted = ([loss_curves.count_drops(models["attn_m"].history.train_loss),
-                loss_curves.count_drops(models["attn_s"].history.train_loss, window=_attn_s_window(losses[1]))]
-               + [loss_curves.count_drops(r.history.train_loss) for _, r in checks])
+    curves = [(losses[0], None), (losses[1], _attn_s_window(losses[1]))] + [(r.history.train_loss, None)
+                                                                          for _, r in checks]
+    counted = [loss_curves.count_drops(L, window=w) for L, w in curves]
+    moved = [moved_cut_counts(L, window=w) for L, w in curves]
     n_fall = max([1] + [len(d) for d in counted])
-    found = [loss_curves.detect_plateaus(L) for L in losses]
     levels = [theory.plateau_losses(r.datasets.cov, r.config.N) for r in models.values()]
     steps = max([r.history.step for r in models.values()] + [r.history.step for _, r in checks], key=len)
-    n_plateaus = max(1, max(len(p.levels) for p in found))
     ds = xr.Dataset(
         {"train_loss": (("model", "step"), padded(losses, len(steps))),
-         "plateau_level": (("model", "plateau"), padded([p.levels for p in found], n_plateaus)),
-         "plateau_start": (("model", "plateau"), padded([p.starts for p in found], n_plateaus)),
-         "plateau_end": (("model", "plateau"), padded([p.ends for p in found], n_plateaus)),
-         "drop_step": (("model", "drop"), padded([p.drop_steps for p in found], n_plateaus - 1)),
-         "drops": ("model", [len(p.drop_steps) for p in found]),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
          "final_loss_se": ("model", [uncertainty.standard_error(uncertainty.per_sequence_losses(r, "train"))
                                      for r in models.values()]),
@@ -147,12 +143,13 @@ def compute(S: dict):
          "pause_loss": (("run", "pause"), padded([d.pause_losses for d in counted], n_fall - 1)),
          "pause_dip": (("run", "pause"), padded([d.pause_dips for d in counted], n_fall - 1)),
          "settled": ("run", [int(d.settled) for d in counted]),
+         "fall_drops_stricter": ("run", [m[0] for m in moved]),
+         "fall_drops_looser": ("run", [m[1] for m in moved]),
          "check_seed": ("check", [r.config.seed for _, r in checks]),
          "check_lr": ("check", [r.config.lr for _, r in checks]),
          "check_epoch": ("check", [r.config.epoch for _, r in checks]),
          "check_wall_time": ("check", [float(r.wall_time) for _, r in checks])},
-        coords={"model": list(MODELS), "step": steps, "plateau": np.arange(n_plateaus),
-                "drop": np.arange(1, n_plateaus), "m": np.arange(max(len(v) for v in levels)),
+        coords={"model": list(MODELS), "step": steps, "m": np.arange(max(len(v) for v in levels)),
                 "d": np.arange(1, len(levels[0])),
                 "check": [label for label, _ in checks], "run": ["attn_m", "attn_s"] + [label for label, _ in checks],
                 "fall_drop": np.arange(1, n_fall + 1), "pause": np.arange(1, n_fall)},
@@ -169,7 +166,21 @@ def compute(S: dict):
     ds.fall_drops.attrs["description"] = ("each run's drops counted from the fall rate (loss_curves.count_drops; "
                                           "ATTN_S's rate averaged over window samples each side)")
     ds.fall_drops.attrs["window"] = _attn_s_window(losses[1])
+    for name, way in (("fall_drops_stricter", "stricter"), ("fall_drops_looser", "looser")):
+        ds[name].attrs["description"] = (f"the drops counted with both cuts of count_drops {way} by {NEAR_CUT:g} "
+                                         "(the dip cut times it or over it, the least share over it or times it)")
     return ds
+
+
+def moved_cut_counts(loss, *, window: int | None = None, margin: float | None = None) -> tuple[int, int]:
+    """The drops of ``loss`` counted by ``loss_curves.count_drops`` with both of its cuts moved by ``margin``
+    (default :data:`NEAR_CUT`): stricter (dip cut × margin, least share / margin: fewer splits) and looser (dip cut /
+    margin, least share × margin). Where either differs from the count at the rule's own cuts, the count rests on
+    where a cut lies."""
+    margin = NEAR_CUT if margin is None else margin
+    dip, share = loss_curves.DROP_DIP, loss_curves.DROP_SHARE
+    return (len(loss_curves.count_drops(loss, window=window, dip=dip * margin, share=share / margin)),
+            len(loss_curves.count_drops(loss, window=window, dip=dip / margin, share=share * margin)))
 
 
 def _attn_s_window(loss) -> int:
@@ -181,14 +192,6 @@ def _runs(ds) -> dict:
     import json
 
     return json.loads(ds.attrs["runs"])
-
-
-def _found(ds, model: str):
-    """What the plateau detector found in ``model``'s loss, as ``loss_curves.detect_plateaus`` gives it."""
-    m = ds.sel(model=model)
-    n = int(np.isfinite(m.plateau_level).sum())
-    return SimpleNamespace(levels=m.plateau_level.values[:n], starts=m.plateau_start.values[:n],
-                           ends=m.plateau_end.values[:n], drop_steps=m.drop_step.values[:int(m.drops)])
 
 
 def _fall(ds, run: str):
@@ -204,12 +207,21 @@ def _fall(ds, run: str):
 def checks(ds) -> list[dict]:
     """ATTN_M's check runs as ``single_drop_claim`` takes them: label, drops counted
     (:func:`_fall`), their steps, whether the run settled, the step scale (the run's learning rate over the main
-    run's) and the last loss."""
+    run's), the last loss, the counts with both cuts moved (``moved``: :func:`moved_cut_counts`) and, for a run at
+    another learning rate, its comparison with the main run at the same
+    gradient-flow time (``matched``: :func:`matched_time`)."""
     lr = float(_runs(ds)["attn_m"]["lr"])
-    return [dict(label=str(c), drops=len(_fall(ds, c)), drop_steps=_fall(ds, c).steps, settled=_fall(ds, c).settled,
-                 pause_losses=_fall(ds, c).pause_losses,
-                 step_scale=float(ds.check_lr.sel(check=c)) / lr,
-                 final=float(ds.check_loss.sel(check=c).dropna("step")[-1])) for c in ds.check.values]
+    main = ds.train_loss.sel(model="attn_m").dropna("step")
+    out = []
+    for c in ds.check.values:
+        d, loss, scale = _fall(ds, c), ds.check_loss.sel(check=c).dropna("step"), float(ds.check_lr.sel(check=c)) / lr
+        one = dict(label=str(c), drops=len(d), drop_steps=d.steps, settled=d.settled, pause_losses=d.pause_losses,
+                   step_scale=scale, final=float(loss[-1]), moved=_moved(ds, c))
+        if scale != 1:
+            one["matched"] = matched_time(main.step.values, main.values, _fall(ds, "attn_m"),
+                                          loss.step.values, loss.values, d, scale)
+        out.append(one)
+    return out
 
 
 def lr_scale(ds, check=None) -> float:
@@ -224,16 +236,21 @@ def claims(ds) -> list:
     otherwise)."""
     if not ds.attrs["published"]:
         return []
-    return [single_drop_claim(_fall(ds, "attn_m"), checks(ds), lr_scale=lr_scale(ds))]
+    return [single_drop_claim(_fall(ds, "attn_m"), checks(ds), lr_scale=lr_scale(ds), moved=_moved(ds, "attn_m"))]
 
 
 def numbers(ds) -> list[dict]:
-    """``numbers.json``: the drops detected and the final loss of each model (beside the linear-attention L*), and
-    the drops of each ATTN_M check run; at the published settings ATTN_M's count is the paper's claim, with its
-    verdict, in place of the plain row, and each check's count is the same claim at another seed or step size."""
+    """``numbers.json``: the drops counted and the final loss of each model (beside the linear-attention L*), the
+    count again with both cuts stricter and looser (:func:`moved_cut_counts`), and the drops of each ATTN_M check
+    run; at the published settings ATTN_M's count is the paper's claim, with its verdict, in place of the plain row,
+    and each check's count is the same claim at another seed or step size."""
     runs, rows = _runs(ds), []
     for key in MODELS:
         rows.append(dict(key=f"drops.{key}", quantity=_drops_quantity(ds, key), reproduced=_drop_count(ds, key)))
+        for way, n in zip(("stricter", "looser"), _moved(ds, key)):
+            rows.append(dict(key=f"drops.{key}.{way}", reproduced=n,
+                             quantity=f"{TITLES[key]}: drops counted with both cuts moved by "
+                                      f"{_fraction(1 - NEAR_CUT)}, {way}"))
         rows.append(dict(key=f"final_loss.{key}",
                          quantity=f"{TITLES[key]}: final loss (P = {runs[key]['trainset_size']})",
                          theory=ds.loss_star.sel(model=key), reproduced=ds.final_loss.sel(model=key)))
@@ -246,7 +263,7 @@ def numbers(ds) -> list[dict]:
                                      "a single drop)" if paper else ""),
                          paper=paper, reproduced=n,
                          verdict=None if paper is None else single_drop_verdict(
-                             n, _fall(ds, c).settled)))
+                             n, _fall(ds, c).settled, _moved(ds, c))))
     made = claims(ds)
     claimed = {c.counted for c in made}  # a count the paper's text states is written once: as its claim
     return [r for r in rows if r["quantity"] not in claimed] + [c.row() for c in made]
@@ -255,6 +272,23 @@ def numbers(ds) -> list[dict]:
 def _drop_count(ds, key: str) -> int:
     """A model's drops counted from its fall rate (:func:`_fall`)."""
     return len(_fall(ds, key))
+
+
+def _moved(ds, run: str) -> tuple[int, int]:
+    """A run's drops counted with both cuts stricter and looser (:func:`moved_cut_counts`)."""
+    return int(ds.fall_drops_stricter.sel(run=run)), int(ds.fall_drops_looser.sel(run=run))
+
+
+def _fewest(ds, run: str) -> int:
+    """The fewest drops a run's count gives at its own cuts or with them moved (:func:`moved_cut_counts`)."""
+    return min(len(_fall(ds, run)), *_moved(ds, run))
+
+
+def _range(ds, run: str) -> str:
+    """" (2 to 4 with both cuts moved by a quarter)" where a run's count rests on its cuts
+    (:func:`count_range_words`), else nothing."""
+    moved = count_range_words(len(_fall(ds, run)), *_moved(ds, run))
+    return f" ({moved})" if moved else ""
 
 
 def _drops_quantity(ds, key: str) -> str:
@@ -279,13 +313,14 @@ def table(ds) -> MarkdownTable:
     for key in MODELS:
         final, L_star = float(ds.final_loss.sel(model=key)), float(ds.loss_star.sel(model=key))
         steps, se = _fall(ds, key).steps, float(ds.final_loss_se.sel(model=key))
-        rows.append(dict(model=TITLES[key], paper=PAPER[key], drops=f"{_drop_count(ds, key)}{_unsettled(ds, key)}",
+        rows.append(dict(model=TITLES[key], paper=PAPER[key],
+                         drops=f"{_drop_count(ds, key)}{_range(ds, key)}{_unsettled(ds, key)}",
                          L_star=L_star, steps=list_words(np.round(steps)),
                          final=f"{final:.4f} ({final_vs_loss_star(final, L_star, se)})"))
     for c in ds.check.values:
         d = _fall(ds, c)
         rows.append(dict(model=f"{TITLES['attn_m']}, {_check_words(ds, c)}", paper=PAPER["attn_m"],
-                         drops=f"{len(d)}{_unsettled(ds, c)}", steps=list_words(np.round(d.steps)),
+                         drops=f"{len(d)}{_range(ds, c)}{_unsettled(ds, c)}", steps=list_words(np.round(d.steps)),
                          final=f"{float(ds.check_loss.sel(check=c).dropna('step')[-1]):.4f}",
                          L_star=float(ds.loss_star.sel(model="attn_m"))))
     columns = {"model": "", "paper": "paper", "drops": "drops in this run", "steps": "at steps",
@@ -321,10 +356,11 @@ def _count(n: int, what: str) -> str:
 
 def _detected(ds, key: str) -> str:
     """One sentence: the drops counted from ``key``'s fall rate (:func:`_fall`, ``drops_words``; ATTN_S's at the
-    resolution of :func:`_resolution`) and its last loss."""
+    resolution of :func:`_resolution`) and its last loss, then where the count rests on a cut
+    (:func:`near_cut_words`)."""
     final, name, d = float(ds.final_loss.sel(model=key)), TITLES[key], _fall(ds, key)
     where = f" (averaged over {_resolution(ds)} steps)" if key == "attn_s" else ""
-    near = near_cut_words(d)
+    near = near_cut_words(d, *_moved(ds, key))
     return (f"Counted from its fall rate{where}, the loss of {name} falls in {drops_words(d)}; its last "
             f"loss is {final:.3f}{'' if d.settled else ', and it is still falling at the end of the run'}."
             + (f" {near}" if near else ""))
@@ -337,8 +373,9 @@ def _resolution(ds) -> int:
 
 
 def _shoulder(ds) -> bool:
-    """Whether the run is at the paper preset and ATTN_M's fall comes in more than one drop (:func:`_fall`)."""
-    return bool(ds.attrs["published"]) and len(_fall(ds, "attn_m")) > 1
+    """Whether the run is at the paper preset and ATTN_M's fall comes in more than one drop at its cuts and with them
+    moved (:func:`_fewest`)."""
+    return bool(ds.attrs["published"]) and _fewest(ds, "attn_m") > 1
 
 
 def _reading(ds) -> str:
@@ -350,7 +387,7 @@ def _reading(ds) -> str:
     off_saddles = all(np.nanmin(np.abs(linear - L)) > 0.02 for L in d.pause_losses)
     one = len(d.pause_losses) == 1
     text = ("**What the paper preset shows** (at n times the published learning rates). "
-            + ("Softmax ATTN_S learns in a staircase, as the paper says. " if _drop_count(ds, "attn_s") > 1
+            + ("Softmax ATTN_S learns in a staircase, as the paper says. " if _fewest(ds, "attn_s") > 1
                else "")
             + f"Softmax ATTN_M does not fall in one sigmoid: its fall slows nearly to a halt "
             f"{'once' if one else f'{len(d.pause_losses)} times'} (the fall rate dips to "
@@ -389,12 +426,13 @@ def words(ds) -> dict:
     runs = _runs(ds)
     m, s = _drop_count(ds, "attn_m"), _drop_count(ds, "attn_s")
     lead = (f"In this run, counted from the fall rate, the loss of ATTN_S, with separate keys and queries, falls in "
-            f"{_count(s, 'drop')}, and that of ATTN_M, with merged key and query, in {_count(m, 'drop')}")
-    if _shoulder(ds) and s > 1:
+            f"{_count(s, 'drop')}{_range(ds, 'attn_s')}, and that of ATTN_M, with merged key and query, in "
+            f"{_count(m, 'drop')}{_range(ds, 'attn_m')}")
+    if _shoulder(ds) and _fewest(ds, "attn_s") > 1:
         lead += ("; at the published sizes, with n times the published learning rates, ATTN_S learns in a "
                  "staircase, as linear attention does, and ATTN_M's fall slows between drops (the paper describes "
                  "a single drop)")
-        draws = {single_drop_verdict(c["drops"], c["settled"])
+        draws = {single_drop_verdict(c["drops"], c["settled"], c.get("moved", ()))
                  for c in checks(ds) if c["step_scale"] == 1}
         if draws == {AGREES}:
             lead += ", but at the other seeds checked it falls in a single drop: the extra drop belongs to this draw"
@@ -445,15 +483,21 @@ def plot(ds):
 PUBLISHED_ATTN_M_DROPS = 1
 
 
-def single_drop_verdict(drops: int, settled: bool) -> str:
+def single_drop_verdict(drops: int, settled: bool, moved=()) -> str:
     """The paper's "a single drop" against a count of drops (``loss_curves.count_drops``): more than one differs
     however the run ends (a drop made stays made); one agrees, and none differs, only in a run that has settled
-    (else a later drop may still come: cannot tell)."""
-    if drops > PUBLISHED_ATTN_M_DROPS:
-        return DIFFERS
-    if not settled:
-        return CANNOT_TELL
-    return AGREES if drops == PUBLISHED_ATTN_M_DROPS else DIFFERS
+    (else a later drop may still come: cannot tell). ``moved``: the counts with the rule's cuts moved
+    (:func:`moved_cut_counts`); where one of them would give another verdict, the verdict rests on where a cut lies:
+    cannot tell."""
+    def one(n: int) -> str:
+        if n > PUBLISHED_ATTN_M_DROPS:
+            return DIFFERS
+        if not settled:
+            return CANNOT_TELL
+        return AGREES if n == PUBLISHED_ATTN_M_DROPS else DIFFERS
+
+    found = {one(int(n)) for n in (drops, *moved)}
+    return found.pop() if len(found) == 1 else CANNOT_TELL
 
 
 def drops_words(drops) -> str:
@@ -471,25 +515,63 @@ def drops_words(drops) -> str:
                                for d, s, L in zip(drops.pause_dips, drops.pause_steps, drops.pause_losses)))
 
 
-#: A split between two drops is *near the cut* when the fall rate between them dips to more than this fraction of
-#: the cut (``loss_curves.DROP_DIP``): a slightly shallower dip would have merged them, so the count is marginal.
+#: A cut of ``loss_curves.count_drops`` is *near* where a value lies within this factor of it: a split whose dip d of
+#: the fall rate is above NEAR_CUT × the dip cut (``loss_curves.DROP_DIP``), still below it, and a drop whose share f
+#: of the fall is below the least share (``loss_curves.DROP_SHARE``) / NEAR_CUT; the count is then marginal
 NEAR_CUT = 0.75
 
 
-def near_cut_words(drops, dip: float = loss_curves.DROP_DIP) -> str:
-    """A sentence on the splits of ``drops`` (``loss_curves.count_drops``) whose dip d is near the cut ``dip``
-    (d > :data:`NEAR_CUT` · ``dip``, still below it): at their steps the count rests on a dip close to the cut, so
-    it is marginal; "" where no split is near the cut."""
-    near = [(s, d) for s, d in zip(drops.pause_steps, drops.pause_dips) if NEAR_CUT * dip < d < dip]
-    if not near:
+def near_cuts(drops, dip: float = loss_curves.DROP_DIP, share: float = loss_curves.DROP_SHARE,
+              margin: float = NEAR_CUT) -> tuple[list, list]:
+    """The splits and drops of ``drops`` (``loss_curves.count_drops``) that lie near their cut (:data:`NEAR_CUT`):
+    ``(splits, small)``, each split as (its step, its dip d: margin · ``dip`` < d < ``dip``), each small drop as (its
+    step, its share f: f < ``share`` / margin). A slightly shallower dip would merge a split's two drops, and a
+    slightly larger least share would join a small drop to its neighbour."""
+    splits = [(s, d) for s, d in zip(drops.pause_steps, drops.pause_dips) if margin * dip < d < dip]
+    small = [(s, f) for s, f in zip(drops.steps, drops.shares) if f < share / margin]
+    return splits, small
+
+
+def count_range_words(n: int, stricter: int, looser: int, margin: float = NEAR_CUT) -> str:
+    """The count ``n`` of drops beside the counts with both cuts moved by ``margin`` (:func:`moved_cut_counts`),
+    when either differs from it: "2 to 4 with both cuts moved by a quarter"; "" where the count does not move."""
+    lo, hi = min(n, stricter, looser), max(n, stricter, looser)
+    if lo == hi:
         return ""
-    splits = "; ".join(f"at step {s:.0f} it dips to {d:.0%}" for s, d in near)
-    return (f"The count is marginal: {'a split rests' if len(near) == 1 else 'splits rest'} on a dip of the fall "
-            f"rate near the cut of {dip:.0%} of the smaller peak ({splits}); a slightly shallower dip would have "
-            f"merged {'those drops' if len(near) > 1 else 'the two drops'}.")
+    return f"{lo} to {hi} with both cuts moved by {_fraction(1 - margin)}"
 
 
-def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0) -> Claim:
+def _and(items: list[str]) -> str:
+    """["a", "b", "c"] → "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _fraction(x: float) -> str:
+    """A fraction in words where it has a name ("a quarter"), else as a percentage."""
+    return {0.25: "a quarter", 0.5: "a half", 0.1: "a tenth", 0.2: "a fifth"}.get(round(x, 6), f"{x:.0%}")
+
+
+def near_cut_words(drops, stricter: int, looser: int, dip: float = loss_curves.DROP_DIP,
+                   share: float = loss_curves.DROP_SHARE) -> str:
+    """A sentence on where the count of ``drops`` (``loss_curves.count_drops``) rests on a cut: each split and each
+    drop near its cut (:func:`near_cuts`), named with its step and value against the cut, and the counts with both
+    cuts moved (``stricter``, ``looser``: :func:`moved_cut_counts`, :func:`count_range_words`); "" where no value is
+    near its cut and the count does not move."""
+    splits, small = near_cuts(drops, dip, share)
+    moved = count_range_words(len(drops), stricter, looser)
+    if not (splits or small or moved):
+        return ""
+    named = ([f"the split at step {s:.0f} (the fall rate dips to {d:.0%} of the smaller peak beside it, against "
+              f"the cut of {dip:.0%})" for s, d in splits]
+             + [f"the drop at step {s:.0f} ({f:.1%} of the fall, against the least share of {share:.0%})"
+                for s, f in small])
+    parts = [f"{_and(named)} lie{'s' if len(named) == 1 else ''} near {'its' if len(named) == 1 else 'their'} "
+             f"cut{'' if len(named) == 1 else 's'}"] if named else []
+    parts += [f"the rule counts {moved}"] if moved else []
+    return f"The count is marginal: {', and '.join(parts)}."
+
+
+def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0, moved=()) -> Claim:
     """The paper's claim for softmax ATTN_M: its loss falls in a single drop. ``drops``: what
     ``loss_curves.count_drops`` found in our training loss (the count, each drop's step and share of the fall, the
     slow stretches between drops, whether the run settled); the verdict is :func:`single_drop_verdict`.
@@ -497,13 +579,16 @@ def single_drop_claim(drops, checks=(), *, lr_scale: float = 1.0) -> Claim:
     ``checks``: the same model run again (other seeds, a smaller learning rate), each ``{"label", "drops",
     "drop_steps", "settled", "step_scale"[, "final"]}`` (``step_scale``: the run's learning rate over the main
     run's, so that step × scale is the same gradient-flow time; ``final``: its last loss); the reason then says what
-    the checks show (:func:`check_words`)."""
+    the checks show (:func:`check_words`). ``moved``: the counts with both cuts moved (:func:`moved_cut_counts`);
+    the reason then says where the count is marginal (:func:`near_cut_words`)."""
     paper, ours = PUBLISHED_ATTN_M_DROPS, len(drops)
     scaled = f" at {lr_scale:g}× the published learning rates" if lr_scale != 1 else ""
     claim, counted = "a single drop", f"softmax ATTN_M{scaled}: drops counted"
-    verdict = single_drop_verdict(ours, drops.settled)
+    verdict = single_drop_verdict(ours, drops.settled, moved)
+    near = near_cut_words(drops, *moved) if moved else ""
     reason = (f"Counted from the fall rate, the loss falls in {drops_words(drops)}"
               + ("." if drops.settled else "; it is still falling at the end of the run.")
+              + (f" {near}" if near else "")
               + (f" The run trains at {lr_scale:g} times the published learning rates, so this verdict is one on "
                  "that run, not at the published settings." if lr_scale != 1 else ""))
     if checks:
@@ -525,15 +610,99 @@ def drop_count_holds(ours: int, checks) -> str:
     return DIFFERS if DIFFERS in found else CANNOT_TELL if CANNOT_TELL in found else AGREES
 
 
+class MatchedTime(NamedTuple):
+    """A check run at another learning rate beside the main run at the same gradient-flow time t/τ = 2η·step (the
+    check's step × its learning rate over the main run's, in the main run's steps), as far as both runs go
+    (:func:`matched_time`)."""
+
+    reach: float  # the last main-run step both runs cover
+    steps: np.ndarray  # the main run's drops up to the reach
+    check_steps: np.ndarray  # the check's drops up to the reach, in the main run's steps
+    pauses: np.ndarray  # (step, loss) of each of the main run's pauses up to the reach
+    check_pauses: np.ndarray  # the same for the check, its steps in the main run's
+    loss: float  # the main run's loss at the reach
+    check_loss: float  # the check's loss there
+    later: np.ndarray  # the main run's drops after the reach
+    end: float  # the main run's last step
+    check_settled: bool  # whether the check settled by its end (loss_curves.count_drops)
+
+
+def matched_time(steps, loss, drops, check_steps, check_loss, check_drops, scale: float) -> MatchedTime:
+    """The main run (``steps``, ``loss``, its ``drops`` from ``loss_curves.count_drops``) and a check run at
+    ``scale`` times its learning rate (``check_steps``, ``check_loss``, ``check_drops``) at the same gradient-flow
+    time: the check's step k stands at the main run's step k·scale (t/τ = 2η·step). Both are read only up to the
+    reach, the last main-run step both cover: min(last main step, last check step × scale); the losses there
+    interpolated on each run's own steps."""
+    steps, check_at = np.asarray(steps, dtype=np.float64), np.asarray(check_steps, dtype=np.float64) * scale
+    reach = float(min(steps[-1], check_at[-1]))
+
+    def upto(x) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return x[x <= reach]
+
+    def pauses(d, k: float) -> np.ndarray:
+        at = np.asarray(d.pause_steps, dtype=np.float64) * k
+        return np.array([(s, L) for s, L in zip(at, d.pause_losses) if s <= reach]).reshape(-1, 2)
+
+    main_steps = np.asarray(drops.steps, dtype=np.float64)
+    return MatchedTime(reach=reach, steps=upto(main_steps), check_steps=upto(np.asarray(check_drops.steps) * scale),
+                       pauses=pauses(drops, 1.0), check_pauses=pauses(check_drops, scale),
+                       loss=float(np.interp(reach, steps, loss)),
+                       check_loss=float(np.interp(reach, check_at, check_loss)),
+                       later=main_steps[main_steps > reach], end=float(steps[-1]),
+                       check_settled=bool(check_drops.settled))
+
+
+def step_size_holds(m: MatchedTime) -> str:
+    """Whether the main run's drops hold at a smaller step, from :func:`matched_time` (only as far as both runs go):
+    :data:`DIFFERS` where the check makes more drops by the reach, or fewer and has settled; :data:`CANNOT_TELL`
+    where it makes fewer and is still falling (the drop may come later at the smaller step), or where the main run
+    makes a drop after the reach (the check does not get that far); else :data:`AGREES`."""
+    n, k = len(m.steps), len(m.check_steps)
+    if k > n or (k < n and m.check_settled):
+        return DIFFERS
+    return CANNOT_TELL if k < n or m.later.size else AGREES
+
+
+def matched_time_words(label: str, m: MatchedTime, ours: int) -> str:
+    """Sentences on a check run at a smaller step beside the main run at the same gradient-flow time
+    (:func:`matched_time`), as far as both go: the drops, pauses and losses of each there, and whether the main run's
+    count of ``ours`` drops holds (:func:`step_size_holds`)."""
+    def at(x) -> str:
+        return f"at {'step' if len(x) == 1 else 'steps'} {list_words(np.round(x))}" if len(x) else ""
+
+    def paused(p) -> str:
+        return _and([f"{L:.3f} at {s:.0f}" for s, L in p]) if len(p) else "nowhere"
+
+    n, k = len(m.steps), len(m.check_steps)
+    theirs = f" {at(m.check_steps)} in the main run's steps" if k else ""
+    text = (f"At the same gradient-flow time (learning rate × step), as far as both runs go (the main run's step "
+            f"{m.reach:.0f}), {label} makes {_count(k, 'drop')}{theirs} against the main run's {_count(n, 'drop')}"
+            + (f" {at(m.steps)}" if n else ""))
+    if len(m.pauses) or len(m.check_pauses):
+        text += f", pauses at loss {paused(m.check_pauses)} against {paused(m.pauses)}"
+    text += f", and is at loss {m.check_loss:.3f} where the main run is at {m.loss:.3f}."
+    verdict, plural = step_size_holds(m), "s" if ours != 1 else ""
+    if verdict == AGREES:
+        rest = (f"; the main run goes on to step {m.end:.0f} and makes no further drop" if m.reach < m.end else "")
+        return text + f" So the count of {ours} drop{plural} holds with a smaller step as far as that run goes{rest}."
+    if verdict == DIFFERS:
+        return text + f" So the count of {ours} drop{plural} does not hold with a smaller step."
+    if k < n:
+        return text + (f" It is still falling, so whether it makes the main run's drop{'s' if n - k > 1 else ''} "
+                       f"{at(m.steps[k:])} with the smaller step cannot be told from these runs.")
+    return text + (f" The main run's drop{'s' if m.later.size > 1 else ''} {at(m.later)} "
+                   f"come{'' if m.later.size > 1 else 's'} later than that, so whether the smaller step makes "
+                   f"{'them' if m.later.size > 1 else 'it'} cannot be told from these runs.")
+
+
 def check_words(ours: int, checks) -> str:
-    """Sentences on the check runs: the drops each finds and where (a run at another learning rate also in the main
-    run's steps, step × scale, the same gradient-flow time), whether it is still falling at its end, and whether the
-    main run's count holds (:func:`drop_count_holds`), said apart for another step size and for other draws."""
+    """Sentences on the check runs: the drops each finds and where, whether it is still falling at its end, and
+    whether the main run's count holds: for a run at a smaller step compared with the main run at the same
+    gradient-flow time (its ``matched``, :func:`matched_time_words`), for other draws by :func:`drop_count_holds`."""
     def one(c) -> str:
         n, steps = int(c["drops"]), np.asarray(c["drop_steps"], dtype=np.float64)
         where = f" at step{'s' if steps.size > 1 else ''} {list_words(np.round(steps))}" if steps.size else ""
-        if steps.size and c["step_scale"] != 1:
-            where += f" ({list_words(np.round(steps * c['step_scale']))} in the main run's steps)"
         final = f", ending at {c['final']:.3f}" if c.get("final") is not None else ""
         pauses = np.asarray(c.get("pause_losses", ()), dtype=np.float64)
         if pauses.size:
@@ -547,13 +716,18 @@ def check_words(ours: int, checks) -> str:
                         ("draw", [c for c in checks if c["step_scale"] == 1])):
         if not group:
             continue
-        holds = drop_count_holds(ours, group)
         what = "a smaller step" if kind == "step" else "other draws"
-        single = "; ".join(f"{c['label']} {single_drop_verdict(int(c['drops']), c['settled'])}" for c in group)
-        text.append(f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)} (against the paper's "
-                    f"single drop: {single}). "
-                    + {AGREES: f"So the count of {ours} drop{plural} holds with {what}.",
-                       DIFFERS: f"So the count of {ours} drop{plural} does not hold with {what}.",
-                       CANNOT_TELL: f"A run still falling at its end may make another drop, so whether the count of "
-                                    f"{ours} drop{plural} holds with {what} cannot be told from these runs."}[holds])
+        single = "; ".join(f"{c['label']} {single_drop_verdict(int(c['drops']), c['settled'], c.get('moved', ()))}"
+                           for c in group)
+        said = (f"Run again with {what}, ATTN_M shows: {'; '.join(one(c) for c in group)} (against the paper's "
+                f"single drop: {single}). ")
+        if kind == "step":
+            text.append(said + " ".join(matched_time_words(c["label"], c["matched"], ours) for c in group))
+            continue
+        holds = drop_count_holds(ours, group)
+        text.append(said + {AGREES: f"So the count of {ours} drop{plural} holds with {what}.",
+                            DIFFERS: f"So the count of {ours} drop{plural} does not hold with {what}.",
+                            CANNOT_TELL: f"A run still falling at its end may make another drop, so whether the "
+                                         f"count of {ours} drop{plural} holds with {what} cannot be told from these "
+                                         "runs."}[holds])
     return " ".join(text)
