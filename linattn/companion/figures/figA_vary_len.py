@@ -137,14 +137,16 @@ def _training_terms(seqs, seq_len: int, normalize: str, chunk: int = 1000):
                torch.stack([yn for _, yn, _ in terms], 1).numpy())
 
 
-def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray]:
+def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The error of a training loss resting at each saddle M_0 … M_D, from the run's own training set ``seqs`` (P
-    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism)``, each of length D + 1.
+    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism, own)``, each of length D + 1.
 
-    * ``se[m]``: the standard error of the mean over the P sequences (``uncertainty.standard_error`` of the
-      per-sequence losses, each the mean of its prefixes' (y − ŷ)²) at the theory's weights of M_m, Σ_{d≤m} a_d e_d e_dᵀ
-      with the a_d that minimise the length-averaged population loss (``population_moments``), whose population loss
-      is L(M_m) (``theory.vary_len_plateau_losses``): the finite-P sampling of the training set.
+    * ``own[m]``: the training loss at the theory's weights of M_m on these P sequences (the mean of the per-sequence
+      losses, each the mean of its prefixes' (y − ŷ)²), the weights Σ_{d≤m} a_d e_d e_dᵀ with the a_d that minimise the
+      length-averaged population loss (``population_moments``), whose population loss is L(M_m)
+      (``theory.vary_len_plateau_losses``).
+    * ``se[m]``: its standard error about L(M_m), the finite-P sampling of the training set
+      (``uncertainty.training_loss_error``: the task vectors of a drawn set are whitened, which fixes part of it).
     * ``optimism[m]``: how much lower the training loss gets when the weights are fitted to these P sequences: the
       training loss at those weights minus its least value over every combined weight whose query side lies in the
       learned span e_1 … e_m (rows a of the fold along those directions, all of their entries: what a run resting at
@@ -168,14 +170,14 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
     losses = np.concatenate(per_sequence)
     count = losses.shape[0] * T.shape[1]
     yy, b, A = yy / count, b / count, A / count
-    se = np.array([uncertainty.standard_error(losses[:, m]) for m in range(D + 1)])
+    se = np.array([uncertainty.training_loss_error(losses[:, m], seqs) for m in range(D + 1)])
     optimism = np.zeros(D + 1)
     for m in range(1, D + 1):
         B = np.kron(vecs[:, :m], np.eye(K))  # the fold's rows a along e_1 … e_m, every entry of each
         fitted, *_ = np.linalg.lstsq(B.T @ A @ B, B.T @ b, rcond=None)
         least = yy - 2 * (B.T @ b) @ fitted + fitted @ (B.T @ A @ B) @ fitted
         optimism[m] = max(float(losses[:, m].mean() - least), 0.0)
-    return se, optimism
+    return se, optimism, losses.mean(axis=0)
 
 
 def rest_verdict(rest: float, level: float, se: float, optimism: float) -> str | None:
