@@ -138,10 +138,17 @@ def training_loss_error(per_sequence, seqs) -> float:
     (:func:`task_vectors`) are whitened (:func:`is_whitened`: a drawn training set at icl = 1 with P > D)
     :func:`whitened_standard_error`; else (some sequences sharing w_fix, noise labels) the plain
     :func:`standard_error`, the sequences then being independent draws."""
-    w = task_vectors(seqs)
-    if w is not None and len(w) == np.size(per_sequence) and is_whitened(w):
+    w = whitened_task_vectors(seqs)
+    if w is not None and len(w) == np.size(per_sequence):
         return whitened_standard_error(per_sequence, w)
     return standard_error(per_sequence)
+
+
+def whitened_task_vectors(seqs) -> np.ndarray | None:
+    """The task vectors of ``seqs`` (:func:`task_vectors`) where they are whitened (:func:`is_whitened`), else None:
+    whether :func:`training_loss_error` takes the whitening into account on this set."""
+    w = task_vectors(seqs)
+    return w if w is not None and is_whitened(w) else None
 
 
 def origin_loss_error(cov, n: int, *, whitened: bool) -> float:
