@@ -16,6 +16,7 @@ import torch
 from linattn import RunConfig, draw, models
 from linattn.companion import presets
 from linattn.companion.figures import beyond_pcr, beyond_phase_diagram, figA_vary_len
+from whitened import whitened_se
 
 
 def _settings(module, case: dict | None) -> dict:
@@ -337,22 +338,6 @@ def _prefix_losses(X, y, lam, vecs, normalize):
     return per, np.concatenate(rows), np.concatenate(targets)
 
 
-def _whitened_se(per, X):
-    """The standard error of the mean of each column of ``per`` over a set whose task vectors are whitened, written
-    out: each sequence's w by the pseudo-inverse of its context inputs, checked whitened (sample mean 0, sample
-    covariance ∝ I), then the residual of the losses after projecting out 1, w and the products w_i w_j (i ≤ j)
-    by a QR factorisation, over √(P − 1 − k) and √P."""
-    x, labels = X[:, :-1, :-1], X[:, :-1, -1]
-    w = np.einsum("pdn,pn->pd", np.linalg.pinv(x), labels)
-    P, D = w.shape
-    cov = np.cov(w.T, bias=True)
-    assert np.abs(w.mean(axis=0)).max() < 1e-6 and np.allclose(cov / cov[0, 0], np.eye(D), atol=1e-6)
-    products = [w[:, i] * w[:, j] for i in range(D) for j in range(i, D)]
-    q, _ = np.linalg.qr(np.column_stack([np.ones(P), w, *products]))
-    residual = per - q @ (q.T @ per)
-    return np.sqrt((residual ** 2).sum(axis=0) / (P - q.shape[1]) / P)
-
-
 def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
     """Each rest's band and verdict, recomputed from its run's own training set (re-drawn from the run's settings):
     the standard error of the per-sequence losses at the theory's weights (the whitened task vectors' part taken
@@ -368,7 +353,7 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
         lam, vecs = np.linalg.eigh(data.cov)
         lam, vecs = lam[::-1], vecs[:, ::-1]
         per, design, target = _prefix_losses(data.train.X, data.train.y, lam, vecs, cfg.normalize)
-        se = _whitened_se(per, data.train.X)
+        se = whitened_se(per, data.train.X)
         assert np.all(se < per.std(axis=0, ddof=1) / np.sqrt(per.shape[0]))  # whitening only takes error away
         np.testing.assert_allclose(ds.rest_se.sel(model=key).dropna("m").values, se, rtol=1e-6)
         np.testing.assert_allclose(ds.rest_own.sel(model=key).dropna("m").values, per.mean(axis=0), rtol=1e-6)
