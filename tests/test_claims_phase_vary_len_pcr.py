@@ -12,11 +12,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from whitened import whitened_se
 
 from linattn import RunConfig, draw, models
 from linattn.companion import presets
 from linattn.companion.figures import beyond_pcr, beyond_phase_diagram, figA_vary_len
-from whitened import whitened_se
 
 
 def _settings(module, case: dict | None) -> dict:

@@ -8,13 +8,13 @@ import math
 
 import numpy as np
 import pytest
+from whitened import whitened_se
 
 import linattn
 from linattn.companion import presets, uncertainty
 from linattn.companion.figures import fig01b_attnm_loss
 from linattn.companion.figures.common.trainer import train
 from linattn.data import Sequences, _whiten
-from whitened import whitened_se
 
 COV = np.diag([0.4, 0.3, 0.2, 0.1])
 
