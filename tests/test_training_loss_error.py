@@ -12,8 +12,8 @@ from whitened import whitened_se
 
 import linattn
 from linattn.companion import presets, uncertainty
-from linattn.companion.figures import fig01b_attnm_loss
-from linattn.companion.figures.common.trainer import train
+from linattn.companion.figures import fig01b_attnm_loss, fig14_icl_iwl
+from linattn.companion.figures.common.trainer import train, trained
 from linattn.data import Sequences, _whiten
 
 COV = np.diag([0.4, 0.3, 0.2, 0.1])
@@ -132,3 +132,19 @@ def test_fig01b_errors_by_a_second_route():
         per = uncertainty.per_sequence_losses(attn, "train", weights)
         assert float(ds.standard_error.sel(weights=name)) == pytest.approx(
             float(whitened_se(per, attn.datasets.train.X)), rel=1e-6)
+
+
+def test_fig14_training_errors_by_a_second_route():
+    """Figure 14's stored errors of the training loss (over its first value), recomputed from each run's own training
+    set: whitened at c = 1 (the whitened part projected out apart from the library's rule), the plain sd/√P where
+    some sequences share the fixed task vector (c < 1)."""
+    S = presets.resolve(fig14_icl_iwl.NAME, "quick", {})
+    ds = fig14_icl_iwl.compute(S)
+    for c, r in zip(ds.icl.values, trained(fig14_icl_iwl.runs(S), S)):
+        first = float(r.history.train_loss[0])
+        for weights, name in (("init", "start"), ("final", "final")):
+            per = uncertainty.per_sequence_losses(r, "train", weights)
+            want = (float(whitened_se(per, r.datasets.train.X)) if c == 1
+                    else per.std(ddof=1) / math.sqrt(per.size))
+            assert float(ds.standard_error.sel(icl=c, curve="train", weights=name)) * first == pytest.approx(
+                want, rel=1e-6)
