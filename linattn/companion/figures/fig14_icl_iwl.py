@@ -113,7 +113,8 @@ def _standard_errors(result) -> list:
             continue
         seqs = getattr(result.datasets, which)
         out.append([(uncertainty.training_loss_error(losses, seqs) if curve == "train"
-                     else uncertainty.standard_error(losses)) / scale for losses in _per_sequence_losses(result, which)])
+                     else uncertainty.standard_error(losses)) / scale
+                    for losses in _per_sequence_losses(result, which)])
     return out
 
 
