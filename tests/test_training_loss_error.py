@@ -81,6 +81,8 @@ def test_bad_input_is_refused():
         uncertainty.whitened_standard_error(np.ones(99), w)
     with pytest.raises(ValueError, match="more than 16"):
         uncertainty.whitened_standard_error(np.ones(16), w[:16])
+    with pytest.raises(ValueError, match="one loss a sequence"):
+        uncertainty.training_loss_error(np.ones(99), _set(w, np.random.default_rng(5)))
 
 
 def test_at_zero_weights_it_is_the_closed_form():

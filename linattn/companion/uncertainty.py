@@ -19,8 +19,9 @@ Sources of the errors, and the rules this module keeps:
   none of it; two independent test sets as large differ by √2 × it.
 * A **training loss at given weights** is a mean over the P training sequences, but a drawn training set at icl = 1
   has its task vectors whitened (their sample mean 0 and sample covariance ∝ I, exactly), so its per-sequence losses
-  are not independent and sd/√P overstates its sampling error: :func:`training_loss_error` takes the part of the
-  losses that the whitened moments fix out first (a control-variate regression), on every page alike.
+  are not independent and sd/√P overstates its sampling error: :func:`training_loss_error` first takes out the part
+  of the losses that the whitened moments fix (a control-variate regression), on every page alike. (A test set drawn
+  at icl = 1 is whitened the same way.)
 * A **training loss** on the fitted set is biased (the weights were fitted to that sample: an optimism of about
   −(p/P)·L for p fitted parameters), so it never *agrees* by sampling error: its band is the resolution alone, and the
   spread two independent training sets would show is an ``unresolved`` margin (:func:`training_loss_margin`).
@@ -137,11 +138,12 @@ def training_loss_error(per_sequence, seqs) -> float:
     ``seqs`` (the losses' order the sequences'), the one rule for every page: where the set's task vectors
     (:func:`task_vectors`) are whitened (:func:`is_whitened`: a drawn training set at icl = 1 with P > D)
     :func:`whitened_standard_error`; else (some sequences sharing w_fix, noise labels) the plain
-    :func:`standard_error`, the sequences then being independent draws."""
+    :func:`standard_error`, the sequences then being independent draws. A ValueError where there is not one loss a
+    sequence."""
+    if np.size(per_sequence) != len(seqs.y):
+        raise ValueError(f"per_sequence must hold one loss a sequence ({len(seqs.y)}), got {np.size(per_sequence)}")
     w = whitened_task_vectors(seqs)
-    if w is not None and len(w) == np.size(per_sequence):
-        return whitened_standard_error(per_sequence, w)
-    return standard_error(per_sequence)
+    return standard_error(per_sequence) if w is None else whitened_standard_error(per_sequence, w)
 
 
 def whitened_task_vectors(seqs) -> np.ndarray | None:
