@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from whitened import whitened_se
 
 from linattn import RunConfig, draw, models
 from linattn.companion import presets
@@ -339,21 +340,24 @@ def _prefix_losses(X, y, lam, vecs, normalize):
 
 def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
     """Each rest's band and verdict, recomputed from its run's own training set (re-drawn from the run's settings):
-    the standard error of the per-sequence losses at the theory's weights, the drop a least-squares fit of the
-    saddle's family gives, and the verdict |rest − level| ≤ 2 se (agrees), ≤ 2 se + that drop (cannot tell), else
-    differs, as the table, numbers.json and the sentence say."""
+    the standard error of the per-sequence losses at the theory's weights (the whitened task vectors' part taken
+    out), the drop a least-squares fit of the saddle's family gives, and the verdict |rest − level| ≤ 2 se (agrees),
+    ≤ 2 se + that drop (cannot tell), else differs, as the table, numbers.json and the sentence say."""
     ds, runs = vary, json.loads(vary.attrs["runs"])
     table = figA_vary_len.table(ds)
     rows = {r["key"]: r for r in figA_vary_len.numbers(ds)}
-    counted = {"agrees": 0, "cannot tell": 0, "differs": 0}
+    counted, off = {"agrees": 0, "cannot tell": 0, "differs": 0}, []
     for key in figA_vary_len.MODELS:
         cfg = RunConfig.from_dict(runs[key])
         data = draw(cfg)[0]
         lam, vecs = np.linalg.eigh(data.cov)
         lam, vecs = lam[::-1], vecs[:, ::-1]
         per, design, target = _prefix_losses(data.train.X, data.train.y, lam, vecs, cfg.normalize)
-        se = per.std(axis=0, ddof=1) / np.sqrt(per.shape[0])
-        np.testing.assert_allclose(ds.rest_se.sel(model=key).dropna("m").values, se, rtol=1e-8)
+        se = whitened_se(per, data.train.X)
+        assert np.all(se < per.std(axis=0, ddof=1) / np.sqrt(per.shape[0]))  # whitening only takes error away
+        np.testing.assert_allclose(ds.rest_se.sel(model=key).dropna("m").values, se, rtol=1e-6)
+        np.testing.assert_allclose(ds.rest_own.sel(model=key).dropna("m").values, per.mean(axis=0), rtol=1e-6)
+        assert int(ds.whitened.sel(model=key)) == 1
         for m in range(len(lam) + 1):
             if m == 0:
                 drop = 0.0
@@ -376,10 +380,37 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
             assert row["verdict"] == want and rows[f"plateau.{key}.M{m}"]["verdict"] == want
             assert row["band"].startswith(f"{band:.4f}")
             counted[want] += 1
+            if want != "agrees":  # beside it, the theory's weights on the run's own set: the draw of the set
+                own = per[:, m].mean()
+                off.append((f"{figA_vary_len.LABELS[key]} at M_{m} {own:.4f} ({abs(own - level) / se[m]:.1f} "
+                            f"standard errors {'below' if own < level else 'above'} its level)",
+                            round(100 * (own - level) / (rest - level)), abs(rest - own)))
+    drawn = figA_vary_len.words(ds)["draw"]
+    assert (drawn == "") == (not off)
+    for listed, _, _ in off:
+        assert listed in drawn
+    if off:
+        low, high = min(o[1] for o in off), max(o[1] for o in off)
+        assert (f"{low} %" if low == high else f"{low}–{high} %") in drawn
+        assert f"within {max(o[2] for o in off):.4f} of that loss" in drawn
     said = figA_vary_len.words(ds)["judged"]
+    assert "task vectors are whitened" in said
     assert f"{counted['agrees']} of {sum(counted.values())} rests agree" in said
     assert ("cannot tell" in said.split("(cannot tell there)")[1]) == bool(counted["cannot tell"])
     assert ("differs" in said) == bool(counted["differs"])
+
+
+def test_set_draw_on_constructed_cases():
+    """The share of a rest's gap that its training set's draw makes: all of it where the rest sits at the theory's
+    weights' loss on its set, half where halfway, none where the set lies at the level, negative where the set lies
+    on the other side; no share without a rest or without a gap."""
+    share = figA_vary_len.set_draw
+    assert share(0.310, 0.320, 0.310) == pytest.approx(1.0)
+    assert share(0.310, 0.320, 0.315) == pytest.approx(0.5)
+    assert share(0.310, 0.320, 0.320) == pytest.approx(0.0)
+    assert share(0.310, 0.320, 0.325) == pytest.approx(-0.5)
+    assert share(0.330, 0.320, 0.328) == pytest.approx(0.8)  # above the level alike
+    assert share(float("nan"), 0.32, 0.31) is None and share(0.32, 0.32, 0.31) is None
 
 
 def test_rest_verdict_on_constructed_cases():
@@ -405,9 +436,10 @@ def test_rest_errors_on_a_constructed_training_set():
     labels = np.einsum("pld,pd->pl", x, rng.standard_normal((P, D)))
     X = np.concatenate([x, labels[..., None]], axis=-1)
     X[:, -1, -1] = 0.0
-    se, drop = figA_vary_len.rest_errors(Sequences(X, labels[:, -1]), cov, L, "sum")
+    se, drop, own = figA_vary_len.rest_errors(Sequences(X, labels[:, -1]), cov, L, "sum")
     per = np.mean(labels[:, 1:] ** 2, axis=1)  # prefixes n = 2 … L: targets are tokens 2 … L's labels
-    assert se[0] == pytest.approx(per.std(ddof=1) / np.sqrt(P), rel=1e-10)
+    # independent task vectors (not whitened): the plain standard error of the mean
+    assert se[0] == pytest.approx(per.std(ddof=1) / np.sqrt(P), rel=1e-10) and own[0] == pytest.approx(per.mean())
     assert drop[0] == 0 and np.all(drop >= 0) and np.all(se > 0) and se.shape == drop.shape == (D + 1,)
 
 

@@ -17,6 +17,11 @@ Sources of the errors, and the rules this module keeps:
   (:func:`per_sequence_losses`), never from a formula with an assumed kurtosis. Two test losses on the same
   sequences (a run drawn with the published run's random numbers) share that error, so their difference carries
   none of it; two independent test sets as large differ by √2 × it.
+* A **training loss at given weights** is a mean over the P training sequences, but a drawn training set at icl = 1
+  has its task vectors whitened (their sample mean 0 and sample covariance ∝ I, exactly), so its per-sequence losses
+  are not independent and sd/√P overstates its sampling error: :func:`training_loss_error` first takes out the part
+  of the losses that the whitened moments fix (a control-variate regression), on every page alike. (A test set drawn
+  at icl = 1 is whitened the same way.)
 * A **training loss** on the fitted set is biased (the weights were fitted to that sample: an optimism of about
   −(p/P)·L for p fitted parameters), so it never *agrees* by sampling error: its band is the resolution alone, and the
   spread two independent training sets would show is an ``unresolved`` margin (:func:`training_loss_margin`).
@@ -57,6 +62,95 @@ def standard_error(per_sequence) -> float:
         raise ValueError(f"per_sequence must hold two or more finite values, got {x.size} values"
                          + ("" if np.isfinite(x).all() else " with non-finite ones"))
     return float(x.std(ddof=1) / math.sqrt(x.size))
+
+
+#: How close to exact the sample moments of recovered task vectors must be to count as whitened (relative): a
+#: whitened set's are exact to float32 rounding (~1e-6), independent draws' are off by ~1/√P (3e-4 even at P = 10⁷).
+WHITENED_TOL = 1e-4
+
+
+def task_vectors(seqs, tol: float = WHITENED_TOL) -> np.ndarray | None:
+    """The task vector w_p of each sequence of ``seqs`` (a :class:`~linattn.data.Sequences`), (P, D), recovered from
+    its context: the least-squares solution of y_n = w_pᵀx_n over its N = seq_len − 1 context tokens. None where the
+    context does not determine one (N < D, or labels that no w fits to within ``tol`` of their size: noise labels,
+    icl = 0)."""
+    X = np.asarray(seqs.X, dtype=np.float64)
+    x, y = X[:, :-1, :-1], X[:, :-1, -1]
+    if x.shape[1] < x.shape[2]:
+        return None
+    gram = np.einsum("pnd,pne->pde", x, x)
+    try:
+        w = np.linalg.solve(gram, np.einsum("pnd,pn->pd", x, y)[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        return None
+    misfit = np.abs(np.einsum("pnd,pd->pn", x, w) - y).max()
+    return w if misfit <= tol * max(np.abs(y).max(), np.finfo(float).tiny) else None
+
+
+def is_whitened(w, tol: float = WHITENED_TOL) -> bool:
+    """Whether the rows of ``w`` (P, D) have a sample mean of exactly 0 and a sample covariance of exactly c·I (any
+    c > 0: the divisor P or P − 1), to ``tol`` relative to c: what ``data._whiten`` and the reference draws' whitening
+    make of a training set's task vectors."""
+    w = np.asarray(w, dtype=np.float64)
+    if w.ndim != 2 or w.shape[0] <= w.shape[1]:
+        return False
+    centred = w - w.mean(axis=0)
+    cov = centred.T @ centred / w.shape[0]
+    c = np.trace(cov) / w.shape[1]
+    return bool(c > 0 and np.abs(w.mean(axis=0)).max() <= tol * math.sqrt(c)
+                and np.abs(cov / c - np.eye(w.shape[1])).max() <= tol)
+
+
+def whitened_standard_error(per_sequence, w) -> float:
+    """The standard error of the mean of ``per_sequence`` (ℓ_p, one loss a sequence at given weights) over a set
+    whose task vectors ``w`` (P, D) are whitened, by control variates.
+
+    Whitening fixes the sample moments of z_p = (w_p, vech(w_p w_pᵀ)) at their population values, so the part of ℓ
+    linear in z cannot vary from set to set. Regress ℓ_p = α + βᵀz_p + r_p by least squares (k = D + D(D+1)/2
+    regressors and the intercept) and keep what is left::
+
+        se² = Σ_p r_p² / ((P − 1 − k) · P)
+
+    Why this is the whitened set's error (to first order in 1/√P): whitening maps independent draws u_p ~ N(0, I) to
+    w_p = S^{-1/2}(u_p − ū), which moves the mean of ℓ by −E[∇_w ℓ]·ū − ½ Σ_ij E[∂_i ℓ w_j] (S − I)_ij; by Stein's
+    identity E[∇ℓ] = E[ℓ w] and E[∂_i ℓ w_j] = E[ℓ (w_i w_j − δ_ij)], which is exactly −βᵀ(z̄ − E z) with β the
+    population regression of ℓ on z (Var(w_i w_j) = 1 + δ_ij). So the whitened mean is the mean of ℓ − βᵀz, whose
+    error is that of the residuals. Centring the inputs across sequences leaves the error unchanged to this order:
+    a model whose output is odd in the tokens has a loss even in them, so E[∇_x ℓ] = 0. At zero weights (ℓ_p = y_p²)
+    it is :func:`origin_loss_error`'s whitened closed form. A ValueError where the sizes disagree or there are too
+    few sequences for the regression (P ≤ k + 2)."""
+    loss = np.asarray(per_sequence, dtype=np.float64).ravel()
+    w = np.asarray(w, dtype=np.float64)
+    if w.ndim != 2 or w.shape[0] != loss.size:
+        raise ValueError(f"w must have shape (P, D) with P = {loss.size} (one task vector a loss), got {w.shape}")
+    P, D = w.shape
+    upper = np.triu_indices(D)
+    z = np.column_stack([np.ones(P), w, (w[:, :, None] * w[:, None, :])[:, upper[0], upper[1]]])
+    if P <= z.shape[1] + 1 or not np.isfinite(loss).all():
+        raise ValueError(f"per_sequence must hold more than {z.shape[1] + 1} finite values for D = {D}, got {P}")
+    coef, *_ = np.linalg.lstsq(z, loss, rcond=None)
+    residual = loss - z @ coef
+    return float(math.sqrt(residual @ residual / (P - z.shape[1]) / P))
+
+
+def training_loss_error(per_sequence, seqs) -> float:
+    """The standard error of a training loss at given weights, the mean of ``per_sequence`` over the training set
+    ``seqs`` (the losses' order the sequences'), the one rule for every page: where the set's task vectors
+    (:func:`task_vectors`) are whitened (:func:`is_whitened`: a drawn training set at icl = 1 with P > D)
+    :func:`whitened_standard_error`; else (some sequences sharing w_fix, noise labels) the plain
+    :func:`standard_error`, the sequences then being independent draws. A ValueError where there is not one loss a
+    sequence."""
+    if np.size(per_sequence) != len(seqs.y):
+        raise ValueError(f"per_sequence must hold one loss a sequence ({len(seqs.y)}), got {np.size(per_sequence)}")
+    w = whitened_task_vectors(seqs)
+    return standard_error(per_sequence) if w is None else whitened_standard_error(per_sequence, w)
+
+
+def whitened_task_vectors(seqs) -> np.ndarray | None:
+    """The task vectors of ``seqs`` (:func:`task_vectors`) where they are whitened (:func:`is_whitened`), else None:
+    whether :func:`training_loss_error` takes the whitening into account on this set."""
+    w = task_vectors(seqs)
+    return w if w is not None and is_whitened(w) else None
 
 
 def origin_loss_error(cov, n: int, *, whitened: bool) -> float:

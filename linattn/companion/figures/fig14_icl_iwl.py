@@ -101,7 +101,9 @@ WEIGHTS = ("start", "final")  # the weights whose per-sequence losses give a los
 
 def _standard_errors(result) -> list:
     """[[se at the start, se at the end] for train (over its first value), iwl, icl]: the standard error of each loss
-    from its per-sequence losses (``uncertainty.standard_error``); NaN for a set the run lacks."""
+    from its per-sequence losses (``uncertainty.standard_error``; the training loss's by
+    ``uncertainty.training_loss_error``, its set's task vectors being whitened at c = 1); NaN for a set the run
+    lacks."""
     first = float(result.history.train_loss[0])
     out = []
     for curve, which in (("train", "train"), ("iwl", "test_iwl"), ("icl", "test_icl")):
@@ -109,7 +111,10 @@ def _standard_errors(result) -> list:
         if getattr(result.datasets, which, None) is None:
             out.append([np.nan, np.nan])
             continue
-        out.append([uncertainty.standard_error(losses) / scale for losses in _per_sequence_losses(result, which)])
+        seqs = getattr(result.datasets, which)
+        out.append([(uncertainty.training_loss_error(losses, seqs) if curve == "train"
+                     else uncertainty.standard_error(losses)) / scale
+                    for losses in _per_sequence_losses(result, which)])
     return out
 
 

@@ -8,8 +8,10 @@ for contrast. Measured: the rest at each saddle (``loss_curves.saddle_levels``, 
 whose band, ``loss_curves.REST_BAND`` of the gap to the neighbouring level, holds the rest) and the final loss.
 ATTN_M has no saddles between M_0 and M_D, so only those two are reported for it. Each rest, a training loss on
 the run's P sequences, is judged against its level (:func:`rest_verdict`) with the errors of that training set
-(:func:`rest_errors`): twice the standard error of the mean over the P sequences, and below the level the further
-drop that fitting the saddle's weights to them gives.
+(:func:`rest_errors`): twice the standard error of the mean over the P sequences (``uncertainty.training_loss_error``:
+their whitened task vectors fix part of it), and below the level the further drop that fitting the saddle's weights to
+them gives. Where a rest does not agree, the page gives the training loss at the theory's weights on the run's own set
+beside it (:func:`draw_words`): how much of the gap is the draw of the training set (:func:`set_draw`).
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ def compute(S: dict):
          "plateau_level": (("model", "m"), padded(found, M)),
          "rest_se": (("model", "m"), padded([e[0] for e in errors], M)),
          "rest_optimism": (("model", "m"), padded([e[1] for e in errors], M)),
+         "rest_own": (("model", "m"), padded([e[2] for e in errors], M)),
+         "whitened": ("model", [int(uncertainty.whitened_task_vectors(r.datasets.train) is not None)
+                                for r in done.values()]),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
          "eigenvalue": (("model", "direction"),
                         padded([theory.spectrum(r.datasets.cov)[0] for r in done.values()], M - 1))},
@@ -92,9 +97,12 @@ def compute(S: dict):
     ds.plateau_theory_fixed.attrs["description"] = "saddle losses L(M_m) at the full length (Figures 1b and 3a)"
     ds.plateau_level.attrs["description"] = (f"level of the first rest at saddle M_m (saddle_levels, band "
                                              f"{loss_curves.REST_BAND:.3g})")
-    ds.rest_se.attrs["description"] = ("standard error of the training loss at saddle M_m: the run's per-sequence "
-                                       "losses (mean over prefixes) at the theory's weights there, over √P "
-                                       "(rest_errors)")
+    ds.rest_se.attrs["description"] = ("standard error of the training loss at saddle M_m about L(M_m): from the "
+                                       "run's per-sequence losses (mean over prefixes) at the theory's weights there, "
+                                       "the task vectors' whitening taken out (rest_errors)")
+    ds.rest_own.attrs["description"] = ("training loss at the theory's weights of saddle M_m on the run's own "
+                                        "training set (rest_errors)")
+    ds.whitened.attrs["description"] = "1 where the run's training set has whitened task vectors, else 0"
     ds.rest_optimism.attrs["description"] = ("how much fitting the saddle's weights to the run's training set lowers "
                                              "its loss there (rest_errors)")
     return ds
@@ -137,14 +145,16 @@ def _training_terms(seqs, seq_len: int, normalize: str, chunk: int = 1000):
                torch.stack([yn for _, yn, _ in terms], 1).numpy())
 
 
-def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray]:
+def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The error of a training loss resting at each saddle M_0 … M_D, from the run's own training set ``seqs`` (P
-    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism)``, each of length D + 1.
+    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism, own)``, each of length D + 1.
 
-    * ``se[m]``: the standard error of the mean over the P sequences (``uncertainty.standard_error`` of the
-      per-sequence losses, each the mean of its prefixes' (y − ŷ)²) at the theory's weights of M_m, Σ_{d≤m} a_d e_d e_dᵀ
-      with the a_d that minimise the length-averaged population loss (``population_moments``), whose population loss
-      is L(M_m) (``theory.vary_len_plateau_losses``): the finite-P sampling of the training set.
+    * ``own[m]``: the training loss at the theory's weights of M_m on these P sequences (the mean of the per-sequence
+      losses, each the mean of its prefixes' (y − ŷ)²), the weights Σ_{d≤m} a_d e_d e_dᵀ with the a_d that minimise the
+      length-averaged population loss (``population_moments``), whose population loss is L(M_m)
+      (``theory.vary_len_plateau_losses``).
+    * ``se[m]``: its standard error about L(M_m), the finite-P sampling of the training set
+      (``uncertainty.training_loss_error``: the task vectors of a drawn set are whitened, which fixes part of it).
     * ``optimism[m]``: how much lower the training loss gets when the weights are fitted to these P sequences: the
       training loss at those weights minus its least value over every combined weight whose query side lies in the
       learned span e_1 … e_m (rows a of the fold along those directions, all of their entries: what a run resting at
@@ -168,14 +178,14 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
     losses = np.concatenate(per_sequence)
     count = losses.shape[0] * T.shape[1]
     yy, b, A = yy / count, b / count, A / count
-    se = np.array([uncertainty.standard_error(losses[:, m]) for m in range(D + 1)])
+    se = np.array([uncertainty.training_loss_error(losses[:, m], seqs) for m in range(D + 1)])
     optimism = np.zeros(D + 1)
     for m in range(1, D + 1):
         B = np.kron(vecs[:, :m], np.eye(K))  # the fold's rows a along e_1 … e_m, every entry of each
         fitted, *_ = np.linalg.lstsq(B.T @ A @ B, B.T @ b, rcond=None)
         least = yy - 2 * (B.T @ b) @ fitted + fitted @ (B.T @ A @ B) @ fitted
         optimism[m] = max(float(losses[:, m].mean() - least), 0.0)
-    return se, optimism
+    return se, optimism, losses.mean(axis=0)
 
 
 def rest_verdict(rest: float, level: float, se: float, optimism: float) -> str | None:
@@ -228,8 +238,9 @@ def numbers(ds) -> list[dict]:
 
 
 def table(ds) -> MarkdownTable:
-    """Per model and saddle: the length-averaged and the fixed-length level, the plateau this run settled on, and its
-    band and verdict beside the length-averaged level (:func:`rest_verdict`; "–" where the run does not rest)."""
+    """Per model and saddle: the length-averaged and the fixed-length level, the training loss at the theory's weights
+    on the run's own training set, the plateau this run settled on, and its band and verdict beside the
+    length-averaged level (:func:`rest_verdict`; "–" where the run does not rest)."""
     judged = _verdicts(ds)
 
     def band(key, m):  # "0.0082", or "0.0082, cannot tell to 0.0090" where fitting widens it
@@ -242,11 +253,13 @@ def table(ds) -> MarkdownTable:
         [dict(model=LABELS[key], level=f"$L(\\mathcal{{M}}_{{{m}}})$",
               averaged=float(ds.plateau_theory.sel(model=key, m=m)),
               fixed=float(ds.plateau_theory_fixed.sel(model=key, m=m)),
+              own=float(ds.rest_own.sel(model=key, m=m)),
               ours=float(ds.plateau_level.sel(model=key, m=m)), band=band(key, m),
               verdict=judged.get((key, m), (None,))[0]) for key in MODELS for m in _shown(ds, key)],
         {"model": "model", "level": "level", "averaged": "theory, averaged over lengths",
-         "fixed": "theory, fixed length", "ours": "this run", "band": "band (±)", "verdict": "verdict"},
-        {"averaged": ".4f", "fixed": ".4f", "ours": ".4f"})
+         "fixed": "theory, fixed length", "own": "theory's weights, this training set", "ours": "this run",
+         "band": "band (±)", "verdict": "verdict"},
+        {"averaged": ".4f", "fixed": ".4f", "own": ".4f", "ours": ".4f"})
 
 
 def rest_verdict_words(ds) -> str:
@@ -259,14 +272,59 @@ def rest_verdict_words(ds) -> str:
           for v in uncertainty.VERDICTS}
     sizes = list_words(sorted({int(r["trainset_size"]) for r in _runs(ds).values()}))
     text = (f"Each rest is a training loss on its run's P sequences (P = {sizes}): its band is twice the standard "
-            "error of their mean (from their losses at the saddle's theory weights), widened below the level by what "
-            f"fitting the weights to them lowers the loss (cannot tell there); {len(by[uncertainty.AGREES])} of "
-            f"{len(judged)} "
-            "rests agree")
+            f"error of their mean (from their losses at the saddle's theory weights{_whitened_words(ds)}), widened "
+            "below the level by what fitting the weights to them lowers the loss (cannot tell there); "
+            f"{len(by[uncertainty.AGREES])} of {len(judged)} rests agree")
     for v in (uncertainty.CANNOT_TELL, uncertainty.DIFFERS):
         if by[v]:
             text += f"; {join(by[v])}: {v}"
     return text + "."
+
+
+def _whitened_words(ds) -> str:
+    """The clause on the whitened task vectors of the runs' training sets (``whitened``): their fixed sample moments
+    fix part of the loss, which the standard error leaves out (``uncertainty.training_loss_error``); empty where no
+    run's set is whitened."""
+    white = [LABELS[k] for k in MODELS if int(ds.whitened.sel(model=k))]
+    if not white:
+        return ""
+    whose = "" if len(white) == len(MODELS) else f" of {join(white)}"
+    return (f"; the task vectors{whose} are whitened across the set, which fixes the part of the losses linear in "
+            "their mean and covariance, so that part is left out")
+
+
+def set_draw(rest: float, level: float, own: float) -> float | None:
+    """The share of a rest's gap to its level, rest − L(M_m), that the draw of its training set makes: (own −
+    L(M_m)) / (rest − L(M_m)), with ``own`` the training loss at the theory's weights of M_m on the run's own sequences
+    (:func:`rest_errors`), whose population value is L(M_m). The remainder, rest − own, lies between the run's
+    weights and the theory's on the same sequences (no sampling error between them). None where the run does not
+    rest there (NaN) or rests exactly at the level."""
+    if rest is None or not np.isfinite(rest) or rest == level:
+        return None
+    return float((own - level) / (rest - level))
+
+
+def draw_words(ds) -> str:
+    """The page's sentence on the rests that do not agree with their levels (:func:`rest_verdict`): the training
+    loss at the theory's weights on the run's own set, in standard errors from the level, the share of each gap that
+    this draw makes (:func:`set_draw`) and how far the rests lie from that loss. Empty where every rest agrees."""
+    rows = []
+    for (key, m), (said, _, _) in _verdicts(ds).items():
+        at = ds.sel(model=key, m=m)
+        rest, level, own = (float(at[v]) for v in ("plateau_level", "plateau_theory", "rest_own"))
+        if said != uncertainty.AGREES:
+            rows.append((f"{LABELS[key]} at M_{m}", own, (own - level) / float(at.rest_se), set_draw(rest, level, own),
+                         rest - own))
+    if not rows:
+        return ""
+    listed = join([f"{where} {own:.4f} ({abs(k):.1f} standard errors {'below' if k < 0 else 'above'} its level)"
+                   for where, own, k, _, _ in rows])
+    shares = sorted(round(100 * share) for *_, share, _ in rows)
+    share = f"{shares[0]} %" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]} %"
+    return (f"Where a rest does not agree, the theory's weights themselves give, on the run's own training set, "
+            f"{listed}: the draw of the training set makes {share} of "
+            f"{'that gap' if len(rows) == 1 else 'those gaps'}, and each rest lies within "
+            f"{max(abs(d) for *_, d in rows):.4f} of that loss.")
 
 
 def _runs(ds) -> dict:
@@ -332,7 +390,7 @@ def words(ds) -> dict:
                 rest_tol=loss_curves.REST_TOL, tol=loss_curves.rest_band_words(ds.attrs["band"]),
                 eigenvalues=list_words(np.round(ds.eigenvalue.sel(model="attn_s").dropna("direction").values, 4)),
                 settings_m=describe(m), settings_s=describe(s), rests=_rests(ds), unlearned=unlearned(ds),
-                judged=rest_verdict_words(ds))
+                judged=rest_verdict_words(ds), draw=draw_words(ds))
 
 
 def plot(ds):

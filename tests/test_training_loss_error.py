@@ -1,0 +1,152 @@
+"""The standard error of a training loss over a whitened training set (``uncertainty.training_loss_error``): on
+constructed sets with a known error, against its closed form at zero weights (``origin_loss_error``), and against the
+spread of the loss over many drawn training sets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from whitened import whitened_se
+
+import linattn
+from linattn.companion import presets, uncertainty
+from linattn.companion.figures import fig01b_attnm_loss, fig14_icl_iwl
+from linattn.companion.figures.common.trainer import train, trained
+from linattn.data import Sequences, _whiten
+
+COV = np.diag([0.4, 0.3, 0.2, 0.1])
+
+
+def _set(w, rng, seq_len=12, cov=COV):
+    """A set of sequences with the task vectors ``w`` (P, D): inputs N(0, cov), labels wᵀx, the query's zeroed."""
+    x = rng.standard_normal((len(w), seq_len, len(cov))) @ np.sqrt(cov)
+    labels = np.einsum("pnd,pd->pn", x, w)
+    X = np.concatenate([x, labels[..., None]], axis=-1)
+    y = X[:, -1, -1].copy()
+    X[:, -1, -1] = 0.0
+    return Sequences(X, y)
+
+
+def _products(w):
+    D = w.shape[1]
+    return np.column_stack([w[:, i] * w[:, j] for i in range(D) for j in range(i, D)])
+
+
+def test_the_task_vectors_are_recovered_from_each_context():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((50, 4))
+    np.testing.assert_allclose(uncertainty.task_vectors(_set(w, rng)), w, rtol=1e-9, atol=1e-9)
+    assert uncertainty.task_vectors(_set(w, rng, seq_len=4)) is None  # N = 3 context tokens < D = 4
+    noisy = _set(w, rng)
+    noisy.X[:, :-1, -1] += 0.1 * rng.standard_normal(noisy.X[:, :-1, -1].shape)  # no w fits these labels
+    assert uncertainty.task_vectors(noisy) is None
+
+
+def test_whitened_sets_are_told_from_independent_draws():
+    rng = np.random.default_rng(1)
+    raw = rng.standard_normal((2000, 4))
+    assert uncertainty.is_whitened(_whiten(raw)) and not uncertainty.is_whitened(raw)
+    assert uncertainty.is_whitened(_whiten(raw) * math.sqrt(1999 / 2000))  # the divisor P − 1 (the reference's)
+    assert not uncertainty.is_whitened(_whiten(raw) + 0.01)  # a mean off zero
+    assert not uncertainty.is_whitened(_whiten(raw[:4]))  # P ≤ D: nothing is whitened
+    seqs = linattn.sample_tasks(COV, 500, 9, seed=3)  # a drawn training set (icl = 1): whitened
+    assert uncertainty.whitened_task_vectors(seqs) is not None
+    assert uncertainty.whitened_task_vectors(linattn.sample_tasks(COV, 500, 9, seed=3, centre=False)) is None
+    assert uncertainty.whitened_task_vectors(linattn.sample_tasks(COV, 500, 9, seed=3, icl=0.5)) is None
+
+
+def test_a_loss_with_a_known_error_beyond_the_whitened_part():
+    """ℓ_p = 1 + bᵀw_p + cᵀvech(w_p w_pᵀ) + e_p with e_p ~ N(0, σ²) independent of w: on a whitened set the mean of
+    the first parts is fixed, so the error is σ/√P; on independent w the plain standard error, which is larger."""
+    rng = np.random.default_rng(2)
+    P, sigma = 4000, 0.3
+    w = _whiten(rng.standard_normal((P, 4)))
+    b, c = rng.standard_normal(4), rng.standard_normal(10)
+    loss = 1 + w @ b + _products(w) @ c + sigma * rng.standard_normal(P)
+    seqs = _set(w, rng)
+    assert uncertainty.training_loss_error(loss, seqs) == pytest.approx(sigma / math.sqrt(P), rel=0.05)
+    assert uncertainty.standard_error(loss) > 5 * sigma / math.sqrt(P)
+    exact = 1 + w @ b + _products(w) @ c  # all of it fixed by the whitening: no error left
+    assert uncertainty.training_loss_error(exact, seqs) < 1e-12
+    raw = rng.standard_normal((P, 4))  # independent task vectors: the plain standard error, exactly
+    loss = 1 + raw @ b + _products(raw) @ c + sigma * rng.standard_normal(P)
+    assert uncertainty.training_loss_error(loss, _set(raw, rng)) == uncertainty.standard_error(loss)
+
+
+def test_bad_input_is_refused():
+    w = _whiten(np.random.default_rng(4).standard_normal((100, 4)))
+    with pytest.raises(ValueError, match="w must have shape"):
+        uncertainty.whitened_standard_error(np.ones(99), w)
+    with pytest.raises(ValueError, match="more than 16"):
+        uncertainty.whitened_standard_error(np.ones(16), w[:16])
+    with pytest.raises(ValueError, match="one loss a sequence"):
+        uncertainty.training_loss_error(np.ones(99), _set(w, np.random.default_rng(5)))
+
+
+def test_at_zero_weights_it_is_the_closed_form():
+    """ℓ_p = y_p² (the loss at zero weights) on drawn training sets of P = 20000: the error measured on each set is
+    ``origin_loss_error``'s whitened closed form √(2 ((tr Λ)² + 2 tr Λ²)/P), within the few per cent a sample's own
+    estimate carries; the plain standard error is the one for independent task vectors."""
+    P = 20000
+    for seed in range(3):
+        seqs = linattn.sample_tasks(COV, P, 9, seed=seed)
+        assert uncertainty.training_loss_error(seqs.y ** 2, seqs) == pytest.approx(
+            uncertainty.origin_loss_error(COV, P, whitened=True), rel=0.08)
+        assert uncertainty.standard_error(seqs.y ** 2) == pytest.approx(
+            uncertainty.origin_loss_error(COV, P, whitened=False), rel=0.08)
+
+
+def _prefix_loss(seqs, v):
+    """Each sequence's mean over its context tokens of (y_n − vᵀx_n)²: a loss averaged over many terms (as under
+    ``vary_len``), whose task-vector part the whitening fixes: a mean and a covariance term in w."""
+    X = seqs.X[:, :-1]
+    return np.mean((X[..., -1] - X[..., :-1] @ v) ** 2, axis=1)
+
+
+def test_it_is_the_spread_of_the_training_loss_over_drawn_sets():
+    """500 drawn training sets (P = 500, 32 tokens): the spread of the training loss at fixed weights (zero, and a
+    linear predictor v) across the sets is the rule's error, measured on each set (rms over sets; the spread of 500
+    draws is itself known to 3 %, and the rule runs a few per cent low at so small a P, its terms of order 1/P), and
+    less than half the plain sd/√P, the error the sets would have with independent task vectors."""
+    v = np.array([0.5, -0.3, 0.2, 0.1])
+    means, rule, plain = [], [], []
+    for seed in range(500):
+        seqs = linattn.sample_tasks(COV, 500, 32, seed=seed)
+        losses = [_prefix_loss(seqs, 0 * v), _prefix_loss(seqs, v)]
+        means.append([ell.mean() for ell in losses])
+        rule.append([uncertainty.training_loss_error(ell, seqs) for ell in losses])
+        plain.append([uncertainty.standard_error(ell) for ell in losses])
+    spread = np.std(means, axis=0, ddof=1)
+    np.testing.assert_allclose(np.sqrt(np.mean(np.square(rule), axis=0)), spread, rtol=0.12)
+    assert np.all(np.sqrt(np.mean(np.square(plain), axis=0)) > 2 * spread)
+
+
+def test_fig01b_errors_by_a_second_route():
+    """Figure 1b's stored errors of ATTN_M's training loss (at the start and at the end), recomputed from the run's
+    own training set (the reference's draws, whitened): its per-sequence losses at those weights, the whitened part
+    projected out apart from the library's rule."""
+    S = presets.resolve(fig01b_attnm_loss.NAME, "quick", {})
+    ds = fig01b_attnm_loss.compute(S)
+    attn = train(fig01b_attnm_loss.runs(S), S)["attn_m"]
+    for weights, name in (("init", "start"), ("final", "final")):
+        per = uncertainty.per_sequence_losses(attn, "train", weights)
+        assert float(ds.standard_error.sel(weights=name)) == pytest.approx(
+            float(whitened_se(per, attn.datasets.train.X)), rel=1e-6)
+
+
+def test_fig14_training_errors_by_a_second_route():
+    """Figure 14's stored errors of the training loss (over its first value), recomputed from each run's own training
+    set: whitened at c = 1 (the whitened part projected out apart from the library's rule), the plain sd/√P where
+    some sequences share the fixed task vector (c < 1)."""
+    S = presets.resolve(fig14_icl_iwl.NAME, "quick", {})
+    ds = fig14_icl_iwl.compute(S)
+    for c, r in zip(ds.icl.values, trained(fig14_icl_iwl.runs(S), S)):
+        first = float(r.history.train_loss[0])
+        for weights, name in (("init", "start"), ("final", "final")):
+            per = uncertainty.per_sequence_losses(r, "train", weights)
+            want = (float(whitened_se(per, r.datasets.train.X)) if c == 1
+                    else per.std(ddof=1) / math.sqrt(per.size))
+            assert float(ds.standard_error.sel(icl=c, curve="train", weights=name)) * first == pytest.approx(
+                want, rel=1e-6)
