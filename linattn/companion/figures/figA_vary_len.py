@@ -312,9 +312,9 @@ def draw_words(ds) -> str:
     for (key, m), (said, _, _) in _verdicts(ds).items():
         at = ds.sel(model=key, m=m)
         rest, level, own = (float(at[v]) for v in ("plateau_level", "plateau_theory", "rest_own"))
-        if said != uncertainty.AGREES:
-            rows.append((f"{LABELS[key]} at M_{m}", own, (own - level) / float(at.rest_se), set_draw(rest, level, own),
-                         rest - own))
+        share = set_draw(rest, level, own)  # a rest that does not agree lies off its level: a share
+        if said != uncertainty.AGREES and share is not None:
+            rows.append((f"{LABELS[key]} at M_{m}", own, (own - level) / float(at.rest_se), share, rest - own))
     if not rows:
         return ""
     listed = join([f"{where} {own:.4f} ({abs(k):.1f} standard errors {'below' if k < 0 else 'above'} its level)"
