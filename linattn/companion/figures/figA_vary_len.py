@@ -319,10 +319,10 @@ def draw_words(ds) -> str:
         return ""
     listed = join([f"{where} {own:.4f} ({abs(k):.1f} standard errors {'below' if k < 0 else 'above'} its level)"
                    for where, own, k, _, _ in rows])
-    shares = sorted(round(100 * share) for *_, share, _ in rows)
-    share = f"{shares[0]} %" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]} %"
+    shares = sorted(round(100 * part) for *_, part, _ in rows)
+    span = f"{shares[0]} %" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]} %"
     return (f"Where a rest does not agree, the theory's weights themselves give, on the run's own training set, "
-            f"{listed}: the draw of the training set makes {share} of "
+            f"{listed}: the draw of the training set makes {span} of "
             f"{'that gap' if len(rows) == 1 else 'those gaps'}, and each rest lies within "
             f"{max(abs(d) for *_, d in rows):.4f} of that loss.")
 
