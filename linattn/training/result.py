@@ -136,7 +136,7 @@ def write_outputs(result: RunResult, out_dir: str | os.PathLike[str], *, save_da
       number as the shortest text that reads back to the same float64;
     * ``run.json``: the provenance (versions, git commit, date), the settings, engine, device, timings, what was
       given in place of drawn, the task (Λ and the fixed task vector), the key and snapshot interval, and
-      ``extra`` (:func:`run_info`);
+      ``extra`` (``run_info``);
     * ``init.npz`` and ``weights.npz``: the initial and the final weights (layout of ``init.npz``);
     * ``snapshots.npz`` when weight snapshots were recorded (``steps`` and each weight stacked over them);
     * with ``save_data``, ``data.npz``: the data sets and the task (``Datasets.arrays``).
