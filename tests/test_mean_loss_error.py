@@ -1,6 +1,6 @@
-"""The standard error of a training loss over a whitened training set (``uncertainty.mean_loss_error``): on
-constructed sets with a known error, against its closed form at zero weights (``origin_loss_error``), and against the
-spread of the loss over many drawn training sets."""
+"""The standard error of a mean loss over a drawn set with whitened task vectors (``uncertainty.mean_loss_error``): on
+constructed sets with a known error, against its closed form at zero weights (``origin_loss_error``), against the
+spread of the loss over many drawn training sets, and on the test sets the pages read."""
 
 from __future__ import annotations
 
@@ -150,3 +150,23 @@ def test_fig14_training_errors_by_a_second_route():
                     else per.std(ddof=1) / math.sqrt(per.size))
             assert float(ds.standard_error.sel(icl=c, curve="train", weights=name)) * first == pytest.approx(
                 want, rel=1e-6)
+
+
+@pytest.mark.parametrize("draws", ["streams", "reference"])
+def test_the_in_context_test_set_is_whitened_and_the_in_weight_one_is_not(draws):
+    """The test sets the pages read (linattn's streams and the reference's draws): the in-context one, drawn at
+    icl = 1, has task vectors (each context's least-squares fit, by numpy's pinv) with a sample mean of 0 and a
+    sample covariance ∝ I to float32 rounding, so the rule takes the whitening out; the in-weight one carries noise
+    context labels (no task vector fits them), so the rule is the plain sd/√n there."""
+    cfg = linattn.RunConfig(model="attnM", in_dim=3, seq_len=16, trainset_size=40, testset_size=400, draws=draws)
+    data, _ = linattn.draw(cfg)
+    test_icl, test_iwl = data.test_icl, data.test_iwl
+    w = np.einsum("pdn,pn->pd", np.linalg.pinv(test_icl.X[:, :-1, :-1].astype(np.float64)), test_icl.X[:, :-1, -1])
+    cov = np.cov(w.T, bias=True)
+    assert np.abs(w.mean(axis=0)).max() < 1e-5 and np.abs(cov / cov[0, 0] - np.eye(3)).max() < 1e-5
+    loss = (test_icl.y - 0.3 * test_icl.X[:, :-1, -1].mean(axis=1)) ** 2  # a predictor's per-sequence losses
+    assert uncertainty.mean_loss_error(loss, test_icl) == pytest.approx(float(whitened_se(loss, test_icl.X)),
+                                                                        rel=1e-6)
+    assert uncertainty.mean_loss_error(loss, test_icl) < uncertainty.standard_error(loss)
+    noise = test_iwl.y ** 2
+    assert uncertainty.mean_loss_error(noise, test_iwl) == uncertainty.standard_error(noise)
