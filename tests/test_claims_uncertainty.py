@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from whitened import whitened_se
 
 from linattn.companion import presets
 from linattn.companion.figures import fig01b_attnm_loss, fig14_icl_iwl, figA_white_cov
@@ -78,7 +79,10 @@ def test_fig14_in_weight_course_and_end_at_loss_star(fig14):
 
 def test_fig14_standard_errors_are_the_scatter_of_the_per_sequence_losses(tmp_path, monkeypatch):
     """The stored standard errors of the final test losses, recomputed from the final weights and the test sets with
-    the model's own forward pass and numpy (a second route past ``uncertainty.per_sequence_losses``), at a knob case."""
+    the model's own forward pass and numpy (a second route past ``uncertainty.per_sequence_losses`` and
+    ``uncertainty.mean_loss_error``), at a knob case: the in-context test set (drawn at icl = 1) has whitened task
+    vectors, whose part is projected out (``tests/whitened.py``); the in-weight one's sequences are independent
+    draws, sd/√n."""
     import linattn
     from linattn.companion.figures.common.trainer import trained
 
@@ -89,8 +93,9 @@ def test_fig14_standard_errors_are_the_scatter_of_the_per_sequence_losses(tmp_pa
         model = linattn.build_model(r.config.model, r.weights)
         for curve, sequences in (("icl", r.datasets.test_icl), ("iwl", r.datasets.test_iwl)):
             per = (sequences.y - model.predict(sequences.X, r.config.normalize)) ** 2
-            assert float(ds.standard_error.sel(icl=c, curve=curve, weights="final")) == pytest.approx(
-                per.std(ddof=1) / math.sqrt(per.size), rel=1e-9)
+            want = (float(whitened_se(per, sequences.X)) if curve == "icl"
+                    else per.std(ddof=1) / math.sqrt(per.size))
+            assert float(ds.standard_error.sel(icl=c, curve=curve, weights="final")) == pytest.approx(want, rel=1e-6)
 
 
 def _attn_m_features(X):

@@ -1,5 +1,5 @@
 """The standard error of a training loss over a set with whitened task vectors, written out apart from the library
-(``uncertainty.training_loss_error``), for the tests that recompute a page's bands by a second route."""
+(``uncertainty.mean_loss_error``), for the tests that recompute a page's bands by a second route."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
     there is no theory value), or None when neither is a number. A row that is a check may carry its
     ``tolerance`` and ``verdict`` (one of ``uncertainty.VERDICTS``, or ``ESTIMATE`` for a theory value that is an
     order-of-magnitude estimate, such as an escape time) and the ``standard_error`` of the compared difference (from
-    per-sequence losses, :func:`linattn.companion.uncertainty.standard_error`); these keys are present only when
+    per-sequence losses, :func:`linattn.companion.uncertainty.mean_loss_error`); these keys are present only when
     given. A reading of a published image also carries what its verdict applied (``difference``: ours − the
     reading, signed; ``band``; ``offset`` removed first; ``unresolved`` margin; ``unit``), so that the report shows
     the band the verdict used. ``no_value``: why a row has no reproduced value, where that is not that the event did

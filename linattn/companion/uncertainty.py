@@ -12,16 +12,17 @@ loss's bias, the shift a finite training set alone gives a step), else *differs*
 
 Sources of the errors, and the rules this module keeps:
 
-* A **test loss** is a mean over n held-out sequences of the per-sequence losses (y − ŷ)²; its standard error is
-  their standard deviation over √n (:func:`standard_error`), measured on the sequences themselves
-  (:func:`per_sequence_losses`), never from a formula with an assumed kurtosis. Two test losses on the same
-  sequences (a run drawn with the published run's random numbers) share that error, so their difference carries
-  none of it; two independent test sets as large differ by √2 × it.
-* A **training loss at given weights** is a mean over the P training sequences, but a drawn training set at icl = 1
-  has its task vectors whitened (their sample mean 0 and sample covariance ∝ I, exactly), so its per-sequence losses
-  are not independent and sd/√P overstates its sampling error: :func:`training_loss_error` first takes out the part
-  of the losses that the whitened moments fix (a control-variate regression), on every page alike. (A test set drawn
-  at icl = 1 is whitened the same way.)
+* A **mean loss over a drawn set at given weights** (a test loss, or a training loss at given weights) is a mean
+  over the set's n sequences of the per-sequence losses (y − ŷ)², measured on the sequences themselves
+  (:func:`per_sequence_losses`), never from a formula with an assumed kurtosis. Its standard error has one rule,
+  :func:`mean_loss_error`, on every page: a set drawn at icl = 1 (a training set, or an in-context test set; linattn's
+  streams and the reference draws alike) has its task vectors whitened (their sample mean 0 and sample covariance
+  ∝ I, exactly), so its per-sequence losses are not independent and sd/√n overstates its sampling error; the rule
+  first takes out the part of the losses that the whitened moments fix (a control-variate regression,
+  :func:`whitened_standard_error`). Other sets (sequences sharing w_fix, noise context labels) are independent
+  draws, and their error is sd/√n (:func:`standard_error`). Two test losses on the same sequences (a run drawn with
+  the published run's random numbers) share that error, so their difference carries none of it; two independent
+  test sets as large differ by √2 × it.
 * A **training loss** on the fitted set is biased (the weights were fitted to that sample: an optimism of about
   −(p/P)·L for p fitted parameters), so it never *agrees* by sampling error: its band is the resolution alone, and the
   spread two independent training sets would show is an ``unresolved`` margin (:func:`training_loss_margin`).
@@ -90,7 +91,7 @@ def task_vectors(seqs, tol: float = WHITENED_TOL) -> np.ndarray | None:
 def is_whitened(w, tol: float = WHITENED_TOL) -> bool:
     """Whether the rows of ``w`` (P, D) have a sample mean of exactly 0 and a sample covariance of exactly c·I (any
     c > 0: the divisor P or P − 1), to ``tol`` relative to c: what ``data._whiten`` and the reference draws' whitening
-    make of a training set's task vectors."""
+    make of a drawn set's task vectors at icl = 1."""
     w = np.asarray(w, dtype=np.float64)
     if w.ndim != 2 or w.shape[0] <= w.shape[1]:
         return False
@@ -133,10 +134,11 @@ def whitened_standard_error(per_sequence, w) -> float:
     return float(math.sqrt(residual @ residual / (P - z.shape[1]) / P))
 
 
-def training_loss_error(per_sequence, seqs) -> float:
-    """The standard error of a training loss at given weights, the mean of ``per_sequence`` over the training set
-    ``seqs`` (the losses' order the sequences'), the one rule for every page: where the set's task vectors
-    (:func:`task_vectors`) are whitened (:func:`is_whitened`: a drawn training set at icl = 1 with P > D)
+def mean_loss_error(per_sequence, seqs) -> float:
+    """The standard error of a mean loss at given weights, the mean of ``per_sequence`` over the drawn set ``seqs``
+    (a training or a test set; the losses' order the sequences'), the one rule for every page: where the set's task
+    vectors (:func:`task_vectors`) are whitened (:func:`is_whitened`: a set drawn at icl = 1 with more sequences than
+    D, the training set or the in-context test set)
     :func:`whitened_standard_error`; else (some sequences sharing w_fix, noise labels) the plain
     :func:`standard_error`, the sequences then being independent draws. A ValueError where there is not one loss a
     sequence."""
@@ -148,7 +150,7 @@ def training_loss_error(per_sequence, seqs) -> float:
 
 def whitened_task_vectors(seqs) -> np.ndarray | None:
     """The task vectors of ``seqs`` (:func:`task_vectors`) where they are whitened (:func:`is_whitened`), else None:
-    whether :func:`training_loss_error` takes the whitening into account on this set."""
+    whether :func:`mean_loss_error` takes the whitening into account on this set."""
     w = task_vectors(seqs)
     return w if w is not None and is_whitened(w) else None
 

@@ -19,8 +19,9 @@ rtol 1e-4 moves every recorded test loss by < 1.3e-4 (relative) at the quick pre
 **When is a cell finished, and who wins?** A cell is *settled* when its test losses moved less than ``TOLERANCE``
 over the last ``WINDOW`` of its training; its end point, least squares on ATTN_M's features, checks it where it is
 unique. In-context learning wins where the in-context test loss is below the midpoint between tr Λ and L* by more
-than ``BAND_Z`` standard errors, each the standard deviation of the cell's per-sequence test losses at its final
-weights (:func:`per_sequence_losses`) over √n (:func:`.common.phase.test_loss_se`); within that band the test set
+than ``BAND_Z`` standard errors, each from the cell's per-sequence test losses at its final weights
+(:func:`per_sequence_losses`) by ``uncertainty.mean_loss_error`` (the in-context test set's task vectors are whitened,
+which fixes part of its loss; the in-weight one's sequences are independent: std over √n); within that band the test set
 cannot tell, and a bracket in c spans such cells (:func:`.common.phase.banded_bracket`). The population crossings are
 solved on the population test moments, free of sampling error. The count of directions left to fresh sequences is
 the null space of the fixed task's E[TTᵀ] at the relative tolerance ``FLAT`` (:func:`.common.phase.free_directions`),
@@ -40,7 +41,7 @@ from ... import theory
 from ...analysis import diagnostics
 from ...config import RunConfig
 from ...objectives.population import mixture_moments
-from .. import presets, runstore
+from .. import presets, runstore, uncertainty
 from ..output import prose_text
 from .common import end_point, phase, phase_text, preset_blocks
 from .common.frame import settings_attrs
@@ -179,13 +180,14 @@ def per_sequence_losses(result, seqs, features: torch.Tensor | None = None) -> n
 def _cell(result, tests: dict, data, features: dict) -> dict:
     """A cell's losses at its recorded steps, their least-squares end points (None where the training loss is flat),
     E[TTᵀ]'s smallest eigenvalue relative to its largest, and each final test loss's standard error from its
-    per-sequence losses (:func:`.common.phase.test_loss_se`) on the test sets ``data`` (linattn's streams give every
+    per-sequence losses (``uncertainty.mean_loss_error``) on the test sets ``data`` (linattn's streams give every
     cell the same ones; ``features``: theirs, by name)."""
     mom = end_point.train_moments(result)
     m_star, curvature = end_point.least_squares(mom)
     out: dict[str, Any] = {"curvature": curvature, "seconds": float(result.history.wall_time)}
     for name in tests:
-        out[f"se_{name}"] = phase.test_loss_se(per_sequence_losses(result, getattr(data, name), features[name]))
+        seqs = getattr(data, name)
+        out[f"se_{name}"] = uncertainty.mean_loss_error(per_sequence_losses(result, seqs, features[name]), seqs)
     for name, moments in (("train_loss", mom), *tests.items()):
         out[name] = np.asarray(getattr(result.history, name), dtype=np.float64)
         out[f"limit_{name}"] = None if m_star is None else phase.quadratic_loss(m_star, moments)
@@ -267,7 +269,7 @@ def _with_column(ds, column: dict, fresh_TT: np.ndarray, test_set, features: tor
     (:func:`.common.end_point.sequence_features`)."""
     sizes = [int(r.config.trainset_size) for r in column.values()]
     test = [float(r.history.test_icl[-1]) for r in column.values()]
-    se = [phase.test_loss_se(per_sequence_losses(r, test_set, features)) for r in column.values()]
+    se = [uncertainty.mean_loss_error(per_sequence_losses(r, test_set, features), test_set) for r in column.values()]
     peak = phase.sample_wise_peak(test) if column else None
     return ds.assign(column_train_loss=("column_P", [float(r.history.train_loss[-1]) for r in column.values()]),
                      column_test_icl=("column_P", test), column_se_icl=("column_P", se),

@@ -92,7 +92,7 @@ def compute(S: dict):
          "half_drop_step_estimate": ("model", estimate),
          "final_loss": ("model", loss[:, -1]),
          "plateau_theory": float(np.trace(cov)), "loss_star": theory.loss_star(cov, N),
-         "standard_error": ("weights", [uncertainty.training_loss_error(uncertainty.per_sequence_losses(
+         "standard_error": ("weights", [uncertainty.mean_loss_error(uncertainty.per_sequence_losses(
              attn, "train", w), attn.datasets.train) for w in ("init", "final")])},
         coords={"model": list(MODELS), "step": step, "weights": ["start", "final"]},
         attrs=settings_attrs(S, engine=attn.engine, seeds=S["seed"],
@@ -101,7 +101,7 @@ def compute(S: dict):
     ds.attrs["published"] = int(presets.is_published(NAME, S))
     ds.loss_population.attrs["description"] = "population loss (P = ∞) of the same model from the run's initial weights"
     ds.standard_error.attrs["description"] = ("standard error of ATTN_M's training loss from its per-sequence losses "
-                                              "at the initial and the final weights (uncertainty.training_loss_error: "
+                                              "at the initial and the final weights (uncertainty.mean_loss_error: "
                                               "the part the whitened task vectors fix left out)")
     ds.half_drop_step_estimate.attrs["description"] = ("logistic estimate: the step at which the top mode of "
                                                        "E[y z] is half grown (not the loss midpoint)")

@@ -130,7 +130,7 @@ def compute(S: dict):
     ds = xr.Dataset(
         {"train_loss": (("model", "step"), padded(losses, len(steps))),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
-         "final_loss_se": ("model", [uncertainty.training_loss_error(uncertainty.per_sequence_losses(r, "train"),
+         "final_loss_se": ("model", [uncertainty.mean_loss_error(uncertainty.per_sequence_losses(r, "train"),
                                                                      r.datasets.train) for r in models.values()]),
          "wall_time": ("model", [float(r.wall_time) for r in models.values()]),
          "plateau_theory": (("model", "m"), padded(levels, max(len(v) for v in levels))),
@@ -163,7 +163,7 @@ def compute(S: dict):
     ds.plateau_theory.attrs["description"] = "linear attention's saddle losses L(M_m), for reference only"
     ds.final_loss_se.attrs["description"] = ("standard error of each model's final training loss, from its "
                                              "per-sequence losses at the final weights (uncertainty."
-                                             "training_loss_error)")
+                                             "mean_loss_error)")
     ds.fall_drops.attrs["description"] = ("each run's drops counted from the fall rate (loss_curves.count_drops; "
                                           "ATTN_S's rate averaged over window samples each side)")
     ds.fall_drops.attrs["window"] = _attn_s_window(losses[1])

@@ -101,8 +101,8 @@ WEIGHTS = ("start", "final")  # the weights whose per-sequence losses give a los
 
 def _standard_errors(result) -> list:
     """[[se at the start, se at the end] for train (over its first value), iwl, icl]: the standard error of each loss
-    from its per-sequence losses (``uncertainty.standard_error``; the training loss's by
-    ``uncertainty.training_loss_error``, its set's task vectors being whitened at c = 1); NaN for a set the run
+    from its per-sequence losses by ``uncertainty.mean_loss_error`` (which takes out what the whitened task vectors of
+    a set drawn at icl = 1 fix: the in-context test set's, and the training set's at c = 1); NaN for a set the run
     lacks."""
     first = float(result.history.train_loss[0])
     out = []
@@ -112,9 +112,7 @@ def _standard_errors(result) -> list:
             out.append([np.nan, np.nan])
             continue
         seqs = getattr(result.datasets, which)
-        out.append([(uncertainty.training_loss_error(losses, seqs) if curve == "train"
-                     else uncertainty.standard_error(losses)) / scale
-                    for losses in _per_sequence_losses(result, which)])
+        out.append([uncertainty.mean_loss_error(loss, seqs) / scale for loss in _per_sequence_losses(result, which)])
     return out
 
 

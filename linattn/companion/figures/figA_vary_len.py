@@ -8,7 +8,7 @@ for contrast. Measured: the rest at each saddle (``loss_curves.saddle_levels``, 
 whose band, ``loss_curves.REST_BAND`` of the gap to the neighbouring level, holds the rest) and the final loss.
 ATTN_M has no saddles between M_0 and M_D, so only those two are reported for it. Each rest, a training loss on
 the run's P sequences, is judged against its level (:func:`rest_verdict`) with the errors of that training set
-(:func:`rest_errors`): twice the standard error of the mean over the P sequences (``uncertainty.training_loss_error``:
+(:func:`rest_errors`): twice the standard error of the mean over the P sequences (``uncertainty.mean_loss_error``:
 their whitened task vectors fix part of it), and below the level the further drop that fitting the saddle's weights to
 them gives. Where a rest does not agree, the page gives the training loss at the theory's weights on the run's own set
 beside it (:func:`draw_words`): how much of the gap is the draw of the training set (:func:`set_draw`).
@@ -154,7 +154,7 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
       length-averaged population loss (``population_moments``), whose population loss is L(M_m)
       (``theory.vary_len_plateau_losses``).
     * ``se[m]``: its standard error about L(M_m), the finite-P sampling of the training set
-      (``uncertainty.training_loss_error``: the task vectors of a drawn set are whitened, which fixes part of it).
+      (``uncertainty.mean_loss_error``: the task vectors of a drawn set are whitened, which fixes part of it).
     * ``optimism[m]``: how much lower the training loss gets when the weights are fitted to these P sequences: the
       training loss at those weights minus its least value over every combined weight whose query side lies in the
       learned span e_1 … e_m (rows a of the fold along those directions, all of their entries: what a run resting at
@@ -178,7 +178,7 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
     losses = np.concatenate(per_sequence)
     count = losses.shape[0] * T.shape[1]
     yy, b, A = yy / count, b / count, A / count
-    se = np.array([uncertainty.training_loss_error(losses[:, m], seqs) for m in range(D + 1)])
+    se = np.array([uncertainty.mean_loss_error(losses[:, m], seqs) for m in range(D + 1)])
     optimism = np.zeros(D + 1)
     for m in range(1, D + 1):
         B = np.kron(vecs[:, :m], np.eye(K))  # the fold's rows a along e_1 … e_m, every entry of each
@@ -283,7 +283,7 @@ def rest_verdict_words(ds) -> str:
 
 def _whitened_words(ds) -> str:
     """The clause on the whitened task vectors of the runs' training sets (``whitened``): their fixed sample moments
-    fix part of the loss, which the standard error leaves out (``uncertainty.training_loss_error``); empty where no
+    fix part of the loss, which the standard error leaves out (``uncertainty.mean_loss_error``); empty where no
     run's set is whitened."""
     white = [LABELS[k] for k in MODELS if int(ds.whitened.sel(model=k))]
     if not white:

@@ -1,6 +1,6 @@
-"""The phase diagram's rules, pure functions of arrays: a test loss's standard error from its per-sequence losses
-(:func:`test_loss_se`) and the banded verdict against a level (:func:`verdict`: wins, loses, cannot tell), where a
-verdict sets in along c (:func:`banded_bracket`; :func:`bracket` without a band, for the figure), the sample-wise peak
+"""The phase diagram's rules, pure functions of arrays: the banded verdict against a level (:func:`verdict`: wins,
+loses, cannot tell; each test loss's standard error is ``uncertainty.mean_loss_error``'s), where a verdict sets in
+along c (:func:`banded_bracket`; :func:`bracket` without a band, for the figure), the sample-wise peak
 and the count it sits next to, the null space and rank of the features' covariance, and the population end point and
 its crossings solved in c. Every verdict the phase diagram page states comes from one of them."""
 
@@ -38,15 +38,6 @@ def quadratic_loss(m: np.ndarray, moments: tuple) -> float:
     A, b, c = moments
     return float(c - 2 * b @ m + m @ A @ m)
 
-
-
-def test_loss_se(losses) -> float:
-    """The standard error of a mean test loss, from the per-sequence losses ℓ_i themselves: std(ℓ)/√n (sample
-    standard deviation, n − 1 degrees of freedom), no assumed kurtosis."""
-    losses = np.asarray(losses, dtype=np.float64).ravel()
-    if losses.size < 2:
-        raise ValueError(f"a standard error needs at least 2 per-sequence losses, got {losses.size}")
-    return float(np.std(losses, ddof=1) / np.sqrt(losses.size))
 
 
 def verdict(loss, se, level: float, z: float = BAND_Z):

@@ -154,8 +154,8 @@ def band_phrase(ds) -> str:
     """The band the verdicts use: z standard errors of the mean over the test sequences, and the SE's range at the
     cells whose in-context test loss lies within a factor 2 of the midpoint."""
     near = ds.se_test_icl.where((ds.final_test_icl < 2 * ds.midpoint) & (ds.final_test_icl > ds.midpoint / 2))
-    out = (f"{ds.band_z:g} standard errors of the mean over the {int(ds.n_test)} test sequences (each SE the standard "
-           "deviation of the per-sequence losses over √n)")
+    out = (f"{ds.band_z:g} standard errors of the mean over the {int(ds.n_test)} test sequences (each SE from the "
+           "per-sequence losses, less the part the in-context test set's whitened task vectors fix)")
     if bool(near.notnull().any()):
         lo, hi = _sig(float(near.min())), _sig(float(near.max()))
         out += f"; near the midpoint the SE is {lo if lo == hi else f'{lo} to {hi}'}"

@@ -1,6 +1,6 @@
-"""The standard error of a training loss over a whitened training set (``uncertainty.training_loss_error``): on
-constructed sets with a known error, against its closed form at zero weights (``origin_loss_error``), and against the
-spread of the loss over many drawn training sets."""
+"""The standard error of a mean loss over a drawn set with whitened task vectors (``uncertainty.mean_loss_error``): on
+constructed sets with a known error, against its closed form at zero weights (``origin_loss_error``), against the
+spread of the loss over many drawn training sets, and on the test sets the pages read."""
 
 from __future__ import annotations
 
@@ -66,13 +66,13 @@ def test_a_loss_with_a_known_error_beyond_the_whitened_part():
     b, c = rng.standard_normal(4), rng.standard_normal(10)
     loss = 1 + w @ b + _products(w) @ c + sigma * rng.standard_normal(P)
     seqs = _set(w, rng)
-    assert uncertainty.training_loss_error(loss, seqs) == pytest.approx(sigma / math.sqrt(P), rel=0.05)
+    assert uncertainty.mean_loss_error(loss, seqs) == pytest.approx(sigma / math.sqrt(P), rel=0.05)
     assert uncertainty.standard_error(loss) > 5 * sigma / math.sqrt(P)
     exact = 1 + w @ b + _products(w) @ c  # all of it fixed by the whitening: no error left
-    assert uncertainty.training_loss_error(exact, seqs) < 1e-12
+    assert uncertainty.mean_loss_error(exact, seqs) < 1e-12
     raw = rng.standard_normal((P, 4))  # independent task vectors: the plain standard error, exactly
     loss = 1 + raw @ b + _products(raw) @ c + sigma * rng.standard_normal(P)
-    assert uncertainty.training_loss_error(loss, _set(raw, rng)) == uncertainty.standard_error(loss)
+    assert uncertainty.mean_loss_error(loss, _set(raw, rng)) == uncertainty.standard_error(loss)
 
 
 def test_bad_input_is_refused():
@@ -82,7 +82,7 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="more than 16"):
         uncertainty.whitened_standard_error(np.ones(16), w[:16])
     with pytest.raises(ValueError, match="one loss a sequence"):
-        uncertainty.training_loss_error(np.ones(99), _set(w, np.random.default_rng(5)))
+        uncertainty.mean_loss_error(np.ones(99), _set(w, np.random.default_rng(5)))
 
 
 def test_at_zero_weights_it_is_the_closed_form():
@@ -92,7 +92,7 @@ def test_at_zero_weights_it_is_the_closed_form():
     P = 20000
     for seed in range(3):
         seqs = linattn.sample_tasks(COV, P, 9, seed=seed)
-        assert uncertainty.training_loss_error(seqs.y ** 2, seqs) == pytest.approx(
+        assert uncertainty.mean_loss_error(seqs.y ** 2, seqs) == pytest.approx(
             uncertainty.origin_loss_error(COV, P, whitened=True), rel=0.08)
         assert uncertainty.standard_error(seqs.y ** 2) == pytest.approx(
             uncertainty.origin_loss_error(COV, P, whitened=False), rel=0.08)
@@ -116,7 +116,7 @@ def test_it_is_the_spread_of_the_training_loss_over_drawn_sets():
         seqs = linattn.sample_tasks(COV, 500, 32, seed=seed)
         losses = [_prefix_loss(seqs, 0 * v), _prefix_loss(seqs, v)]
         means.append([ell.mean() for ell in losses])
-        rule.append([uncertainty.training_loss_error(ell, seqs) for ell in losses])
+        rule.append([uncertainty.mean_loss_error(ell, seqs) for ell in losses])
         plain.append([uncertainty.standard_error(ell) for ell in losses])
     spread = np.std(means, axis=0, ddof=1)
     np.testing.assert_allclose(np.sqrt(np.mean(np.square(rule), axis=0)), spread, rtol=0.12)
@@ -150,3 +150,23 @@ def test_fig14_training_errors_by_a_second_route():
                     else per.std(ddof=1) / math.sqrt(per.size))
             assert float(ds.standard_error.sel(icl=c, curve="train", weights=name)) * first == pytest.approx(
                 want, rel=1e-6)
+
+
+@pytest.mark.parametrize("draws", ["streams", "reference"])
+def test_the_in_context_test_set_is_whitened_and_the_in_weight_one_is_not(draws):
+    """The test sets the pages read (linattn's streams and the reference's draws): the in-context one, drawn at
+    icl = 1, has task vectors (each context's least-squares fit, by numpy's pinv) with a sample mean of 0 and a
+    sample covariance ∝ I to float32 rounding, so the rule takes the whitening out; the in-weight one carries noise
+    context labels (no task vector fits them), so the rule is the plain sd/√n there."""
+    cfg = linattn.RunConfig(model="attnM", in_dim=3, seq_len=16, trainset_size=40, testset_size=400, draws=draws)
+    data, _ = linattn.draw(cfg)
+    test_icl, test_iwl = data.test_icl, data.test_iwl
+    w = np.einsum("pdn,pn->pd", np.linalg.pinv(test_icl.X[:, :-1, :-1].astype(np.float64)), test_icl.X[:, :-1, -1])
+    cov = np.cov(w.T, bias=True)
+    assert np.abs(w.mean(axis=0)).max() < 1e-5 and np.abs(cov / cov[0, 0] - np.eye(3)).max() < 1e-5
+    loss = (test_icl.y - 0.3 * test_icl.X[:, :-1, -1].mean(axis=1)) ** 2  # a predictor's per-sequence losses
+    assert uncertainty.mean_loss_error(loss, test_icl) == pytest.approx(float(whitened_se(loss, test_icl.X)),
+                                                                        rel=1e-6)
+    assert uncertainty.mean_loss_error(loss, test_icl) < uncertainty.standard_error(loss)
+    noise = test_iwl.y ** 2
+    assert uncertainty.mean_loss_error(noise, test_iwl) == uncertainty.standard_error(noise)
