@@ -2,7 +2,9 @@
 3a's drops, the verdicts, and the commands printed on the figure pages."""
 
 import math
+from collections import Counter
 
+import ink
 import numpy as np
 import pytest
 
@@ -257,11 +259,15 @@ def test_fig3a_comparison_uses_each_published_crossing_once():
     ours = {0: [395, 725, 1310, 5181], 1: [592, 1074, 1426, 4597], 2: [505, 627, 1872, 9650],
             3: [433, 800, 1657, 3744], 4: [495, 571, 1014, 6532], 5: [463, 813, 1084, 4947]}
     rows = f3a.compare_with_published({s: np.array(t, dtype=float) for s, t in ours.items()})
-    for d, crossings in f3a.PUBLISHED_CROSSINGS.items():
+    for d in f3a.PUBLISHED_CROSSINGS:
         pairs = [r for r in rows if r.get("drop") == d]
         assert len(pairs) == 6
-        used = sorted(r["published"] for r in pairs if r["seed"] != 0 or d not in f3a.PUBLISHED_SEED_0_CROSSINGS)
-        assert used == sorted(c.text for c in crossings)  # every published crossing exactly once
+        steps = Counter(r["published"].split(" ")[0] for r in pairs)
+        double = ink.IMAGE[d][0] or ()
+        seed_0 = next(r for r in pairs if r["seed"] == 0)["published"].split(" ")[0]
+        for step in double:  # seed 0's double-ink crossing holds seed 0 alone; the other, two seeds
+            assert steps[f"{step}"] == (1 if f"{step}" == seed_0 else 2 if len(double) == 2 else 0)
+        assert all(n == 1 for step, n in steps.items() if step not in {f"{x}" for x in double} | {"370–514"})
     fourth = {r["seed"]: r for r in rows if r.get("drop") == 4}
     assert fourth[2]["published"].startswith("still on M_3")  # the slowest seed takes the curve left on M_3
     assert fourth[2]["difference"] == 9650 - 9966 and fourth[2]["verdict"] == DIFFERS
@@ -275,40 +281,67 @@ def test_a_curve_tied_to_its_own_crossing_is_compared_with_it_alone():
     lies nearer; the others are paired one to one with the rest; a tie for a curve we do not have is unused; the
     order of ours is kept; with no tie the pairing is the one-to-one pairing."""
     crossings = (readings.crossing_at(100), readings.crossing_at(200))
-    own = readings.crossing_at(300, 400, text="300 or 400 (a)")
-    pairs = rules.match_with_ties({"b": 190.0, "a": 110.0, "c": 105.0}, crossings, {"a": own, "z": own})
-    assert [(k, step, c.text) for k, step, c in pairs] == [("b", 190.0, "200"), ("a", 110.0, "300 or 400 (a)"),
+    own = readings.crossing_at(300, text="300 (a)")
+    pairs = rules.match_with_ties({"b": 190.0, "a": 110.0, "c": 105.0}, [({"a": own, "z": own}, crossings)])
+    assert [(k, step, c.text) for k, step, c in pairs] == [("b", 190.0, "200"), ("a", 110.0, "300 (a)"),
                                                            ("c", 105.0, "100")]
-    assert rules.signed_distance(110.0, own) == -190.0  # the nearer of its own two: 300
-    untied = rules.match_with_ties({"a": 110.0, "b": 190.0}, crossings, {})
+    untied = rules.match_with_ties({"a": 110.0, "b": 190.0}, [({}, crossings)])
     assert [(k, c.text) for k, _, c in untied] == [(k, c.text) for k, _, c in rules.match_one_to_one(
         {"a": 110.0, "b": 190.0}, crossings)] == [("a", "100"), ("b", "200")]
-    never = rules.match_with_ties({"a": math.nan, "b": 150.0}, crossings, {"a": own})
-    assert [(k, c.text) for k, _, c in never] == [("a", "300 or 400 (a)"), ("b", "100")]
+    never = rules.match_with_ties({"a": math.nan, "b": 150.0}, [({"a": own}, crossings)])
+    assert [(k, c.text) for k, _, c in never] == [("a", "300 (a)"), ("b", "100")]
+
+
+def _ink_readings(a_at: tuple) -> list[tuple]:
+    """Constructed image: curve "a" drawn twice at one of the double-ink crossings 100 and 200 (in the order
+    ``a_at``), the two other curves both at the other."""
+    return [({"a": readings.crossing_at(x, text=f"{x} (a)")}, (readings.crossing_at(y, text=f"{y}"),) * 2)
+            for x, y in (a_at, a_at[::-1])]
+
+
+def test_a_tie_whose_nearer_crossing_would_overfill_it_takes_the_smaller_total():
+    """Constructed case: "a" lies nearer 100 (40 away, 60 from 200), but with "a" at 100 the curves "b" (110) and "c"
+    (95) must both take 200 (total 40 + 90 + 105 = 235), while with "a" at 200 they share 100 (60 + 10 + 5 = 75):
+    every pair comes from the smaller total, "a" at 200, and no crossing holds more curves than its ink (the nearer
+    option for "a" would put three at 100). Equal totals keep the first reading; a far "a" takes its nearer."""
+    ours = {"a": 140.0, "b": 110.0, "c": 95.0}
+    pairs = rules.match_with_ties(ours, _ink_readings((100, 200)))
+    assert [(k, c.text) for k, _, c in pairs] == [("a", "200 (a)"), ("b", "100"), ("c", "100")]
+    assert [rules.signed_distance(step, c) for _, step, c in pairs] == [-60.0, 10.0, -5.0]
+    assert rules.match_with_ties(ours, _ink_readings((200, 100))) == pairs  # not the order of the readings
+    level = {"a": 150.0, "b": 150.0, "c": 150.0}  # every reading totals 150: the first is kept
+    assert rules.match_with_ties(level, _ink_readings((100, 200)))[0][2].text == "100 (a)"
+    assert rules.match_with_ties(level, _ink_readings((200, 100)))[0][2].text == "200 (a)"
+    far = rules.match_with_ties({"a": 90.0, "b": 210.0, "c": 190.0}, _ink_readings((200, 100)))
+    assert [(k, c.text) for k, _, c in far] == [("a", "100 (a)"), ("b", "200"), ("c", "200")]
 
 
 def test_fig3a_sets_seed_0_beside_its_own_double_ink_crossing():
     """Second route, from the drop steps of the reference draws at the published settings: seed 0's line is drawn
-    twice, so at drop 3 it is the one double-ink crossing (1250) and at drop 4 one of the two (4936 or 5729); its
-    difference there is to the nearer of its own, recomputed here by hand (5181 − 4936 = +245, 8.5 px; 5729 is 548
-    away), and a seed 0 nearer another crossing is still set beside its own. Drop 1 does not tie it."""
+    twice, so at drop 3 it is the one double-ink crossing (1250) and at drop 4 one of the two (4936 or 5729), the
+    other holding two seeds. Every row of a drop comes from the ink-consistent assignment with the smallest total,
+    recomputed here by brute force (``ink``): at drop 4 seed 0 at 5729 (5181 − 5729 = −548, −19.0 px) and seeds 1
+    and 5 at 4936 (−340, +11), total 899 against 2160 with seed 0 at the nearer 4936; a seed 0 nearer another
+    crossing is still set beside its own. Drop 1 does not tie it."""
     ours = {0: [395, 725, 1310, 5181], 1: [592, 1074, 1426, 4596], 2: [505, 627, 1872, 9650],
             3: [433, 800, 1657, 3745], 4: [495, 571, 1014, 6532], 5: [463, 813, 1084, 4947]}
     rows = f3a.compare_with_published({s: np.array(t, dtype=float) for s, t in ours.items()})
     seed_0 = {r["drop"]: r for r in rows if r.get("seed") == 0}
-    own = {2: (705, 804), 3: (1250,), 4: (4936, 5729)}
-    for d, candidates in own.items():
-        by_hand = min((ours[0][d - 1] - c for c in candidates), key=abs)
-        assert seed_0[d]["difference"] == by_hand and "seed 0, drawn twice" in seed_0[d]["published"]
-        assert seed_0[d]["pixels"] == pytest.approx(by_hand / 28.90)
-    assert seed_0[4]["difference"] == 245 and round(seed_0[4]["pixels"], 1) == 8.5
-    assert seed_0[4]["verdict"] == DIFFERS  # 245 steps is beyond one pixel, the reading's own and no twin
+    for d in f3a.PUBLISHED_CROSSINGS:
+        (by_hand,) = ink.smallest_total({s: float(t[d - 1]) for s, t in ours.items()}, d)
+        assert {r["seed"]: r["difference"] for r in rows if r.get("drop") == d} == by_hand
+        assert seed_0[d]["pixels"] == pytest.approx(by_hand[0] / 28.90)
+        assert ("seed 0, drawn twice" in seed_0[d]["published"]) == (d != 1)
+    fourth = {r["seed"]: r["difference"] for r in rows if r.get("drop") == 4}
+    assert (fourth[0], fourth[1], fourth[5]) == (-548, -340, 11) and round(seed_0[4]["pixels"], 1) == -19.0
+    assert seed_0[4]["published"].startswith("5729") and seed_0[4]["verdict"] == DIFFERS
     assert "seed 0" not in seed_0[1]["published"]  # drop 1's bundle is not read for ink
     early = {s: np.array(t, dtype=float) for s, t in ours.items()}
     early[0][2] = 1000.0  # three steps from 997, but seed 0's own crossing at drop 3 is 1250
     row = next(r for r in f3a.compare_with_published(early) if r.get("drop") == 3 and r["seed"] == 0)
     assert row["published"].startswith("1250") and row["difference"] == -250
     assert "Seed 0's can" in f3a.pairing_words() and "drop 3: 1250" in f3a.pairing_words()
+    assert "each pair alone" not in f3a.pairing_words() and "smaller total over all six" in f3a.pairing_words()
 
 
 def test_a_row_restating_others_keeps_its_verdict_but_is_not_counted():

@@ -262,14 +262,15 @@ def pairing_words() -> str:
         "crossing has seed 0 there, a drop with two has it at one of them, the other holding two seeds "
         f"({_seed_0_words()}). Our seed 0 is set beside its own crossing there, the same seed on both sides; our other "
         "curves are paired with the remaining crossings one to one, drop by drop, by the assignment that makes the "
-        "total distance smallest: each published crossing is used once, a curve still on its plateau at the end of "
-        "the published window counts as a crossing beyond it, and where the image cannot say which of two double-ink "
-        "crossings a curve makes, the pair takes the nearer one (each pair alone, so together they may put more "
-        "curves at one crossing than its ink holds). \"difference\" is ours minus the published step (0 inside the "
-        "bundle of first drops; a bound, \"at least\", against the curve still on its plateau at the window's end), "
-        "also in pixels of the published image; a pair agrees when it is within a pixel. The table also sets the "
-        "published curves' plateau levels beside ours where the image shows them, at L(M_3) and L(M_4); above those "
-        "the image shows only its dotted theory lines, which are not the published runs and are not compared.\n\n")
+        "total distance smallest: each published crossing is used once, and a curve still on its plateau at the end of "
+        "the published window counts as a crossing beyond it. Where seed 0 may be at either of two double-ink "
+        "crossings, both ways are paired and the one with the smaller total over all six curves gives every row of "
+        "that drop, so no crossing holds more curves than its ink. \"difference\" is ours minus the published step "
+        "(0 inside the bundle of first drops; a bound, \"at least\", against the curve still on its plateau at the "
+        "window's end), also in pixels of the published image; a pair agrees when it is within a pixel. The table "
+        "also sets the published curves' plateau levels beside ours where the image shows them, at L(M_3) and L(M_4); "
+        "above those the image shows only its dotted theory lines, which are not the published runs and are not "
+        "compared.\n\n")
 
 
 def summary(ds) -> str:
@@ -432,6 +433,25 @@ PUBLISHED_CROSSINGS = {
 PUBLISHED_STILL_ON_M3 = 1  # published curves without the fourth drop inside the window
 
 
+def readings_of_drop(d: int) -> list[tuple]:
+    """The readings of drop ``d``'s crossings that the image's ink allows, each ``(ties, crossings)`` for
+    :func:`~linattn.companion.published.rules.match_with_ties`: one for each step seed 0's own double-ink crossing
+    may be at (:data:`PUBLISHED_SEED_0_CROSSINGS`), seed 0 there and the two seeds that share the other double-ink
+    crossing ("705 or 804") at the step seed 0 leaves; a drop where the image does not tie seed 0 has one reading,
+    every crossing as read."""
+    crossings = PUBLISHED_CROSSINGS[d]
+    if d not in PUBLISHED_SEED_0_CROSSINGS:
+        return [({}, crossings)]
+    own = PUBLISHED_SEED_0_CROSSINGS[d]
+    out = []
+    for at in own.where:
+        left = tuple(w for w in own.where if w != at)
+        shared = Crossing(left, " or ".join(f"{low:g}" for low, _ in left) + " (the other double-ink crossing)")
+        out.append(({0: Crossing((at,), f"{at[0]:g} (seed 0, drawn twice)")},
+                    tuple(shared if c.where == own.where else c for c in crossings)))
+    return out
+
+
 def _deciding_the_count(fourth: list[dict]) -> list[dict]:
     """The drop-4 pairs that decide the count of curves still on M_3 at the window's end: each pair where ours or
     the published curve is still on M_3 there (every drop-4 pair where none is, since each then says its curve left
@@ -446,7 +466,8 @@ def compare_with_published(drops: dict, plateaus=None, twins=None) -> list[dict]
     """Our drop steps (``drops``: seed → steps of drops 1…4, NaN where a drop never comes; steps past
     the published window count as beyond it) beside the published crossings, drop by drop: seed 0 with its own
     double-ink crossing where the image ties it (:data:`PUBLISHED_SEED_0_CROSSINGS`), the other seeds paired one to
-    one with the rest (:func:`~linattn.companion.published.rules.match_with_ties`), each pair judged with its own
+    one with the rest, all by the one reading of the drop's ink (:func:`readings_of_drop`) with the smallest total
+    distance (:func:`~linattn.companion.published.rules.match_with_ties`), each pair judged with its own
     seed's finite-P margin (``twins``: seed → the same drops of that seed's population twin,
     :func:`~linattn.companion.published.rules.finite_p_margin`); then the count of curves still on the M_3 plateau
     at the window's end, shown but marked as restating the drop-4 pairs that decide it (:func:`_deciding_the_count`,
@@ -458,10 +479,9 @@ def compare_with_published(drops: dict, plateaus=None, twins=None) -> list[dict]
     seeds' levels; our mean's error and that of the one published curve read) and the reading's own pixel, it
     *cannot tell*."""
     rows = []
-    for d, crossings in PUBLISHED_CROSSINGS.items():
-        ties = {0: PUBLISHED_SEED_0_CROSSINGS[d]} if d in PUBLISHED_SEED_0_CROSSINGS else {}
-        for seed, step, crossing in rules.match_with_ties({s: float(t[d - 1]) for s, t in drops.items()}, crossings,
-                                                          ties):
+    for d in PUBLISHED_CROSSINGS:
+        for seed, step, crossing in rules.match_with_ties({s: float(t[d - 1]) for s, t in drops.items()},
+                                                          readings_of_drop(d)):
             diff = rules.signed_distance(step, crossing)
             tol = max(PUBLISHED_IMAGE.steps_per_px, crossing.stated)
             twin = None if twins is None else float(twins[seed][d - 1])

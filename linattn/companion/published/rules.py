@@ -24,8 +24,9 @@ draw of the tokens goes through an SVD whose signs depend on the LAPACK library)
 
 A figure that draws several seeds in one colour cannot tie most of its published crossings to seeds: our curves are
 paired with them one to one by an optimal assignment (:func:`match_one_to_one`), each published crossing used once. A
-crossing the image does tie to a seed (a line drawn twice, so with double ink) is compared with that seed alone
-(:func:`match_with_ties`).
+crossing the image does tie to a seed (a line drawn twice, so with double ink) is compared with that seed alone; where
+the image allows more than one such reading, the one with the smallest total distance over all the curves gives every
+pair (:func:`match_with_ties`).
 
 Two kinds of row keep their verdict but are not counted as evidence (:func:`linattn.companion.published.page.counted`):
 a *check of the reading* (:attr:`Reading.checks_reading`: the image's drawing of a theory value beside our theory
@@ -283,17 +284,31 @@ def match_one_to_one(ours: dict, crossings) -> list[tuple]:
     return [(k, ours[k], pairs[k]) for k in keys if k in pairs]
 
 
-def match_with_ties(ours: dict, crossings, ties: dict) -> list[tuple]:
-    """Pair our curves' steps with the published crossings where the image ties some crossings to a curve: a curve
-    with a crossing of its own (``ties``: key → :class:`Crossing`, such as a seed whose line is drawn twice and so
-    carries double ink) is compared with that crossing, the same seed on both sides; the other curves are paired one
-    to one (:func:`match_one_to_one`) with ``crossings``, the crossings left once the tied lines are taken out.
-    Returns ``(key, step, crossing)`` in the order of ``ours``; a tie whose key is not among ``ours`` is unused."""
-    own = {k: ties[k] for k in ours if k in ties}
-    pairs = {k: (k, step, c) for k, step, c in match_one_to_one({k: v for k, v in ours.items() if k not in own},
-                                                                crossings)}
-    pairs.update({k: (k, ours[k], c) for k, c in own.items()})
-    return [pairs[k] for k in ours if k in pairs]
+def _total_distance(pairs) -> float:
+    """The total distance (:func:`crossing_distance`) of ``(key, step, crossing)`` pairs."""
+    return sum(crossing_distance(step, c) for _, step, c in pairs)
+
+
+def match_with_ties(ours: dict, readings) -> list[tuple]:
+    """Pair our curves' steps with the published crossings where the image ties some crossings to a curve, by the
+    reading of the image that makes the total distance smallest. ``readings``: each a ``(ties, crossings)`` the
+    image's ink allows (a seed whose line is drawn twice fills one of two double-ink crossings, and the curves that
+    share the other then hold that one, not the nearer): ``ties`` key → the :class:`Crossing` of a curve the image
+    ties (compared with it, the same seed on both sides), ``crossings`` those of the other curves, paired one to one
+    (:func:`match_one_to_one`). Every pair comes from that one reading, each crossing holding no more curves than
+    its ink; the first of equal totals is kept. Returns ``(key, step, crossing)`` in the order of ``ours``; a tie
+    whose key is not among ``ours`` is unused."""
+    best = None
+    for ties, crossings in readings:
+        own = {k: ties[k] for k in ours if k in ties}
+        pairs = {k: (k, step, c) for k, step, c in match_one_to_one({k: v for k, v in ours.items() if k not in own},
+                                                                    crossings)}
+        pairs.update({k: (k, ours[k], c) for k, c in own.items()})
+        chosen = [pairs[k] for k in ours if k in pairs]
+        total = _total_distance(chosen)
+        if best is None or total < best[0]:
+            best = (total, chosen)
+    return [] if best is None else best[1]
 
 
 def where(row: dict) -> str:
