@@ -423,8 +423,8 @@ def test_fig5_table_rows_recomputed(fig5):
         assert float(cells[-1]) == pytest.approx(L_star, abs=5e-4)
         se = float(ds.final_loss_se.sel(model=key))
         assert 0 < se < final  # a standard error of a mean of positive per-sequence losses
-        where = ("at $L^*$ within its error" if abs(final - L_star) <= 2 * se
-                 else "below $L^*$" if final < L_star else "above $L^*$")
+        where = ("at $L^*$" if final == L_star else "cannot tell from $L^*$" if abs(final - L_star) <= 2 * se
+                 else "below $L^*$" if final < L_star else "above $L^*$")  # a training loss: no agreement by its se
         assert cells[-2] == f"{final:.4f} ({where})"
     for c, line in zip(["attn_m", "attn_s", *[str(c) for c in ds.check.values]], lines):
         cells = [x.strip() for x in line.split("|")[1:-1]]

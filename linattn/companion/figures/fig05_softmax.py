@@ -333,17 +333,25 @@ def table(ds) -> MarkdownTable:
 
 def final_vs_loss_star(final: float, loss_star: float, se: float) -> str:
     """Where a final training loss ends beside linear attention's minimum L* (a reference, not a bound for softmax),
-    in words: "at $L^*$ within its error" where |final − L*| ≤ ``uncertainty.difference_band(se)`` (COVERAGE
-    standard errors ``se`` of the mean per-sequence loss; L* has none), else "below $L^*$" or "above $L^*$"."""
-    if uncertainty.verdict(final - loss_star, uncertainty.difference_band(se)) == AGREES:
-        return "at $L^*$ within its error"
+    in words, by :mod:`~linattn.companion.uncertainty`'s rule for a training loss (as fig01b judges its final
+    training loss): fitted to its own set, it gets no sampling-error agreement, so its band is the resolution alone
+    (none: L* is exact) and within ``uncertainty.difference_band(se)`` of L* (COVERAGE standard errors ``se`` of the
+    mean per-sequence loss: what the draw of the training set alone moves) the verdict is *cannot tell*:
+    "cannot tell from $L^*$"; beyond it "below $L^*$" or "above $L^*$" (and "at $L^*$" only where they are equal)."""
+    said = uncertainty.verdict(final - loss_star, uncertainty.difference_band(resolution=0.0),
+                               uncertainty.difference_band(se))
+    if said == AGREES:
+        return "at $L^*$"
+    if said == CANNOT_TELL:
+        return "cannot tell from $L^*$"
     return "below $L^*$" if final < loss_star else "above $L^*$"
 
 
 def final_rule_words() -> str:
     """The rule of :func:`final_vs_loss_star` in words, for the page."""
-    return (f"a final loss within {uncertainty.COVERAGE:g} standard errors (of the mean of its per-sequence "
-            "losses) of L* is said to be at L* within its error")
+    return ("a final training loss, fitted to its own training set, is never said to agree with L* by its sampling "
+            f"error: within {uncertainty.COVERAGE:g} standard errors (of the mean of its per-sequence losses) of L* "
+            "it is \"cannot tell from L*\", beyond them below or above L*")
 
 
 def _unsettled(ds, run: str):
