@@ -174,8 +174,9 @@ def tables(report: dict) -> dict:
     other = MarkdownTable(groups["other"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                             "theory": "theory", "reproduced": "ours", "error": "error",
                                             "relative": "relative"}, {"relative": ".2g"})
-    checks = MarkdownTable([dict(r, verdict=published.page.verdict_text(r)) for r in groups["check"]], {"page": "page", "quantity": "quantity", "reproduced": "ours",
-                                             "tolerance": "tolerance", "verdict": "verdict"})
+    checks = MarkdownTable([dict(r, verdict=published.page.verdict_text(r)) for r in groups["check"]],
+                           {"page": "page", "quantity": "quantity", "reproduced": "ours",
+                            "tolerance": "tolerance", "verdict": "verdict"})
     robustness = MarkdownTable(groups["robustness"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                                       "reproduced": "ours", "verdict": "verdict"},
                                {"paper": "g", "reproduced": "g"})
