@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from whitened import whitened_se
+from whitened import whitened_residuals, whitened_se
 
 from linattn import RunConfig, draw, models
 from linattn.companion import presets
@@ -358,6 +358,9 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
         assert np.all(se < per.std(axis=0, ddof=1) / np.sqrt(per.shape[0]))  # whitening only takes error away
         np.testing.assert_allclose(ds.rest_se.sel(model=key).dropna("m").values, se, rtol=1e-6)
         np.testing.assert_allclose(ds.rest_own.sel(model=key).dropna("m").values, per.mean(axis=0), rtol=1e-6)
+        squares = whitened_residuals(per, data.train.X)[0] ** 2  # the error's own spread: the delta method on r²
+        spread = 0.5 * squares.std(axis=0, ddof=1) / (squares.mean(axis=0) * np.sqrt(len(squares)))
+        np.testing.assert_allclose(ds.rest_se_spread.sel(model=key).dropna("m").values, spread, rtol=1e-5)
         assert int(ds.whitened.sel(model=key)) == 1
         for m in range(len(lam) + 1):
             if m == 0:
@@ -389,7 +392,7 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
             if want != "agrees":  # beside it, the theory's weights on the run's own set: the draw of the set
                 off.append((f"{figA_vary_len.LABELS[key]} at M_{m} {own:.4f} ({abs(own - level) / se[m]:.1f} "
                             f"standard errors {'below' if own < level else 'above'} its level)",
-                            round(100 * (own - level) / (rest - level)), abs(rest - own)))
+                            round(100 * (own - level) / (rest - level)), abs(rest - own), round(100 * spread[m])))
     shared = np.array_equal(sets["attn_m"], sets["attn_s"])
     assert int(ds.shared_set) == int(shared)
     # one training set's draw is one fact: the first of its rests counted, the others restating it
@@ -404,7 +407,7 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
         assert ("which both runs share" in said) == (shared and len({k for k, _, _ in drawn}) > 1)
     drawn = figA_vary_len.words(ds)["draw"]
     assert (drawn == "") == (not off)
-    for listed, _, _ in off:
+    for listed, *_ in off:
         assert listed in drawn
     if off:
         low, high = min(o[1] for o in off), max(o[1] for o in off)
@@ -412,6 +415,8 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
         bound = max(o[2] for o in off)
         said_bound = float(drawn.split("lies within ")[1].split(" of that loss")[0])
         assert bound <= said_bound < bound + 1e-4  # a bound, rounded up at the printed precision
+        low, high = min(o[3] for o in off), max(o[3] for o in off)
+        assert f"uncertain by about {f'{low} %' if low == high else f'{low}–{high} %'}" in drawn
     assert "task vectors are whitened" in said
     assert f"{counted['agrees']} of {sum(counted.values())} rests agree" in said
     assert ("cannot tell" in said.split("(cannot tell there)")[1]) == bool(counted["cannot tell"])
@@ -473,11 +478,13 @@ def test_rest_errors_on_a_constructed_training_set():
     labels = np.einsum("pld,pd->pl", x, rng.standard_normal((P, D)))
     X = np.concatenate([x, labels[..., None]], axis=-1)
     X[:, -1, -1] = 0.0
-    se, drop, own = figA_vary_len.rest_errors(Sequences(X, labels[:, -1]), cov, L, "sum")
+    se, drop, own, spread = figA_vary_len.rest_errors(Sequences(X, labels[:, -1]), cov, L, "sum")
     per = np.mean(labels[:, 1:] ** 2, axis=1)  # prefixes n = 2 … L: targets are tokens 2 … L's labels
     # independent task vectors (not whitened): the plain standard error of the mean
     assert se[0] == pytest.approx(per.std(ddof=1) / np.sqrt(P), rel=1e-10) and own[0] == pytest.approx(per.mean())
     assert drop[0] == 0 and np.all(drop >= 0) and np.all(se > 0) and se.shape == drop.shape == (D + 1,)
+    squares = (per - per.mean()) ** 2
+    assert spread[0] == pytest.approx(0.5 * squares.std(ddof=1) / (squares.mean() * np.sqrt(P)), rel=1e-10)
 
 
 def test_vary_len_unlearned_directions_by_a_second_route(vary):

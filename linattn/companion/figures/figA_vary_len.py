@@ -84,6 +84,7 @@ def compute(S: dict):
          "rest_se": (("model", "m"), padded([e[0] for e in errors], M)),
          "rest_optimism": (("model", "m"), padded([e[1] for e in errors], M)),
          "rest_own": (("model", "m"), padded([e[2] for e in errors], M)),
+         "rest_se_spread": (("model", "m"), padded([e[3] for e in errors], M)),
          "whitened": ("model", [int(uncertainty.whitened_task_vectors(r.datasets.train) is not None)
                                 for r in done.values()]),
          "shared_set": int(np.array_equal(*(np.asarray(done[k].datasets.train.X) for k in MODELS))),
@@ -103,6 +104,8 @@ def compute(S: dict):
     ds.rest_se.attrs["description"] = ("standard error of the training loss at saddle M_m about L(M_m): from the "
                                        "run's per-sequence losses (mean over prefixes) at the theory's weights there, "
                                        "the task vectors' whitening taken out (rest_errors)")
+    ds.rest_se_spread.attrs["description"] = ("relative standard error of rest_se itself, from the same set "
+                                              "(rest_errors)")
     ds.rest_own.attrs["description"] = ("training loss at the theory's weights of saddle M_m on the run's own "
                                         "training set (rest_errors)")
     ds.whitened.attrs["description"] = "1 where the run's training set has whitened task vectors, else 0"
@@ -149,9 +152,10 @@ def _training_terms(seqs, seq_len: int, normalize: str, chunk: int = 1000):
                torch.stack([yn for _, yn, _ in terms], 1).numpy())
 
 
-def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The error of a training loss resting at each saddle M_0 … M_D, from the run's own training set ``seqs`` (P
-    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism, own)``, each of length D + 1.
+    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism, own, spread)``, each of length
+    D + 1.
 
     * ``own[m]``: the training loss at the theory's weights of M_m on these P sequences (the mean of the per-sequence
       losses, each the mean of its prefixes' (y − ŷ)²), the weights Σ_{d≤m} a_d e_d e_dᵀ with the a_d that minimise the
@@ -159,6 +163,8 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
       (``theory.vary_len_plateau_losses``).
     * ``se[m]``: its standard error about L(M_m), the finite-P sampling of the training set
       (``uncertainty.mean_loss_error``: the task vectors of a drawn set are whitened, which fixes part of it).
+    * ``spread[m]``: how uncertain ``se[m]`` is itself, relative to it (``uncertainty.mean_loss_error_spread``: one
+      set's estimate of its own error).
     * ``optimism[m]``: how much lower the training loss gets when the weights are fitted to these P sequences: the
       training loss at those weights minus its least value over every combined weight whose query side lies in the
       learned span e_1 … e_m (rows a of the fold along those directions, all of their entries: what a run resting at
@@ -183,13 +189,14 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
     count = losses.shape[0] * T.shape[1]
     yy, b, A = yy / count, b / count, A / count
     se = np.array([uncertainty.mean_loss_error(losses[:, m], seqs) for m in range(D + 1)])
+    spread = np.array([uncertainty.mean_loss_error_spread(losses[:, m], seqs) for m in range(D + 1)])
     optimism = np.zeros(D + 1)
     for m in range(1, D + 1):
         B = np.kron(vecs[:, :m], np.eye(K))  # the fold's rows a along e_1 … e_m, every entry of each
         fitted, *_ = np.linalg.lstsq(B.T @ A @ B, B.T @ b, rcond=None)
         least = yy - 2 * (B.T @ b) @ fitted + fitted @ (B.T @ A @ B) @ fitted
         optimism[m] = max(float(losses[:, m].mean() - least), 0.0)
-    return se, optimism, losses.mean(axis=0)
+    return se, optimism, losses.mean(axis=0), spread
 
 
 def rest_verdict(rest: float, level: float, se: float, optimism: float) -> str | None:
@@ -354,24 +361,30 @@ def set_draw(rest: float, level: float, own: float) -> float | None:
 def draw_words(ds) -> str:
     """The page's sentence on the rests that do not agree with their levels (:func:`rest_verdict`): the training
     loss at the theory's weights on the run's own set, in standard errors from the level, the share of each gap that
-    this draw makes (:func:`set_draw`) and how far the rests lie from that loss. Empty where every rest agrees."""
+    this draw makes (:func:`set_draw`), how far the rests lie from that loss (:func:`upper_bound`) and how uncertain
+    those standard errors are themselves (``rest_se_spread``). Empty where every rest agrees."""
     rows = []
     for (key, m), (said, *_) in _verdicts(ds).items():
         at = ds.sel(model=key, m=m)
         rest, level, own = (float(at[v]) for v in ("plateau_level", "plateau_theory", "rest_own"))
         share = set_draw(rest, level, own)  # a rest that does not agree lies off its level: a share
         if said != uncertainty.AGREES and share is not None:
-            rows.append((f"{LABELS[key]} at M_{m}", own, (own - level) / float(at.rest_se), share, rest - own))
+            rows.append((f"{LABELS[key]} at M_{m}", own, (own - level) / float(at.rest_se), share, rest - own,
+                         float(at.rest_se_spread)))
     if not rows:
         return ""
     listed = join([f"{where} {own:.4f} ({abs(k):.1f} standard errors {'below' if k < 0 else 'above'} its level)"
-                   for where, own, k, _, _ in rows])
-    shares = sorted(round(100 * part) for *_, part, _ in rows)
+                   for where, own, k, *_ in rows])
+    spreads = sorted(round(100 * r[-1]) for r in rows)
+    spread = f"{spreads[0]} %" if spreads[0] == spreads[-1] else f"{spreads[0]}–{spreads[-1]} %"
+    shares = sorted(round(100 * part) for *_, part, _, _ in rows)
     span = f"{shares[0]} %" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]} %"
     return (f"Where a rest does not agree, the theory's weights themselves give, on the run's own training set, "
             f"{listed}: the draw of the training set makes {span} of "
             f"{'that gap' if len(rows) == 1 else 'those gaps'}, and each rest lies within "
-            f"{upper_bound(max(abs(d) for *_, d in rows))} of that loss.")
+            f"{upper_bound(max(abs(r[4]) for r in rows))} of that loss. Those standard errors come from this one set "
+            f"and are themselves uncertain by about {spread} (the spread of its squared residuals), so the counts of "
+            "standard errors are rough.")
 
 
 def upper_bound(x: float, digits: int = 4) -> str:
