@@ -404,7 +404,8 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
     said = figA_vary_len.words(ds)["judged"]
     if drawn:
         assert ("all by " if len(drawn) > 1 else "by ") + ("one draw" if len(facts) == 1 else "the draws") in said
-        assert ("which both runs share" in said) == (shared and len({k for k, _, _ in drawn}) > 1)
+        assert ("(both runs share it)" in said) == (shared and len({k for k, _, _ in drawn}) > 1)
+        assert "which makes at least half of " + ("each" if len(drawn) > 1 else "the") + " gap" in said
     drawn = figA_vary_len.words(ds)["draw"]
     assert (drawn == "") == (not off)
     for listed, *_ in off:

@@ -328,11 +328,11 @@ def _draw_count(ds, judged) -> str:
     sets = {_set_of(ds, k) for k, _ in drawn}
     said = {judged[k][0] for k in drawn}
     what = join(sorted(said)) if len(said) > 1 else said.pop()
-    draws = ("one draw of the training set" + (", which both runs share" if sets == {"shared"} and
+    draws = ("one draw of the training set" + (" (both runs share it)" if sets == {"shared"} and
                                                 len({k for k, _ in drawn}) > 1 else "")
              if len(sets) == 1 else f"the draws of {len(sets)} training sets")
     return (f"; {join([f'{LABELS[k]} at M_{m}' for k, m in drawn])}: {what}, {'all ' if len(drawn) > 1 else ''}"
-            f"by {draws} (the theory's weights lie as far off on it, next), not by the run's weights")
+            f"by {draws}, which makes at least half of {'each' if len(drawn) > 1 else 'the'} gap (next)")
 
 
 def _whitened_words(ds) -> str:
