@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from whitened import whitened_se
+from whitened import whitened_residuals, whitened_se
 
 from linattn import RunConfig, draw, models
 from linattn.companion import presets
@@ -346,10 +346,11 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
     ds, runs = vary, json.loads(vary.attrs["runs"])
     table = figA_vary_len.table(ds)
     rows = {r["key"]: r for r in figA_vary_len.numbers(ds)}
-    counted, off = {"agrees": 0, "cannot tell": 0, "differs": 0}, []
+    counted, off, drawn, sets = {"agrees": 0, "cannot tell": 0, "differs": 0}, [], [], {}
     for key in figA_vary_len.MODELS:
         cfg = RunConfig.from_dict(runs[key])
         data = draw(cfg)[0]
+        sets[key] = np.asarray(data.train.X)
         lam, vecs = np.linalg.eigh(data.cov)
         lam, vecs = lam[::-1], vecs[:, ::-1]
         per, design, target = _prefix_losses(data.train.X, data.train.y, lam, vecs, cfg.normalize)
@@ -357,6 +358,9 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
         assert np.all(se < per.std(axis=0, ddof=1) / np.sqrt(per.shape[0]))  # whitening only takes error away
         np.testing.assert_allclose(ds.rest_se.sel(model=key).dropna("m").values, se, rtol=1e-6)
         np.testing.assert_allclose(ds.rest_own.sel(model=key).dropna("m").values, per.mean(axis=0), rtol=1e-6)
+        squares = whitened_residuals(per, data.train.X)[0] ** 2  # the error's own spread: the delta method on r²
+        spread = 0.5 * squares.std(axis=0, ddof=1) / (squares.mean(axis=0) * np.sqrt(len(squares)))
+        np.testing.assert_allclose(ds.rest_se_spread.sel(model=key).dropna("m").values, spread, rtol=1e-5)
         assert int(ds.whitened.sel(model=key)) == 1
         for m in range(len(lam) + 1):
             if m == 0:
@@ -377,23 +381,43 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
             opt = float(ds.rest_optimism.sel(model=key, m=m))
             fitted = opt if rest < level else 0.0  # fitting only lowers a training loss
             want = "agrees" if gap <= band else "cannot tell" if gap <= band + fitted else "differs"
-            assert row["verdict"] == want and rows[f"plateau.{key}.M{m}"]["verdict"] == want
+            own = per[:, m].mean()
+            by_set = want != "agrees" and (own - level) / (rest - level) >= 0.5  # the set's own loss: most of the gap
+            assert row["verdict"] == want + (" (the set's draw)" if by_set else "")
+            assert rows[f"plateau.{key}.M{m}"]["verdict"] == want
             assert row["band"].startswith(f"{band:.4f}")
             counted[want] += 1
+            if by_set:
+                drawn.append((key, m, rows[f"plateau.{key}.M{m}"]))
             if want != "agrees":  # beside it, the theory's weights on the run's own set: the draw of the set
-                own = per[:, m].mean()
                 off.append((f"{figA_vary_len.LABELS[key]} at M_{m} {own:.4f} ({abs(own - level) / se[m]:.1f} "
                             f"standard errors {'below' if own < level else 'above'} its level)",
-                            round(100 * (own - level) / (rest - level)), abs(rest - own)))
+                            round(100 * (own - level) / (rest - level)), abs(rest - own), round(100 * spread[m])))
+    shared = np.array_equal(sets["attn_m"], sets["attn_s"])
+    assert int(ds.shared_set) == int(shared)
+    # one training set's draw is one fact: the first of its rests counted, the others restating it
+    facts = {}
+    for key, m, row in drawn:
+        first = facts.setdefault("one" if shared else key, row["quantity"])
+        assert row.get("restates") == ([first] if first != row["quantity"] else None)
+    assert all(not r.get("restates") for r in rows.values() if r not in [d[2] for d in drawn])
+    said = figA_vary_len.words(ds)["judged"]
+    if drawn:
+        assert ("all by " if len(drawn) > 1 else "by ") + ("one draw" if len(facts) == 1 else "the draws") in said
+        assert ("(both runs share it)" in said) == (shared and len({k for k, _, _ in drawn}) > 1)
+        assert "which makes at least half of " + ("each" if len(drawn) > 1 else "the") + " gap" in said
     drawn = figA_vary_len.words(ds)["draw"]
     assert (drawn == "") == (not off)
-    for listed, _, _ in off:
+    for listed, *_ in off:
         assert listed in drawn
     if off:
         low, high = min(o[1] for o in off), max(o[1] for o in off)
         assert (f"{low} %" if low == high else f"{low}–{high} %") in drawn
-        assert f"within {max(o[2] for o in off):.4f} of that loss" in drawn
-    said = figA_vary_len.words(ds)["judged"]
+        bound = max(o[2] for o in off)
+        said_bound = float(drawn.split("lies within ")[1].split(" of that loss")[0])
+        assert bound <= said_bound < bound + 1e-4  # a bound, rounded up at the printed precision
+        low, high = min(o[3] for o in off), max(o[3] for o in off)
+        assert f"uncertain by about {f'{low} %' if low == high else f'{low}–{high} %'}" in drawn
     assert "task vectors are whitened" in said
     assert f"{counted['agrees']} of {sum(counted.values())} rests agree" in said
     assert ("cannot tell" in said.split("(cannot tell there)")[1]) == bool(counted["cannot tell"])
@@ -411,6 +435,25 @@ def test_set_draw_on_constructed_cases():
     assert share(0.310, 0.320, 0.325) == pytest.approx(-0.5)
     assert share(0.330, 0.320, 0.328) == pytest.approx(0.8)  # above the level alike
     assert share(float("nan"), 0.32, 0.31) is None and share(0.32, 0.32, 0.31) is None
+
+
+def test_by_the_draw_on_constructed_cases():
+    """A rest off its level is the set's draw where the set's own loss at the theory's weights makes half or more of
+    the gap; not where it makes less, where the rest agrees, or where there is no share."""
+    drawn = figA_vary_len.by_the_draw
+    assert drawn("differs", 0.95) and drawn("cannot tell", 0.5) and drawn("differs", 1.3)
+    assert not drawn("differs", 0.49) and not drawn("differs", -0.5)
+    assert not drawn("agrees", 0.95) and not drawn(None, 0.95) and not drawn("differs", None)
+
+
+def test_upper_bound_rounds_up():
+    """A bound is never printed below the value it bounds: 0.00054 → 0.0006 (not 0.0005), a value at the precision
+    stays, a hair above it goes up, and other precisions alike."""
+    bound = figA_vary_len.upper_bound
+    assert bound(0.00054) == "0.0006" and bound(0.0005) == "0.0005" and bound(0.00050001) == "0.0006"
+    assert bound(0.00041) == "0.0005" and bound(0.0) == "0.0000" and bound(0.123, 2) == "0.13"
+    for x in np.random.default_rng(0).uniform(0, 0.01, 200):
+        assert x <= float(bound(x)) < x + 1e-4
 
 
 def test_rest_verdict_on_constructed_cases():
@@ -436,11 +479,13 @@ def test_rest_errors_on_a_constructed_training_set():
     labels = np.einsum("pld,pd->pl", x, rng.standard_normal((P, D)))
     X = np.concatenate([x, labels[..., None]], axis=-1)
     X[:, -1, -1] = 0.0
-    se, drop, own = figA_vary_len.rest_errors(Sequences(X, labels[:, -1]), cov, L, "sum")
+    se, drop, own, spread = figA_vary_len.rest_errors(Sequences(X, labels[:, -1]), cov, L, "sum")
     per = np.mean(labels[:, 1:] ** 2, axis=1)  # prefixes n = 2 … L: targets are tokens 2 … L's labels
     # independent task vectors (not whitened): the plain standard error of the mean
     assert se[0] == pytest.approx(per.std(ddof=1) / np.sqrt(P), rel=1e-10) and own[0] == pytest.approx(per.mean())
     assert drop[0] == 0 and np.all(drop >= 0) and np.all(se > 0) and se.shape == drop.shape == (D + 1,)
+    squares = (per - per.mean()) ** 2
+    assert spread[0] == pytest.approx(0.5 * squares.std(ddof=1) / (squares.mean() * np.sqrt(P)), rel=1e-10)
 
 
 def test_vary_len_unlearned_directions_by_a_second_route(vary):

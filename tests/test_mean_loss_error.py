@@ -170,3 +170,30 @@ def test_the_in_context_test_set_is_whitened_and_the_in_weight_one_is_not(draws)
     assert uncertainty.mean_loss_error(loss, test_icl) < uncertainty.standard_error(loss)
     noise = test_iwl.y ** 2
     assert uncertainty.mean_loss_error(noise, test_iwl) == uncertainty.standard_error(noise)
+
+
+def test_the_error_s_own_spread_on_constructed_sets():
+    """``mean_loss_error_spread``: Gaussian losses (r² a χ²₁ sample) give about 1/√(2P); the scatter of the rule's
+    error across 300 independent sets matches the spread each set estimates (heavy-tailed losses: larger, and still
+    matched); on a whitened set the residuals after the whitened part are what count."""
+    rng = np.random.default_rng(6)
+    P = 2000
+    w = rng.standard_normal((P, 4))
+    gauss = uncertainty.mean_loss_error_spread(rng.standard_normal(P), _set(w, rng))
+    assert gauss == pytest.approx(1 / math.sqrt(2 * P), rel=0.1)
+    for draw in (rng.standard_normal, lambda n: rng.standard_t(5, n)):  # t₅: heavy tails
+        ses, said = [], []
+        for _ in range(300):
+            loss = draw(P)
+            seqs = Sequences(np.zeros((P, 2, 2)), np.zeros(P))  # no task vectors: independent losses
+            ses.append(uncertainty.mean_loss_error(loss, seqs))
+            said.append(uncertainty.mean_loss_error_spread(loss, seqs))
+        assert np.std(ses, ddof=1) / np.mean(ses) == pytest.approx(np.mean(said), rel=0.2)
+    assert np.mean(said) > 1.5 / math.sqrt(2 * P)  # the heavy tails make one set's error less sure
+    white = _whiten(rng.standard_normal((P, 4)))
+    noise = 0.3 * rng.standard_normal(P)
+    fixed = 1 + white @ rng.standard_normal(4) + _products(white) @ rng.standard_normal(10)
+    assert uncertainty.mean_loss_error_spread(fixed + noise, _set(white, rng)) == pytest.approx(
+        uncertainty.mean_loss_error_spread(noise, _set(rng.standard_normal((P, 4)), rng)), rel=0.1)
+    with pytest.raises(ValueError, match="one loss a sequence"):
+        uncertainty.mean_loss_error_spread(np.ones(99), _set(w, rng))

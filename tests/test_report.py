@@ -293,3 +293,25 @@ def test_the_report_leaves_checks_of_a_reading_and_restated_rows_out_of_its_coun
     shown = next(iter(report.tables(found)["readings"].values()))._repr_markdown_()
     assert "agrees (a check of the reading, not counted)" in shown
     assert "differs (the same fact as b; not counted again)" in shown
+
+
+def test_a_check_of_our_own_run_that_restates_another_says_so(tmp_path):
+    """Constructed checks of our own run (a theory value, no published one): three that differ, two of them
+    restating the first (one training set's draw). The summary and the checks table show each restating one's
+    verdict with the fact it restates, not counted again; the first keeps its plain verdict."""
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+
+    rows = [number_row("first", key="plateau.a", theory=0.32, reproduced=0.31, verdict=DIFFERS),
+            number_row("second", key="plateau.b", theory=0.37, reproduced=0.36, verdict=DIFFERS, restates=["first"]),
+            number_row("third", key="plateau.c", theory=0.32, reproduced=0.31, verdict=DIFFERS, restates=["first"])]
+    (tmp_path / "figA_vary_len").mkdir()
+    (tmp_path / "figA_vary_len" / "numbers.json").write_text(json.dumps(rows))
+    found = report.collect(tmp_path)
+    assert len(found["groups"]["check"]) == 3
+    summary = report.summary(found, "quick")
+    again = "differs (the same fact as first; not counted again)"
+    assert summary.count(again) == 2 and "first — differs." in summary
+    shown = report.tables(found)["own_runs"]["Checks of our own runs"]._repr_markdown_()
+    assert shown.count(again) == 2

@@ -120,6 +120,13 @@ def whitened_standard_error(per_sequence, w) -> float:
     a model whose output is odd in the tokens has a loss even in them, so E[∇_x ℓ] = 0. At zero weights (ℓ_p = y_p²)
     it is :func:`origin_loss_error`'s whitened closed form. A ValueError where the sizes disagree or there are too
     few sequences for the regression (P ≤ k + 2)."""
+    residual, fitted = _whitened_residuals(per_sequence, w)
+    return float(math.sqrt(residual @ residual / (residual.size - fitted) / residual.size))
+
+
+def _whitened_residuals(per_sequence, w) -> tuple[np.ndarray, int]:
+    """The residuals r_p of ℓ_p = α + βᵀz_p + r_p (:func:`whitened_standard_error`) and the number of fitted
+    coefficients (k + 1). A ValueError where the sizes disagree or P ≤ k + 2."""
     loss = np.asarray(per_sequence, dtype=np.float64).ravel()
     w = np.asarray(w, dtype=np.float64)
     if w.ndim != 2 or w.shape[0] != loss.size:
@@ -130,8 +137,30 @@ def whitened_standard_error(per_sequence, w) -> float:
     if P <= z.shape[1] + 1 or not np.isfinite(loss).all():
         raise ValueError(f"per_sequence must hold more than {z.shape[1] + 1} finite values for D = {D}, got {P}")
     coef, *_ = np.linalg.lstsq(z, loss, rcond=None)
-    residual = loss - z @ coef
-    return float(math.sqrt(residual @ residual / (P - z.shape[1]) / P))
+    return loss - z @ coef, z.shape[1]
+
+
+def mean_loss_error_spread(per_sequence, seqs) -> float:
+    """How uncertain :func:`mean_loss_error`'s value is itself, relative to it, estimated from the same set: that
+    error is √(Σ r_p² / ((P − k′) P)) over the residuals r_p (after the whitened moments' part is taken out,
+    :func:`whitened_standard_error`; else the deviations from the mean, k′ = 1), so to first order in 1/√P its
+    relative standard error is
+
+        ½ · sd(r²) / (mean(r²) · √P)
+
+    (the delta method on the mean of r²). Losses with heavy tails (a training loss near a saddle) make it large: one
+    set's error is then itself a noisy estimate. A ValueError as :func:`mean_loss_error`."""
+    if np.size(per_sequence) != len(seqs.y):
+        raise ValueError(f"per_sequence must hold one loss a sequence ({len(seqs.y)}), got {np.size(per_sequence)}")
+    w = whitened_task_vectors(seqs)
+    if w is None:
+        standard_error(per_sequence)  # its checks: two or more finite values
+        loss = np.asarray(per_sequence, dtype=np.float64).ravel()
+        residual = loss - loss.mean()
+    else:
+        residual, _ = _whitened_residuals(per_sequence, w)
+    squares = residual * residual
+    return float(0.5 * squares.std(ddof=1) / (squares.mean() * math.sqrt(squares.size)))
 
 
 def mean_loss_error(per_sequence, seqs) -> float:

@@ -125,7 +125,8 @@ def summary(report: dict, preset: str) -> str:
                      + (f"; {aside} more not counted: a check of a reading or a row restating another's fact"
                         if aside else "") + ").")
     for r in groups["check"]:
-        lines.append(f"* {r['page']}, a check of our own run, not of the paper: {r['quantity']} — {r['verdict']}.")
+        lines.append(f"* {r['page']}, a check of our own run, not of the paper: {r['quantity']} — "
+                     f"{published.page.verdict_text(r)}.")
     other = [r for r in groups["other"] if r["kind"] != NOT_COMPARABLE]
     lines.append(f"* {_count(len(groups['estimate']), 'estimate')} (order of magnitude only) listed apart, not "
                  "judged.")
@@ -173,8 +174,9 @@ def tables(report: dict) -> dict:
     other = MarkdownTable(groups["other"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                             "theory": "theory", "reproduced": "ours", "error": "error",
                                             "relative": "relative"}, {"relative": ".2g"})
-    checks = MarkdownTable(groups["check"], {"page": "page", "quantity": "quantity", "reproduced": "ours",
-                                             "tolerance": "tolerance", "verdict": "verdict"})
+    checks = MarkdownTable([dict(r, verdict=published.page.verdict_text(r)) for r in groups["check"]],
+                           {"page": "page", "quantity": "quantity", "reproduced": "ours",
+                            "tolerance": "tolerance", "verdict": "verdict"})
     robustness = MarkdownTable(groups["robustness"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                                       "reproduced": "ours", "verdict": "verdict"},
                                {"paper": "g", "reproduced": "g"})

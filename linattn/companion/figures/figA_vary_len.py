@@ -16,6 +16,8 @@ beside it (:func:`draw_words`): how much of the gap is the draw of the training 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ... import theory
@@ -82,8 +84,10 @@ def compute(S: dict):
          "rest_se": (("model", "m"), padded([e[0] for e in errors], M)),
          "rest_optimism": (("model", "m"), padded([e[1] for e in errors], M)),
          "rest_own": (("model", "m"), padded([e[2] for e in errors], M)),
+         "rest_se_spread": (("model", "m"), padded([e[3] for e in errors], M)),
          "whitened": ("model", [int(uncertainty.whitened_task_vectors(r.datasets.train) is not None)
                                 for r in done.values()]),
+         "shared_set": int(np.array_equal(*(np.asarray(done[k].datasets.train.X) for k in MODELS))),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
          "eigenvalue": (("model", "direction"),
                         padded([theory.spectrum(r.datasets.cov)[0] for r in done.values()], M - 1))},
@@ -100,9 +104,12 @@ def compute(S: dict):
     ds.rest_se.attrs["description"] = ("standard error of the training loss at saddle M_m about L(M_m): from the "
                                        "run's per-sequence losses (mean over prefixes) at the theory's weights there, "
                                        "the task vectors' whitening taken out (rest_errors)")
+    ds.rest_se_spread.attrs["description"] = ("relative standard error of rest_se itself, from the same set "
+                                              "(rest_errors)")
     ds.rest_own.attrs["description"] = ("training loss at the theory's weights of saddle M_m on the run's own "
                                         "training set (rest_errors)")
     ds.whitened.attrs["description"] = "1 where the run's training set has whitened task vectors, else 0"
+    ds.shared_set.attrs["description"] = "1 where both runs train on the same sequences (one draw), else 0"
     ds.rest_optimism.attrs["description"] = ("how much fitting the saddle's weights to the run's training set lowers "
                                              "its loss there (rest_errors)")
     return ds
@@ -145,9 +152,10 @@ def _training_terms(seqs, seq_len: int, normalize: str, chunk: int = 1000):
                torch.stack([yn for _, yn, _ in terms], 1).numpy())
 
 
-def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The error of a training loss resting at each saddle M_0 … M_D, from the run's own training set ``seqs`` (P
-    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism, own)``, each of length D + 1.
+    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism, own, spread)``, each of length
+    D + 1.
 
     * ``own[m]``: the training loss at the theory's weights of M_m on these P sequences (the mean of the per-sequence
       losses, each the mean of its prefixes' (y − ŷ)²), the weights Σ_{d≤m} a_d e_d e_dᵀ with the a_d that minimise the
@@ -155,6 +163,8 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
       (``theory.vary_len_plateau_losses``).
     * ``se[m]``: its standard error about L(M_m), the finite-P sampling of the training set
       (``uncertainty.mean_loss_error``: the task vectors of a drawn set are whitened, which fixes part of it).
+    * ``spread[m]``: how uncertain ``se[m]`` is itself, relative to it (``uncertainty.mean_loss_error_spread``: one
+      set's estimate of its own error).
     * ``optimism[m]``: how much lower the training loss gets when the weights are fitted to these P sequences: the
       training loss at those weights minus its least value over every combined weight whose query side lies in the
       learned span e_1 … e_m (rows a of the fold along those directions, all of their entries: what a run resting at
@@ -179,13 +189,14 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
     count = losses.shape[0] * T.shape[1]
     yy, b, A = yy / count, b / count, A / count
     se = np.array([uncertainty.mean_loss_error(losses[:, m], seqs) for m in range(D + 1)])
+    spread = np.array([uncertainty.mean_loss_error_spread(losses[:, m], seqs) for m in range(D + 1)])
     optimism = np.zeros(D + 1)
     for m in range(1, D + 1):
         B = np.kron(vecs[:, :m], np.eye(K))  # the fold's rows a along e_1 … e_m, every entry of each
         fitted, *_ = np.linalg.lstsq(B.T @ A @ B, B.T @ b, rcond=None)
         least = yy - 2 * (B.T @ b) @ fitted + fitted @ (B.T @ A @ B) @ fitted
         optimism[m] = max(float(losses[:, m].mean() - least), 0.0)
-    return se, optimism, losses.mean(axis=0)
+    return se, optimism, losses.mean(axis=0), spread
 
 
 def rest_verdict(rest: float, level: float, se: float, optimism: float) -> str | None:
@@ -198,19 +209,34 @@ def rest_verdict(rest: float, level: float, se: float, optimism: float) -> str |
     return uncertainty.verdict(rest - level, uncertainty.difference_band(se), optimism if rest < level else 0.0)
 
 
+def by_the_draw(said: str | None, share: float | None) -> bool:
+    """Whether a rest that does not agree with its level (``said``, :func:`rest_verdict`) lies off it by the draw of
+    its training set: the training loss at the theory's weights on that same set makes at least half of the gap
+    (``share``, :func:`set_draw`, ≥ ½), so the gap is the set's, not the run's weights' (the theory's weights sit
+    there too). False for a rest that agrees or has no share."""
+    return said not in (None, uncertainty.AGREES) and share is not None and share >= 0.5
+
+
 def _verdicts(ds) -> dict:
-    """(model, m) → (verdict, band, band with the fit's margin) of every rest shown (:func:`rest_verdict`)."""
+    """(model, m) → (verdict, band, band with the fit's margin, whether by the set's draw) of every rest shown
+    (:func:`rest_verdict`, :func:`by_the_draw`)."""
     out = {}
     for key in MODELS:
         at = ds.sel(model=key)
         for m in _shown(ds, key):
             se, opt = float(at.rest_se.sel(m=m)), float(at.rest_optimism.sel(m=m))
-            said = rest_verdict(float(at.plateau_level.sel(m=m)), float(at.plateau_theory.sel(m=m)), se, opt)
+            rest, level = float(at.plateau_level.sel(m=m)), float(at.plateau_theory.sel(m=m))
+            said = rest_verdict(rest, level, se, opt)
             if said is not None:
                 band = uncertainty.difference_band(se)
-                below = float(at.plateau_level.sel(m=m)) < float(at.plateau_theory.sel(m=m))
-                out[key, m] = (said, band, band + opt if below else band)
+                drawn = by_the_draw(said, set_draw(rest, level, float(at.rest_own.sel(m=m))))
+                out[key, m] = (said, band, band + opt if rest < level else band, drawn)
     return out
+
+
+def _set_of(ds, key: str) -> str:
+    """Which training set ``key`` trains on: one name for both runs where they share it (``shared_set``)."""
+    return "shared" if int(ds.get("shared_set", 0)) else key
 
 
 def _shown(ds, key: str) -> list[int]:
@@ -222,15 +248,20 @@ def _shown(ds, key: str) -> list[int]:
 def numbers(ds) -> list[dict]:
     """``numbers.json``: each plateau the run rests on beside its length-averaged level, and each final loss (ATTN_M's
     beside its minimum; ATTN_S's alone, as it need not have learned every direction); each plateau with its verdict
-    (:func:`rest_verdict`)."""
-    rows, judged = [], _verdicts(ds)
+    (:func:`rest_verdict`); the rests off their levels by one draw of a training set (:func:`by_the_draw`) are one
+    fact: the first is counted, the others restate it (``restates``, not counted again)."""
+    rows, judged, first = [], _verdicts(ds), {}
     for key in MODELS:
         at, label = ds.sel(model=key), f"{LABELS[key]} vary_len"
         for m in _shown(ds, key):
             got = float(at.plateau_level.sel(m=m))
             if np.isfinite(got):
-                rows.append(dict(key=f"plateau.{key}.M{m}", quantity=f"{label}: plateau L(M_{m})",
-                                 theory=at.plateau_theory.sel(m=m), reproduced=got, verdict=judged[key, m][0]))
+                row = dict(key=f"plateau.{key}.M{m}", quantity=f"{label}: plateau L(M_{m})",
+                           theory=at.plateau_theory.sel(m=m), reproduced=got, verdict=judged[key, m][0])
+                if judged[key, m][3]:  # one fact per training set's draw: counted once, its other rests restate it
+                    said = first.setdefault(_set_of(ds, key), row["quantity"])
+                    row.update(restates=[said] if said != row["quantity"] else None)
+                rows.append(row)
         D = _shown(ds, key)[-1]
         rows.append(dict(key=f"final_loss.{key}", quantity=f"{label}: final loss",
                          theory=at.plateau_theory.sel(m=D) if key == "attn_m" else None, reproduced=at.final_loss))
@@ -246,7 +277,7 @@ def table(ds) -> MarkdownTable:
     def band(key, m):  # "0.0082", or "0.0082, cannot tell to 0.0090" where fitting widens it
         if (key, m) not in judged:
             return None
-        _, b, wider = judged[key, m]
+        _, b, wider, _ = judged[key, m]
         return f"{b:.4f}" + (f", cannot tell to {wider:.4f}" if wider > b else "")
 
     return MarkdownTable(
@@ -255,11 +286,18 @@ def table(ds) -> MarkdownTable:
               fixed=float(ds.plateau_theory_fixed.sel(model=key, m=m)),
               own=float(ds.rest_own.sel(model=key, m=m)),
               ours=float(ds.plateau_level.sel(model=key, m=m)), band=band(key, m),
-              verdict=judged.get((key, m), (None,))[0]) for key in MODELS for m in _shown(ds, key)],
+              verdict=_verdict_words(judged.get((key, m)))) for key in MODELS for m in _shown(ds, key)],
         {"model": "model", "level": "level", "averaged": "theory, averaged over lengths",
          "fixed": "theory, fixed length", "own": "theory's weights, this training set", "ours": "this run",
          "band": "band (±)", "verdict": "verdict"},
         {"averaged": ".4f", "fixed": ".4f", "own": ".4f", "ours": ".4f"})
+
+
+def _verdict_words(judged) -> str | None:
+    """A table cell's verdict: "differs (the set's draw)" where the set's draw makes the gap (:func:`by_the_draw`)."""
+    if judged is None:
+        return None
+    return f"{judged[0]} (the set's draw)" if judged[3] else judged[0]
 
 
 def rest_verdict_words(ds) -> str:
@@ -268,7 +306,7 @@ def rest_verdict_words(ds) -> str:
     judged = _verdicts(ds)
     if not judged:
         return ""
-    by = {v: [f"{LABELS[k]} at M_{m}" for (k, m), (said, _, _) in judged.items() if said == v]
+    by = {v: [f"{LABELS[k]} at M_{m}" for (k, m), (said, _, _, drawn) in judged.items() if said == v and not drawn]
           for v in uncertainty.VERDICTS}
     sizes = list_words(sorted({int(r["trainset_size"]) for r in _runs(ds).values()}))
     text = (f"Each rest is a training loss on its run's P sequences (P = {sizes}): its band is twice the standard "
@@ -278,7 +316,23 @@ def rest_verdict_words(ds) -> str:
     for v in (uncertainty.CANNOT_TELL, uncertainty.DIFFERS):
         if by[v]:
             text += f"; {join(by[v])}: {v}"
-    return text + "."
+    return text + _draw_count(ds, judged) + "."
+
+
+def _draw_count(ds, judged) -> str:
+    """The clause on the rests off their levels by the draw of their training set (:func:`by_the_draw`): how many,
+    and by how many draws (one where they all lie on one set, ``shared_set``); empty where there are none."""
+    drawn = [(k, m) for (k, m), (said, *_, by) in judged.items() if by]
+    if not drawn:
+        return ""
+    sets = {_set_of(ds, k) for k, _ in drawn}
+    said = {judged[k][0] for k in drawn}
+    what = join(sorted(said)) if len(said) > 1 else said.pop()
+    draws = ("one draw of the training set" + (" (both runs share it)" if sets == {"shared"} and
+                                                len({k for k, _ in drawn}) > 1 else "")
+             if len(sets) == 1 else f"the draws of {len(sets)} training sets")
+    return (f"; {join([f'{LABELS[k]} at M_{m}' for k, m in drawn])}: {what}, {'all ' if len(drawn) > 1 else ''}"
+            f"by {draws}, which makes at least half of {'each' if len(drawn) > 1 else 'the'} gap (next)")
 
 
 def _whitened_words(ds) -> str:
@@ -307,24 +361,37 @@ def set_draw(rest: float, level: float, own: float) -> float | None:
 def draw_words(ds) -> str:
     """The page's sentence on the rests that do not agree with their levels (:func:`rest_verdict`): the training
     loss at the theory's weights on the run's own set, in standard errors from the level, the share of each gap that
-    this draw makes (:func:`set_draw`) and how far the rests lie from that loss. Empty where every rest agrees."""
+    this draw makes (:func:`set_draw`), how far the rests lie from that loss (:func:`upper_bound`) and how uncertain
+    those standard errors are themselves (``rest_se_spread``). Empty where every rest agrees."""
     rows = []
-    for (key, m), (said, _, _) in _verdicts(ds).items():
+    for (key, m), (said, *_) in _verdicts(ds).items():
         at = ds.sel(model=key, m=m)
         rest, level, own = (float(at[v]) for v in ("plateau_level", "plateau_theory", "rest_own"))
         share = set_draw(rest, level, own)  # a rest that does not agree lies off its level: a share
         if said != uncertainty.AGREES and share is not None:
-            rows.append((f"{LABELS[key]} at M_{m}", own, (own - level) / float(at.rest_se), share, rest - own))
+            rows.append((f"{LABELS[key]} at M_{m}", own, (own - level) / float(at.rest_se), share, rest - own,
+                         float(at.rest_se_spread)))
     if not rows:
         return ""
     listed = join([f"{where} {own:.4f} ({abs(k):.1f} standard errors {'below' if k < 0 else 'above'} its level)"
-                   for where, own, k, _, _ in rows])
-    shares = sorted(round(100 * part) for *_, part, _ in rows)
+                   for where, own, k, *_ in rows])
+    spreads = sorted(round(100 * r[-1]) for r in rows)
+    spread = f"{spreads[0]} %" if spreads[0] == spreads[-1] else f"{spreads[0]}–{spreads[-1]} %"
+    shares = sorted(round(100 * part) for *_, part, _, _ in rows)
     span = f"{shares[0]} %" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]} %"
     return (f"Where a rest does not agree, the theory's weights themselves give, on the run's own training set, "
             f"{listed}: the draw of the training set makes {span} of "
             f"{'that gap' if len(rows) == 1 else 'those gaps'}, and each rest lies within "
-            f"{max(abs(d) for *_, d in rows):.4f} of that loss.")
+            f"{upper_bound(max(abs(r[4]) for r in rows))} of that loss. Those standard errors come from this one set "
+            f"and are themselves uncertain by about {spread} (the spread of its squared residuals), so the counts of "
+            "standard errors are rough.")
+
+
+def upper_bound(x: float, digits: int = 4) -> str:
+    """``x`` printed as a bound it does not exceed: rounded up (never to nearest) at ``digits`` decimals, ⌈x·10^k⌉/10^k
+    (0.00054 → "0.0006"; a value already at that precision stays, 0.0005 → "0.0005")."""
+    scale = 10 ** digits
+    return f"{math.ceil(round(x * scale, 6)) / scale:.{digits}f}"
 
 
 def _runs(ds) -> dict:
