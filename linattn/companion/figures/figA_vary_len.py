@@ -175,14 +175,15 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str, *, vary_len: bool = Tru
         Gm = G[:, :m]
         weights[:, m] = Gm @ np.linalg.solve(Gm.T @ TT @ Gm, Gm.T @ yT)
     per_sequence, yy, b, A = [], 0.0, 0.0, 0.0
-    for T, y in _training_terms(seqs, seq_len, normalize, vary_len=vary_len):
+    # about as many loss terms a chunk either way: a sequence has seq_len − 1 terms under vary_len, else one
+    for T, y in _training_terms(seqs, seq_len, normalize, 1000 if vary_len else 32000, vary_len=vary_len):
         per_sequence.append(((y[..., None] - T @ weights) ** 2).mean(axis=1))  # (B, D + 1)
         flat, target = T.reshape(-1, T.shape[-1]), y.reshape(-1)
         yy, b, A = yy + target @ target, b + flat.T @ target, A + flat.T @ flat
     losses = np.concatenate(per_sequence)
     count = losses.shape[0] * T.shape[1]
     yy, b, A = yy / count, b / count, A / count
-    se = np.array([uncertainty.mean_loss_error(losses[:, m], seqs) for m in range(D + 1)])
+    se = uncertainty.mean_loss_error(losses, seqs)
     optimism = np.zeros(D + 1)
     for m in range(1, D + 1):
         B = np.kron(vecs[:, :m], np.eye(K))  # the fold's rows a along e_1 … e_m, every entry of each
