@@ -385,12 +385,12 @@ def bias_words(ds) -> str:
             "direction is fitted it is biased low, beside the sampling error of a mean over P sequences")
     if not finite_learned_plateaus(ds):
         return text + "; in this run no finite set rested at a saddle with a direction learned."
-    text += (". Each error above is that of the set's own training loss at the theory's weights of the saddle, whose "
-             "population loss is the level (`linattn.companion.uncertainty.mean_loss_error`, the whitening of the "
-             "task vectors taken out), and the fit's further drop how much fitting those weights to the set lowers it")
     said = [v for *_, v in fitted_verdicts(ds).values()]
     if not said:
         return text + "."
+    text += (". Each error above is that of the set's own training loss at the theory's weights of the saddle, whose "
+             "population loss is the level (`linattn.companion.uncertainty.mean_loss_error`, the whitening of the "
+             "task vectors taken out), and the fit's further drop how much fitting those weights to the set lowers it")
     if uncertainty.DIFFERS in said:
         return text + ": a finite set's shift of a plateau beyond both is resolved at these sizes."
     return (text + ": no finite set's gap reaches beyond them, so the finite-P shifts of the plateaus cannot be "
