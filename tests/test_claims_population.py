@@ -332,8 +332,9 @@ def test_a_finite_sets_saddle_errors_are_its_training_loss_at_the_theorys_weight
     its error the whitened set's (tests/whitened.py), and the fit's drop 0 at ℳ₀ and ≥ 0 past it."""
     from types import SimpleNamespace as Run
 
-    from linattn import theory
     from whitened import whitened_se
+
+    from linattn import theory
 
     P, seq_len = 3000, 17
     seqs = linattn.sample_tasks(COV, P, seq_len, seed=4)

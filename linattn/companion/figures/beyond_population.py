@@ -148,11 +148,11 @@ def compute(S: dict):
     of its first flat rest at each saddle and the drift of its first rest there (``plateau_level``, ``rest_drift``:
     curve × m, :func:`saddle_stays`; NaN where it has none), the standard error of each curve's loss at zero weights
     about L(M_0) (``origin_error``, :func:`origin_error`), each finite set's error of a training loss at each saddle
-(``rest_se``, ``rest_optimism``: curve × m, :func:`saddle_errors`; NaN for the population curves), the drops each made (``directions_learned``,
-    ``loss_curves.directions_learned``) and the final loss; the theory's population levels (``plateau_theory``: m)
-    and the run's input covariance Λ (``input_cov``). The settings, the engines and the runs' settings as attributes.
-    (No training times: runs trained together in one stack share one clock, so a run's recorded time is not its
-    own.)"""
+    (``rest_se``, ``rest_optimism``: curve × m, :func:`saddle_errors`; NaN for the population curves), the drops
+    each made (``directions_learned``, ``loss_curves.directions_learned``) and the final loss; the theory's
+    population levels (``plateau_theory``: m) and the run's input covariance Λ (``input_cov``). The settings, the
+    engines and the runs' settings as attributes. (No training times: runs trained together in one stack share one
+    clock, so a run's recorded time is not its own.)"""
     import xarray as xr
 
     curves = train(runs(S), S)
