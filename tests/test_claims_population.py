@@ -92,18 +92,25 @@ def test_a_shoulder_between_two_saddles_is_no_level_to_compare():
 # ---------------------------------------------------------------- the page's sentences on constructed datasets
 
 
-def _ds(curves: dict, *, sizes: dict, origin_error: dict, epoch: int = 3000, levels=LEVELS):
-    """A population dataset built by hand: each curve's loss over the steps, its P and its error at ℳ₀."""
+def _ds(curves: dict, *, sizes: dict, origin_error: dict, epoch: int = 3000, levels=LEVELS, rest_se=None,
+        rest_optimism=None):
+    """A population dataset built by hand: each curve's loss over the steps, its P, its error at ℳ₀ and (by curve,
+    one value for every saddle; NaN where not given) the error of its training loss and the fit's drop at each
+    saddle."""
     import xarray as xr
 
     names = list(curves)
     loss = np.stack([curves[c] for c in names])
     stays = [page.saddle_stays(L, levels) for L in loss]
+    by_saddle = [np.full(len(levels), (given or {}).get(c, np.nan)) for given in (rest_se, rest_optimism)
+                 for c in names]
     return xr.Dataset(
         {"train_loss": (("curve", "step"), loss),
          "plateau_level": (("curve", "m"), [level for level, _ in stays]),
          "rest_drift": (("curve", "m"), [drift for _, drift in stays]),
          "origin_error": ("curve", [origin_error[c] for c in names]),
+         "rest_se": (("curve", "m"), by_saddle[:len(names)]),
+         "rest_optimism": (("curve", "m"), by_saddle[len(names):]),
          "directions_learned": ("curve", [lc.directions_learned(L, levels) for L in loss]),
          "final_loss": ("curve", loss[:, -1]), "plateau_theory": ("m", levels)},
         coords={"curve": names, "step": np.arange(loss.shape[1]), "m": np.arange(len(levels)),
@@ -278,6 +285,72 @@ def test_the_fitted_and_passes_sentences_on_a_built_dataset():
     flat_only = ds.sel(curve=[page.GD])
     assert page.passes_words(flat_only) == "Every curve rests flat at each saddle it leaves."
     assert "nan" not in fitted + passes
+
+
+@pytest.mark.parametrize("se, optimism, said, verdict", [
+    (0.02, 0.001, "its standard error 0.02, within the band of 2 (0.04)", "agrees"),
+    (0.006, 0.01, "its standard error 0.006, below the band of 2 (0.012) but within the fit's further drop (0.01)",
+     "cannot tell"),
+    (0.006, 0.002, "its standard error 0.006, beyond the band of 2 (0.012) and the fit's further drop (0.002)",
+     "differs")], ids=["within the band", "within the fit's drop", "beyond both"])
+def test_a_finite_sets_gap_at_a_fitted_saddle_is_judged_by_its_error_and_the_fits_drop(se, optimism, said, verdict):
+    """P = 100 rests 0.02 below L(ℳ₂): within two standard errors it agrees; beyond them but within the fit's further
+    drop (a training loss below its level) it cannot tell; beyond both it differs, and only then does the bias
+    sentence say a finite set's shift is resolved. The population curve has no error and no verdict."""
+    slope = _pieces((1.0, 400), ((0.70, 0.53), 600), (0.33, 800), (0.2, 1200))
+    ds = _ds({page.GD: _staircase([400, 900, 1700]), "P = 100": slope}, sizes={page.GD: np.inf, "P = 100": 100},
+             origin_error={page.GD: 0.0, "P = 100": 0.0}, rest_se={"P = 100": se},
+             rest_optimism={"P = 100": optimism})
+    assert page.fitted_verdicts(ds) == {"P = 100": (se, 2 * se, optimism, verdict)}
+    assert f"P = 100: 0.020 below L(ℳ₂), {said}." in page.fitted_words(ds)
+    bias = page.bias_words(ds)
+    assert ("cannot be resolved at these sizes" in bias) == (verdict != "differs")
+    assert ("beyond both is resolved" in bias) == (verdict == "differs")
+    # the same gap above the level: the fit's drop, which only lowers a training loss, widens nothing
+    above = ds.assign(plateau_theory=("m", LEVELS - np.r_[0, 0, 0.04, 0, 0]))
+    assert page.fitted_verdicts(above)["P = 100"][3] == ("agrees" if verdict == "agrees" else "differs")
+
+
+def test_a_gap_within_its_drift_is_judged_at_the_drift():
+    """A flat rest whose gap is no larger than its drift is known only to within the drift: the verdict is on the
+    drift, on the gap's side (here within the band of a large error, beyond that of a tiny one)."""
+    drifting = _pieces((1.0, 400), ((0.611, 0.591), 600), (0.35, 800), (0.2, 1200))
+    ds = _ds({"P = 1000": drifting}, sizes={"P = 1000": 1000}, origin_error={"P = 1000": 0.0},
+             rest_se={"P = 1000": 0.01}, rest_optimism={"P = 1000": 0.0})
+    drift = float(ds.rest_drift.sel(curve="P = 1000", m=1))
+    assert page.fitted_verdicts(ds)["P = 1000"][3] == ("agrees" if drift <= 0.02 else "differs")
+    tiny = ds.assign(rest_se=ds.rest_se * 1e-4)
+    assert page.fitted_verdicts(tiny)["P = 1000"][3] == "differs"
+    # no error measured (a population curve): no verdict, and the bias sentence quotes none
+    none = ds.assign(rest_se=ds.rest_se * np.nan)
+    assert page.fitted_verdicts(none) == {} and "Each error above" not in page.bias_words(none)
+
+
+def test_a_finite_sets_saddle_errors_are_its_training_loss_at_the_theorys_weights():
+    """On a drawn training set (whitened task vectors): the mean per-sequence loss at the theory's weights of M_m is
+    that of the predictor x_qᵀ A_m b (A_m = Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ, b the mean of y_n x_n over the context),
+    its error the whitened set's (tests/whitened.py), and the fit's drop 0 at ℳ₀ and ≥ 0 past it."""
+    from types import SimpleNamespace as Run
+
+    from whitened import whitened_se
+
+    from linattn import theory
+
+    P, seq_len = 3000, 17
+    seqs = linattn.sample_tasks(COV, P, seq_len, seed=4)
+    data = Run(train=seqs, cov=COV)
+    se, optimism = page.saddle_errors(Run(config=Run(trainset_size=P, seq_len=seq_len, normalize="sum"),
+                                          datasets=data), 4)
+    X, y = np.asarray(seqs.X, dtype=np.float64), np.asarray(seqs.y, dtype=np.float64)
+    N, D = seq_len - 1, 4
+    b = (X[:, :-1, :D] * X[:, :-1, D:]).mean(axis=1)
+    per = np.column_stack([(y - np.einsum("pd,de,pe->p", X[:, -1, :D],
+                                          theory.pcr_weights(COV, N, m, normalize="mean"), b)) ** 2
+                           for m in range(D + 1)])
+    np.testing.assert_allclose(se, whitened_se(per, X), rtol=1e-6)
+    assert optimism[0] == 0 and (optimism[1:] > 0).all() and (optimism < se).all()
+    pop_se, pop_optimism = page.saddle_errors(Run(config=Run(trainset_size=None), datasets=None), 4)
+    assert np.isnan(pop_se).all() and np.isnan(pop_optimism).all()
 
 
 # ---------------------------------------------------------------- each finite set beside population GD

@@ -75,6 +75,19 @@ def test_a_loss_with_a_known_error_beyond_the_whitened_part():
     assert uncertainty.mean_loss_error(loss, _set(raw, rng)) == uncertainty.standard_error(loss)
 
 
+def test_several_losses_a_sequence_give_one_error_each():
+    """An (n, k) array of losses (k weights on the same sequences): each column's error is the one it has alone, on a
+    whitened set and on independent task vectors alike."""
+    rng = np.random.default_rng(6)
+    for w in (_whiten(rng.standard_normal((500, 4))), rng.standard_normal((500, 4))):
+        seqs = _set(w, rng)
+        losses = np.column_stack([1 + w @ rng.standard_normal(4) + rng.standard_normal(500) for _ in range(3)])
+        np.testing.assert_allclose(uncertainty.mean_loss_error(losses, seqs),
+                                   [uncertainty.mean_loss_error(ell, seqs) for ell in losses.T], rtol=1e-12)
+    np.testing.assert_allclose(uncertainty.mean_loss_error(losses[:, :1], seqs), [uncertainty.standard_error(
+        losses[:, 0])])
+
+
 def test_bad_input_is_refused():
     w = _whiten(np.random.default_rng(4).standard_normal((100, 4)))
     with pytest.raises(ValueError, match="w must have shape"):
@@ -83,6 +96,8 @@ def test_bad_input_is_refused():
         uncertainty.whitened_standard_error(np.ones(16), w[:16])
     with pytest.raises(ValueError, match="one loss a sequence"):
         uncertainty.mean_loss_error(np.ones(99), _set(w, np.random.default_rng(5)))
+    with pytest.raises(ValueError, match="one loss a sequence"):
+        uncertainty.mean_loss_error(np.ones((100, 2, 2)), _set(w, np.random.default_rng(5)))
 
 
 def test_at_zero_weights_it_is_the_closed_form():

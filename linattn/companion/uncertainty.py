@@ -79,12 +79,12 @@ def task_vectors(seqs, tol: float = WHITENED_TOL) -> np.ndarray | None:
     x, y = X[:, :-1, :-1], X[:, :-1, -1]
     if x.shape[1] < x.shape[2]:
         return None
-    gram = np.einsum("pnd,pne->pde", x, x)
+    xt = x.swapaxes(1, 2)  # batched matmul: several times faster than einsum at P ~ 10⁵
     try:
-        w = np.linalg.solve(gram, np.einsum("pnd,pn->pd", x, y)[..., None])[..., 0]
+        w = np.linalg.solve(xt @ x, xt @ y[..., None])[..., 0]
     except np.linalg.LinAlgError:
         return None
-    misfit = np.abs(np.einsum("pnd,pd->pn", x, w) - y).max()
+    misfit = np.abs((x @ w[..., None])[..., 0] - y).max()
     return w if misfit <= tol * max(np.abs(y).max(), np.finfo(float).tiny) else None
 
 
@@ -102,9 +102,10 @@ def is_whitened(w, tol: float = WHITENED_TOL) -> bool:
                 and np.abs(cov / c - np.eye(w.shape[1])).max() <= tol)
 
 
-def whitened_standard_error(per_sequence, w) -> float:
-    """The standard error of the mean of ``per_sequence`` (ℓ_p, one loss a sequence at given weights) over a set
-    whose task vectors ``w`` (P, D) are whitened, by control variates.
+def whitened_standard_error(per_sequence, w):
+    """The standard error of the mean of ``per_sequence`` (ℓ_p, one loss a sequence at given weights; a (P, k) array:
+    k losses a sequence, an array of k errors from one regression) over a set whose task vectors ``w`` (P, D) are
+    whitened, by control variates.
 
     Whitening fixes the sample moments of z_p = (w_p, vech(w_p w_pᵀ)) at their population values, so the part of ℓ
     linear in z cannot vary from set to set. Regress ℓ_p = α + βᵀz_p + r_p by least squares (k = D + D(D+1)/2
@@ -120,29 +121,33 @@ def whitened_standard_error(per_sequence, w) -> float:
     a model whose output is odd in the tokens has a loss even in them, so E[∇_x ℓ] = 0. At zero weights (ℓ_p = y_p²)
     it is :func:`origin_loss_error`'s whitened closed form. A ValueError where the sizes disagree or there are too
     few sequences for the regression (P ≤ k + 2)."""
-    residual, fitted = _whitened_residuals(per_sequence, w)
-    return float(math.sqrt(residual @ residual / (residual.size - fitted) / residual.size))
+    loss = np.asarray(per_sequence, dtype=np.float64)
+    residual, fitted = _whitened_residuals(loss if loss.ndim == 2 else loss.reshape(-1, 1), w)
+    P = len(residual)
+    se = np.sqrt((residual * residual).sum(axis=0) / (P - fitted) / P)
+    return se if loss.ndim == 2 else float(se[0])
 
 
-def _whitened_residuals(per_sequence, w) -> tuple[np.ndarray, int]:
-    """The residuals r_p of ℓ_p = α + βᵀz_p + r_p (:func:`whitened_standard_error`) and the number of fitted
-    coefficients (k + 1). A ValueError where the sizes disagree or P ≤ k + 2."""
-    loss = np.asarray(per_sequence, dtype=np.float64).ravel()
+def _whitened_residuals(columns: np.ndarray, w) -> tuple[np.ndarray, int]:
+    """The residuals r_p of ℓ_p = α + βᵀz_p + r_p (:func:`whitened_standard_error`), one column a loss of ``columns``
+    (P, k), and the number of fitted coefficients (D + D(D+1)/2 + 1). A ValueError where the sizes disagree or
+    P ≤ that number + 1."""
     w = np.asarray(w, dtype=np.float64)
-    if w.ndim != 2 or w.shape[0] != loss.size:
-        raise ValueError(f"w must have shape (P, D) with P = {loss.size} (one task vector a loss), got {w.shape}")
+    if w.ndim != 2 or w.shape[0] != len(columns):
+        raise ValueError(f"w must have shape (P, D) with P = {len(columns)} (one task vector a loss), got {w.shape}")
     P, D = w.shape
     upper = np.triu_indices(D)
     z = np.column_stack([np.ones(P), w, (w[:, :, None] * w[:, None, :])[:, upper[0], upper[1]]])
-    if P <= z.shape[1] + 1 or not np.isfinite(loss).all():
+    if P <= z.shape[1] + 1 or not np.isfinite(columns).all():
         raise ValueError(f"per_sequence must hold more than {z.shape[1] + 1} finite values for D = {D}, got {P}")
-    coef, *_ = np.linalg.lstsq(z, loss, rcond=None)
-    return loss - z @ coef, z.shape[1]
+    coef, *_ = np.linalg.lstsq(z, columns, rcond=None)
+    return columns - z @ coef, z.shape[1]
 
 
-def mean_loss_error_spread(per_sequence, seqs) -> float:
-    """How uncertain :func:`mean_loss_error`'s value is itself, relative to it, estimated from the same set: that
-    error is √(Σ r_p² / ((P − k′) P)) over the residuals r_p (after the whitened moments' part is taken out,
+def mean_loss_error_spread(per_sequence, seqs):
+    """How uncertain :func:`mean_loss_error`'s value is itself, relative to it, estimated from the same set (an (n, k)
+    array: k losses a sequence, an array of k spreads, the task vectors recovered once): that error is
+    √(Σ r_p² / ((P − k′) P)) over the residuals r_p (after the whitened moments' part is taken out,
     :func:`whitened_standard_error`; else the deviations from the mean, k′ = 1), so to first order in 1/√P its
     relative standard error is
 
@@ -150,31 +155,38 @@ def mean_loss_error_spread(per_sequence, seqs) -> float:
 
     (the delta method on the mean of r²). Losses with heavy tails (a training loss near a saddle) make it large: one
     set's error is then itself a noisy estimate. A ValueError as :func:`mean_loss_error`."""
-    if np.size(per_sequence) != len(seqs.y):
-        raise ValueError(f"per_sequence must hold one loss a sequence ({len(seqs.y)}), got {np.size(per_sequence)}")
+    loss = np.asarray(per_sequence, dtype=np.float64)
+    columns = loss if loss.ndim == 2 else loss.reshape(-1, 1)
+    if len(columns) != len(seqs.y) or loss.ndim > 2:
+        raise ValueError(f"per_sequence must hold one loss a sequence ({len(seqs.y)}), got shape {loss.shape}")
     w = whitened_task_vectors(seqs)
     if w is None:
-        standard_error(per_sequence)  # its checks: two or more finite values
-        loss = np.asarray(per_sequence, dtype=np.float64).ravel()
-        residual = loss - loss.mean()
+        for column in columns.T:
+            standard_error(column)  # its checks: two or more finite values
+        residual = columns - columns.mean(axis=0)
     else:
-        residual, _ = _whitened_residuals(per_sequence, w)
+        residual = _whitened_residuals(columns, w)[0]
     squares = residual * residual
-    return float(0.5 * squares.std(ddof=1) / (squares.mean() * math.sqrt(squares.size)))
+    spread = 0.5 * squares.std(axis=0, ddof=1) / (squares.mean(axis=0) * math.sqrt(len(squares)))
+    return spread if loss.ndim == 2 else float(spread[0])
 
 
-def mean_loss_error(per_sequence, seqs) -> float:
+def mean_loss_error(per_sequence, seqs):
     """The standard error of a mean loss at given weights, the mean of ``per_sequence`` over the drawn set ``seqs``
-    (a training or a test set; the losses' order the sequences'), the one rule for every page: where the set's task
+    (a training or a test set; the losses' order the sequences'; an (n, k) array: k losses a sequence, at k weights,
+    and an array of k errors, the task vectors recovered once), the one rule for every page: where the set's task
     vectors (:func:`task_vectors`) are whitened (:func:`is_whitened`: a set drawn at icl = 1 with more sequences than
     D, the training set or the in-context test set)
     :func:`whitened_standard_error`; else (some sequences sharing w_fix, noise labels) the plain
     :func:`standard_error`, the sequences then being independent draws. A ValueError where there is not one loss a
-    sequence."""
-    if np.size(per_sequence) != len(seqs.y):
-        raise ValueError(f"per_sequence must hold one loss a sequence ({len(seqs.y)}), got {np.size(per_sequence)}")
+    sequence (or one row of losses a sequence)."""
+    loss = np.asarray(per_sequence, dtype=np.float64)
+    if loss.ndim not in (1, 2) or loss.shape[0] != len(seqs.y):
+        raise ValueError(f"per_sequence must hold one loss a sequence ({len(seqs.y)}), got shape {loss.shape}")
     w = whitened_task_vectors(seqs)
-    return standard_error(per_sequence) if w is None else whitened_standard_error(per_sequence, w)
+    if w is not None:
+        return whitened_standard_error(loss, w)
+    return standard_error(loss) if loss.ndim == 1 else np.array([standard_error(ell) for ell in loss.T])
 
 
 def whitened_task_vectors(seqs) -> np.ndarray | None:

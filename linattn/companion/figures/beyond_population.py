@@ -8,7 +8,8 @@ trainset_size=None)``, its moments exact or estimated from ``population_samples`
 the step axis). Measured: the level of the first flat stretch at each saddle M_0 … M_D
 (:func:`saddle_stays`: a rest of ``loss_curves.saddle_rests`` that is flat, its drift small against its band; a curve
 that is not flat there only passes through), beside the theory's population levels L(M_m) (``theory.plateau_losses``),
-and the step of each drop of each curve beside population GD's (``loss_curves.drop_lag``).
+a finite set's gap at a saddle with a direction fitted judged by the error of its training loss there
+(:func:`saddle_errors`), and the step of each drop of each curve beside population GD's (``loss_curves.drop_lag``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .common import preset_blocks
 from .common.frame import settings_attrs
 from .common.runs import FromRun
 from .common.trainer import train
+from .figA_vary_len import rest_errors, rest_verdict
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -93,6 +95,20 @@ def origin_error(cfg, cov) -> float:
     return uncertainty.origin_loss_error(cov, n, whitened=False) if n else 0.0
 
 
+def saddle_errors(result, D: int) -> tuple[np.ndarray, np.ndarray]:
+    """The error of a training loss resting at each saddle M_0 … M_D, from a finite set's own P sequences
+    (``figA_vary_len.rest_errors`` at the fixed length: the per-sequence losses at the theory's weights of M_m, whose
+    population loss is L(M_m)): ``(se, optimism)``, se the standard error of their mean
+    (``uncertainty.mean_loss_error``, the whitening of the task vectors taken out) and optimism how much fitting the
+    saddle's weights to the set lowers it further. NaN for the population loss (no training set)."""
+    cfg = result.config
+    if cfg.trainset_size is None:
+        return np.full(D + 1, np.nan), np.full(D + 1, np.nan)
+    se, optimism, *_ = rest_errors(result.datasets.train, result.datasets.cov, cfg.seq_len, cfg.normalize,
+                                   vary_len=False)
+    return se, optimism
+
+
 def rest_drift(loss, steps) -> float:
     """The drift of a curve over a stay in a saddle's band (``loss``, ``steps``: the stay's samples): its slowest
     fall per step, the median abs(ΔL/Δstep) over the stay's core (``loss_curves.rest_core``, as
@@ -131,11 +147,12 @@ def compute(S: dict):
     "population flow", with its ``trainset_size`` (inf: the population) and ``dynamics`` as coordinates), the level
     of its first flat rest at each saddle and the drift of its first rest there (``plateau_level``, ``rest_drift``:
     curve × m, :func:`saddle_stays`; NaN where it has none), the standard error of each curve's loss at zero weights
-    about L(M_0) (``origin_error``, :func:`origin_error`), the drops each made (``directions_learned``,
-    ``loss_curves.directions_learned``) and the final loss; the theory's population levels (``plateau_theory``: m)
-    and the run's input covariance Λ (``input_cov``). The settings, the engines and the runs' settings as attributes.
-    (No training times: runs trained together in one stack share one clock, so a run's recorded time is not its
-    own.)"""
+    about L(M_0) (``origin_error``, :func:`origin_error`), each finite set's error of a training loss at each saddle
+    (``rest_se``, ``rest_optimism``: curve × m, :func:`saddle_errors`; NaN for the population curves), the drops
+    each made (``directions_learned``, ``loss_curves.directions_learned``) and the final loss; the theory's
+    population levels (``plateau_theory``: m) and the run's input covariance Λ (``input_cov``). The settings, the
+    engines and the runs' settings as attributes. (No training times: runs trained together in one stack share one
+    clock, so a run's recorded time is not its own.)"""
     import xarray as xr
 
     curves = train(runs(S), S)
@@ -143,12 +160,15 @@ def compute(S: dict):
     levels = theory.plateau_losses(pop.datasets.cov, pop.config.N)
     loss = np.stack([r.history.train_loss for r in curves.values()])
     stays = [saddle_stays(L, levels) for L in loss]
+    errors = [saddle_errors(r, len(levels) - 1) for r in curves.values()]
     engines = list(dict.fromkeys("flow" if r.config.dynamics == "flow" else r.engine for r in curves.values()))
     ds = xr.Dataset(
         {"train_loss": (("curve", "step"), loss),
          "plateau_level": (("curve", "m"), [level for level, _ in stays]),
          "rest_drift": (("curve", "m"), [drift for _, drift in stays]),
          "origin_error": ("curve", [origin_error(r.config, pop.datasets.cov) for r in curves.values()]),
+         "rest_se": (("curve", "m"), [se for se, _ in errors]),
+         "rest_optimism": (("curve", "m"), [optimism for _, optimism in errors]),
          "directions_learned": ("curve", [loss_curves.directions_learned(L, levels) for L in loss]),
          "final_loss": ("curve", loss[:, -1]),
          "plateau_theory": ("m", levels),
@@ -167,6 +187,10 @@ def compute(S: dict):
     ds.rest_drift.attrs["description"] = ("drift of the first rest at saddle M_m: its slowest fall per step times the "
                                           "steps it lasts (rest_drift)")
     ds.origin_error.attrs["description"] = "standard error of the loss at zero weights about L(M_0) (0: exact)"
+    ds.rest_se.attrs["description"] = ("standard error of a finite set's training loss at the theory's weights of "
+                                       "M_m about L(M_m), the task vectors' whitening taken out (saddle_errors)")
+    ds.rest_optimism.attrs["description"] = ("how much fitting M_m's weights to a finite set lowers its training loss "
+                                             "there (saddle_errors)")
     return ds
 
 
@@ -266,14 +290,44 @@ def plateau_gaps(ds) -> dict:
     return out
 
 
+def fitted_verdicts(ds) -> dict:
+    """For each finite set in :func:`plateau_gaps`: ``(se, band, margin, verdict)`` at its saddle m, se its
+    ``rest_se`` there, band ``uncertainty.COVERAGE`` standard errors, margin the fit's further drop (``rest_optimism``)
+    and the verdict of ``figA_vary_len.rest_verdict`` on the farthest the plateau is known to lie: the gap where it is
+    :func:`resolved`, else the drift on the gap's side (a training loss *agrees* within the band; below it, within the
+    band and the margin, it *cannot tell*: the fit only lowers it; else it *differs*)."""
+    out = {}
+    for c, (gap, drift, m) in plateau_gaps(ds).items():
+        se, optimism = float(ds.rest_se.sel(curve=c, m=m)), float(ds.rest_optimism.sel(curve=c, m=m))
+        if np.isfinite(se):
+            far = gap if resolved(gap, drift) else float(np.copysign(drift, gap))
+            level = float(ds.plateau_theory.sel(m=m))
+            out[c] = (se, uncertainty.difference_band(se), optimism, rest_verdict(level + far, level, se, optimism))
+    return out
+
+
+def _verdict_words(se: float, band: float, margin: float, said: str) -> str:
+    """A finite set's error and verdict in words: "its standard error 0.0066, within the band of 2 (0.013)"."""
+    two = f"{uncertainty.COVERAGE:g}"
+    text = f"its standard error {se:.2g}, "
+    if said == uncertainty.AGREES:
+        return text + f"within the band of {two} ({band:.2g})"
+    if said == uncertainty.CANNOT_TELL:
+        return text + f"below the band of {two} ({band:.2g}) but within the fit's further drop ({margin:.2g})"
+    return text + f"beyond the band of {two} ({band:.2g}) and the fit's further drop ({margin:.2g})"
+
+
 def fitted_words(ds) -> str:
     """The page's sentence on the flat rests at the saddles with directions fitted: the farthest each curve's plateau
-    is known to lie from the theory's level (:func:`plateau_gaps`, :func:`gap_or_drift`)."""
-    gaps = plateau_gaps(ds)
+    is known to lie from the theory's level (:func:`plateau_gaps`, :func:`gap_or_drift`) and, for a finite set, the
+    error of its training loss there and the verdict (:func:`fitted_verdicts`)."""
+    gaps, judged = plateau_gaps(ds), fitted_verdicts(ds)
     if not gaps:
         return "No curve of this run rests flat at a saddle with a direction fitted."
     return ("Where a curve rests flat at a saddle with a direction fitted, the farthest its plateau lies from the "
-            "theory's level: " + "; ".join(f"{c}: {gap_or_drift(g, d, m)}" for c, (g, d, m) in gaps.items()) + ".")
+            "theory's level: " + "; ".join(f"{c}: {gap_or_drift(g, d, m)}"
+                                           + (f", {_verdict_words(*judged[c])}" if c in judged else "")
+                                           for c, (g, d, m) in gaps.items()) + ".")
 
 
 def passages(ds) -> dict:
@@ -320,18 +374,27 @@ def finite_learned_plateaus(ds) -> int:
 
 
 def bias_words(ds) -> str:
-    """The page's sentence on a training loss's bias: where directions are fitted to the training set its plateau is
-    biased low, beside the sampling error of a mean over P sequences; the run measures that error at M_0 only (no
-    direction fitted there) and neither a held-out loss nor the error at a fitted saddle, so the finite sets' gaps
-    there are not tested against them (empty without a finite set)."""
+    """The page's sentence on a training loss's bias and error at the saddles with directions fitted: a finite set's
+    plateau is biased low, beside the sampling error of a mean over P sequences (:func:`saddle_errors`: the standard
+    error of the training loss at the theory's weights, and the fit's further drop); from the verdicts of
+    :func:`fitted_verdicts`, whether the finite sets' shifts of the plateaus are resolved at these sizes (empty
+    without a finite set)."""
     if not (ds.trainset_size.values < np.inf).any():
         return ""
     text = ("A finite set's plateau is a training loss, measured on the sequences its weights were fitted to: once a "
             "direction is fitted it is biased low, beside the sampling error of a mean over P sequences")
     if not finite_learned_plateaus(ds):
         return text + "; in this run no finite set rested at a saddle with a direction learned."
-    return (text + ". At the later saddles this run measures neither, so the gaps there are not tested against them: "
-            "the side a gap lies on is no evidence of the bias.")
+    said = [v for *_, v in fitted_verdicts(ds).values()]
+    if not said:
+        return text + "."
+    text += (". Each error above is that of the set's own training loss at the theory's weights of the saddle, whose "
+             "population loss is the level (`linattn.companion.uncertainty.mean_loss_error`, the whitening of the "
+             "task vectors taken out), and the fit's further drop how much fitting those weights to the set lowers it")
+    if uncertainty.DIFFERS in said:
+        return text + ": a finite set's shift of a plateau beyond both is resolved at these sizes."
+    return (text + ": no finite set's gap reaches beyond them, so the finite-P shifts of the plateaus cannot be "
+            "resolved at these sizes, and the side a gap lies on is no evidence of the bias.")
 
 
 def model_reach(ds) -> int | None:

@@ -137,9 +137,10 @@ def saddle_directions(cov, F: int):
     return out, vecs
 
 
-def _training_terms(seqs, seq_len: int, normalize: str, chunk: int = 1000):
-    """(features (B, prefixes, F), targets (B, prefixes)) of the training set's loss terms under ``vary_len``, a
-    chunk of sequences at a time (``normalization.prefix_terms``: every prefix n = 2 … seq_len)."""
+def _training_terms(seqs, seq_len: int, normalize: str, chunk: int = 1000, *, vary_len: bool = True):
+    """(features (B, prefixes, F), targets (B, prefixes)) of the training set's loss terms, a chunk of sequences at
+    a time (``normalization.prefix_terms``: every prefix n = 2 … seq_len under ``vary_len``, else the whole
+    sequence, one term)."""
     import torch
 
     from ...models import attention_features
@@ -147,15 +148,17 @@ def _training_terms(seqs, seq_len: int, normalize: str, chunk: int = 1000):
     from ...objectives.base import chunks
 
     for X, y in chunks(seqs.X, seqs.y, chunk, "cpu", torch.float64):
-        terms = list(prefix_terms(X, y, vary_len=True, normalize=normalize))
+        terms = list(prefix_terms(X, y, vary_len=vary_len, normalize=normalize))
         yield (torch.stack([attention_features(Xn, scale) for Xn, _, scale in terms], 1).numpy(),
                torch.stack([yn for _, yn, _ in terms], 1).numpy())
 
 
-def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def rest_errors(seqs, cov, seq_len: int, normalize: str, *, vary_len: bool = True
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The error of a training loss resting at each saddle M_0 … M_D, from the run's own training set ``seqs`` (P
-    sequences, the loss averaged over their prefixes) and covariance: ``(se, optimism, own, spread)``, each of length
-    D + 1.
+    sequences, the loss averaged over their prefixes; with ``vary_len=False`` the fixed-length loss, one term a
+    sequence, whose saddle levels are ``theory.plateau_losses``) and covariance: ``(se, optimism, own, spread)``,
+    each of length D + 1.
 
     * ``own[m]``: the training loss at the theory's weights of M_m on these P sequences (the mean of the per-sequence
       losses, each the mean of its prefixes' (y − ŷ)²), the weights Σ_{d≤m} a_d e_d e_dᵀ with the a_d that minimise the
@@ -172,7 +175,7 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
     """
     from ...objectives.population import population_moments
 
-    pop = population_moments("attention", cov, seq_len, normalize=normalize, vary_len=True)
+    pop = population_moments("attention", cov, seq_len, normalize=normalize, vary_len=vary_len)
     TT, yT = pop.TT.numpy(), pop.yT.numpy()
     G, vecs = saddle_directions(cov, TT.shape[0])
     D, K = vecs.shape[0], TT.shape[0] // vecs.shape[0]
@@ -181,15 +184,16 @@ def rest_errors(seqs, cov, seq_len: int, normalize: str) -> tuple[np.ndarray, np
         Gm = G[:, :m]
         weights[:, m] = Gm @ np.linalg.solve(Gm.T @ TT @ Gm, Gm.T @ yT)
     per_sequence, yy, b, A = [], 0.0, 0.0, 0.0
-    for T, y in _training_terms(seqs, seq_len, normalize):
+    # about as many loss terms a chunk either way: a sequence has seq_len − 1 terms under vary_len, else one
+    for T, y in _training_terms(seqs, seq_len, normalize, 1000 if vary_len else 32000, vary_len=vary_len):
         per_sequence.append(((y[..., None] - T @ weights) ** 2).mean(axis=1))  # (B, D + 1)
         flat, target = T.reshape(-1, T.shape[-1]), y.reshape(-1)
         yy, b, A = yy + target @ target, b + flat.T @ target, A + flat.T @ flat
     losses = np.concatenate(per_sequence)
     count = losses.shape[0] * T.shape[1]
     yy, b, A = yy / count, b / count, A / count
-    se = np.array([uncertainty.mean_loss_error(losses[:, m], seqs) for m in range(D + 1)])
-    spread = np.array([uncertainty.mean_loss_error_spread(losses[:, m], seqs) for m in range(D + 1)])
+    se = uncertainty.mean_loss_error(losses, seqs)
+    spread = uncertainty.mean_loss_error_spread(losses, seqs)
     optimism = np.zeros(D + 1)
     for m in range(1, D + 1):
         B = np.kron(vecs[:, :m], np.eye(K))  # the fold's rows a along e_1 … e_m, every entry of each
