@@ -87,7 +87,8 @@ def compute(S: dict):
          "rest_se_spread": (("model", "m"), padded([e[3] for e in errors], M)),
          "whitened": ("model", [int(uncertainty.whitened_task_vectors(r.datasets.train) is not None)
                                 for r in done.values()]),
-         "shared_set": int(np.array_equal(*(np.asarray(done[k].datasets.train.X) for k in MODELS))),
+         "shared_set": int(np.array_equal(np.asarray(done[MODELS[0]].datasets.train.X),
+                                          np.asarray(done[MODELS[1]].datasets.train.X))),
          "final_loss": ("model", [float(L[-1]) for L in losses]),
          "eigenvalue": (("model", "direction"),
                         padded([theory.spectrum(r.datasets.cov)[0] for r in done.values()], M - 1))},
@@ -254,7 +255,8 @@ def numbers(ds) -> list[dict]:
     beside its minimum; ATTN_S's alone, as it need not have learned every direction); each plateau with its verdict
     (:func:`rest_verdict`); the rests off their levels by one draw of a training set (:func:`by_the_draw`) are one
     fact: the first is counted, the others restate it (``restates``, not counted again)."""
-    rows, judged, first = [], _verdicts(ds), {}
+    rows, judged = [], _verdicts(ds)
+    first: dict[str, str] = {}  # a training set → the quantity of its first rest off the level by its draw
     for key in MODELS:
         at, label = ds.sel(model=key), f"{LABELS[key]} vary_len"
         for m in _shown(ds, key):
