@@ -262,9 +262,12 @@ def numbers(ds) -> list[dict]:
         for m in _shown(ds, key):
             got = float(at.plateau_level.sel(m=m))
             if np.isfinite(got):
-                row = dict(key=f"plateau.{key}.M{m}", quantity=f"{label}: plateau L(M_{m})",
+                drawn = judged[key, m][3]  # off its level by the draw of its training set
+                row = dict(key=f"plateau.{key}.M{m}",
+                           quantity=f"{label}: plateau L(M_{m})" + (", off its level by the training set's draw"
+                                                                    if drawn else ""),
                            theory=at.plateau_theory.sel(m=m), reproduced=got, verdict=judged[key, m][0])
-                if judged[key, m][3]:  # one fact per training set's draw: counted once, its other rests restate it
+                if drawn:  # one fact per training set's draw: counted once, its other rests restate it
                     said = first.setdefault(_set_of(ds, key), row["quantity"])
                     row.update(restates=[said] if said != row["quantity"] else None)
                 rows.append(row)
@@ -388,9 +391,9 @@ def draw_words(ds) -> str:
     return (f"Where a rest does not agree, the theory's weights themselves give, on the run's own training set, "
             f"{listed}: the draw of the training set makes {span} of "
             f"{'that gap' if len(rows) == 1 else 'those gaps'}, and each rest lies within "
-            f"{upper_bound(max(abs(r[4]) for r in rows))} of that loss. Those standard errors come from this one set "
-            f"and are themselves uncertain by about {spread} (the spread of its squared residuals), so the counts of "
-            "standard errors are rough.")
+            f"{upper_bound(max(abs(r[4]) for r in rows))} of that loss. Those standard errors come from this one set: "
+            f"by the spread of its squared residuals they are themselves uncertain by about {spread}, and by more, as "
+            "a set drawn low also estimates its own error low, so the counts of standard errors are rough.")
 
 
 def upper_bound(x: float, digits: int = 4) -> str:
