@@ -137,8 +137,7 @@ def plot(ds):
     from ..plotting import loss_panel
 
     ranks, levels, step = list(ds["rank"].values), ds.plateau_theory.values, ds.step.values
-    fig, axes = plt.subplots(len(ranks), 2, figsize=(6.6, 0.5 + 1.75 * len(ranks)), sharex=True, squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(len(ranks), 2, figsize=(6.6, 0.5 + 1.75 * len(ranks)), sharex=True, squeeze=False)
     for (ax, ax_log), R in zip(axes, ranks):
         curves = list(ds.train_loss.sel(rank=R).values)
         loss_panel(ax, step, curves, levels, title=f"$R = {R}$", linewidth=0.9)
@@ -146,4 +145,5 @@ def plot(ds):
     for ax in axes[:-1].flat:
         ax.set_xlabel("")
     axes[-1, 1].set_xlabel("step")
+    fig.tight_layout()
     return fig
