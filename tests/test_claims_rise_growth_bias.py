@@ -116,14 +116,19 @@ def test_a_value_that_moves_first_is_not_growth_of_the_head():
 # ---------------------------------------------------------------- population page: the bias sentence
 
 
-def _population_ds(levels_by_curve: dict, sizes: dict):
+def _population_ds(levels_by_curve: dict, sizes: dict, se: float = 0.02):
+    """A population dataset by hand: each curve's flat rests (no drift), each finite set's training-loss error ``se``
+    and no fitting margin at every saddle."""
     import xarray as xr
 
     theory_levels = np.array([1.0, 0.6, 0.35, 0.2])
     curves = list(levels_by_curve)
+    levels = np.array([levels_by_curve[c] for c in curves], dtype=float)
+    finite = np.array([[se if sizes[c] < np.inf else np.nan] * 4 for c in curves])
     return xr.Dataset(
-        {"plateau_level": (("curve", "m"), np.array([levels_by_curve[c] for c in curves], dtype=float)),
-         "plateau_theory": ("m", theory_levels)},
+        {"plateau_level": (("curve", "m"), levels), "plateau_theory": ("m", theory_levels),
+         "rest_drift": (("curve", "m"), np.where(np.isfinite(levels), 0.0, np.nan)),
+         "rest_se": (("curve", "m"), finite), "rest_optimism": (("curve", "m"), 0.0 * finite)},
         coords={"curve": curves, "m": np.arange(4), "trainset_size": ("curve", [sizes[c] for c in curves])})
 
 
@@ -137,14 +142,16 @@ def test_the_bias_sentence_offers_no_count_of_plateaus_below_as_evidence():
                         {"population GD": np.inf, "P = 100": 100, "P = 1000": 1000})
     assert page.finite_learned_plateaus(ds) == 3
     said = page.bias_words(ds)
-    assert "biased low" in said and "not tested" in said
+    assert "biased low" in said and "cannot be resolved" in said  # every gap (0.01) within 2 × 0.02
     assert not any(ch.isdigit() for ch in said)  # no count of the sides offered as evidence
+    wide = _population_ds({"P = 100": [0.97, 0.5, np.nan, 0.21]}, {"P = 100": 100}, se=0.01)  # 0.1 below at M_1
+    assert "is resolved at these sizes" in page.bias_words(wide)
     # no finite set: nothing said; a finite set that rested only at M_0: nothing fitted to test
     assert page.bias_words(ds.sel(curve=["population GD"])) == ""
     only0 = _population_ds({"P = 100": [0.97, nan, nan, nan]}, {"P = 100": 100})
     assert page.finite_learned_plateaus(only0) == 0
     said = page.bias_words(only0)
-    assert "no finite set rested at a saddle with a direction learned" in said and "not tested" not in said
+    assert "no finite set rested at a saddle with a direction learned" in said and "resolved" not in said
 
 
 # ---------------------------------------------------------------- vary_len page: a direction not learned, constructed

@@ -27,9 +27,9 @@ from ..output import saddle, subscript
 from ..output import words as list_words
 from .common import preset_blocks
 from .common.frame import settings_attrs
+from .common.rests import rest_errors, rest_verdict
 from .common.runs import FromRun
 from .common.trainer import train
-from .figA_vary_len import rest_errors, rest_verdict
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS = {
@@ -97,7 +97,7 @@ def origin_error(cfg, cov) -> float:
 
 def saddle_errors(result, D: int) -> tuple[np.ndarray, np.ndarray]:
     """The error of a training loss resting at each saddle M_0 … M_D, from a finite set's own P sequences
-    (``figA_vary_len.rest_errors`` at the fixed length: the per-sequence losses at the theory's weights of M_m, whose
+    (``common.rests.rest_errors`` at the fixed length: the per-sequence losses at the theory's weights of M_m, whose
     population loss is L(M_m)): ``(se, optimism)``, se the standard error of their mean
     (``uncertainty.mean_loss_error``, the whitening of the task vectors taken out) and optimism how much fitting the
     saddle's weights to the set lowers it further. NaN for the population loss (no training set)."""
@@ -293,7 +293,7 @@ def plateau_gaps(ds) -> dict:
 def fitted_verdicts(ds) -> dict:
     """For each finite set in :func:`plateau_gaps`: ``(se, band, margin, verdict)`` at its saddle m, se its
     ``rest_se`` there, band ``uncertainty.COVERAGE`` standard errors, margin the fit's further drop (``rest_optimism``)
-    and the verdict of ``figA_vary_len.rest_verdict`` on the farthest the plateau is known to lie: the gap where it is
+    and the verdict of ``common.rests.rest_verdict`` on the farthest the plateau is known to lie: the gap where it is
     :func:`resolved`, else the drift on the gap's side (a training loss *agrees* within the band; below it, within the
     band and the margin, it *cannot tell*: the fit only lowers it; else it *differs*)."""
     out = {}
