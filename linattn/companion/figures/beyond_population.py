@@ -389,7 +389,7 @@ def bias_words(ds) -> str:
     if not said:
         return text + "."
     text += (". Each error above is that of the set's own training loss at the theory's weights of the saddle, whose "
-             "population loss is the level (`linattn.companion.uncertainty.mean_loss_error`, the whitening of the "
+             "population loss is the level (linattn.companion.uncertainty.mean_loss_error, the whitening of the "
              "task vectors taken out), and the fit's further drop how much fitting those weights to the set lowers it")
     if uncertainty.DIFFERS in said:
         return text + ": a finite set's shift of a plateau beyond both is resolved at these sizes."
