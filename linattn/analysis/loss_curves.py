@@ -747,6 +747,6 @@ def drop_rule_words(share: float = DROP_SHARE, dip: float = DROP_DIP) -> str:
     return (f"the fall rate, averaged over 1/60 of the run, is cut at each of its dips; two fast stretches are two "
             f"drops where the rate between them falls below {Fraction(dip).limit_denominator(12)} of the smaller of "
             f"their peak rates, and each drop makes at least {share:.0%} of the whole fall, so a fall still under way "
-            "at the end of the run counts once it has made that share. A run has *settled* when, carried on at the "
+            "at the end of the run counts once it has made that share. A run has settled when, carried on at the "
             f"rate of its last tenth for as many steps again, it would fall less than {share:.0%} of its whole fall; "
             "in a run that has not settled another drop may still come")
