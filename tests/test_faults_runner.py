@@ -391,3 +391,36 @@ def test_a_read_only_run_store_is_not_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("LINATTN_RUNS_DIR", str(tmp_path / "out" / "one" / "out.txt"))  # a file: still refused
     with pytest.raises(schedule.UnusableFolder, match="is a file, not a folder"):
         schedule.run_figures(src=src, out=tmp_path / "out", jobs=1, progress=False)
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_whose_worker_cannot_unwind_leaves_no_stage(tmp_path):
+    """A worker that does not take its SIGTERM (here stopped by its own kernel; in the wild, an interruption lost
+    inside a finaliser) is killed after the wind-down: the runner then removes the stage it left, and its kernel ends
+    with it, before the runner says what it kept."""
+    pid_file = tmp_path / "kernel.pid"
+    stop_worker = "import signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"
+    src = make_src(tmp_path, {"slow": f"Path({str(pid_file)!r}).write_text(str(os.getpid()))\n" + WRITE
+                              + stop_worker + "time.sleep(120)\n"})
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "linattn", "figures", "--src", str(src), "--out", str(out),
+                             "--jobs", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 240
+    while not (pid_file.exists() and list(out.glob(".staging-slow-*/slow/out.txt"))):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(0.5)  # the kernel stops its worker right after writing
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert [ln for ln in stderr.splitlines() if ln.strip()] == [
+        "linattn figures: interrupted; no figure was published; not finished: slow "
+        "(their earlier outputs, where there were any, are as they were)"]
+    assert not list(out.glob(".staging-*")) and not (out / "slow").exists()
+    kernel = int(pid_file.read_text())
+    for _ in range(100):
+        if not Path(f"/proc/{kernel}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{kernel}").exists(), "the stopped worker's kernel outlived the runner"

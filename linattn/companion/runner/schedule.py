@@ -4,8 +4,9 @@ processes (``--jobs``, one kernel each, every kernel limited to one thread).
 Report notebooks (those whose front matter says ``linattn: {report: true}``, the error table's among them) read the
 other figures' outputs, so they start after all the others have finished. Each figure runs in a worker through
 :func:`linattn.companion.runner.execute.execute_figure`, which publishes it whole. An interruption (Ctrl-C, SIGTERM)
-stops the workers (their stages are removed, their kernels shut down) and raises :class:`Interrupted`, which says
-which figures were finished and published before it.
+stops the workers (their stages are removed, their kernels shut down; the stage of a worker that had to be killed
+is removed by the runner once it is gone) and raises :class:`Interrupted`, which says which figures were finished and
+published before it.
 """
 
 from __future__ import annotations
@@ -193,6 +194,9 @@ def _run(root, preset, found, parsed, everything, overrides, jobs, force, timeou
                        "figures" if stage is first else "reports")
     except KeyboardInterrupt as exc:
         _stop(pool)
+        # a worker killed at the end of its wind-down (one that did not take its signal) left its stage: every
+        # worker is gone now, so their locks are free and what they left is finished or removed before we report
+        _clean_killed_stages(root, list(everything))
         for name in first + last:  # published by a worker whose result the interruption kept from us
             if name not in results and name in keys and _made_since(root, name, keys[name], since):
                 results[name] = FigureResult(name, "ran", notebook=root / f"{name}.ipynb")
