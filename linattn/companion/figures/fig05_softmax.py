@@ -626,7 +626,10 @@ class MatchedTime(NamedTuple):
 
     reach: float  # the last main-run step both runs cover
     steps: np.ndarray  # the main run's drops up to the reach
-    check_steps: np.ndarray  # the check's drops up to the reach, in the main run's steps
+    check_steps: np.ndarray  # the check's own drops up to the reach, in the main run's steps (counted, not compared)
+    levels: np.ndarray  # the loss at which each of the main run's drops up to the reach is placed (drop_levels)
+    crossings: np.ndarray  # the first main-run step at which the main run is below each level
+    check_crossings: np.ndarray  # the same for the check read on the main run's steps (NaN: not by the reach)
     pauses: np.ndarray  # (step, loss) of each of the main run's pauses up to the reach
     check_pauses: np.ndarray  # the same for the check, its steps in the main run's
     loss: float  # the main run's loss at the reach
@@ -636,13 +639,30 @@ class MatchedTime(NamedTuple):
     check_settled: bool  # whether the check settled by its end (loss_curves.count_drops)
 
 
+def drop_levels(loss, drops) -> np.ndarray:
+    """The loss at which each drop of ``drops`` (``loss_curves.count_drops`` of ``loss``) is placed: the midpoint
+    (start + end)/2 of its own stretch, which starts at loss[0] or the pause before it and ends at the pause after it
+    or at loss[-1]. Each run's drops are placed at its own levels (its own pauses and final loss), so two runs' drop
+    steps are one quantity only when both are read at the same levels (:func:`matched_time`)."""
+    y = np.asarray(loss, dtype=np.float64)
+    ends = np.concatenate([[y[0]], np.asarray(drops.pause_losses, dtype=np.float64), [y[-1]]])
+    return ((ends[:-1] + ends[1:]) / 2)[:len(drops)]
+
+
 def matched_time(steps, loss, drops, check_steps, check_loss, check_drops, scale: float) -> MatchedTime:
     """The main run (``steps``, ``loss``, its ``drops`` from ``loss_curves.count_drops``) and a check run at
     ``scale`` times its learning rate (``check_steps``, ``check_loss``, ``check_drops``) at the same gradient-flow
     time: the check's step k stands at the main run's step k·scale (t/τ = 2η·step). Both are read only up to the
     reach, the last main-run step both cover: min(last main step, last check step × scale); the losses there
-    interpolated on each run's own steps."""
+    interpolated on each run's own steps.
+
+    The drops are compared at the same levels, the main run's (:func:`drop_levels`: where its drops are placed): for
+    each, the first main-run step ≤ reach at which each run is below it (``loss_curves.first_step_below``), the
+    check read on the main run's steps (linear interpolation; at scale ½ its even steps exactly), so that both steps
+    are integers of one grid and one quantity. The check's own drops (its own levels, its own final loss) are
+    only counted."""
     steps, check_at = np.asarray(steps, dtype=np.float64), np.asarray(check_steps, dtype=np.float64) * scale
+    loss = np.asarray(loss, dtype=np.float64)
     reach = float(min(steps[-1], check_at[-1]))
 
     def upto(x) -> np.ndarray:
@@ -653,8 +673,15 @@ def matched_time(steps, loss, drops, check_steps, check_loss, check_drops, scale
         at = np.asarray(d.pause_steps, dtype=np.float64) * k
         return np.array([(s, L) for s, L in zip(at, d.pause_losses) if s <= reach]).reshape(-1, 2)
 
+    def crossings(curve) -> np.ndarray:
+        return np.array([loss_curves.first_step_below(curve, L, grid) for L in levels])
+
     main_steps = np.asarray(drops.steps, dtype=np.float64)
+    grid = steps[steps <= reach]
+    levels = drop_levels(loss, drops)[:upto(main_steps).size]
     return MatchedTime(reach=reach, steps=upto(main_steps), check_steps=upto(np.asarray(check_drops.steps) * scale),
+                       levels=levels, crossings=crossings(loss[steps <= reach]),
+                       check_crossings=crossings(np.interp(grid, check_at, np.asarray(check_loss, dtype=np.float64))),
                        pauses=pauses(drops, 1.0), check_pauses=pauses(check_drops, scale),
                        loss=float(np.interp(reach, steps, loss)),
                        check_loss=float(np.interp(reach, check_at, check_loss)),
@@ -673,27 +700,55 @@ def step_size_holds(m: MatchedTime) -> str:
     return CANNOT_TELL if k < n or m.later.size else AGREES
 
 
+def _step(x: float) -> str:
+    """A step in the main run's steps as an integer, a half-step rounded up (a check at half the rate lands there)."""
+    return f"{np.floor(x + 0.5):.0f}"
+
+
+def lead_words(main, check) -> str:
+    """How far the check crosses each level before the main run, from the two runs' crossing steps of the same
+    levels: "1 and 4 steps earlier", "2 steps earlier and 1 step later", "at the same step"; a level the check does
+    not reach (NaN) is left out ("" where none is reached)."""
+    def one(d: float) -> str:
+        return f"{abs(d):.0f} step{'' if abs(d) == 1 else 's'} {'earlier' if d > 0 else 'later'}" if d else ""
+
+    diffs = [int(round(a - b)) for a, b in zip(main, check) if np.isfinite(b)]
+    if diffs and (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)):
+        return f"{_and([str(abs(d)) for d in diffs])} step{'' if diffs in ([1], [-1]) else 's'} " + (
+            "earlier" if diffs[0] > 0 else "later")
+    return _and([one(d) or "at the same step" for d in diffs]) if diffs else ""
+
+
 def matched_time_words(label: str, m: MatchedTime, ours: int) -> str:
     """Sentences on a check run at a smaller step beside the main run at the same gradient-flow time
-    (:func:`matched_time`), as far as both go: the drops, pauses and losses of each there, and whether the main run's
-    count of ``ours`` drops holds (:func:`step_size_holds`)."""
+    (:func:`matched_time`), as far as both go: the drops each makes there, the steps at which each first falls below
+    the losses at which the main run's drops are placed (one quantity for both runs, :func:`lead_words`), the pauses
+    and losses of each there, and whether the main run's count of ``ours`` drops holds (:func:`step_size_holds`)."""
     def at(x) -> str:
-        return f"at {'step' if len(x) == 1 else 'steps'} {list_words(np.round(x))}" if len(x) else ""
+        return f"at {'step' if len(x) == 1 else 'steps'} {list_words([_step(s) for s in x])}" if len(x) else ""
 
     def paused(p) -> str:
-        return _and([f"{L:.3f} at {s:.0f}" for s, L in p]) if len(p) else "nowhere"
+        return _and([f"{L:.3f} at {_step(s)}" for s, L in p]) if len(p) else "nowhere"
 
     n, k = len(m.steps), len(m.check_steps)
-    theirs = f" {at(m.check_steps)} in the main run's steps" if k else ""
     text = (f"At the same gradient-flow time (learning rate × step), as far as both runs go (the main run's step "
-            f"{m.reach:.0f}), {label} makes {_count(k, 'drop')}{theirs} against the main run's {_count(n, 'drop')}"
-            + (f" {at(m.steps)}" if n else ""))
+            f"{_step(m.reach)}), {label} makes {_count(k, 'drop')} against the main run's {_count(n, 'drop')}")
+    if n:
+        found = np.isfinite(m.check_crossings)
+        theirs = (f"at step{'s' if n > 1 else ''} {_and([_step(c) for c in m.check_crossings])}" if found.all() else
+                  _and([f"at step {_step(c)}" if ok else f"not by step {_step(m.reach)}"
+                        for c, ok in zip(m.check_crossings, found)]))
+        lead = lead_words(m.crossings, m.check_crossings)
+        text += (f"; read on the main run's steps, it first falls below the loss{'es' if n > 1 else ''} at which the "
+                 f"main run's drop{'s are' if n > 1 else ' is'} placed ({_and([f'{L:.3f}' for L in m.levels])}) "
+                 f"{theirs} against the main run's {_and([_step(c) for c in m.crossings])}"
+                 + (f" ({lead})" if lead else ""))
     if len(m.pauses) or len(m.check_pauses):
         text += f", pauses at loss {paused(m.check_pauses)} against {paused(m.pauses)}"
     text += f", and is at loss {m.check_loss:.3f} where the main run is at {m.loss:.3f}."
     verdict, plural = step_size_holds(m), "s" if ours != 1 else ""
     if verdict == AGREES:
-        rest = (f"; the main run goes on to step {m.end:.0f} and makes no further drop" if m.reach < m.end else "")
+        rest = (f"; the main run goes on to step {_step(m.end)} and makes no further drop" if m.reach < m.end else "")
         return text + f" So the count of {ours} drop{plural} holds with a smaller step as far as that run goes{rest}."
     if verdict == DIFFERS:
         return text + f" So the count of {ours} drop{plural} does not hold with a smaller step."
