@@ -357,8 +357,10 @@ def test_fig5_near_cut_caveat_recomputed(fig5):
 
 
 def test_fig5_half_rate_run_matched_at_gradient_flow_time(fig5):
-    """The run at half the learning rate is set beside the main run at step × ½, as far as both go: its drops and
-    pauses there in the main run's steps, each run's loss at the reach (read off the curves here by linear
+    """The run at half the learning rate is set beside the main run at step × ½, as far as both go: the drops each
+    counts there, the steps at which each first falls below the main run's drop levels (midway between the main run's
+    start, stored pauses and final loss), both read on the main run's integer steps (the half-rate run at its even
+    steps), its pauses there in the main run's steps, each run's loss at the reach (read off the curves here by linear
     interpolation), and the verdict from the counts up to the reach and the main run's drops after it."""
     ds = fig5
     if fig05_softmax.HALF_LR not in ds.check.values:
@@ -370,16 +372,39 @@ def test_fig5_half_rate_run_matched_at_gradient_flow_time(fig5):
     n_half, half_steps, _, half_pauses = _stored(ds, fig05_softmax.HALF_LR)
     assert f"as far as both runs go (the main run's step {reach:.0f})" in said
     ours, theirs = main_steps[main_steps <= reach], half_steps[half_steps / 2 <= reach] / 2
-    if theirs.size:
-        items = [f"{x:.0f}" for x in theirs]
-        joined = items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-        assert f"{joined} in the main run's steps" in said
+    assert f"makes {_words_count(len(theirs))} against the main run's {_words_count(len(ours))}" in said
+    if ours.size:
+        ends = [main[0], *ds.pause_loss.sel(run="attn_m").values[:n_main - 1], main[-1]]
+        levels = [(a + b) / 2 for a, b in zip(ends[:-1], ends[1:])][:ours.size]
+        upto = int(np.floor(reach)) + 1
+        on_main, on_half = main[:upto], half[::2][:upto]  # the half-rate run at the main run's steps 0, 1, 2, …
+
+        def first(curve, level):
+            below = np.nonzero(curve < level)[0]
+            return int(below[0]) if below.size else None
+
+        mine = [first(on_main, L) for L in levels]
+        other = [first(on_half, L) for L in levels]
+        assert all(m is not None for m in mine)
+        joined = " and ".join(f"{L:.3f}" for L in levels) if len(levels) <= 2 else None
+        if joined:
+            assert f"placed ({joined})" in said
+        against = " and ".join(str(m) for m in mine) if len(mine) <= 2 else None
+        if against and all(o is not None for o in other):
+            pair = " and ".join(str(o) for o in other)
+            assert f"at step{'s' if len(other) > 1 else ''} {pair} against the main run's {against}" in said
+            diffs = [m - o for m, o in zip(mine, other)]
+            if all(d == 0 for d in diffs):
+                assert "(at the same step" in said
+            elif all(d > 0 for d in diffs) and len(diffs) <= 2:
+                plural = "" if diffs == [1] else "s"
+                assert f"({' and '.join(str(d) for d in diffs)} step{plural} earlier)" in said
     at_reach = np.interp(reach, np.arange(main.size), main)
     half_at = np.interp(reach, np.arange(half.size) / 2, half)
     assert f"is at loss {half_at:.3f} where the main run is at {at_reach:.3f}" in said
     for p in half_pauses:
         if p / 2 <= reach:
-            assert f"{half[int(p)]:.3f} at {p / 2:.0f}" in said
+            assert f"{half[int(p)]:.3f} at {int(np.floor(p / 2 + 0.5))}" in said
     settled = bool(ds.settled.sel(run=fig05_softmax.HALF_LR))
     later = main_steps[main_steps > reach]
     if len(theirs) > len(ours) or (len(theirs) < len(ours) and settled):
@@ -389,6 +414,10 @@ def test_fig5_half_rate_run_matched_at_gradient_flow_time(fig5):
     else:
         assert "holds with a smaller step as far as that run goes" in said
         assert (f"the main run goes on to step {main.size - 1}" in said) == (reach < main.size - 1)
+
+
+def _words_count(n: int) -> str:
+    return {0: "no drop", 1: "one drop"}.get(n, f"{n} drops")
 
 
 def _settings_dim(ds) -> int:

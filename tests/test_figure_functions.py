@@ -214,8 +214,9 @@ def test_a_smaller_step_is_compared_at_the_same_gradient_flow_time():
     assert same.check_loss == pytest.approx(same.loss, abs=1e-3)
     assert fig05.step_size_holds(same) == AGREES
     text = fig05.matched_time_words("half", same, 2)
-    said = " and ".join(f"{x:.0f}" for x in same.check_steps)
-    assert "as far as both runs go (the main run's step 1500)" in text and f"{said} in the main run's" in text
+    assert np.allclose(same.check_crossings, [505, 1190], atol=1) and np.allclose(same.crossings, same.steps)
+    said = " and ".join(f"{x:.0f}" for x in same.check_crossings)
+    assert "as far as both runs go (the main run's step 1500)" in text and f"at steps {said} against" in text
     assert "holds with a smaller step as far as that run goes; the main run goes on to step 3000" in text
     assert fig05.step_size_holds(_matched((500, 1200), (400, 800, 1200), main_end=3000, check_end=3000)) == DIFFERS
     lagging = _matched((500, 1200), (500,), main_end=3000, check_end=3000)._replace(check_settled=False)
@@ -229,6 +230,60 @@ def test_a_smaller_step_is_compared_at_the_same_gradient_flow_time():
     # a check that goes further than the main run is read only up to the main run's end
     longer = _matched((500, 1200), (500, 1200, 2500), main_end=1500, check_end=6000)
     assert longer.reach == 1500 and len(longer.check_steps) == 2 and fig05.step_size_holds(longer) == AGREES
+
+
+def _rescaled(main_end: int, check_end: int, tail: float = 0.0, lag: float = 0.0):
+    """A main run with two sigmoid drops (1 → 0.6 at step 500, 0.6 → 0.2 at 1200, then a slow fall of ``tail`` over
+    its steps past 1800) and a check at half its learning rate that is the same curve in gradient-flow time, ``lag``
+    of its own steps late (its step k is the main run's step (k − lag)/2), each run as far as its own end."""
+    from linattn.analysis import loss_curves
+
+    def curve(t):
+        return _two_drops(500, 1200, t) - tail * np.clip((t - 1800) / (main_end - 1800), 0, 1)
+
+    x, xc = np.arange(main_end + 1.0), np.arange(check_end + 1.0)
+    main, check = curve(x), curve((xc - lag) * 0.5)
+    return (fig05.matched_time(x, main, loss_curves.count_drops(main), xc, check, loss_curves.count_drops(check),
+                               0.5), main, check)
+
+
+def test_a_smaller_step_is_timed_at_the_main_runs_levels():
+    """Both runs' drops are timed at one set of levels, the main run's (where its drops are placed): a check that is
+    the main run in gradient-flow time crosses them at the same steps, even where the main run goes on past the
+    check's reach to a lower final loss (each run's own second-drop level then differs, and its own drop steps would
+    differ by several steps: the bug this guards); a crossing between two of the main run's steps is read at the
+    first main-run step by which the check is below the level."""
+    from linattn.analysis import loss_curves
+
+    same, main, _ = _rescaled(3000, 6000)  # the check reaches the main run's end: the same curve, the same levels
+    assert same.reach == 3000 and np.array_equal(same.check_crossings, same.crossings)
+    assert np.array_equal(same.crossings, same.steps)  # the main run's drop steps are its crossings of its levels
+    text = fig05.matched_time_words("half", same, 2)
+    assert f"at steps {same.crossings[0]:.0f} and {same.crossings[1]:.0f} against the main run's" in text
+    assert "(at the same steps)" in text
+    lower, main, check = _rescaled(3000, 3000, tail=0.06)  # the main run falls another 0.06 after the check's reach
+    d_main, d_check = loss_curves.count_drops(main), loss_curves.count_drops(check)
+    assert len(d_main) == len(d_check) == 2 and lower.reach == 1500
+    mid = (main[0] + d_main.pause_losses[0]) / 2, (d_main.pause_losses[0] + main[-1]) / 2  # the main run's own levels
+    assert np.allclose(lower.levels, mid) and lower.levels[1] < (d_check.pause_losses[0] + check[-1]) / 2 - 0.02
+    assert abs(d_check.steps[1] * 0.5 - d_main.steps[1]) >= 4  # each run's own level: steps that are not one quantity
+    assert np.array_equal(lower.check_crossings, lower.crossings)  # the same level: the same step
+    assert "(at the same steps)" in fig05.matched_time_words("half", lower, 2)
+    odd = 0
+    for lag in (0.5, 1.0, 1.5):  # a few own steps late: some crossings fall between two of the main run's steps
+        late, _, check = _rescaled(3000, 6000, lag=lag)
+        own = np.array([loss_curves.first_step_below(check, L) for L in late.levels])
+        assert np.array_equal(late.check_crossings, np.ceil(own / 2))  # the first main-run step by which it is below
+        odd += int(np.sum(own % 2 == 1))
+    assert odd > 0
+    assert fig05._step(626.5) == "627" and fig05._step(626.4) == "626"
+    text = fig05.matched_time_words("half", same._replace(levels=np.array([0.8, 0.3]),
+                                                          crossings=np.array([500.0, 1000.0]),
+                                                          check_crossings=np.array([499.0, np.nan])), 2)
+    assert "at step 499 and not by step 3000 against the main run's 500 and 1000 (1 step earlier)" in text
+    assert fig05.lead_words([10, 20, 30], [10, 21, np.nan]) == "at the same step and 1 step later"
+    assert fig05.lead_words([628, 1664], [627, 1660]) == "1 and 4 steps earlier"
+    assert fig05.lead_words([5], [np.nan]) == ""
 
 
 def test_a_drop_count_holds_only_when_every_check_finds_it():
@@ -245,8 +300,8 @@ def test_a_drop_count_holds_only_when_every_check_finds_it():
     assert fig05.drop_count_holds(2, [dict(same[0], drops=3)]) == DIFFERS
     assert fig05.drop_count_holds(2, [dict(same[0], drops=1, settled=False)]) == CANNOT_TELL
     text = fig05.check_words(2, same)
-    said = " and ".join(f"{x:.0f}" for x in matched.check_steps)
-    assert "half, 2 drops at steps 1010 and 2380" in text and f"{said} in the main run's steps" in text
+    said = " and ".join(f"{x:.0f}" for x in matched.check_crossings)
+    assert "half, 2 drops at steps 1010 and 2380" in text and f"at steps {said} against the main run's" in text
     assert "holds with a smaller step as far as that run goes" in text and "holds with other draws" in text
     assert "cannot be told" not in text  # the run at the smaller step is still falling, yet matched where both go
     one_seed_differs = fig05.check_words(2, [dict(same[0], drops=1, drop_steps=[800], final=0.29), same[1]])

@@ -652,11 +652,14 @@ def test_figure_5_checks_say_what_each_run_shows_of_the_single_drop():
               dict(label="half", drops=2, drop_steps=[1250, 3300], settled=True, step_scale=0.5)]
     # the half-rate run beside the main run at the same gradient-flow time: both drops by the main run's step 3000
     checks[2]["matched"] = f5.MatchedTime(reach=3000.0, steps=np.array([628.0, 1664.0]),
-                                          check_steps=np.array([625.0, 1650.0]), pauses=np.array([[1111.0, 0.748]]),
+                                          check_steps=np.array([625.0, 1650.0]), levels=np.array([0.887, 0.4405]),
+                                          crossings=np.array([628.0, 1664.0]), check_crossings=np.array([627.0, 1660.0]),
+                                          pauses=np.array([[1111.0, 0.748]]),
                                           check_pauses=np.array([[1110.0, 0.748]]), loss=0.156, check_loss=0.156,
                                           later=np.array([]), end=6000.0, check_settled=True)
     text = f5.check_words(2, checks)
     assert "pauses at loss 0.748 at 1110 against 0.748 at 1111" in text
+    assert "(0.887 and 0.441) at steps 627 and 1660 against the main run's 628 and 1664 (1 and 4 steps earlier)" in text
     assert "the main run goes on to step 6000 and makes no further drop" in text
     assert "seed 11, 2 drops at steps 850 and 5230 and still falling" in text
     assert "(against the paper's single drop: seed 11 differs; seed 12 cannot tell)" in text

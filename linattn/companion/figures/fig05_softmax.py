@@ -707,7 +707,7 @@ def _step(x: float) -> str:
 
 def lead_words(main, check) -> str:
     """How far the check crosses each level before the main run, from the two runs' crossing steps of the same
-    levels: "1 and 4 steps earlier", "2 steps earlier and 1 step later", "at the same step"; a level the check does
+    levels: "1 and 4 steps earlier", "2 steps earlier and 1 step later", "at the same steps"; a level the check does
     not reach (NaN) is left out ("" where none is reached)."""
     def one(d: float) -> str:
         return f"{abs(d):.0f} step{'' if abs(d) == 1 else 's'} {'earlier' if d > 0 else 'later'}" if d else ""
@@ -716,6 +716,8 @@ def lead_words(main, check) -> str:
     if diffs and (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)):
         return f"{_and([str(abs(d)) for d in diffs])} step{'' if diffs in ([1], [-1]) else 's'} " + (
             "earlier" if diffs[0] > 0 else "later")
+    if diffs and not any(diffs):
+        return f"at the same step{'s' if len(diffs) > 1 else ''}"
     return _and([one(d) or "at the same step" for d in diffs]) if diffs else ""
 
 
