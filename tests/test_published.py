@@ -653,7 +653,8 @@ def test_figure_5_checks_say_what_each_run_shows_of_the_single_drop():
     # the half-rate run beside the main run at the same gradient-flow time: both drops by the main run's step 3000
     checks[2]["matched"] = f5.MatchedTime(reach=3000.0, steps=np.array([628.0, 1664.0]),
                                           check_steps=np.array([625.0, 1650.0]), levels=np.array([0.887, 0.4405]),
-                                          crossings=np.array([628.0, 1664.0]), check_crossings=np.array([627.0, 1660.0]),
+                                          crossings=np.array([628.0, 1664.0]),
+                                          check_crossings=np.array([627.0, 1660.0]),
                                           pauses=np.array([[1111.0, 0.748]]),
                                           check_pauses=np.array([[1110.0, 0.748]]), loss=0.156, check_loss=0.156,
                                           later=np.array([]), end=6000.0, check_settled=True)
