@@ -448,66 +448,81 @@ def _sig(x: float) -> str:
 
 
 def _own_clause(rests: dict) -> str:
-    """One set's rests (:func:`own_gaps`, by saddle) beside its own loss at the theory's weights, grouped by verdict."""
+    """One set's rests (:func:`own_gaps`, by saddle) beside its own loss at the theory's weights, grouped by verdict:
+    "0.0027 and 0.0020 below its own loss at ℳ₂ and ℳ₃, about the 0.0029 and 0.0022 by which …; and …"."""
     groups: dict = {}
     for m, (bias, drift, optimism, said) in rests.items():
         groups.setdefault(said, []).append((m, bias, drift, optimism))
     parts = []
     for said, rows in groups.items():
+        own = "it" if parts else "its own loss"
         at = _listed([saddle(m) for m, *_ in rows])
         size, drops = _listed([_sig(abs(b)) for _, b, _, _ in rows]), _listed([_sig(o) for *_, o in rows])
         if said is None:
-            parts.append(f"within its drift ({_listed([f'{d:.1g}' for _, _, d, _ in rows])}) of it at {at}")
+            parts.append(f"within its drift ({_listed([f'{d:.1g}' for _, _, d, _ in rows])}) of {own} at {at}")
         elif said == ABOVE:
-            parts.append(f"{size} above it at {at}, where fitting can only lower a training loss")
+            parts.append(f"{size} above {own} at {at}, where fitting can only lower a training loss")
         else:
             how = {ABOUT_FIT: "about", MORE_THAN_FIT: f"more than {ABOUT:g} times",
                    LESS_THAN_FIT: f"less than 1/{ABOUT:g} of"}[said]
-            parts.append(f"{size} below it at {at}, {how} the {drops} by which the fit can lower a training loss "
+            parts.append(f"{size} below {own} at {at}, {how} the {drops} by which the fit can lower a training loss "
                          "there")
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + ", and " + parts[-1]
+    return parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]
 
 
-def _shrink(ds, gaps: dict) -> list[str]:
-    """At each saddle where two or more sets lie resolved below their own loss, the smallest set's bias beside the
-    largest's, and the fit's drops likewise, as "from P = 5000 to P = 80000 (16 times the sequences) the bias at ℳ₃
-    is 9.9 times smaller and the fit's drop 12 times smaller"."""
+def shrink_ratios(ds, gaps: dict) -> dict:
+    """The smallest set's bias over the largest's at each saddle where two or more sets lie resolved below their own
+    loss (:func:`own_gaps`), and the same for the fit's drops: ``{(small, large): {m: (bias ratio, drop ratio)}}``,
+    the sets by curve name (what two sizes show, no law in P)."""
     size = {str(c): float(P) for c, P in zip(ds.curve.values, ds.trainset_size.values)}
-    out = []
+    out: dict = {}
     for m in sorted({m for rests in gaps.values() for m in rests}):
-        below = sorted((size[c], c) for c, rests in gaps.items()
-                       if m in rests and rests[m][3] not in (None, ABOVE))
-        if len(below) < 2:
-            continue
-        (p, small), (q, large) = below[0], below[-1]
-        bias, drop = (gaps[small][m][k] / gaps[large][m][k] for k in (0, 2))
-        out.append(f"from {small} to {large} ({q / p:.3g} times the sequences) the bias at {saddle(m)} is "
-                   f"{_times(bias)} and the fit's drop {_times(drop)}")
+        below = sorted((size[c], c) for c, rests in gaps.items() if m in rests and rests[m][3] not in (None, ABOVE))
+        if len(below) >= 2:
+            small, large = below[0][1], below[-1][1]
+            out.setdefault((small, large), {})[m] = tuple(gaps[small][m][k] / gaps[large][m][k] for k in (0, 2))
     return out
 
 
-def _times(ratio: float) -> str:
-    """A ratio of a smaller set's value to a larger set's in words: 9.94 → "9.9 times smaller", 0.5 → "2 times
-    larger"."""
-    return f"{ratio:.2g} times smaller" if ratio >= 1 else f"{1 / ratio:.2g} times larger"
+def _times(ratios) -> str:
+    """Ratios of a smaller set's values to a larger set's in words: [9.94, 20] → "9.9 and 20 times smaller", [0.5]
+    → "2 times larger", [1.02] → "about as large"; each worded alone where they go different ways."""
+    ratios = list(ratios)
+    if all(f"{r:.2g}" == "1" for r in ratios):
+        return "about as large"
+    if all(r > 1 for r in ratios):
+        return _listed([f"{r:.2g}" for r in ratios]) + " times smaller"
+    if all(r < 1 for r in ratios):
+        return _listed([f"{1 / r:.2g}" for r in ratios]) + " times larger"
+    return _listed([_times([r]) for r in ratios])
+
+
+def _shrink_words(ds, gaps: dict) -> str:
+    """:func:`shrink_ratios` in words: "From P = 5000 to P = 80000 (16 times the sequences) the bias at ℳ₃ is 9.9
+    times smaller and the fit's drop 12 times smaller: what these two sizes show." (empty where no saddle has two)."""
+    size = {str(c): float(P) for c, P in zip(ds.curve.values, ds.trainset_size.values)}
+    parts = [f"from {small} to {large} ({size[large] / size[small]:.3g} times the sequences) the bias at "
+             f"{_listed([saddle(m) for m in at])} is {_times(b for b, _ in at.values())} and the fit's drop "
+             f"{_times(d for _, d in at.values())}"
+             for (small, large), at in shrink_ratios(ds, gaps).items()]
+    if not parts:
+        return ""
+    joined = "; ".join(parts)
+    return f" {joined[0].upper()}{joined[1:]}: what these two sizes show."
 
 
 def own_words(ds) -> str:
     """The page's sentence on the bias measured without sampling error: each finite set's flat rests at the saddles
     with a direction fitted beside the set's own training loss at the theory's weights there (:func:`own_gaps`,
-    :func:`own_verdict`), and, where two sizes are read at one saddle, how the bias and the fit's drop change from
-    the smallest to the largest (what those two sizes show; empty without such a rest)."""
+    :func:`own_verdict`), and, where two sizes lie below it at one saddle, how the bias and the fit's drop change from
+    the smallest to the largest (:func:`shrink_ratios`: what those two sizes show; empty without such a rest)."""
     gaps = own_gaps(ds)
     if not gaps:
         return ""
-    text = ("Measured instead against each set's own training loss at the theory's weights of the saddle, on the very "
-            "same sequences (no sampling error lies between the two): " + "; ".join(f"{c} rests {_own_clause(r)}"
-                                                                       for c, r in gaps.items()) + ".")
-    shrink = _shrink(ds, gaps)
-    if not shrink:
-        return text
-    joined = "; ".join(shrink)
-    return f"{text} {joined[0].upper()}{joined[1:]}: what these two sizes show."
+    text = ("The bias is measured without sampling error against a set's own loss, its training loss at the "
+            "theory's weights of the saddle, taken on the very same sequences. "
+            + " ".join(f"{c} rests {_own_clause(r)}." for c, r in gaps.items()))
+    return text + _shrink_words(ds, gaps)
 
 
 def model_reach(ds) -> int | None:
