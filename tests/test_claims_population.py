@@ -385,7 +385,7 @@ def test_the_finite_sentence_gives_each_sets_drops_and_lags_in_steps_and_percent
     assert page.finite_words(ds.sel(curve=[page.GD, page.FLOW])) == ""
 
 
-# ---------------------------------------------------------------- the bias against the set's own loss at the theory's weights
+# ---------------------------------------------------------------- the bias against a set's own loss
 
 
 @pytest.mark.parametrize("bias, drift, optimism, verdict", [
@@ -427,12 +427,12 @@ def test_the_own_sentence_states_each_rests_bias_beside_the_fits_drop_and_what_t
     assert [gaps["P = 100"][m][3] for m in (1, 2, 3)] == [page.ABOUT_FIT, page.ABOUT_FIT, page.LESS_THAN_FIT]
     assert [gaps["P = 1600"][m][3] for m in (1, 2, 3)] == [page.ABOUT_FIT] * 3
     said = page.own_words(ds)
-    assert said.startswith("The bias is measured without sampling error against a set's own loss, its training loss "
-                           "at the theory's weights of the saddle, taken on the very same sequences. ")
+    assert said.startswith("A set's own loss, its training loss at the theory's weights of the saddle, is taken on "
+                           "the very sequences its rest is, so no sampling error lies between the two. ")
     assert ("P = 100 rests 0.020 and 0.020 below its own loss at ℳ₁ and ℳ₂, about the 0.020 and 0.015 by which the fit "
-            "can lower a training loss there; and 0.010 below it at ℳ₃, less than 1/2 of the 0.030 by which the fit can "
-            "lower a training loss there. P = 1600 rests 0.0020, 0.0010 and 0.00050 below its own loss at ℳ₁, ℳ₂ and "
-            "ℳ₃, about the 0.0020, 0.0020 and 0.00050 by which the fit can lower a training loss there.") in said
+            "can lower a training loss there; and 0.010 below it at ℳ₃, less than 1/2 of the 0.030 by which the fit "
+            "can lower a training loss there. P = 1600 rests 0.0020, 0.0010 and 0.00050 below its own loss at ℳ₁, ℳ₂ "
+            "and ℳ₃, about the 0.0020, 0.0020 and 0.00050 by which the fit can lower a training loss there.") in said
     ratios = page.shrink_ratios(ds, gaps)
     assert list(ratios) == [("P = 100", "P = 1600")]
     np.testing.assert_allclose([ratios["P = 100", "P = 1600"][m] for m in (1, 2, 3)],
@@ -447,6 +447,9 @@ def test_the_own_sentence_states_each_rests_bias_beside_the_fits_drop_and_what_t
     only0 = _ds({"P = 100": np.full(3000, LEVELS[0])}, sizes={"P = 100": 100}, origin_error={"P = 100": 0.01},
                 rest_optimism={"P = 100": 0.0}, rest_own={"P = 100": LEVELS})
     assert page.own_gaps(only0) == {} and page.own_words(only0) == ""
+    # a set with no fit's drop at a saddle is not set beside another size there (no ratio to take)
+    no_drop = ds.assign(rest_optimism=ds.rest_optimism.where(ds.m != 1, 0.0))
+    assert list(page.shrink_ratios(no_drop, page.own_gaps(no_drop))["P = 100", "P = 1600"]) == [2, 3]
 
 
 def test_a_rest_above_its_own_loss_or_within_its_drift_is_said_so_and_not_set_beside_another_size():
