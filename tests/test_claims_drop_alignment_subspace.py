@@ -484,7 +484,8 @@ def _gap_text(gap, drift, m):
 def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
     """Each sentence of the population page, recomputed with numpy from its dataset and from sequences drawn again:
     the gaps at ℳ₀ in standard errors measured on the sequences, the largest gap at the fitted saddles, how far each
-    curve got, and gradient descent beside the flow at matched levels."""
+    curve got, gradient descent beside the flow at matched levels, and each finite set's rests beside its own loss at
+    the theory's weights (that loss measured on the sequences drawn again, checked against ``rest_own``)."""
     import re
 
     page = beyond_population

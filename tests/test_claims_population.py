@@ -3,7 +3,9 @@
 (``loss_curves.drop_lag``: flat, transit, shoulder, a drop only one makes), the page's rest rule (``saddle_stays``: a
 flat rest, a transit, a shoulder off the level, a slow slope, a drifting rest either side of the cut) and the page's
 sentences on the plateaus at ℳ₀ and at the fitted saddles, on the saddles passed through, on how far each curve got,
-on each finite set beside population GD and on gradient descent beside the flow, each from a dataset built by hand.
+on each finite set beside population GD (one drawn set per size), on each set's rests beside its own loss at the
+theory's weights (``own_verdict``, ``own_words``) and on gradient descent beside the flow, each from a dataset built by
+hand.
 The claims recomputed from the figure's own dataset are in test_claims_drop_alignment_subspace
 (test_population_gap_claims_by_a_second_route)."""
 
