@@ -387,11 +387,11 @@ def _measured_origin_error(ds, curve) -> float | None:
     return float((y ** 2).std(ddof=1) / np.sqrt(n))
 
 
-def _measured_saddle_errors(ds, curve) -> np.ndarray | None:
-    """The standard error of a finite set's training loss at the theory's weights of each saddle, measured on its
-    sequences drawn again (not the page's rule): the per-sequence losses of the predictor x_qᵀ A_m b (A_m = Σ_{d≤m}
-    (λ_d c_d)⁻¹ e_d e_dᵀ, ``theory.pcr_weights``; b the mean of y_n x_n over the context) and the whitened set's error
-    of each (tests/whitened.py); None for a population curve."""
+def _measured_saddle_losses(ds, curve) -> tuple[np.ndarray, np.ndarray] | None:
+    """A finite set's training loss at the theory's weights of each saddle, measured on its sequences drawn again (not
+    the page's rule): ``(se, own)``, own the mean over the sequences of the per-sequence losses of the predictor
+    x_qᵀ A_m b (A_m = Σ_{d≤m} (λ_d c_d)⁻¹ e_d e_dᵀ, ``theory.pcr_weights``; b the mean of y_n x_n over the context) and
+    se the whitened set's error of it (tests/whitened.py); None for a population curve."""
     from whitened import whitened_se
 
     S = json.loads(ds.attrs["settings"])
@@ -404,7 +404,39 @@ def _measured_saddle_errors(ds, curve) -> np.ndarray | None:
     per = np.column_stack([(seqs.y - np.einsum("pd,de,pe->p", X[:, -1, :D],
                                                theory.pcr_weights(cov, S["seq_len"] - 1, m, normalize="mean"), b)) ** 2
                            for m in range(D + 1)])
-    return whitened_se(per, X)
+    return whitened_se(per, X), per.mean(axis=0)
+
+
+def _own_text(rows) -> str:
+    """One set's rests beside its own loss as the page must state them, from ``[(m, bias, drift, drop)]`` by saddle:
+    grouped by how each lies (within its drift; above; below by about, more than twice or less than half the drop)."""
+    def sig(x):
+        return f"{x:#.2g}".rstrip(".")
+
+    def listed(xs):
+        return ", ".join(xs[:-1]) + " and " + xs[-1] if len(xs) > 1 else xs[0]
+
+    def how(bias, drift, drop):
+        if abs(bias) <= drift:
+            return "drift"
+        return "above" if bias > 0 else "more" if -bias > 2 * drop else "less" if -bias < drop / 2 else "about"
+
+    groups: dict = {}
+    for m, bias, drift, drop in rows:
+        groups.setdefault(how(bias, drift, drop), []).append((m, bias, drift, drop))
+    parts = []
+    for kind, g in groups.items():
+        at, own = listed([f"ℳ{'₀₁₂₃₄₅₆₇₈₉'[m]}" for m, *_ in g]), "it" if parts else "its own loss"
+        if kind == "drift":
+            parts.append(f"within its drift ({listed([f'{d:.1g}' for _, _, d, _ in g])}) of {own} at {at}")
+        elif kind == "above":
+            parts.append(f"{listed([sig(b) for _, b, _, _ in g])} above {own} at {at}, where fitting can only lower "
+                         "a training loss")
+        else:
+            lead = {"about": "about", "more": "more than 2 times", "less": "less than 1/2 of"}[kind]
+            parts.append(f"{listed([sig(-b) for _, b, _, _ in g])} below {own} at {at}, {lead} the "
+                         f"{listed([sig(o) for *_, o in g])} by which the fit can lower a training loss there")
+    return parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]
 
 
 def _numpy_drop_steps(L, levels):
@@ -452,7 +484,8 @@ def _gap_text(gap, drift, m):
 def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
     """Each sentence of the population page, recomputed with numpy from its dataset and from sequences drawn again:
     the gaps at ℳ₀ in standard errors measured on the sequences, the largest gap at the fitted saddles, how far each
-    curve got, and gradient descent beside the flow at matched levels."""
+    curve got, gradient descent beside the flow at matched levels, and each finite set's rests beside its own loss at
+    the theory's weights (that loss measured on the sequences drawn again, checked against ``rest_own``)."""
     import re
 
     page = beyond_population
@@ -493,10 +526,11 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
             continue
         m = max((abs(g) if abs(g) > d else d, m) for m, (g, d) in flat.items())[1]
         said = f"{c}: {_gap_text(*flat[m], m)}"
-        se = _measured_saddle_errors(ds, c)
-        if se is None:
+        measured = _measured_saddle_losses(ds, c)
+        if measured is None:
             assert said + ";" in words["fitted"] or said + "." in words["fitted"], (c, words["fitted"])
             continue
+        se = measured[0]
         gap, drift = flat[m]
         far, band, drop = gap if abs(gap) > drift else np.copysign(drift, gap), 2 * se[m], float(
             ds.rest_optimism.sel(curve=c, m=m))
@@ -583,6 +617,33 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
         assert not any(ch.isdigit() for ch in words["bias"])
     else:
         assert "no finite set rested at a saddle with a direction learned" in words["bias"]
+    # the bias against each set's own loss at the theory's weights, that loss measured on its sequences drawn again:
+    # each flat rest past ℳ₀ (found with numpy) minus it, beside its drift and the fit's drop; and where two sets lie
+    # below at a saddle, the smallest's bias and drop over the largest's
+    below: dict = {}
+    for c in finite:
+        se, own = _measured_saddle_losses(ds, c)
+        np.testing.assert_allclose(ds.rest_own.sel(curve=c).values, own, rtol=1e-9)
+        rows = [(m, level - own[m], drift, float(ds.rest_optimism.sel(curve=c, m=m)))
+                for m, (level, drift, _, f) in sorted(stays[c].items()) if f and m >= 1]
+        if rows:
+            assert f"{c} rests {_own_text(rows)}." in words["own"], (c, words["own"])
+        else:
+            assert f"{c} rests" not in words["own"]
+        for m, bias, drift, drop in rows:
+            if bias < -drift:
+                below.setdefault(m, []).append((float(ds.trainset_size.sel(curve=c)), bias, drop))
+    for m, sets in below.items():
+        if len(sets) >= 2:
+            (p, b1, d1), (q, b2, d2) = min(sets), max(sets)
+            assert f"From P = {int(p)} to P = {int(q)} ({q / p:.3g} times the sequences)" in words["own"]
+            for r in (b1 / b2, d1 / d2):
+                assert (f"{r:.2g}" if r > 1 else f"{1 / r:.2g}") in words["own"].split(": what")[0]
+    if not below or all(len(v) < 2 for v in below.values()):
+        assert "what these two sizes show" not in words["own"]
+    # each size is one drawn set: the lags are that set's
+    if finite:
+        assert words["finite"].endswith("so the lags are that set's: their spread across sets is not measured.")
     assert "wall_time" not in ds and "timings" not in words  # a stacked run's clock is not its own time
     assert (words["where"] == "at Figure 3a's settings") == presets.is_published(page.NAME,
                                                                                 json.loads(ds.attrs["settings"]))

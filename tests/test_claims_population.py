@@ -3,7 +3,9 @@
 (``loss_curves.drop_lag``: flat, transit, shoulder, a drop only one makes), the page's rest rule (``saddle_stays``: a
 flat rest, a transit, a shoulder off the level, a slow slope, a drifting rest either side of the cut) and the page's
 sentences on the plateaus at ℳ₀ and at the fitted saddles, on the saddles passed through, on how far each curve got,
-on each finite set beside population GD and on gradient descent beside the flow, each from a dataset built by hand.
+on each finite set beside population GD (one drawn set per size), on each set's rests beside its own loss at the
+theory's weights (``own_verdict``, ``own_words``) and on gradient descent beside the flow, each from a dataset built by
+hand.
 The claims recomputed from the figure's own dataset are in test_claims_drop_alignment_subspace
 (test_population_gap_claims_by_a_second_route)."""
 
@@ -93,16 +95,16 @@ def test_a_shoulder_between_two_saddles_is_no_level_to_compare():
 
 
 def _ds(curves: dict, *, sizes: dict, origin_error: dict, epoch: int = 3000, levels=LEVELS, rest_se=None,
-        rest_optimism=None):
+        rest_optimism=None, rest_own=None):
     """A population dataset built by hand: each curve's loss over the steps, its P, its error at ℳ₀ and (by curve,
-    one value for every saddle; NaN where not given) the error of its training loss and the fit's drop at each
-    saddle."""
+    one value for every saddle or one per saddle; NaN where not given) the error of its training loss, the fit's drop
+    and its training loss at the theory's weights at each saddle."""
     import xarray as xr
 
     names = list(curves)
     loss = np.stack([curves[c] for c in names])
     stays = [page.saddle_stays(L, levels) for L in loss]
-    by_saddle = [np.full(len(levels), (given or {}).get(c, np.nan)) for given in (rest_se, rest_optimism)
+    by_saddle = [np.full(len(levels), (given or {}).get(c, np.nan)) for given in (rest_se, rest_optimism, rest_own)
                  for c in names]
     return xr.Dataset(
         {"train_loss": (("curve", "step"), loss),
@@ -110,7 +112,8 @@ def _ds(curves: dict, *, sizes: dict, origin_error: dict, epoch: int = 3000, lev
          "rest_drift": (("curve", "m"), [drift for _, drift in stays]),
          "origin_error": ("curve", [origin_error[c] for c in names]),
          "rest_se": (("curve", "m"), by_saddle[:len(names)]),
-         "rest_optimism": (("curve", "m"), by_saddle[len(names):]),
+         "rest_optimism": (("curve", "m"), by_saddle[len(names):2 * len(names)]),
+         "rest_own": (("curve", "m"), by_saddle[2 * len(names):]),
          "directions_learned": ("curve", [lc.directions_learned(L, levels) for L in loss]),
          "final_loss": ("curve", loss[:, -1]), "plateau_theory": ("m", levels)},
         coords={"curve": names, "step": np.arange(loss.shape[1]), "m": np.arange(len(levels)),
@@ -339,8 +342,8 @@ def test_a_finite_sets_saddle_errors_are_its_training_loss_at_the_theorys_weight
     P, seq_len = 3000, 17
     seqs = linattn.sample_tasks(COV, P, seq_len, seed=4)
     data = Run(train=seqs, cov=COV)
-    se, optimism = page.saddle_errors(Run(config=Run(trainset_size=P, seq_len=seq_len, normalize="sum"),
-                                          datasets=data), 4)
+    se, optimism, own = page.saddle_errors(Run(config=Run(trainset_size=P, seq_len=seq_len, normalize="sum"),
+                                               datasets=data), 4)
     X, y = np.asarray(seqs.X, dtype=np.float64), np.asarray(seqs.y, dtype=np.float64)
     N, D = seq_len - 1, 4
     b = (X[:, :-1, :D] * X[:, :-1, D:]).mean(axis=1)
@@ -348,9 +351,10 @@ def test_a_finite_sets_saddle_errors_are_its_training_loss_at_the_theorys_weight
                                           theory.pcr_weights(COV, N, m, normalize="mean"), b)) ** 2
                            for m in range(D + 1)])
     np.testing.assert_allclose(se, whitened_se(per, X), rtol=1e-6)
+    np.testing.assert_allclose(own, per.mean(axis=0), rtol=1e-9)  # the set's own loss at the theory's weights
     assert optimism[0] == 0 and (optimism[1:] > 0).all() and (optimism < se).all()
-    pop_se, pop_optimism = page.saddle_errors(Run(config=Run(trainset_size=None), datasets=None), 4)
-    assert np.isnan(pop_se).all() and np.isnan(pop_optimism).all()
+    pop = page.saddle_errors(Run(config=Run(trainset_size=None), datasets=None), 4)
+    assert all(np.isnan(v).all() for v in pop)
 
 
 # ---------------------------------------------------------------- each finite set beside population GD
@@ -374,4 +378,99 @@ def test_the_finite_sentence_gives_each_sets_drops_and_lags_in_steps_and_percent
             "0, 50 and 300 steps (0, 6 and 18 % of population GD's step); P = 1000 alone makes the drop to ℳ₄, at "
             "step 2700") in said
     assert "flow" not in said and "nan" not in said and ".0" not in said
+    # each size is one drawn set: the sentence says the lags are that set's, with no spread across sets
+    assert said.endswith(". Each size is one drawn training set, so the lags are that set's: their spread across "
+                         "sets is not measured.")
+    one = page.finite_words(ds.sel(curve=[page.GD, "P = 100"]))
+    assert one.endswith(". P = 100 is one drawn training set, so the lags are that set's: their spread across sets "
+                        "is not measured.")
     assert page.finite_words(ds.sel(curve=[page.GD, page.FLOW])) == ""
+
+
+# ---------------------------------------------------------------- the bias against a set's own loss
+
+
+@pytest.mark.parametrize("bias, drift, optimism, verdict", [
+    (-0.0027, 0.0008, 0.0029, page.ABOUT_FIT),  # below by about the fit's drop
+    (-0.004, 0.0001, 0.002, page.ABOUT_FIT),  # twice the drop: still about it
+    (-0.001, 0.0001, 0.002, page.ABOUT_FIT),  # half the drop: still about it
+    (-0.0041, 0.0001, 0.002, page.MORE_THAN_FIT),
+    (-0.0009, 0.0001, 0.002, page.LESS_THAN_FIT),
+    (-0.001, 0.0001, 0.0, page.MORE_THAN_FIT),  # nothing to fit, yet below
+    (0.003, 0.001, 0.003, page.ABOVE),  # the fit only lowers a training loss
+    (-0.00022, 0.00064, 0.00021, None),  # within the rest's drift: not read
+    (0.0005, 0.0005, 0.001, None)],  # a gap equal to the drift is not beyond it
+    ids=["about", "twice", "half", "more", "less", "no drop", "above", "within drift", "at drift"])
+def test_a_rests_bias_against_its_own_loss_is_judged_beside_the_fits_drop(bias, drift, optimism, verdict):
+    assert page.own_verdict(bias, drift, optimism) == verdict
+
+
+def _own_ds():
+    """Population GD at the theory's levels; P = 100 rests 0.02, 0.02 and 0.01 below them at ℳ₁ … ℳ₃, P = 1600 0.002,
+    0.001 and 0.0005 below; each set's own loss at the theory's weights is the theory's level (so the bias is the
+    gap), its fit's drops as given."""
+    gd = _staircase([400, 900, 1700])
+    small = _staircase([400, 900, 1700], levels=LEVELS - np.array([0, 0.02, 0.02, 0.01, 0]))
+    large = _staircase([400, 900, 1700], levels=LEVELS - np.array([0, 0.002, 0.001, 0.0005, 0]))
+    return _ds({page.GD: gd, "P = 100": small, "P = 1600": large},
+               sizes={page.GD: np.inf, "P = 100": 100, "P = 1600": 1600},
+               origin_error={page.GD: 0.0, "P = 100": 0.01, "P = 1600": 0.003},
+               rest_optimism={"P = 100": np.array([0, 0.02, 0.015, 0.03, 0.03]),
+                              "P = 1600": np.array([0, 0.002, 0.002, 0.0005, 0.0005])},
+               rest_own={"P = 100": LEVELS, "P = 1600": LEVELS})
+
+
+def test_the_own_sentence_states_each_rests_bias_beside_the_fits_drop_and_what_two_sizes_show():
+    ds = _own_ds()
+    gaps = page.own_gaps(ds)
+    assert list(gaps) == ["P = 100", "P = 1600"]  # the finite sets only, at the saddles with a direction fitted
+    assert list(gaps["P = 100"]) == [1, 2, 3]
+    np.testing.assert_allclose([gaps["P = 100"][m][0] for m in (1, 2, 3)], [-0.02, -0.02, -0.01], atol=1e-6)
+    assert [gaps["P = 100"][m][3] for m in (1, 2, 3)] == [page.ABOUT_FIT, page.ABOUT_FIT, page.LESS_THAN_FIT]
+    assert [gaps["P = 1600"][m][3] for m in (1, 2, 3)] == [page.ABOUT_FIT] * 3
+    said = page.own_words(ds)
+    assert said.startswith("A set's own loss, its training loss at the theory's weights of the saddle, is taken on "
+                           "the very sequences its rest is, so no sampling error lies between the two. ")
+    assert ("P = 100 rests 0.020 and 0.020 below its own loss at ℳ₁ and ℳ₂, about the 0.020 and 0.015 by which the fit "
+            "can lower a training loss there; and 0.010 below it at ℳ₃, less than 1/2 of the 0.030 by which the fit "
+            "can lower a training loss there. P = 1600 rests 0.0020, 0.0010 and 0.00050 below its own loss at ℳ₁, ℳ₂ "
+            "and ℳ₃, about the 0.0020, 0.0020 and 0.00050 by which the fit can lower a training loss there.") in said
+    ratios = page.shrink_ratios(ds, gaps)
+    assert list(ratios) == [("P = 100", "P = 1600")]
+    np.testing.assert_allclose([ratios["P = 100", "P = 1600"][m] for m in (1, 2, 3)],
+                               [(10, 10), (20, 7.5), (20, 60)], rtol=1e-3)
+    assert said.endswith(" From P = 100 to P = 1600 (16 times the sequences) the bias at ℳ₁, ℳ₂ and ℳ₃ is 10, 20 "
+                         "and 20 times smaller and the fit's drop 10, 7.5 and 60 times smaller: what these two sizes "
+                         "show.")
+    assert "nan" not in said
+    # one set: no sizes to set side by side; no finite set, or none resting flat past ℳ₀: nothing said
+    assert page.own_words(ds.sel(curve=[page.GD, "P = 1600"])).endswith("there.")
+    assert page.own_words(ds.sel(curve=[page.GD])) == ""
+    only0 = _ds({"P = 100": np.full(3000, LEVELS[0])}, sizes={"P = 100": 100}, origin_error={"P = 100": 0.01},
+                rest_optimism={"P = 100": 0.0}, rest_own={"P = 100": LEVELS})
+    assert page.own_gaps(only0) == {} and page.own_words(only0) == ""
+    # a set with no fit's drop at a saddle is not set beside another size there (no ratio to take)
+    no_drop = ds.assign(rest_optimism=ds.rest_optimism.where(ds.m != 1, 0.0))
+    assert list(page.shrink_ratios(no_drop, page.own_gaps(no_drop))["P = 100", "P = 1600"]) == [2, 3]
+
+
+def test_a_rest_above_its_own_loss_or_within_its_drift_is_said_so_and_not_set_beside_another_size():
+    """P = 1000 drifts at ℳ₁ by more than its gap to its own loss (within its drift), rests 0.010 above its own loss at
+    ℳ₂ (the fit cannot raise a loss) and 0.050 below at ℳ₃, more than twice the fit's drop; P = 100 lies 0.010 below
+    at every saddle: ℳ₃ alone has both sets below, and only there are the two sizes set side by side."""
+    drifting = _pieces((1.0, 400), ((0.611, 0.591), 600), (0.35, 800), (0.2, 1200))
+    ds = _ds({"P = 100": _staircase([400, 900, 1700], levels=LEVELS - 0.01), "P = 1000": drifting},
+             sizes={"P = 100": 100, "P = 1000": 1000}, origin_error={"P = 100": 0.0, "P = 1000": 0.0},
+             rest_optimism={"P = 100": 0.01, "P = 1000": 0.01},
+             rest_own={"P = 100": LEVELS, "P = 1000": np.array([1.0, 0.605, 0.34, 0.25, 0.12])})
+    drift = float(ds.rest_drift.sel(curve="P = 1000", m=1))
+    gaps = page.own_gaps(ds)["P = 1000"]
+    assert abs(gaps[1][0]) < drift and [gaps[m][3] for m in (1, 2, 3)] == [None, page.ABOVE, page.MORE_THAN_FIT]
+    said = page.own_words(ds)
+    assert (f"P = 1000 rests within its drift ({drift:.1g}) of its own loss at ℳ₁; 0.010 above it at ℳ₂, where "
+            "fitting can only lower a training loss; and 0.050 below it at ℳ₃, more than 2 times the 0.010 by which "
+            "the fit can lower a training loss there.") in said
+    # P = 100 and P = 1000 both lie below at ℳ₃: that one saddle is set side by side
+    assert page.shrink_ratios(ds, page.own_gaps(ds)) == {("P = 100", "P = 1000"): {3: pytest.approx((0.2, 1.0))}}
+    assert said.endswith("the bias at ℳ₃ is 5 times larger and the fit's drop about as large: what these two sizes "
+                         "show.")
