@@ -138,7 +138,8 @@ def summary(report: dict, preset: str) -> str:
     lines.append(f"* {_count(len(groups['estimate']), 'estimate')} (order of magnitude only) listed apart, not "
                  "judged.")
     beside = sum(bool(r.get("reference_only")) and r["kind"] == NOT_COMPARABLE for r in groups["other"])
-    lines.append(f"* {len(other)} other numbers have a theory or paper value without a stated tolerance (their "
+    lines.append(f"* {_count(len(other), 'other number')} {'has' if len(other) == 1 else 'have'} a theory or paper "
+                 "value without a stated tolerance (their "
                  f"relative errors: right panel of the figure); {len(groups['other']) - len(other)} more are "
                  "reported for information only"
                  + (f", {beside} of them beside a reference that is not their model's theory (such as linear "

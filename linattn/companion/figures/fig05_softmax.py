@@ -83,7 +83,7 @@ TOLERANCES: list[tuple[str, str, float]] = []  # no theory of softmax attention 
 PUBLISHED = ("PUBLISHED_ATTN_M_DROPS", "single_drop_claim")
 MODELS = ("attn_m", "attn_s")
 TITLES = {"attn_m": "softmax ATTN_M", "attn_s": "softmax ATTN_S"}
-LOSS_STAR_REFERENCE = "linear attention's L*, not a bound for softmax attention"  # what a final loss sits beside
+LOSS_STAR_REFERENCE = "linear attention's L*"  # what a final loss is set beside: a reference, not its theory
 PAPER = {"attn_m": "one drop", "attn_s": "several drops"}  # what the paper's figure shows of each
 HALF_LR = "half the learning rate"  # the label of the check run at lr/2 (the others: "seed <s>")
 
