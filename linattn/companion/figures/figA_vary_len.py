@@ -262,7 +262,7 @@ def rest_verdict_words(ds) -> str:
 def _restating_words(facts: dict) -> str:
     """The clause on the rests that restate the fact of an earlier one (:func:`_facts`): which, and whose; empty
     where each rest states a fact of its own."""
-    later = {}
+    later: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for rest, first in facts.items():
         if rest != first:
             later.setdefault(first, []).append(rest)
