@@ -7,7 +7,11 @@ counted apart), a *check* of our own run (a verdict with no published value besi
 criterion), an *estimate* (an order-of-magnitude theory value, not judged) or *other*; every row gets an error
 (:func:`linattn.companion.output.compare_row`). The report's own rows are keyed ``<figure>.<the row's key>``. A reading
 that checks the reading itself (the image's drawn theory beside our theory) or restates another row's fact is shown
-with its verdict but left out of every count of agreement (:func:`linattn.companion.published.page.counted`).
+with its verdict but left out of every count of agreement (:func:`linattn.companion.published.page.counted`); the
+checks of our own runs are counted the same way, so that a row shown as restating another is left out of a count the
+page shows. A row whose theory value is only a reference for its model (``reference_only``: linear attention's L*
+beside a softmax run's final loss) gets no error and no relative error (``output.compare_row``: not comparable), and
+the table names the reference beside the quantity, not as a theory (:func:`beside_reference`).
 """
 
 from __future__ import annotations
