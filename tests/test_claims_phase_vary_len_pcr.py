@@ -338,6 +338,10 @@ def _prefix_losses(X, y, lam, vecs, normalize):
     return per, np.concatenate(rows), np.concatenate(targets)
 
 
+def said_words(ds) -> str:
+    return figA_vary_len.words(ds)["judged"]
+
+
 def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
     """Each rest's band and verdict, recomputed from its run's own training set (re-drawn from the run's settings):
     the standard error of the per-sequence losses at the theory's weights (the whitened task vectors' part taken
@@ -346,7 +350,7 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
     ds, runs = vary, json.loads(vary.attrs["runs"])
     table = figA_vary_len.table(ds)
     rows = {r["key"]: r for r in figA_vary_len.numbers(ds)}
-    counted, off, drawn, sets = {"agrees": 0, "cannot tell": 0, "differs": 0}, [], [], {}
+    off, drawn, sets, rests = [], [], {}, []
     for key in figA_vary_len.MODELS:
         cfg = RunConfig.from_dict(runs[key])
         data = draw(cfg)[0]
@@ -386,7 +390,8 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
             assert row["verdict"] == want + (" (the set's draw)" if by_set else "")
             assert rows[f"plateau.{key}.M{m}"]["verdict"] == want
             assert row["band"].startswith(f"{band:.4f}")
-            counted[want] += 1
+            rests.append(dict(key=key, m=m, row=rows[f"plateau.{key}.M{m}"], verdict=want, drawn=by_set,
+                              level=level, own=own))
             if by_set:
                 drawn.append((key, m, rows[f"plateau.{key}.M{m}"]))
             if want != "agrees":  # beside it, the theory's weights on the run's own set: the draw of the set
@@ -395,12 +400,38 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
                             round(100 * (own - level) / (rest - level)), abs(rest - own), round(100 * spread[m])))
     shared = np.array_equal(sets["attn_m"], sets["attn_s"])
     assert int(ds.shared_set) == int(shared)
-    # one training set's draw is one fact: the first of its rests counted, the others restating it
-    facts = {}
-    for key, m, row in drawn:
-        first = facts.setdefault("one" if shared else key, row["quantity"])
-        assert row.get("restates") == ([first] if first != row["quantity"] else None)
-    assert all(not r.get("restates") for r in rows.values() if r not in [d[2] for d in drawn])
+    # one fact counted once, whatever its verdict: rests on one set off their levels by its draw, or at one level with
+    # one loss at the theory's weights on that set (recomputed above); grouped here by merging until nothing joins
+    groups = [[r] for r in rests]
+    joined = True
+    while joined:
+        joined = False
+        for a in range(len(groups)):
+            for b in range(a + 1, len(groups)):
+                if any((x["key"] == y["key"] or shared)
+                       and ((x["drawn"] and y["drawn"]) or (np.isclose(x["level"], y["level"], rtol=1e-8)
+                                                            and np.isclose(x["own"], y["own"], rtol=1e-6)))
+                       for x in groups[a] for y in groups[b]):
+                    groups[a] += groups.pop(b)
+                    joined = True
+                    break
+            if joined:
+                break
+    order = [(r["key"], r["m"]) for r in rests]
+    counted = {"agrees": 0, "cannot tell": 0, "differs": 0}
+    for group in groups:
+        first, *later = sorted(group, key=lambda r: order.index((r["key"], r["m"])))
+        counted[first["verdict"]] += 1
+        assert not first["row"].get("restates")
+        assert all(r["row"]["restates"] == [first["row"]["quantity"]] for r in later)
+        if later:  # the page's sentence names them, and whose fact they restate
+            clause = said_words(ds).split("each fact counted once (")[1]
+            named = [f"{figA_vary_len.LABELS[r['key']]} at M_{r['m']}" for r in (*later, first)]
+            assert all(n in clause.split(": a rest on")[0] for n in named)
+    if shared:  # ATTN_M and ATTN_S at M_0 on one set: the same loss at zero weights, one fact
+        assert float(ds.rest_own.sel(model="attn_m", m=0)) == pytest.approx(float(ds.rest_own.sel(model="attn_s", m=0)))
+        assert rows["plateau.attn_s.M0"].get("restates") or "plateau.attn_m.M0" not in rows
+    facts = {"one" if shared else key for key, _, _ in drawn}
     said = figA_vary_len.words(ds)["judged"]
     if drawn:
         assert ("all by " if len(drawn) > 1 else "by ") + ("one draw" if len(facts) == 1 else "the draws") in said
@@ -420,8 +451,9 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
         assert f"uncertain by about {f'{low} %' if low == high else f'{low}–{high} %'}" in drawn
     assert "task vectors are whitened" in said
     assert f"{counted['agrees']} of {sum(counted.values())} rests agree" in said
-    assert ("cannot tell" in said.split("(cannot tell there)")[1]) == bool(counted["cannot tell"])
-    assert ("differs" in said) == bool(counted["differs"])
+    said_of = {r["verdict"] for r in rests}  # the sentence names every rest that cannot tell or differs
+    assert ("cannot tell" in said.split("(cannot tell there)")[1]) == ("cannot tell" in said_of)
+    assert ("differs" in said) == ("differs" in said_of)
 
 
 def test_set_draw_on_constructed_cases():
@@ -435,6 +467,25 @@ def test_set_draw_on_constructed_cases():
     assert share(0.310, 0.320, 0.325) == pytest.approx(-0.5)
     assert share(0.330, 0.320, 0.328) == pytest.approx(0.8)  # above the level alike
     assert share(float("nan"), 0.32, 0.31) is None and share(0.32, 0.32, 0.31) is None
+
+
+def test_states_same_fact_on_constructed_cases():
+    """Two rests state one fact where they lie on one training set and both off their levels by its draw (whatever
+    their levels), or at one level with one loss at the theory's weights on that set (whatever their verdicts); not on
+    two sets, nor at one level with different losses, nor one by the draw and the other not at its level's loss."""
+    same = figA_vary_len.states_same_fact
+
+    def rest(set_="shared", drawn=False, level=1.0, own=1.00211):
+        return dict(set=set_, drawn=drawn, level=level, own=own)
+
+    assert same(rest(), rest())  # ATTN_M and ATTN_S at M_0 on one set: the loss at zero weights, twice
+    assert same(rest(), rest(own=1.00211 * (1 + 1e-12)))  # the same number computed twice
+    assert not same(rest(set_="attn_m"), rest(set_="attn_s"))  # two draws: two facts
+    assert not same(rest(), rest(own=1.003))
+    assert not same(rest(), rest(level=0.9, own=1.00211))
+    assert same(rest(drawn=True, level=0.369, own=0.362), rest(drawn=True, level=0.321, own=0.3137))  # one cause
+    assert not same(rest(drawn=True, level=0.369, own=0.362), rest(level=0.321, own=0.3137))
+    assert not same(rest("attn_m", True, 0.321, 0.3137), rest("attn_s", True, 0.321, 0.3137))
 
 
 def test_by_the_draw_on_constructed_cases():

@@ -72,10 +72,11 @@ def test_figure_files(quick_set, name):
     rows = json.loads((root / name / "numbers.json").read_text())
     fields = {"key", "quantity", "paper", "theory", "reproduced", "abs_error"}
     # a judged reading also carries what its verdict applied (band, offset removed, further margin, unit; bound: a
-    # difference known only as a bound; checks_reading, restates: a verdict not counted), and a row without a value
-    # the reason why (no_value)
+    # difference known only as a bound; checks_reading, restates: a verdict not counted), a row without a value
+    # the reason why (no_value), and a row whose theory value is only a reference for its model what it is
+    # (reference_only)
     judged = {"tolerance", "verdict", "standard_error", "difference", "band", "offset", "unresolved", "unit",
-              "no_value", "bound", "checks_reading", "restates"}
+              "no_value", "bound", "checks_reading", "restates", "reference_only"}
     assert rows and all(fields <= set(r) <= fields | judged for r in rows)
     keys = [r["key"] for r in rows]
     assert all(keys) and len(set(keys)) == len(keys), f"{name}: every numbers.json row needs a key of its own"

@@ -859,3 +859,18 @@ def test_a_test_loss_band_carries_both_samples_and_a_step_its_finite_p_margin():
     assert step_row["difference"] == 50 and step_row["unresolved"] == pytest.approx(50 + 16.67)
     assert step_row["verdict"] == CANNOT_TELL
 
+
+
+def test_first_of_each_fact_on_constructed_cases():
+    """Rows that state one fact, whatever their verdicts, point to the first of them: none alike (each its own), two
+    alike (the later points to the earlier, either way the test is put), a chain (a~b, b~c: one fact, though a and c
+    are not alike) and two facts interleaved."""
+    first = rules.first_of_each_fact
+    assert first(3, lambda i, j: False) == [0, 1, 2]
+    assert first(0, lambda i, j: True) == []
+    assert first(3, lambda i, j: {i, j} == {0, 2}) == [0, 1, 0]
+    assert first(3, lambda i, j: (i, j) == (2, 0)) == [0, 1, 0]  # asked only one way round: the same fact
+    assert first(3, lambda i, j: {i, j} in ({0, 1}, {1, 2})) == [0, 0, 0]  # a chain is one fact
+    facts = "xyxyz"
+    assert first(5, lambda i, j: facts[i] == facts[j]) == [0, 1, 0, 1, 4]
+    assert first(4, lambda i, j: {i, j} in ({1, 3}, {0, 3})) == [0, 0, 2, 0]  # a later row joins two earlier facts

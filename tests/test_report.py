@@ -315,3 +315,118 @@ def test_a_check_of_our_own_run_that_restates_another_says_so(tmp_path):
     assert summary.count(again) == 2 and "first — differs." in summary
     shown = report.tables(found)["own_runs"]["Checks of our own runs"]._repr_markdown_()
     assert shown.count(again) == 2
+
+
+def test_the_report_counts_its_checks_each_fact_once(tmp_path):
+    """Constructed checks of our own runs: two that agree and state one fact (the second restates the first: the same
+    number on one training set), one that differs, and one that restates it. The summary counts the checks, each fact
+    once: 1 of 2 agree, 1 differs, 2 more restate another row's fact (not counted again), so that the label names a
+    count the page shows; the counts table the same, each row once."""
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+
+    rows = [number_row("a M0", key="plateau.a.M0", theory=1.0, reproduced=1.0021, verdict=AGREES),
+            number_row("b M0", key="plateau.b.M0", theory=1.0, reproduced=1.0021, verdict=AGREES, restates=["a M0"]),
+            number_row("a M4", key="plateau.a.M4", theory=0.32, reproduced=0.31, verdict=DIFFERS),
+            number_row("b M3", key="plateau.b.M3", theory=0.37, reproduced=0.36, verdict=DIFFERS, restates=["a M4"])]
+    (tmp_path / "figA_vary_len").mkdir()
+    (tmp_path / "figA_vary_len" / "numbers.json").write_text(json.dumps(rows))
+    found = report.collect(tmp_path)
+    summary = report.summary(found, "quick")
+    assert ("Checks of our own runs (a criterion of ours, not the paper's): **1 of 2 agree**; 1 differs; 2 more "
+            "restate another row's fact (not counted again):") in summary
+    assert "agrees (the same fact as a M0; not counted again)" in summary
+    counted = {r["what"]: r["n"] for r in report.tables(found)["counts"].rows}
+    assert counted["checks of our own runs (no published value) that agree"] == 1
+    assert counted["checks of our own runs (no published value) that differ"] == 1
+    assert counted["checks of our own runs (no published value) that cannot tell"] == 0
+    assert counted["checks of our own runs restating another row's fact (not counted again)"] == 2
+
+
+def test_a_value_that_is_only_a_reference_gives_no_error():
+    """Constructed rows: a loss beside a value marked as only a reference for its model (``reference_only``) has no
+    error against it, in numbers.json or in the report ("not comparable", with the reference named); beside a paper
+    value as well, it is compared with the paper alone; a plain theory row keeps its relative error."""
+    beside = row(theory=0.136, reproduced=0.1465, reference_only="linear attention's L*")
+    assert beside["reference_only"] == "linear attention's L*" and beside["abs_error"] is None
+    c = compare_row(beside)
+    assert c["kind"] == NOT_COMPARABLE and c["relative"] is None
+    assert c["error"] == f"{NOT_COMPARABLE}: a reference, not this model's theory (linear attention's L*)"
+    with_paper = compare_row(row(theory=0.136, paper=0.15, reproduced=0.1465, reference_only="L*"))
+    assert with_paper["kind"] == "relative" and with_paper["relative"] == pytest.approx(0.0035 / 0.15)
+    assert compare_row(row(theory=0.136, reproduced=0.1465))["relative"] == pytest.approx(0.0105 / 0.136)
+    assert "reference_only" not in row(theory=0.136, reproduced=0.1465)
+
+
+def test_the_report_shows_a_reference_apart_and_plots_no_error_against_it(tmp_path):
+    """Constructed numbers.json rows of one page: a loss beside a reference only (0.136, ours 0.1465) and a loss
+    beside its theory (0.5, ours 0.55). The table of other numbers names the reference in the quantity, leaves the
+    theory column empty and gives the reason for no error; the figure's right panel draws only the theory row's
+    relative error; the summary says why the other has none; the report's own numbers.json keeps the mark."""
+    import json
+
+    import matplotlib.pyplot as plt
+
+    from linattn.companion.figures import beyond_error_table as report
+
+    rows = [number_row("softmax: final loss", key="final_loss.a", theory=0.136, reproduced=0.1465,
+                       reference_only="linear attention's L*"),
+            number_row("linear: final loss", key="final_loss.b", theory=0.5, reproduced=0.55)]
+    (tmp_path / "fig05_softmax").mkdir()
+    (tmp_path / "fig05_softmax" / "numbers.json").write_text(json.dumps(rows))
+    found = report.collect(tmp_path)
+    shown = report.tables(found)["unjudged"]["Every other number"].rows
+    by = {r["quantity"].split(":")[0]: r for r in shown}
+    assert by["softmax"]["theory"] is None and by["softmax"]["relative"] is None
+    assert by["softmax"]["quantity"] == "softmax: final loss, beside linear attention's L*: 0.136"
+    assert by["softmax"]["error"].startswith(f"{NOT_COMPARABLE}: a reference")
+    assert by["linear"]["theory"] == 0.5 and by["linear"]["relative"] == pytest.approx(0.1)
+    summary = report.summary(found, "quick")
+    assert "1 other number has a theory or paper value" in summary
+    assert "1 of them beside a reference that is not their model's theory" in summary
+    fig = report.plot(found)
+    drawn = [float(x) for c in fig.axes[1].collections for x in np.asarray(c.get_offsets())[:, 0]]
+    plt.close(fig)
+    assert drawn == pytest.approx([0.1])  # the theory row alone: 0.05 / 0.5
+    own = {r["key"]: r for r in report.numbers(found)}
+    assert own["fig05_softmax.final_loss.a"]["reference_only"] == "linear attention's L*"
+    assert "reference_only" not in own["fig05_softmax.final_loss.b"]
+
+
+def test_fig05_final_losses_beside_l_star_give_no_error_in_the_report(tmp_path):
+    """Second route, from a small Figure 5 run: each softmax final loss is set beside linear attention's L* (the last
+    of the linear-attention saddle losses of its covariance, read from the dataset), which the rows mark as a
+    reference; the report's table shows neither that value as a theory nor the difference as an error, and its
+    figure draws no relative error for them."""
+    import json
+
+    import matplotlib.pyplot as plt
+
+    from linattn.companion import presets
+    from linattn.companion.figures import beyond_error_table as report
+    from linattn.companion.figures import fig05_softmax as fig05
+
+    tiny = dict(in_dim=3, seq_len=9, trainset_size=60, epoch=60)
+    S = presets.settings(fig05, "quick", attn_m=dict(tiny, head_num=3), attn_s=dict(tiny, head_num=2, epoch=100),
+                         check_seeds=[], half_lr_epoch=50)
+    ds = fig05.compute(S)
+    rows = [number_row(**r) for r in fig05.numbers(ds)]
+    (tmp_path / "fig05_softmax").mkdir()
+    (tmp_path / "fig05_softmax" / "numbers.json").write_text(json.dumps(rows))
+    found = report.collect(tmp_path)
+    table = report.tables(found)["unjudged"]["Every other number"]._repr_markdown_()
+    for key in fig05.MODELS:
+        l_star = float(ds.plateau_theory.sel(model=key).dropna("m").values[-1])
+        final = float(ds.final_loss.sel(model=key))
+        row_ = next(r for r in rows if r["key"] == f"final_loss.{key}")
+        assert row_["theory"] == pytest.approx(l_star) and row_["reference_only"] and row_["abs_error"] is None
+        assert f"beside {row_['reference_only']}: {l_star:.4g} | – | – |" in table
+        shown = next(r for r in report.tables(found)["unjudged"]["Every other number"].rows
+                     if r["key"] == f"final_loss.{key}")
+        assert (shown["theory"], shown["relative"], shown["reproduced"]) == (None, None, pytest.approx(final))
+        assert isinstance(shown["error"], str) and f"{abs(final - l_star):.4g}" not in shown["error"]
+    fig = report.plot(found)
+    plotted = sum(len(c.get_offsets()) for c in fig.axes[1].collections)
+    plt.close(fig)
+    assert plotted == 0  # no other row of the page has a theory value

@@ -59,7 +59,8 @@ _VERDICTS = (*VERDICTS, ESTIMATE)
 
 def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None, reproduced=None, abs_error=None,
                tolerance=None, verdict=None, standard_error=None, difference=None, band=None, offset=None,
-               unresolved=None, unit=None, no_value=None, bound=None, checks_reading=None, restates=None) -> dict:
+               unresolved=None, unit=None, no_value=None, bound=None, checks_reading=None, restates=None,
+               reference_only=None) -> dict:
     """One row of ``numbers.json``. ``abs_error`` defaults to |reproduced − theory| (|reproduced − paper| when
     there is no theory value), or None when neither is a number. A row that is a check may carry its
     ``tolerance`` and ``verdict`` (one of ``uncertainty.VERDICTS``, or ``ESTIMATE`` for a theory value that is an
@@ -71,7 +72,10 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
     not happen (a grid that brackets a value but gives none). ``bound``: True where ``difference`` is only a bound
     (the reading is known only to lie beyond a step: ``published.rules.is_bound``). ``checks_reading``: True where
     the reading checks the reading itself (the image's drawn theory beside ours); ``restates``: the rows whose fact
-    it restates; either keeps its verdict out of every count (``published.page.counted``). ``key``: the
+    it restates; either keeps its verdict out of every count (``published.page.counted``). ``reference_only``: what
+    the ``theory`` value is where it is only a reference for this model, not its theory (Figure 5's softmax final
+    loss beside linear attention's L*, "linear attention's L*"): the row then has no error against it (no
+    ``abs_error`` by default, "not comparable" in the report, :func:`compare_row`). ``key``: the
     row's stable name (e.g. ``"final_loss.attn_m"``), by which the report, the README and the tests find it
     whatever its wording."""
     row = {"quantity": str(quantity), "paper": _number(paper), "theory": _number(theory),
@@ -79,7 +83,7 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
     if key is not None:
         row = {"key": str(key), **row}
     if row["abs_error"] is None and isinstance(row["reproduced"], float):
-        ref = row["theory"] if isinstance(row["theory"], float) else row["paper"]
+        ref = row["theory"] if isinstance(row["theory"], float) and not reference_only else row["paper"]
         if isinstance(ref, float):
             row["abs_error"] = abs(row["reproduced"] - ref)
     if verdict is not None and verdict not in _VERDICTS:
@@ -103,6 +107,8 @@ def number_row(quantity: str, *, key: str | None = None, paper=None, theory=None
         row["checks_reading"] = True
     if restates:
         row["restates"] = [str(r) for r in restates]
+    if reference_only:
+        row["reference_only"] = str(reference_only)
     return row
 
 
@@ -116,7 +122,9 @@ def compare_row(row: dict) -> dict:
     error / |reference| where the reference (theory, else paper) is a non-zero number, else None. ``kind``:
     ``"relative"`` (has both), ``"absolute"`` (an error, but the reference is 0 or a text such as ``"< 29"``), or
     ``"not comparable"``. Lists given as text (e.g. plateau indices ``"0 2 4"``) are compared as text: equal lists
-    have error 0; lists that differ are not comparable as numbers, and the reason names both.
+    have error 0; lists that differ are not comparable as numbers, and the reason names both. A row whose theory
+    value is only a reference for its model (``reference_only``, :func:`number_row`) is compared with the paper
+    value, else not comparable: its difference from that reference is no error of the run.
 
     ``verdict`` is the row's own (:func:`number_row`), else, where the row states a ``tolerance``,
     :func:`linattn.companion.uncertainty.verdict` of its error in the row's ``band`` (else tolerance + 2 × its
@@ -146,6 +154,11 @@ def _compare(row: dict) -> dict:
     if ours is None:
         why = row.get("no_value") or "the event did not happen in the run"
         return out(f"{NOT_COMPARABLE}: no reproduced value ({why})", NOT_COMPARABLE)
+    if row.get("reference_only"):  # its theory value is no theory of this model: the paper's, else none
+        if paper is None:
+            return out(f"{NOT_COMPARABLE}: a reference, not this model's theory ({row['reference_only']})",
+                       NOT_COMPARABLE)
+        ref, ref_name, err = paper, "paper", None
     if ref is None:
         return out(f"{NOT_COMPARABLE}: no paper or theory value (reported for information)", NOT_COMPARABLE)
     if isinstance(ours, str) or (isinstance(ref, str) and not is_num(err)):

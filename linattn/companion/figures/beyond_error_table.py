@@ -7,7 +7,11 @@ counted apart), a *check* of our own run (a verdict with no published value besi
 criterion), an *estimate* (an order-of-magnitude theory value, not judged) or *other*; every row gets an error
 (:func:`linattn.companion.output.compare_row`). The report's own rows are keyed ``<figure>.<the row's key>``. A reading
 that checks the reading itself (the image's drawn theory beside our theory) or restates another row's fact is shown
-with its verdict but left out of every count of agreement (:func:`linattn.companion.published.page.counted`).
+with its verdict but left out of every count of agreement (:func:`linattn.companion.published.page.counted`); the
+checks of our own runs are counted the same way, so that a row shown as restating another is left out of a count the
+page shows. A row whose theory value is only a reference for its model (``reference_only``: linear attention's L*
+beside a softmax run's final loss) gets no error and no relative error (``output.compare_row``: not comparable), and
+the table names the reference beside the quantity, not as a theory (:func:`beside_reference`).
 """
 
 from __future__ import annotations
@@ -43,10 +47,10 @@ def write_page(S: dict, frame):
     frame.provenance.update(figures_read=sorted({r["figure"] for r in found["rows"]}), figures_missing=found["missing"])
     frame.save(None, plot(found), numbers(found))
     return found, tables(found), {}
-COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error"]
+COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error", "reference_only"]
 # what a reading's verdict applied, carried from its page's numbers.json (published.page.number_rows)
 APPLIED = ("standard_error", "difference", "band", "offset", "unresolved", "unit", "no_value", "bound",
-           "checks_reading", "restates")
+           "checks_reading", "restates", "reference_only")
 
 
 def collect(root) -> dict:
@@ -75,7 +79,8 @@ def collect(root) -> dict:
 def numbers(report: dict) -> list[dict]:
     """The report's own ``numbers.json``: every collected row, keyed by its figure and its own key."""
     return [dict(key=f"{r['figure']}.{r['key']}" if r["key"] else None, quantity=f"{r['page']}: {r['quantity']}",
-                 tolerance=r["tolerance"], verdict=r["verdict"], **{k: r[k] for k in NUMBER_FIELDS if k != "quantity"})
+                 tolerance=r["tolerance"], verdict=r["verdict"], **{k: r[k] for k in NUMBER_FIELDS if k != "quantity"},
+                 **({"reference_only": r["reference_only"]} if r.get("reference_only") else {}))
             for r in report["rows"]]
 
 
@@ -124,15 +129,26 @@ def summary(report: dict, preset: str) -> str:
                      f"{_count(total - readings, 'claim')}"
                      + (f"; {aside} more not counted: a check of a reading or a row restating another's fact"
                         if aside else "") + ").")
-    for r in groups["check"]:
-        lines.append(f"* {r['page']}, a check of our own run, not of the paper: {r['quantity']} — "
-                     f"{published.page.verdict_text(r)}.")
+    checks = groups["check"]
+    if checks:
+        agree, total = published.page.counts(checks)
+        lines.append(f"* Checks of our own runs (a criterion of ours, not the paper's): **{agree} of {total} agree**"
+                     + "".join(f"; {n} {v if n == 1 else PLURAL[v]}" for v, n in _tally(checks, (CANNOT_TELL, DIFFERS))
+                               if n)
+                     + _not_counted(checks) + ":")
+    for r in checks:
+        lines.append(f"  * {r['page']}: {r['quantity']} — {published.page.verdict_text(r)}.")
     other = [r for r in groups["other"] if r["kind"] != NOT_COMPARABLE]
     lines.append(f"* {_count(len(groups['estimate']), 'estimate')} (order of magnitude only) listed apart, not "
                  "judged.")
-    lines.append(f"* {len(other)} other numbers have a theory or paper value without a stated tolerance (their "
+    beside = sum(bool(r.get("reference_only")) and r["kind"] == NOT_COMPARABLE for r in groups["other"])
+    lines.append(f"* {_count(len(other), 'other number')} {'has' if len(other) == 1 else 'have'} a theory or paper "
+                 "value without a stated tolerance (their "
                  f"relative errors: right panel of the figure); {len(groups['other']) - len(other)} more are "
-                 "reported for information only.")
+                 "reported for information only"
+                 + (f", {beside} of them beside a reference that is not their model's theory (such as linear "
+                    "attention's L* beside softmax attention's final loss), which gives them no error"
+                    if beside else "") + ".")
     return (f"At the `{preset}` preset, {len(report['rows'])} numbers from {report['pages_read']} pages:\n\n"
             + "\n".join(lines))
 
@@ -146,6 +162,14 @@ def _not_counted(rows: list[dict]) -> str:
              "our theory; not counted)" if checks else "")
             + (f"; {restated} more {'restates' if restated == 1 else 'restate'} another row's fact (not counted "
                "again)" if restated else ""))
+
+
+PLURAL = {AGREES: "agree", CANNOT_TELL: "cannot tell", DIFFERS: "differ"}  # a verdict said of several rows
+
+
+def _tally(rows: list[dict], verdicts) -> list[tuple[str, int]]:
+    """(verdict, how many of the counted ``rows`` have it) for each of ``verdicts`` (``published.page.counted``)."""
+    return [(v, sum(r["verdict"] == v for r in rows if published.page.counted(r))) for v in verdicts]
 
 
 def _count(n: int, noun: str) -> str:
@@ -171,7 +195,8 @@ def tables(report: dict) -> dict:
                                for r in groups["estimate"]],
                               {"page": "page", "quantity": "quantity", "theory": "estimate", "reproduced": "ours",
                                "ratio": "ours / estimate"}, {"ratio": ".2f"})
-    other = MarkdownTable(groups["other"], {"page": "page", "quantity": "quantity", "paper": "paper",
+    other = MarkdownTable([beside_reference(r) for r in groups["other"]],
+                          {"page": "page", "quantity": "quantity", "paper": "paper",
                                             "theory": "theory", "reproduced": "ours", "error": "error",
                                             "relative": "relative"}, {"relative": ".2g"})
     checks = MarkdownTable([dict(r, verdict=published.page.verdict_text(r)) for r in groups["check"]],
@@ -185,6 +210,16 @@ def tables(report: dict) -> dict:
                                                   ("Checks of our own runs", checks, "check", "check"))}
     return {"readings": readings, "claims": claims if groups["claim"] else None, "own_runs": own_runs,
             "unjudged": {"Estimates": estimates, "Every other number": other}, "counts": _counts(report)}
+
+
+def beside_reference(r: dict) -> dict:
+    """A row as the report's table of other numbers shows it: unchanged, or where its theory value is only a
+    reference for its model (``reference_only``: linear attention's L* beside a softmax run's loss), that value named
+    in its quantity and not in the theory column ("final loss (P = 5000), beside linear attention's L* …: 0.136"), so
+    that it does not read as the model's theory; its error says why there is none (``output.compare_row``)."""
+    if not r.get("reference_only") or r.get("theory") is None:
+        return r
+    return dict(r, theory=None, quantity=f"{r['quantity']}, beside {r['reference_only']}: {r['theory']:.4g}")
 
 
 def _difference(r: dict):
@@ -226,7 +261,10 @@ def _counts(report: dict) -> MarkdownTable:
                ("claims of the paper's text that agree", sum(r["verdict"] == AGREES for r in groups["claim"])),
                ("claims of the paper's text that differ", sum(r["verdict"] == DIFFERS for r in groups["claim"])),
                ("robustness runs (not claims of the paper)", len(groups["robustness"])),
-               ("checks of our own runs (no published value)", len(groups["check"])),
+               *((f"checks of our own runs (no published value) that {PLURAL[v]}", n)
+                 for v, n in _tally(groups["check"], (AGREES, CANNOT_TELL, DIFFERS))),
+               ("checks of our own runs restating another row's fact (not counted again)",
+                sum(not published.page.counted(r) for r in groups["check"])),
                ("estimates (not judged)", len(groups["estimate"])),
                ("other numbers with a relative error", sum(r["kind"] == "relative" for r in groups["other"])),
                ("other numbers with an absolute error only", sum(r["kind"] == "absolute" for r in groups["other"]))]

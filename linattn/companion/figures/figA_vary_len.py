@@ -26,6 +26,7 @@ from .. import presets, uncertainty
 from ..commands import train_command
 from ..output import MarkdownTable, subscript
 from ..output import words as list_words
+from ..published import rules
 from .common import preset_blocks
 from .common.attn_s_run import describe, join
 from .common.frame import padded, settings_attrs
@@ -142,6 +143,29 @@ def _verdicts(ds) -> dict:
     return out
 
 
+def states_same_fact(a: dict, b: dict) -> bool:
+    """Whether two rests state one fact, whatever their verdicts: they lie on the same training set (``set``) and
+    either both lie off their levels by its draw (``drawn``, :func:`by_the_draw`: one cause), or both lie at one
+    level (``level``) with one loss at the theory's weights on that set (``own``: the same number on the same
+    sequences, as ATTN_M and ATTN_S at M_0 on a shared set, both at zero weights). Levels and losses are the same
+    where they agree to 1e-9 relative (the same number computed twice)."""
+    if a["set"] != b["set"]:
+        return False
+    if a["drawn"] and b["drawn"]:
+        return True
+    return all(math.isclose(a[k], b[k], rel_tol=1e-9) for k in ("level", "own"))
+
+
+def _facts(ds, judged: dict) -> dict:
+    """(model, m) → the (model, m) of the first rest that states its fact (:func:`states_same_fact`,
+    ``rules.first_of_each_fact``), for every rest judged (:func:`_verdicts`), in the page's order."""
+    rests = list(judged)
+    said = [dict(set=_set_of(ds, k), drawn=judged[k, m][3], level=float(ds.plateau_theory.sel(model=k, m=m)),
+                 own=float(ds.rest_own.sel(model=k, m=m))) for k, m in rests]
+    first = rules.first_of_each_fact(len(rests), lambda i, j: states_same_fact(said[i], said[j]))
+    return {rest: rests[f] for rest, f in zip(rests, first)}
+
+
 def _set_of(ds, key: str) -> str:
     """Which training set ``key`` trains on: one name for both runs where they share it (``shared_set``)."""
     return "shared" if int(ds.get("shared_set", 0)) else key
@@ -156,10 +180,11 @@ def _shown(ds, key: str) -> list[int]:
 def numbers(ds) -> list[dict]:
     """``numbers.json``: each plateau the run rests on beside its length-averaged level, and each final loss (ATTN_M's
     beside its minimum; ATTN_S's alone, as it need not have learned every direction); each plateau with its verdict
-    (:func:`rest_verdict`); the rests off their levels by one draw of a training set (:func:`by_the_draw`) are one
-    fact: the first is counted, the others restate it (``restates``, not counted again)."""
+    (:func:`rest_verdict`); rests that state one fact (:func:`states_same_fact`: off their levels by one draw of a
+    training set, or at one level with one loss at the theory's weights on one set) are counted once: the first, the
+    others restate it (``restates``, not counted again), whatever their verdicts."""
     rows, judged = [], _verdicts(ds)
-    first: dict[str, str] = {}  # a training set → the quantity of its first rest off the level by its draw
+    facts, named = _facts(ds, judged), {}
     for key in MODELS:
         at, label = ds.sel(model=key), f"{LABELS[key]} vary_len"
         for m in _shown(ds, key):
@@ -170,9 +195,9 @@ def numbers(ds) -> list[dict]:
                            quantity=f"{label}: plateau L(M_{m})" + (", off its level by the training set's draw"
                                                                     if drawn else ""),
                            theory=at.plateau_theory.sel(m=m), reproduced=got, verdict=judged[key, m][0])
-                if drawn:  # one fact per training set's draw: counted once, its other rests restate it
-                    said = first.setdefault(_set_of(ds, key), row["quantity"])
-                    row.update(restates=[said] if said != row["quantity"] else None)
+                named[key, m] = row["quantity"]
+                if facts[key, m] != (key, m):  # one fact counted once: the later rests restate the first
+                    row.update(restates=[named[facts[key, m]]])
                 rows.append(row)
         D = _shown(ds, key)[-1]
         rows.append(dict(key=f"final_loss.{key}", quantity=f"{label}: final loss",
@@ -218,17 +243,41 @@ def rest_verdict_words(ds) -> str:
     judged = _verdicts(ds)
     if not judged:
         return ""
+    facts = _facts(ds, judged)
+    counted = [k for k, first in facts.items() if first == k]
     by = {v: [f"{LABELS[k]} at M_{m}" for (k, m), (said, _, _, drawn) in judged.items() if said == v and not drawn]
           for v in uncertainty.VERDICTS}
     sizes = list_words(sorted({int(r["trainset_size"]) for r in _runs(ds).values()}))
     text = (f"Each rest is a training loss on its run's P sequences (P = {sizes}): its band is twice the standard "
             f"error of their mean (from their losses at the saddle's theory weights{_whitened_words(ds)}), widened "
             "below the level by what fitting the weights to them lowers the loss (cannot tell there); "
-            f"{len(by[uncertainty.AGREES])} of {len(judged)} rests agree")
+            f"{sum(judged[k][0] == uncertainty.AGREES for k in counted)} of {len(counted)} rests agree"
+            + _restating_words(facts))
     for v in (uncertainty.CANNOT_TELL, uncertainty.DIFFERS):
         if by[v]:
             text += f"; {join(by[v])}: {v}"
     return text + _draw_count(ds, judged) + "."
+
+
+def _restating_words(facts: dict) -> str:
+    """The clause on the rests that restate the fact of an earlier one (:func:`_facts`): which, and whose; empty
+    where each rest states a fact of its own."""
+    later: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for rest, first in facts.items():
+        if rest != first:
+            later.setdefault(first, []).append(rest)
+    if not later:
+        return ""
+    said = [f"{join([_rest_name(r) for r in rests])} restate{'s' if len(rests) == 1 else ''} {_rest_name(first)}"
+            for first, rests in later.items()]
+    return (f", each fact counted once ({'; '.join(said)}: a rest on the training set of an earlier one states "
+            "its fact where both lie at one level with one loss at the theory's weights on that set, or both lie off "
+            "their levels by its draw)")
+
+
+def _rest_name(rest: tuple[str, int]) -> str:
+    """A rest as the page names it: "ATTN_S at M_3"."""
+    return f"{LABELS[rest[0]]} at M_{rest[1]}"
 
 
 def _draw_count(ds, judged) -> str:

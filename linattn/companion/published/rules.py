@@ -324,6 +324,27 @@ def restating(row: dict, facts: list[dict]) -> dict:
     return dict(row, restates=[where(r) for r in facts])
 
 
+def first_of_each_fact(n: int, same) -> list[int]:
+    """For ``n`` rows in order, the index of the first row that states each row's fact (a row's own index where it
+    is the first): rows ``i`` and ``j`` state one fact where ``same(i, j)`` holds, taken both ways and along chains (a
+    chain of such pairs is one fact), whatever their verdicts (two rests on one training set at one level, agreeing
+    alike). Every row but the first of its fact restates it (:func:`restating`), so each fact is counted once
+    (:func:`linattn.companion.published.page.counted`)."""
+    first = list(range(n))
+
+    def root(i: int) -> int:
+        while first[i] != i:
+            i = first[i]
+        return i
+
+    for j in range(n):
+        for i in range(j):
+            if same(i, j) or same(j, i):
+                a, b = sorted((root(i), root(j)))
+                first[b] = a  # the earlier row stands for the joined fact
+    return [root(i) for i in range(n)]
+
+
 def crossing_value(crossing: Crossing):
     """A crossing as ``numbers.json`` holds it: its step, or its text where it is a range or a choice."""
     (low, high), *rest = crossing.where
