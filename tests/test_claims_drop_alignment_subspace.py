@@ -435,7 +435,8 @@ def _own_text(rows) -> str:
         else:
             lead = {"about": "about", "more": "more than 2 times", "less": "less than 1/2 of"}[kind]
             parts.append(f"{listed([sig(-b) for _, b, _, _ in g])} below {own} at {at}, {lead} the "
-                         f"{listed([sig(o) for *_, o in g])} by which the fit can lower a training loss there")
+                         f"{listed([sig(o) for *_, o in g])} by which fitting the theory's directions to the set "
+                         "lowers it there")
     return parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]
 
 
@@ -637,8 +638,10 @@ def test_population_gap_claims_by_a_second_route(case, store, monkeypatch):
         if len(sets) >= 2:
             (p, b1, d1), (q, b2, d2) = min(sets), max(sets)
             assert f"From P = {int(p)} to P = {int(q)} ({q / p:.3g} times the sequences)" in words["own"]
-            for r in (b1 / b2, d1 / d2):
-                assert (f"{r:.2g}" if r > 1 else f"{1 / r:.2g}") in words["own"].split(": what")[0]
+            for r in (b1 / b2, d1 / d2):  # to the nearest whole number, or about as large
+                said = words["own"].split(": what")[0]
+                k = max(r, 1 / r)
+                assert f"{k:.0f} times" in said or (round(k) == 1 and "about as large" in said)
     if not below or all(len(v) < 2 for v in below.values()):
         assert "what these two sizes show" not in words["own"]
     # each size is one drawn set: the lags are that set's

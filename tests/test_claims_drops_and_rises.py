@@ -667,3 +667,24 @@ def test_fig5_attn_s_rate_span_stated(fig5):
     loss = ds.train_loss.sel(model="attn_s").dropna("step")
     span = 2 * max(1, loss.size // 400) * float(np.median(np.diff(loss.step.values)))
     assert f"(averaged over {span:.0f} steps)" in w["detected"] and w["attn_s_span"] == "1/200"
+
+
+def test_fig5_check_runs_are_said_once_on_the_page(fig5):
+    """Where the paper's claim is set beside the run (the published settings: here the same dataset marked so), its
+    reason says what the check runs show, and the paragraph below the table gives only their cost; elsewhere that
+    paragraph says it. Either way each kind of check (a smaller step, other draws) is described on the page once."""
+    import copy
+
+    ds = fig5
+    if not ds.sizes["check"]:
+        return
+    published = copy.copy(ds)
+    published.attrs = dict(ds.attrs, published=True)
+    scales = ds.check_lr.values / float(fig05_softmax._runs(ds)["attn_m"]["lr"])
+    kinds = {"a smaller step" if not np.isclose(x, 1) else "other draws" for x in scales}
+    for data in (ds, published):
+        reasons = " ".join(c.reason for c in fig05_softmax.claims(data))
+        below = fig05_softmax.words(data)["checks"]
+        assert bool(reasons) == data.attrs["published"] and "trained in" in below
+        for kind in kinds:
+            assert (reasons + " " + below).count(f"Run again with {kind}, ATTN_M shows") == 1, (kind, reasons, below)

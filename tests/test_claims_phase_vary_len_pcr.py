@@ -400,18 +400,16 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
                             round(100 * (own - level) / (rest - level)), abs(rest - own), round(100 * spread[m])))
     shared = np.array_equal(sets["attn_m"], sets["attn_s"])
     assert int(ds.shared_set) == int(shared)
-    # one fact counted once, whatever its verdict: rests on one set off their levels by its draw, or at one level with
-    # one loss at the theory's weights on that set (recomputed above); grouped here by merging until nothing joins
+    # one fact counted once, whatever its verdict: rests on one set at one level with one loss at the theory's weights
+    # on that set (recomputed above); grouped here by merging until nothing joins
     groups = [[r] for r in rests]
     joined = True
     while joined:
         joined = False
         for a in range(len(groups)):
             for b in range(a + 1, len(groups)):
-                if any((x["key"] == y["key"] or shared)
-                       and ((x["drawn"] and y["drawn"]) or (np.isclose(x["level"], y["level"], rtol=1e-8)
-                                                            and np.isclose(x["own"], y["own"], rtol=1e-6)))
-                       for x in groups[a] for y in groups[b]):
+                if any((x["key"] == y["key"] or shared) and np.isclose(x["level"], y["level"], rtol=1e-8)
+                       and np.isclose(x["own"], y["own"], rtol=1e-6) for x in groups[a] for y in groups[b]):
                     groups[a] += groups.pop(b)
                     joined = True
                     break
@@ -470,22 +468,22 @@ def test_set_draw_on_constructed_cases():
 
 
 def test_states_same_fact_on_constructed_cases():
-    """Two rests state one fact where they lie on one training set and both off their levels by its draw (whatever
-    their levels), or at one level with one loss at the theory's weights on that set (whatever their verdicts); not on
-    two sets, nor at one level with different losses, nor one by the draw and the other not at its level's loss."""
+    """Two rests state one fact where they lie on one training set at one level with one loss at the theory's weights
+    on that set (whatever their verdicts); not on two sets, nor at one level with different losses, nor at two levels
+    even where the set's draw moves both (two predictions sharing a cause)."""
     same = figA_vary_len.states_same_fact
 
-    def rest(set_="shared", drawn=False, level=1.0, own=1.00211):
-        return dict(set=set_, drawn=drawn, level=level, own=own)
+    def rest(set_="shared", level=1.0, own=1.00211):
+        return dict(set=set_, level=level, own=own)
 
     assert same(rest(), rest())  # ATTN_M and ATTN_S at M_0 on one set: the loss at zero weights, twice
     assert same(rest(), rest(own=1.00211 * (1 + 1e-12)))  # the same number computed twice
     assert not same(rest(set_="attn_m"), rest(set_="attn_s"))  # two draws: two facts
     assert not same(rest(), rest(own=1.003))
     assert not same(rest(), rest(level=0.9, own=1.00211))
-    assert same(rest(drawn=True, level=0.369, own=0.362), rest(drawn=True, level=0.321, own=0.3137))  # one cause
-    assert not same(rest(drawn=True, level=0.369, own=0.362), rest(level=0.321, own=0.3137))
-    assert not same(rest("attn_m", True, 0.321, 0.3137), rest("attn_s", True, 0.321, 0.3137))
+    assert not same(rest(level=0.369, own=0.362), rest(level=0.321, own=0.3137))  # one cause, two predictions
+    assert same(rest(level=0.321, own=0.3137), rest(level=0.321, own=0.3137))  # ATTN_M and ATTN_S at M_4
+    assert not same(rest("attn_m", 0.321, 0.3137), rest("attn_s", 0.321, 0.3137))
 
 
 def test_by_the_draw_on_constructed_cases():

@@ -431,17 +431,17 @@ def test_the_own_sentence_states_each_rests_bias_beside_the_fits_drop_and_what_t
     said = page.own_words(ds)
     assert said.startswith("A set's own loss, its training loss at the theory's weights of the saddle, is taken on "
                            "the very sequences its rest is, so no sampling error lies between the two. ")
-    assert ("P = 100 rests 0.020 and 0.020 below its own loss at ℳ₁ and ℳ₂, about the 0.020 and 0.015 by which the fit "
-            "can lower a training loss there; and 0.010 below it at ℳ₃, less than 1/2 of the 0.030 by which the fit "
-            "can lower a training loss there. P = 1600 rests 0.0020, 0.0010 and 0.00050 below its own loss at ℳ₁, ℳ₂ "
-            "and ℳ₃, about the 0.0020, 0.0020 and 0.00050 by which the fit can lower a training loss there.") in said
+    fit = "by which fitting the theory's directions to the set lowers it there"
+    assert (f"P = 100 rests 0.020 and 0.020 below its own loss at ℳ₁ and ℳ₂, about the 0.020 and 0.015 {fit}; and "
+            f"0.010 below it at ℳ₃, less than 1/2 of the 0.030 {fit}. P = 1600 rests 0.0020, 0.0010 and 0.00050 below "
+            f"its own loss at ℳ₁, ℳ₂ and ℳ₃, about the 0.0020, 0.0020 and 0.00050 {fit}.") in said
     ratios = page.shrink_ratios(ds, gaps)
     assert list(ratios) == [("P = 100", "P = 1600")]
     np.testing.assert_allclose([ratios["P = 100", "P = 1600"][m] for m in (1, 2, 3)],
                                [(10, 10), (20, 7.5), (20, 60)], rtol=1e-3)
     assert said.endswith(" From P = 100 to P = 1600 (16 times the sequences) the bias at ℳ₁, ℳ₂ and ℳ₃ is 10, 20 "
-                         "and 20 times smaller and the fit's drop 10, 7.5 and 60 times smaller: what these two sizes "
-                         "show.")
+                         "and 20 times smaller and the fit's drop 10, 8 and 60 times smaller: what these two sizes "
+                         "show, one drawn set each.")
     assert "nan" not in said
     # one set: no sizes to set side by side; no finite set, or none resting flat past ℳ₀: nothing said
     assert page.own_words(ds.sel(curve=[page.GD, "P = 1600"])).endswith("there.")
@@ -469,8 +469,8 @@ def test_a_rest_above_its_own_loss_or_within_its_drift_is_said_so_and_not_set_be
     said = page.own_words(ds)
     assert (f"P = 1000 rests within its drift ({drift:.1g}) of its own loss at ℳ₁; 0.010 above it at ℳ₂, where "
             "fitting can only lower a training loss; and 0.050 below it at ℳ₃, more than 2 times the 0.010 by which "
-            "the fit can lower a training loss there.") in said
+            "fitting the theory's directions to the set lowers it there.") in said
     # P = 100 and P = 1000 both lie below at ℳ₃: that one saddle is set side by side
     assert page.shrink_ratios(ds, page.own_gaps(ds)) == {("P = 100", "P = 1000"): {3: pytest.approx((0.2, 1.0))}}
     assert said.endswith("the bias at ℳ₃ is 5 times larger and the fit's drop about as large: what these two sizes "
-                         "show.")
+                         "show, one drawn set each.")

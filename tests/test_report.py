@@ -430,3 +430,51 @@ def test_fig05_final_losses_beside_l_star_give_no_error_in_the_report(tmp_path):
     plotted = sum(len(c.get_offsets()) for c in fig.axes[1].collections)
     plt.close(fig)
     assert plotted == 0  # no other row of the page has a theory value
+
+
+def test_the_reports_csv_recounts_the_pages_counts_alone(tmp_path):
+    """Constructed rows of two pages — readings that agree and differ, a check of the reading, a restating count, a
+    check of our own run restating another, and a final loss beside a mere reference — written as the report writes
+    its CSV: read back with the csv module alone, the rows with ``counted`` = yes give the summary's counts, each
+    excluded row names why (``restates``, ``checks_reading``), and the reference's value sits in ``reference``, not
+    in ``theory``."""
+    import csv
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+    from linattn.companion.output import FigureOutput
+
+    pages = {"fig03a_attns_loss": [
+        row(key="published.a", paper=100.0, reproduced=101.0, tolerance=10.0, verdict=AGREES),
+        row(key="published.b", paper=200.0, reproduced=260.0, tolerance=10.0, verdict=DIFFERS),
+        row(key="published.line", paper=0.136, reproduced=0.136, tolerance=0.005, verdict=AGREES, checks_reading=True),
+        row(key="published.count", paper=1, reproduced=0, tolerance=0.0, verdict=DIFFERS, restates=["b"])],
+        "figA_vary_len": [
+        number_row("a M0", key="plateau.a.M0", theory=1.0, reproduced=1.0021, verdict=AGREES),
+        number_row("b M0", key="plateau.b.M0", theory=1.0, reproduced=1.0021, verdict=AGREES, restates=["a M0"])],
+        "fig05_softmax": [
+        number_row("final loss", key="final_loss.attn_s", theory=0.136, reproduced=0.1465,
+                   reference_only="linear attention's L*")]}
+    for name, rows in pages.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "numbers.json").write_text(json.dumps(rows))
+    found = report.collect(tmp_path)
+    out = FigureOutput(report.NAME, tmp_path)
+    path = out.save_rows([report.csv_row(r) for r in found["rows"]], report.COLUMNS)
+    with open(path, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 7
+    counted = [r for r in table if r["counted"] == "yes"]
+    readings = [r for r in counted if r["figure"] == "fig03a_attns_loss"]
+    agree = sum(r["verdict"] == AGREES for r in readings)
+    assert (agree, len(readings)) == (1, 2) and f"{agree} of {len(readings)} readings agree" in report.summary(
+        found, "quick")
+    assert {r["key"]: r["counted"] for r in table if r["counted"] == "no"} == {
+        "published.line": "no", "published.count": "no", "plateau.b.M0": "no"}
+    assert next(r for r in table if r["key"] == "published.line")["checks_reading"] == "yes"
+    assert next(r for r in table if r["key"] == "published.count")["restates"] == "b"
+    assert next(r for r in table if r["key"] == "plateau.b.M0")["restates"] == "a M0"
+    beside = next(r for r in table if r["key"] == "final_loss.attn_s")
+    assert (beside["theory"], float(beside["reference"]), beside["reference_only"]) == (
+        "", 0.136, "linear attention's L*")
+    assert beside["counted"] == "" and beside["relative_error"] == ""

@@ -25,7 +25,7 @@ import numpy as np
 from .. import published
 from ..output import NOT_COMPARABLE, NUMBER_FIELDS, MarkdownTable, compare_row
 from ..runner.notebooks import discover
-from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS
+from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS: dict[str, dict] = {
@@ -43,11 +43,12 @@ def write_page(S: dict, frame):
     as its CSV, figure and numbers, with the figures read and missing in its provenance; (the report, its tables by
     section, no words) for :func:`linattn.companion.figures.common.frame.build`."""
     found = collect(frame.out.root)
-    frame.out.save_rows(found["rows"], COLUMNS)
+    frame.out.save_rows([csv_row(r) for r in found["rows"]], COLUMNS)
     frame.provenance.update(figures_read=sorted({r["figure"] for r in found["rows"]}), figures_missing=found["missing"])
     frame.save(None, plot(found), numbers(found))
     return found, tables(found), {}
-COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "tolerance", "verdict", "relative_error", "reference_only"]
+COLUMNS = ["figure", "page", "group", "key", *NUMBER_FIELDS, "reference", "reference_only", "tolerance", "verdict",
+           "counted", "restates", "checks_reading", "relative_error"]
 # what a reading's verdict applied, carried from its page's numbers.json (published.page.number_rows)
 APPLIED = ("standard_error", "difference", "band", "offset", "unresolved", "unit", "no_value", "bound",
            "checks_reading", "restates", "reference_only")
@@ -74,6 +75,19 @@ def collect(root) -> dict:
             rows.append(row)
     groups = {g: [r for r in rows if r["group"] == g] for g in published.page.REPORT_GROUPS}
     return {"rows": rows, "missing": missing, "pages_read": len(sources) - len(missing), "groups": groups}
+
+
+def csv_row(r: dict) -> dict:
+    """A collected row as ``beyond_error_table.csv`` holds it, so that the page's counts recount from the CSV alone:
+    a value that is only a reference for the row's model (``reference_only``) in ``reference``, not in ``theory``
+    (as the page's table shows it, :func:`beside_reference`); for a row with a verdict, whether it is ``counted``
+    (``published.page.counted``: "yes"/"no"), the rows it ``restates`` and whether it ``checks_reading``."""
+    out = dict(r, restates="; ".join(r.get("restates") or []) or None,
+               checks_reading="yes" if r.get("checks_reading") else None,
+               counted=("yes" if published.page.counted(r) else "no") if r.get("verdict") in VERDICTS else None)
+    if r.get("reference_only"):
+        out.update(reference=r.get("theory"), theory=None)
+    return out
 
 
 def numbers(report: dict) -> list[dict]:

@@ -467,8 +467,8 @@ def _own_clause(rests: dict) -> str:
         else:
             how = {ABOUT_FIT: "about", MORE_THAN_FIT: f"more than {ABOUT:g} times",
                    LESS_THAN_FIT: f"less than 1/{ABOUT:g} of"}[said]
-            parts.append(f"{size} below {own} at {at}, {how} the {drops} by which the fit can lower a training loss "
-                         "there")
+            parts.append(f"{size} below {own} at {at}, {how} the {drops} by which fitting the theory's "
+                         "directions to the set lowers it there")
     return parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]
 
 
@@ -488,21 +488,23 @@ def shrink_ratios(ds, gaps: dict) -> dict:
 
 
 def _times(ratios) -> str:
-    """Ratios of a smaller set's values to a larger set's in words: [9.94, 20] → "9.9 and 20 times smaller", [0.5]
-    → "2 times larger", [1.02] → "about as large"; each worded alone where they go different ways."""
+    """Ratios of a smaller set's values to a larger set's in words, to the nearest whole number (each is one drawn
+    set's, and a rest's drift moves its bias by a tenth or so: no finer digit is meant): [9.94, 20] → "10 and 20 times
+    smaller", [0.5] → "2 times larger", [1.02] → "about as large"; each worded alone where they go different ways."""
     ratios = list(ratios)
-    if all(f"{r:.2g}" == "1" for r in ratios):
+    if all(round(max(r, 1 / r)) == 1 for r in ratios):
         return "about as large"
     if all(r > 1 for r in ratios):
-        return _listed([f"{r:.2g}" for r in ratios]) + " times smaller"
+        return _listed([f"{r:.0f}" for r in ratios]) + " times smaller"
     if all(r < 1 for r in ratios):
-        return _listed([f"{1 / r:.2g}" for r in ratios]) + " times larger"
+        return _listed([f"{1 / r:.0f}" for r in ratios]) + " times larger"
     return _listed([_times([r]) for r in ratios])
 
 
 def _shrink_words(ds, gaps: dict) -> str:
-    """:func:`shrink_ratios` in words: "From P = 5000 to P = 80000 (16 times the sequences) the bias at ℳ₃ is 9.9
-    times smaller and the fit's drop 12 times smaller: what these two sizes show." (empty where no saddle has two)."""
+    """:func:`shrink_ratios` in words: "From P = 5000 to P = 80000 (16 times the sequences) the bias at ℳ₃ is 10
+    times smaller and the fit's drop 12 times smaller: what these two sizes show, one drawn set each." (empty where no
+    saddle has two)."""
     size = {str(c): float(P) for c, P in zip(ds.curve.values, ds.trainset_size.values)}
     parts = [f"from {small} to {large} ({size[large] / size[small]:.3g} times the sequences) the bias at "
              f"{_listed([saddle(m) for m in at])} is {_times(b for b, _ in at.values())} and the fit's drop "
@@ -511,7 +513,7 @@ def _shrink_words(ds, gaps: dict) -> str:
     if not parts:
         return ""
     joined = "; ".join(parts)
-    return f" {joined[0].upper()}{joined[1:]}: what these two sizes show."
+    return f" {joined[0].upper()}{joined[1:]}: what these two sizes show, one drawn set each."
 
 
 def own_words(ds) -> str:

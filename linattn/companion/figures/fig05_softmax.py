@@ -420,12 +420,15 @@ def _directions_words(ds) -> str:
 
 
 def _checks_words(ds) -> str:
-    """What ATTN_M's check runs show and what they cost, in words."""
+    """What ATTN_M's check runs show and what they cost, in words; where the paper's claim is set beside the run
+    (:func:`claims`), its reason already says what they show (:func:`single_drop_claim`), so only their cost."""
     if not ds.sizes["check"]:
         return ""
-    claim = check_words(len(_fall(ds, "attn_m")), checks(ds))
-    seconds = float(ds.check_wall_time.sum())
-    return (f"{claim} The {_count(ds.sizes['check'], 'check run')} trained in {prose_text(seconds)} s in all on the "
+    runs, seconds = _count(ds.sizes["check"], "check run"), prose_text(float(ds.check_wall_time.sum()))
+    if claims(ds):
+        return (f"The {runs}, whose drops the claim's reason above gives, trained in {seconds} s in all on the machine "
+                "that built this page.")
+    return (f"{check_words(len(_fall(ds, 'attn_m')), checks(ds))} The {runs} trained in {seconds} s in all on the "
             "machine that built this page.")
 
 

@@ -144,23 +144,20 @@ def _verdicts(ds) -> dict:
 
 
 def states_same_fact(a: dict, b: dict) -> bool:
-    """Whether two rests state one fact, whatever their verdicts: they lie on the same training set (``set``) and
-    either both lie off their levels by its draw (``drawn``, :func:`by_the_draw`: one cause), or both lie at one
-    level (``level``) with one loss at the theory's weights on that set (``own``: the same number on the same
-    sequences, as ATTN_M and ATTN_S at M_0 on a shared set, both at zero weights). Levels and losses are the same
-    where they agree to 1e-9 relative (the same number computed twice)."""
-    if a["set"] != b["set"]:
-        return False
-    if a["drawn"] and b["drawn"]:
-        return True
-    return all(math.isclose(a[k], b[k], rel_tol=1e-9) for k in ("level", "own"))
+    """Whether two rests state one fact, whatever their verdicts: they lie on the same training set (``set``) at one
+    level (``level``) with one loss at the theory's weights on that set (``own``): the same number on the same
+    sequences, as ATTN_M and ATTN_S at M_0 on a shared set (both at zero weights) or at M_4 (one predictor). Rests at
+    different levels are different predictions, even where one draw of the set moves both (:func:`by_the_draw`: said
+    apart, not merged). Levels and losses are the same where they agree to 1e-9 relative (one number computed
+    twice)."""
+    return a["set"] == b["set"] and all(math.isclose(a[k], b[k], rel_tol=1e-9) for k in ("level", "own"))
 
 
 def _facts(ds, judged: dict) -> dict:
     """(model, m) → the (model, m) of the first rest that states its fact (:func:`states_same_fact`,
     ``rules.first_of_each_fact``), for every rest judged (:func:`_verdicts`), in the page's order."""
     rests = list(judged)
-    said = [dict(set=_set_of(ds, k), drawn=judged[k, m][3], level=float(ds.plateau_theory.sel(model=k, m=m)),
+    said = [dict(set=_set_of(ds, k), level=float(ds.plateau_theory.sel(model=k, m=m)),
                  own=float(ds.rest_own.sel(model=k, m=m))) for k, m in rests]
     first = rules.first_of_each_fact(len(rests), lambda i, j: states_same_fact(said[i], said[j]))
     return {rest: rests[f] for rest, f in zip(rests, first)}
@@ -180,8 +177,8 @@ def _shown(ds, key: str) -> list[int]:
 def numbers(ds) -> list[dict]:
     """``numbers.json``: each plateau the run rests on beside its length-averaged level, and each final loss (ATTN_M's
     beside its minimum; ATTN_S's alone, as it need not have learned every direction); each plateau with its verdict
-    (:func:`rest_verdict`); rests that state one fact (:func:`states_same_fact`: off their levels by one draw of a
-    training set, or at one level with one loss at the theory's weights on one set) are counted once: the first, the
+    (:func:`rest_verdict`); rests that state one fact (:func:`states_same_fact`: at one level with one loss at the
+    theory's weights on one training set) are counted once: the first, the
     others restate it (``restates``, not counted again), whatever their verdicts."""
     rows, judged = [], _verdicts(ds)
     facts, named = _facts(ds, judged), {}
@@ -271,8 +268,7 @@ def _restating_words(facts: dict) -> str:
     said = [f"{join([_rest_name(r) for r in rests])} restate{'s' if len(rests) == 1 else ''} {_rest_name(first)}"
             for first, rests in later.items()]
     return (f", each fact counted once ({'; '.join(said)}: a rest on the training set of an earlier one states "
-            "its fact where both lie at one level with one loss at the theory's weights on that set, or both lie off "
-            "their levels by its draw)")
+            "its fact where both lie at one level with one loss at the theory's weights on that set)")
 
 
 def _rest_name(rest: tuple[str, int]) -> str:
