@@ -390,6 +390,11 @@ def test_vary_len_rest_bands_and_verdicts_by_a_second_route(vary):
             assert row["verdict"] == want + (" (the set's draw)" if by_set else "")
             assert rows[f"plateau.{key}.M{m}"]["verdict"] == want
             assert row["band"].startswith(f"{band:.4f}")
+            # numbers.json carries the band it applied, for the report's table of checks
+            said = rows[f"plateau.{key}.M{m}"]
+            assert said["band"] == pytest.approx(band, rel=1e-6) and said["unit"] == "loss"
+            assert said["unresolved"] == pytest.approx(fitted, rel=1e-6, abs=1e-12)
+            assert said["difference"] == pytest.approx(rest - level, rel=1e-9)
             rests.append(dict(key=key, m=m, row=rows[f"plateau.{key}.M{m}"], verdict=want, drawn=by_set,
                               level=level, own=own))
             if by_set:

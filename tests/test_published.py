@@ -490,8 +490,9 @@ def test_number_rows_carry_the_band_and_offset_the_verdict_applied():
         left = abs(n["difference"] - n["offset"])
         assert n["verdict"] == (AGREES if left <= n["band"] else CANNOT_TELL
                                 if left <= n["band"] + n["unresolved"] else DIFFERS)
-        if r["unit"] == "loss":
-            assert published.page.band_text(n).startswith(f"{n['band']:.3f} after {n['offset']:+.3f}")
+        if r["unit"] == "loss":  # 3 decimals, or 2 significant digits below 0.01
+            band = f"{n['band']:.3f}" if n["band"] >= 0.01 else f"{n['band']:.2g}"
+            assert published.page.band_text(n).startswith(f"{band} after {n['offset']:+.3f}")
 
 
 def test_paper_names_come_from_page_titles(tmp_path):

@@ -478,3 +478,33 @@ def test_the_reports_csv_recounts_the_pages_counts_alone(tmp_path):
     assert (beside["theory"], float(beside["reference"]), beside["reference_only"]) == (
         "", 0.136, "linear attention's L*")
     assert beside["counted"] == "" and beside["relative_error"] == ""
+
+
+def test_the_reports_checks_show_the_level_and_the_band_each_verdict_applied(tmp_path):
+    """Constructed checks of our own runs: a rest below its level by 0.0079 judged in 2 standard errors (0.0052) and
+    the fit's further margin (0.0007), a settling check with a tolerance only, an exponent with its standard error
+    (judged in twice it) and a rest whose band and margin differ below the third decimal. The report's table of checks
+    shows each one's level beside ours and the band its verdict applied, as the row's page states it."""
+    import json
+
+    from linattn.companion.figures import beyond_error_table as report
+
+    rows = [number_row("rest", key="plateau.a.M4", theory=0.3213, reproduced=0.3134, verdict=DIFFERS,
+                       difference=0.3134 - 0.3213, band=0.0052, unresolved=0.0007, unit="loss"),
+            row(key="settle.max", reproduced=0.004, tolerance=0.02, verdict=AGREES),
+            number_row("exponent", key="escape.exponent.drop1", theory=-1.0, reproduced=-1.2129, standard_error=0.0448,
+                       verdict=DIFFERS),
+            number_row("rest", key="plateau.a.M1", theory=0.7042, reproduced=0.7027, verdict=AGREES,
+                       difference=0.7027 - 0.7042, band=0.0070, unresolved=0.0002, unit="loss")]
+    (tmp_path / "figA_vary_len").mkdir()
+    (tmp_path / "figA_vary_len" / "numbers.json").write_text(json.dumps(rows))
+    found = report.collect(tmp_path)
+    shown = report.tables(found)["own_runs"]["Checks of our own runs"]
+    by_key = {r["key"]: r for r in shown.rows}
+    assert by_key["plateau.a.M4"]["band"] == "0.0052, cannot tell to 0.0059"
+    assert by_key["settle.max"]["band"] == "0.02"
+    assert by_key["escape.exponent.drop1"]["band"] == "0.09 (2 standard errors)"  # 2 × 0.0448, as its page judged
+    assert by_key["plateau.a.M1"]["band"] == "0.007, cannot tell to 0.0072"  # a margin below 0.01 keeps its digit
+    markdown = shown._repr_markdown_()
+    assert "| level | ours | band applied | verdict |" in markdown
+    assert "0.3213" in markdown and "0.0052, cannot tell to 0.0059" in markdown

@@ -25,7 +25,7 @@ import numpy as np
 from .. import published
 from ..output import NOT_COMPARABLE, NUMBER_FIELDS, MarkdownTable, compare_row
 from ..runner.notebooks import discover
-from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS
+from ..uncertainty import AGREES, CANNOT_TELL, DIFFERS, VERDICTS, difference_band
 
 NAME = __name__.rsplit(".", 1)[-1]
 PRESETS: dict[str, dict] = {
@@ -213,9 +213,10 @@ def tables(report: dict) -> dict:
                           {"page": "page", "quantity": "quantity", "paper": "paper",
                                             "theory": "theory", "reproduced": "ours", "error": "error",
                                             "relative": "relative"}, {"relative": ".2g"})
-    checks = MarkdownTable([dict(r, verdict=published.page.verdict_text(r)) for r in groups["check"]],
-                           {"page": "page", "quantity": "quantity", "reproduced": "ours",
-                            "tolerance": "tolerance", "verdict": "verdict"})
+    checks = MarkdownTable([dict(r, band=_band_applied(r), verdict=published.page.verdict_text(r))
+                            for r in groups["check"]],
+                           {"page": "page", "quantity": "quantity", "theory": "level", "reproduced": "ours",
+                            "band": "band applied", "verdict": "verdict"})
     robustness = MarkdownTable(groups["robustness"], {"page": "page", "quantity": "quantity", "paper": "paper",
                                                       "reproduced": "ours", "verdict": "verdict"},
                                {"paper": "g", "reproduced": "g"})
@@ -245,11 +246,16 @@ def _difference(r: dict):
 
 
 def _band_applied(r: dict) -> str | None:
-    """The band a reading's verdict used, as its page shows it (:func:`published.page.band_text`: the band, the
-    offset removed first, the further margin); a row from a page that states no band: its tolerance."""
+    """The band a row's verdict used, as its page shows it (:func:`published.page.band_text`: the band, the
+    offset removed first, the further margin); a row from a page that states no band: its tolerance, else, where it
+    gives the standard error of the compared value, twice that (``uncertainty.difference_band``, the band its page
+    judged it in)."""
     if r.get("band") is not None and r.get("unit"):
         return published.page.band_text(r)
-    return None if r.get("tolerance") is None else f"{r['tolerance']:.4g}"
+    if r.get("tolerance") is not None:
+        return f"{r['tolerance']:.4g}"
+    se = r.get("standard_error")
+    return None if se is None else f"{difference_band(se):.2g} (2 standard errors)"
 
 
 def judged_in_bands(r: dict) -> float:

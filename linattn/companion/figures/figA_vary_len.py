@@ -177,9 +177,10 @@ def _shown(ds, key: str) -> list[int]:
 def numbers(ds) -> list[dict]:
     """``numbers.json``: each plateau the run rests on beside its length-averaged level, and each final loss (ATTN_M's
     beside its minimum; ATTN_S's alone, as it need not have learned every direction); each plateau with its verdict
-    (:func:`rest_verdict`); rests that state one fact (:func:`states_same_fact`: at one level with one loss at the
-    theory's weights on one training set) are counted once: the first, the
-    others restate it (``restates``, not counted again), whatever their verdicts."""
+    (:func:`rest_verdict`) and the band it applied (``band``: 2 standard errors; ``unresolved``: the fit's margin
+    below the level, where the rest lies below it; ``difference``: rest − level); rests that state one fact
+    (:func:`states_same_fact`: at one level with one loss at the theory's weights on one training set) are counted
+    once: the first, the others restate it (``restates``, not counted again), whatever their verdicts."""
     rows, judged = [], _verdicts(ds)
     facts, named = _facts(ds, judged), {}
     for key in MODELS:
@@ -191,7 +192,9 @@ def numbers(ds) -> list[dict]:
                 row = dict(key=f"plateau.{key}.M{m}",
                            quantity=f"{label}: plateau L(M_{m})" + (", off its level by the training set's draw"
                                                                     if drawn else ""),
-                           theory=at.plateau_theory.sel(m=m), reproduced=got, verdict=judged[key, m][0])
+                           theory=at.plateau_theory.sel(m=m), reproduced=got, verdict=judged[key, m][0],
+                           difference=got - float(at.plateau_theory.sel(m=m)), band=judged[key, m][1],
+                           unresolved=judged[key, m][2] - judged[key, m][1], unit="loss")
                 named[key, m] = row["quantity"]
                 if facts[key, m] != (key, m):  # one fact counted once: the later rests restate the first
                     row.update(restates=[named[facts[key, m]]])
