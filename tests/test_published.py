@@ -430,7 +430,7 @@ def test_a_difference_to_a_reading_known_only_beyond_a_step_is_said_as_a_bound()
     row = rules.check_row(image, "", "step", "still on M_3 at 9966", "still on M_3 at 9966", 9650.0, -316.0, "step",
                           10.0, bound=True)
     assert published.page.difference_text(row) == "at least 316 earlier"
-    assert published.page.difference_text(dict(row, difference=0.004, unit="loss")) == "at least 0.004 higher"
+    assert published.page.difference_text(dict(row, difference=0.004, unit="loss")) == "at least 0.0040 higher"
     assert published.page.difference_text(dict(row, bound=False)) == "-316"
     shown = published.page.table([row])._repr_markdown_().splitlines()[-1]
     assert "at least 316 earlier" in shown and "at least 31.6" in shown and "-316" not in shown
@@ -490,8 +490,8 @@ def test_number_rows_carry_the_band_and_offset_the_verdict_applied():
         left = abs(n["difference"] - n["offset"])
         assert n["verdict"] == (AGREES if left <= n["band"] else CANNOT_TELL
                                 if left <= n["band"] + n["unresolved"] else DIFFERS)
-        if r["unit"] == "loss":  # 3 decimals, or 2 significant digits below 0.01
-            band = f"{n['band']:.3f}" if n["band"] >= 0.01 else f"{n['band']:.2g}"
+        if r["unit"] == "loss":  # 3 decimals, or 2 significant digits below 0.01 (a trailing zero kept)
+            band = f"{n['band']:.3f}" if n["band"] >= 0.01 else f"{n['band']:#.2g}"
             assert published.page.band_text(n).startswith(f"{band} after {n['offset']:+.3f}")
 
 

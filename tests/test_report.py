@@ -503,8 +503,8 @@ def test_the_reports_checks_show_the_level_and_the_band_each_verdict_applied(tmp
     by_key = {r["key"]: r for r in shown.rows}
     assert by_key["plateau.a.M4"]["band"] == "0.0052, cannot tell to 0.0059"
     assert by_key["settle.max"]["band"] == "0.02"
-    assert by_key["escape.exponent.drop1"]["band"] == "0.09 (2 standard errors)"  # 2 × 0.0448, as its page judged
-    assert by_key["plateau.a.M1"]["band"] == "0.007, cannot tell to 0.0072"  # a margin below 0.01 keeps its digit
+    assert by_key["escape.exponent.drop1"]["band"] == "0.090 (2 standard errors)"  # 2 × 0.0448, as its page judged
+    assert by_key["plateau.a.M1"]["band"] == "0.0070, cannot tell to 0.0072"  # below 0.01: 2 significant digits
     markdown = shown._repr_markdown_()
     assert "| level | ours | band applied | verdict |" in markdown
     assert "0.3213" in markdown and "0.0052, cannot tell to 0.0059" in markdown

@@ -255,7 +255,7 @@ def _band_applied(r: dict) -> str | None:
     if r.get("tolerance") is not None:
         return f"{r['tolerance']:.4g}"
     se = r.get("standard_error")
-    return None if se is None else f"{difference_band(se):.2g} (2 standard errors)"
+    return None if se is None else f"{difference_band(se):#.2g} (2 standard errors)"
 
 
 def judged_in_bands(r: dict) -> float:

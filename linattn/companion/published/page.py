@@ -78,12 +78,12 @@ def band_text(r: dict) -> str | None:
 
 def _shown(x, unit) -> str | None:
     """A band or bound as the tables show it: a step or count whole, a loss to 3 decimals, or below 0.01 to 2
-    significant digits (a band of 0.0070 and its margin to 0.0072 would both read 0.007)."""
+    significant digits, a trailing zero kept (a band of 0.0070 and its margin to 0.0072 would both read 0.007)."""
     if x is None or not math.isfinite(x):
         return None
     if unit != "loss":
         return f"{x:.0f}"
-    return f"{x:.3f}" if abs(x) >= 0.01 else f"{x:.2g}"
+    return f"{x:.3f}" if abs(x) >= 0.01 or x == 0 else f"{x:#.2g}"
 
 
 # how a bound on ours − published reads, by unit: (the word where ours lies below, above)
